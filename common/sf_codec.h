@@ -1,0 +1,71 @@
+/* sf_codec: the msgpack job and reply envelopes (schemas/envelope.md).
+ * Decoding is strict: unknown version, missing or mistyped fields, oversized
+ * fields and trailing bytes are rejected with a reason, never a crash. */
+#ifndef SF_CODEC_H
+#define SF_CODEC_H
+
+#include "sf_buf.h"
+#include "sf_util.h"
+
+#include <jansson.h>
+#include <stdint.h>
+
+#define SF_ENVELOPE_VERSION 1
+#define SF_MSG_MAX (1024 * 1024) /* largest envelope accepted (claim check above) */
+#define SF_TOPIC_MAX 200
+
+typedef struct sf_job {
+    char id[SF_ID_MAX];         /* job id, unique per call */
+    char team[SF_ID_MAX];       /* caller's team, set by the gateway from the API key */
+    char tool[SF_ID_MAX];       /* MCP tool name */
+    char sandbox[SF_ID_MAX];    /* target sandbox ("" for create/list) */
+    char host[SF_ID_MAX];       /* owning host, set by the scheduler when it forwards ("" before) */
+    char reply[SF_TOPIC_MAX];   /* topic the final reply goes to */
+    char trace[SF_ID_MAX];      /* request id for logs ("" if none) */
+    int64_t deadline_ms;        /* wall-clock ms after which nobody waits for the answer */
+    int progress;               /* caller wants progress messages */
+    json_t *args;               /* tool arguments (an object, owned) */
+} sf_job;
+
+enum { SF_REPLY_RESULT = 0, SF_REPLY_ERROR = 1, SF_REPLY_PROGRESS = 2 };
+
+typedef struct sf_reply {
+    char id[SF_ID_MAX];  /* the job id it answers */
+    int kind;            /* SF_REPLY_* */
+    json_t *result;      /* RESULT: the structured result (object); PROGRESS: the chunk (object) */
+    char code[32];       /* ERROR: a machine code (sf_err_*) */
+    char *message;       /* ERROR: one actionable sentence (owned) */
+} sf_reply;
+
+/* Error codes carried in replies. */
+#define SF_ERR_INVALID "invalid_argument"
+#define SF_ERR_NOT_FOUND "not_found"
+#define SF_ERR_UNAVAILABLE "unavailable"
+#define SF_ERR_TIMEOUT "deadline_exceeded"
+#define SF_ERR_LIMIT "limit_exceeded"
+#define SF_ERR_INTERNAL "internal"
+
+void sf_job_init(sf_job *j);
+void sf_job_fini(sf_job *j);
+/* Appends the encoded job to out. 0, -EINVAL (bad field), -E2BIG. */
+int sf_job_encode(const sf_job *j, sf_buf *out);
+/* 0 and a filled job (sf_job_fini it), or -EINVAL / -E2BIG with *why. */
+int sf_job_decode(const void *p, size_t n, sf_job *j, const char **why);
+
+void sf_reply_init(sf_reply *r);
+void sf_reply_fini(sf_reply *r);
+int sf_reply_encode(const sf_reply *r, sf_buf *out);
+int sf_reply_decode(const void *p, size_t n, sf_reply *r, const char **why);
+
+/* Convenience: encode an error or result reply for job id in one call. */
+int sf_reply_encode_error(const char *id, const char *code, const char *message, sf_buf *out);
+int sf_reply_encode_result(const char *id, const json_t *result, sf_buf *out);
+
+
+
+/* For a job that failed to decode: pulls out just its id and reply topic so the
+ * caller can still be told. 0 if both were found. */
+int sf_job_peek_reply(const void *p, size_t n, char id[SF_ID_MAX], char reply[SF_TOPIC_MAX]);
+/* True when topic is a reply topic we may write to: "sf.reply." + [a-z0-9_-]+. */
+int sf_reply_topic_valid(const char *topic);
+#endif

@@ -1,0 +1,50 @@
+#include "sf_daemon.h"
+#include "sf_log.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
+{
+    sf_daemon *d = arg;
+    sf_info("msg=\"stopping\" signal=%d", (int)sig);
+    event_base_loopexit(d->base, NULL);
+}
+
+int sf_daemon_init(sf_daemon *d, const char *component, const sf_common_cfg *c)
+{
+    int level = sf_log_level_parse(c->log_level);
+
+    memset(d, 0, sizeof(*d));
+    if (level < 0) {
+        fprintf(stderr, "%s: log_level must be debug, info, warn or error.\n", component);
+        return -1;
+    }
+    sf_log_init(component, level);
+    signal(SIGPIPE, SIG_IGN);
+    if (!(d->base = event_base_new())) {
+        fprintf(stderr, "%s: cannot create the event loop.\n", component);
+        return -1;
+    }
+    d->ev_int = evsignal_new(d->base, SIGINT, on_stop_signal, d);
+    d->ev_term = evsignal_new(d->base, SIGTERM, on_stop_signal, d);
+    event_add(d->ev_int, NULL);
+    event_add(d->ev_term, NULL);
+    d->kafka.brokers = c->kafka_brokers;
+    d->kafka.fetch_wait_ms = (int)c->kafka_fetch_wait_ms;
+    d->kafka.session_timeout_ms = (int)c->kafka_session_timeout_ms;
+    d->kafka.linger_ms = 0;
+    return 0;
+}
+
+void sf_daemon_fini(sf_daemon *d)
+{
+    if (d->ev_int)
+        event_free(d->ev_int);
+    if (d->ev_term)
+        event_free(d->ev_term);
+    if (d->base)
+        event_base_free(d->base);
+    memset(d, 0, sizeof(*d));
+}

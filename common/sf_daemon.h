@@ -1,0 +1,43 @@
+/* sf_daemon: what every daemon's main() shares: the event base, clean stop on
+ * SIGINT/SIGTERM, and the Kafka/Redis/log settings common to all of them. */
+#ifndef SF_DAEMON_H
+#define SF_DAEMON_H
+
+#include "sf_config.h"
+#include "sf_kafka.h"
+
+#include <event2/event.h>
+#include <stdint.h>
+
+/* Settings every daemon has; embed as the first member `common` of a config struct. */
+typedef struct sf_common_cfg {
+    char *kafka_brokers;
+    char *redis_url;
+    char *log_level;
+    int64_t kafka_fetch_wait_ms;
+    int64_t kafka_session_timeout_ms;
+} sf_common_cfg;
+
+#define SF_COMMON_CFG_ENTRIES(st)                                                              \
+    {"kafka_brokers", SF_CFG_STR, offsetof(st, common.kafka_brokers), "127.0.0.1:9092", 0, 0,  \
+     "Kafka bootstrap servers"},                                                               \
+    {"redis_url", SF_CFG_STR, offsetof(st, common.redis_url), "redis://127.0.0.1:6379", 0, 0, \
+     "Redis URL (redis://HOST:PORT or unix:/PATH)"},                                           \
+    {"log_level", SF_CFG_STR, offsetof(st, common.log_level), "info", 0, 0,                   \
+     "debug, info, warn or error"},                                                            \
+    {"kafka_fetch_wait_ms", SF_CFG_INT, offsetof(st, common.kafka_fetch_wait_ms), "2", 1,      \
+     10000, "Kafka fetch.wait.max.ms (1-10 for the embedded broker)"},                         \
+    {"kafka_session_timeout_ms", SF_CFG_INT, offsetof(st, common.kafka_session_timeout_ms),   \
+     "6000", 1000, 300000, "Kafka session.timeout.ms"}
+
+typedef struct sf_daemon {
+    struct event_base *base;
+    struct event *ev_int, *ev_term;
+    sf_kafka_settings kafka;
+} sf_daemon;
+
+/* 0 or -1 (message printed). */
+int sf_daemon_init(sf_daemon *d, const char *component, const sf_common_cfg *c);
+void sf_daemon_fini(sf_daemon *d);
+
+#endif

@@ -1,0 +1,343 @@
+#include "sf_kafka.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int conf_set(rd_kafka_conf_t *c, const char *k, const char *v, char *why, size_t whylen)
+{
+    return rd_kafka_conf_set(c, k, v, why, whylen) == RD_KAFKA_CONF_OK ? 0 : -EINVAL;
+}
+
+static int conf_set_int(rd_kafka_conf_t *c, const char *k, int v, char *why, size_t whylen)
+{
+    char num[24];
+    snprintf(num, sizeof(num), "%d", v);
+    return conf_set(c, k, num, why, whylen);
+}
+
+static rd_kafka_conf_t *conf_common(const sf_kafka_settings *s, char *why, size_t whylen)
+{
+    rd_kafka_conf_t *c = rd_kafka_conf_new();
+
+    if (conf_set(c, "bootstrap.servers", s->brokers, why, whylen) < 0 ||
+        conf_set(c, "socket.nagle.disable", "true", why, whylen) < 0 ||
+        conf_set(c, "log.connection.close", "false", why, whylen) < 0 ||
+        conf_set(c, "topic.metadata.refresh.interval.ms", "10000", why, whylen) < 0) {
+        rd_kafka_conf_destroy(c);
+        return NULL;
+    }
+    return c;
+}
+
+rd_kafka_t *sf_kafka_producer_new(const sf_kafka_settings *s, char *why, size_t whylen)
+{
+    rd_kafka_conf_t *c = conf_common(s, why, whylen);
+    rd_kafka_t *rk;
+
+    if (!c)
+        return NULL;
+    if (conf_set_int(c, "linger.ms", s->linger_ms, why, whylen) < 0 ||
+        conf_set(c, "message.max.bytes", "2000000", why, whylen) < 0) {
+        rd_kafka_conf_destroy(c);
+        return NULL;
+    }
+    if (!(rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, why, whylen)))
+        rd_kafka_conf_destroy(c);
+    return rk;
+}
+
+rd_kafka_t *sf_kafka_consumer_new(const sf_kafka_settings *s, const char *group, char *why,
+                                  size_t whylen)
+{
+    rd_kafka_conf_t *c = conf_common(s, why, whylen);
+    rd_kafka_t *rk;
+    int hb = s->session_timeout_ms / 3;
+
+    if (!c)
+        return NULL;
+    if (conf_set(c, "group.id", group, why, whylen) < 0 ||
+        conf_set_int(c, "fetch.wait.max.ms", s->fetch_wait_ms, why, whylen) < 0 ||
+        conf_set_int(c, "session.timeout.ms", s->session_timeout_ms, why, whylen) < 0 ||
+        conf_set_int(c, "heartbeat.interval.ms", hb > 100 ? hb : 100, why, whylen) < 0 ||
+        conf_set(c, "auto.offset.reset", "earliest", why, whylen) < 0 ||
+        conf_set(c, "enable.auto.offset.store", "false", why, whylen) < 0 ||
+        conf_set(c, "enable.auto.commit", "true", why, whylen) < 0 ||
+        conf_set(c, "auto.commit.interval.ms", "200", why, whylen) < 0 ||
+        conf_set(c, "allow.auto.create.topics", "true", why, whylen) < 0 ||
+        conf_set(c, "fetch.error.backoff.ms", "20", why, whylen) < 0) {
+        rd_kafka_conf_destroy(c);
+        return NULL;
+    }
+    if (!(rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, why, whylen)))
+        rd_kafka_conf_destroy(c);
+    return rk;
+}
+
+/* Partition count of topic from a metadata request (which also auto-creates it). */
+static int topic_partitions(rd_kafka_t *rk, const char *topic, int timeout_ms)
+{
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+    const struct rd_kafka_metadata *md = NULL;
+    int n = -ENOENT;
+
+    if (!rkt)
+        return -ENOMEM;
+    for (int tries = 0; tries < 20 && n < 0; tries++) {
+        if (rd_kafka_metadata(rk, 0, rkt, &md, timeout_ms) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+            if (md->topic_cnt == 1 && md->topics[0].err == RD_KAFKA_RESP_ERR_NO_ERROR &&
+                md->topics[0].partition_cnt > 0)
+                n = md->topics[0].partition_cnt;
+            rd_kafka_metadata_destroy(md);
+        }
+        if (n < 0)
+            usleep(50 * 1000);
+    }
+    rd_kafka_topic_destroy(rkt);
+    return n;
+}
+
+int sf_kafka_ensure_topic(rd_kafka_t *producer, const char *topic, int timeout_ms)
+{
+    int n = topic_partitions(producer, topic, timeout_ms);
+    return n > 0 ? 0 : n;
+}
+
+int sf_kafka_produce(rd_kafka_t *producer, const char *topic, const char *key, const void *p,
+                     size_t n)
+{
+    rd_kafka_resp_err_t err = rd_kafka_producev(
+        producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        RD_KAFKA_V_KEY(key, key ? strlen(key) : 0), RD_KAFKA_V_VALUE((void *)p, n),
+        RD_KAFKA_V_END);
+
+    switch (err) {
+    case RD_KAFKA_RESP_ERR_NO_ERROR:
+        return 0;
+    case RD_KAFKA_RESP_ERR__QUEUE_FULL:
+        return -ENOBUFS;
+    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+        return -E2BIG;
+    default:
+        return -EIO;
+    }
+}
+
+int sf_kafka_subscribe(rd_kafka_t *consumer, const char *topic)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_resp_err_t err;
+
+    rd_kafka_topic_partition_list_add(l, topic, RD_KAFKA_PARTITION_UA);
+    err = rd_kafka_subscribe(consumer, l);
+    rd_kafka_topic_partition_list_destroy(l);
+    return err ? -EIO : 0;
+}
+
+int sf_kafka_assign_all(rd_kafka_t *consumer, rd_kafka_t *producer, const char *topic,
+                        int64_t start_offset, int timeout_ms)
+{
+    rd_kafka_topic_partition_list_t *l;
+    rd_kafka_resp_err_t err;
+    int n = topic_partitions(producer, topic, timeout_ms);
+
+    if (n < 0)
+        return n;
+    l = rd_kafka_topic_partition_list_new(n);
+    for (int i = 0; i < n; i++)
+        rd_kafka_topic_partition_list_add(l, topic, i)->offset = start_offset;
+    err = rd_kafka_assign(consumer, l);
+    rd_kafka_topic_partition_list_destroy(l);
+    return err ? -EIO : 0;
+}
+
+/* ---- pump ---- */
+
+struct sf_kafka_pump {
+    rd_kafka_t *consumer, *producer;
+    rd_kafka_queue_t *queue;
+    int fds[2];
+    struct event *ev_wake, *ev_tick;
+    sf_kafka_msg_cb cb;
+    void *arg;
+};
+
+static void pump_drain(sf_kafka_pump *p)
+{
+    /* Bounded per turn so other events run; the tick picks up the rest. */
+    for (int i = 0; i < 512; i++) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(p->consumer, 0);
+        if (!m)
+            return;
+        p->cb(p->arg, m);
+        rd_kafka_message_destroy(m);
+    }
+    event_active(p->ev_wake, EV_READ, 0);
+}
+
+static void pump_on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    sf_kafka_pump *p = arg;
+    char sink[64];
+
+    while (read(fd, sink, sizeof(sink)) > 0)
+        ;
+    pump_drain(p);
+}
+
+static void pump_on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    sf_kafka_pump *p = arg;
+
+    if (p->producer)
+        rd_kafka_poll(p->producer, 0);
+    pump_drain(p);
+}
+
+sf_kafka_pump *sf_kafka_pump_new(struct event_base *base, rd_kafka_t *consumer,
+                                 rd_kafka_t *producer, sf_kafka_msg_cb cb, void *arg)
+{
+    sf_kafka_pump *p = calloc(1, sizeof(*p));
+    struct timeval tick = {0, 50 * 1000};
+
+    if (!p)
+        return NULL;
+    p->consumer = consumer;
+    p->producer = producer;
+    p->cb = cb;
+    p->arg = arg;
+    p->fds[0] = p->fds[1] = -1;
+    rd_kafka_poll_set_consumer(consumer);
+    if (!(p->queue = rd_kafka_queue_get_consumer(consumer)))
+        goto fail;
+    if (pipe2(p->fds, O_NONBLOCK | O_CLOEXEC) < 0)
+        goto fail;
+    p->ev_wake = event_new(base, p->fds[0], EV_READ | EV_PERSIST, pump_on_wake, p);
+    p->ev_tick = event_new(base, -1, EV_PERSIST, pump_on_tick, p);
+    if (!p->ev_wake || !p->ev_tick)
+        goto fail;
+    rd_kafka_queue_io_event_enable(p->queue, p->fds[1], "w", 1);
+    event_add(p->ev_wake, NULL);
+    event_add(p->ev_tick, &tick);
+    return p;
+fail:
+    sf_kafka_pump_free(p);
+    return NULL;
+}
+
+void sf_kafka_pump_free(sf_kafka_pump *p)
+{
+    if (!p)
+        return;
+    if (p->queue) {
+        rd_kafka_queue_io_event_enable(p->queue, -1, NULL, 0);
+        rd_kafka_queue_destroy(p->queue);
+    }
+    if (p->ev_wake)
+        event_free(p->ev_wake);
+    if (p->ev_tick)
+        event_free(p->ev_tick);
+    if (p->fds[0] >= 0)
+        close(p->fds[0]);
+    if (p->fds[1] >= 0)
+        close(p->fds[1]);
+    free(p);
+}
+
+/* ---- offset tracker ---- */
+
+typedef struct track_part {
+    int64_t *offs;  /* in-flight offsets in arrival order; done ones are negated-1 */
+    size_t head, len, cap;
+} track_part;
+
+#define TRACK_MAX_PARTS 256
+
+struct sf_kafka_track {
+    rd_kafka_t *consumer;
+    char *topic;
+    track_part parts[TRACK_MAX_PARTS];
+    size_t inflight;
+};
+
+sf_kafka_track *sf_kafka_track_new(rd_kafka_t *consumer, const char *topic)
+{
+    sf_kafka_track *t = calloc(1, sizeof(*t));
+
+    if (!t || !(t->topic = strdup(topic))) {
+        free(t);
+        return NULL;
+    }
+    t->consumer = consumer;
+    return t;
+}
+
+void sf_kafka_track_free(sf_kafka_track *t)
+{
+    if (!t)
+        return;
+    for (int i = 0; i < TRACK_MAX_PARTS; i++)
+        free(t->parts[i].offs);
+    free(t->topic);
+    free(t);
+}
+
+int sf_kafka_track_begin(sf_kafka_track *t, int32_t partition, int64_t offset)
+{
+    track_part *tp;
+
+    if (partition < 0 || partition >= TRACK_MAX_PARTS || offset < 0)
+        return -EINVAL;
+    tp = &t->parts[partition];
+    if (tp->head > 0 && tp->head == tp->len) {
+        tp->head = tp->len = 0;
+    } else if (tp->len == tp->cap && tp->head > 0) {
+        memmove(tp->offs, tp->offs + tp->head, (tp->len - tp->head) * sizeof(int64_t));
+        tp->len -= tp->head;
+        tp->head = 0;
+    }
+    if (tp->len == tp->cap) {
+        size_t cap = tp->cap ? tp->cap * 2 : 64;
+        int64_t *n = realloc(tp->offs, cap * sizeof(int64_t));
+        if (!n)
+            return -ENOMEM;
+        tp->offs = n;
+        tp->cap = cap;
+    }
+    tp->offs[tp->len++] = offset;
+    t->inflight++;
+    return 0;
+}
+
+void sf_kafka_track_end(sf_kafka_track *t, sf_kafka_ticket tk)
+{
+    track_part *tp;
+    int64_t store = -1;
+
+    if (tk.partition < 0 || tk.partition >= TRACK_MAX_PARTS)
+        return;
+    tp = &t->parts[tk.partition];
+    for (size_t i = tp->head; i < tp->len; i++) {
+        if (tp->offs[i] == tk.offset) {
+            tp->offs[i] = -tk.offset - 1;
+            t->inflight--;
+            break;
+        }
+    }
+    while (tp->head < tp->len && tp->offs[tp->head] < 0)
+        store = -tp->offs[tp->head++] - 1;
+    if (store >= 0) {
+        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+        rd_kafka_topic_partition_list_add(l, t->topic, tk.partition)->offset = store + 1;
+        rd_kafka_offsets_store(t->consumer, l);
+        rd_kafka_topic_partition_list_destroy(l);
+    }
+}
+
+size_t sf_kafka_track_inflight(const sf_kafka_track *t)
+{
+    return t->inflight;
+}

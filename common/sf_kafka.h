@@ -1,0 +1,64 @@
+/* sf_kafka: thin librdkafka helpers: producer/consumer set-up from one settings
+ * struct, a libevent pump that drains a consumer when its queue wakes, and an
+ * offset tracker so offsets are stored only after the work is done, in order. */
+#ifndef SF_KAFKA_H
+#define SF_KAFKA_H
+
+#include <event2/event.h>
+#include <librdkafka/rdkafka.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SF_TOPIC_JOBS "sf.jobs"
+#define SF_TOPIC_HOST_PREFIX "sf.host."
+#define SF_TOPIC_REPLY_PREFIX "sf.reply."
+#define SF_TOPIC_DEAD "sf.dead"
+
+typedef struct sf_kafka_settings {
+    const char *brokers;       /* bootstrap.servers */
+    int fetch_wait_ms;         /* fetch.wait.max.ms (1-10 for the embedded broker) */
+    int session_timeout_ms;    /* session.timeout.ms (3000-6000 for the embedded broker) */
+    int linger_ms;             /* linger.ms for producers (0-5) */
+} sf_kafka_settings;
+
+/* why gets librdkafka's own message. NULL on failure. */
+rd_kafka_t *sf_kafka_producer_new(const sf_kafka_settings *s, char *why, size_t whylen);
+/* A consumer in group `group`; offsets are stored by the application (sf_kafka_track)
+ * and committed automatically every 200 ms. */
+rd_kafka_t *sf_kafka_consumer_new(const sf_kafka_settings *s, const char *group, char *why,
+                                  size_t whylen);
+/* Makes sure a topic exists (the embedded broker creates it on a producer's
+ * metadata request; real clusters need auto-create or an admin). 0 or -ENOENT. */
+int sf_kafka_ensure_topic(rd_kafka_t *producer, const char *topic, int timeout_ms);
+/* Copies the payload; never blocks. 0 or a negative errno (queue full: -ENOBUFS). */
+int sf_kafka_produce(rd_kafka_t *producer, const char *topic, const char *key, const void *p,
+                     size_t n);
+/* Subscribes to one topic (group-managed), or assigns all partitions of it from the
+ * stored offset (no rebalance: for per-host and per-gateway topics). */
+int sf_kafka_subscribe(rd_kafka_t *consumer, const char *topic);
+int sf_kafka_assign_all(rd_kafka_t *consumer, rd_kafka_t *producer, const char *topic,
+                        int64_t start_offset, int timeout_ms);
+
+typedef void (*sf_kafka_msg_cb)(void *arg, rd_kafka_message_t *msg);
+typedef struct sf_kafka_pump sf_kafka_pump;
+/* Drives consumer from base: cb gets each message (destroyed after cb returns; errors
+ * are logged by the caller via msg->err). Also polls producer (if not NULL) for
+ * delivery reports. */
+sf_kafka_pump *sf_kafka_pump_new(struct event_base *base, rd_kafka_t *consumer,
+                                 rd_kafka_t *producer, sf_kafka_msg_cb cb, void *arg);
+void sf_kafka_pump_free(sf_kafka_pump *p);
+
+/* Offset tracker: begin when a message is taken, end when its work is done; the
+ * stored offset only moves past a message once it and all before it are done. */
+typedef struct sf_kafka_track sf_kafka_track;
+typedef struct sf_kafka_ticket {
+    int32_t partition;
+    int64_t offset;
+} sf_kafka_ticket;
+sf_kafka_track *sf_kafka_track_new(rd_kafka_t *consumer, const char *topic);
+void sf_kafka_track_free(sf_kafka_track *t);
+int sf_kafka_track_begin(sf_kafka_track *t, int32_t partition, int64_t offset);
+void sf_kafka_track_end(sf_kafka_track *t, sf_kafka_ticket tk);
+size_t sf_kafka_track_inflight(const sf_kafka_track *t);
+
+#endif

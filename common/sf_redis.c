@@ -1,0 +1,177 @@
+#include "sf_redis.h"
+#include "sf_util.h"
+
+#include <errno.h>
+#include <hiredis/adapters/libevent.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sf_redis {
+    struct event_base *base;
+    redisAsyncContext *ac;
+    int connected;
+    char host[256];
+    int port;             /* 0 = unix socket in host */
+    struct event *ev_retry;
+};
+
+static int url_parse(const char *url, char *host, size_t hostlen, int *port)
+{
+    int64_t p = 6379;
+    const char *colon;
+
+    if (!strncmp(url, "unix:", 5)) {
+        url += 5;
+        while (url[0] == '/' && url[1] == '/')
+            url++;
+        if (snprintf(host, hostlen, "%s", url) >= (int)hostlen || !*host)
+            return -EINVAL;
+        *port = 0;
+        return 0;
+    }
+    if (!strncmp(url, "redis://", 8))
+        url += 8;
+    colon = strrchr(url, ':');
+    if (colon) {
+        if ((size_t)(colon - url) >= hostlen || sf_parse_i64(colon + 1, 1, 65535, &p) < 0)
+            return -EINVAL;
+        memcpy(host, url, (size_t)(colon - url));
+        host[colon - url] = '\0';
+    } else if (snprintf(host, hostlen, "%s", url) >= (int)hostlen) {
+        return -EINVAL;
+    }
+    if (!*host)
+        return -EINVAL;
+    *port = (int)p;
+    return 0;
+}
+
+static void redis_connect(sf_redis *r);
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+    sf_redis *r = ac->data;
+
+    if (status != REDIS_OK) {
+        r->ac = NULL; /* hiredis frees the context */
+        event_add(r->ev_retry, &(struct timeval){0, 500 * 1000});
+        return;
+    }
+    r->connected = 1;
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+    sf_redis *r = ac->data;
+
+    r->connected = 0;
+    r->ac = NULL;
+    if (r->ev_retry)
+        event_add(r->ev_retry, &(struct timeval){0, 500 * 1000});
+}
+
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    redis_connect(arg);
+}
+
+static void redis_connect(sf_redis *r)
+{
+    redisAsyncContext *ac =
+        r->port ? redisAsyncConnect(r->host, r->port) : redisAsyncConnectUnix(r->host);
+
+    if (!ac || ac->err) {
+        if (ac)
+            redisAsyncFree(ac);
+        event_add(r->ev_retry, &(struct timeval){0, 500 * 1000});
+        return;
+    }
+    ac->data = r;
+    redisLibeventAttach(ac, r->base);
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    r->ac = ac;
+}
+
+sf_redis *sf_redis_new(struct event_base *base, const char *url, char *why, size_t whylen)
+{
+    sf_redis *r = calloc(1, sizeof(*r));
+
+    if (!r)
+        return NULL;
+    if (url_parse(url, r->host, sizeof(r->host), &r->port) < 0) {
+        snprintf(why, whylen, "Redis URL '%s' is not redis://HOST:PORT or unix:/PATH.", url);
+        free(r);
+        return NULL;
+    }
+    r->base = base;
+    r->ev_retry = evtimer_new(base, on_retry, r);
+    redis_connect(r);
+    return r;
+}
+
+void sf_redis_free(sf_redis *r)
+{
+    if (!r)
+        return;
+    event_free(r->ev_retry);
+    r->ev_retry = NULL;
+    if (r->ac) {
+        redisAsyncContext *ac = r->ac;
+        ac->data = r;
+        r->ac = NULL;
+        redisAsyncSetDisconnectCallback(ac, NULL);
+        redisAsyncFree(ac);
+    }
+    free(r);
+}
+
+int sf_redis_connected(const sf_redis *r)
+{
+    return r->connected;
+}
+
+int sf_redis_cmd(sf_redis *r, redisCallbackFn *cb, void *priv, const char *fmt, ...)
+{
+    va_list ap;
+    int rc;
+
+    if (!r->connected || !r->ac)
+        return -ENOTCONN;
+    va_start(ap, fmt);
+    rc = redisvAsyncCommand(r->ac, cb, priv, fmt, ap);
+    va_end(ap);
+    return rc == REDIS_OK ? 0 : -ENOTCONN;
+}
+
+int sf_redis_cmdargv(sf_redis *r, redisCallbackFn *cb, void *priv, int argc, const char **argv,
+                     const size_t *argvlen)
+{
+    if (!r->connected || !r->ac)
+        return -ENOTCONN;
+    return redisAsyncCommandArgv(r->ac, cb, priv, argc, argv, argvlen) == REDIS_OK ? 0
+                                                                                   : -ENOTCONN;
+}
+
+redisContext *sf_redis_connect_sync(const char *url, char *why, size_t whylen)
+{
+    char host[256];
+    int port;
+    redisContext *c;
+    struct timeval tv = {2, 0};
+
+    if (url_parse(url, host, sizeof(host), &port) < 0) {
+        snprintf(why, whylen, "Redis URL '%s' is not redis://HOST:PORT or unix:/PATH.", url);
+        return NULL;
+    }
+    c = port ? redisConnectWithTimeout(host, port, tv) : redisConnectUnixWithTimeout(host, tv);
+    if (!c || c->err) {
+        snprintf(why, whylen, "Cannot reach Redis at %s: %s.", url, c ? c->errstr : "no memory");
+        if (c)
+            redisFree(c);
+        return NULL;
+    }
+    return c;
+}

@@ -1,0 +1,37 @@
+/* sf_redis: hiredis async on libevent with automatic reconnect, plus the Redis
+ * key layout (schemas/redis-keys.md). Every key carries a {hash tag}. */
+#ifndef SF_REDIS_H
+#define SF_REDIS_H
+
+#include <event2/event.h>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <stddef.h>
+
+typedef struct sf_redis sf_redis;
+
+/* url: redis://HOST:PORT or unix:/PATH. Connects in the background and
+ * reconnects every 500 ms while down. NULL with why on a bad URL. */
+sf_redis *sf_redis_new(struct event_base *base, const char *url, char *why, size_t whylen);
+void sf_redis_free(sf_redis *r);
+int sf_redis_connected(const sf_redis *r);
+/* Sends one command. cb(ctx, reply, priv) runs once; reply is NULL if the
+ * connection dropped before the answer. -ENOTCONN when down (cb not called). */
+int sf_redis_cmd(sf_redis *r, redisCallbackFn *cb, void *priv, const char *fmt, ...);
+int sf_redis_cmdargv(sf_redis *r, redisCallbackFn *cb, void *priv, int argc, const char **argv,
+                     const size_t *argvlen);
+
+/* Blocking connection for tools (CLI, tests). NULL with why. */
+redisContext *sf_redis_connect_sync(const char *url, char *why, size_t whylen);
+
+/* Key layout. */
+#define SF_RK_APIKEY "sf:apikey:{%s}"     /* hash-hex -> hash {id, team, created} */
+#define SF_RK_APIKEY_IDS "sf:apikeys"     /* hash: key id -> hash-hex */
+#define SF_RK_SANDBOX "sf:sb:{%s}"        /* sandbox id -> hash (record) */
+#define SF_RK_TEAM_SANDBOXES "sf:team:{%s}:sandboxes" /* set of sandbox ids */
+#define SF_RK_HOSTS "sf:hosts"            /* zset host id -> last heartbeat ms */
+#define SF_RK_HOST "sf:host:{%s}"         /* hash {topic, capacity, running, driver, ts} */
+#define SF_RK_JOB "sf:job:{%s}"           /* SET NX guard: job processed once */
+#define SF_RK_SESSION "sf:mcpsess:{%s}"   /* MCP session -> hash {team, protocol} */
+
+#endif

@@ -1,0 +1,62 @@
+/* sandfleet-scheduler: parse config, build objects, run the loop, tear down. */
+#include "sched.h"
+#include "sf_log.h"
+
+#include <stdio.h>
+
+static const sf_cfg_entry cfg_table[] = {
+    SF_COMMON_CFG_ENTRIES(sch_cfg),
+    SF_CFG_I(sch_cfg, host_ttl_ms, "5000", 500, 600000,
+             "a host is live while its last heartbeat is younger than this"),
+    SF_CFG_I(sch_cfg, team_sandbox_limit, "100", 1, 1000000, "sandboxes one team may have"),
+    SF_CFG_I(sch_cfg, max_inflight, "10000", 1, 1000000, "jobs in flight before consumption pauses"),
+};
+
+int main(int argc, char **argv)
+{
+    static sch_ctx ctx;
+    char why[512];
+    int rc = 1;
+
+    switch (sf_config_main(argc, argv, "sandfleet-scheduler", cfg_table, SF_ARRAY_LEN(cfg_table),
+                           &ctx.cfg)) {
+    case 1:
+        return 0;
+    case -1:
+        return 2;
+    }
+    if (sf_daemon_init(&ctx.d, "scheduler", &ctx.cfg.common) < 0)
+        goto out;
+    if (!(ctx.redis = sf_redis_new(ctx.d.base, ctx.cfg.common.redis_url, why, sizeof(why))) ||
+        !(ctx.producer = sf_kafka_producer_new(&ctx.d.kafka, why, sizeof(why))) ||
+        !(ctx.consumer = sf_kafka_consumer_new(&ctx.d.kafka, "sf-scheduler", why, sizeof(why)))) {
+        sf_error("msg=\"cannot start\" err=\"%s\"", why);
+        goto out;
+    }
+    if (sf_kafka_subscribe(ctx.consumer, SF_TOPIC_JOBS) < 0 ||
+        !(ctx.track = sf_kafka_track_new(ctx.consumer, SF_TOPIC_JOBS)) ||
+        !(ctx.pump = sf_kafka_pump_new(ctx.d.base, ctx.consumer, ctx.producer, sch_on_message,
+                                       &ctx))) {
+        sf_error("msg=\"cannot subscribe\" topic=%s", SF_TOPIC_JOBS);
+        goto out;
+    }
+    sf_info("msg=\"scheduler up\" kafka=%s redis=%s", ctx.cfg.common.kafka_brokers,
+            ctx.cfg.common.redis_url);
+    event_base_dispatch(ctx.d.base);
+    rc = 0;
+out:
+    sf_kafka_pump_free(ctx.pump);
+    if (ctx.consumer) {
+        rd_kafka_consumer_close(ctx.consumer);
+        rd_kafka_destroy(ctx.consumer);
+    }
+    if (ctx.producer) {
+        rd_kafka_flush(ctx.producer, 2000);
+        rd_kafka_destroy(ctx.producer);
+    }
+    sf_kafka_track_free(ctx.track);
+    sf_redis_free(ctx.redis);
+    sf_daemon_fini(&ctx.d);
+    sf_config_free(cfg_table, SF_ARRAY_LEN(cfg_table), &ctx.cfg);
+    return rc;
+}

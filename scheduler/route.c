@@ -1,0 +1,157 @@
+/* route.c: takes each job off sf.jobs, checks it, and hands it to the tool's handler. */
+#include "sched.h"
+#include "sf_log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Tools the scheduler answers itself, and tools that go to the sandbox's host. */
+static const char *const host_tools[] = {
+    "sandbox_exec", "sandbox_kill", "sandbox_files_read", "sandbox_files_write",
+    "sandbox_files_list", "sandbox_files_download_dir", "sandbox_pause", "sandbox_resume",
+    "sandbox_preview_url", "sandbox_network_log", "sandbox_computer",
+};
+
+static void produce_reply(sch_ctx *ctx, const char *topic, const char *id, sf_buf *b)
+{
+    int rc = sf_kafka_produce(ctx->producer, topic, id, b->p, b->len);
+    if (rc < 0)
+        sf_error("msg=\"cannot produce reply\" job=%s topic=%s rc=%d", id, topic, rc);
+}
+
+void sch_reply_error(sch_call *c, const char *code, const char *message)
+{
+    sf_buf b;
+
+    sf_buf_init(&b, SF_MSG_MAX);
+    if (sf_reply_encode_error(c->job.id, code, message, &b) == 0)
+        produce_reply(c->ctx, c->job.reply, c->job.id, &b);
+    sf_buf_fini(&b);
+    sf_info("msg=\"job failed\" job=%s tool=%s team=%s code=%s", c->job.id, c->job.tool,
+            c->job.team, code);
+    sch_call_done(c);
+}
+
+void sch_reply_result(sch_call *c, json_t *result)
+{
+    sf_buf b;
+
+    sf_buf_init(&b, SF_MSG_MAX);
+    if (sf_reply_encode_result(c->job.id, result, &b) == 0)
+        produce_reply(c->ctx, c->job.reply, c->job.id, &b);
+    else
+        sf_error("msg=\"cannot encode result\" job=%s", c->job.id);
+    sf_buf_fini(&b);
+    json_decref(result);
+    sch_call_done(c);
+}
+
+void sch_forward(sch_call *c, const char *host)
+{
+    char topic[SF_TOPIC_MAX];
+    sf_buf b;
+    int rc;
+
+    snprintf(c->job.host, sizeof(c->job.host), "%s", host);
+    snprintf(topic, sizeof(topic), SF_TOPIC_HOST_PREFIX "%s", host);
+    sf_buf_init(&b, SF_MSG_MAX);
+    rc = sf_job_encode(&c->job, &b);
+    if (rc == 0)
+        rc = sf_kafka_produce(c->ctx->producer, topic, c->job.sandbox, b.p, b.len);
+    sf_buf_fini(&b);
+    if (rc < 0) {
+        sch_reply_error(c, SF_ERR_UNAVAILABLE,
+                        "The platform could not hand the call to the sandbox's host; retry in a "
+                        "few seconds.");
+        return;
+    }
+    sf_debug("msg=\"forwarded\" job=%s tool=%s sandbox=%s host=%s", c->job.id, c->job.tool,
+             c->job.sandbox, host);
+    sch_call_done(c);
+}
+
+void sch_call_done(sch_call *c)
+{
+    sf_kafka_track_end(c->ctx->track, c->ticket);
+    sf_job_fini(&c->job);
+    free(c);
+}
+
+static int is_host_tool(const char *tool)
+{
+    for (size_t i = 0; i < SF_ARRAY_LEN(host_tools); i++)
+        if (!strcmp(tool, host_tools[i]))
+            return 1;
+    return 0;
+}
+
+/* A job we cannot decode: dead-letter it, and tell its caller if we can find them. */
+static void reject_malformed(sch_ctx *ctx, rd_kafka_message_t *msg, const char *why)
+{
+    char id[SF_ID_MAX], reply[SF_TOPIC_MAX], text[512];
+    sf_buf b;
+
+    sf_warn("msg=\"malformed job dead-lettered\" partition=%d offset=%lld why=\"%s\"",
+            (int)msg->partition, (long long)msg->offset, why);
+    sf_kafka_produce(ctx->producer, SF_TOPIC_DEAD, "malformed", msg->payload, msg->len);
+    if (sf_job_peek_reply(msg->payload, msg->len, id, reply) < 0)
+        return;
+    snprintf(text, sizeof(text), "The job could not be read (%s); fix the envelope and resend it.",
+             why);
+    sf_buf_init(&b, SF_MSG_MAX);
+    if (sf_reply_encode_error(id, SF_ERR_INVALID, text, &b) == 0)
+        produce_reply(ctx, reply, id, &b);
+    sf_buf_fini(&b);
+}
+
+void sch_on_message(void *arg, rd_kafka_message_t *msg)
+{
+    sch_ctx *ctx = arg;
+    sch_call *c;
+    const char *why = NULL;
+
+    if (msg->err) {
+        if (msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+            sf_warn("msg=\"consumer error\" err=\"%s\"", rd_kafka_message_errstr(msg));
+        return;
+    }
+    if (!(c = calloc(1, sizeof(*c)))) {
+        sf_error("msg=\"out of memory\"");
+        return;
+    }
+    c->ctx = ctx;
+    c->ticket.partition = msg->partition;
+    c->ticket.offset = msg->offset;
+    sf_kafka_track_begin(ctx->track, msg->partition, msg->offset);
+    if (sf_job_decode(msg->payload, msg->len, &c->job, &why) < 0) {
+        reject_malformed(ctx, msg, why);
+        sch_call_done(c);
+        return;
+    }
+    sf_debug("msg=\"job\" job=%s tool=%s team=%s sandbox=%s", c->job.id, c->job.tool, c->job.team,
+             c->job.sandbox);
+    if (c->job.deadline_ms < sf_now_ms()) {
+        sf_info("msg=\"job expired before it was routed\" job=%s tool=%s", c->job.id, c->job.tool);
+        sch_reply_error(c, SF_ERR_TIMEOUT,
+                        "The call waited in the queue past its deadline; retry it.");
+        return;
+    }
+    if (!strcmp(c->job.tool, "sandbox_create"))
+        sch_store_create(c);
+    else if (!strcmp(c->job.tool, "sandbox_list"))
+        sch_store_list(c);
+    else if (!strcmp(c->job.tool, "sandbox_info"))
+        sch_store_info(c);
+    else if (is_host_tool(c->job.tool)) {
+        if (!c->job.sandbox[0])
+            sch_reply_error(c, SF_ERR_INVALID, "Argument 'sandbox_id' is required.");
+        else
+            sch_store_route(c);
+    } else {
+        char text[256];
+        snprintf(text, sizeof(text),
+                 "Unknown tool '%.64s'; call tools/list for the tools this server offers.",
+                 c->job.tool);
+        sch_reply_error(c, SF_ERR_INVALID, text);
+    }
+}

@@ -1,0 +1,46 @@
+/* The scheduler: consumes sf.jobs, answers control-plane tools from Redis, places
+ * sandbox_create on a live host and routes every other call to the owning host. */
+#ifndef SCH_SCHED_H
+#define SCH_SCHED_H
+
+#include "sf_codec.h"
+#include "sf_daemon.h"
+#include "sf_redis.h"
+
+typedef struct sch_cfg {
+    sf_common_cfg common;
+    int64_t host_ttl_ms;        /* a host is live while its heartbeat is younger than this */
+    int64_t team_sandbox_limit; /* sandboxes per team */
+    int64_t max_inflight;       /* jobs taken but not finished */
+} sch_cfg;
+
+typedef struct sch_ctx {
+    sf_daemon d;
+    sch_cfg cfg;
+    sf_redis *redis;
+    rd_kafka_t *producer, *consumer;
+    sf_kafka_pump *pump;
+    sf_kafka_track *track;
+} sch_ctx;
+
+/* One job being handled; freed by sch_call_done. */
+typedef struct sch_call {
+    sch_ctx *ctx;
+    sf_job job;
+    sf_kafka_ticket ticket;
+} sch_call;
+
+/* route.c */
+void sch_on_message(void *arg, rd_kafka_message_t *msg);
+void sch_reply_error(sch_call *c, const char *code, const char *message);
+void sch_reply_result(sch_call *c, json_t *result); /* steals result */
+void sch_forward(sch_call *c, const char *host);
+void sch_call_done(sch_call *c);
+
+/* store.c: Redis-backed tools; each finishes the call. */
+void sch_store_create(sch_call *c);
+void sch_store_list(sch_call *c);
+void sch_store_info(sch_call *c);
+void sch_store_route(sch_call *c);
+
+#endif
