@@ -1,5 +1,6 @@
 /* route.c: takes each job off sf.jobs, checks it, and hands it to the tool's handler. */
 #include "sched.h"
+#include "sf_jobio.h"
 #include "sf_log.h"
 
 #include <stdlib.h>
@@ -12,21 +13,10 @@ static const char *const host_tools[] = {
     "sandbox_preview_url", "sandbox_network_log", "sandbox_computer",
 };
 
-static void produce_reply(sch_ctx *ctx, const char *topic, const char *id, sf_buf *b)
-{
-    int rc = sf_kafka_produce(ctx->producer, topic, id, b->p, b->len);
-    if (rc < 0)
-        sf_error("msg=\"cannot produce reply\" job=%s topic=%s rc=%d", id, topic, rc);
-}
-
 void sch_reply_error(sch_call *c, const char *code, const char *message)
 {
-    sf_buf b;
-
-    sf_buf_init(&b, SF_MSG_MAX);
-    if (sf_reply_encode_error(c->job.id, code, message, &b) == 0)
-        produce_reply(c->ctx, c->job.reply, c->job.id, &b);
-    sf_buf_fini(&b);
+    if (sf_jobio_error(c->ctx->producer, &c->job, code, message) < 0)
+        sf_error("msg=\"cannot produce reply\" job=%s topic=%s", c->job.id, c->job.reply);
     sf_info("msg=\"job failed\" job=%s tool=%s team=%s code=%s", c->job.id, c->job.tool,
             c->job.team, code);
     sch_call_done(c);
@@ -34,14 +24,8 @@ void sch_reply_error(sch_call *c, const char *code, const char *message)
 
 void sch_reply_result(sch_call *c, json_t *result)
 {
-    sf_buf b;
-
-    sf_buf_init(&b, SF_MSG_MAX);
-    if (sf_reply_encode_result(c->job.id, result, &b) == 0)
-        produce_reply(c->ctx, c->job.reply, c->job.id, &b);
-    else
-        sf_error("msg=\"cannot encode result\" job=%s", c->job.id);
-    sf_buf_fini(&b);
+    if (sf_jobio_result(c->ctx->producer, &c->job, result) < 0)
+        sf_error("msg=\"cannot produce reply\" job=%s topic=%s", c->job.id, c->job.reply);
     json_decref(result);
     sch_call_done(c);
 }
@@ -85,25 +69,6 @@ static int is_host_tool(const char *tool)
     return 0;
 }
 
-/* A job we cannot decode: dead-letter it, and tell its caller if we can find them. */
-static void reject_malformed(sch_ctx *ctx, rd_kafka_message_t *msg, const char *why)
-{
-    char id[SF_ID_MAX], reply[SF_TOPIC_MAX], text[512];
-    sf_buf b;
-
-    sf_warn("msg=\"malformed job dead-lettered\" partition=%d offset=%lld why=\"%s\"",
-            (int)msg->partition, (long long)msg->offset, why);
-    sf_kafka_produce(ctx->producer, SF_TOPIC_DEAD, "malformed", msg->payload, msg->len);
-    if (sf_job_peek_reply(msg->payload, msg->len, id, reply) < 0)
-        return;
-    snprintf(text, sizeof(text), "The job could not be read (%s); fix the envelope and resend it.",
-             why);
-    sf_buf_init(&b, SF_MSG_MAX);
-    if (sf_reply_encode_error(id, SF_ERR_INVALID, text, &b) == 0)
-        produce_reply(ctx, reply, id, &b);
-    sf_buf_fini(&b);
-}
-
 void sch_on_message(void *arg, rd_kafka_message_t *msg)
 {
     sch_ctx *ctx = arg;
@@ -124,7 +89,9 @@ void sch_on_message(void *arg, rd_kafka_message_t *msg)
     c->ticket.offset = msg->offset;
     sf_kafka_track_begin(ctx->track, msg->partition, msg->offset);
     if (sf_job_decode(msg->payload, msg->len, &c->job, &why) < 0) {
-        reject_malformed(ctx, msg, why);
+        sf_warn("msg=\"malformed job dead-lettered\" partition=%d offset=%lld why=\"%s\"",
+                (int)msg->partition, (long long)msg->offset, why);
+        sf_jobio_reject(ctx->producer, msg, why);
         sch_call_done(c);
         return;
     }

@@ -1,0 +1,632 @@
+#include "sf_agentproto.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <msgpack.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- keys ---------------------------------------------------------------- */
+
+enum {
+    K_OP, K_ID, K_V, K_CMD, K_CWD, K_ENV, K_TIMEOUT, K_CAP, K_EXIT, K_TIMED_OUT,
+    K_TRUNCATED, K_MS, K_OUT, K_OUT_TOTAL, K_ERR, K_ERR_TOTAL, K_MSG, K_COUNT
+};
+
+#define BIT(k) (1u << (k))
+
+static const struct {
+    const char *name;
+    const char *missing;   /* reason when required and absent */
+    const char *bad;       /* reason when present with a wrong type or value */
+} keys[K_COUNT] = {
+    [K_OP] = {"op", "missing key 'op'", "'op' must be one of ping, pong, exec, result, error"},
+    [K_ID] = {"id", "missing key 'id'", "'id' must be an unsigned 32-bit integer"},
+    [K_V] = {"v", "missing key 'v'", "'v' must be an unsigned 32-bit integer"},
+    [K_CMD] = {"cmd", "missing key 'cmd'", "'cmd' must be a non-empty string without NUL bytes"},
+    [K_CWD] = {"cwd", "missing key 'cwd'", "'cwd' must be a non-empty string without NUL bytes, at most 4096 bytes"},
+    [K_ENV] = {"env", "missing key 'env'", "'env' must be an array of at most 256 \"KEY=VALUE\" strings"},
+    [K_TIMEOUT] = {"timeout_ms", "missing key 'timeout_ms'", "'timeout_ms' must be an integer from 1 to 4294967295"},
+    [K_CAP] = {"cap", "missing key 'cap'", "'cap' must be an integer from 2 to 262144"},
+    [K_EXIT] = {"exit", "missing key 'exit'", "'exit' must be a signed 32-bit integer"},
+    [K_TIMED_OUT] = {"timed_out", "missing key 'timed_out'", "'timed_out' must be a boolean"},
+    [K_TRUNCATED] = {"truncated", "missing key 'truncated'", "'truncated' must be a boolean"},
+    [K_MS] = {"ms", "missing key 'ms'", "'ms' must be an unsigned 32-bit integer"},
+    [K_OUT] = {"out", "missing key 'out'", "'out' must be binary of at most 262144 bytes"},
+    [K_OUT_TOTAL] = {"out_total", "missing key 'out_total'", "'out_total' must be an unsigned integer not below the length of 'out'"},
+    [K_ERR] = {"err", "missing key 'err'", "'err' must be binary of at most 262144 bytes"},
+    [K_ERR_TOTAL] = {"err_total", "missing key 'err_total'", "'err_total' must be an unsigned integer not below the length of 'err'"},
+    [K_MSG] = {"msg", "missing key 'msg'", "'msg' must be a non-empty string without NUL bytes, at most 4096 bytes"},
+};
+
+static const struct {
+    const char *name;
+    unsigned required;
+    unsigned allowed;
+} ops[] = {
+    [SF_AP_PING] = {"ping", BIT(K_OP) | BIT(K_ID), BIT(K_OP) | BIT(K_ID)},
+    [SF_AP_PONG] = {"pong", BIT(K_OP) | BIT(K_ID) | BIT(K_V), BIT(K_OP) | BIT(K_ID) | BIT(K_V)},
+    [SF_AP_EXEC] = {"exec",
+                    BIT(K_OP) | BIT(K_ID) | BIT(K_CMD) | BIT(K_TIMEOUT) | BIT(K_CAP),
+                    BIT(K_OP) | BIT(K_ID) | BIT(K_CMD) | BIT(K_TIMEOUT) | BIT(K_CAP) |
+                        BIT(K_CWD) | BIT(K_ENV)},
+    [SF_AP_RESULT] = {"result",
+                      BIT(K_OP) | BIT(K_ID) | BIT(K_EXIT) | BIT(K_TIMED_OUT) |
+                          BIT(K_TRUNCATED) | BIT(K_MS) | BIT(K_OUT) | BIT(K_OUT_TOTAL) |
+                          BIT(K_ERR) | BIT(K_ERR_TOTAL),
+                      BIT(K_OP) | BIT(K_ID) | BIT(K_EXIT) | BIT(K_TIMED_OUT) |
+                          BIT(K_TRUNCATED) | BIT(K_MS) | BIT(K_OUT) | BIT(K_OUT_TOTAL) |
+                          BIT(K_ERR) | BIT(K_ERR_TOTAL)},
+    [SF_AP_ERROR] = {"error", BIT(K_OP) | BIT(K_ID) | BIT(K_MSG),
+                     BIT(K_OP) | BIT(K_ID) | BIT(K_MSG)},
+};
+
+#define OP_FIRST SF_AP_PING
+#define OP_LAST SF_AP_ERROR
+#define CWD_MAX 4096
+
+const char *sf_ap_op_name(sf_ap_op op)
+{
+    if (op < OP_FIRST || op > OP_LAST)
+        return "?";
+    return ops[op].name;
+}
+
+static int set_why(const char **why, const char *reason, int rc)
+{
+    if (why)
+        *why = reason;
+    return rc;
+}
+
+/* ---- shared value checks (encoder and decoder) ----------------------------- */
+
+static int env_entry_ok(const char *s, size_t n)
+{
+    const char *eq = memchr(s, '=', n);
+    return eq && eq != s && !memchr(s, '\0', n);
+}
+
+static int validate(const sf_ap_msg *m, const char **why)
+{
+    size_t n;
+
+    switch (m->op) {
+    case SF_AP_PING:
+    case SF_AP_PONG:
+        return 0;
+    case SF_AP_EXEC:
+        if (!m->cmd || !m->cmd[0])
+            return set_why(why, keys[K_CMD].bad, -EINVAL);
+        if (m->cwd && (!m->cwd[0] || strlen(m->cwd) > CWD_MAX))
+            return set_why(why, keys[K_CWD].bad, -EINVAL);
+        if (m->env_n > SF_AP_ENV_MAX || (m->env_n && !m->env))
+            return set_why(why, keys[K_ENV].bad, -EINVAL);
+        for (size_t i = 0; i < m->env_n; i++)
+            if (!m->env[i] || !env_entry_ok(m->env[i], strlen(m->env[i])))
+                return set_why(why, keys[K_ENV].bad, -EINVAL);
+        if (m->timeout_ms == 0)
+            return set_why(why, keys[K_TIMEOUT].bad, -EINVAL);
+        if (m->cap < SF_AP_CAP_MIN || m->cap > SF_AP_CAP_MAX)
+            return set_why(why, keys[K_CAP].bad, -EINVAL);
+        return 0;
+    case SF_AP_RESULT:
+        if (m->out_len > SF_AP_CAP_MAX || (m->out_len && !m->out))
+            return set_why(why, keys[K_OUT].bad, -EINVAL);
+        if (m->err_len > SF_AP_CAP_MAX || (m->err_len && !m->err))
+            return set_why(why, keys[K_ERR].bad, -EINVAL);
+        if (m->out_total < m->out_len)
+            return set_why(why, keys[K_OUT_TOTAL].bad, -EINVAL);
+        if (m->err_total < m->err_len)
+            return set_why(why, keys[K_ERR_TOTAL].bad, -EINVAL);
+        return 0;
+    case SF_AP_ERROR:
+        n = m->msg ? strlen(m->msg) : 0;
+        if (n == 0 || n > SF_AP_MSG_MAX)
+            return set_why(why, keys[K_MSG].bad, -EINVAL);
+        return 0;
+    }
+    return set_why(why, keys[K_OP].bad, -EINVAL);
+}
+
+/* ---- encoder ------------------------------------------------------------- */
+
+typedef struct enc {
+    sf_buf *b;
+    int rc;
+} enc;
+
+static int enc_write(void *data, const char *p, size_t n)
+{
+    enc *e = data;
+    int rc = sf_buf_append(e->b, p, n);
+    if (rc < 0 && e->rc == 0)
+        e->rc = rc;
+    return rc < 0 ? -1 : 0;
+}
+
+static void pack_key(msgpack_packer *pk, int k)
+{
+    msgpack_pack_str_with_body(pk, keys[k].name, strlen(keys[k].name));
+}
+
+static void pack_cstr(msgpack_packer *pk, int k, const char *s)
+{
+    pack_key(pk, k);
+    msgpack_pack_str_with_body(pk, s, strlen(s));
+}
+
+static void pack_u64(msgpack_packer *pk, int k, uint64_t v)
+{
+    pack_key(pk, k);
+    msgpack_pack_uint64(pk, v);
+}
+
+static void pack_bool(msgpack_packer *pk, int k, int v)
+{
+    pack_key(pk, k);
+    if (v)
+        msgpack_pack_true(pk);
+    else
+        msgpack_pack_false(pk);
+}
+
+static void pack_bin(msgpack_packer *pk, int k, const char *p, size_t n)
+{
+    pack_key(pk, k);
+    msgpack_pack_bin(pk, n);
+    if (n)
+        msgpack_pack_bin_body(pk, p, n);
+}
+
+static void pack_body(msgpack_packer *pk, const sf_ap_msg *m)
+{
+    size_t n = 2;
+
+    switch (m->op) {
+    case SF_AP_PING:
+        break;
+    case SF_AP_PONG:
+        n += 1;
+        break;
+    case SF_AP_EXEC:
+        n += 3 + (m->cwd != NULL) + (m->env_n > 0);
+        break;
+    case SF_AP_RESULT:
+        n += 8;
+        break;
+    case SF_AP_ERROR:
+        n += 1;
+        break;
+    }
+    msgpack_pack_map(pk, n);
+    pack_cstr(pk, K_OP, ops[m->op].name);
+    pack_u64(pk, K_ID, m->id);
+    switch (m->op) {
+    case SF_AP_PING:
+        break;
+    case SF_AP_PONG:
+        pack_u64(pk, K_V, m->version);
+        break;
+    case SF_AP_EXEC:
+        pack_cstr(pk, K_CMD, m->cmd);
+        pack_u64(pk, K_TIMEOUT, m->timeout_ms);
+        pack_u64(pk, K_CAP, m->cap);
+        if (m->cwd)
+            pack_cstr(pk, K_CWD, m->cwd);
+        if (m->env_n > 0) {
+            pack_key(pk, K_ENV);
+            msgpack_pack_array(pk, m->env_n);
+            for (size_t i = 0; i < m->env_n; i++)
+                msgpack_pack_str_with_body(pk, m->env[i], strlen(m->env[i]));
+        }
+        break;
+    case SF_AP_RESULT:
+        pack_key(pk, K_EXIT);
+        msgpack_pack_int32(pk, m->exit_code);
+        pack_bool(pk, K_TIMED_OUT, m->timed_out);
+        pack_bool(pk, K_TRUNCATED, m->truncated);
+        pack_u64(pk, K_MS, m->duration_ms);
+        pack_bin(pk, K_OUT, m->out, m->out_len);
+        pack_u64(pk, K_OUT_TOTAL, m->out_total);
+        pack_bin(pk, K_ERR, m->err, m->err_len);
+        pack_u64(pk, K_ERR_TOTAL, m->err_total);
+        break;
+    case SF_AP_ERROR:
+        pack_cstr(pk, K_MSG, m->msg);
+        break;
+    }
+}
+
+int sf_ap_encode(sf_buf *out, const sf_ap_msg *m, const char **why)
+{
+    static const char zero[SF_AP_HDR_LEN];
+    size_t start = out->len, plen;
+    msgpack_packer pk;
+    enc e = {out, 0};
+    int rc;
+
+    if ((rc = validate(m, why)) < 0)
+        return rc;
+    if ((rc = sf_buf_append(out, zero, sizeof(zero))) < 0)
+        return rc;
+    msgpack_packer_init(&pk, &e, enc_write);
+    pack_body(&pk, m);
+    rc = e.rc;
+    plen = out->len - start - SF_AP_HDR_LEN;
+    if (rc == 0 && plen > SF_AP_FRAME_MAX)
+        rc = set_why(why, "the message is larger than the 1 MiB frame limit", -EMSGSIZE);
+    if (rc < 0) {
+        out->len = start;
+        if (out->p)
+            out->p[start] = '\0';
+        return rc;
+    }
+    out->p[start] = (char)(plen >> 24);
+    out->p[start + 1] = (char)(plen >> 16);
+    out->p[start + 2] = (char)(plen >> 8);
+    out->p[start + 3] = (char)plen;
+    return 0;
+}
+
+/* ---- framing ------------------------------------------------------------- */
+
+int sf_ap_frame_check(const void *buf, size_t len, size_t *frame_len, const char **why)
+{
+    const unsigned char *p = buf;
+    uint32_t n;
+
+    *frame_len = 0;
+    if (len < SF_AP_HDR_LEN)
+        return 0;
+    n = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+    if (n == 0)
+        return set_why(why, "frame with an empty payload", -EMSGSIZE);
+    if (n > SF_AP_FRAME_MAX)
+        return set_why(why, "frame larger than the 1 MiB limit", -EMSGSIZE);
+    if (len - SF_AP_HDR_LEN >= n)
+        *frame_len = SF_AP_HDR_LEN + (size_t)n;
+    return 0;
+}
+
+/* ---- decoder ------------------------------------------------------------- */
+
+/* Structural pre-check of raw msgpack before msgpack-c builds objects: every
+ * container count must fit in the bytes that remain (msgpack-c allocates
+ * count * sizeof(object) up front), nesting is shallow, no reserved byte. */
+#define MP_DEPTH_MAX 4
+
+static int mp_need(size_t len, size_t *off, size_t n)
+{
+    if (len - *off < n)
+        return -1;
+    return 0;
+}
+
+static uint64_t mp_be(const unsigned char *p, size_t n)
+{
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static int mp_skip(const unsigned char *p, size_t len, size_t *off, int depth)
+{
+    unsigned c;
+    uint64_t n = 0, items = 0;
+    size_t w;
+
+    if (depth > MP_DEPTH_MAX || mp_need(len, off, 1) < 0)
+        return -1;
+    c = p[(*off)++];
+    if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3)
+        return 0;
+    if ((c & 0xf0) == 0x80) {
+        items = 2 * (uint64_t)(c & 0x0f);
+        goto container;
+    }
+    if ((c & 0xf0) == 0x90) {
+        items = c & 0x0f;
+        goto container;
+    }
+    if ((c & 0xe0) == 0xa0) {
+        n = c & 0x1f;
+        goto body;
+    }
+    switch (c) {
+    case 0xc4: case 0xc5: case 0xc6: /* bin 8/16/32 */
+    case 0xd9: case 0xda: case 0xdb: /* str 8/16/32 */
+        w = (c == 0xc4 || c == 0xd9) ? 1 : (c == 0xc5 || c == 0xda) ? 2 : 4;
+        if (mp_need(len, off, w) < 0)
+            return -1;
+        n = mp_be(p + *off, w);
+        *off += w;
+        goto body;
+    case 0xc7: case 0xc8: case 0xc9: /* ext 8/16/32: length, type, data */
+        w = c == 0xc7 ? 1 : c == 0xc8 ? 2 : 4;
+        if (mp_need(len, off, w) < 0)
+            return -1;
+        n = mp_be(p + *off, w) + 1;
+        *off += w;
+        goto body;
+    case 0xca: n = 4; goto body;
+    case 0xcb: n = 8; goto body;
+    case 0xcc: case 0xd0: n = 1; goto body;
+    case 0xcd: case 0xd1: n = 2; goto body;
+    case 0xce: case 0xd2: n = 4; goto body;
+    case 0xcf: case 0xd3: n = 8; goto body;
+    case 0xd4: n = 2; goto body;
+    case 0xd5: n = 3; goto body;
+    case 0xd6: n = 5; goto body;
+    case 0xd7: n = 9; goto body;
+    case 0xd8: n = 17; goto body;
+    case 0xdc: case 0xdd: case 0xde: case 0xdf:
+        w = (c == 0xdc || c == 0xde) ? 2 : 4;
+        if (mp_need(len, off, w) < 0)
+            return -1;
+        items = mp_be(p + *off, w);
+        if (c >= 0xde)
+            items *= 2;
+        *off += w;
+        goto container;
+    default: /* 0xc1: never used */
+        return -1;
+    }
+body:
+    if (n > len - *off)
+        return -1;
+    *off += (size_t)n;
+    return 0;
+container:
+    if (items > len - *off)
+        return -1;
+    for (uint64_t i = 0; i < items; i++)
+        if (mp_skip(p, len, off, depth + 1) < 0)
+            return -1;
+    return 0;
+}
+
+static int key_index(const msgpack_object *k)
+{
+    if (k->type != MSGPACK_OBJECT_STR)
+        return -1;
+    for (int i = 0; i < K_COUNT; i++)
+        if (strlen(keys[i].name) == k->via.str.size &&
+            memcmp(keys[i].name, k->via.str.ptr, k->via.str.size) == 0)
+            return i;
+    return -2;
+}
+
+static int get_uint(const msgpack_object *o, uint64_t max, uint64_t *out)
+{
+    if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER || o->via.u64 > max)
+        return -1;
+    *out = o->via.u64;
+    return 0;
+}
+
+static int str_ok(const msgpack_object *o, size_t max)
+{
+    return o->type == MSGPACK_OBJECT_STR && o->via.str.size > 0 && o->via.str.size <= max &&
+           !memchr(o->via.str.ptr, '\0', o->via.str.size);
+}
+
+/* Bump allocator over one block sized exactly for the message. */
+typedef struct arena {
+    char *p;
+    size_t used;
+} arena;
+
+static const char *arena_str(arena *a, const char *s, size_t n)
+{
+    char *d = a->p + a->used;
+    if (n)
+        memcpy(d, s, n);
+    d[n] = '\0';
+    a->used += n + 1;
+    return d;
+}
+
+static int decode_map(const msgpack_object *root, sf_ap_msg *m, const char **why)
+{
+    const msgpack_object *v[K_COUNT] = {0};
+    unsigned seen = 0;
+    uint64_t u;
+    size_t need, nenv = 0;
+    arena a;
+    int op = 0;
+
+    if (root->type != MSGPACK_OBJECT_MAP)
+        return set_why(why, "the frame is not a msgpack map", -EBADMSG);
+    for (uint32_t i = 0; i < root->via.map.size; i++) {
+        const msgpack_object_kv *kv = &root->via.map.ptr[i];
+        int k = key_index(&kv->key);
+        if (k == -1)
+            return set_why(why, "map keys must be strings", -EBADMSG);
+        if (k == -2)
+            return set_why(why, "unknown key in map", -EBADMSG);
+        if (seen & BIT(k))
+            return set_why(why, "duplicate key in map", -EBADMSG);
+        seen |= BIT(k);
+        v[k] = &kv->val;
+    }
+    if (v[K_ID] && get_uint(v[K_ID], UINT32_MAX, &u) == 0)
+        m->id = (uint32_t)u;
+    if (!v[K_OP])
+        return set_why(why, keys[K_OP].missing, -EBADMSG);
+    if (v[K_OP]->type == MSGPACK_OBJECT_STR)
+        for (int o = OP_FIRST; o <= OP_LAST; o++)
+            if (strlen(ops[o].name) == v[K_OP]->via.str.size &&
+                memcmp(ops[o].name, v[K_OP]->via.str.ptr, v[K_OP]->via.str.size) == 0)
+                op = o;
+    if (!op)
+        return set_why(why, "unknown op (expected ping, pong, exec, result or error)", -EBADMSG);
+    m->op = (sf_ap_op)op;
+    if (seen & ~ops[op].allowed)
+        return set_why(why, "key not allowed for this op", -EBADMSG);
+    for (int k = 0; k < K_COUNT; k++)
+        if ((ops[op].required & BIT(k)) && !v[k])
+            return set_why(why, keys[k].missing, -EBADMSG);
+
+    /* Types and ranges; sum the storage the strings need. */
+    need = 0;
+    if (get_uint(v[K_ID], UINT32_MAX, &u) < 0)
+        return set_why(why, keys[K_ID].bad, -EBADMSG);
+    if (v[K_V]) {
+        if (get_uint(v[K_V], UINT32_MAX, &u) < 0)
+            return set_why(why, keys[K_V].bad, -EBADMSG);
+        m->version = (uint32_t)u;
+    }
+    if (v[K_CMD]) {
+        if (!str_ok(v[K_CMD], SF_AP_FRAME_MAX))
+            return set_why(why, keys[K_CMD].bad, -EBADMSG);
+        need += v[K_CMD]->via.str.size + 1;
+    }
+    if (v[K_CWD]) {
+        if (!str_ok(v[K_CWD], CWD_MAX))
+            return set_why(why, keys[K_CWD].bad, -EBADMSG);
+        need += v[K_CWD]->via.str.size + 1;
+    }
+    if (v[K_ENV]) {
+        const msgpack_object_array *arr = &v[K_ENV]->via.array;
+        if (v[K_ENV]->type != MSGPACK_OBJECT_ARRAY || arr->size > SF_AP_ENV_MAX)
+            return set_why(why, keys[K_ENV].bad, -EBADMSG);
+        for (uint32_t i = 0; i < arr->size; i++) {
+            const msgpack_object *e = &arr->ptr[i];
+            if (e->type != MSGPACK_OBJECT_STR || !env_entry_ok(e->via.str.ptr, e->via.str.size))
+                return set_why(why, keys[K_ENV].bad, -EBADMSG);
+            need += e->via.str.size + 1;
+        }
+        nenv = arr->size;
+        need += (nenv + 1) * sizeof(char *);
+    }
+    if (v[K_TIMEOUT]) {
+        if (get_uint(v[K_TIMEOUT], UINT32_MAX, &u) < 0 || u == 0)
+            return set_why(why, keys[K_TIMEOUT].bad, -EBADMSG);
+        m->timeout_ms = (uint32_t)u;
+    }
+    if (v[K_CAP]) {
+        if (get_uint(v[K_CAP], SF_AP_CAP_MAX, &u) < 0 || u < SF_AP_CAP_MIN)
+            return set_why(why, keys[K_CAP].bad, -EBADMSG);
+        m->cap = (uint32_t)u;
+    }
+    if (v[K_EXIT]) {
+        const msgpack_object *o = v[K_EXIT];
+        if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= INT32_MAX)
+            m->exit_code = (int32_t)o->via.u64;
+        else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER && o->via.i64 >= INT32_MIN)
+            m->exit_code = (int32_t)o->via.i64;
+        else
+            return set_why(why, keys[K_EXIT].bad, -EBADMSG);
+    }
+    if (v[K_TIMED_OUT]) {
+        if (v[K_TIMED_OUT]->type != MSGPACK_OBJECT_BOOLEAN)
+            return set_why(why, keys[K_TIMED_OUT].bad, -EBADMSG);
+        m->timed_out = v[K_TIMED_OUT]->via.boolean;
+    }
+    if (v[K_TRUNCATED]) {
+        if (v[K_TRUNCATED]->type != MSGPACK_OBJECT_BOOLEAN)
+            return set_why(why, keys[K_TRUNCATED].bad, -EBADMSG);
+        m->truncated = v[K_TRUNCATED]->via.boolean;
+    }
+    if (v[K_MS]) {
+        if (get_uint(v[K_MS], UINT32_MAX, &u) < 0)
+            return set_why(why, keys[K_MS].bad, -EBADMSG);
+        m->duration_ms = (uint32_t)u;
+    }
+    if (v[K_OUT]) {
+        if (v[K_OUT]->type != MSGPACK_OBJECT_BIN || v[K_OUT]->via.bin.size > SF_AP_CAP_MAX)
+            return set_why(why, keys[K_OUT].bad, -EBADMSG);
+        if (get_uint(v[K_OUT_TOTAL], UINT64_MAX, &m->out_total) < 0 ||
+            m->out_total < v[K_OUT]->via.bin.size)
+            return set_why(why, keys[K_OUT_TOTAL].bad, -EBADMSG);
+        need += v[K_OUT]->via.bin.size + 1;
+    }
+    if (v[K_ERR]) {
+        if (v[K_ERR]->type != MSGPACK_OBJECT_BIN || v[K_ERR]->via.bin.size > SF_AP_CAP_MAX)
+            return set_why(why, keys[K_ERR].bad, -EBADMSG);
+        if (get_uint(v[K_ERR_TOTAL], UINT64_MAX, &m->err_total) < 0 ||
+            m->err_total < v[K_ERR]->via.bin.size)
+            return set_why(why, keys[K_ERR_TOTAL].bad, -EBADMSG);
+        need += v[K_ERR]->via.bin.size + 1;
+    }
+    if (v[K_MSG]) {
+        if (!str_ok(v[K_MSG], SF_AP_MSG_MAX))
+            return set_why(why, keys[K_MSG].bad, -EBADMSG);
+        need += v[K_MSG]->via.str.size + 1;
+    }
+
+    /* Copy the strings out of the msgpack zone: pointer array first (aligned). */
+    a.p = malloc(need ? need : 1);
+    a.used = 0;
+    if (!a.p)
+        return set_why(why, "out of memory", -ENOMEM);
+    m->mem_ = a.p;
+    if (v[K_ENV]) {
+        const char **env = (const char **)(void *)a.p;
+        a.used = (nenv + 1) * sizeof(char *);
+        for (size_t i = 0; i < nenv; i++) {
+            const msgpack_object *e = &v[K_ENV]->via.array.ptr[i];
+            env[i] = arena_str(&a, e->via.str.ptr, e->via.str.size);
+        }
+        env[nenv] = NULL;
+        m->env = env;
+        m->env_n = nenv;
+    }
+    if (v[K_CMD])
+        m->cmd = arena_str(&a, v[K_CMD]->via.str.ptr, v[K_CMD]->via.str.size);
+    if (v[K_CWD])
+        m->cwd = arena_str(&a, v[K_CWD]->via.str.ptr, v[K_CWD]->via.str.size);
+    if (v[K_OUT]) {
+        m->out_len = v[K_OUT]->via.bin.size;
+        m->out = arena_str(&a, v[K_OUT]->via.bin.ptr, m->out_len);
+    }
+    if (v[K_ERR]) {
+        m->err_len = v[K_ERR]->via.bin.size;
+        m->err = arena_str(&a, v[K_ERR]->via.bin.ptr, m->err_len);
+    }
+    if (v[K_MSG])
+        m->msg = arena_str(&a, v[K_MSG]->via.str.ptr, v[K_MSG]->via.str.size);
+    return 0;
+}
+
+int sf_ap_decode(const void *payload, size_t len, sf_ap_msg *m, const char **why)
+{
+    msgpack_unpacked u;
+    size_t off = 0;
+    int rc;
+
+    memset(m, 0, sizeof(*m));
+    if (len == 0)
+        return set_why(why, "empty payload", -EBADMSG);
+    if (len > SF_AP_FRAME_MAX)
+        return set_why(why, "frame larger than the 1 MiB limit", -EMSGSIZE);
+    if (mp_skip(payload, len, &off, 0) < 0)
+        return set_why(why, "malformed or truncated msgpack", -EBADMSG);
+    if (off != len)
+        return set_why(why, "trailing bytes after the msgpack map", -EBADMSG);
+    msgpack_unpacked_init(&u);
+    off = 0;
+    if (msgpack_unpack_next(&u, payload, len, &off) != MSGPACK_UNPACK_SUCCESS || off != len) {
+        msgpack_unpacked_destroy(&u);
+        return set_why(why, "malformed or truncated msgpack", -EBADMSG);
+    }
+    rc = decode_map(&u.data, m, why);
+    msgpack_unpacked_destroy(&u);
+    if (rc < 0) {
+        uint32_t id = m->id;
+        free(m->mem_);
+        memset(m, 0, sizeof(*m));
+        m->id = id;
+    }
+    return rc;
+}
+
+void sf_ap_msg_fini(sf_ap_msg *m)
+{
+    if (!m)
+        return;
+    free(m->mem_);
+    memset(m, 0, sizeof(*m));
+}

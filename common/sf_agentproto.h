@@ -1,0 +1,92 @@
+/* sf_agentproto: the frames the worker and the guest agent exchange.
+ *
+ * Wire format (see schemas/agent-protocol.md): a 4-byte big-endian payload
+ * length, then one msgpack map of at most SF_AP_FRAME_MAX bytes. Keys are short
+ * strings; "op" names the message, "id" (uint32) pairs a reply with its request,
+ * so several execs can run at once. Decoding is strict: unknown ops or keys,
+ * duplicate keys, wrong types, values out of range, trailing bytes and oversized
+ * frames are errors with a reason, never a crash. Both sides treat the peer's
+ * frames as untrusted input.
+ *
+ * Library code: no logging. Functions return 0 or a negative errno. */
+#ifndef SF_AGENTPROTO_H
+#define SF_AGENTPROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sf_buf.h"
+
+#define SF_AP_VERSION 1
+#define SF_AP_HDR_LEN 4
+#define SF_AP_FRAME_MAX (1u << 20)       /* payload bytes, header excluded */
+#define SF_AP_AGENT_FD 3                 /* the agent's end of the socketpair */
+#define SF_AP_ENV_MAX 256                /* entries in exec.env */
+#define SF_AP_CAP_MIN 2                  /* exec.cap bounds (bytes per stream) */
+#define SF_AP_CAP_MAX (256u * 1024)
+#define SF_AP_MSG_MAX 4096               /* error.msg bytes */
+
+typedef enum sf_ap_op {
+    SF_AP_PING = 1, /* worker -> agent: {op, id} */
+    SF_AP_PONG,     /* agent -> worker: {op, id, v} */
+    SF_AP_EXEC,     /* worker -> agent: {op, id, cmd, timeout_ms, cap, cwd?, env?} */
+    SF_AP_RESULT,   /* agent -> worker: {op, id, exit, timed_out, truncated, ms,
+                                         out, out_total, err, err_total} */
+    SF_AP_ERROR,    /* agent -> worker: {op, id, msg}: the request could not run */
+} sf_ap_op;
+
+/* One decoded (or to-be-encoded) message: only the fields of its op are used.
+ * After sf_ap_decode() every pointer points into storage owned by the message
+ * (strings are NUL-terminated); release it with sf_ap_msg_fini(). */
+typedef struct sf_ap_msg {
+    sf_ap_op op;
+    uint32_t id;
+    /* pong */
+    uint32_t version;
+    /* exec */
+    const char *cmd;         /* non-empty */
+    const char *cwd;         /* NULL: the agent's default (/root) */
+    const char *const *env;  /* env_n "KEY=VALUE" entries, KEY non-empty */
+    size_t env_n;
+    uint32_t timeout_ms;     /* > 0 */
+    uint32_t cap;            /* SF_AP_CAP_MIN..SF_AP_CAP_MAX */
+    /* result */
+    int32_t exit_code;       /* status, 128+signal, -1 on timeout */
+    int timed_out;
+    int truncated;
+    uint32_t duration_ms;
+    const char *out;         /* kept bytes (binary) */
+    size_t out_len;          /* <= out_total */
+    uint64_t out_total;
+    const char *err;
+    size_t err_len;
+    uint64_t err_total;
+    /* error */
+    const char *msg;         /* one sentence, <= SF_AP_MSG_MAX bytes */
+    void *mem_;              /* decoder-owned storage */
+} sf_ap_msg;
+
+/* Appends one whole frame (header + payload) for m to out.
+ * -EINVAL when m is not a valid message (*why says why), -EMSGSIZE when the
+ * payload would exceed SF_AP_FRAME_MAX, -E2BIG/-ENOMEM from the buffer.
+ * On error out is left as it was. why may be NULL. */
+int sf_ap_encode(sf_buf *out, const sf_ap_msg *m, const char **why);
+
+/* Looks at the first len buffered bytes. Returns 0 with *frame_len = 0 when
+ * more bytes are needed, 0 with *frame_len = header + payload length when a
+ * whole frame is buffered, -EMSGSIZE (+ *why) when the announced length is 0
+ * or over SF_AP_FRAME_MAX. */
+int sf_ap_frame_check(const void *buf, size_t len, size_t *frame_len, const char **why);
+
+/* Decodes one payload (the bytes after the 4-byte header). 0, or -EBADMSG /
+ * -EMSGSIZE with *why; -ENOMEM. On error m holds nothing to free, except that
+ * m->id is set when the map carried a valid id before the error was found
+ * (0 otherwise), so a reply can name the request. */
+int sf_ap_decode(const void *payload, size_t len, sf_ap_msg *m, const char **why);
+
+void sf_ap_msg_fini(sf_ap_msg *m);
+
+/* "ping", "exec", ... or "?" */
+const char *sf_ap_op_name(sf_ap_op op);
+
+#endif

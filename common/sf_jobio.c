@@ -1,0 +1,106 @@
+#include "sf_jobio.h"
+#include "sf_kafka.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int send_reply(rd_kafka_t *producer, const char *topic, const char *id, const sf_buf *b)
+{
+    return sf_kafka_produce(producer, topic, id, b->p, b->len);
+}
+
+int sf_jobio_error(rd_kafka_t *producer, const sf_job *job, const char *code, const char *message)
+{
+    sf_buf b;
+    int rc;
+
+    sf_buf_init(&b, SF_MSG_MAX);
+    rc = sf_reply_encode_error(job->id, code, message, &b);
+    if (rc == 0)
+        rc = send_reply(producer, job->reply, job->id, &b);
+    sf_buf_fini(&b);
+    return rc;
+}
+
+int sf_jobio_result(rd_kafka_t *producer, const sf_job *job, const json_t *result)
+{
+    sf_buf b;
+    int rc;
+
+    sf_buf_init(&b, SF_MSG_MAX);
+    rc = sf_reply_encode_result(job->id, result, &b);
+    if (rc == 0)
+        rc = send_reply(producer, job->reply, job->id, &b);
+    sf_buf_fini(&b);
+    return rc;
+}
+
+void sf_jobio_reject(rd_kafka_t *producer, const rd_kafka_message_t *msg, const char *why)
+{
+    sf_job job;
+    char text[512];
+
+    sf_kafka_produce(producer, SF_TOPIC_DEAD, "malformed", msg->payload, msg->len);
+    sf_job_init(&job);
+    if (sf_job_peek_reply(msg->payload, msg->len, job.id, job.reply) < 0)
+        return;
+    snprintf(text, sizeof(text), "The job could not be read (%s); fix the envelope and resend it.",
+             why);
+    sf_jobio_error(producer, &job, SF_ERR_INVALID, text);
+}
+
+/* Length of the valid UTF-8 sequence at s (max n bytes), or 0 if invalid. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    size_t len;
+    uint32_t cp;
+
+    if (s[0] < 0x80)
+        return 1;
+    if ((s[0] & 0xe0) == 0xc0)
+        len = 2, cp = s[0] & 0x1f;
+    else if ((s[0] & 0xf0) == 0xe0)
+        len = 3, cp = s[0] & 0x0f;
+    else if ((s[0] & 0xf8) == 0xf0)
+        len = 4, cp = s[0] & 0x07;
+    else
+        return 0;
+    if (len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+        cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+char *sf_utf8_clean(const char *s, size_t n, size_t *outlen)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    char *out = malloc(n * 3 + 1), *o = out;
+
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_seq(u + i, n - i);
+        if (l == 0 || (l == 1 && u[i] == 0)) {
+            memcpy(o, "\xef\xbf\xbd", 3); /* U+FFFD; NUL too, so the text stays a C string */
+            o += 3;
+            i++;
+        } else {
+            memcpy(o, u + i, l);
+            o += l;
+            i += l;
+        }
+    }
+    *o = '\0';
+    if (outlen)
+        *outlen = (size_t)(o - out);
+    return out;
+}

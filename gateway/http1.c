@@ -1,0 +1,1131 @@
+/* gw_http: HTTP/1.1 server (see http1.h).
+ *
+ * A connection is a small state machine around one bufferevent:
+ *
+ *   SNIFF ──(not the HTTP/2 preface)──▶ READ ──(request complete)──▶ PENDING
+ *     │                                 ▲  │                           │ gw_req_respond()
+ *     └─(preface)─▶ takeover hook       │  └─(limit / syntax error)─┐  ▼
+ *                                       └──(keep-alive, drained)── WRITE ──(close)──▶ LINGER
+ *
+ * READ feeds the input buffer to http_parser, which pauses itself at the end of each
+ * message, so at most one request per connection exists at a time and later pipelined
+ * bytes simply stay in the input buffer (capped by a read high-water mark) until the
+ * response has been written. Reading stays enabled while a request is PENDING so that
+ * a client closing the connection is noticed at once (abort callback).
+ */
+#include "http1.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <event2/util.h>
+#include <http_parser.h>
+
+#include "sf_buf.h"
+#include "sf_log.h"
+
+#define GW_HTTP_MAX_TARGET    65535u       /* http_parser_parse_url() keeps 16-bit offsets */
+#define GW_HTTP_MAX_HEADERS   256u         /* header fields per request */
+#define GW_HTTP_INPUT_HIGH_WM (256u << 10) /* pipelined bytes buffered while a request runs */
+#define GW_HTTP_LINGER_IDLE_S 2            /* lingering close: gap between client bytes */
+#define GW_HTTP_LINGER_MAX_S  5            /* lingering close: total */
+#define GW_HTTP_MAX_HEAD      (1u << 20)   /* response status line + headers */
+
+static const char h2_preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+#define H2_PREFACE_LEN (sizeof(h2_preface) - 1)
+
+enum conn_state {
+    C_SNIFF,   /* first bytes: HTTP/2 preface or HTTP/1 */
+    C_READ,    /* parsing a request */
+    C_PENDING, /* the handler owns the request */
+    C_WRITE,   /* response queued, waiting for the output buffer to drain */
+    C_LINGER,  /* write side shut down, discarding input until EOF or a timeout */
+    C_DEAD,    /* being freed */
+};
+
+enum { H_NONE, H_FIELD, H_VALUE };
+
+typedef struct gw_hdr {
+    size_t name_off, val_off, val_len;
+} gw_hdr;
+
+typedef struct gw_conn gw_conn;
+
+struct gw_req {
+    gw_conn *conn;
+    const char *method;
+    int minor;
+    unsigned head : 1, dispatched : 1, aborting : 1;
+    int hstate;          /* H_*: which header piece the parser gave us last */
+    sf_buf target;       /* the request target as sent */
+    char *path, *query;
+    sf_buf hdrs;         /* name '\0' value '\0' ... */
+    gw_hdr *hv;
+    size_t nh, caph;
+    sf_buf body;
+    void *data;
+    gw_req_abort_cb abort_cb;
+    void *abort_arg;
+};
+
+struct gw_conn {
+    gw_http_server *srv;
+    gw_conn *prev, *next;
+    struct bufferevent *bev;
+    struct event *linger_ev;
+    http_parser parser;
+    gw_req *cur;         /* request being parsed or pending */
+    enum conn_state state;
+    int err_status;      /* set by a parser callback that stops the parse */
+    const char *err_msg;
+    size_t hdr_bytes;
+    unsigned keep_alive : 1, in_body : 1, peer_eof : 1, close_after : 1;
+    int peer_port;
+    char peer[INET6_ADDRSTRLEN + 8];
+};
+
+struct gw_http_server {
+    struct event_base *base;
+    struct evconnlistener *lis;
+    struct event *accept_retry;
+    gw_http_limits lim;
+    gw_http_handler handler;
+    void *arg;
+    gw_http_takeover_fn takeover;
+    void *takeover_arg;
+    gw_conn *conns;
+    unsigned nconns;
+    int port;
+    time_t date_sec;
+    char date[40];
+};
+
+static void conn_read_cb(struct bufferevent *bev, void *arg);
+static void conn_write_cb(struct bufferevent *bev, void *arg);
+static void conn_event_cb(struct bufferevent *bev, short what, void *arg);
+static void conn_parse(gw_conn *c);
+
+/* ------------------------------------------------------------------ helpers */
+
+static void fmt_size(char *out, size_t outlen, size_t v)
+{
+    if (v >= (1u << 20) && v % (1u << 20) == 0)
+        snprintf(out, outlen, "%zu MiB", v >> 20);
+    else if (v >= 1024 && v % 1024 == 0)
+        snprintf(out, outlen, "%zu KiB", v >> 10);
+    else
+        snprintf(out, outlen, "%zu bytes", v);
+}
+
+static const char *srv_date(gw_http_server *s)
+{
+    static const char days[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+    static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                       "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    time_t now = time(NULL);
+    struct tm tm;
+
+    if (now != s->date_sec && gmtime_r(&now, &tm)) {
+        snprintf(s->date, sizeof(s->date), "%s, %02d %s %04d %02d:%02d:%02d GMT",
+                 days[tm.tm_wday % 7], tm.tm_mday, months[tm.tm_mon % 12],
+                 tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+        s->date_sec = now;
+    }
+    return s->date;
+}
+
+static const char *status_reason(int status)
+{
+    const char *r = http_status_str((enum http_status)status);
+    return (r && r[0] != '<') ? r : "Status";
+}
+
+/* RFC 9110 token characters. */
+static int is_token(const char *s)
+{
+    static const char extra[] = "!#$%&'*+-.^_`|~";
+    if (!*s)
+        return 0;
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+              (ch && strchr(extra, ch))))
+            return 0;
+    }
+    return 1;
+}
+
+static int is_field_value(const char *s)
+{
+    for (; *s; s++)
+        if (*s == '\r' || *s == '\n')
+            return 0;
+    return 1;
+}
+
+static int has_token(const char *list, const char *tok)
+{
+    size_t n = strlen(tok);
+    const char *p = list;
+
+    while (*p) {
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+        if (strncasecmp(p, tok, n) == 0 && (p[n] == '\0' || p[n] == ',' || p[n] == ' ' || p[n] == '\t'))
+            return 1;
+        while (*p && *p != ',')
+            p++;
+    }
+    return 0;
+}
+
+static void conn_timeouts(gw_conn *c, int rd, int wr)
+{
+    struct timeval tv = {(time_t)c->srv->lim.idle_timeout_s, 0};
+    bufferevent_set_timeouts(c->bev, rd ? &tv : NULL, wr ? &tv : NULL);
+}
+
+/* ------------------------------------------------------------------ requests */
+
+static gw_req *req_new(gw_conn *c)
+{
+    gw_req *r = calloc(1, sizeof(*r));
+    if (!r)
+        return NULL;
+    r->conn = c;
+    r->method = "GET";
+    r->minor = 1;
+    sf_buf_init(&r->target, GW_HTTP_MAX_TARGET);
+    sf_buf_init(&r->hdrs, c->srv->lim.max_header_bytes + 2 * GW_HTTP_MAX_HEADERS + 2);
+    sf_buf_init(&r->body, c->srv->lim.max_body);
+    return r;
+}
+
+static void req_free(gw_req *r)
+{
+    if (!r)
+        return;
+    sf_buf_fini(&r->target);
+    free(r->path);
+    free(r->query);
+    sf_buf_fini(&r->hdrs);
+    sf_buf_fini(&r->body);
+    free(r->hv);
+    free(r);
+}
+
+/* Terminates the header field or value being collected. */
+static int req_hdr_finish(gw_req *r)
+{
+    static const char nul[2] = {0, 0};
+    int rc = 0;
+
+    if (r->hstate == H_FIELD) { /* a field without a value callback: empty value */
+        rc = sf_buf_append(&r->hdrs, nul, 1);
+        r->hv[r->nh - 1].val_off = r->hdrs.len;
+        r->hv[r->nh - 1].val_len = 0;
+        if (rc == 0)
+            rc = sf_buf_append(&r->hdrs, nul, 1);
+    } else if (r->hstate == H_VALUE) {
+        gw_hdr *h = &r->hv[r->nh - 1];
+        rc = sf_buf_append(&r->hdrs, nul, 1);
+        while (rc == 0 && h->val_len > 0 &&
+               (r->hdrs.p[h->val_off + h->val_len - 1] == ' ' ||
+                r->hdrs.p[h->val_off + h->val_len - 1] == '\t'))
+            r->hdrs.p[h->val_off + --h->val_len] = '\0';
+    }
+    r->hstate = H_NONE;
+    return rc;
+}
+
+/* ------------------------------------------------------------------ parser callbacks */
+
+static int conn_fail(gw_conn *c, int status, const char *msg)
+{
+    if (!c->err_status) {
+        c->err_status = status;
+        c->err_msg = msg;
+    }
+    return -1;
+}
+
+static int count_header_bytes(gw_conn *c, size_t n)
+{
+    c->hdr_bytes += n;
+    if (c->hdr_bytes > c->srv->lim.max_header_bytes)
+        return conn_fail(c, 431, NULL);
+    return 0;
+}
+
+static int on_message_begin(http_parser *p)
+{
+    gw_conn *c = p->data;
+
+    if (c->cur)
+        return conn_fail(c, 500, "internal error: request state out of order");
+    c->hdr_bytes = 0;
+    c->in_body = 0;
+    c->cur = req_new(c);
+    if (!c->cur)
+        return conn_fail(c, 503, "the server is out of memory; retry later");
+    return 0;
+}
+
+static int on_url(http_parser *p, const char *at, size_t len)
+{
+    gw_conn *c = p->data;
+
+    if (count_header_bytes(c, len) < 0)
+        return -1;
+    if (c->cur->target.len + len > GW_HTTP_MAX_TARGET)
+        return conn_fail(c, 414, "request target too long: the limit is 65535 bytes");
+    if (sf_buf_append(&c->cur->target, at, len) < 0)
+        return conn_fail(c, 503, "the server is out of memory; retry later");
+    return 0;
+}
+
+static int on_header_field(http_parser *p, const char *at, size_t len)
+{
+    gw_conn *c = p->data;
+    gw_req *r = c->cur;
+
+    if (c->in_body) /* trailer fields after a chunked body: counted, not kept */
+        return count_header_bytes(c, len);
+    if (r->hstate != H_FIELD) {
+        if (req_hdr_finish(r) < 0)
+            return conn_fail(c, 431, NULL);
+        if (r->nh >= GW_HTTP_MAX_HEADERS)
+            return conn_fail(c, 431, NULL);
+        if (r->nh == r->caph) {
+            size_t ncap = r->caph ? r->caph * 2 : 16;
+            gw_hdr *hv = realloc(r->hv, ncap * sizeof(*hv));
+            if (!hv)
+                return conn_fail(c, 503, "the server is out of memory; retry later");
+            r->hv = hv;
+            r->caph = ncap;
+        }
+        r->hv[r->nh].name_off = r->hdrs.len;
+        r->hv[r->nh].val_off = 0;
+        r->hv[r->nh].val_len = 0;
+        r->nh++;
+        r->hstate = H_FIELD;
+        if (count_header_bytes(c, 4) < 0) /* ": " and CRLF */
+            return -1;
+    }
+    if (count_header_bytes(c, len) < 0)
+        return -1;
+    if (sf_buf_append(&r->hdrs, at, len) < 0)
+        return conn_fail(c, 431, NULL);
+    return 0;
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t len)
+{
+    static const char nul = 0;
+    gw_conn *c = p->data;
+    gw_req *r = c->cur;
+
+    if (c->in_body)
+        return count_header_bytes(c, len);
+    if (r->hstate == H_NONE)
+        return conn_fail(c, 400, "malformed HTTP request: header value without a name");
+    if (r->hstate == H_FIELD) {
+        if (sf_buf_append(&r->hdrs, &nul, 1) < 0)
+            return conn_fail(c, 431, NULL);
+        r->hv[r->nh - 1].val_off = r->hdrs.len;
+        r->hstate = H_VALUE;
+    }
+    if (count_header_bytes(c, len) < 0)
+        return -1;
+    if (sf_buf_append(&r->hdrs, at, len) < 0)
+        return conn_fail(c, 431, NULL);
+    r->hv[r->nh - 1].val_len += len;
+    return 0;
+}
+
+/* Splits the target into path and query with http_parser's URL parser. 0, -EINVAL, -ENOMEM. */
+static int req_split_target(gw_req *r, int is_connect)
+{
+    struct http_parser_url u;
+    const char *t = r->target.p;
+
+    if (!t || r->target.len == 0)
+        return -EINVAL;
+    http_parser_url_init(&u);
+    if (http_parser_parse_url(t, r->target.len, is_connect, &u) != 0)
+        return -EINVAL;
+    if (u.field_set & (1 << UF_PATH))
+        r->path = strndup(t + u.field_data[UF_PATH].off, u.field_data[UF_PATH].len);
+    else
+        r->path = strdup(is_connect ? "" : "/");
+    if (u.field_set & (1 << UF_QUERY))
+        r->query = strndup(t + u.field_data[UF_QUERY].off, u.field_data[UF_QUERY].len);
+    else
+        r->query = strdup("");
+    return (r->path && r->query) ? 0 : -ENOMEM;
+}
+
+static int on_headers_complete(http_parser *p)
+{
+    gw_conn *c = p->data;
+    gw_req *r = c->cur;
+    gw_http_server *s = c->srv;
+    const char *expect;
+    int has_body, rc;
+
+    if (req_hdr_finish(r) < 0)
+        return conn_fail(c, 431, NULL);
+    if (p->http_major != 1)
+        return conn_fail(c, 505, "HTTP version not supported: use HTTP/1.1");
+    r->minor = p->http_minor;
+    r->method = http_method_str((enum http_method)p->method);
+    r->head = p->method == HTTP_HEAD;
+    c->keep_alive = http_should_keep_alive(p) ? 1 : 0;
+    rc = req_split_target(r, p->method == HTTP_CONNECT);
+    if (rc == -ENOMEM)
+        return conn_fail(c, 503, "the server is out of memory; retry later");
+    if (rc < 0)
+        return conn_fail(c, 400, "malformed HTTP request: invalid request target");
+    has_body = (p->flags & F_CHUNKED) || ((p->flags & F_CONTENTLENGTH) && p->content_length > 0);
+    if ((p->flags & F_CONTENTLENGTH) && !(p->flags & F_CHUNKED) &&
+        p->content_length > (uint64_t)s->lim.max_body)
+        return conn_fail(c, 413, NULL);
+    expect = gw_req_header(r, "Expect");
+    if (expect) {
+        if (strcasecmp(expect, "100-continue") != 0)
+            return conn_fail(c, 417, "unsupported Expect header: only 100-continue is understood");
+        if (has_body && r->minor >= 1) {
+            static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+            if (bufferevent_write(c->bev, cont, sizeof(cont) - 1) < 0)
+                return conn_fail(c, 503, "the server is out of memory; retry later");
+        }
+    }
+    c->in_body = 1;
+    return 0;
+}
+
+static int on_body(http_parser *p, const char *at, size_t len)
+{
+    gw_conn *c = p->data;
+    int rc = sf_buf_append(&c->cur->body, at, len);
+
+    if (rc == -E2BIG)
+        return conn_fail(c, 413, NULL);
+    if (rc < 0)
+        return conn_fail(c, 503, "the server is out of memory; retry later");
+    return 0;
+}
+
+static int on_message_complete(http_parser *p)
+{
+    /* Stop after each message: the next pipelined one waits for this response. */
+    http_parser_pause(p, 1);
+    return 0;
+}
+
+static const http_parser_settings gw_parser_settings = {
+    .on_message_begin = on_message_begin,
+    .on_url = on_url,
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+/* ------------------------------------------------------------------ responses */
+
+/* Queues status line, headers and body. *keep may be cleared (handler asked to close, or
+ * out of memory). Returns 0, or -ENOMEM when the output could not be queued whole. */
+static int conn_write_response(gw_conn *c, int minor, int status, const char *ctype,
+                               const char *const *headers, const char *body, size_t len,
+                               int send_body, int *keep)
+{
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    int no_len = status == 204 || status == 304;
+    int has_cc = 0, rc = 0;
+    sf_buf h;
+
+    sf_buf_init(&h, GW_HTTP_MAX_HEAD);
+    rc |= sf_buf_appendf(&h, "HTTP/1.1 %d %s\r\nDate: %s\r\n", status, status_reason(status),
+                         srv_date(c->srv));
+    if (ctype && *ctype) {
+        if (is_field_value(ctype))
+            rc |= sf_buf_appendf(&h, "Content-Type: %s\r\n", ctype);
+        else
+            sf_warn("msg=\"dropped a Content-Type with CR/LF\" peer=%s", c->peer);
+    }
+    for (size_t i = 0; headers && headers[i] && headers[i + 1]; i += 2) {
+        const char *name = headers[i], *value = headers[i + 1];
+
+        if (!is_token(name) || !is_field_value(value)) {
+            sf_warn("msg=\"dropped an invalid response header\" peer=%s", c->peer);
+            continue;
+        }
+        if (strcasecmp(name, "Connection") == 0) {
+            if (has_token(value, "close"))
+                *keep = 0;
+            continue;
+        }
+        if (strcasecmp(name, "Content-Length") == 0 || strcasecmp(name, "Transfer-Encoding") == 0 ||
+            strcasecmp(name, "Date") == 0)
+            continue;
+        if (strcasecmp(name, "Cache-Control") == 0)
+            has_cc = 1;
+        rc |= sf_buf_appendf(&h, "%s: %s\r\n", name, value);
+    }
+    if (!has_cc)
+        rc |= sf_buf_append(&h, "Cache-Control: no-store\r\n", 25);
+    if (!no_len)
+        rc |= sf_buf_appendf(&h, "Content-Length: %zu\r\n", len);
+    if (!*keep)
+        rc |= sf_buf_append(&h, "Connection: close\r\n", 19);
+    else if (minor == 0)
+        rc |= sf_buf_append(&h, "Connection: keep-alive\r\n", 24);
+    rc |= sf_buf_append(&h, "\r\n", 2);
+
+    if (rc != 0) {
+        static const char fallback[] = "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n"
+                                       "Connection: close\r\n\r\n";
+        sf_error("msg=\"could not build the response head\" status=%d peer=%s", status, c->peer);
+        sf_buf_fini(&h);
+        *keep = 0;
+        return evbuffer_add(out, fallback, sizeof(fallback) - 1) < 0 ? -ENOMEM : 0;
+    }
+    rc = evbuffer_add(out, h.p, h.len);
+    sf_buf_fini(&h);
+    if (rc == 0 && send_body && !no_len && len > 0)
+        rc = evbuffer_add(out, body, len);
+    if (rc < 0) {
+        *keep = 0;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+/* Answers a request the server rejects by itself, then closes. */
+static void conn_error(gw_conn *c, int status, const char *msg)
+{
+    char size[32], text[160], json[256];
+    int keep = 0, minor = 1;
+
+    if (!msg) {
+        if (status == 413) {
+            fmt_size(size, sizeof(size), c->srv->lim.max_body);
+            snprintf(text, sizeof(text), "request body too large: the limit is %s", size);
+        } else if (status == 431) {
+            fmt_size(size, sizeof(size), c->srv->lim.max_header_bytes);
+            snprintf(text, sizeof(text), "request headers too large: the limit is %s", size);
+        } else {
+            snprintf(text, sizeof(text), "%s", status_reason(status));
+        }
+        msg = text;
+    }
+    if (c->cur) {
+        minor = c->cur->minor;
+        req_free(c->cur);
+        c->cur = NULL;
+    }
+    sf_debug("msg=\"rejected HTTP request\" status=%d peer=%s reason=\"%s\"", status, c->peer, msg);
+    snprintf(json, sizeof(json), "{\"error\":\"%s\"}", msg);
+    if (conn_write_response(c, minor, status, "application/json", NULL, json, strlen(json), 1,
+                            &keep) < 0)
+        bufferevent_trigger(c->bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+    c->close_after = 1;
+    c->state = C_WRITE;
+    conn_timeouts(c, 0, 1);
+}
+
+static void conn_parse_error(gw_conn *c, enum http_errno e)
+{
+    char msg[128];
+
+    if (c->err_status) {
+        conn_error(c, c->err_status, c->err_msg);
+        return;
+    }
+    if (e == HPE_HEADER_OVERFLOW) {
+        conn_error(c, 431, NULL);
+        return;
+    }
+    snprintf(msg, sizeof(msg), "malformed HTTP request: %s", http_errno_description(e));
+    conn_error(c, 400, msg);
+}
+
+/* ------------------------------------------------------------------ connection */
+
+static void conn_free(gw_conn *c)
+{
+    gw_http_server *s;
+    if (!c)
+        return;
+    s = c->srv;
+    c->state = C_DEAD;
+    if (c->cur) {
+        gw_req *r = c->cur;
+        if (r->dispatched && r->abort_cb) {
+            r->aborting = 1;
+            r->abort_cb(r, r->abort_arg);
+        }
+        c->cur = NULL;
+        req_free(r);
+    }
+    if (c->linger_ev)
+        event_free(c->linger_ev);
+    if (c->bev)
+        bufferevent_free(c->bev);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    s->nconns--;
+    free(c);
+}
+
+static void conn_dispatch(gw_conn *c)
+{
+    gw_req *r = c->cur;
+
+    http_parser_pause(&c->parser, 0);
+    if (!r) {
+        conn_error(c, 500, "internal error: request state out of order");
+        return;
+    }
+    r->dispatched = 1;
+    c->state = C_PENDING;
+    conn_timeouts(c, 0, 0);
+    c->srv->handler(r, c->srv->arg);
+}
+
+static void conn_parse(gw_conn *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+
+    while (c->state == C_READ) {
+        size_t avail = evbuffer_get_length(in), n;
+        struct evbuffer_iovec v;
+        enum http_errno e;
+
+        if (avail == 0)
+            break;
+        if (evbuffer_peek(in, -1, NULL, &v, 1) < 1 || v.iov_len == 0) {
+            v.iov_len = avail < 16384 ? avail : 16384;
+            v.iov_base = evbuffer_pullup(in, (ev_ssize_t)v.iov_len);
+            if (!v.iov_base) {
+                conn_error(c, 503, "the server is out of memory; retry later");
+                return;
+            }
+        }
+        n = http_parser_execute(&c->parser, &gw_parser_settings, v.iov_base, v.iov_len);
+        e = HTTP_PARSER_ERRNO(&c->parser);
+        if (e == HPE_PAUSED) {
+            evbuffer_drain(in, n);
+            conn_dispatch(c);
+            continue;
+        }
+        if (e != HPE_OK) {
+            evbuffer_drain(in, evbuffer_get_length(in));
+            conn_parse_error(c, e);
+            return;
+        }
+        evbuffer_drain(in, n);
+        if (n < v.iov_len) { /* http_parser stops early only on error or pause */
+            conn_error(c, 400, "malformed HTTP request");
+            return;
+        }
+    }
+}
+
+/* The response is out and the connection stays: parse what the client sent meanwhile. */
+static void conn_next(gw_conn *c)
+{
+    http_parser_init(&c->parser, HTTP_REQUEST);
+    c->parser.data = c;
+    c->err_status = 0;
+    c->err_msg = NULL;
+    c->hdr_bytes = 0;
+    c->in_body = 0;
+    c->state = C_READ;
+    conn_timeouts(c, 1, 1);
+    conn_parse(c);
+}
+
+static void conn_linger_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+    conn_free(arg);
+}
+
+/* Shut our side down and read (and drop) whatever the client still sends for a moment,
+ * so that closing with unread data does not reset the connection before the client
+ * read our last response. */
+static void conn_linger(gw_conn *c)
+{
+    struct timeval idle = {GW_HTTP_LINGER_IDLE_S, 0}, total = {GW_HTTP_LINGER_MAX_S, 0};
+    evutil_socket_t fd = bufferevent_getfd(c->bev);
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+
+    c->state = C_LINGER;
+    if (c->peer_eof || fd < 0) {
+        conn_free(c);
+        return;
+    }
+    c->linger_ev = evtimer_new(c->srv->base, conn_linger_timeout_cb, c);
+    if (!c->linger_ev || evtimer_add(c->linger_ev, &total) < 0) {
+        conn_free(c);
+        return;
+    }
+    shutdown(fd, SHUT_WR);
+    evbuffer_drain(in, evbuffer_get_length(in));
+    bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
+    bufferevent_set_timeouts(c->bev, &idle, NULL);
+    bufferevent_enable(c->bev, EV_READ);
+}
+
+static void conn_sniff(gw_conn *c)
+{
+    gw_http_server *s = c->srv;
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    size_t n = evbuffer_get_length(in), m = n < H2_PREFACE_LEN ? n : H2_PREFACE_LEN;
+    unsigned char *p;
+
+    if (m == 0)
+        return;
+    p = evbuffer_pullup(in, (ev_ssize_t)m);
+    if (!p || memcmp(p, h2_preface, m) != 0) {
+        c->state = C_READ;
+        conn_parse(c);
+        return;
+    }
+    if (m < H2_PREFACE_LEN)
+        return; /* so far it looks like the preface: wait for the rest */
+    if (s->takeover) {
+        struct bufferevent *bev = c->bev;
+
+        bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
+        bufferevent_set_timeouts(bev, NULL, NULL);
+        bufferevent_setwatermark(bev, EV_READ, 0, 0);
+        if (s->takeover(bev, c->peer, s->takeover_arg) == 0) {
+            c->bev = NULL;
+            conn_free(c);
+            return;
+        }
+        bufferevent_setcb(bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
+        bufferevent_setwatermark(bev, EV_READ, 0, GW_HTTP_INPUT_HIGH_WM);
+    }
+    evbuffer_drain(in, evbuffer_get_length(in));
+    conn_error(c, 505, "HTTP/2 is not served here: use HTTP/1.1");
+}
+
+static void conn_read_cb(struct bufferevent *bev, void *arg)
+{
+    gw_conn *c = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+
+    switch (c->state) {
+    case C_SNIFF:
+        conn_sniff(c);
+        break;
+    case C_READ:
+        conn_parse(c);
+        break;
+    case C_WRITE:
+        if (c->close_after) /* nothing more will be served: do not buffer it */
+            evbuffer_drain(in, evbuffer_get_length(in));
+        break;
+    case C_LINGER:
+        evbuffer_drain(in, evbuffer_get_length(in));
+        break;
+    default: /* PENDING: pipelined bytes wait for their turn */
+        break;
+    }
+}
+
+static void conn_write_cb(struct bufferevent *bev, void *arg)
+{
+    gw_conn *c = arg;
+
+    if (c->state != C_WRITE || evbuffer_get_length(bufferevent_get_output(bev)) > 0)
+        return;
+    if (c->close_after)
+        conn_linger(c);
+    else
+        conn_next(c);
+}
+
+static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    gw_conn *c = arg;
+
+    if (what & BEV_EVENT_CONNECTED)
+        return;
+    if (c->state == C_WRITE && (what & BEV_EVENT_EOF) && (what & BEV_EVENT_READING) &&
+        !(what & BEV_EVENT_ERROR)) {
+        /* The client finished sending; it may still read what we write. */
+        c->peer_eof = 1;
+        c->close_after = 1;
+        return;
+    }
+    if (c->state == C_PENDING)
+        sf_debug("msg=\"client went away before the response\" peer=%s", c->peer);
+    conn_free(c);
+}
+
+static int conn_start(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port)
+{
+    gw_conn *c = calloc(1, sizeof(*c));
+
+    if (!c) {
+        bufferevent_free(bev);
+        return -ENOMEM;
+    }
+    c->srv = s;
+    c->bev = bev;
+    http_parser_init(&c->parser, HTTP_REQUEST);
+    c->parser.data = c;
+    snprintf(c->peer, sizeof(c->peer), "%s", peer ? peer : "unknown");
+    c->peer_port = peer_port;
+    c->state = C_SNIFF;
+    c->next = s->conns;
+    if (s->conns)
+        s->conns->prev = c;
+    s->conns = c;
+    s->nconns++;
+    bufferevent_setcb(bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
+    bufferevent_setwatermark(bev, EV_READ, 0, GW_HTTP_INPUT_HIGH_WM);
+    conn_timeouts(c, 1, 1);
+    if (bufferevent_enable(bev, EV_READ | EV_WRITE) < 0) {
+        conn_free(c);
+        return -ENOMEM;
+    }
+    if (evbuffer_get_length(bufferevent_get_input(bev)) > 0)
+        conn_read_cb(bev, c); /* bytes that came with an adopted bufferevent */
+    return 0;
+}
+
+/* ------------------------------------------------------------------ server */
+
+static void peer_name(const struct sockaddr *sa, char *out, size_t outlen, int *port)
+{
+    *port = 0;
+    snprintf(out, outlen, "unknown");
+    if (!sa)
+        return;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in4 = (const struct sockaddr_in *)sa;
+        inet_ntop(AF_INET, &in4->sin_addr, out, (socklen_t)outlen);
+        *port = ntohs(in4->sin_port);
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) /* dual-stack listener: show IPv4 */
+            inet_ntop(AF_INET, &in6->sin6_addr.s6_addr[12], out, (socklen_t)outlen);
+        else
+            inet_ntop(AF_INET6, &in6->sin6_addr, out, (socklen_t)outlen);
+        *port = ntohs(in6->sin6_port);
+    } else if (sa->sa_family == AF_UNIX) {
+        snprintf(out, outlen, "unix");
+    }
+}
+
+static void srv_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+                          int salen, void *arg)
+{
+#define BUSY_BODY "{\"error\":\"the server has too many connections open; retry later\"}"
+    static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                               "Cache-Control: no-store\r\nConnection: close\r\nContent-Length: ";
+    char msg[sizeof(busy) + sizeof(BUSY_BODY) + 32];
+    int mlen;
+    gw_http_server *s = arg;
+    struct bufferevent *bev;
+    char peer[INET6_ADDRSTRLEN + 8];
+    int port, one = 1;
+
+    if (s->nconns >= s->lim.max_conns) {
+        mlen = snprintf(msg, sizeof(msg), "%s%zu\r\n\r\n%s", busy, sizeof(BUSY_BODY) - 1, BUSY_BODY);
+        if (mlen > 0 && send(fd, msg, (size_t)mlen, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+            sf_debug("msg=\"could not send 503\" err=\"%s\"", strerror(errno));
+        sf_warn("msg=\"connection refused: max_conns reached\" max_conns=%u", s->lim.max_conns);
+        evutil_closesocket(fd);
+        return;
+    }
+    if (sa && (sa->sa_family == AF_INET || sa->sa_family == AF_INET6))
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    bev = bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (!bev) {
+        evutil_closesocket(fd);
+        return;
+    }
+    peer_name(salen > 0 ? sa : NULL, peer, sizeof(peer), &port);
+    conn_start(s, bev, peer, port);
+}
+
+static void srv_accept_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+    gw_http_server *s = arg;
+    if (s->lis)
+        evconnlistener_enable(s->lis);
+}
+
+static void srv_accept_error_cb(struct evconnlistener *l, void *arg)
+{
+    gw_http_server *s = arg;
+    struct timeval one = {1, 0};
+    int err = EVUTIL_SOCKET_ERROR();
+
+    /* Typically EMFILE/ENFILE: the pending connection would wake us up again at once. */
+    sf_warn("msg=\"accept failed; pausing the listener for 1 s\" err=\"%s\"",
+            evutil_socket_error_to_string(err));
+    evconnlistener_disable(l);
+    evtimer_add(s->accept_retry, &one);
+}
+
+gw_http_server *gw_http_server_new(struct event_base *base, const char *addr, int port,
+                                   const gw_http_limits *lim, gw_http_handler handler, void *arg)
+{
+    gw_http_server *s;
+    struct addrinfo hints, *res = NULL;
+    char portstr[16];
+    int err = 0;
+
+    if (!base || !handler || port < -1 || port > 65535) {
+        errno = EINVAL;
+        return NULL;
+    }
+    s = calloc(1, sizeof(*s));
+    if (!s) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    s->base = base;
+    s->handler = handler;
+    s->arg = arg;
+    s->port = -1;
+    if (lim)
+        s->lim = *lim;
+    if (!s->lim.max_body)
+        s->lim.max_body = GW_HTTP_DEFAULT_MAX_BODY;
+    if (!s->lim.max_header_bytes)
+        s->lim.max_header_bytes = GW_HTTP_DEFAULT_MAX_HEADER_BYTES;
+    if (!s->lim.max_conns)
+        s->lim.max_conns = GW_HTTP_DEFAULT_MAX_CONNS;
+    if (!s->lim.idle_timeout_s)
+        s->lim.idle_timeout_s = GW_HTTP_DEFAULT_IDLE_TIMEOUT_S;
+    if (port < 0)
+        return s;
+
+    s->accept_retry = evtimer_new(base, srv_accept_retry_cb, s);
+    if (!s->accept_retry) {
+        err = ENOMEM;
+        goto fail;
+    }
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV | AI_NUMERICHOST; /* no DNS on the loop */
+    snprintf(portstr, sizeof(portstr), "%d", port);
+    if (getaddrinfo(addr, portstr, &hints, &res) != 0 || !res) {
+        err = EADDRNOTAVAIL;
+        goto fail;
+    }
+    /* With no address, prefer "::" (dual-stack on Linux) over "0.0.0.0". */
+    for (int pass = addr ? 1 : 0; pass < 2 && !s->lis; pass++) {
+        for (struct addrinfo *ai = res; ai && !s->lis; ai = ai->ai_next) {
+            if (pass == 0 && ai->ai_family != AF_INET6)
+                continue;
+            s->lis = evconnlistener_new_bind(base, srv_accept_cb, s,
+                                             LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC |
+                                                 LEV_OPT_REUSEABLE,
+                                             1024, ai->ai_addr, (int)ai->ai_addrlen);
+            if (!s->lis)
+                err = errno ? errno : EADDRINUSE;
+        }
+    }
+    freeaddrinfo(res);
+    if (!s->lis)
+        goto fail;
+    evconnlistener_set_error_cb(s->lis, srv_accept_error_cb);
+    {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        if (getsockname(evconnlistener_get_fd(s->lis), (struct sockaddr *)&ss, &sl) < 0) {
+            err = errno;
+            goto fail;
+        }
+        if (ss.ss_family == AF_INET)
+            s->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        else if (ss.ss_family == AF_INET6)
+            s->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    }
+    return s;
+
+fail:
+    gw_http_server_free(s);
+    errno = err ? err : EINVAL;
+    return NULL;
+}
+
+void gw_http_server_free(gw_http_server *srv)
+{
+    if (!srv)
+        return;
+    while (srv->conns)
+        conn_free(srv->conns);
+    if (srv->lis)
+        evconnlistener_free(srv->lis);
+    if (srv->accept_retry)
+        event_free(srv->accept_retry);
+    free(srv);
+}
+
+int gw_http_server_port(const gw_http_server *srv)
+{
+    return srv ? srv->port : -1;
+}
+
+unsigned gw_http_server_conns(const gw_http_server *srv)
+{
+    return srv ? srv->nconns : 0;
+}
+
+void gw_http_server_set_takeover(gw_http_server *srv, gw_http_takeover_fn fn, void *arg)
+{
+    srv->takeover = fn;
+    srv->takeover_arg = arg;
+}
+
+int gw_http_server_adopt(gw_http_server *srv, struct bufferevent *bev, const char *peer)
+{
+    if (!srv || !bev)
+        return -EINVAL;
+    if (srv->nconns >= srv->lim.max_conns) {
+        bufferevent_free(bev);
+        return -EMFILE;
+    }
+    return conn_start(srv, bev, peer, 0);
+}
+
+/* ------------------------------------------------------------------ request API */
+
+const char *gw_req_method(const gw_req *req)
+{
+    return req->method;
+}
+
+const char *gw_req_target(const gw_req *req)
+{
+    return req->target.p ? req->target.p : "";
+}
+
+const char *gw_req_path(const gw_req *req)
+{
+    return req->path ? req->path : "/";
+}
+
+const char *gw_req_query(const gw_req *req)
+{
+    return req->query ? req->query : "";
+}
+
+const char *gw_req_header(const gw_req *req, const char *name)
+{
+    for (size_t i = 0; i < req->nh; i++) {
+        if (strcasecmp(req->hdrs.p + req->hv[i].name_off, name) == 0)
+            return req->hdrs.p + req->hv[i].val_off;
+    }
+    return NULL;
+}
+
+int gw_req_header_at(const gw_req *req, size_t i, const char **name, const char **value)
+{
+    if (i >= req->nh || req->hstate != H_NONE)
+        return -ENOENT;
+    *name = req->hdrs.p + req->hv[i].name_off;
+    *value = req->hdrs.p + req->hv[i].val_off;
+    return 0;
+}
+
+const char *gw_req_body(const gw_req *req, size_t *len)
+{
+    if (len)
+        *len = req->body.len;
+    return req->body.p ? req->body.p : "";
+}
+
+const char *gw_req_peer(const gw_req *req)
+{
+    return req->conn->peer;
+}
+
+int gw_req_peer_port(const gw_req *req)
+{
+    return req->conn->peer_port;
+}
+
+int gw_req_http_minor(const gw_req *req)
+{
+    return req->minor;
+}
+
+void gw_req_set_data(gw_req *req, void *data)
+{
+    req->data = data;
+}
+
+void *gw_req_data(const gw_req *req)
+{
+    return req->data;
+}
+
+void gw_req_set_abort_cb(gw_req *req, gw_req_abort_cb cb, void *arg)
+{
+    req->abort_cb = cb;
+    req->abort_arg = arg;
+}
+
+void gw_req_respond(gw_req *req, int status, const char *content_type,
+                    const char *const *headers, const char *body, size_t len)
+{
+    gw_conn *c;
+    int keep;
+
+    if (!req)
+        return;
+    c = req->conn;
+    if (req->aborting || !req->dispatched || c->cur != req || c->state != C_PENDING) {
+        sf_error("msg=\"gw_req_respond on a request that is aborted or not pending; ignored\" "
+                 "peer=%s status=%d", c->peer, status);
+        return;
+    }
+    if (status < 200 || status > 599) {
+        sf_error("msg=\"invalid response status; sending 500\" status=%d", status);
+        status = 500;
+    }
+    if (!body)
+        len = 0;
+    keep = c->keep_alive && !c->peer_eof;
+    if (conn_write_response(c, req->minor, status, content_type, headers, body, len, !req->head,
+                            &keep) < 0)
+        bufferevent_trigger(c->bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+    c->cur = NULL;
+    req_free(req);
+    c->close_after = !keep;
+    c->state = C_WRITE;
+    conn_timeouts(c, 0, 1);
+}

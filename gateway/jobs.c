@@ -1,0 +1,167 @@
+/* jobs.c: publishes jobs to sf.jobs and matches replies on this gateway's own reply
+ * topic to the calls waiting for them; a call whose deadline passes is answered once,
+ * with a timeout, and a late reply is dropped. */
+#include "gateway.h"
+#include "sf_log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct gw_pending {
+    gw_ctx *ctx;
+    struct event *timer;
+    gw_job_cb cb;
+    void *arg;
+    char id[SF_ID_MAX];
+};
+
+static void pending_free(gw_pending *p)
+{
+    if (p->timer)
+        event_free(p->timer);
+    free(p);
+}
+
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    gw_pending *p = arg;
+
+    sf_map_del(p->ctx->pending, p->id);
+    sf_info("msg=\"call deadline passed\" job=%s", p->id);
+    p->cb(p->arg, NULL);
+    pending_free(p);
+}
+
+static void on_reply(void *arg, rd_kafka_message_t *msg)
+{
+    gw_ctx *ctx = arg;
+    sf_reply r;
+    const char *why = NULL;
+    gw_pending *p;
+
+    if (msg->err) {
+        if (msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+            sf_warn("msg=\"reply consumer error\" err=\"%s\"", rd_kafka_message_errstr(msg));
+        return;
+    }
+    if (sf_reply_decode(msg->payload, msg->len, &r, &why) < 0) {
+        sf_warn("msg=\"malformed reply dropped\" offset=%lld why=\"%s\"", (long long)msg->offset,
+                why);
+        return;
+    }
+    if (r.kind == SF_REPLY_PROGRESS || !(p = sf_map_del(ctx->pending, r.id))) {
+        if (r.kind != SF_REPLY_PROGRESS)
+            sf_debug("msg=\"reply for no waiting call (late or duplicate)\" job=%s", r.id);
+        sf_reply_fini(&r);
+        return;
+    }
+    p->cb(p->arg, &r);
+    pending_free(p);
+    sf_reply_fini(&r);
+}
+
+int gw_jobs_start(gw_ctx *ctx, char *why, size_t whylen)
+{
+    char group[96];
+    int rc;
+
+    if (sf_id_new(ctx->id, "gw_") < 0) {
+        snprintf(why, whylen, "no randomness");
+        return -1;
+    }
+    snprintf(ctx->reply_topic, sizeof(ctx->reply_topic), SF_TOPIC_REPLY_PREFIX "%s", ctx->id);
+    snprintf(group, sizeof(group), "sf-%s", ctx->id);
+    if (!(ctx->pending = sf_map_new((size_t)ctx->cfg.max_pending)) ||
+        !(ctx->producer = sf_kafka_producer_new(&ctx->d.kafka, why, whylen)) ||
+        !(ctx->consumer = sf_kafka_consumer_new(&ctx->d.kafka, group, why, whylen)))
+        return -1;
+    /* The reply topic is this process's own: new and empty, read from its start. */
+    if ((rc = sf_kafka_assign_all(ctx->consumer, ctx->producer, ctx->reply_topic,
+                                  RD_KAFKA_OFFSET_BEGINNING, 5000)) < 0) {
+        snprintf(why, whylen, "cannot create or assign the reply topic %s (Kafka at %s)",
+                 ctx->reply_topic, ctx->d.kafka.brokers);
+        return -1;
+    }
+    if (!(ctx->pump = sf_kafka_pump_new(ctx->d.base, ctx->consumer, ctx->producer, on_reply, ctx))) {
+        snprintf(why, whylen, "cannot start the reply consumer");
+        return -1;
+    }
+    return 0;
+}
+
+/* At stop the HTTP server is gone already (its requests were aborted and cancelled
+ * their calls); anything left has nobody to answer. */
+static void drop_one(const char *key, void *val, void *arg)
+{
+    pending_free(val);
+}
+
+void gw_jobs_stop(gw_ctx *ctx)
+{
+    if (ctx->pending) {
+        sf_map_foreach(ctx->pending, drop_one, NULL);
+        sf_map_free(ctx->pending);
+        ctx->pending = NULL;
+    }
+    sf_kafka_pump_free(ctx->pump);
+    ctx->pump = NULL;
+    if (ctx->consumer) {
+        rd_kafka_consumer_close(ctx->consumer);
+        rd_kafka_destroy(ctx->consumer);
+        ctx->consumer = NULL;
+    }
+    if (ctx->producer) {
+        rd_kafka_flush(ctx->producer, 2000);
+        rd_kafka_destroy(ctx->producer);
+        ctx->producer = NULL;
+    }
+}
+
+int gw_jobs_submit(gw_ctx *ctx, sf_job *job, int64_t wait_ms, gw_job_cb cb, void *arg,
+                   gw_pending **out)
+{
+    gw_pending *p;
+    sf_buf b;
+    int rc;
+
+    if (sf_id_new(job->id, "job_") < 0)
+        return -EIO;
+    snprintf(job->reply, sizeof(job->reply), "%s", ctx->reply_topic);
+    job->deadline_ms = sf_now_ms() + wait_ms;
+    if (!(p = calloc(1, sizeof(*p))))
+        return -ENOMEM;
+    p->ctx = ctx;
+    p->cb = cb;
+    p->arg = arg;
+    memcpy(p->id, job->id, sizeof(p->id));
+    if (!(p->timer = evtimer_new(ctx->d.base, on_deadline, p))) {
+        free(p);
+        return -ENOMEM;
+    }
+    if ((rc = sf_map_put(ctx->pending, p->id, p)) < 0) {
+        pending_free(p);
+        return rc;
+    }
+    sf_buf_init(&b, SF_MSG_MAX);
+    rc = sf_job_encode(job, &b);
+    if (rc == 0)
+        rc = sf_kafka_produce(ctx->producer, SF_TOPIC_JOBS, job->sandbox[0] ? job->sandbox : job->team,
+                              b.p, b.len);
+    sf_buf_fini(&b);
+    if (rc < 0) {
+        sf_map_del(ctx->pending, p->id);
+        pending_free(p);
+        return rc;
+    }
+    evtimer_add(p->timer, &(struct timeval){(time_t)(wait_ms / 1000), (wait_ms % 1000) * 1000});
+    *out = p;
+    return 0;
+}
+
+void gw_jobs_cancel(gw_ctx *ctx, gw_pending *p)
+{
+    if (!p)
+        return;
+    sf_map_del(ctx->pending, p->id);
+    pending_free(p);
+}

@@ -1,0 +1,70 @@
+/* sandfleet-gateway: parse config, build objects, run the loop, tear down. */
+#include "gateway.h"
+#include "sf_auth.h"
+#include "sf_log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+static const sf_cfg_entry cfg_table[] = {
+    SF_COMMON_CFG_ENTRIES(gw_cfg),
+    SF_CFG_S(gw_cfg, listen_addr, "127.0.0.1", "address the MCP endpoint listens on"),
+    SF_CFG_I(gw_cfg, port, "8080", 0, 65535, "MCP port (0 = any free port)"),
+    SF_CFG_S(gw_cfg, schemas_dir, "schemas/tools", "folder of the tool JSON Schemas"),
+    SF_CFG_S(gw_cfg, auth_secret_file, "/var/lib/sandfleet/auth.key",
+             "32-byte secret the API key hashes are keyed with"),
+    SF_CFG_I(gw_cfg, max_body, "16777216", 1024, 1073741824, "largest MCP request body (bytes)"),
+    SF_CFG_I(gw_cfg, call_deadline_ms, "30000", 100, 3600000,
+             "how long a call waits for its answer (exec adds its own timeout)"),
+    SF_CFG_I(gw_cfg, max_pending, "10000", 1, 10000000, "calls waiting for answers at once"),
+    SF_CFG_I(gw_cfg, session_ttl_s, "86400", 60, 31536000, "MCP session lifetime"),
+    SF_CFG_S(gw_cfg, allowed_origins, "", "extra allowed Origin values, comma-separated"),
+};
+
+int main(int argc, char **argv)
+{
+    static gw_ctx ctx;
+    char why[512];
+    gw_http_limits lim = {0};
+    int rc = 1;
+
+    switch (sf_config_main(argc, argv, "sandfleet-gateway", cfg_table, SF_ARRAY_LEN(cfg_table),
+                           &ctx.cfg)) {
+    case 1:
+        return 0;
+    case -1:
+        return 2;
+    }
+    if (sf_daemon_init(&ctx.d, "gateway", &ctx.cfg.common) < 0)
+        goto out;
+    if (sf_auth_secret_load(ctx.cfg.auth_secret_file, ctx.auth_secret, why, sizeof(why)) < 0 ||
+        gw_tools_load(&ctx, why, sizeof(why)) < 0) {
+        sf_error("msg=\"cannot start\" err=\"%s\"", why);
+        goto out;
+    }
+    if (!(ctx.redis = sf_redis_new(ctx.d.base, ctx.cfg.common.redis_url, why, sizeof(why))) ||
+        gw_jobs_start(&ctx, why, sizeof(why)) < 0) {
+        sf_error("msg=\"cannot start\" err=\"%s\"", why);
+        goto out;
+    }
+    lim.max_body = (size_t)ctx.cfg.max_body;
+    if (!(ctx.http = gw_http_server_new(ctx.d.base, ctx.cfg.listen_addr, (int)ctx.cfg.port, &lim,
+                                        gw_mcp_handle, &ctx))) {
+        sf_error("msg=\"cannot listen\" addr=%s port=%lld err=\"%s\"", ctx.cfg.listen_addr,
+                 (long long)ctx.cfg.port, strerror(errno));
+        goto out;
+    }
+    sf_info("msg=\"gateway up\" url=http://%s:%d/mcp id=%s tools=%zu", ctx.cfg.listen_addr,
+            gw_http_server_port(ctx.http), ctx.id, ctx.ntools);
+    event_base_dispatch(ctx.d.base);
+    rc = 0;
+out:
+    gw_http_server_free(ctx.http);
+    gw_jobs_stop(&ctx);
+    sf_redis_free(ctx.redis);
+    gw_tools_free(&ctx);
+    sf_daemon_fini(&ctx.d);
+    sf_config_free(cfg_table, SF_ARRAY_LEN(cfg_table), &ctx.cfg);
+    return rc;
+}

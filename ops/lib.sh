@@ -1,0 +1,128 @@
+# ops/lib.sh: shared by ops/run, ops/test and the test stack. Source it; do not run it.
+# Everything here is idempotent and quiet when there is nothing to do.
+
+SF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# Debian packages the build, the stack and the tests need.
+SF_PACKAGES="cmake pkg-config gcc make librdkafka-dev libhiredis-dev libmsgpack-dev
+libnghttp2-dev libevent-dev libjansson-dev libhttp-parser-dev libseccomp-dev libcmocka-dev
+libsodium-dev libssl-dev libcurl4-openssl-dev redis-server redis-tools busybox-static
+iproute2 curl procps util-linux"
+
+sf_log() { printf '\033[1m[sandfleet]\033[0m %s\n' "$*" >&2; }
+sf_die() { printf '\033[1;31m[sandfleet]\033[0m %s\n' "$*" >&2; exit 1; }
+
+sf_install() {
+    local missing=() p
+    for p in $SF_PACKAGES; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
+            missing+=("$p")
+    done
+    if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+        missing+=(nodejs npm)
+    fi
+    if [ ${#missing[@]} -gt 0 ]; then
+        [ "$(id -u)" = 0 ] || sf_die "run as root: packages to install: ${missing[*]}"
+        sf_log "installing: ${missing[*]}"
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null ||
+            sf_die "apt-get update failed"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            "${missing[@]}" >/dev/null || sf_die "apt-get install failed: ${missing[*]}"
+    fi
+}
+
+# sf_build DIR [cmake args...]: configure once, then an incremental build.
+sf_build() {
+    local dir=$1; shift
+    if [ ! -f "$dir/CMakeCache.txt" ]; then
+        cmake -S "$SF_ROOT" -B "$dir" "$@" >/dev/null || sf_die "cmake configure failed"
+    fi
+    cmake --build "$dir" -j"$(nproc)" -- --no-print-directory >"$dir.log" 2>&1 ||
+        { tail -40 "$dir.log" >&2; sf_die "build failed (full log: $dir.log)"; }
+}
+
+sf_wait() { # sf_wait SECONDS WHAT CMD...: polls CMD every 50 ms
+    local secs=$1 what=$2 i; shift 2
+    for ((i = 0; i < secs * 20; i++)); do
+        "$@" >/dev/null 2>&1 && return 0
+        sleep 0.05
+    done
+    sf_log "timed out waiting for $what"
+    return 1
+}
+
+sf_free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null ||
+        echo $((20000 + RANDOM % 20000))
+}
+
+# sf_spawn STATE NAME CMD...: starts CMD in the background, logs to STATE/logs/NAME.log.
+sf_spawn() {
+    local state=$1 name=$2; shift 2
+    mkdir -p "$state/logs" "$state/pids"
+    "$@" >>"$state/logs/$name.log" 2>&1 &
+    echo $! >"$state/pids/$name"
+}
+
+sf_alive() { [ -f "$1/pids/$2" ] && kill -0 "$(cat "$1/pids/$2")" 2>/dev/null; }
+
+# sf_stack_start STATE BUILD GW_PORT: Redis, the embedded broker (unless SF_REDIS_URL /
+# SF_KAFKA_BROKERS point elsewhere), scheduler, one worker, gateway. Writes STATE/env.
+sf_stack_start() {
+    local state=$1 build=$2 gw_port=$3 redis_port kafka
+    mkdir -p "$state/redis" "$state/worker"
+    if [ -z "${SF_REDIS_URL:-}" ]; then
+        redis_port=${SF_REDIS_PORT:-$(sf_free_port)}
+        sf_spawn "$state" redis redis-server --bind 127.0.0.1 --port "$redis_port" \
+            --dir "$state/redis" --save '' --appendonly no --protected-mode yes
+        export SF_REDIS_URL="redis://127.0.0.1:$redis_port"
+        sf_wait 10 redis redis-cli -p "$redis_port" ping || return 1
+    fi
+    if [ -z "${SF_KAFKA_BROKERS:-}" ]; then
+        rm -f "$state/kafka.bootstrap"
+        sf_spawn "$state" kafka "$build/ops/sandfleet-kafka" --bootstrap-file "$state/kafka.bootstrap"
+        sf_wait 10 "the embedded Kafka broker" test -s "$state/kafka.bootstrap" || return 1
+        SF_KAFKA_BROKERS=$(cat "$state/kafka.bootstrap")
+        export SF_KAFKA_BROKERS
+    fi
+    export SF_AUTH_SECRET_FILE="$state/auth.key"
+    export SF_SCHEMAS_DIR="$SF_ROOT/schemas/tools"
+    export SF_STATE_DIR="$state/worker"
+    export SF_AGENT_PATH="$build/worker/sandfleet-agent"
+    export SF_HOST_ID=${SF_HOST_ID:-host-$(hostname | tr -c 'a-z0-9\n' '-' | cut -c1-40)}
+    export SF_PORT=$gw_port
+    sf_spawn "$state" scheduler "$build/scheduler/sandfleet-scheduler"
+    sf_spawn "$state" worker "$build/worker/sandfleet-worker"
+    sf_spawn "$state" gateway "$build/gateway/sandfleet-gateway"
+    sf_wait 20 "the gateway" curl -sf "http://127.0.0.1:$gw_port/healthz" || return 1
+    sf_wait 20 "the worker's first heartbeat" \
+        sh -c "[ \"\$(redis-cli -u '$SF_REDIS_URL' zcard sf:hosts)\" -ge 1 ]" || return 1
+    cat >"$state/env" <<ENV
+SF_URL=http://127.0.0.1:$gw_port/mcp
+SF_REDIS_URL=$SF_REDIS_URL
+SF_KAFKA_BROKERS=$SF_KAFKA_BROKERS
+SF_AUTH_SECRET_FILE=$SF_AUTH_SECRET_FILE
+SF_BUILD=$build
+SF_STATE=$state
+ENV
+}
+
+# sf_stack_ready URL KEY: one MCP call through the whole pipeline (scheduler joined).
+sf_stack_ready() {
+    curl -sf -H "Authorization: Bearer $2" -H 'Content-Type: application/json' \
+        -H 'Accept: application/json, text/event-stream' \
+        -d '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sandbox_list","arguments":{}}}' \
+        "$1" | grep -q '"sandboxes"'
+}
+
+sf_stack_stop() {
+    local state=$1 name pid i
+    for name in gateway worker scheduler kafka redis; do
+        [ -f "$state/pids/$name" ] || continue
+        pid=$(cat "$state/pids/$name")
+        kill -TERM "$pid" 2>/dev/null
+        for ((i = 0; i < 100; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+        kill -KILL "$pid" 2>/dev/null
+        rm -f "$state/pids/$name"
+    done
+}

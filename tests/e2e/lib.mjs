@@ -1,0 +1,57 @@
+// Shared by the end-to-end suites: the stack's addresses and keys, and MCP clients
+// built with the official TypeScript SDK (StreamableHTTPClientTransport + bearer header).
+import { readFileSync } from 'node:fs';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+
+const state = process.env.SF_E2E_STATE;
+if (!state) throw new Error('SF_E2E_STATE is not set: run these through ctest (ops/test)');
+export const env = Object.fromEntries(
+  readFileSync(`${state}/env`, 'utf8').trim().split('\n').map((l) => {
+    const i = l.indexOf('=');
+    return [l.slice(0, i), l.slice(i + 1)];
+  }));
+export const url = env.SF_URL;
+
+export async function connect(key, name = 'sandfleet-e2e') {
+  const transport = new StreamableHTTPClientTransport(new URL(url), {
+    requestInit: { headers: { Authorization: `Bearer ${key}` } },
+  });
+  const client = new Client({ name, version: '1.0.0' });
+  await client.connect(transport);
+  return client;
+}
+
+// Calls a tool and returns { result, structured, text }.
+export async function call(client, name, args = {}, opts = {}) {
+  const result = await client.callTool({ name, arguments: args }, undefined,
+    { timeout: opts.timeout ?? 120000 });
+  const text = (result.content ?? []).filter((c) => c.type === 'text').map((c) => c.text).join('');
+  return { result, structured: result.structuredContent, text, isError: !!result.isError };
+}
+
+// Runs a command and insists it worked at the MCP level.
+export async function sh(client, sandbox_id, command, extra = {}) {
+  const r = await call(client, 'sandbox_exec', { sandbox_id, command, ...extra });
+  if (!r.structured) throw new Error(`exec gave no structured result: ${r.text}`);
+  return r.structured;
+}
+
+// A raw JSON-RPC POST (for what the SDK will not send).
+export async function post(body, headers = {}) {
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: {
+      'Content-Type': 'application/json',
+      Accept: 'application/json, text/event-stream',
+      ...headers,
+    },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let json = null;
+  try { json = JSON.parse(text); } catch { /* not JSON */ }
+  return { status: res.status, headers: res.headers, text, json };
+}
+
+export const bearer = (key) => ({ Authorization: `Bearer ${key}` });

@@ -1,0 +1,545 @@
+/* sandfleet-agent: the guest agent, pid 1 of every jail sandbox.
+ *
+ * It talks to the worker over the socket at fd 3 (SF_AP_AGENT_FD; in the jail
+ * the worker's socketpair), frames as in common/sf_agentproto.h, runs each
+ * `exec` as /bin/sh -c CMD in its own process group (stdin /dev/null, stdout
+ * and stderr through pipes kept head+tail by sf_cap), kills the group when the
+ * timeout passes, and reaps every child of the sandbox (it is init). When the
+ * worker's end closes, the agent exits, which ends the whole pid namespace.
+ *
+ * Single-threaded: one poll() loop over the socket, a signalfd for SIGCHLD and
+ * the pipes of running commands. Statically linked, no logging (stderr is
+ * /dev/null inside the jail). Also runs outside a jail (tests): then it only
+ * reaps its own children. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sf_agentproto.h"
+#include "sf_buf.h"
+#include "sf_cap.h"
+
+#define JOBS_MAX 64             /* concurrent commands */
+#define ORPHANS_MAX 64          /* pipes still held by background processes */
+#define CHUNK (64 * 1024)
+#define OUTQ_MAX (64u << 20)    /* results waiting for the worker to read */
+#define DEFAULT_CWD "/root"
+
+typedef struct job {
+    int used;
+    uint32_t id;
+    pid_t pid;
+    int fd[2];                  /* stdout, stderr read ends; -1 once closed */
+    sf_cap cap[2];
+    int64_t start_ms;
+    int64_t deadline_ms;
+    int reaped;
+    int status;
+    int timed_out;
+} job;
+
+static job jobs[JOBS_MAX];
+static int orphans[ORPHANS_MAX];
+static int n_orphans;
+static sf_buf inq, outq;
+static int sock = SF_AP_AGENT_FD;
+static int devnull = -1;
+
+static const char *const default_env[] = {
+    "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME=/root",
+    "TERM=xterm",
+};
+#define N_DEFAULT_ENV (sizeof(default_env) / sizeof(default_env[0]))
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void die(const char *msg)
+{
+    dprintf(2, "sandfleet-agent: %s\n", msg);
+    _exit(1);
+}
+
+/* ---- replies ------------------------------------------------------------- */
+
+static void send_msg(const sf_ap_msg *m)
+{
+    const char *why = NULL;
+    int rc = sf_ap_encode(&outq, m, &why);
+    if (rc == -E2BIG || rc == -ENOMEM)
+        die("reply queue full: the worker stopped reading");
+    if (rc < 0)
+        dprintf(2, "sandfleet-agent: cannot encode %s: %s\n", sf_ap_op_name(m->op),
+                why ? why : "error");
+}
+
+static void send_error(uint32_t id, const char *msg)
+{
+    sf_ap_msg m = {.op = SF_AP_ERROR, .id = id, .msg = msg};
+    send_msg(&m);
+}
+
+/* ---- jobs ---------------------------------------------------------------- */
+
+static void orphan_add(int fd)
+{
+    if (n_orphans == ORPHANS_MAX) {
+        close(orphans[0]);
+        memmove(orphans, orphans + 1, (ORPHANS_MAX - 1) * sizeof(int));
+        n_orphans--;
+    }
+    orphans[n_orphans++] = fd;
+}
+
+/* Reads what a pipe holds now. Returns 1 at EOF (fd closed), 0 otherwise. */
+static int drain(job *j, int s)
+{
+    char buf[CHUNK];
+
+    for (;;) {
+        ssize_t n = read(j->fd[s], buf, sizeof(buf));
+        if (n > 0) {
+            sf_cap_append(&j->cap[s], buf, (size_t)n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return 0;
+        close(j->fd[s]);
+        j->fd[s] = -1;
+        return 1;
+    }
+}
+
+static void job_free(job *j)
+{
+    for (int s = 0; s < 2; s++) {
+        if (j->fd[s] >= 0)
+            close(j->fd[s]);
+        sf_cap_fini(&j->cap[s]);
+    }
+    memset(j, 0, sizeof(*j));
+}
+
+static void job_finish(job *j)
+{
+    size_t lens[2];
+    char *kept[2];
+    sf_ap_msg m = {.op = SF_AP_RESULT, .id = j->id};
+    int64_t ms = mono_ms() - j->start_ms;
+
+    /* What the command wrote before it exited is in the pipes; background
+     * processes that still hold them are drained (and discarded) from now on. */
+    for (int s = 0; s < 2; s++) {
+        if (j->fd[s] >= 0 && !drain(j, s)) {
+            orphan_add(j->fd[s]);
+            j->fd[s] = -1;
+        }
+        lens[s] = sf_cap_len(&j->cap[s]);
+        kept[s] = malloc(lens[s] + 1);
+        if (!kept[s])
+            die("out of memory");
+        sf_cap_copy(&j->cap[s], kept[s]);
+    }
+    if (j->timed_out)
+        m.exit_code = -1;
+    else if (WIFSIGNALED(j->status))
+        m.exit_code = 128 + WTERMSIG(j->status);
+    else
+        m.exit_code = WEXITSTATUS(j->status);
+    m.timed_out = j->timed_out;
+    m.truncated = sf_cap_truncated(&j->cap[0]) || sf_cap_truncated(&j->cap[1]);
+    m.duration_ms = ms < 0 ? 0 : ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+    m.out = kept[0];
+    m.out_len = lens[0];
+    m.out_total = j->cap[0].total;
+    m.err = kept[1];
+    m.err_len = lens[1];
+    m.err_total = j->cap[1].total;
+    send_msg(&m);
+    free(kept[0]);
+    free(kept[1]);
+    job_free(j);
+}
+
+static const char *env_key_end(const char *kv)
+{
+    return strchr(kv, '=');
+}
+
+/* default_env entries not overridden by the request, then the request's. */
+static char **build_env(const sf_ap_msg *m)
+{
+    size_t n = 0;
+    char **env = calloc(N_DEFAULT_ENV + m->env_n + 1, sizeof(char *));
+
+    if (!env)
+        return NULL;
+    for (size_t d = 0; d < N_DEFAULT_ENV; d++) {
+        size_t klen = (size_t)(env_key_end(default_env[d]) - default_env[d]);
+        int overridden = 0;
+        for (size_t i = 0; i < m->env_n; i++)
+            if (strncmp(m->env[i], default_env[d], klen + 1) == 0)
+                overridden = 1;
+        if (!overridden)
+            env[n++] = (char *)default_env[d];
+    }
+    for (size_t i = 0; i < m->env_n; i++)
+        env[n++] = (char *)m->env[i];
+    env[n] = NULL;
+    return env;
+}
+
+/* Child side of fork(): only async-signal-safe calls, report failures as
+ * {stage, errno} on the close-on-exec pipe. */
+static void child_exec(const sf_ap_msg *m, const char *cwd, char **env, int out_w, int err_w,
+                       int report)
+{
+    sigset_t none;
+    int rep[2];
+    char *argv[] = {"sh", "-c", (char *)m->cmd, NULL};
+
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    setpgid(0, 0);
+    if (dup2(devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0) {
+        rep[0] = 0;
+        goto fail;
+    }
+    if (chdir(cwd) < 0) {
+        rep[0] = 1;
+        goto fail;
+    }
+    execve("/bin/sh", argv, env);
+    rep[0] = 2;
+fail:
+    rep[1] = errno;
+    if (write(report, rep, sizeof(rep)) < 0) {
+        /* nothing left to tell */
+    }
+    _exit(127);
+}
+
+static void spawn_error(uint32_t id, int stage, int err, const char *cwd)
+{
+    char msg[SF_AP_MSG_MAX];
+
+    if (stage == 1 && (err == ENOENT || err == ENOTDIR))
+        snprintf(msg, sizeof(msg),
+                 "The working directory %.1024s does not exist in the sandbox; create it "
+                 "first (mkdir -p) or pass an existing directory as cwd.", cwd);
+    else if (stage == 1)
+        snprintf(msg, sizeof(msg),
+                 "The working directory %.1024s cannot be entered (%s); pass a directory "
+                 "the sandbox user can access.", cwd, strerror(err));
+    else if (stage == 2)
+        snprintf(msg, sizeof(msg),
+                 "The sandbox cannot start /bin/sh (%s); its root filesystem is damaged, "
+                 "recreate the sandbox.", strerror(err));
+    else
+        snprintf(msg, sizeof(msg), "The command could not be started (%s); retry.",
+                 strerror(err));
+    send_error(id, msg);
+}
+
+static void job_start(const sf_ap_msg *m)
+{
+    const char *cwd = m->cwd ? m->cwd : DEFAULT_CWD;
+    int po[2] = {-1, -1}, pe[2] = {-1, -1}, pr[2] = {-1, -1}, rep[2];
+    job *j = NULL;
+    char **env = NULL;
+    pid_t pid;
+    ssize_t n;
+
+    for (int i = 0; i < JOBS_MAX; i++)
+        if (jobs[i].used && jobs[i].id == m->id) {
+            send_error(m->id, "A command with this request id is already running.");
+            return;
+        }
+    for (int i = 0; i < JOBS_MAX && !j; i++)
+        if (!jobs[i].used)
+            j = &jobs[i];
+    if (!j) {
+        send_error(m->id, "Too many commands are running in this sandbox (limit 64); "
+                          "wait for one to finish, then retry.");
+        return;
+    }
+    memset(j, 0, sizeof(*j));
+    j->fd[0] = j->fd[1] = -1;
+    if (sf_cap_init(&j->cap[0], m->cap) < 0 || sf_cap_init(&j->cap[1], m->cap) < 0 ||
+        !(env = build_env(m)) || pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0 ||
+        pipe2(pr, O_CLOEXEC) < 0) {
+        send_error(m->id, "The sandbox is out of memory or file descriptors; free some "
+                          "resources, then retry.");
+        goto fail;
+    }
+    j->start_ms = mono_ms();
+    pid = fork();
+    if (pid < 0) {
+        if (errno == EAGAIN)
+            send_error(m->id, "The sandbox reached its process limit (fork failed); wait "
+                              "for running commands to end or kill them, then retry.");
+        else
+            send_error(m->id, "The sandbox could not start a process; retry.");
+        goto fail;
+    }
+    if (pid == 0)
+        child_exec(m, cwd, env, po[1], pe[1], pr[1]);
+    setpgid(pid, pid); /* also done by the child: whichever runs first */
+    close(po[1]);
+    close(pe[1]);
+    close(pr[1]);
+    po[1] = pe[1] = pr[1] = -1;
+    do
+        n = read(pr[0], rep, sizeof(rep));
+    while (n < 0 && errno == EINTR);
+    close(pr[0]);
+    pr[0] = -1;
+    free(env);
+    env = NULL;
+    j->used = 1;
+    j->id = m->id;
+    j->pid = pid;
+    j->fd[0] = po[0];
+    j->fd[1] = pe[0];
+    fcntl(po[0], F_SETFL, O_NONBLOCK);
+    fcntl(pe[0], F_SETFL, O_NONBLOCK);
+    j->deadline_ms = j->start_ms + m->timeout_ms;
+    if (n == (ssize_t)sizeof(rep)) {
+        /* The child failed before exec; it exits 127 and is reaped by the loop. */
+        spawn_error(m->id, rep[0], rep[1], cwd);
+        j->id = 0;
+        j->timed_out = -1; /* marker: no result to send */
+    }
+    return;
+fail:
+    free(env);
+    for (int i = 0; i < 2; i++) {
+        if (po[i] >= 0)
+            close(po[i]);
+        if (pe[i] >= 0)
+            close(pe[i]);
+        if (pr[i] >= 0)
+            close(pr[i]);
+    }
+    job_free(j);
+}
+
+static void reap(void)
+{
+    int status;
+    pid_t pid;
+
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        for (int i = 0; i < JOBS_MAX; i++) {
+            job *j = &jobs[i];
+            if (!j->used || j->pid != pid)
+                continue;
+            j->reaped = 1;
+            j->status = status;
+            if (j->timed_out < 0)
+                job_free(j);
+            else
+                job_finish(j);
+            break;
+        }
+    }
+}
+
+static void check_timeouts(int64_t now)
+{
+    for (int i = 0; i < JOBS_MAX; i++) {
+        job *j = &jobs[i];
+        if (j->used && !j->reaped && !j->timed_out && now >= j->deadline_ms) {
+            j->timed_out = 1;
+            kill(-j->pid, SIGKILL);
+            kill(j->pid, SIGKILL);
+        }
+    }
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+static void handle_frame(const char *payload, size_t len)
+{
+    const char *why = NULL;
+    char msg[SF_AP_MSG_MAX];
+    sf_ap_msg m;
+
+    if (sf_ap_decode(payload, len, &m, &why) < 0) {
+        snprintf(msg, sizeof(msg), "The agent rejected a malformed request: %s.", why);
+        send_error(m.id, msg);
+        return;
+    }
+    switch (m.op) {
+    case SF_AP_PING: {
+        sf_ap_msg pong = {.op = SF_AP_PONG, .id = m.id, .version = SF_AP_VERSION};
+        send_msg(&pong);
+        break;
+    }
+    case SF_AP_EXEC:
+        job_start(&m);
+        break;
+    default:
+        send_error(m.id, "The agent only accepts ping and exec requests.");
+        break;
+    }
+    sf_ap_msg_fini(&m);
+}
+
+/* Returns -1 when the worker closed its end. */
+static int read_sock(void)
+{
+    char buf[CHUNK];
+    const char *why = NULL;
+    size_t flen;
+    ssize_t n;
+
+    for (;;) {
+        n = read(sock, buf, sizeof(buf));
+        if (n == 0)
+            return -1;
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN)
+                return 0;
+            return -1;
+        }
+        if (sf_buf_append(&inq, buf, (size_t)n) < 0)
+            die("inbound frame over the limit");
+        for (;;) {
+            if (sf_ap_frame_check(inq.p, inq.len, &flen, &why) < 0)
+                die(why);
+            if (flen == 0)
+                break;
+            handle_frame(inq.p + SF_AP_HDR_LEN, flen - SF_AP_HDR_LEN);
+            sf_buf_consume(&inq, flen);
+        }
+    }
+}
+
+static int flush_sock(void)
+{
+    while (outq.len > 0) {
+        ssize_t n = write(sock, outq.p, outq.len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno == EAGAIN ? 0 : -1;
+        }
+        sf_buf_consume(&outq, (size_t)n);
+    }
+    return 0;
+}
+
+int main(void)
+{
+    struct pollfd pfd[2 + 2 * JOBS_MAX + ORPHANS_MAX];
+    job *owner[2 + 2 * JOBS_MAX + ORPHANS_MAX];
+    int stream[2 + 2 * JOBS_MAX + ORPHANS_MAX];
+    struct stat st;
+    sigset_t mask;
+    int sfd;
+
+    if (fstat(sock, &st) < 0 || !S_ISSOCK(st.st_mode))
+        die("fd 3 must be the worker's socket (run by the sandfleet worker)");
+    fcntl(sock, F_SETFD, FD_CLOEXEC);
+    fcntl(sock, F_SETFL, O_NONBLOCK);
+    signal(SIGPIPE, SIG_IGN);
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (sfd < 0 || devnull < 0)
+        die("cannot set up signalfd or /dev/null");
+    sf_buf_init(&inq, SF_AP_HDR_LEN + SF_AP_FRAME_MAX + CHUNK);
+    sf_buf_init(&outq, OUTQ_MAX);
+
+    for (;;) {
+        int64_t now = mono_ms(), next = -1;
+        int n = 0, timeout;
+
+        pfd[n] = (struct pollfd){.fd = sock, .events = POLLIN | (outq.len ? POLLOUT : 0)};
+        owner[n++] = NULL;
+        pfd[n] = (struct pollfd){.fd = sfd, .events = POLLIN};
+        owner[n++] = NULL;
+        for (int i = 0; i < JOBS_MAX; i++) {
+            job *j = &jobs[i];
+            if (!j->used)
+                continue;
+            for (int s = 0; s < 2; s++)
+                if (j->fd[s] >= 0) {
+                    stream[n] = s;
+                    owner[n] = j;
+                    pfd[n++] = (struct pollfd){.fd = j->fd[s], .events = POLLIN};
+                }
+            if (!j->reaped && !j->timed_out && (next < 0 || j->deadline_ms < next))
+                next = j->deadline_ms;
+        }
+        for (int i = 0; i < n_orphans; i++) {
+            owner[n] = NULL;
+            stream[n] = i;
+            pfd[n++] = (struct pollfd){.fd = orphans[i], .events = POLLIN};
+        }
+        timeout = next < 0 ? -1 : next <= now ? 0 : (int)(next - now > 60000 ? 60000 : next - now);
+        if (poll(pfd, (nfds_t)n, timeout) < 0) {
+            if (errno == EINTR)
+                continue;
+            die("poll failed");
+        }
+        if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR))
+            if (read_sock() < 0)
+                _exit(0); /* worker gone: ending init ends the sandbox */
+        for (int i = 2; i < n; i++) {
+            if (!pfd[i].revents)
+                continue;
+            if (owner[i]) {
+                if (owner[i]->used && owner[i]->fd[stream[i]] == pfd[i].fd)
+                    drain(owner[i], stream[i]);
+            } else {
+                char buf[CHUNK];
+                ssize_t r = read(pfd[i].fd, buf, sizeof(buf));
+                if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+                    int k = stream[i];
+                    close(orphans[k]);
+                    orphans[k] = -1;
+                }
+            }
+        }
+        /* compact closed orphans */
+        for (int i = 0, w = 0, total = n_orphans; i < total; i++) {
+            if (orphans[i] >= 0)
+                orphans[w++] = orphans[i];
+            else
+                n_orphans--;
+        }
+        if (pfd[1].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+                ;
+        }
+        reap();
+        check_timeouts(mono_ms());
+        if (outq.len && flush_sock() < 0)
+            _exit(0);
+    }
+}

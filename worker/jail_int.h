@@ -1,0 +1,132 @@
+/* Internal interfaces of the jail driver's modules (not for the rest of the
+ * worker: use sandbox.h).
+ *   template.c    busybox template rootfs
+ *   cgroup.c      v1/v2 cgroups: parents, per-sandbox groups, teardown
+ *   jail_fs.c     uid slots, per-sandbox directories, tree removal
+ *   jail_seccomp.c the seccomp deny-list, compiled once to BPF
+ *   jail_spawn.c  clone3 into new namespaces, the child's setup, exec of the agent
+ *   jail_agent.c  the worker's side of the agent protocol (libevent)
+ *   jail.c        the public API (sandbox.h) tying them together */
+#ifndef WK_JAIL_INT_H
+#define WK_JAIL_INT_H
+
+#include <linux/filter.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "sandbox.h"
+
+#define WK_UID_RANGE 65536u           /* uids/gids per sandbox */
+#define WK_SLOTS_MAX 4096             /* sandboxes per host (uid ranges) */
+#define WK_UID_BASE_DEFAULT 200000u
+#define WK_MEMORY_DEFAULT (512ull << 20)
+#define WK_PIDS_DEFAULT 256
+#define WK_CAP_DEFAULT 32768u
+#define WK_TIMEOUT_DEFAULT 60000u
+#define WK_EXECS_MAX 64               /* concurrent execs per sandbox (agent too) */
+#define WK_PING_TIMEOUT_MS 5000       /* agent start-up */
+#define WK_EXEC_GRACE_MS 5000         /* worker-side deadline = timeout + grace */
+#define WK_UID_LOCK_DIR "/run/sandfleet/uid-slots"
+#define WK_PATH_MAX 4096
+
+/* ---- template.c ---- */
+/* Builds state_dir/templates/base/rootfs once (atomically, by rename). */
+int wk_template_ensure(const char *state_dir, const char **why);
+/* Writes state_dir/templates/base/rootfs; -ENAMETOOLONG. */
+int wk_template_path(const char *state_dir, char *buf, size_t n);
+/* Removes unfinished builds (templates/base/rootfs.tmp-*). */
+void wk_template_cleanup(const char *state_dir);
+
+/* ---- cgroup.c ---- */
+enum { WK_CG_MEMORY, WK_CG_PIDS, WK_CG_FREEZER, WK_CG_N };
+
+typedef struct wk_cgroup {
+    int v2;
+    char dir[WK_CG_N][256];   /* "" when absent (v2 uses dir[0] only) */
+    int fd;                   /* v2: directory fd for CLONE_INTO_CGROUP, else -1 */
+} wk_cgroup;
+
+/* Detects v2 (memory+pids controllers at the root) or v1 (memory, pids,
+ * optional freezer) and creates the `sandfleet` parents. Cached. */
+int wk_cgroup_host_init(const char **why);
+int wk_cgroup_is_v2(void);
+/* Creates sandfleet/<id> in each hierarchy with the limits. */
+int wk_cgroup_create(wk_cgroup *cg, const char *id, uint64_t memory, int pids, const char **why);
+/* v1: moves pid into every group (v2 uses CLONE_INTO_CGROUP). */
+int wk_cgroup_attach(const wk_cgroup *cg, pid_t pid);
+/* Thaws, kills what is left inside, removes the groups. Idempotent. 0 or the
+ * first rmdir error. */
+int wk_cgroup_destroy(wk_cgroup *cg);
+/* Fills cg for an existing sandbox id (cleanup after a restart). */
+void wk_cgroup_lookup(wk_cgroup *cg, const char *id);
+
+/* ---- jail_fs.c ---- */
+/* Claims a free uid range: flock on WK_UID_LOCK_DIR/<first uid>.lock, kept
+ * while the sandbox lives (the kernel drops it if the worker dies). */
+int wk_slot_acquire(uint32_t uid_base, uint32_t *host_uid, int *lock_fd);
+/* Creates state_dir/sandboxes/<id>/{upper,work,rootfs}, upper/{root,tmp,home,run}
+ * owned by host_uid (sandbox root). -EEXIST when the id is in use. */
+int wk_sbdir_create(const char *sbdir, uint32_t host_uid, const char **why);
+/* Removes a directory tree without following symlinks, any depth, O(1) fds. */
+int wk_rmtree(const char *path);
+/* Opens (O_PATH|O_DIRECTORY|O_CLOEXEC) path; -errno. */
+int wk_open_dir(const char *path);
+/* Creates path and its missing parents with mode (existing ones untouched). */
+int wk_mkdir_p(const char *path, mode_t mode);
+
+/* ---- jail_seccomp.c ---- */
+/* The deny-list as a BPF program, compiled on first use and kept. */
+int wk_seccomp_prog(const struct sock_fprog **prog, const char **why);
+
+/* ---- jail_spawn.c ---- */
+typedef struct wk_spawn_args {
+    const char *lower;        /* template rootfs */
+    const char *sbdir;        /* state_dir/sandboxes/<id> */
+    const char *agent_path;
+    const char *hostname;
+    uint32_t host_uid;        /* host uid/gid of sandbox root */
+    const wk_cgroup *cg;
+    const struct sock_fprog *seccomp;
+    int sock;                 /* the agent's end, becomes its fd 3 */
+} wk_spawn_args;
+
+/* Starts the jail: returns once its init exec'd the agent (or failed).
+ * *pidfd is a pidfd of the init (close-on-exec). */
+int wk_spawn(const wk_spawn_args *a, pid_t *pid, int *pidfd, const char **why);
+/* SIGKILL the init through its pidfd and reap it (the kernel has ended every
+ * process of the pid namespace when this returns). Closes *pidfd. */
+void wk_spawn_kill(int *pidfd);
+
+/* ---- jail_agent.c ---- */
+typedef struct wk_req wk_req;
+
+struct wk_sandbox {
+    char id[64];
+    struct event_base *base;
+    pid_t pid;
+    int pidfd;
+    int slot_fd;
+    uint32_t host_uid;
+    wk_cgroup cg;
+    char sbdir[WK_PATH_MAX];
+    struct bufferevent *bev;
+    const char *dead;         /* non-NULL once the agent is gone: the error for execs */
+    uint32_t next_id;
+    wk_req *reqs;             /* pending execs */
+    int n_reqs;
+    int depth;                /* > 0 while this sandbox runs callbacks */
+    int killed;               /* wk_sandbox_kill ran; freed when depth drops to 0 */
+};
+
+/* Sends a ping on the (blocking) socket and waits for the pong. */
+int wk_agent_ping(int fd, int timeout_ms, const char **why);
+/* Hands the socket to libevent. */
+int wk_agent_attach(wk_sandbox *sb, int fd);
+/* Fails every pending exec with `error` (callbacks run now). */
+void wk_agent_fail_all(wk_sandbox *sb, const char *error);
+/* Frees the connection (closes the socket). */
+void wk_agent_detach(wk_sandbox *sb);
+/* Frees sb when it was killed and no callback of it is running. */
+void wk_sandbox_release(wk_sandbox *sb);
+
+#endif
