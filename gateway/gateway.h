@@ -8,6 +8,7 @@
 #include "sf_daemon.h"
 #include "sf_map.h"
 #include "sf_redis.h"
+#include "sf_tools.h"
 
 #include <jansson.h>
 
@@ -24,11 +25,6 @@ typedef struct gw_cfg {
     char *allowed_origins;      /* comma-separated; localhost origins are always allowed */
 } gw_cfg;
 
-typedef struct gw_tool {
-    char *name;
-    json_t *schema;    /* validation schema (the file) */
-} gw_tool;
-
 typedef struct gw_ctx {
     sf_daemon d;
     gw_cfg cfg;
@@ -40,15 +36,13 @@ typedef struct gw_ctx {
     rd_kafka_t *producer, *consumer;
     sf_kafka_pump *pump;
     sf_map *pending;          /* job id -> gw_pending */
-    gw_tool *tools;
-    size_t ntools;
+    sf_toolset tools;         /* schemas/tools/*.json */
     json_t *tools_list;       /* the tools/list result, built once */
 } gw_ctx;
 
 /* tools.c */
 int gw_tools_load(gw_ctx *ctx, char *why, size_t whylen);
 void gw_tools_free(gw_ctx *ctx);
-const gw_tool *gw_tools_find(const gw_ctx *ctx, const char *name);
 
 /* jobs.c: publish a job and wait for its one final reply. */
 typedef void (*gw_job_cb)(void *arg, const sf_reply *reply); /* reply NULL = deadline passed */

@@ -56,7 +56,7 @@ int main(int argc, char **argv)
         goto out;
     }
     sf_info("msg=\"gateway up\" url=http://%s:%d/mcp id=%s tools=%zu", ctx.cfg.listen_addr,
-            gw_http_server_port(ctx.http), ctx.id, ctx.ntools);
+            gw_http_server_port(ctx.http), ctx.id, ctx.tools.n);
     event_base_dispatch(ctx.d.base);
     rc = 0;
 out:

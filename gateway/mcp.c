@@ -3,7 +3,6 @@
  * replies to CallToolResult. */
 #include "gateway.h"
 #include "sf_log.h"
-#include "sf_schema.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -133,7 +132,6 @@ static void tools_call(mcp_call *c, json_t *params)
     gw_ctx *ctx = c->ctx;
     const char *name = json_string_value(json_object_get(params, "name"));
     json_t *args = json_object_get(params, "arguments");
-    const gw_tool *tool;
     char why[512];
     sf_job job;
     int rc;
@@ -142,7 +140,7 @@ static void tools_call(mcp_call *c, json_t *params)
         respond_rpc_error(c, 200, -32602, "Invalid params: 'name' (the tool name) is required.");
         goto done;
     }
-    if (!(tool = gw_tools_find(ctx, name))) {
+    if (!sf_toolset_find(&ctx->tools, name)) {
         snprintf(why, sizeof(why), "Unknown tool '%.64s'; call tools/list to see the tools.", name);
         respond_rpc_error(c, 200, -32602, why);
         goto done;
@@ -152,7 +150,7 @@ static void tools_call(mcp_call *c, json_t *params)
         goto done;
     }
     args = args ? json_incref(args) : json_object();
-    if (sf_schema_validate(tool->schema, args, why, sizeof(why)) < 0) {
+    if (sf_toolset_validate(&ctx->tools, name, args, why, sizeof(why)) < 0) {
         json_decref(args);
         respond_tool_error(c, why);
         goto done;

@@ -9,7 +9,7 @@ static const sf_cfg_entry cfg_table[] = {
     SF_CFG_I(sch_cfg, host_ttl_ms, "5000", 500, 600000,
              "a host is live while its last heartbeat is younger than this"),
     SF_CFG_I(sch_cfg, team_sandbox_limit, "100", 1, 1000000, "sandboxes one team may have"),
-    SF_CFG_I(sch_cfg, max_inflight, "10000", 1, 1000000, "jobs in flight before consumption pauses"),
+    SF_CFG_S(sch_cfg, schemas_dir, "schemas/tools", "folder of the tool JSON Schemas"),
 };
 
 int main(int argc, char **argv)
@@ -27,6 +27,10 @@ int main(int argc, char **argv)
     }
     if (sf_daemon_init(&ctx.d, "scheduler", &ctx.cfg.common) < 0)
         goto out;
+    if (sf_toolset_load(&ctx.tools, ctx.cfg.schemas_dir, why, sizeof(why)) < 0) {
+        sf_error("msg=\"cannot load the tool schemas\" err=\"%s\"", why);
+        goto out;
+    }
     if (!(ctx.redis = sf_redis_new(ctx.d.base, ctx.cfg.common.redis_url, why, sizeof(why))) ||
         !(ctx.producer = sf_kafka_producer_new(&ctx.d.kafka, why, sizeof(why))) ||
         !(ctx.consumer = sf_kafka_consumer_new(&ctx.d.kafka, "sf-scheduler", why, sizeof(why)))) {
@@ -56,6 +60,7 @@ out:
     }
     sf_kafka_track_free(ctx.track);
     sf_redis_free(ctx.redis);
+    sf_toolset_fini(&ctx.tools);
     sf_daemon_fini(&ctx.d);
     sf_config_free(cfg_table, SF_ARRAY_LEN(cfg_table), &ctx.cfg);
     return rc;

@@ -69,6 +69,31 @@ static int is_host_tool(const char *tool)
     return 0;
 }
 
+/* The sandbox a job acts on is args.sandbox_id; batch producers may leave the envelope's
+ * `sandbox` empty, but may not make it disagree. A new sandbox gets its id here if the
+ * producer did not choose one. -1 when the call was answered. */
+static int bind_sandbox(sch_call *c)
+{
+    const char *sid = json_string_value(json_object_get(c->job.args, "sandbox_id"));
+    char text[256];
+
+    if (!strcmp(c->job.tool, "sandbox_create")) {
+        if (!c->job.sandbox[0])
+            sf_id_new(c->job.sandbox, "sb_");
+        return 0;
+    }
+    if (!sid)
+        return 0;
+    if (!sf_id_valid(sid) || (c->job.sandbox[0] && strcmp(sid, c->job.sandbox) != 0)) {
+        snprintf(text, sizeof(text), "No sandbox with id '%.63s' exists for your team; call "
+                 "sandbox_list to see your sandboxes, or sandbox_create to make one.", sid);
+        sch_reply_error(c, SF_ERR_NOT_FOUND, text);
+        return -1;
+    }
+    snprintf(c->job.sandbox, sizeof(c->job.sandbox), "%s", sid);
+    return 0;
+}
+
 void sch_on_message(void *arg, rd_kafka_message_t *msg)
 {
     sch_ctx *ctx = arg;
@@ -103,6 +128,15 @@ void sch_on_message(void *arg, rd_kafka_message_t *msg)
                         "The call waited in the queue past its deadline; retry it.");
         return;
     }
+    {
+        char why2[512];
+        if (sf_toolset_validate(&ctx->tools, c->job.tool, c->job.args, why2, sizeof(why2)) < 0) {
+            sch_reply_error(c, SF_ERR_INVALID, why2);
+            return;
+        }
+    }
+    if (bind_sandbox(c) < 0)
+        return;
     if (!strcmp(c->job.tool, "sandbox_create"))
         sch_store_create(c);
     else if (!strcmp(c->job.tool, "sandbox_list"))

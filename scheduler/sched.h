@@ -6,12 +6,13 @@
 #include "sf_codec.h"
 #include "sf_daemon.h"
 #include "sf_redis.h"
+#include "sf_tools.h"
 
 typedef struct sch_cfg {
     sf_common_cfg common;
     int64_t host_ttl_ms;        /* a host is live while its heartbeat is younger than this */
     int64_t team_sandbox_limit; /* sandboxes per team */
-    int64_t max_inflight;       /* jobs taken but not finished */
+    char *schemas_dir;          /* tool schemas: arguments are checked here too */
 } sch_cfg;
 
 typedef struct sch_ctx {
@@ -21,6 +22,7 @@ typedef struct sch_ctx {
     rd_kafka_t *producer, *consumer;
     sf_kafka_pump *pump;
     sf_kafka_track *track;
+    sf_toolset tools;
 } sch_ctx;
 
 /* One job being handled; freed by sch_call_done. */

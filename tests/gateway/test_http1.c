@@ -806,6 +806,28 @@ static void test_headers_too_large(void **state)
     free(req);
 }
 
+static void test_headers_limit_custom(void **state)
+{
+    gw_http_limits lim = {.max_header_bytes = 1024};
+    char req[2048], val[1400];
+    cli *c;
+    resp r;
+
+    server_stop();
+    server_start(&lim);
+    memset(val, 'v', sizeof(val));
+    val[800] = '\0';
+    snprintf(req, sizeof(req), "GET /hdr?x-v HTTP/1.1\r\nHost: x\r\nX-V: %s\r\n\r\n", val);
+    c = cli_connect();
+    request(c, req, &r, 200, val);
+    resp_fini(&r);
+    cli_close(c);
+    val[800] = 'v';
+    val[1300] = '\0';
+    snprintf(req, sizeof(req), "GET /hdr?x-v HTTP/1.1\r\nHost: x\r\nX-V: %s\r\n\r\n", val);
+    expect_error(req, 431, "request headers too large: the limit is 1 KiB");
+}
+
 static void test_expect_continue(void **state)
 {
     cli *c = cli_connect();
@@ -1044,6 +1066,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_chunked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_headers_too_large, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_headers_limit_custom, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expect_continue, setup, teardown),
         cmocka_unit_test_setup_teardown(test_head, setup, teardown),
         cmocka_unit_test_setup_teardown(test_response_headers, setup, teardown),

@@ -1,0 +1,29 @@
+/* sf_tools: the tool catalogue, read from schemas/tools/*.json. Each file is the JSON
+ * Schema of one tool's arguments, with the tool's name (title), description and MCP
+ * annotations (x-annotations). The gateway serves it and validates calls with it; the
+ * scheduler validates jobs from batch producers with it. */
+#ifndef SF_TOOLS_H
+#define SF_TOOLS_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+typedef struct sf_tool {
+    char *name;
+    json_t *schema; /* the file as loaded */
+} sf_tool;
+
+typedef struct sf_toolset {
+    sf_tool *tools;
+    size_t n;
+} sf_toolset;
+
+/* Loads and checks every *.json in dir. 0, or -EINVAL with why naming the file. */
+int sf_toolset_load(sf_toolset *set, const char *dir, char *why, size_t whylen);
+void sf_toolset_fini(sf_toolset *set);
+const sf_tool *sf_toolset_find(const sf_toolset *set, const char *name);
+/* 0; -ENOENT unknown tool; -EINVAL arguments invalid. why gets one actionable sentence. */
+int sf_toolset_validate(const sf_toolset *set, const char *name, const json_t *args, char *why,
+                        size_t whylen);
+
+#endif

@@ -1,0 +1,52 @@
+// Latency of MCP calls through the whole pipeline, with MCP ping as the baseline.
+// Uses fetch with keep-alive and a session, as the SDK does, without the SDK's own cost.
+import { env, url } from '../e2e/lib.mjs';
+
+const n = Number(process.argv[2] ?? 300);
+const headers = { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream',
+  Authorization: `Bearer ${env.SF_KEY_ALPHA}` };
+let seq = 0;
+async function rpc(method, params) {
+  const res = await fetch(url, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', id: ++seq, method, params }) });
+  const j = await res.json();
+  if (j.error || j.result?.isError) throw new Error(JSON.stringify(j));
+  return j.result;
+}
+const tool = (name, args) => rpc('tools/call', { name, arguments: args });
+
+const init = await fetch(url, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', id: 0, method: 'initialize',
+  params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'bench', version: '1' } } }) });
+headers['Mcp-Session-Id'] = init.headers.get('mcp-session-id');
+headers['MCP-Protocol-Version'] = '2025-06-18';
+
+async function measure(label, count, fn) {
+  for (let i = 0; i < Math.min(20, count); i++) await fn(); // warm-up
+  const t = [];
+  for (let i = 0; i < count; i++) {
+    const s = process.hrtime.bigint();
+    await fn();
+    t.push(Number(process.hrtime.bigint() - s) / 1e6);
+  }
+  t.sort((a, b) => a - b);
+  const q = (p) => t[Math.min(t.length - 1, Math.floor(p * t.length))];
+  return { label, n: count, p50: q(0.5), p90: q(0.9), p99: q(0.99), mean: t.reduce((a, b) => a + b, 0) / t.length };
+}
+
+const sb = (await tool('sandbox_create', { name: 'bench' })).structuredContent.id;
+const rows = [];
+rows.push(await measure('ping (baseline: gateway only)', n, () => rpc('ping', {})));
+rows.push(await measure('sandbox_list (gw->kafka->scheduler->redis)', n, () => tool('sandbox_list', {})));
+rows.push(await measure('sandbox_exec "true" (full pipeline)', n, () => tool('sandbox_exec', { sandbox_id: sb, command: 'true' })));
+const created = [];
+rows.push(await measure('sandbox_create', Math.max(10, Math.floor(n / 10)), async () => {
+  created.push((await tool('sandbox_create', {})).structuredContent.id);
+}));
+for (const id of [sb, ...created]) await tool('sandbox_kill', { sandbox_id: id });
+
+const base = rows[0].p50;
+const f = (x) => x.toFixed(2).padStart(8);
+console.log(`\nsandfleet spine benchmark: ${n} sequential calls per row, keep-alive HTTP/1.1, one client`);
+console.log(`${'operation'.padEnd(44)} ${'n'.padStart(5)} ${'p50 ms'.padStart(8)} ${'p90 ms'.padStart(8)} ${'p99 ms'.padStart(8)} ${'mean ms'.padStart(8)} ${'p50/base'.padStart(9)}`);
+for (const r of rows)
+  console.log(`${r.label.padEnd(44)} ${String(r.n).padStart(5)} ${f(r.p50)} ${f(r.p90)} ${f(r.p99)} ${f(r.mean)} ${(r.p50 / base).toFixed(1).padStart(8)}x`);
+console.log('\ntargets: sandbox_exec p50 <= 10 ms, sandbox_create p50 <= 50 ms');

@@ -1,0 +1,163 @@
+/* The queue as a batch producer sees it: jobs put straight on sf.jobs get answered,
+ * and broken msgpack is dead-lettered with an error reply instead of being lost or
+ * crashing anything. Runs against the e2e stack (SF_E2E_STATE/env). */
+#include "sf_codec.h"
+#include "sf_kafka.h"
+#include "sf_mpjson.h"
+
+#include <msgpack.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char brokers[1024], topic[SF_TOPIC_MAX];
+static rd_kafka_t *producer, *consumer;
+
+#define CHECK(cond, ...)                                                                       \
+    do {                                                                                       \
+        if (!(cond)) {                                                                         \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                               \
+            fprintf(stderr, __VA_ARGS__);                                                      \
+            fprintf(stderr, "\n");                                                             \
+            exit(1);                                                                           \
+        }                                                                                      \
+    } while (0)
+
+static void read_env(void)
+{
+    char path[4096], line[2048];
+    const char *state = getenv("SF_E2E_STATE");
+    FILE *f;
+
+    CHECK(state, "SF_E2E_STATE is not set (run through ctest)");
+    snprintf(path, sizeof(path), "%s/env", state);
+    CHECK((f = fopen(path, "r")), "cannot open %s", path);
+    while (fgets(line, sizeof(line), f))
+        if (!strncmp(line, "SF_KAFKA_BROKERS=", 17)) {
+            snprintf(brokers, sizeof(brokers), "%s", line + 17);
+            brokers[strcspn(brokers, "\n")] = 0;
+        }
+    fclose(f);
+    CHECK(brokers[0], "no SF_KAFKA_BROKERS in %s", path);
+}
+
+/* Waits for the reply to job id; returns it decoded (caller finis) or fails the test. */
+static void await_reply(const char *id, sf_reply *out)
+{
+    int64_t until = sf_mono_ms() + 30000;
+
+    while (sf_mono_ms() < until) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(consumer, 100);
+        const char *why;
+        if (!m)
+            continue;
+        if (!m->err && sf_reply_decode(m->payload, m->len, out, &why) == 0) {
+            if (!strcmp(out->id, id)) {
+                rd_kafka_message_destroy(m);
+                return;
+            }
+            sf_reply_fini(out);
+        }
+        rd_kafka_message_destroy(m);
+    }
+    CHECK(0, "no reply for %s within 30 s", id);
+}
+
+static void produce_job(const char *id, const char *tool, json_t *args)
+{
+    sf_job j;
+    sf_buf b;
+
+    sf_job_init(&j);
+    snprintf(j.id, sizeof(j.id), "%s", id);
+    snprintf(j.team, sizeof(j.team), "batch");
+    snprintf(j.tool, sizeof(j.tool), "%s", tool);
+    snprintf(j.reply, sizeof(j.reply), "%s", topic);
+    j.deadline_ms = sf_now_ms() + 30000;
+    j.args = args;
+    sf_buf_init(&b, SF_MSG_MAX);
+    CHECK(sf_job_encode(&j, &b) == 0, "encode");
+    CHECK(sf_kafka_produce(producer, SF_TOPIC_JOBS, "batch", b.p, b.len) == 0, "produce");
+    sf_buf_fini(&b);
+    sf_job_fini(&j);
+}
+
+static int w(void *data, const char *p, size_t n)
+{
+    return sf_buf_append(data, p, n) < 0 ? -1 : 0;
+}
+
+int main(void)
+{
+    sf_kafka_settings s = {brokers, 5, 6000, 0};
+    char why[512], rid[SF_ID_MAX];
+    sf_reply r;
+    sf_buf b;
+    msgpack_packer pk;
+
+    read_env();
+    sf_id_new(rid, "qt_");
+    snprintf(topic, sizeof(topic), SF_TOPIC_REPLY_PREFIX "%s", rid);
+    CHECK((producer = sf_kafka_producer_new(&s, why, sizeof(why))), "%s", why);
+    CHECK((consumer = sf_kafka_consumer_new(&s, rid, why, sizeof(why))), "%s", why);
+    CHECK(sf_kafka_assign_all(consumer, producer, topic, RD_KAFKA_OFFSET_BEGINNING, 5000) == 0,
+          "assign %s", topic);
+    rd_kafka_poll_set_consumer(consumer);
+
+    /* 1. Pure garbage: dead-lettered; nobody to answer, nothing must break. */
+    CHECK(sf_kafka_produce(producer, SF_TOPIC_JOBS, "junk", "\xc1\xff\x00garbage", 10) == 0, "p");
+
+    /* 2. A job whose id and reply are readable but whose args are not a map. */
+    sf_buf_init(&b, 4096);
+    msgpack_packer_init(&pk, &b, w);
+    msgpack_pack_map(&pk, 7);
+    sf_mp_pack_str(&pk, "v");
+    msgpack_pack_int(&pk, 1);
+    sf_mp_pack_kv_str(&pk, "id", "job_broken1");
+    sf_mp_pack_kv_str(&pk, "team", "batch");
+    sf_mp_pack_kv_str(&pk, "tool", "sandbox_list");
+    sf_mp_pack_kv_str(&pk, "reply", topic);
+    sf_mp_pack_str(&pk, "deadline");
+    msgpack_pack_int64(&pk, sf_now_ms() + 30000);
+    sf_mp_pack_kv_str(&pk, "args", "not a map");
+    CHECK(sf_kafka_produce(producer, SF_TOPIC_JOBS, "batch", b.p, b.len) == 0, "p");
+    sf_buf_fini(&b);
+    await_reply("job_broken1", &r);
+    CHECK(r.kind == SF_REPLY_ERROR, "broken job answered with an error");
+    CHECK(!strcmp(r.code, SF_ERR_INVALID), "code %s", r.code);
+    CHECK(strstr(r.message, "'args' must be a map"), "message names the field: %s", r.message);
+    printf("ok - broken msgpack job answered: %s\n", r.message);
+    sf_reply_fini(&r);
+
+    /* 3. Valid jobs from a batch producer are served like MCP calls. */
+    produce_job("job_batch1", "sandbox_list", json_object());
+    await_reply("job_batch1", &r);
+    CHECK(r.kind == SF_REPLY_RESULT, "list answered: %s", r.message ? r.message : "");
+    CHECK(json_is_array(json_object_get(r.result, "sandboxes")), "sandboxes array");
+    printf("ok - batch sandbox_list answered\n");
+    sf_reply_fini(&r);
+
+    /* 4. Arguments are validated for batch producers too. */
+    produce_job("job_batch2", "sandbox_exec", json_pack("{s:s, s:i}", "sandbox_id", "sb_x",
+                                                        "command", 5));
+    await_reply("job_batch2", &r);
+    CHECK(r.kind == SF_REPLY_ERROR && strstr(r.message, "command"),
+          "invalid args rejected naming the field: %s", r.message ? r.message : "");
+    printf("ok - batch job with bad arguments rejected: %s\n", r.message);
+    sf_reply_fini(&r);
+
+    /* 5. An unknown tool. */
+    produce_job("job_batch3", "sandbox_teleport", json_object());
+    await_reply("job_batch3", &r);
+    CHECK(r.kind == SF_REPLY_ERROR && strstr(r.message, "Unknown tool"), "unknown tool: %s",
+          r.message ? r.message : "");
+    printf("ok - unknown tool rejected\n");
+    sf_reply_fini(&r);
+
+    rd_kafka_consumer_close(consumer);
+    rd_kafka_destroy(consumer);
+    rd_kafka_flush(producer, 2000);
+    rd_kafka_destroy(producer);
+    printf("4 passed, 0 failed\n");
+    return 0;
+}

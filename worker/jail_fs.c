@@ -1,0 +1,199 @@
+/* Host-side files of jail sandboxes: uid slots, the per-sandbox directory and
+ * its removal.
+ *
+ * uid slots: sandbox slot s maps its uids/gids 0..65535 to host
+ * uid_base + s*65536 .. + 65535. A slot is claimed with an flock on
+ * WK_UID_LOCK_DIR/<first host uid>.lock, held for the sandbox's life, so
+ * workers (and tests) on one host never share a range; a crashed worker's
+ * locks vanish with it.
+ *
+ * state_dir/sandboxes/<id>/ (owned by the sandbox's root, 0700):
+ *   upper/   overlay upper layer; root/ (0700), tmp/ (1777), home/, run/ are
+ *            pre-created here so they belong to the sandbox's root, while the
+ *            template's other directories stay host root's (read-only inside)
+ *   work/    overlay work directory
+ *   rootfs/  overlay mount point (only inside the sandbox's mount namespace) */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "jail_int.h"
+
+int wk_open_dir(const char *path)
+{
+    int fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    return fd < 0 ? -errno : fd;
+}
+
+int wk_mkdir_p(const char *path, mode_t mode)
+{
+    char p[WK_PATH_MAX];
+    size_t n = strlen(path);
+
+    if (n == 0 || n >= sizeof(p))
+        return -ENAMETOOLONG;
+    memcpy(p, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (p[i] != '/' && p[i] != '\0')
+            continue;
+        p[i] = '\0';
+        if (mkdir(p, mode) < 0 && errno != EEXIST)
+            return -errno;
+        p[i] = i == n ? '\0' : '/';
+    }
+    return 0;
+}
+
+int wk_slot_acquire(uint32_t uid_base, uint32_t *host_uid, int *lock_fd)
+{
+    static uint32_t hint;
+    static int dir_ready;
+    uint32_t nslots = (UINT32_MAX - uid_base) / WK_UID_RANGE;
+    char path[128];
+    int rc;
+
+    if (nslots > WK_SLOTS_MAX)
+        nslots = WK_SLOTS_MAX;
+    if (nslots == 0)
+        return -EINVAL;
+    if (!dir_ready) {
+        if ((rc = wk_mkdir_p(WK_UID_LOCK_DIR, 0700)) < 0)
+            return rc;
+        dir_ready = 1;
+    }
+    for (uint32_t i = 0; i < nslots; i++) {
+        uint32_t s = (hint + i) % nslots, uid = uid_base + s * WK_UID_RANGE;
+        int fd;
+
+        snprintf(path, sizeof(path), WK_UID_LOCK_DIR "/%u.lock", uid);
+        if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0)
+            return -errno;
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            hint = s + 1;
+            *host_uid = uid;
+            *lock_fd = fd;
+            return 0;
+        }
+        close(fd);
+    }
+    return -EAGAIN;
+}
+
+static const struct {
+    const char *name;
+    mode_t mode;
+} sb_dirs[] = {
+    {"upper", 0755},      {"work", 0700},      {"rootfs", 0755},    {"upper/root", 0700},
+    {"upper/tmp", 01777}, {"upper/home", 0755}, {"upper/run", 0755},
+};
+
+int wk_sbdir_create(const char *sbdir, uint32_t host_uid, const char **why)
+{
+    int fd, rc = 0;
+
+    if (mkdir(sbdir, 0700) < 0) {
+        rc = -errno;
+        *why = rc == -EEXIST ? "A sandbox with this id already exists on this host; pick another id."
+                             : "Cannot create the sandbox directory; check that state_dir/sandboxes is writable.";
+        return rc;
+    }
+    if ((fd = open(sbdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+        fchown(fd, host_uid, host_uid) < 0)
+        goto fail;
+    for (size_t i = 0; i < sizeof(sb_dirs) / sizeof(sb_dirs[0]); i++)
+        if (mkdirat(fd, sb_dirs[i].name, 0700) < 0 ||
+            fchownat(fd, sb_dirs[i].name, host_uid, host_uid, AT_SYMLINK_NOFOLLOW) < 0 ||
+            fchmodat(fd, sb_dirs[i].name, sb_dirs[i].mode, 0) < 0)
+            goto fail;
+    close(fd);
+    return 0;
+fail:
+    rc = -errno;
+    if (fd >= 0)
+        close(fd);
+    wk_rmtree(sbdir);
+    *why = "Cannot prepare the sandbox directory; check state_dir.";
+    return rc;
+}
+
+/* Empties the directory open at fd (closed here). Walks down into non-empty
+ * subdirectories and back up through "..", so depth costs no descriptors:
+ * a sandbox may leave trees deeper than PATH_MAX. */
+static int empty_dir(int fd)
+{
+    int depth = 0, rc = 0;
+
+    for (;;) {
+        struct dirent *e;
+        int down = -1, dfd = dup(fd);
+        DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+
+        if (!d) {
+            rc = -errno;
+            if (dfd >= 0)
+                close(dfd);
+            break;
+        }
+        while ((e = readdir(d))) {
+            const char *n = e->d_name;
+            if (n[0] == '.' && (n[1] == '\0' || (n[1] == '.' && n[2] == '\0')))
+                continue;
+            if (unlinkat(fd, n, 0) == 0 || errno == ENOENT)
+                continue;
+            if (errno != EISDIR) {
+                rc = -errno;
+                break;
+            }
+            if (unlinkat(fd, n, AT_REMOVEDIR) == 0 || errno == ENOENT)
+                continue;
+            if (errno != ENOTEMPTY && errno != EEXIST) {
+                rc = -errno;
+                break;
+            }
+            if ((down = openat(fd, n, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+                rc = -errno;
+            break;
+        }
+        closedir(d);
+        if (rc < 0)
+            break;
+        if (down >= 0) {
+            close(fd);
+            fd = down;
+            depth++;
+            continue;
+        }
+        if (depth == 0)
+            break;
+        /* This level is empty: go up; the parent's rescan removes it. */
+        down = openat(fd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        close(fd);
+        if (down < 0)
+            return -errno;
+        fd = down;
+        depth--;
+    }
+    close(fd);
+    return rc;
+}
+
+int wk_rmtree(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), rc;
+
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return 0;
+        if (errno == ENOTDIR || errno == ELOOP)
+            return unlink(path) < 0 ? -errno : 0;
+        return -errno;
+    }
+    if ((rc = empty_dir(fd)) < 0)
+        return rc;
+    return rmdir(path) < 0 && errno != ENOENT ? -errno : 0;
+}

@@ -1,0 +1,422 @@
+/* Starting a jail: clone3 into new user, pid, mount, net, ipc and uts
+ * namespaces (cgroup namespace right after the move into the sandbox's
+ * cgroups), set the jail up from inside, exec the agent as pid 1.
+ *
+ * Parent (worker)                         Child (future pid 1)
+ *   clone3(CLONE_NEW*, CLONE_PIDFD)  ---->  waits on the go pipe
+ *   writes uid_map/gid_map (0 -> host_uid, 65536 ids), moves it into the
+ *   v1 cgroups, writes the go byte   ---->  setsid; becomes root of its userns;
+ *                                           unshare(CLONE_NEWCGROUP); private
+ *                                           mounts; overlay (lower = template,
+ *                                           upper/work = sandbox dir) on rootfs;
+ *                                           /proc, /dev (tmpfs + bound device
+ *                                           nodes, devpts, shm), agent bound
+ *                                           read-only; hostname; lo up;
+ *                                           pivot_root, old root detached; caps
+ *                                           bounded; fds: 0-2 /dev/null, 3 the
+ *                                           socket; no_new_privs; seccomp; exec
+ *   reads the error pipe: EOF = exec'd <----  or {errno, step} on failure
+ *
+ * The child runs in a copy of a possibly multi-threaded process, so it makes
+ * only raw syscalls (no malloc, no stdio, no glibc set*id broadcasts); every
+ * string it needs is prepared before clone3. The layers and the agent binary
+ * are passed as O_PATH descriptors opened by the worker (/proc/self/fd/N), so
+ * state_dir may stay 0700: the sandbox's ids need no path to it. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/close_range.h>
+#include <linux/sched.h>
+#include <linux/seccomp.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "jail_int.h"
+
+#define SPAWN_TIMEOUT_MS 10000
+#define AGENT_IN_JAIL "/sbin/sandfleet-agent"
+
+/* Setup steps, reported by the child on failure; each reason is the sentence
+ * the worker hands back. */
+enum {
+    ST_IDS, ST_CGNS, ST_PRIVATE, ST_SBDIR, ST_OVERLAY, ST_PROC, ST_DEV, ST_DEVNODE, ST_SHM,
+    ST_AGENT, ST_HOSTNAME, ST_LO, ST_PIVOT, ST_CAPS, ST_FDS, ST_SECCOMP, ST_EXEC, ST_COUNT
+};
+
+static const char *const step_why[ST_COUNT] = {
+    [ST_IDS] = "The jail could not become root of its user namespace; check that user namespaces are enabled (user.max_user_namespaces > 0).",
+    [ST_CGNS] = "The jail could not create its cgroup namespace; the kernel needs cgroup namespaces (Linux 4.6+).",
+    [ST_PRIVATE] = "The jail could not make its mounts private; check that the worker runs as root.",
+    [ST_SBDIR] = "The jail could not enter its sandbox directory; check state_dir.",
+    [ST_OVERLAY] = "Mounting the sandbox's overlay root filesystem failed; the kernel needs overlayfs mountable in user namespaces (Linux 5.11+) and state_dir on ext4/xfs/btrfs.",
+    [ST_PROC] = "Mounting /proc in the jail failed; the host's /proc must not be partly covered by other mounts.",
+    [ST_DEV] = "Mounting the jail's /dev failed.",
+    [ST_DEVNODE] = "Binding the host's /dev/null, zero, full, random, urandom or tty into the jail failed.",
+    [ST_SHM] = "Mounting the jail's /dev/shm failed.",
+    [ST_AGENT] = "Bind-mounting the agent into the jail failed; check agent_path.",
+    [ST_HOSTNAME] = "Setting the jail's hostname failed.",
+    [ST_LO] = "Bringing up the jail's loopback interface failed.",
+    [ST_PIVOT] = "pivot_root into the sandbox's root filesystem failed.",
+    [ST_CAPS] = "Dropping capabilities in the jail failed.",
+    [ST_FDS] = "Setting up the jail's file descriptors failed.",
+    [ST_SECCOMP] = "Installing the jail's seccomp filter failed; the kernel needs seccomp filters.",
+    [ST_EXEC] = "The jail could not start the agent; check that agent_path is a static sandfleet-agent binary.",
+};
+
+/* Capabilities the sandbox keeps (inside its user namespace): the usual
+ * container set minus MKNOD. Notably gone: SYS_ADMIN, NET_ADMIN (the egress
+ * rules in its netns must stay), SYS_PTRACE, SYS_MODULE, SYS_TIME, SYS_BOOT. */
+static const int caps_kept[] = {
+    CAP_CHOWN,  CAP_DAC_OVERRIDE, CAP_FOWNER,      CAP_FSETID,  CAP_KILL,          CAP_SETGID,
+    CAP_SETUID, CAP_SETPCAP,      CAP_SETFCAP,     CAP_NET_RAW, CAP_NET_BIND_SERVICE,
+    CAP_SYS_CHROOT, CAP_AUDIT_WRITE,
+};
+
+static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
+
+typedef struct child_ctx {
+    int go_r, err_w, sock, sb_fd;
+    char overlay_opts[256];
+    char agent_src[64];
+    unsigned long agent_flags;
+    const char *hostname;
+    const struct sock_fprog *seccomp;
+    uint64_t caps_keep;
+} child_ctx;
+
+typedef struct report {
+    int err;
+    int step;
+} report;
+
+static __attribute__((noreturn)) void child_fail(const child_ctx *c, int step)
+{
+    report r = {errno, step};
+    if (write(c->err_w, &r, sizeof(r)) < 0) {
+        /* the worker sees EOF without a report: still a failure (no pong) */
+    }
+    _exit(1);
+}
+
+static int child_devices(void)
+{
+    char src[32], dst[32];
+
+    for (size_t i = 0; i < sizeof(dev_nodes) / sizeof(dev_nodes[0]); i++) {
+        int fd;
+        snprintf(src, sizeof(src), "/dev/%s", dev_nodes[i]);
+        snprintf(dst, sizeof(dst), "dev/%s", dev_nodes[i]);
+        if ((fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC, 0666)) < 0)
+            return -1;
+        close(fd);
+        if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int child_lo_up(void)
+{
+    struct ifreq ifr;
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), rc = -1;
+
+    if (s < 0)
+        return -1;
+    memset(&ifr, 0, sizeof(ifr));
+    memcpy(ifr.ifr_name, "lo", 3);
+    if (ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
+        ifr.ifr_flags |= IFF_UP;
+        rc = ioctl(s, SIOCSIFFLAGS, &ifr);
+    }
+    close(s);
+    return rc;
+}
+
+/* 0-2 -> /dev/null, 3 -> the agent socket, everything else close-on-exec
+ * (the error pipe closes at exec, which is how the worker learns it worked). */
+static int child_fds(const child_ctx *c)
+{
+    int sock = fcntl(c->sock, F_DUPFD_CLOEXEC, 100), nul;
+
+    if (sock < 0 || (nul = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0)
+        return -1;
+    for (int i = 0; i < 3; i++) {
+        if (nul == i) {
+            if (fcntl(i, F_SETFD, 0) < 0)
+                return -1;
+        } else if (dup2(nul, i) < 0) {
+            return -1;
+        }
+    }
+    if (dup3(sock, SF_AP_AGENT_FD_CHILD, 0) < 0)
+        return -1;
+    return (int)syscall(SYS_close_range, SF_AP_AGENT_FD_CHILD + 1, ~0U, CLOSE_RANGE_CLOEXEC);
+}
+
+static __attribute__((noreturn)) void child_main(const child_ctx *c)
+{
+    char *argv[] = {AGENT_IN_JAIL, NULL};
+    char *envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
+    char go;
+
+    if (read(c->go_r, &go, 1) != 1)
+        _exit(1); /* the worker gave up */
+    /* No controlling terminal: /dev/tty inside must not reach the worker's. */
+    setsid();
+    if (syscall(SYS_setresgid, 0, 0, 0) < 0 || syscall(SYS_setgroups, 0, NULL) < 0 ||
+        syscall(SYS_setresuid, 0, 0, 0) < 0)
+        child_fail(c, ST_IDS);
+    if (unshare(CLONE_NEWCGROUP) < 0)
+        child_fail(c, ST_CGNS);
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+        child_fail(c, ST_PRIVATE);
+    if (fchdir(c->sb_fd) < 0)
+        child_fail(c, ST_SBDIR);
+    if (mount("overlay", "rootfs", "overlay", MS_NODEV, c->overlay_opts) < 0)
+        child_fail(c, ST_OVERLAY);
+    if (chdir("rootfs") < 0)
+        child_fail(c, ST_OVERLAY);
+    if (mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+        child_fail(c, ST_PROC);
+    if (mount("tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=256k,nr_inodes=64") < 0)
+        child_fail(c, ST_DEV);
+    if (child_devices() < 0)
+        child_fail(c, ST_DEVNODE);
+    if (mkdir("dev/shm", 01777) < 0 ||
+        mount("tmpfs", "dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") < 0)
+        child_fail(c, ST_SHM);
+    /* A private devpts for ptys is a convenience: skip it if the kernel refuses. */
+    if (mkdir("dev/pts", 0755) == 0 &&
+        mount("devpts", "dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620") == 0)
+        symlink("pts/ptmx", "dev/ptmx");
+    if (symlink("/proc/self/fd", "dev/fd") < 0 || symlink("/proc/self/fd/0", "dev/stdin") < 0 ||
+        symlink("/proc/self/fd/1", "dev/stdout") < 0 || symlink("/proc/self/fd/2", "dev/stderr") < 0)
+        child_fail(c, ST_DEV);
+    if (mount(c->agent_src, "sbin/sandfleet-agent", NULL, MS_BIND, NULL) < 0 ||
+        mount(NULL, "sbin/sandfleet-agent", NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | c->agent_flags, NULL) < 0)
+        child_fail(c, ST_AGENT);
+    if (sethostname(c->hostname, strlen(c->hostname)) < 0)
+        child_fail(c, ST_HOSTNAME);
+    if (child_lo_up() < 0)
+        child_fail(c, ST_LO);
+    if (syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
+        child_fail(c, ST_PIVOT);
+    for (int cap = 0; cap < 64; cap++) {
+        if (c->caps_keep & (1ull << cap))
+            continue;
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
+            if (errno == EINVAL)
+                break; /* past the kernel's last capability */
+            child_fail(c, ST_CAPS);
+        }
+    }
+    if (child_fds(c) < 0)
+        child_fail(c, ST_FDS);
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+        syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, c->seccomp) < 0)
+        child_fail(c, ST_SECCOMP);
+    execve(AGENT_IN_JAIL, argv, envp);
+    child_fail(c, ST_EXEC);
+}
+
+/* ---- parent -------------------------------------------------------------- */
+
+static int write_map(pid_t pid, const char *file, uint32_t host_id)
+{
+    char path[64], map[64];
+    int fd, n, rc = 0;
+
+    snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
+    n = snprintf(map, sizeof(map), "0 %u %u\n", host_id, WK_UID_RANGE);
+    if ((fd = open(path, O_WRONLY | O_CLOEXEC)) < 0)
+        return -errno;
+    if (write(fd, map, (size_t)n) != n)
+        rc = -errno;
+    close(fd);
+    return rc;
+}
+
+static unsigned long mount_flags_of(int fd)
+{
+    struct statvfs sv;
+    unsigned long f = 0;
+
+    /* A bind remount must repeat the locked flags of the source mount. */
+    if (fstatvfs(fd, &sv) < 0)
+        return MS_NOSUID | MS_NODEV;
+    if (sv.f_flag & ST_NOEXEC)
+        f |= MS_NOEXEC;
+    if (sv.f_flag & ST_NOATIME)
+        f |= MS_NOATIME;
+    if (sv.f_flag & ST_NODIRATIME)
+        f |= MS_NODIRATIME;
+    if (sv.f_flag & ST_RELATIME)
+        f |= MS_RELATIME;
+    return f | MS_NOSUID | MS_NODEV;
+}
+
+void wk_spawn_kill(int *pidfd)
+{
+    siginfo_t si;
+
+    if (*pidfd < 0)
+        return;
+    syscall(SYS_pidfd_send_signal, *pidfd, SIGKILL, NULL, 0);
+    /* Returns once the pid namespace is empty: the kernel kills and reaps
+     * every other process of it before the init's exit is reported. ECHILD:
+     * someone else reaped it (SIGCHLD ignored), which also means it is gone. */
+    while (waitid(P_PIDFD, (id_t)*pidfd, &si, WEXITED) < 0 && errno == EINTR)
+        ;
+    close(*pidfd);
+    *pidfd = -1;
+}
+
+static int open_path(const char *base, const char *sub, int dir)
+{
+    char p[WK_PATH_MAX];
+    int n = snprintf(p, sizeof(p), "%s%s%s", base, sub ? "/" : "", sub ? sub : "");
+    int fd;
+
+    if (n < 0 || (size_t)n >= sizeof(p))
+        return -ENAMETOOLONG;
+    fd = open(p, O_PATH | O_CLOEXEC | (dir ? O_DIRECTORY : 0));
+    return fd < 0 ? -errno : fd;
+}
+
+int wk_spawn(const wk_spawn_args *a, pid_t *pid_out, int *pidfd_out, const char **why)
+{
+    int lower = -1, upper = -1, work = -1, agent = -1, go[2] = {-1, -1}, errp[2] = {-1, -1};
+    int pidfd = -1, rc;
+    struct clone_args ca;
+    child_ctx c;
+    report r;
+    long pid;
+    ssize_t n;
+
+    memset(&c, 0, sizeof(c));
+    c.sb_fd = -1;
+    if ((lower = open_path(a->lower, NULL, 1)) < 0 || (upper = open_path(a->sbdir, "upper", 1)) < 0 ||
+        (work = open_path(a->sbdir, "work", 1)) < 0 || (c.sb_fd = open_path(a->sbdir, NULL, 1)) < 0) {
+        rc = lower < 0 ? lower : upper < 0 ? upper : work < 0 ? work : c.sb_fd;
+        *why = "Cannot open the template or the sandbox directory; run wk_jail_host_init and check state_dir.";
+        goto out;
+    }
+    if ((agent = open_path(a->agent_path, NULL, 0)) < 0) {
+        rc = agent;
+        *why = "Cannot open agent_path; point it at the built sandfleet-agent binary.";
+        goto out;
+    }
+    snprintf(c.overlay_opts, sizeof(c.overlay_opts),
+             "lowerdir=/proc/self/fd/%d,upperdir=/proc/self/fd/%d,workdir=/proc/self/fd/%d,userxattr",
+             lower, upper, work);
+    snprintf(c.agent_src, sizeof(c.agent_src), "/proc/self/fd/%d", agent);
+    c.agent_flags = mount_flags_of(agent);
+    c.hostname = a->hostname;
+    c.seccomp = a->seccomp;
+    c.sock = a->sock;
+    for (size_t i = 0; i < sizeof(caps_kept) / sizeof(caps_kept[0]); i++)
+        c.caps_keep |= 1ull << caps_kept[i];
+    if (pipe2(go, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0) {
+        rc = -errno;
+        *why = "The worker is out of file descriptors; raise its limit (ulimit -n).";
+        goto out;
+    }
+    c.go_r = go[0];
+    c.err_w = errp[1];
+
+    memset(&ca, 0, sizeof(ca));
+    ca.flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC |
+               CLONE_NEWUTS | CLONE_PIDFD;
+    ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
+    ca.exit_signal = SIGCHLD;
+    if (a->cg->v2) {
+        ca.flags |= CLONE_INTO_CGROUP;
+        ca.cgroup = (uint64_t)a->cg->fd;
+    }
+    pid = syscall(SYS_clone3, &ca, sizeof(ca));
+    if (pid == 0)
+        child_main(&c);
+    if (pid < 0) {
+        rc = -errno;
+        *why = rc == -ENOSPC || rc == -EUSERS
+                   ? "The host ran out of namespaces; raise user.max_user_namespaces or kill sandboxes."
+                   : "Cannot clone the jail process; the kernel needs clone3 and user namespaces (Linux 5.7+).";
+        goto out;
+    }
+    close(go[0]);
+    close(errp[1]);
+    go[0] = errp[1] = -1;
+    if ((rc = write_map((pid_t)pid, "uid_map", a->host_uid)) < 0 ||
+        (rc = write_map((pid_t)pid, "gid_map", a->host_uid)) < 0) {
+        *why = "Cannot write the jail's uid/gid map; run the worker as root.";
+        goto kill;
+    }
+    if ((rc = wk_cgroup_attach(a->cg, (pid_t)pid)) < 0) {
+        *why = "Cannot move the jail into its cgroups; check /sys/fs/cgroup.";
+        goto kill;
+    }
+    if (write(go[1], "g", 1) != 1) {
+        rc = -EPIPE;
+        *why = step_why[ST_IDS];
+        goto kill;
+    }
+    {
+        struct pollfd p = {.fd = errp[0], .events = POLLIN};
+        if (poll(&p, 1, SPAWN_TIMEOUT_MS) <= 0) {
+            rc = -ETIMEDOUT;
+            *why = "The jail did not start within 10 seconds; the host may be overloaded.";
+            goto kill;
+        }
+    }
+    do
+        n = read(errp[0], &r, sizeof(r));
+    while (n < 0 && errno == EINTR);
+    if (n != 0) {
+        if (n == (ssize_t)sizeof(r) && r.step >= 0 && r.step < ST_COUNT) {
+            rc = r.err > 0 ? -r.err : -EIO;
+            *why = step_why[r.step];
+        } else {
+            rc = -EIO;
+            *why = "The jail failed while starting; see the worker log.";
+        }
+        goto kill;
+    }
+    *pid_out = (pid_t)pid;
+    *pidfd_out = pidfd;
+    pidfd = -1;
+    rc = 0;
+    goto out;
+kill:
+    wk_spawn_kill(&pidfd);
+out:
+    for (int i = 0; i < 2; i++) {
+        if (go[i] >= 0)
+            close(go[i]);
+        if (errp[i] >= 0)
+            close(errp[i]);
+    }
+    if (lower >= 0)
+        close(lower);
+    if (upper >= 0)
+        close(upper);
+    if (work >= 0)
+        close(work);
+    if (agent >= 0)
+        close(agent);
+    if (c.sb_fd >= 0)
+        close(c.sb_fd);
+    return rc;
+}
