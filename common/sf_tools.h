@@ -1,4 +1,4 @@
-/* sf_tools: the tool catalogue, read from schemas/tools/*.json. Each file is the JSON
+/* sf_tools: the tool catalogue, read from schemas/tools/ (one .json per tool). Each file is the JSON
  * Schema of one tool's arguments, with the tool's name (title), description and MCP
  * annotations (x-annotations). The gateway serves it and validates calls with it; the
  * scheduler validates jobs from batch producers with it. */

@@ -36,7 +36,7 @@ typedef struct gw_ctx {
     rd_kafka_t *producer, *consumer;
     sf_kafka_pump *pump;
     sf_map *pending;          /* job id -> gw_pending */
-    sf_toolset tools;         /* schemas/tools/*.json */
+    sf_toolset tools;         /* the tool schemas */
     json_t *tools_list;       /* the tools/list result, built once */
 } gw_ctx;
 

@@ -153,7 +153,10 @@ int gw_jobs_submit(gw_ctx *ctx, sf_job *job, int64_t wait_ms, gw_job_cb cb, void
         pending_free(p);
         return rc;
     }
-    evtimer_add(p->timer, &(struct timeval){(time_t)(wait_ms / 1000), (wait_ms % 1000) * 1000});
+    {
+        struct timeval tv = {(time_t)(wait_ms / 1000), (suseconds_t)(wait_ms % 1000) * 1000};
+        evtimer_add(p->timer, &tv);
+    }
     *out = p;
     return 0;
 }

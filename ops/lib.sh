@@ -88,7 +88,7 @@ sf_stack_start() {
     export SF_AUTH_SECRET_FILE="$state/auth.key"
     export SF_SCHEMAS_DIR="$SF_ROOT/schemas/tools"
     export SF_STATE_DIR="$state/worker"
-    export SF_AGENT_PATH="$build/worker/sandfleet-agent"
+    export SF_AGENT_PATH="$build/worker/agent/sandfleet-agent"
     export SF_HOST_ID=${SF_HOST_ID:-host-$(hostname | tr -c 'a-z0-9\n' '-' | cut -c1-40)}
     export SF_PORT=$gw_port
     sf_spawn "$state" scheduler "$build/scheduler/sandfleet-scheduler"

@@ -4,8 +4,8 @@
  *      cgroup.freeze for pause; the init is born inside (CLONE_INTO_CGROUP).
  *   v1 (hybrid or legacy): /sys/fs/cgroup/{memory,pids,freezer}/sandfleet/<id>:
  *      memory.limit_in_bytes (+ memsw when swap accounting is on), pids.max,
- *      freezer.state; the worker writes the init's pid into each cgroup.procs
- *      before the init runs. */
+ *      freezer.state; the jail's first process moves itself into each group
+ *      (through `tasks` files the worker opened) before it does anything else. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -203,17 +203,29 @@ fail:
     return rc;
 }
 
-int wk_cgroup_attach(const wk_cgroup *cg, pid_t pid)
+int wk_cgroup_open_tasks(const wk_cgroup *cg, int fds[WK_CG_N])
 {
-    char s[32];
+    char path[WK_PATH_MAX];
     int rc;
 
+    for (int c = 0; c < WK_CG_N; c++)
+        fds[c] = -1;
     if (cg->v2)
         return 0;
-    snprintf(s, sizeof(s), "%d", (int)pid);
-    for (int c = 0; c < WK_CG_N; c++)
-        if (cg->dir[c][0] && (rc = write_str(cg->dir[c], "cgroup.procs", s)) < 0)
+    for (int c = 0; c < WK_CG_N; c++) {
+        if (!cg->dir[c][0])
+            continue;
+        snprintf(path, sizeof(path), "%s/tasks", cg->dir[c]);
+        if ((fds[c] = open(path, O_WRONLY | O_CLOEXEC)) < 0) {
+            rc = -errno;
+            for (int k = 0; k < c; k++)
+                if (fds[k] >= 0)
+                    close(fds[k]);
+            for (int k = 0; k < WK_CG_N; k++)
+                fds[k] = -1;
             return rc;
+        }
+    }
     return 0;
 }
 

@@ -52,8 +52,12 @@ int wk_cgroup_host_init(const char **why);
 int wk_cgroup_is_v2(void);
 /* Creates sandfleet/<id> in each hierarchy with the limits. */
 int wk_cgroup_create(wk_cgroup *cg, const char *id, uint64_t memory, int pids, const char **why);
-/* v1: moves pid into every group (v2 uses CLONE_INTO_CGROUP). */
-int wk_cgroup_attach(const wk_cgroup *cg, pid_t pid);
+/* v1: opens every group's `tasks` file (write-only, close-on-exec) for the
+ * jail child, which moves itself by writing "0". Moving the writer's own
+ * thread skips the global threadgroup lock that moving a pid takes (an RCU
+ * grace period, 10-20 ms). v2: all -1 (the child is born inside through
+ * CLONE_INTO_CGROUP). fds[i] = -1 where unused. */
+int wk_cgroup_open_tasks(const wk_cgroup *cg, int fds[WK_CG_N]);
 /* Thaws, kills what is left inside, removes the groups. Idempotent. 0 or the
  * first rmdir error. */
 int wk_cgroup_destroy(wk_cgroup *cg);

@@ -4,10 +4,12 @@
  *
  * Parent (worker)                         Child (future pid 1)
  *   clone3(CLONE_NEW*, CLONE_PIDFD)  ---->  waits on the go pipe
- *   writes uid_map/gid_map (0 -> host_uid, 65536 ids), moves it into the
- *   v1 cgroups, writes the go byte   ---->  setsid; becomes root of its userns;
- *                                           unshare(CLONE_NEWCGROUP); private
- *                                           mounts; overlay (lower = template,
+ *   writes uid_map/gid_map (0 -> host_uid, 65536 ids), writes the go byte
+ *                                    ---->  moves itself into the v1 cgroups;
+ *                                           setsid; private mounts; opens the
+ *                                           layers; becomes root of its userns;
+ *                                           unshare(CLONE_NEWCGROUP); overlay
+ *                                           (lower = template,
  *                                           upper/work = sandbox dir) on rootfs;
  *                                           /proc, /dev (tmpfs + bound device
  *                                           nodes, devpts, shm), agent bound
@@ -19,9 +21,10 @@
  *
  * The child runs in a copy of a possibly multi-threaded process, so it makes
  * only raw syscalls (no malloc, no stdio, no glibc set*id broadcasts); every
- * string it needs is prepared before clone3. The layers and the agent binary
- * are passed as O_PATH descriptors opened by the worker (/proc/self/fd/N), so
- * state_dir may stay 0700: the sandbox's ids need no path to it. */
+ * string it needs is prepared before clone3. The child opens the layers and
+ * the agent binary as O_PATH descriptors while it still has the worker's ids
+ * and mounts them through /proc/self/fd/N after switching to the sandbox's
+ * root, so state_dir may stay 0700: the sandbox's ids need no path to it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
@@ -45,6 +48,7 @@
 #include <unistd.h>
 
 #include "jail_int.h"
+#include "sf_agentproto.h"
 
 #define SPAWN_TIMEOUT_MS 10000
 #define AGENT_IN_JAIL "/sbin/sandfleet-agent"
@@ -52,11 +56,12 @@
 /* Setup steps, reported by the child on failure; each reason is the sentence
  * the worker hands back. */
 enum {
-    ST_IDS, ST_CGNS, ST_PRIVATE, ST_SBDIR, ST_OVERLAY, ST_PROC, ST_DEV, ST_DEVNODE, ST_SHM,
+    ST_CGROUP, ST_IDS, ST_CGNS, ST_PRIVATE, ST_SBDIR, ST_OVERLAY, ST_PROC, ST_DEV, ST_DEVNODE, ST_SHM,
     ST_AGENT, ST_HOSTNAME, ST_LO, ST_PIVOT, ST_CAPS, ST_FDS, ST_SECCOMP, ST_EXEC, ST_COUNT
 };
 
 static const char *const step_why[ST_COUNT] = {
+    [ST_CGROUP] = "The jail could not move into its cgroups; check /sys/fs/cgroup.",
     [ST_IDS] = "The jail could not become root of its user namespace; check that user namespaces are enabled (user.max_user_namespaces > 0).",
     [ST_CGNS] = "The jail could not create its cgroup namespace; the kernel needs cgroup namespaces (Linux 4.6+).",
     [ST_PRIVATE] = "The jail could not make its mounts private; check that the worker runs as root.",
@@ -85,12 +90,17 @@ static const int caps_kept[] = {
     CAP_SYS_CHROOT, CAP_AUDIT_WRITE,
 };
 
-static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
+/* Host device nodes bound into the jail's /dev (no strings built after clone). */
+static const char *const dev_src[] = {"/dev/null", "/dev/zero", "/dev/full",
+                                      "/dev/random", "/dev/urandom", "/dev/tty"};
+static const char *const dev_dst[] = {"dev/null", "dev/zero", "dev/full",
+                                      "dev/random", "dev/urandom", "dev/tty"};
 
 typedef struct child_ctx {
-    int go_r, err_w, sock, sb_fd;
-    char overlay_opts[256];
-    char agent_src[64];
+    int go_r, err_w, sock;
+    int tasks[WK_CG_N];
+    char lower[WK_PATH_MAX], upper[WK_PATH_MAX], work[WK_PATH_MAX];
+    const char *sbdir, *agent;
     unsigned long agent_flags;
     const char *hostname;
     const struct sock_fprog *seccomp;
@@ -111,18 +121,35 @@ static __attribute__((noreturn)) void child_fail(const child_ctx *c, int step)
     _exit(1);
 }
 
+/* Appends s to buf (size WK_PATH_MAX); async-signal-safe. */
+static void cat_str(char *buf, size_t *len, const char *s)
+{
+    while (*s && *len < WK_PATH_MAX - 1)
+        buf[(*len)++] = *s++;
+    buf[*len] = '\0';
+}
+
+static void cat_fd(char *buf, size_t *len, int fd)
+{
+    char d[12];
+    int n = 0;
+
+    do
+        d[n++] = (char)('0' + fd % 10);
+    while ((fd /= 10) > 0 && n < 11);
+    while (n > 0 && *len < WK_PATH_MAX - 1)
+        buf[(*len)++] = d[--n];
+    buf[*len] = '\0';
+}
+
 static int child_devices(void)
 {
-    char src[32], dst[32];
-
-    for (size_t i = 0; i < sizeof(dev_nodes) / sizeof(dev_nodes[0]); i++) {
-        int fd;
-        snprintf(src, sizeof(src), "/dev/%s", dev_nodes[i]);
-        snprintf(dst, sizeof(dst), "dev/%s", dev_nodes[i]);
-        if ((fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC, 0666)) < 0)
+    for (size_t i = 0; i < sizeof(dev_src) / sizeof(dev_src[0]); i++) {
+        int fd = open(dev_dst[i], O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+        if (fd < 0)
             return -1;
         close(fd);
-        if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
+        if (mount(dev_src[i], dev_dst[i], NULL, MS_BIND, NULL) < 0)
             return -1;
     }
     return 0;
@@ -161,31 +188,58 @@ static int child_fds(const child_ctx *c)
             return -1;
         }
     }
-    if (dup3(sock, SF_AP_AGENT_FD_CHILD, 0) < 0)
+    if (dup3(sock, SF_AP_AGENT_FD, 0) < 0)
         return -1;
-    return (int)syscall(SYS_close_range, SF_AP_AGENT_FD_CHILD + 1, ~0U, CLOSE_RANGE_CLOEXEC);
+    return (int)syscall(SYS_close_range, SF_AP_AGENT_FD + 1, ~0U, CLOSE_RANGE_CLOEXEC);
 }
 
-static __attribute__((noreturn)) void child_main(const child_ctx *c)
+static __attribute__((noreturn)) void child_main(child_ctx *c)
 {
     char *argv[] = {AGENT_IN_JAIL, NULL};
     char *envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
+    char opts[WK_PATH_MAX], agent_src[64];
+    int lower, upper, work, sb, agent;
+    size_t n = 0;
     char go;
 
     if (read(c->go_r, &go, 1) != 1)
         _exit(1); /* the worker gave up */
+    /* Keep the error pipe clear of fds 0-3, which child_fds() takes over. */
+    if ((c->err_w = fcntl(c->err_w, F_DUPFD_CLOEXEC, 100)) < 0)
+        _exit(1);
+    for (int i = 0; i < WK_CG_N; i++)
+        if (c->tasks[i] >= 0 && (write(c->tasks[i], "0", 1) != 1 || close(c->tasks[i]) < 0))
+            child_fail(c, ST_CGROUP);
     /* No controlling terminal: /dev/tty inside must not reach the worker's. */
     setsid();
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+        child_fail(c, ST_PRIVATE);
+    /* Open the layers while still holding the worker's (host root) ids, which
+     * own state_dir: after the switch to the sandbox's root no path to them is
+     * needed. Opened here, not in the worker, because overlayfs and bind
+     * mounts only take paths of this mount namespace. */
+    if ((lower = open(c->lower, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+        (upper = open(c->upper, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+        (work = open(c->work, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+        (sb = open(c->sbdir, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+        child_fail(c, ST_SBDIR);
+    if ((agent = open(c->agent, O_PATH | O_CLOEXEC)) < 0)
+        child_fail(c, ST_AGENT);
     if (syscall(SYS_setresgid, 0, 0, 0) < 0 || syscall(SYS_setgroups, 0, NULL) < 0 ||
         syscall(SYS_setresuid, 0, 0, 0) < 0)
         child_fail(c, ST_IDS);
     if (unshare(CLONE_NEWCGROUP) < 0)
         child_fail(c, ST_CGNS);
-    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
-        child_fail(c, ST_PRIVATE);
-    if (fchdir(c->sb_fd) < 0)
+    if (fchdir(sb) < 0)
         child_fail(c, ST_SBDIR);
-    if (mount("overlay", "rootfs", "overlay", MS_NODEV, c->overlay_opts) < 0)
+    cat_str(opts, &n, "lowerdir=/proc/self/fd/");
+    cat_fd(opts, &n, lower);
+    cat_str(opts, &n, ",upperdir=/proc/self/fd/");
+    cat_fd(opts, &n, upper);
+    cat_str(opts, &n, ",workdir=/proc/self/fd/");
+    cat_fd(opts, &n, work);
+    cat_str(opts, &n, ",userxattr");
+    if (mount("overlay", "rootfs", "overlay", MS_NODEV, opts) < 0)
         child_fail(c, ST_OVERLAY);
     if (chdir("rootfs") < 0)
         child_fail(c, ST_OVERLAY);
@@ -205,7 +259,11 @@ static __attribute__((noreturn)) void child_main(const child_ctx *c)
     if (symlink("/proc/self/fd", "dev/fd") < 0 || symlink("/proc/self/fd/0", "dev/stdin") < 0 ||
         symlink("/proc/self/fd/1", "dev/stdout") < 0 || symlink("/proc/self/fd/2", "dev/stderr") < 0)
         child_fail(c, ST_DEV);
-    if (mount(c->agent_src, "sbin/sandfleet-agent", NULL, MS_BIND, NULL) < 0 ||
+    n = 0;
+    agent_src[0] = '\0';
+    cat_str(agent_src, &n, "/proc/self/fd/");
+    cat_fd(agent_src, &n, agent);
+    if (mount(agent_src, "sbin/sandfleet-agent", NULL, MS_BIND, NULL) < 0 ||
         mount(NULL, "sbin/sandfleet-agent", NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | c->agent_flags, NULL) < 0)
         child_fail(c, ST_AGENT);
     if (sethostname(c->hostname, strlen(c->hostname)) < 0)
@@ -284,21 +342,15 @@ void wk_spawn_kill(int *pidfd)
     *pidfd = -1;
 }
 
-static int open_path(const char *base, const char *sub, int dir)
+static int path_join(char out[WK_PATH_MAX], const char *base, const char *sub)
 {
-    char p[WK_PATH_MAX];
-    int n = snprintf(p, sizeof(p), "%s%s%s", base, sub ? "/" : "", sub ? sub : "");
-    int fd;
-
-    if (n < 0 || (size_t)n >= sizeof(p))
-        return -ENAMETOOLONG;
-    fd = open(p, O_PATH | O_CLOEXEC | (dir ? O_DIRECTORY : 0));
-    return fd < 0 ? -errno : fd;
+    int n = snprintf(out, WK_PATH_MAX, "%s%s%s", base, sub ? "/" : "", sub ? sub : "");
+    return n < 0 || n >= WK_PATH_MAX ? -ENAMETOOLONG : 0;
 }
 
 int wk_spawn(const wk_spawn_args *a, pid_t *pid_out, int *pidfd_out, const char **why)
 {
-    int lower = -1, upper = -1, work = -1, agent = -1, go[2] = {-1, -1}, errp[2] = {-1, -1};
+    int agent = -1, go[2] = {-1, -1}, errp[2] = {-1, -1};
     int pidfd = -1, rc;
     struct clone_args ca;
     child_ctx c;
@@ -307,28 +359,31 @@ int wk_spawn(const wk_spawn_args *a, pid_t *pid_out, int *pidfd_out, const char 
     ssize_t n;
 
     memset(&c, 0, sizeof(c));
-    c.sb_fd = -1;
-    if ((lower = open_path(a->lower, NULL, 1)) < 0 || (upper = open_path(a->sbdir, "upper", 1)) < 0 ||
-        (work = open_path(a->sbdir, "work", 1)) < 0 || (c.sb_fd = open_path(a->sbdir, NULL, 1)) < 0) {
-        rc = lower < 0 ? lower : upper < 0 ? upper : work < 0 ? work : c.sb_fd;
-        *why = "Cannot open the template or the sandbox directory; run wk_jail_host_init and check state_dir.";
+    for (int i = 0; i < WK_CG_N; i++)
+        c.tasks[i] = -1;
+    if (path_join(c.lower, a->lower, NULL) < 0 || path_join(c.upper, a->sbdir, "upper") < 0 ||
+        path_join(c.work, a->sbdir, "work") < 0) {
+        rc = -ENAMETOOLONG;
+        *why = "state_dir is too long; use a shorter path.";
         goto out;
     }
-    if ((agent = open_path(a->agent_path, NULL, 0)) < 0) {
-        rc = agent;
+    c.sbdir = a->sbdir;
+    c.agent = a->agent_path;
+    if ((agent = open(a->agent_path, O_PATH | O_CLOEXEC)) < 0) {
+        rc = -errno;
         *why = "Cannot open agent_path; point it at the built sandfleet-agent binary.";
         goto out;
     }
-    snprintf(c.overlay_opts, sizeof(c.overlay_opts),
-             "lowerdir=/proc/self/fd/%d,upperdir=/proc/self/fd/%d,workdir=/proc/self/fd/%d,userxattr",
-             lower, upper, work);
-    snprintf(c.agent_src, sizeof(c.agent_src), "/proc/self/fd/%d", agent);
     c.agent_flags = mount_flags_of(agent);
     c.hostname = a->hostname;
     c.seccomp = a->seccomp;
     c.sock = a->sock;
     for (size_t i = 0; i < sizeof(caps_kept) / sizeof(caps_kept[0]); i++)
         c.caps_keep |= 1ull << caps_kept[i];
+    if ((rc = wk_cgroup_open_tasks(a->cg, c.tasks)) < 0) {
+        *why = "Cannot open the sandbox's cgroups; check /sys/fs/cgroup.";
+        goto out;
+    }
     if (pipe2(go, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0) {
         rc = -errno;
         *why = "The worker is out of file descriptors; raise its limit (ulimit -n).";
@@ -362,10 +417,6 @@ int wk_spawn(const wk_spawn_args *a, pid_t *pid_out, int *pidfd_out, const char 
     if ((rc = write_map((pid_t)pid, "uid_map", a->host_uid)) < 0 ||
         (rc = write_map((pid_t)pid, "gid_map", a->host_uid)) < 0) {
         *why = "Cannot write the jail's uid/gid map; run the worker as root.";
-        goto kill;
-    }
-    if ((rc = wk_cgroup_attach(a->cg, (pid_t)pid)) < 0) {
-        *why = "Cannot move the jail into its cgroups; check /sys/fs/cgroup.";
         goto kill;
     }
     if (write(go[1], "g", 1) != 1) {
@@ -408,15 +459,10 @@ out:
         if (errp[i] >= 0)
             close(errp[i]);
     }
-    if (lower >= 0)
-        close(lower);
-    if (upper >= 0)
-        close(upper);
-    if (work >= 0)
-        close(work);
+    for (int i = 0; i < WK_CG_N; i++)
+        if (c.tasks[i] >= 0)
+            close(c.tasks[i]);
     if (agent >= 0)
         close(agent);
-    if (c.sb_fd >= 0)
-        close(c.sb_fd);
     return rc;
 }

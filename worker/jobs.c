@@ -140,8 +140,9 @@ static void do_create(wk_call *c)
     }
     sf_map_put(ctx->sandboxes, b->id, b);
     if (timeout_s > 0) {
+        struct timeval tv = {(time_t)timeout_s, 0};
         b->ev_timeout = evtimer_new(ctx->d.base, on_lifetime_over, b);
-        evtimer_add(b->ev_timeout, &(struct timeval){(time_t)timeout_s, 0});
+        evtimer_add(b->ev_timeout, &tv);
     }
     snprintf(key, sizeof(key), SF_RK_SANDBOX, b->id);
     snprintf(mem, sizeof(mem), "%lld", (long long)ctx->cfg.memory_mib);

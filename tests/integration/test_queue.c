@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char brokers[1024], topic[SF_TOPIC_MAX];
+static char brokers[2048], topic[SF_TOPIC_MAX];
 static rd_kafka_t *producer, *consumer;
 
 #define CHECK(cond, ...)                                                                       \
@@ -25,7 +25,7 @@ static rd_kafka_t *producer, *consumer;
 
 static void read_env(void)
 {
-    char path[4096], line[2048];
+    char path[4096], line[1024];
     const char *state = getenv("SF_E2E_STATE");
     FILE *f;
 

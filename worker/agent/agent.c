@@ -9,8 +9,8 @@
  *
  * Single-threaded: one poll() loop over the socket, a signalfd for SIGCHLD and
  * the pipes of running commands. Statically linked, no logging (stderr is
- * /dev/null inside the jail). Also runs outside a jail (tests): then it only
- * reaps its own children. */
+ * /dev/null inside the jail). Also runs outside a jail (tests): then it is a
+ * child subreaper, so it still reaps everything its commands leave. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -34,6 +35,8 @@
 #define CHUNK (64 * 1024)
 #define OUTQ_MAX (64u << 20)    /* results waiting for the worker to read */
 #define DEFAULT_CWD "/root"
+#define GROUP_GRACE_MS 2000     /* after a timeout kill, wait this long at most for
+                                   the whole process group to be gone */
 
 typedef struct job {
     int used;
@@ -43,6 +46,7 @@ typedef struct job {
     sf_cap cap[2];
     int64_t start_ms;
     int64_t deadline_ms;
+    int64_t kill_ms;            /* when the timeout kill was sent */
     int reaped;
     int status;
     int timed_out;
@@ -342,6 +346,13 @@ fail:
     job_free(j);
 }
 
+/* True while any process of the job's group exists (zombies included: they
+ * leave the group when reaped, and we reap them all). */
+static int group_alive(const job *j)
+{
+    return kill(-j->pid, 0) == 0 || errno != ESRCH;
+}
+
 static void reap(void)
 {
     int status;
@@ -356,21 +367,32 @@ static void reap(void)
             j->status = status;
             if (j->timed_out < 0)
                 job_free(j);
-            else
+            else if (!j->timed_out)
                 job_finish(j);
             break;
         }
     }
 }
 
+/* Kills groups whose time is up; a killed job answers once its whole group
+ * is gone (so "timed out" means nothing of it still runs), or after
+ * GROUP_GRACE_MS if something refuses to die. */
 static void check_timeouts(int64_t now)
 {
     for (int i = 0; i < JOBS_MAX; i++) {
         job *j = &jobs[i];
-        if (j->used && !j->reaped && !j->timed_out && now >= j->deadline_ms) {
+        if (!j->used)
+            continue;
+        if (!j->reaped && !j->timed_out && now >= j->deadline_ms) {
             j->timed_out = 1;
+            j->kill_ms = now;
             kill(-j->pid, SIGKILL);
             kill(j->pid, SIGKILL);
+        } else if (j->reaped && j->timed_out == 1) {
+            if (!group_alive(j) || now - j->kill_ms >= GROUP_GRACE_MS)
+                job_finish(j);
+            else
+                kill(-j->pid, SIGKILL);
         }
     }
 }
@@ -462,6 +484,9 @@ int main(void)
     if (fstat(sock, &st) < 0 || !S_ISSOCK(st.st_mode))
         die("fd 3 must be the worker's socket (run by the sandfleet worker)");
     fcntl(sock, F_SETFD, FD_CLOEXEC);
+    /* Outside a jail (tests), orphans of our commands come back to us too. */
+    if (getpid() != 1)
+        prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     fcntl(sock, F_SETFL, O_NONBLOCK);
     signal(SIGPIPE, SIG_IGN);
     sigemptyset(&mask);
@@ -494,6 +519,8 @@ int main(void)
                 }
             if (!j->reaped && !j->timed_out && (next < 0 || j->deadline_ms < next))
                 next = j->deadline_ms;
+            if (j->timed_out == 1 && (next < 0 || j->kill_ms + GROUP_GRACE_MS < next))
+                next = j->kill_ms + GROUP_GRACE_MS;
         }
         for (int i = 0; i < n_orphans; i++) {
             owner[n] = NULL;

@@ -1,0 +1,785 @@
+/* The jail driver end to end, through the public API of worker/sandbox.h on a
+ * libevent loop: real namespaces, overlay, cgroups, seccomp and the real agent.
+ * Needs root (exit 77 = skipped otherwise). Includes the driver's internal
+ * header only to look at what a user cannot see from inside: the init's host
+ * pid and the cgroup directories. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <event2/event.h>
+
+#include "jail_int.h"
+#include "sandbox.h"
+#include "sf_util.h"
+
+static struct event_base *base;
+static char state_dir[64];
+static wk_jail_opts opts;
+static int id_seq;
+
+#define TEST_MEMORY (128ull << 20)
+#define TEST_PIDS 128
+
+/* ---- helpers ------------------------------------------------------------- */
+
+typedef struct run {
+    int done;
+    int exit_code, timed_out, truncated;
+    char *out, *err, *error;
+    size_t out_len, err_len;
+    uint64_t out_total, err_total;
+    uint32_t duration_ms;
+} run;
+
+static char *dup_bytes(const char *p, size_t n)
+{
+    char *d = malloc(n + 1);
+    assert_non_null(d);
+    if (n)
+        memcpy(d, p, n);
+    d[n] = '\0';
+    return d;
+}
+
+static void on_done(void *arg, const wk_exec_result *res)
+{
+    run *r = arg;
+
+    assert_int_equal(r->done, 0); /* exactly once */
+    r->done = 1;
+    if (res->error) {
+        r->error = dup_bytes(res->error, strlen(res->error));
+        return;
+    }
+    r->exit_code = res->exit_code;
+    r->timed_out = res->timed_out;
+    r->truncated = res->truncated;
+    r->out = dup_bytes(res->out, res->out_len);
+    r->err = dup_bytes(res->err, res->err_len);
+    r->out_len = res->out_len;
+    r->err_len = res->err_len;
+    r->out_total = res->out_total;
+    r->err_total = res->err_total;
+    r->duration_ms = res->duration_ms;
+}
+
+static void run_free(run *r)
+{
+    free(r->out);
+    free(r->err);
+    free(r->error);
+    memset(r, 0, sizeof(*r));
+}
+
+static void wait_done(run *r)
+{
+    while (!r->done)
+        assert_true(event_base_loop(base, EVLOOP_ONCE) == 0);
+}
+
+static void exec_full(wk_sandbox *sb, const char *cmd, const char *cwd, const char *const *env,
+                      uint32_t timeout_ms, run *r)
+{
+    wk_exec_req req = {.command = cmd, .cwd = cwd, .env = env, .timeout_ms = timeout_ms,
+                       .cap_bytes = 32768};
+    memset(r, 0, sizeof(*r));
+    assert_int_equal(wk_sandbox_exec(sb, &req, on_done, r), 0);
+    assert_int_equal(r->done, 0); /* never called from inside wk_sandbox_exec */
+    wait_done(r);
+}
+
+/* Runs cmd, expects it to run (no error), returns its stdout (caller frees via run). */
+static void sh(wk_sandbox *sb, const char *cmd, run *r)
+{
+    exec_full(sb, cmd, NULL, NULL, 20000, r);
+    if (r->error)
+        fail_msg("exec '%s' failed: %s", cmd, r->error);
+}
+
+static wk_sandbox *create(char *id, size_t idsize)
+{
+    const char *why = NULL;
+    wk_sandbox *sb = NULL;
+    uint64_t t0;
+    int rc;
+
+    snprintf(id, idsize, "t%d-%d", (int)getpid(), ++id_seq);
+    t0 = sf_mono_us();
+    rc = wk_jail_create(base, &opts, id, &sb, &why);
+    if (rc < 0)
+        fail_msg("create %s: rc=%d why=%s", id, rc, why ? why : "(none)");
+    printf("# create %s: %.2f ms\n", id, (double)(sf_mono_us() - t0) / 1000.0);
+    assert_non_null(sb);
+    assert_string_equal(wk_sandbox_id(sb), id);
+    return sb;
+}
+
+static int path_exists(const char *p)
+{
+    struct stat st;
+    return lstat(p, &st) == 0;
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+static long read_long(const char *dir, const char *file)
+{
+    char path[512], buf[64] = {0};
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    f = fopen(path, "r");
+    if (!f)
+        return -1;
+    if (!fgets(buf, sizeof(buf), f))
+        buf[0] = '\0';
+    fclose(f);
+    return strtol(buf, NULL, 10);
+}
+
+/* Host pids in the sandbox's cgroup (pids hierarchy, or the v2 group). */
+static int cgroup_pids(wk_sandbox *sb, pid_t *pids, int max)
+{
+    const char *dir = sb->cg.v2 ? sb->cg.dir[0] : sb->cg.dir[WK_CG_PIDS];
+    char path[512], line[64];
+    int n = 0;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+    f = fopen(path, "r");
+    assert_non_null(f);
+    while (n < max && fgets(line, sizeof(line), f))
+        pids[n++] = (pid_t)strtol(line, NULL, 10);
+    fclose(f);
+    return n;
+}
+
+/* ---- fixture ------------------------------------------------------------- */
+
+static int group_setup(void **state)
+{
+    const char *why = NULL;
+    uint64_t t0;
+    int rc;
+
+    snprintf(state_dir, sizeof(state_dir), "/tmp/sf-jail-test-XXXXXX");
+    assert_non_null(mkdtemp(state_dir));
+    opts = (wk_jail_opts){.state_dir = state_dir, .agent_path = SF_AGENT_PATH,
+                          .memory_bytes = TEST_MEMORY, .pids_max = TEST_PIDS};
+    t0 = sf_mono_us();
+    rc = wk_jail_host_init(&opts, &why);
+    if (rc < 0) {
+        fprintf(stderr, "host_init: rc=%d why=%s\n", rc, why ? why : "");
+        return -1;
+    }
+    printf("# host init (template build): %.1f ms\n", (double)(sf_mono_us() - t0) / 1000.0);
+    base = event_base_new();
+    return base ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    event_base_free(base);
+    wk_jail_host_cleanup(&opts);
+    return wk_rmtree(state_dir) == 0 ? 0 : -1;
+}
+
+/* ---- tests --------------------------------------------------------------- */
+
+static void test_exec_streams_and_exit_code(void **state)
+{
+    char id[64];
+    wk_sandbox *sb = create(id, sizeof(id));
+    run r;
+
+    sh(sb, "echo hello; echo oops >&2; exit 3", &r);
+    assert_string_equal(r.out, "hello\n");
+    assert_string_equal(r.err, "oops\n");
+    assert_int_equal(r.exit_code, 3);
+    assert_int_equal(r.out_total, 6);
+    assert_int_equal(r.err_total, 5);
+    assert_false(r.truncated);
+    assert_false(r.timed_out);
+    run_free(&r);
+    wk_sandbox_kill(sb);
+}
+
+static void test_one_mebibyte_is_truncated(void **state)
+{
+    char id[64];
+    wk_sandbox *sb = create(id, sizeof(id));
+    run r;
+
+    sh(sb, "head -c 1048576 /dev/zero | tr '\\0' a", &r);
+    assert_int_equal(r.exit_code, 0);
+    assert_true(r.truncated);
+    assert_int_equal(r.out_len, 32768);
+    assert_int_equal(r.out_total, 1048576);
+    for (size_t i = 0; i < r.out_len; i++)
+        if (r.out[i] != 'a')
+            fail_msg("byte %zu is %d, not 'a'", i, r.out[i]);
+    run_free(&r);
+    wk_sandbox_kill(sb);
+}
+
+static void test_timeout_kills_the_process_group(void **state)
+{
+    char id[64];
+    wk_sandbox *sb = create(id, sizeof(id));
+    run r;
+
+    exec_full(sb, "sleep 5", NULL, NULL, 500, &r);
+    assert_null(r.error);
+    assert_true(r.timed_out);
+    assert_int_equal(r.exit_code, -1);
+    assert_true(r.duration_ms >= 500 && r.duration_ms < 3000);
+    run_free(&r);
+    /* with a child of the shell too */
+    exec_full(sb, "sleep 7 & sleep 6; echo never", NULL, NULL, 300, &r);
+    assert_true(r.timed_out);
+    assert_null(strstr(r.out, "never"));
+    run_free(&r);
+    sh(sb, "ps -o pid,args", &r);
+    if (strstr(r.out, "sleep"))
+        fail_msg("sleep survived its timeout:\n%s", r.out);
+    run_free(&r);
+    wk_sandbox_kill(sb);
+}
+
+static void test_sees_only_its_own_processes(void **state)
+{
+    char id[64];
+    wk_sandbox *sb = create(id, sizeof(id));
+    run r;
+
+    sh(sb, "ps -o pid,args", &r);
+    /* header, agent, sh, ps */
+    if (count_lines(r.out) > 4)
+        fail_msg("ps shows more than the sandbox's processes:\n%s", r.out);
+    assert_non_null(strstr(r.out, "    1 /sbin/sandfleet-agent"));
+    assert_null(strstr(r.out, "test_jail"));
+    run_free(&r);
+    sh(sb, "ls /proc | grep -c '^[0-9]'", &r);
+    assert_true(atoi(r.out) <= 4);
+    run_free(&r);
+    wk_sandbox_kill(sb);
+}
+
+static void test_host_files_are_invisible(void **state)
+{
+    char id[64], host_hostname[256] = "", want[80];
+    wk_sandbox *sb = create(id, sizeof(id));
+    FILE *f = fopen("/etc/hostname", "r");
+    run r;
+
+    if (f) {
+        if (!fgets(host_hostname, sizeof(host_hostname), f))
+            host_hostname[0] = '\0';
+        fclose(f);
+    }
+    sh(sb, "ls /work", &r);
+    assert_int_not_equal(r.exit_code, 0);
+    run_free(&r);
+    sh(sb, "cat /etc/hostname", &r);
+    assert_string_equal(r.out, "sandbox\n");
+    if (host_hostname[0] && strcmp(host_hostname, "sandbox\n") != 0)
+        assert_string_not_equal(r.out, host_hostname);
+    run_free(&r);
+    sh(sb, "hostname", &r);
+    snprintf(want, sizeof(want), "%s\n", id);
+    assert_string_equal(r.out, want);
+    run_free(&r);
+    /* The host's root has these; the template does not. */
+    sh(sb, "ls / | tr '\\n' ' '; test -e /usr/bin/cmake || test -e /lib/x86_64-linux-gnu/libc.so.6 "
+           "|| test -e " SF_AGENT_PATH " && echo HOST-VISIBLE", &r);
+    assert_null(strstr(r.out, "HOST-VISIBLE"));
+    assert_null(strstr(r.out, "work"));
+    run_free(&r);
+    /* The old root is gone from the mount table. */
+    sh(sb, "cat /proc/self/mounts", &r);
+    assert_null(strstr(r.out, state_dir));
+    assert_null(strstr(r.out, " /work"));
+    assert_true(count_lines(r.out) <= 14); /* /, proc, dev + 6 nodes, shm, pts, agent */
+    run_free(&r);
+    wk_sandbox_kill(sb);
+}
+
+static void test_template_is_read_only_but_tmp_and_root_are_writable(void **state)
+{
+    char id[64];
+    wk_sandbox *sb = create(id, sizeof(id));
+    run r;
+
+    sh(sb, "id -u", &r);
+    assert_string_equal(r.out, "0\n");
+    run_free(&r);
+    sh(sb, "touch /bin/x", &r);
+    assert_int_not_equal(r.exit_code, 0);
+    assert_non_null(strstr(r.err, "Permission denied"));
+    run_free(&r);
+    sh(sb, "rm /bin/busybox; echo x > /etc/passwd; test -e /bin/x", &r);
+    assert_int_not_equal(r.exit_code, 0);
+    run_free(&r);
+    sh(sb, "head -c 10 /bin/busybox | wc -c; grep -c root /etc/passwd", &r);
+    assert_string_equal(r.out, "10\n1\n");
+    run_free(&r);
+    sh(sb, "echo x > /tmp/y && cat /tmp/y", &r);
+    assert_int_equal(r.exit_code, 0);
+    assert_string_equal(r.out, "x\n");
+    run_free(&r);
+    sh(sb, "cd && pwd && echo hi > f && cat f && mkdir -p /home/u/d && echo ok", &r);
+    assert_int_equal(r.exit_code, 0);
+    assert_string_equal(r.out, "/root\nhi\nok\n");
+    run_free(&r);
+    sh(sb, "echo > /dev/null && head -c 4 /dev/urandom | wc -c && head -c 3 /dev/zero | wc -c", &r);
+    assert_string_equal(r.out, "4\n3\n");
+    run_free(&r);
+    wk_sandbox_kill(sb);
+}
+
+static void test_network_has_only_lo(void **state)
+{
+    char id[64];
+    wk_sandbox *sb = create(id, sizeof(id));
+    run r;
+
+    sh(sb, "ip link | grep -c '^[0-9]'", &r);
+    assert_string_equal(r.out, "1\n");
+    run_free(&r);
+    sh(sb, "ip link", &r);
+    assert_non_null(strstr(r.out, "1: lo: <LOOPBACK,UP,LOWER_UP>"));
+    run_free(&r);
+    sh(sb, "cat /proc/net/dev", &r);
+    assert_int_equal(count_lines(r.out), 3); /* two header lines + lo */
+    assert_non_null(strstr(r.out, "lo:"));
+    run_free(&r);
+    sh(sb, "ping -c 1 -W 1 127.0.0.1", &r); /* lo is up */
+    assert_int_equal(r.exit_code, 0);
+    assert_non_null(strstr(r.out, "1 packets received"));
+    run_free(&r);
+    sh(sb, "nc -w 1 1.1.1.1 80 < /dev/null", &r); /* nothing else is reachable */
+    assert_int_not_equal(r.exit_code, 0);
+    assert_non_null(strstr(r.err, "Network is unreachable"));
+    run_free(&r);
+    wk_sandbox_kill(sb);
+}
+
+static void test_seccomp_no_new_privs_and_caps(void **state)
+{
+    char id[64];
+    wk_sandbox *sb = create(id, sizeof(id));
+    unsigned long long bnd = 0;
+    run r;
+
+    sh(sb, "grep -E '^(NoNewPrivs|Seccomp|CapBnd):' /proc/self/status", &r);
+    assert_non_null(strstr(r.out, "NoNewPrivs:\t1"));
+    assert_non_null(strstr(r.out, "Seccomp:\t2"));
+    assert_non_null(strstr(r.out, "CapBnd:"));
+    bnd = strtoull(strstr(r.out, "CapBnd:") + 7, NULL, 16);
+    assert_false(bnd & (1ull << 21)); /* CAP_SYS_ADMIN */
+    assert_false(bnd & (1ull << 12)); /* CAP_NET_ADMIN */
+    assert_false(bnd & (1ull << 19)); /* CAP_SYS_PTRACE */
+    assert_true(bnd & (1ull << 0));   /* CAP_CHOWN kept */
+    run_free(&r);
+    sh(sb, "mount -t tmpfs none /mnt; echo rc=$?", &r);
+    assert_string_equal(r.out, "rc=1\n");
+    run_free(&r);
+    sh(sb, "unshare -U true 2>&1; echo rc=$?", &r);
+    assert_non_null(strstr(r.out, "Operation not permitted"));
+    run_free(&r);
+    sh(sb, "unshare -m true 2>&1; echo rc=$?", &r); /* no CAP_SYS_ADMIN left */
+    assert_null(strstr(r.out, "rc=0"));
+    run_free(&r);
+    sh(sb, "ip link set lo down 2>&1; echo rc=$?", &r); /* no CAP_NET_ADMIN */
+    assert_null(strstr(r.out, "rc=0"));
+    run_free(&r);
+    wk_sandbox_kill(sb);
+}
+
+static void test_cgroup_limits(void **state)
+{
+    char id[64];
+    wk_sandbox *sb = create(id, sizeof(id));
+    run r;
+
+    if (sb->cg.v2) {
+        assert_int_equal(read_long(sb->cg.dir[0], "memory.max"), (long)TEST_MEMORY);
+        assert_int_equal(read_long(sb->cg.dir[0], "pids.max"), TEST_PIDS);
+    } else {
+        assert_int_equal(read_long(sb->cg.dir[WK_CG_MEMORY], "memory.limit_in_bytes"), (long)TEST_MEMORY);
+        assert_int_equal(read_long(sb->cg.dir[WK_CG_PIDS], "pids.max"), TEST_PIDS);
+        assert_true(path_exists(sb->cg.dir[WK_CG_FREEZER]));
+    }
+    {
+        pid_t pids[16];
+        int n = cgroup_pids(sb, pids, 16);
+        assert_int_equal(n, 1); /* the init, already inside */
+        assert_int_equal(pids[0], sb->pid);
+    }
+    /* A shell variable of 200 MB does not fit in 128 MiB: the OOM killer ends it. */
+    sh(sb, "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo survived", &r);
+    assert_null(strstr(r.out, "survived"));
+    assert_int_equal(r.exit_code, 128 + SIGKILL);
+    run_free(&r);
+    sh(sb, "echo still-here", &r);
+    assert_string_equal(r.out, "still-here\n");
+    run_free(&r);
+    wk_sandbox_kill(sb);
+}
+
+static void test_fork_bomb_is_contained(void **state)
+{
+    char id[64];
+    wk_sandbox *sb = create(id, sizeof(id));
+    const char *pdir;
+    run r;
+
+    exec_full(sb, "f() { while :; do f & done; }; f & exec sleep 60", NULL, NULL, 2000, &r);
+    assert_null(r.error);
+    if (!r.timed_out)
+        fail_msg("the bomb ended by itself: exit=%d ms=%u err tail=%s", r.exit_code,
+                 r.duration_ms, r.err_len > 200 ? r.err + r.err_len - 200 : r.err);
+    assert_non_null(strstr(r.err, "can't fork")); /* it hit pids.max */
+    run_free(&r);
+    sh(sb, "echo alive", &r);
+    assert_string_equal(r.out, "alive\n");
+    run_free(&r);
+    sh(sb, "ps -o args | grep -c '^sh -c f()'", &r); /* the bomb is gone */
+    assert_string_equal(r.out, "0\n");
+    run_free(&r);
+    /* The host's count drops once the kernel has released the dead tasks. */
+    pdir = sb->cg.v2 ? sb->cg.dir[0] : sb->cg.dir[WK_CG_PIDS];
+    for (int i = 0; i < 200 && read_long(pdir, "pids.current") > 1; i++)
+        usleep(10000);
+    assert_int_equal(read_long(pdir, "pids.current"), 1);
+    wk_sandbox_kill(sb);
+}
+
+static void test_sandboxes_are_isolated_from_each_other(void **state)
+{
+    char ida[64], idb[64], want[128];
+    wk_sandbox *a = create(ida, sizeof(ida)), *b = create(idb, sizeof(idb));
+    run r, ra, rb;
+
+    assert_int_not_equal(a->host_uid, b->host_uid);
+    sh(a, "echo secret > /tmp/only-a; echo secret > /root/only-a", &r);
+    run_free(&r);
+    sh(b, "cat /tmp/only-a /root/only-a 2>&1; ls /tmp /root", &r);
+    assert_null(strstr(r.out, "secret"));
+    run_free(&r);
+    /* b's processes are not in a's pid namespace. */
+    sh(b, "sleep 30 > /dev/null 2>&1 & p=$!; "
+          "while [ \"$(cat /proc/$p/comm)\" != sleep ]; do :; done; echo $p", &rb);
+    run_free(&rb);
+    sh(b, "ps -o args | grep -cx 'sleep 30'", &rb);
+    assert_string_equal(rb.out, "1\n");
+    run_free(&rb);
+    sh(a, "ps -o args | grep -cx 'sleep 30'", &r);
+    assert_string_equal(r.out, "0\n");
+    run_free(&r);
+    sh(a, "cat /proc/self/uid_map", &ra);
+    sh(b, "cat /proc/self/uid_map", &rb);
+    assert_string_not_equal(ra.out, rb.out);
+    snprintf(want, sizeof(want), "%u", a->host_uid);
+    assert_non_null(strstr(ra.out, want));
+    run_free(&ra);
+    run_free(&rb);
+    wk_sandbox_kill(a);
+    wk_sandbox_kill(b);
+}
+
+static void test_concurrent_execs(void **state)
+{
+    char id[64], cmd[4][64];
+    wk_sandbox *sb = create(id, sizeof(id));
+    run r[4];
+    int64_t t0 = sf_mono_ms();
+
+    for (int i = 0; i < 4; i++) {
+        wk_exec_req req = {.command = cmd[i], .timeout_ms = 10000, .cap_bytes = 32768};
+        snprintf(cmd[i], sizeof(cmd[i]), "sleep 0.6; echo job%d", i);
+        memset(&r[i], 0, sizeof(r[i]));
+        assert_int_equal(wk_sandbox_exec(sb, &req, on_done, &r[i]), 0);
+    }
+    for (int i = 0; i < 4; i++)
+        wait_done(&r[i]);
+    printf("# 4 concurrent 0.6 s execs: %lld ms\n", (long long)(sf_mono_ms() - t0));
+    assert_true(sf_mono_ms() - t0 < 2000);
+    for (int i = 0; i < 4; i++) {
+        char want[16];
+        assert_null(r[i].error);
+        snprintf(want, sizeof(want), "job%d\n", i);
+        assert_string_equal(r[i].out, want);
+        run_free(&r[i]);
+    }
+    wk_sandbox_kill(sb);
+}
+
+static void test_cwd_and_env(void **state)
+{
+    const char *env[] = {"FOO=bar", "HOME=/tmp", NULL};
+    char id[64];
+    wk_sandbox *sb = create(id, sizeof(id));
+    run r;
+
+    exec_full(sb, "pwd", NULL, NULL, 5000, &r);
+    assert_string_equal(r.out, "/root\n");
+    run_free(&r);
+    exec_full(sb, "pwd", "/tmp", NULL, 5000, &r);
+    assert_string_equal(r.out, "/tmp\n");
+    run_free(&r);
+    exec_full(sb, "echo \"$FOO $HOME $TERM\"; echo $PATH", NULL, env, 5000, &r);
+    assert_string_equal(r.out, "bar /tmp xterm\n/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n");
+    run_free(&r);
+    exec_full(sb, "true", "/nonexistent", NULL, 5000, &r);
+    assert_non_null(r.error);
+    assert_non_null(strstr(r.error, "/nonexistent"));
+    assert_non_null(strstr(r.error, "does not exist"));
+    run_free(&r);
+    sh(sb, "echo still-fine", &r);
+    assert_string_equal(r.out, "still-fine\n");
+    run_free(&r);
+    wk_sandbox_kill(sb);
+}
+
+static void test_bad_requests_are_refused(void **state)
+{
+    const char *bad_env[] = {"NOEQUALS", NULL};
+    char id[64];
+    wk_sandbox *sb = create(id, sizeof(id)), *other = NULL;
+    wk_exec_req req = {.command = "true"};
+    const char *why = NULL;
+    run r = {0};
+
+    assert_int_equal(wk_jail_create(base, &opts, "Bad/Id", &other, &why), -EINVAL);
+    assert_non_null(why);
+    assert_int_equal(wk_jail_create(base, &opts, id, &other, &why), -EEXIST);
+    assert_null(other);
+    assert_int_equal(wk_sandbox_exec(sb, &(wk_exec_req){.command = NULL}, on_done, &r), -EINVAL);
+    assert_int_equal(wk_sandbox_exec(sb, &req, NULL, &r), -EINVAL);
+    req.env = bad_env;
+    assert_int_equal(wk_sandbox_exec(sb, &req, on_done, &r), -EINVAL);
+    assert_int_equal(r.done, 0);
+    sh(sb, "echo ok", &r); /* the failed create did not hurt the first one */
+    assert_string_equal(r.out, "ok\n");
+    run_free(&r);
+    wk_sandbox_kill(sb);
+    wk_sandbox_kill(NULL);
+}
+
+static void test_agent_death_fails_pending_and_later_execs(void **state)
+{
+    char id[64];
+    wk_sandbox *sb = create(id, sizeof(id));
+    wk_exec_req req = {.command = "sleep 30", .timeout_ms = 60000};
+    run pending = {0}, later = {0};
+
+    assert_int_equal(wk_sandbox_exec(sb, &req, on_done, &pending), 0);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    assert_int_equal(kill(sb->pid, SIGKILL), 0); /* the jail's init dies */
+    wait_done(&pending);
+    assert_non_null(pending.error);
+    assert_non_null(strstr(pending.error, "agent"));
+    req.command = "echo hi";
+    assert_int_equal(wk_sandbox_exec(sb, &req, on_done, &later), 0);
+    assert_int_equal(later.done, 0);
+    wait_done(&later);
+    assert_non_null(later.error);
+    run_free(&pending);
+    run_free(&later);
+    wk_sandbox_kill(sb);
+}
+
+static void test_kill_fails_pending_execs(void **state)
+{
+    char id[64];
+    wk_sandbox *sb = create(id, sizeof(id));
+    wk_exec_req req = {.command = "sleep 30", .timeout_ms = 60000};
+    run r = {0};
+
+    assert_int_equal(wk_sandbox_exec(sb, &req, on_done, &r), 0);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    wk_sandbox_kill(sb);
+    assert_int_equal(r.done, 1);
+    assert_string_equal(r.error, "The sandbox was killed while the command ran.");
+    run_free(&r);
+}
+
+static void kill_from_callback(void *arg, const wk_exec_result *res)
+{
+    wk_sandbox **sb = arg;
+    wk_sandbox_kill(*sb);
+    *sb = NULL;
+}
+
+static void test_kill_from_inside_a_callback(void **state)
+{
+    char id[64], dir[WK_PATH_MAX];
+    wk_sandbox *sb = create(id, sizeof(id)), *keep = sb;
+    wk_exec_req req = {.command = "echo bye", .timeout_ms = 5000};
+
+    snprintf(dir, sizeof(dir), "%s", sb->sbdir);
+    assert_int_equal(wk_sandbox_exec(sb, &req, kill_from_callback, &keep), 0);
+    while (keep)
+        assert_true(event_base_loop(base, EVLOOP_ONCE) == 0);
+    assert_false(path_exists(dir));
+}
+
+static void test_kill_leaves_nothing_behind(void **state)
+{
+    char id[64], dir[WK_PATH_MAX], cg[WK_CG_N][256], line[512];
+    wk_sandbox *sb = create(id, sizeof(id));
+    pid_t pids[64];
+    int n;
+    FILE *f;
+    run r;
+
+    sh(sb, "sleep 100 > /dev/null 2>&1 & sleep 101 > /dev/null 2>&1 & echo started", &r);
+    run_free(&r);
+    n = cgroup_pids(sb, pids, 64);
+    assert_true(n >= 3); /* init + two sleeps */
+    snprintf(dir, sizeof(dir), "%s", sb->sbdir);
+    memcpy(cg, sb->cg.dir, sizeof(cg));
+    assert_true(path_exists(dir));
+    wk_sandbox_kill(sb);
+    assert_false(path_exists(dir));
+    for (int c = 0; c < WK_CG_N; c++)
+        if (cg[c][0])
+            assert_false(path_exists(cg[c]));
+    for (int i = 0; i < n; i++) {
+        char p[64];
+        snprintf(p, sizeof(p), "/proc/%d", (int)pids[i]);
+        if (path_exists(p))
+            fail_msg("process %d of the sandbox is still there", (int)pids[i]);
+    }
+    f = fopen("/proc/self/mountinfo", "r");
+    assert_non_null(f);
+    while (fgets(line, sizeof(line), f))
+        if (strstr(line, id) || strstr(line, state_dir))
+            fail_msg("host mount left behind: %s", line);
+    fclose(f);
+}
+
+static void test_create_times(void **state)
+{
+    double total = 0, worst = 0;
+    enum { N = 10 };
+
+    for (int i = 0; i < N; i++) {
+        char id[64];
+        uint64_t t0 = sf_mono_us();
+        wk_sandbox *sb = create(id, sizeof(id));
+        double ms = (double)(sf_mono_us() - t0) / 1000.0;
+        total += ms;
+        worst = ms > worst ? ms : worst;
+        t0 = sf_mono_us();
+        wk_sandbox_kill(sb);
+        printf("#   kill: %.2f ms\n", (double)(sf_mono_us() - t0) / 1000.0);
+    }
+    printf("# create over %d runs: mean %.2f ms, worst %.2f ms\n", N, total / N, worst);
+}
+
+static void test_host_cleanup_after_a_worker_crash(void **state)
+{
+    struct {
+        char dir[WK_PATH_MAX];
+        char cg[WK_CG_N][256];
+    } left;
+    size_t got = 0;
+    pid_t child;
+    int status, p[2];
+
+    assert_int_equal(pipe(p), 0);
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        /* A worker that dies without killing its sandbox. */
+        struct event_base *b = event_base_new();
+        wk_sandbox *sb = NULL;
+        const char *why;
+        char id[64];
+        snprintf(id, sizeof(id), "crash%d", (int)getpid());
+        if (wk_jail_create(b, &opts, id, &sb, &why) < 0)
+            _exit(1);
+        memset(&left, 0, sizeof(left));
+        memcpy(left.dir, sb->sbdir, sizeof(left.dir));
+        memcpy(left.cg, sb->cg.dir, sizeof(left.cg));
+        if (write(p[1], &left, sizeof(left)) != (ssize_t)sizeof(left))
+            _exit(2);
+        _exit(0);
+    }
+    close(p[1]);
+    while (got < sizeof(left)) {
+        ssize_t n = read(p[0], (char *)&left + got, sizeof(left) - got);
+        assert_true(n > 0);
+        got += (size_t)n;
+    }
+    close(p[0]);
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_true(path_exists(left.dir));
+    wk_jail_host_cleanup(&opts);
+    assert_false(path_exists(left.dir));
+    for (int c = 0; c < WK_CG_N; c++)
+        if (left.cg[c][0])
+            assert_false(path_exists(left.cg[c]));
+    /* the orphaned jail init came to us (subreaper): reap it */
+    while (waitpid(-1, &status, WNOHANG) > 0)
+        ;
+    prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_exec_streams_and_exit_code),
+        cmocka_unit_test(test_one_mebibyte_is_truncated),
+        cmocka_unit_test(test_timeout_kills_the_process_group),
+        cmocka_unit_test(test_sees_only_its_own_processes),
+        cmocka_unit_test(test_host_files_are_invisible),
+        cmocka_unit_test(test_template_is_read_only_but_tmp_and_root_are_writable),
+        cmocka_unit_test(test_network_has_only_lo),
+        cmocka_unit_test(test_seccomp_no_new_privs_and_caps),
+        cmocka_unit_test(test_cgroup_limits),
+        cmocka_unit_test(test_fork_bomb_is_contained),
+        cmocka_unit_test(test_sandboxes_are_isolated_from_each_other),
+        cmocka_unit_test(test_concurrent_execs),
+        cmocka_unit_test(test_cwd_and_env),
+        cmocka_unit_test(test_bad_requests_are_refused),
+        cmocka_unit_test(test_agent_death_fails_pending_and_later_execs),
+        cmocka_unit_test(test_kill_fails_pending_execs),
+        cmocka_unit_test(test_kill_from_inside_a_callback),
+        cmocka_unit_test(test_kill_leaves_nothing_behind),
+        cmocka_unit_test(test_create_times),
+        cmocka_unit_test(test_host_cleanup_after_a_worker_crash),
+    };
+
+    if (geteuid() != 0) {
+        printf("# jail integration tests need root: skipped\n");
+        return 77;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IONBF, 0);
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

@@ -1,0 +1,838 @@
+/* sf_agentproto: the worker <-> agent frame codec. Round trips, and strict
+ * rejection of everything else (the agent and the worker both feed it
+ * untrusted bytes). */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <msgpack.h>
+
+#include "sf_agentproto.h"
+#include "sf_buf.h"
+
+/* ---- helpers ------------------------------------------------------------- */
+
+/* Encodes m, checks the header, decodes the payload into *out. */
+static void round_trip(const sf_ap_msg *m, sf_ap_msg *out)
+{
+    const char *why = NULL;
+    size_t flen = 0;
+    sf_buf b;
+
+    sf_buf_init(&b, SF_AP_HDR_LEN + SF_AP_FRAME_MAX);
+    assert_int_equal(sf_ap_encode(&b, m, &why), 0);
+    assert_int_equal(sf_ap_frame_check(b.p, b.len, &flen, &why), 0);
+    assert_int_equal(flen, b.len);
+    /* One byte short is "need more". */
+    assert_int_equal(sf_ap_frame_check(b.p, b.len - 1, &flen, &why), 0);
+    assert_int_equal(flen, 0);
+    assert_int_equal(sf_ap_decode(b.p + SF_AP_HDR_LEN, b.len - SF_AP_HDR_LEN, out, &why), 0);
+    sf_buf_fini(&b);
+}
+
+/* A msgpack map built by the test, to feed the decoder directly. */
+typedef struct mp {
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+} mp;
+
+static void mp_init(mp *m)
+{
+    msgpack_sbuffer_init(&m->sb);
+    msgpack_packer_init(&m->pk, &m->sb, msgpack_sbuffer_write);
+}
+
+static void mp_str(mp *m, const char *s)
+{
+    msgpack_pack_str_with_body(&m->pk, s, strlen(s));
+}
+
+static void mp_kv_str(mp *m, const char *k, const char *v)
+{
+    mp_str(m, k);
+    mp_str(m, v);
+}
+
+static void mp_kv_uint(mp *m, const char *k, uint64_t v)
+{
+    mp_str(m, k);
+    msgpack_pack_uint64(&m->pk, v);
+}
+
+/* Decodes what the test built; returns the rc and fills *why. */
+static int mp_decode(mp *m, const char **why)
+{
+    sf_ap_msg out;
+    int rc;
+
+    *why = NULL;
+    rc = sf_ap_decode(m->sb.data, m->sb.size, &out, why);
+    if (rc == 0)
+        sf_ap_msg_fini(&out);
+    msgpack_sbuffer_destroy(&m->sb);
+    return rc;
+}
+
+static int decode_raw(const void *p, size_t n, const char **why)
+{
+    sf_ap_msg out;
+    int rc;
+
+    *why = NULL;
+    rc = sf_ap_decode(p, n, &out, why);
+    if (rc == 0)
+        sf_ap_msg_fini(&out);
+    return rc;
+}
+
+/* The exec request map minus the key named `skip`, with `extra` appended. */
+static void mp_exec(mp *m, const char *skip, int extra)
+{
+    int n = 5 - (skip != NULL) + extra;
+    msgpack_pack_map(&m->pk, (size_t)n);
+    if (!skip || strcmp(skip, "op"))
+        mp_kv_str(m, "op", "exec");
+    if (!skip || strcmp(skip, "id"))
+        mp_kv_uint(m, "id", 7);
+    if (!skip || strcmp(skip, "cmd"))
+        mp_kv_str(m, "cmd", "true");
+    if (!skip || strcmp(skip, "timeout_ms"))
+        mp_kv_uint(m, "timeout_ms", 1000);
+    if (!skip || strcmp(skip, "cap"))
+        mp_kv_uint(m, "cap", 32768);
+}
+
+/* ---- round trips ---------------------------------------------------------- */
+
+static void test_ping_pong(void **state)
+{
+    sf_ap_msg ping = {.op = SF_AP_PING, .id = 42}, pong = {.op = SF_AP_PONG, .id = 42, .version = SF_AP_VERSION};
+    sf_ap_msg out;
+
+    round_trip(&ping, &out);
+    assert_int_equal(out.op, SF_AP_PING);
+    assert_int_equal(out.id, 42);
+    sf_ap_msg_fini(&out);
+    round_trip(&pong, &out);
+    assert_int_equal(out.op, SF_AP_PONG);
+    assert_int_equal(out.version, SF_AP_VERSION);
+    sf_ap_msg_fini(&out);
+}
+
+static void test_exec_full(void **state)
+{
+    const char *env[] = {"FOO=bar", "EMPTY=", "X=a=b"};
+    sf_ap_msg m = {.op = SF_AP_EXEC, .id = UINT32_MAX, .cmd = "echo hi; exit 3", .cwd = "/tmp",
+                   .env = env, .env_n = 3, .timeout_ms = 600000, .cap = 32768};
+    sf_ap_msg out;
+
+    round_trip(&m, &out);
+    assert_int_equal(out.op, SF_AP_EXEC);
+    assert_int_equal(out.id, UINT32_MAX);
+    assert_string_equal(out.cmd, "echo hi; exit 3");
+    assert_string_equal(out.cwd, "/tmp");
+    assert_int_equal(out.env_n, 3);
+    assert_string_equal(out.env[0], "FOO=bar");
+    assert_string_equal(out.env[1], "EMPTY=");
+    assert_string_equal(out.env[2], "X=a=b");
+    assert_null(out.env[3]);
+    assert_int_equal(out.timeout_ms, 600000);
+    assert_int_equal(out.cap, 32768);
+    sf_ap_msg_fini(&out);
+}
+
+static void test_exec_minimal(void **state)
+{
+    sf_ap_msg m = {.op = SF_AP_EXEC, .id = 1, .cmd = "x", .timeout_ms = 1, .cap = SF_AP_CAP_MIN};
+    sf_ap_msg out;
+
+    round_trip(&m, &out);
+    assert_null(out.cwd);
+    assert_null(out.env);
+    assert_int_equal(out.env_n, 0);
+    assert_int_equal(out.cap, SF_AP_CAP_MIN);
+    sf_ap_msg_fini(&out);
+}
+
+static void test_result_binary(void **state)
+{
+    static const char bin[] = {'a', 0, (char)0xff, '\n'};
+    sf_ap_msg m = {.op = SF_AP_RESULT, .id = 9, .exit_code = -1, .timed_out = 1, .truncated = 1,
+                   .duration_ms = 501, .out = bin, .out_len = sizeof(bin), .out_total = 1048576,
+                   .err = "", .err_len = 0, .err_total = 0};
+    sf_ap_msg out;
+
+    round_trip(&m, &out);
+    assert_int_equal(out.op, SF_AP_RESULT);
+    assert_int_equal(out.exit_code, -1);
+    assert_true(out.timed_out);
+    assert_true(out.truncated);
+    assert_int_equal(out.duration_ms, 501);
+    assert_int_equal(out.out_len, sizeof(bin));
+    assert_memory_equal(out.out, bin, sizeof(bin));
+    assert_int_equal(out.out_total, 1048576);
+    assert_int_equal(out.err_len, 0);
+    assert_int_equal(out.err_total, 0);
+    sf_ap_msg_fini(&out);
+
+    m.exit_code = 137;
+    m.timed_out = 0;
+    round_trip(&m, &out);
+    assert_int_equal(out.exit_code, 137);
+    assert_false(out.timed_out);
+    sf_ap_msg_fini(&out);
+
+    m.exit_code = INT32_MIN;
+    round_trip(&m, &out);
+    assert_int_equal(out.exit_code, INT32_MIN);
+    sf_ap_msg_fini(&out);
+}
+
+static void test_error_msg(void **state)
+{
+    sf_ap_msg m = {.op = SF_AP_ERROR, .id = 3, .msg = "The working directory /x does not exist."};
+    sf_ap_msg out;
+
+    round_trip(&m, &out);
+    assert_int_equal(out.op, SF_AP_ERROR);
+    assert_string_equal(out.msg, m.msg);
+    sf_ap_msg_fini(&out);
+}
+
+static void test_several_frames_in_one_buffer(void **state)
+{
+    sf_ap_msg a = {.op = SF_AP_PING, .id = 1}, b2 = {.op = SF_AP_PING, .id = 2}, out;
+    const char *why;
+    size_t flen;
+    sf_buf b;
+
+    sf_buf_init(&b, 1024);
+    assert_int_equal(sf_ap_encode(&b, &a, &why), 0);
+    assert_int_equal(sf_ap_encode(&b, &b2, &why), 0);
+    assert_int_equal(sf_ap_frame_check(b.p, b.len, &flen, &why), 0);
+    assert_true(flen < b.len);
+    assert_int_equal(sf_ap_decode(b.p + 4, flen - 4, &out, &why), 0);
+    assert_int_equal(out.id, 1);
+    sf_ap_msg_fini(&out);
+    assert_int_equal(sf_ap_frame_check(b.p + flen, b.len - flen, &flen, &why), 0);
+    assert_int_equal(sf_ap_decode(b.p + b.len - flen + 4, flen - 4, &out, &why), 0);
+    assert_int_equal(out.id, 2);
+    sf_ap_msg_fini(&out);
+    sf_buf_fini(&b);
+}
+
+/* ---- encoder refusals ----------------------------------------------------- */
+
+static void test_encode_rejects_invalid(void **state)
+{
+    const char *bad_env[] = {"NOEQUALS"}, *empty_key[] = {"=v"};
+    sf_ap_msg m = {.op = SF_AP_EXEC, .id = 1, .cmd = "", .timeout_ms = 1, .cap = 100};
+    const char *why = NULL;
+    sf_buf b;
+
+    sf_buf_init(&b, 4096);
+    assert_int_equal(sf_ap_encode(&b, &m, &why), -EINVAL);
+    assert_non_null(why);
+    m.cmd = NULL;
+    assert_int_equal(sf_ap_encode(&b, &m, &why), -EINVAL);
+    m.cmd = "true";
+    m.timeout_ms = 0;
+    assert_int_equal(sf_ap_encode(&b, &m, &why), -EINVAL);
+    m.timeout_ms = 1;
+    m.cap = 1;
+    assert_int_equal(sf_ap_encode(&b, &m, &why), -EINVAL);
+    m.cap = SF_AP_CAP_MAX + 1;
+    assert_int_equal(sf_ap_encode(&b, &m, &why), -EINVAL);
+    m.cap = 100;
+    m.env = bad_env;
+    m.env_n = 1;
+    assert_int_equal(sf_ap_encode(&b, &m, &why), -EINVAL);
+    m.env = empty_key;
+    assert_int_equal(sf_ap_encode(&b, &m, &why), -EINVAL);
+    m.env_n = SF_AP_ENV_MAX + 1;
+    assert_int_equal(sf_ap_encode(&b, &m, &why), -EINVAL);
+    m = (sf_ap_msg){.op = (sf_ap_op)99, .id = 1};
+    assert_int_equal(sf_ap_encode(&b, &m, &why), -EINVAL);
+    m = (sf_ap_msg){.op = SF_AP_ERROR, .id = 1, .msg = ""};
+    assert_int_equal(sf_ap_encode(&b, &m, &why), -EINVAL);
+    m = (sf_ap_msg){.op = SF_AP_RESULT, .id = 1, .out = "abc", .out_len = 3, .out_total = 2};
+    assert_int_equal(sf_ap_encode(&b, &m, &why), -EINVAL);
+    assert_int_equal(b.len, 0); /* nothing written on refusal */
+    sf_buf_fini(&b);
+}
+
+static void test_encode_oversize_leaves_buffer(void **state)
+{
+    size_t big = SF_AP_FRAME_MAX;
+    char *cmd = malloc(big + 1);
+    sf_ap_msg ping = {.op = SF_AP_PING, .id = 5};
+    sf_ap_msg m = {.op = SF_AP_EXEC, .id = 1, .cmd = cmd, .timeout_ms = 1, .cap = 100};
+    const char *why = NULL;
+    sf_buf b;
+
+    assert_non_null(cmd);
+    memset(cmd, 'x', big);
+    cmd[big] = '\0';
+    sf_buf_init(&b, 4 * SF_AP_FRAME_MAX);
+    assert_int_equal(sf_ap_encode(&b, &ping, &why), 0);
+    size_t before = b.len;
+    assert_int_equal(sf_ap_encode(&b, &m, &why), -EMSGSIZE);
+    assert_non_null(why);
+    assert_int_equal(b.len, before);
+    free(cmd);
+    sf_buf_fini(&b);
+}
+
+static void test_encode_buffer_full(void **state)
+{
+    sf_ap_msg m = {.op = SF_AP_ERROR, .id = 1, .msg = "a fairly long message that does not fit"};
+    const char *why;
+    sf_buf b;
+
+    sf_buf_init(&b, 16);
+    assert_int_equal(sf_ap_encode(&b, &m, &why), -E2BIG);
+    assert_int_equal(b.len, 0);
+    sf_buf_fini(&b);
+}
+
+/* ---- framing -------------------------------------------------------------- */
+
+static void test_frame_check(void **state)
+{
+    const unsigned char zero[4] = {0, 0, 0, 0}, over[4] = {0, 0x10, 0, 1},
+                        max[4] = {0, 0x10, 0, 0}, huge[4] = {0xff, 0xff, 0xff, 0xff};
+    const char *why;
+    size_t flen = 99;
+
+    for (size_t n = 0; n < 4; n++) {
+        assert_int_equal(sf_ap_frame_check(zero, n, &flen, &why), 0);
+        assert_int_equal(flen, 0);
+    }
+    why = NULL;
+    assert_int_equal(sf_ap_frame_check(zero, 4, &flen, &why), -EMSGSIZE);
+    assert_non_null(why);
+    assert_int_equal(sf_ap_frame_check(over, 4, &flen, &why), -EMSGSIZE);
+    assert_int_equal(sf_ap_frame_check(huge, 4, &flen, &why), -EMSGSIZE);
+    assert_int_equal(sf_ap_frame_check(max, 4, &flen, &why), 0); /* 1 MiB exactly: fine */
+    assert_int_equal(flen, 0);
+}
+
+/* ---- decoder refusals ----------------------------------------------------- */
+
+static void test_decode_empty_and_oversize(void **state)
+{
+    const char *why;
+    char *big = calloc(1, SF_AP_FRAME_MAX + 1);
+
+    assert_non_null(big);
+    assert_int_equal(decode_raw("", 0, &why), -EBADMSG);
+    assert_non_null(why);
+    assert_int_equal(decode_raw(big, SF_AP_FRAME_MAX + 1, &why), -EMSGSIZE);
+    assert_non_null(why);
+    free(big);
+}
+
+static void test_decode_not_a_map(void **state)
+{
+    const char *why;
+    mp m;
+
+    mp_init(&m);
+    msgpack_pack_array(&m.pk, 1);
+    mp_str(&m, "ping");
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+    assert_string_equal(why, "the frame is not a msgpack map");
+    mp_init(&m);
+    msgpack_pack_uint32(&m.pk, 5);
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+    mp_init(&m);
+    mp_str(&m, "ping");
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+    mp_init(&m);
+    msgpack_pack_nil(&m.pk);
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+}
+
+static void test_decode_every_truncation_fails(void **state)
+{
+    const char *env[] = {"A=1"};
+    sf_ap_msg m = {.op = SF_AP_EXEC, .id = 77, .cmd = "echo hi", .cwd = "/root", .env = env,
+                   .env_n = 1, .timeout_ms = 5, .cap = 64};
+    const char *why;
+    sf_buf b;
+
+    sf_buf_init(&b, 4096);
+    assert_int_equal(sf_ap_encode(&b, &m, &why), 0);
+    for (size_t n = 1; n < b.len - SF_AP_HDR_LEN; n++)
+        assert_int_equal(decode_raw(b.p + SF_AP_HDR_LEN, n, &why), -EBADMSG);
+    assert_int_equal(decode_raw(b.p + SF_AP_HDR_LEN, b.len - SF_AP_HDR_LEN, &why), 0);
+    sf_buf_fini(&b);
+}
+
+static void test_decode_trailing_bytes(void **state)
+{
+    sf_ap_msg m = {.op = SF_AP_PING, .id = 1};
+    const char *why;
+    sf_buf b;
+
+    sf_buf_init(&b, 4096);
+    assert_int_equal(sf_ap_encode(&b, &m, &why), 0);
+    assert_int_equal(sf_buf_append(&b, "\xc0", 1), 0);
+    assert_int_equal(decode_raw(b.p + 4, b.len - 4, &why), -EBADMSG);
+    assert_string_equal(why, "trailing bytes after the msgpack map");
+    sf_buf_fini(&b);
+}
+
+static void test_decode_op_errors(void **state)
+{
+    const char *why;
+    mp m;
+
+    mp_init(&m); /* unknown op */
+    msgpack_pack_map(&m.pk, 2);
+    mp_kv_str(&m, "op", "reboot");
+    mp_kv_uint(&m, "id", 1);
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+    assert_non_null(strstr(why, "unknown op"));
+
+    mp_init(&m); /* op is not a string */
+    msgpack_pack_map(&m.pk, 2);
+    mp_str(&m, "op");
+    msgpack_pack_uint8(&m.pk, 1);
+    mp_kv_uint(&m, "id", 1);
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+
+    mp_init(&m); /* op missing */
+    msgpack_pack_map(&m.pk, 1);
+    mp_kv_uint(&m, "id", 1);
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+    assert_string_equal(why, "missing key 'op'");
+
+    mp_init(&m); /* empty map */
+    msgpack_pack_map(&m.pk, 0);
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+}
+
+static void test_decode_id_errors(void **state)
+{
+    const char *why;
+    sf_ap_msg out;
+    mp m;
+
+    mp_init(&m);
+    msgpack_pack_map(&m.pk, 1);
+    mp_kv_str(&m, "op", "ping");
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+    assert_string_equal(why, "missing key 'id'");
+
+    mp_init(&m);
+    msgpack_pack_map(&m.pk, 2);
+    mp_kv_str(&m, "op", "ping");
+    mp_kv_uint(&m, "id", (uint64_t)UINT32_MAX + 1);
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+
+    mp_init(&m);
+    msgpack_pack_map(&m.pk, 2);
+    mp_kv_str(&m, "op", "ping");
+    mp_str(&m, "id");
+    msgpack_pack_int8(&m.pk, -1);
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+
+    mp_init(&m);
+    msgpack_pack_map(&m.pk, 2);
+    mp_kv_str(&m, "op", "ping");
+    mp_kv_str(&m, "id", "1");
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+
+    /* A valid id is reported even when the rest is wrong. */
+    mp_init(&m);
+    msgpack_pack_map(&m.pk, 2);
+    mp_kv_str(&m, "op", "exec");
+    mp_kv_uint(&m, "id", 31);
+    assert_int_equal(sf_ap_decode(m.sb.data, m.sb.size, &out, &why), -EBADMSG);
+    assert_int_equal(out.id, 31);
+    msgpack_sbuffer_destroy(&m.sb);
+}
+
+static void test_decode_key_errors(void **state)
+{
+    const char *why;
+    mp m;
+
+    mp_init(&m); /* unknown key */
+    mp_exec(&m, NULL, 1);
+    mp_kv_str(&m, "shell", "/bin/bash");
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+    assert_string_equal(why, "unknown key in map");
+
+    mp_init(&m); /* duplicate key */
+    mp_exec(&m, NULL, 1);
+    mp_kv_str(&m, "cmd", "false");
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+    assert_string_equal(why, "duplicate key in map");
+
+    mp_init(&m); /* non-string key */
+    mp_exec(&m, NULL, 1);
+    msgpack_pack_uint8(&m.pk, 1);
+    msgpack_pack_uint8(&m.pk, 2);
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+    assert_string_equal(why, "map keys must be strings");
+
+    mp_init(&m); /* key of another op */
+    mp_exec(&m, NULL, 1);
+    mp_kv_str(&m, "msg", "hi");
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+    assert_string_equal(why, "key not allowed for this op");
+
+    mp_init(&m); /* ping carrying a cmd */
+    msgpack_pack_map(&m.pk, 3);
+    mp_kv_str(&m, "op", "ping");
+    mp_kv_uint(&m, "id", 1);
+    mp_kv_str(&m, "cmd", "true");
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+
+    static const char *const required[] = {"cmd", "timeout_ms", "cap"};
+    for (size_t i = 0; i < 3; i++) {
+        mp_init(&m);
+        mp_exec(&m, required[i], 0);
+        assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+        assert_non_null(strstr(why, "missing key"));
+        assert_non_null(strstr(why, required[i]));
+    }
+}
+
+static void test_decode_exec_value_errors(void **state)
+{
+    const char *why;
+    mp m;
+
+    /* cmd: empty, not a string, embedded NUL, binary */
+    mp_init(&m);
+    mp_exec(&m, "cmd", 1);
+    mp_kv_str(&m, "cmd", "");
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+    assert_non_null(strstr(why, "'cmd'"));
+    mp_init(&m);
+    mp_exec(&m, "cmd", 1);
+    mp_kv_uint(&m, "cmd", 1);
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+    mp_init(&m);
+    mp_exec(&m, "cmd", 1);
+    mp_str(&m, "cmd");
+    msgpack_pack_str_with_body(&m.pk, "a\0b", 3);
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+    mp_init(&m);
+    mp_exec(&m, "cmd", 1);
+    mp_str(&m, "cmd");
+    msgpack_pack_bin_with_body(&m.pk, "ls", 2);
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+
+    /* timeout 0, timeout negative, cap too small / too big, cap as float */
+    mp_init(&m);
+    mp_exec(&m, "timeout_ms", 1);
+    mp_kv_uint(&m, "timeout_ms", 0);
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+    assert_non_null(strstr(why, "'timeout_ms'"));
+    mp_init(&m);
+    mp_exec(&m, "timeout_ms", 1);
+    mp_str(&m, "timeout_ms");
+    msgpack_pack_int32(&m.pk, -5);
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+    mp_init(&m);
+    mp_exec(&m, "cap", 1);
+    mp_kv_uint(&m, "cap", 1);
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+    mp_init(&m);
+    mp_exec(&m, "cap", 1);
+    mp_kv_uint(&m, "cap", SF_AP_CAP_MAX + 1);
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+    mp_init(&m);
+    mp_exec(&m, "cap", 1);
+    mp_str(&m, "cap");
+    msgpack_pack_double(&m.pk, 100.0);
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+
+    /* cwd: empty, too long, not a string */
+    mp_init(&m);
+    mp_exec(&m, NULL, 1);
+    mp_kv_str(&m, "cwd", "");
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+    {
+        char longpath[5000];
+        memset(longpath, 'a', sizeof(longpath) - 1);
+        longpath[sizeof(longpath) - 1] = '\0';
+        mp_init(&m);
+        mp_exec(&m, NULL, 1);
+        mp_kv_str(&m, "cwd", longpath);
+        assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+    }
+    mp_init(&m);
+    mp_exec(&m, NULL, 1);
+    mp_str(&m, "cwd");
+    msgpack_pack_nil(&m.pk);
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+}
+
+static void test_decode_env_errors(void **state)
+{
+    static const char *const bad[] = {"NOEQ", "=value"};
+    const char *why;
+    mp m;
+
+    mp_init(&m); /* env not an array */
+    mp_exec(&m, NULL, 1);
+    mp_kv_str(&m, "env", "A=1");
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+    assert_non_null(strstr(why, "'env'"));
+
+    for (size_t i = 0; i < 2; i++) {
+        mp_init(&m);
+        mp_exec(&m, NULL, 1);
+        mp_str(&m, "env");
+        msgpack_pack_array(&m.pk, 2);
+        mp_str(&m, "OK=1");
+        mp_str(&m, bad[i]);
+        assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+    }
+
+    mp_init(&m); /* element not a string */
+    mp_exec(&m, NULL, 1);
+    mp_str(&m, "env");
+    msgpack_pack_array(&m.pk, 1);
+    msgpack_pack_uint8(&m.pk, 1);
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+
+    mp_init(&m); /* too many entries */
+    mp_exec(&m, NULL, 1);
+    mp_str(&m, "env");
+    msgpack_pack_array(&m.pk, SF_AP_ENV_MAX + 1);
+    for (int i = 0; i <= SF_AP_ENV_MAX; i++)
+        mp_str(&m, "A=1");
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+
+    mp_init(&m); /* exactly the maximum is fine */
+    mp_exec(&m, NULL, 1);
+    mp_str(&m, "env");
+    msgpack_pack_array(&m.pk, SF_AP_ENV_MAX);
+    for (int i = 0; i < SF_AP_ENV_MAX; i++)
+        mp_str(&m, "A=1");
+    assert_int_equal(mp_decode(&m, &why), 0);
+
+    mp_init(&m); /* nested array */
+    mp_exec(&m, NULL, 1);
+    mp_str(&m, "env");
+    msgpack_pack_array(&m.pk, 1);
+    msgpack_pack_array(&m.pk, 1);
+    mp_str(&m, "A=1");
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+}
+
+/* A result map with one field replaced by the callback's packing. */
+static void mp_result(mp *m, const char *replace, void (*pack)(mp *))
+{
+    static const char *const keys[] = {"op", "id", "exit", "timed_out", "truncated", "ms",
+                                       "out", "out_total", "err", "err_total"};
+    msgpack_pack_map(&m->pk, 10);
+    for (size_t i = 0; i < 10; i++) {
+        mp_str(m, keys[i]);
+        if (replace && !strcmp(replace, keys[i])) {
+            pack(m);
+            continue;
+        }
+        switch (i) {
+        case 0: mp_str(m, "result"); break;
+        case 1: msgpack_pack_uint8(&m->pk, 4); break;
+        case 2: msgpack_pack_int8(&m->pk, 3); break;
+        case 3: case 4: msgpack_pack_false(&m->pk); break;
+        case 5: msgpack_pack_uint8(&m->pk, 10); break;
+        case 6: case 8: msgpack_pack_bin_with_body(&m->pk, "hello\n", 6); break;
+        default: msgpack_pack_uint8(&m->pk, 6); break;
+        }
+    }
+}
+
+static void pack_str_hi(mp *m) { mp_str(m, "hi"); }
+static void pack_uint_1(mp *m) { msgpack_pack_uint8(&m->pk, 1); }
+static void pack_uint_5(mp *m) { msgpack_pack_uint8(&m->pk, 5); }
+static void pack_big_exit(mp *m) { msgpack_pack_uint64(&m->pk, (uint64_t)INT32_MAX + 1); }
+static void pack_low_exit(mp *m) { msgpack_pack_int64(&m->pk, (int64_t)INT32_MIN - 1); }
+static void pack_nil(mp *m) { msgpack_pack_nil(&m->pk); }
+
+static void test_decode_result_errors(void **state)
+{
+    static const struct {
+        const char *key;
+        void (*pack)(mp *);
+    } cases[] = {
+        {"out", pack_str_hi},       /* text where binary is required */
+        {"err", pack_uint_1},
+        {"out_total", pack_uint_5}, /* total below the kept length */
+        {"err_total", pack_str_hi},
+        {"exit", pack_big_exit},
+        {"exit", pack_low_exit},
+        {"exit", pack_str_hi},
+        {"timed_out", pack_uint_1}, /* integer where a boolean is required */
+        {"truncated", pack_nil},
+        {"ms", pack_str_hi},
+    };
+    const char *why;
+    mp m;
+
+    mp_init(&m);
+    mp_result(&m, NULL, NULL);
+    assert_int_equal(mp_decode(&m, &why), 0);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        mp_init(&m);
+        mp_result(&m, cases[i].key, cases[i].pack);
+        assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+        assert_non_null(strstr(why, cases[i].key));
+    }
+}
+
+static void test_decode_error_msg_limits(void **state)
+{
+    char *big = malloc(SF_AP_MSG_MAX + 2);
+    const char *why;
+    mp m;
+
+    assert_non_null(big);
+    memset(big, 'e', SF_AP_MSG_MAX + 1);
+    big[SF_AP_MSG_MAX + 1] = '\0';
+    mp_init(&m);
+    msgpack_pack_map(&m.pk, 3);
+    mp_kv_str(&m, "op", "error");
+    mp_kv_uint(&m, "id", 1);
+    mp_kv_str(&m, "msg", big);
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+    big[SF_AP_MSG_MAX] = '\0';
+    mp_init(&m);
+    msgpack_pack_map(&m.pk, 3);
+    mp_kv_str(&m, "op", "error");
+    mp_kv_uint(&m, "id", 1);
+    mp_kv_str(&m, "msg", big);
+    assert_int_equal(mp_decode(&m, &why), 0);
+    free(big);
+}
+
+static void test_decode_hostile_headers(void **state)
+{
+    /* Container counts far beyond the bytes present must not allocate. */
+    static const unsigned char array32[] = {0xdd, 0xff, 0xff, 0xff, 0xff, 0xc0};
+    static const unsigned char map32[] = {0xdf, 0x7f, 0xff, 0xff, 0xff, 0xa2, 'o', 'p'};
+    static const unsigned char map16_in_map[] = {0x81, 0xa3, 'e', 'n', 'v', 0xde, 0xff, 0xff};
+    static const unsigned char str32[] = {0xdb, 0xff, 0xff, 0xff, 0xff, 'a'};
+    static const unsigned char bin32[] = {0xc6, 0x00, 0x10, 0x00, 0x00, 'a'};
+    static const unsigned char ext32[] = {0xc9, 0xff, 0xff, 0xff, 0xff, 0x01};
+    static const unsigned char reserved[] = {0x81, 0xa2, 'o', 'p', 0xc1};
+    static const unsigned char fixmap_short[] = {0x8f, 0xa2, 'o', 'p'};
+    static const struct {
+        const unsigned char *p;
+        size_t n;
+    } cases[] = {
+        {array32, sizeof(array32)}, {map32, sizeof(map32)}, {map16_in_map, sizeof(map16_in_map)},
+        {str32, sizeof(str32)},     {bin32, sizeof(bin32)}, {ext32, sizeof(ext32)},
+        {reserved, sizeof(reserved)}, {fixmap_short, sizeof(fixmap_short)},
+    };
+    const char *why;
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        assert_int_equal(decode_raw(cases[i].p, cases[i].n, &why), -EBADMSG);
+        assert_non_null(why);
+    }
+}
+
+static void test_decode_deep_nesting(void **state)
+{
+    unsigned char deep[64];
+    const char *why;
+
+    /* {"op": [[[[[[...]]]]]]} */
+    deep[0] = 0x81;
+    deep[1] = 0xa2;
+    deep[2] = 'o';
+    deep[3] = 'p';
+    for (size_t i = 4; i < sizeof(deep) - 1; i++)
+        deep[i] = 0x91;
+    deep[sizeof(deep) - 1] = 0xc0;
+    assert_int_equal(decode_raw(deep, sizeof(deep), &why), -EBADMSG);
+}
+
+static void test_decode_random_bytes_never_crash(void **state)
+{
+    unsigned char buf[256];
+    uint32_t x = 12345;
+    const char *why;
+
+    for (int iter = 0; iter < 20000; iter++) {
+        size_t n = 1 + (x % sizeof(buf));
+        for (size_t i = 0; i < n; i++) {
+            x = x * 1103515245u + 12345u;
+            buf[i] = (unsigned char)(x >> 16);
+        }
+        if (iter % 2)
+            buf[0] = (unsigned char)(0x80 | (buf[0] & 0x0f)); /* often a fixmap */
+        int rc = decode_raw(buf, n, &why);
+        assert_true(rc == 0 || rc == -EBADMSG);
+        if (rc < 0)
+            assert_non_null(why);
+    }
+}
+
+static void test_decode_bit_flips_never_crash(void **state)
+{
+    const char *env[] = {"A=1", "B=2"};
+    sf_ap_msg m = {.op = SF_AP_EXEC, .id = 77, .cmd = "echo hi", .cwd = "/root", .env = env,
+                   .env_n = 2, .timeout_ms = 5, .cap = 64};
+    const char *why;
+    sf_buf b;
+
+    sf_buf_init(&b, 4096);
+    assert_int_equal(sf_ap_encode(&b, &m, &why), 0);
+    char *p = b.p + SF_AP_HDR_LEN;
+    size_t n = b.len - SF_AP_HDR_LEN;
+    for (size_t i = 0; i < n; i++)
+        for (int bit = 0; bit < 8; bit++) {
+            p[i] ^= (char)(1 << bit);
+            int rc = decode_raw(p, n, &why);
+            assert_true(rc == 0 || rc == -EBADMSG);
+            p[i] ^= (char)(1 << bit);
+        }
+    sf_buf_fini(&b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ping_pong),
+        cmocka_unit_test(test_exec_full),
+        cmocka_unit_test(test_exec_minimal),
+        cmocka_unit_test(test_result_binary),
+        cmocka_unit_test(test_error_msg),
+        cmocka_unit_test(test_several_frames_in_one_buffer),
+        cmocka_unit_test(test_encode_rejects_invalid),
+        cmocka_unit_test(test_encode_oversize_leaves_buffer),
+        cmocka_unit_test(test_encode_buffer_full),
+        cmocka_unit_test(test_frame_check),
+        cmocka_unit_test(test_decode_empty_and_oversize),
+        cmocka_unit_test(test_decode_not_a_map),
+        cmocka_unit_test(test_decode_every_truncation_fails),
+        cmocka_unit_test(test_decode_trailing_bytes),
+        cmocka_unit_test(test_decode_op_errors),
+        cmocka_unit_test(test_decode_id_errors),
+        cmocka_unit_test(test_decode_key_errors),
+        cmocka_unit_test(test_decode_exec_value_errors),
+        cmocka_unit_test(test_decode_env_errors),
+        cmocka_unit_test(test_decode_result_errors),
+        cmocka_unit_test(test_decode_error_msg_limits),
+        cmocka_unit_test(test_decode_hostile_headers),
+        cmocka_unit_test(test_decode_deep_nesting),
+        cmocka_unit_test(test_decode_random_bytes_never_crash),
+        cmocka_unit_test(test_decode_bit_flips_never_crash),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
