@@ -120,9 +120,9 @@ sf_stack_stop() {
     for name in gateway worker scheduler kafka redis; do
         [ -f "$state/pids/$name" ] || continue
         pid=$(cat "$state/pids/$name")
-        kill -TERM "$pid" 2>/dev/null
+        kill -TERM "$pid" 2>/dev/null || true
         for ((i = 0; i < 100; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-        kill -KILL "$pid" 2>/dev/null
+        kill -KILL "$pid" 2>/dev/null || true
         rm -f "$state/pids/$name"
     done
 }
