@@ -902,7 +902,7 @@ gw_http_server *gw_http_server_new(struct event_base *base, const char *addr, in
     gw_http_server *s;
     struct addrinfo hints, *res = NULL;
     char portstr[16];
-    int err = 0;
+    int err = 0, rc;
 
     if (!base || !handler || port < -1 || port > 65535) {
         errno = EINVAL;
@@ -938,9 +938,14 @@ gw_http_server *gw_http_server_new(struct event_base *base, const char *addr, in
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV | AI_NUMERICHOST; /* no DNS on the loop */
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV | AI_NUMERICHOST;
     snprintf(portstr, sizeof(portstr), "%d", port);
-    if (getaddrinfo(addr, portstr, &hints, &res) != 0 || !res) {
+    rc = getaddrinfo(addr, portstr, &hints, &res);
+    if (rc == EAI_NONAME && addr) { /* a host name such as "localhost": resolve it */
+        hints.ai_flags &= ~AI_NUMERICHOST;
+        rc = getaddrinfo(addr, portstr, &hints, &res);
+    }
+    if (rc != 0 || !res) {
         err = EADDRNOTAVAIL;
         goto fail;
     }

@@ -61,10 +61,12 @@ typedef void (*gw_req_abort_cb)(gw_req *req, void *arg);
 typedef int (*gw_http_takeover_fn)(struct bufferevent *bev, const char *peer, void *arg);
 
 /* Binds addr:port. addr: a numeric IPv4/IPv6 address, or NULL for all addresses ("::"
- * dual-stack, else "0.0.0.0"); host names are refused so that nothing blocks on DNS.
- * port 0 = any free port (see gw_http_server_port()); port -1 = no listener at all:
- * connections only come in through gw_http_server_adopt(). lim NULL = defaults.
- * Returns NULL on failure (bad address, bind error, out of memory) with errno set. */
+ * dual-stack, else "0.0.0.0"), or a host name such as "localhost" (resolved here with
+ * getaddrinfo, which may block: call this at start-up, not from a callback); the first
+ * address that binds is used. port 0 = any free port (see gw_http_server_port());
+ * port -1 = no listener at all: connections only come in through gw_http_server_adopt().
+ * lim NULL = defaults. Returns NULL with errno set on failure: EINVAL (arguments),
+ * EADDRNOTAVAIL (address unknown), the bind error (EADDRINUSE, EACCES...), ENOMEM. */
 gw_http_server *gw_http_server_new(struct event_base *base, const char *addr, int port,
                                    const gw_http_limits *lim, gw_http_handler handler,
                                    void *arg);

@@ -250,18 +250,23 @@ static int kill_members(const char *dir)
     return n;
 }
 
-int wk_cgroup_destroy(wk_cgroup *cg)
+void wk_cgroup_thaw(const wk_cgroup *cg)
 {
     const char *fz = cg->v2 ? cg->dir[0] : cg->dir[WK_CG_FREEZER];
+
+    if (fz[0])
+        write_str(fz, cg->v2 ? "cgroup.freeze" : "freezer.state", cg->v2 ? "0" : "THAWED");
+}
+
+int wk_cgroup_destroy(wk_cgroup *cg)
+{
     int rc = 0;
 
     if (cg->fd >= 0) {
         close(cg->fd);
         cg->fd = -1;
     }
-    /* A frozen task cannot die: thaw first. */
-    if (fz[0])
-        write_str(fz, cg->v2 ? "cgroup.freeze" : "freezer.state", cg->v2 ? "0" : "THAWED");
+    wk_cgroup_thaw(cg);
     for (int c = 0; c < WK_CG_N; c++) {
         if (!cg->dir[c][0])
             continue;

@@ -62,6 +62,7 @@ int wk_jail_host_init(const wk_jail_opts *o, const char **why)
     jail_cfg c;
     int rc;
 
+    *why = NULL;
     if ((rc = check_opts(o, &c, why)) < 0)
         return rc;
     if (geteuid() != 0) {
@@ -92,6 +93,7 @@ int wk_jail_create(struct event_base *base, const wk_jail_opts *o, const char *i
     int sv[2] = {-1, -1}, dir_made = 0, rc;
     jail_cfg c;
 
+    *why = NULL;
     if (!base || !id || !out || !sf_id_valid(id)) {
         *why = "The sandbox id must match [a-z0-9_-]{1,63}.";
         return -EINVAL;
@@ -159,7 +161,8 @@ int wk_jail_create(struct event_base *base, const wk_jail_opts *o, const char *i
     *out = sb;
     return 0;
 fail:
-    sf_error("msg=\"sandbox create failed\" sandbox=%s err=%d why=\"%s\"", id, rc, *why);
+    sf_error("msg=\"sandbox create failed\" sandbox=%s err=%d why=\"%s\"", id, rc,
+             *why ? *why : "");
     if (sv[0] >= 0)
         close(sv[0]);
     wk_spawn_kill(&sb->pidfd);
@@ -183,6 +186,7 @@ void wk_sandbox_kill(wk_sandbox *sb)
     sb->depth++;
     wk_agent_fail_all(sb, ERR_KILLED);
     wk_agent_detach(sb);
+    wk_cgroup_thaw(&sb->cg);
     wk_spawn_kill(&sb->pidfd);
     if ((rc = wk_cgroup_destroy(&sb->cg)) < 0)
         sf_error("msg=\"cannot remove the sandbox cgroups\" sandbox=%s err=%d", sb->id, rc);

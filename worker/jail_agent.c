@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -248,7 +249,7 @@ int wk_agent_ping(int fd, int timeout_ms, const char **why)
     if ((rc = sf_ap_encode(&b, &ping, why)) < 0)
         goto out;
     while (off < b.len) {
-        ssize_t n = write(fd, b.p + off, b.len - off);
+        ssize_t n = send(fd, b.p + off, b.len - off, MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
@@ -340,7 +341,7 @@ int wk_sandbox_exec(wk_sandbox *sb, const wk_exec_req *req, wk_exec_cb cb, void 
     }
     m.id = r->id;
     m.cmd = req->command;
-    m.cwd = req->cwd;
+    m.cwd = req->cwd && req->cwd[0] ? req->cwd : NULL; /* "" = the default, /root */
     m.env = (const char *const *)req->env;
     m.env_n = env_n;
     m.timeout_ms = req->timeout_ms ? req->timeout_ms : WK_TIMEOUT_DEFAULT;

@@ -24,12 +24,6 @@
 
 #include "jail_int.h"
 
-int wk_open_dir(const char *path)
-{
-    int fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    return fd < 0 ? -errno : fd;
-}
-
 int wk_mkdir_p(const char *path, mode_t mode)
 {
     char p[WK_PATH_MAX];

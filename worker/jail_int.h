@@ -58,6 +58,8 @@ int wk_cgroup_create(wk_cgroup *cg, const char *id, uint64_t memory, int pids, c
  * grace period, 10-20 ms). v2: all -1 (the child is born inside through
  * CLONE_INTO_CGROUP). fds[i] = -1 where unused. */
 int wk_cgroup_open_tasks(const wk_cgroup *cg, int fds[WK_CG_N]);
+/* Thaws the group (a frozen task cannot die). */
+void wk_cgroup_thaw(const wk_cgroup *cg);
 /* Thaws, kills what is left inside, removes the groups. Idempotent. 0 or the
  * first rmdir error. */
 int wk_cgroup_destroy(wk_cgroup *cg);
@@ -73,8 +75,6 @@ int wk_slot_acquire(uint32_t uid_base, uint32_t *host_uid, int *lock_fd);
 int wk_sbdir_create(const char *sbdir, uint32_t host_uid, const char **why);
 /* Removes a directory tree without following symlinks, any depth, O(1) fds. */
 int wk_rmtree(const char *path);
-/* Opens (O_PATH|O_DIRECTORY|O_CLOEXEC) path; -errno. */
-int wk_open_dir(const char *path);
 /* Creates path and its missing parents with mode (existing ones untouched). */
 int wk_mkdir_p(const char *path, mode_t mode);
 

@@ -56,8 +56,9 @@
 /* Setup steps, reported by the child on failure; each reason is the sentence
  * the worker hands back. */
 enum {
-    ST_CGROUP, ST_IDS, ST_CGNS, ST_PRIVATE, ST_SBDIR, ST_OVERLAY, ST_PROC, ST_DEV, ST_DEVNODE, ST_SHM,
-    ST_AGENT, ST_HOSTNAME, ST_LO, ST_PIVOT, ST_CAPS, ST_FDS, ST_SECCOMP, ST_EXEC, ST_COUNT
+    ST_CGROUP, ST_IDS, ST_CGNS, ST_PRIVATE, ST_TEMPLATE, ST_SBDIR, ST_OVERLAY, ST_PROC,
+    ST_DEV, ST_DEVNODE, ST_SHM, ST_AGENT, ST_HOSTNAME, ST_LO, ST_PIVOT, ST_CAPS, ST_FDS,
+    ST_SECCOMP, ST_EXEC, ST_COUNT
 };
 
 static const char *const step_why[ST_COUNT] = {
@@ -65,6 +66,7 @@ static const char *const step_why[ST_COUNT] = {
     [ST_IDS] = "The jail could not become root of its user namespace; check that user namespaces are enabled (user.max_user_namespaces > 0).",
     [ST_CGNS] = "The jail could not create its cgroup namespace; the kernel needs cgroup namespaces (Linux 4.6+).",
     [ST_PRIVATE] = "The jail could not make its mounts private; check that the worker runs as root.",
+    [ST_TEMPLATE] = "The template root filesystem is missing; run wk_jail_host_init (the worker does at start-up) first.",
     [ST_SBDIR] = "The jail could not enter its sandbox directory; check state_dir.",
     [ST_OVERLAY] = "Mounting the sandbox's overlay root filesystem failed; the kernel needs overlayfs mountable in user namespaces (Linux 5.11+) and state_dir on ext4/xfs/btrfs.",
     [ST_PROC] = "Mounting /proc in the jail failed; the host's /proc must not be partly covered by other mounts.",
@@ -97,7 +99,7 @@ static const char *const dev_dst[] = {"dev/null", "dev/zero", "dev/full",
                                       "dev/random", "dev/urandom", "dev/tty"};
 
 typedef struct child_ctx {
-    int go_r, err_w, sock;
+    int go_r, go_w, err_w, sock;
     int tasks[WK_CG_N];
     char lower[WK_PATH_MAX], upper[WK_PATH_MAX], work[WK_PATH_MAX];
     const char *sbdir, *agent;
@@ -202,6 +204,7 @@ static __attribute__((noreturn)) void child_main(child_ctx *c)
     size_t n = 0;
     char go;
 
+    close(c->go_w); /* so that a worker dying before the go byte ends the read */
     if (read(c->go_r, &go, 1) != 1)
         _exit(1); /* the worker gave up */
     /* Keep the error pipe clear of fds 0-3, which child_fds() takes over. */
@@ -218,8 +221,9 @@ static __attribute__((noreturn)) void child_main(child_ctx *c)
      * own state_dir: after the switch to the sandbox's root no path to them is
      * needed. Opened here, not in the worker, because overlayfs and bind
      * mounts only take paths of this mount namespace. */
-    if ((lower = open(c->lower, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0 ||
-        (upper = open(c->upper, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+    if ((lower = open(c->lower, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+        child_fail(c, ST_TEMPLATE);
+    if ((upper = open(c->upper, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0 ||
         (work = open(c->work, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0 ||
         (sb = open(c->sbdir, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
         child_fail(c, ST_SBDIR);
@@ -390,6 +394,7 @@ int wk_spawn(const wk_spawn_args *a, pid_t *pid_out, int *pidfd_out, const char 
         goto out;
     }
     c.go_r = go[0];
+    c.go_w = go[1];
     c.err_w = errp[1];
 
     memset(&ca, 0, sizeof(ca));
@@ -411,9 +416,10 @@ int wk_spawn(const wk_spawn_args *a, pid_t *pid_out, int *pidfd_out, const char 
                    : "Cannot clone the jail process; the kernel needs clone3 and user namespaces (Linux 5.7+).";
         goto out;
     }
-    close(go[0]);
+    /* go[0] stays open here until the go byte is written: no EPIPE/SIGPIPE
+     * if the child is already gone. */
     close(errp[1]);
-    go[0] = errp[1] = -1;
+    errp[1] = -1;
     if ((rc = write_map((pid_t)pid, "uid_map", a->host_uid)) < 0 ||
         (rc = write_map((pid_t)pid, "gid_map", a->host_uid)) < 0) {
         *why = "Cannot write the jail's uid/gid map; run the worker as root.";
@@ -424,6 +430,8 @@ int wk_spawn(const wk_spawn_args *a, pid_t *pid_out, int *pidfd_out, const char 
         *why = step_why[ST_IDS];
         goto kill;
     }
+    close(go[0]);
+    go[0] = -1;
     {
         struct pollfd p = {.fd = errp[0], .events = POLLIN};
         if (poll(&p, 1, SPAWN_TIMEOUT_MS) <= 0) {

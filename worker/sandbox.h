@@ -7,7 +7,10 @@
  * pid 1 is the guest agent (worker/agent/agent.c), which the worker drives over
  * a socketpair (schemas/agent-protocol.md).
  *
- * Not thread-safe: call everything from the worker's event-loop thread.
+ * Not thread-safe: call everything from the worker's event-loop thread. The
+ * process must ignore SIGPIPE (sf_daemon does): a dying agent closes its socket
+ * under pending writes. Leave SIGCHLD at its default: the driver reaps the
+ * jails it starts (through pidfds).
  * Functions return 0 or a negative errno; `why` gets one actionable sentence
  * (a static string). */
 #ifndef WK_SANDBOX_H

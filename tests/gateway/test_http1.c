@@ -15,7 +15,9 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,9 +155,14 @@ static void handler(gw_req *req, void *arg)
     }
 }
 
+/* Set in a client thread: the helpers then only wait on their socket and never touch the
+ * event loop, which belongs to the main thread. */
+static _Thread_local int in_client_thread;
+
 static void loop_once(void)
 {
-    event_base_loop(T.base, EVLOOP_NONBLOCK);
+    if (!in_client_thread)
+        event_base_loop(T.base, EVLOOP_NONBLOCK);
 }
 
 /* Runs the loop until *flag >= want or ms pass; returns whether it got there. */
@@ -362,7 +369,7 @@ static int cli_send(cli *c, const void *data, size_t len)
         loop_once();
         {
             struct pollfd pfd = {c->fd, POLLOUT, 0};
-            poll(&pfd, 1, 1);
+            poll(&pfd, 1, in_client_thread ? 100 : 1);
         }
     }
     loop_once();
@@ -400,7 +407,7 @@ static int cli_fill(cli *c, int ms)
         loop_once();
         {
             struct pollfd pfd = {c->fd, POLLIN, 0};
-            poll(&pfd, 1, 1);
+            poll(&pfd, 1, in_client_thread ? 100 : 1);
         }
     }
 }
@@ -828,6 +835,22 @@ static void test_headers_limit_custom(void **state)
     expect_error(req, 431, "request headers too large: the limit is 1 KiB");
 }
 
+static void test_uri_too_long(void **state)
+{
+    gw_http_limits lim = {.max_header_bytes = 128 * 1024};
+    size_t n = 70 * 1024;
+    char *req = malloc(n + 64);
+    int off;
+
+    server_stop();
+    server_start(&lim);
+    off = snprintf(req, n + 64, "GET /");
+    memset(req + off, 'u', n);
+    memcpy(req + off + n, " HTTP/1.1\r\n\r\n", 14);
+    expect_error(req, 414, "request target too long: the limit is 65535 bytes");
+    free(req);
+}
+
 static void test_expect_continue(void **state)
 {
     cli *c = cli_connect();
@@ -1007,6 +1030,82 @@ static void test_h2_preface(void **state)
     }
 }
 
+/* The same scenario with a client in its own thread (blocking waits, as a real client),
+ * while the main thread only runs the event loop. Results are checked back here. */
+typedef struct thread_client {
+    int port;
+    int big_status, big_closed, next_status;
+    char big_body[128], next_body[64];
+    atomic_int done;
+} thread_client;
+
+static void *client_thread(void *arg)
+{
+    thread_client *tc = arg;
+    const size_t total = 20 * MIB;
+    char head[128], *chunk = calloc(1, MIB);
+    struct sockaddr_in sa;
+    cli *c = calloc(1, sizeof(*c));
+    resp r;
+    int rc = 0;
+
+    in_client_thread = 1;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)tc->port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    c->fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && fcntl(c->fd, F_SETFL, O_NONBLOCK) == 0) {
+        snprintf(head, sizeof(head), "PUT /len HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n", total);
+        rc = cli_sends(c, head);
+        for (size_t sent = 0; sent < total && rc == 0; sent += MIB)
+            rc = cli_send(c, chunk, MIB);
+        if (cli_read(c, &r, 0) == 0) {
+            tc->big_status = r.status;
+            snprintf(tc->big_body, sizeof(tc->big_body), "%s", r.body ? r.body : "");
+            tc->big_closed = cli_closed(c, WAIT_MS);
+        }
+        resp_fini(&r);
+    }
+    close(c->fd);
+    memset(c, 0, sizeof(*c));
+    c->fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && fcntl(c->fd, F_SETFL, O_NONBLOCK) == 0 &&
+        cli_sends(c, "GET /defer?ms=50 HTTP/1.1\r\nHost: x\r\n\r\n") == 0 && cli_read(c, &r, 0) == 0) {
+        tc->next_status = r.status;
+        snprintf(tc->next_body, sizeof(tc->next_body), "%s", r.body ? r.body : "");
+    }
+    resp_fini(&r);
+    cli_close(c);
+    free(chunk);
+    atomic_store(&tc->done, 1);
+    return NULL;
+}
+
+static void test_threaded_client(void **state)
+{
+    thread_client tc;
+    pthread_t th;
+    int64_t end = now_ms() + 30000;
+
+    memset(&tc, 0, sizeof(tc));
+    tc.port = T.port;
+    assert_int_equal(pthread_create(&th, NULL, client_thread, &tc), 0);
+    while (!atomic_load(&tc.done) && now_ms() < end) {
+        event_base_loop(T.base, EVLOOP_NONBLOCK);
+        poll(NULL, 0, 1);
+    }
+    assert_true(atomic_load(&tc.done));
+    pthread_join(th, NULL);
+    assert_int_equal(tc.big_status, 413);
+    assert_string_equal(tc.big_body, "{\"error\":\"request body too large: the limit is 16 MiB\"}");
+    assert_true(tc.big_closed);
+    assert_int_equal(tc.next_status, 200);
+    assert_string_equal(tc.next_body, "deferred 50 ms=50");
+    assert_int_equal(T.handled, 1);
+    assert_true(loop_until_conns(0, WAIT_MS));
+}
+
 static void adopt_pair(gw_http_server *srv, int *client_fd)
 {
     int sv[2];
@@ -1035,10 +1134,20 @@ static void test_bad_args(void **state)
 {
     assert_null(gw_http_server_new(NULL, "127.0.0.1", 0, NULL, handler, NULL));
     assert_null(gw_http_server_new(T.base, "127.0.0.1", 70000, NULL, handler, NULL));
-    assert_null(gw_http_server_new(T.base, "localhost", 0, NULL, handler, NULL)); /* numeric only */
-    assert_null(gw_http_server_new(T.base, "256.1.1.1", 0, NULL, handler, NULL));
+    errno = 0;
+    assert_null(gw_http_server_new(T.base, "127.0.0.1", -2, NULL, handler, NULL));
+    assert_int_equal(errno, EINVAL);
     /* the port is taken */
+    errno = 0;
     assert_null(gw_http_server_new(T.base, "127.0.0.1", T.port, NULL, handler, NULL));
+    assert_int_equal(errno, EADDRINUSE);
+    /* a host name from /etc/hosts */
+    {
+        gw_http_server *s = gw_http_server_new(T.base, "localhost", 0, NULL, handler, NULL);
+        assert_non_null(s);
+        assert_true(gw_http_server_port(s) > 0);
+        gw_http_server_free(s);
+    }
     gw_http_server_free(NULL);
     {
         gw_http_server *s = gw_http_server_new(T.base, NULL, -1, NULL, handler, NULL);
@@ -1067,12 +1176,14 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_headers_too_large, setup, teardown),
         cmocka_unit_test_setup_teardown(test_headers_limit_custom, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_uri_too_long, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expect_continue, setup, teardown),
         cmocka_unit_test_setup_teardown(test_head, setup, teardown),
         cmocka_unit_test_setup_teardown(test_response_headers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_max_conns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_h2_preface, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_threaded_client, setup, teardown),
         cmocka_unit_test_setup_teardown(test_adopt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_args, setup, teardown),
     };

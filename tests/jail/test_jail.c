@@ -24,6 +24,7 @@
 
 #include "jail_int.h"
 #include "sandbox.h"
+#include "sf_agentproto.h"
 #include "sf_util.h"
 
 static struct event_base *base;
@@ -545,6 +546,63 @@ static void test_concurrent_execs(void **state)
     wk_sandbox_kill(sb);
 }
 
+static void test_exec_limit_per_sandbox(void **state)
+{
+    char id[64];
+    wk_sandbox *sb = create(id, sizeof(id));
+    wk_exec_req req = {.command = "sleep 0.3", .timeout_ms = 10000};
+    run r[WK_EXECS_MAX], extra = {0};
+
+    for (int i = 0; i < WK_EXECS_MAX; i++) {
+        memset(&r[i], 0, sizeof(r[i]));
+        assert_int_equal(wk_sandbox_exec(sb, &req, on_done, &r[i]), 0);
+    }
+    assert_int_equal(wk_sandbox_exec(sb, &req, on_done, &extra), -EBUSY);
+    for (int i = 0; i < WK_EXECS_MAX; i++) {
+        wait_done(&r[i]);
+        if (r[i].error)
+            fail_msg("exec %d: %s", i, r[i].error);
+        assert_int_equal(r[i].exit_code, 0);
+        run_free(&r[i]);
+    }
+    assert_int_equal(wk_sandbox_exec(sb, &req, on_done, &extra), 0);
+    wait_done(&extra);
+    run_free(&extra);
+    wk_sandbox_kill(sb);
+}
+
+/* A frozen sandbox cannot answer: the worker-side deadline (timeout + 5 s)
+ * fails the exec, and kill still works (it thaws first). */
+static void test_unanswered_exec_and_kill_of_a_frozen_sandbox(void **state)
+{
+    char id[64], dir[WK_PATH_MAX];
+    wk_sandbox *sb = create(id, sizeof(id));
+    const char *fz = sb->cg.v2 ? sb->cg.dir[0] : sb->cg.dir[WK_CG_FREEZER];
+    char path[512];
+    int64_t t0;
+    FILE *f;
+    run r;
+
+    if (!fz[0]) {
+        wk_sandbox_kill(sb);
+        skip();
+    }
+    snprintf(path, sizeof(path), "%s/%s", fz, sb->cg.v2 ? "cgroup.freeze" : "freezer.state");
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(sb->cg.v2 ? "1" : "FROZEN", f);
+    assert_int_equal(fclose(f), 0);
+    t0 = sf_mono_ms();
+    exec_full(sb, "echo hi", NULL, NULL, 200, &r);
+    assert_non_null(r.error);
+    assert_non_null(strstr(r.error, "did not answer"));
+    assert_true(sf_mono_ms() - t0 >= 200 + WK_EXEC_GRACE_MS - 50);
+    run_free(&r);
+    snprintf(dir, sizeof(dir), "%s", sb->sbdir);
+    wk_sandbox_kill(sb);
+    assert_false(path_exists(dir));
+}
+
 static void test_cwd_and_env(void **state)
 {
     const char *env[] = {"FOO=bar", "HOME=/tmp", NULL};
@@ -553,6 +611,9 @@ static void test_cwd_and_env(void **state)
     run r;
 
     exec_full(sb, "pwd", NULL, NULL, 5000, &r);
+    assert_string_equal(r.out, "/root\n");
+    run_free(&r);
+    exec_full(sb, "pwd", "", NULL, 5000, &r); /* empty = default */
     assert_string_equal(r.out, "/root\n");
     run_free(&r);
     exec_full(sb, "pwd", "/tmp", NULL, 5000, &r);
@@ -589,6 +650,16 @@ static void test_bad_requests_are_refused(void **state)
     assert_int_equal(wk_sandbox_exec(sb, &req, NULL, &r), -EINVAL);
     req.env = bad_env;
     assert_int_equal(wk_sandbox_exec(sb, &req, on_done, &r), -EINVAL);
+    req.env = NULL;
+    {
+        char *huge = malloc(SF_AP_FRAME_MAX + 1);
+        assert_non_null(huge);
+        memset(huge, ':', SF_AP_FRAME_MAX);
+        huge[SF_AP_FRAME_MAX] = '\0';
+        req.command = huge;
+        assert_int_equal(wk_sandbox_exec(sb, &req, on_done, &r), -E2BIG);
+        free(huge);
+    }
     assert_int_equal(r.done, 0);
     sh(sb, "echo ok", &r); /* the failed create did not hurt the first one */
     assert_string_equal(r.out, "ok\n");
@@ -775,6 +846,8 @@ int main(void)
         cmocka_unit_test(test_fork_bomb_is_contained),
         cmocka_unit_test(test_sandboxes_are_isolated_from_each_other),
         cmocka_unit_test(test_concurrent_execs),
+        cmocka_unit_test(test_exec_limit_per_sandbox),
+        cmocka_unit_test(test_unanswered_exec_and_kill_of_a_frozen_sandbox),
         cmocka_unit_test(test_cwd_and_env),
         cmocka_unit_test(test_bad_requests_are_refused),
         cmocka_unit_test(test_agent_death_fails_pending_and_later_execs),

@@ -298,8 +298,9 @@ static void job_start(const sf_ap_msg *m)
     pid = fork();
     if (pid < 0) {
         if (errno == EAGAIN)
-            send_error(m->id, "The sandbox reached its process limit (fork failed); wait "
-                              "for running commands to end or kill them, then retry.");
+            send_error(m->id, "The sandbox reached its process limit, so the command could "
+                              "not start; wait for its processes to end, or kill the sandbox "
+                              "and create a new one.");
         else
             send_error(m->id, "The sandbox could not start a process; retry.");
         goto fail;
@@ -484,6 +485,9 @@ int main(void)
     if (fstat(sock, &st) < 0 || !S_ISSOCK(st.st_mode))
         die("fd 3 must be the worker's socket (run by the sandfleet worker)");
     fcntl(sock, F_SETFD, FD_CLOEXEC);
+    /* Not dumpable: the sandbox's processes (no CAP_SYS_PTRACE) cannot open
+     * /proc/1/mem and friends. Commands become dumpable again at exec. */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     /* Outside a jail (tests), orphans of our commands come back to us too. */
     if (getpid() != 1)
         prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
