@@ -175,7 +175,7 @@ void sch_store_create(sch_call *c)
         sch_reply_error(c, SF_ERR_NOT_FOUND, text);
         return;
     }
-    md_text = json_dumps(json_is_object(md) ? md : json_object(), JSON_COMPACT);
+    md_text = json_is_object(md) ? json_dumps(md, JSON_COMPACT) : NULL;
     snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
     snprintf(ttl, sizeof(ttl), "%lld", (long long)c->ctx->cfg.host_ttl_ms);
     snprintf(limit, sizeof(limit), "%lld", (long long)c->ctx->cfg.team_sandbox_limit);
@@ -213,7 +213,7 @@ static void on_list(redisAsyncContext *ac, void *r, void *priv)
 void sch_store_list(sch_call *c)
 {
     json_t *md = json_object_get(c->job.args, "metadata");
-    char *filter = json_dumps(json_is_object(md) ? md : json_object(), JSON_COMPACT);
+    char *filter = json_is_object(md) ? json_dumps(md, JSON_COMPACT) : NULL;
     int rc = sf_redis_cmd(c->ctx->redis, on_list, c, "EVAL %s 0 %s %s", lua_list, c->job.team,
                           filter ? filter : "{}");
 

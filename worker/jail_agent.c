@@ -263,9 +263,12 @@ int wk_agent_ping(int fd, int timeout_ms, const char **why)
     while (flen == 0) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
         int64_t left = deadline - sf_mono_ms();
+        int ready = left > 0 ? poll(&p, 1, (int)left) : 0;
         ssize_t n;
 
-        if (left <= 0 || poll(&p, 1, (int)left) == 0) {
+        if (ready < 0 && errno == EINTR)
+            continue;
+        if (ready <= 0) {
             rc = -ETIMEDOUT;
             *why = "The sandbox's agent did not answer its first ping within 5 seconds; the host may be overloaded.";
             goto out;

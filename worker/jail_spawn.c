@@ -434,7 +434,12 @@ int wk_spawn(const wk_spawn_args *a, pid_t *pid_out, int *pidfd_out, const char 
     go[0] = -1;
     {
         struct pollfd p = {.fd = errp[0], .events = POLLIN};
-        if (poll(&p, 1, SPAWN_TIMEOUT_MS) <= 0) {
+        int ready;
+
+        do
+            ready = poll(&p, 1, SPAWN_TIMEOUT_MS);
+        while (ready < 0 && errno == EINTR);
+        if (ready <= 0) {
             rc = -ETIMEDOUT;
             *why = "The jail did not start within 10 seconds; the host may be overloaded.";
             goto kill;

@@ -23,12 +23,12 @@
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "sf_agentproto.h"
 #include "sf_buf.h"
 #include "sf_cap.h"
+#include "sf_util.h"
 
 #define JOBS_MAX 64             /* concurrent commands */
 #define ORPHANS_MAX 64          /* pipes still held by background processes */
@@ -65,13 +65,6 @@ static const char *const default_env[] = {
     "TERM=xterm",
 };
 #define N_DEFAULT_ENV (sizeof(default_env) / sizeof(default_env[0]))
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void die(const char *msg)
 {
@@ -146,7 +139,7 @@ static void job_finish(job *j)
     size_t lens[2];
     char *kept[2];
     sf_ap_msg m = {.op = SF_AP_RESULT, .id = j->id};
-    int64_t ms = mono_ms() - j->start_ms;
+    int64_t ms = sf_mono_ms() - j->start_ms;
 
     /* What the command wrote before it exited is in the pipes; background
      * processes that still hold them are drained (and discarded) from now on. */
@@ -294,7 +287,7 @@ static void job_start(const sf_ap_msg *m)
                           "resources, then retry.");
         goto fail;
     }
-    j->start_ms = mono_ms();
+    j->start_ms = sf_mono_ms();
     pid = fork();
     if (pid < 0) {
         if (errno == EAGAIN)
@@ -504,7 +497,7 @@ int main(void)
     sf_buf_init(&outq, OUTQ_MAX);
 
     for (;;) {
-        int64_t now = mono_ms(), next = -1;
+        int64_t now = sf_mono_ms(), next = -1;
         int n = 0, timeout;
 
         pfd[n] = (struct pollfd){.fd = sock, .events = POLLIN | (outq.len ? POLLOUT : 0)};
@@ -569,7 +562,7 @@ int main(void)
                 ;
         }
         reap();
-        check_timeouts(mono_ms());
+        check_timeouts(sf_mono_ms());
         if (outq.len && flush_sock() < 0)
             _exit(0);
     }
