@@ -19,7 +19,8 @@ typedef struct gw_cfg {
     char *schemas_dir;
     char *auth_secret_file;
     int64_t max_body;
-    int64_t call_deadline_ms;   /* how long a call waits for its reply (exec adds its timeout) */
+    int64_t call_deadline_ms;   /* how long a call waits for its reply */
+    int64_t exec_deadline_margin_ms; /* sandbox_exec waits its timeout_ms plus this */
     int64_t max_pending;        /* calls waiting for replies */
     int64_t session_ttl_s;
     char *allowed_origins;      /* comma-separated; localhost origins are always allowed */

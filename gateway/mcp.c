@@ -11,7 +11,6 @@
 #define SERVER_VERSION "0.1.0"
 #define EXEC_TIMEOUT_DEFAULT_MS 60000
 #define EXEC_TIMEOUT_MAX_MS 600000
-#define EXEC_DEADLINE_MARGIN_MS 15000
 
 static const char *const protocol_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26",
                                                  "2024-11-05"};
@@ -122,7 +121,7 @@ static int64_t call_wait_ms(const gw_ctx *ctx, const char *tool, json_t *args)
         json_int_t ms = json_is_integer(t) ? json_integer_value(t) : EXEC_TIMEOUT_DEFAULT_MS;
         if (ms <= 0 || ms > EXEC_TIMEOUT_MAX_MS)
             ms = ms <= 0 ? EXEC_TIMEOUT_DEFAULT_MS : EXEC_TIMEOUT_MAX_MS;
-        return ms + EXEC_DEADLINE_MARGIN_MS;
+        return ms + ctx->cfg.exec_deadline_margin_ms;
     }
     return ctx->cfg.call_deadline_ms;
 }

@@ -66,6 +66,21 @@ sf_spawn() {
 
 sf_alive() { [ -f "$1/pids/$2" ] && kill -0 "$(cat "$1/pids/$2")" 2>/dev/null; }
 
+# sf_daemon_env STATE BUILD: the settings the daemons share beside Kafka and Redis.
+sf_daemon_env() {
+    local state=$1 build=$2
+    export SF_AUTH_SECRET_FILE="$state/auth.key"
+    export SF_SCHEMAS_DIR="$SF_ROOT/schemas/tools"
+    export SF_STATE_DIR="$state/worker"
+    export SF_AGENT_PATH="$build/worker/agent/sandfleet-agent"
+    export SF_HOST_ID=${SF_HOST_ID:-host-$(hostname | tr -c 'a-z0-9\n' '-' | cut -c1-40)}
+}
+
+sf_wait_worker() {
+    sf_wait 20 "the worker's heartbeat" \
+        sh -c "redis-cli -u '$SF_REDIS_URL' zscore sf:hosts '$SF_HOST_ID' | grep -q ." 
+}
+
 # sf_stack_start STATE BUILD GW_PORT: Redis, the embedded broker (unless SF_REDIS_URL /
 # SF_KAFKA_BROKERS point elsewhere), scheduler, one worker, gateway. Writes STATE/env.
 sf_stack_start() {
@@ -85,18 +100,13 @@ sf_stack_start() {
         SF_KAFKA_BROKERS=$(cat "$state/kafka.bootstrap")
         export SF_KAFKA_BROKERS
     fi
-    export SF_AUTH_SECRET_FILE="$state/auth.key"
-    export SF_SCHEMAS_DIR="$SF_ROOT/schemas/tools"
-    export SF_STATE_DIR="$state/worker"
-    export SF_AGENT_PATH="$build/worker/agent/sandfleet-agent"
-    export SF_HOST_ID=${SF_HOST_ID:-host-$(hostname | tr -c 'a-z0-9\n' '-' | cut -c1-40)}
     export SF_PORT=$gw_port
+    sf_daemon_env "$state" "$build"
     sf_spawn "$state" scheduler "$build/scheduler/sandfleet-scheduler"
     sf_spawn "$state" worker "$build/worker/sandfleet-worker"
     sf_spawn "$state" gateway "$build/gateway/sandfleet-gateway"
     sf_wait 20 "the gateway" curl -sf "http://127.0.0.1:$gw_port/healthz" || return 1
-    sf_wait 20 "the worker's first heartbeat" \
-        sh -c "[ \"\$(redis-cli -u '$SF_REDIS_URL' zcard sf:hosts)\" -ge 1 ]" || return 1
+    sf_wait_worker || return 1
     cat >"$state/env" <<ENV
 SF_URL=http://127.0.0.1:$gw_port/mcp
 SF_REDIS_URL=$SF_REDIS_URL

@@ -1,0 +1,41 @@
+// A worker that dies mid-call: the call still gets exactly one, actionable answer, the
+// sandboxes it ran are reported lost, and a new worker serves new sandboxes.
+// (The stack gives sandbox_exec 3 s beyond its timeout_ms; see tests/integration/stack.)
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { connect, call, sh, env } from './lib.mjs';
+
+const client = await connect(env.SF_KEY_ALPHA);
+after(() => client.close());
+
+test('worker killed during an exec', async () => {
+  const id = (await call(client, 'sandbox_create', { name: 'doomed' })).structured.id;
+  assert.equal((await sh(client, id, 'echo up')).stdout, 'up\n');
+
+  const started = Date.now();
+  const pending = call(client, 'sandbox_exec', { sandbox_id: id, command: 'sleep 30', timeout_ms: 2000 });
+  await new Promise((r) => setTimeout(r, 500));
+  process.kill(Number(readFileSync(`${env.SF_STATE}/pids/worker`, 'utf8')), 'SIGKILL');
+
+  const r = await pending;
+  const waited = Date.now() - started;
+  assert.equal(r.isError, true);
+  assert.match(r.text, /got no answer in time.*sandbox_info/);
+  assert.ok(waited >= 4500 && waited < 15000, `answered at the deadline (${waited} ms)`);
+
+  // A new worker on the same host: the old sandbox is gone, and says so.
+  execFileSync(new URL('../integration/stack', import.meta.url).pathname,
+    ['restart-worker', env.SF_STATE, env.SF_BUILD], { stdio: 'inherit' });
+  const lost = await call(client, 'sandbox_exec', { sandbox_id: id, command: 'true' });
+  assert.equal(lost.isError, true);
+  assert.match(lost.text, /lost.*create a new one/);
+  const info = await call(client, 'sandbox_info', { sandbox_id: id });
+  assert.equal(info.structured.status, 'lost');
+
+  // And it serves new work.
+  const fresh = (await call(client, 'sandbox_create', {})).structured.id;
+  assert.equal((await sh(client, fresh, 'echo fine')).stdout, 'fine\n');
+  await call(client, 'sandbox_kill', { sandbox_id: fresh });
+});
