@@ -51,6 +51,70 @@ void sf_jobio_reject(rd_kafka_t *producer, const rd_kafka_message_t *msg, const 
     sf_jobio_error(producer, &job, SF_ERR_INVALID, text);
 }
 
+struct sf_jobq {
+    rd_kafka_t *producer;
+    sf_kafka_pump *pump;
+    sf_kafka_track *track;
+    sf_jobq_job_cb on_job;
+    sf_jobq_bad_cb on_bad;
+    void *arg;
+};
+
+static void jobq_on_message(void *arg, rd_kafka_message_t *msg)
+{
+    sf_jobq *q = arg;
+    sf_kafka_ticket tk = {msg->partition, msg->offset};
+    const char *why = NULL;
+    sf_job job;
+
+    if (msg->err) {
+        if (msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+            q->on_bad(q->arg, msg, rd_kafka_message_errstr(msg));
+        return;
+    }
+    sf_kafka_track_begin(q->track, msg->partition, msg->offset);
+    if (sf_job_decode(msg->payload, msg->len, &job, &why) < 0) {
+        sf_jobio_reject(q->producer, msg, why);
+        q->on_bad(q->arg, msg, why);
+        sf_kafka_track_end(q->track, tk);
+        return;
+    }
+    q->on_job(q->arg, &job, tk);
+}
+
+sf_jobq *sf_jobq_new(struct event_base *base, rd_kafka_t *consumer, rd_kafka_t *producer,
+                     const char *topic, sf_jobq_job_cb on_job, sf_jobq_bad_cb on_bad, void *arg)
+{
+    sf_jobq *q = calloc(1, sizeof(*q));
+
+    if (!q)
+        return NULL;
+    q->producer = producer;
+    q->on_job = on_job;
+    q->on_bad = on_bad;
+    q->arg = arg;
+    if (!(q->track = sf_kafka_track_new(consumer, topic)) ||
+        !(q->pump = sf_kafka_pump_new(base, consumer, producer, jobq_on_message, q))) {
+        sf_jobq_free(q);
+        return NULL;
+    }
+    return q;
+}
+
+void sf_jobq_done(sf_jobq *q, sf_kafka_ticket tk)
+{
+    sf_kafka_track_end(q->track, tk);
+}
+
+void sf_jobq_free(sf_jobq *q)
+{
+    if (!q)
+        return;
+    sf_kafka_pump_free(q->pump);
+    sf_kafka_track_free(q->track);
+    free(q);
+}
+
 /* Length of the valid UTF-8 sequence at s (max n bytes), or 0 if invalid. */
 static size_t utf8_seq(const unsigned char *s, size_t n)
 {

@@ -3,6 +3,7 @@
 #define SF_JOBIO_H
 
 #include "sf_codec.h"
+#include "sf_kafka.h"
 
 #include <librdkafka/rdkafka.h>
 
@@ -13,6 +14,22 @@ int sf_jobio_result(rd_kafka_t *producer, const sf_job *job, const json_t *resul
 /* A message that is not a valid job: copies it to the dead-letter topic and, when its
  * id and reply topic can still be read, tells the caller why. */
 void sf_jobio_reject(rd_kafka_t *producer, const rd_kafka_message_t *msg, const char *why);
+
+/* A job consumer: drives a consumer from the event loop, decodes each message, rejects
+ * malformed ones (sf_jobio_reject) and hands valid jobs over; offsets are stored only
+ * when the job is done (sf_jobq_done), in order per partition. */
+typedef struct sf_jobq sf_jobq;
+/* job: decoded; the callee takes it over (copy the struct, sf_job_fini it when done) and
+ * must call sf_jobq_done(q, tk) exactly once when its work is finished. */
+typedef void (*sf_jobq_job_cb)(void *arg, sf_job *job, sf_kafka_ticket tk);
+/* A message that was not a job (already dead-lettered), or a consumer error (why then
+ * is librdkafka's text); for the caller's log. */
+typedef void (*sf_jobq_bad_cb)(void *arg, const rd_kafka_message_t *msg, const char *why);
+
+sf_jobq *sf_jobq_new(struct event_base *base, rd_kafka_t *consumer, rd_kafka_t *producer,
+                     const char *topic, sf_jobq_job_cb on_job, sf_jobq_bad_cb on_bad, void *arg);
+void sf_jobq_done(sf_jobq *q, sf_kafka_ticket tk);
+void sf_jobq_free(sf_jobq *q);
 
 /* Replaces invalid UTF-8 in s[0..n) with U+FFFD; returns a new NUL-terminated string
  * (length in *outlen) or NULL when out of memory. */

@@ -77,6 +77,22 @@ rd_kafka_t *sf_kafka_consumer_new(const sf_kafka_settings *s, const char *group,
     return rk;
 }
 
+void sf_kafka_consumer_free(rd_kafka_t *consumer)
+{
+    if (!consumer)
+        return;
+    rd_kafka_consumer_close(consumer);
+    rd_kafka_destroy(consumer);
+}
+
+void sf_kafka_producer_free(rd_kafka_t *producer)
+{
+    if (!producer)
+        return;
+    rd_kafka_flush(producer, 2000);
+    rd_kafka_destroy(producer);
+}
+
 /* Partition count of topic from a metadata request (which also auto-creates it). */
 static int topic_partitions(rd_kafka_t *rk, const char *topic, int timeout_ms)
 {

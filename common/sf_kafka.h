@@ -27,6 +27,10 @@ rd_kafka_t *sf_kafka_producer_new(const sf_kafka_settings *s, char *why, size_t 
  * and committed automatically every 200 ms. */
 rd_kafka_t *sf_kafka_consumer_new(const sf_kafka_settings *s, const char *group, char *why,
                                   size_t whylen);
+/* Leaves the group (committing stored offsets) and destroys; NULL-safe. */
+void sf_kafka_consumer_free(rd_kafka_t *consumer);
+/* Delivers what is queued (up to 2 s) and destroys; NULL-safe. */
+void sf_kafka_producer_free(rd_kafka_t *producer);
 /* Makes sure a topic exists (the embedded broker creates it on a producer's
  * metadata request; real clusters need auto-create or an admin). 0 or -ENOENT. */
 int sf_kafka_ensure_topic(rd_kafka_t *producer, const char *topic, int timeout_ms);

@@ -105,16 +105,10 @@ void gw_jobs_stop(gw_ctx *ctx)
     }
     sf_kafka_pump_free(ctx->pump);
     ctx->pump = NULL;
-    if (ctx->consumer) {
-        rd_kafka_consumer_close(ctx->consumer);
-        rd_kafka_destroy(ctx->consumer);
-        ctx->consumer = NULL;
-    }
-    if (ctx->producer) {
-        rd_kafka_flush(ctx->producer, 2000);
-        rd_kafka_destroy(ctx->producer);
-        ctx->producer = NULL;
-    }
+    sf_kafka_consumer_free(ctx->consumer);
+    sf_kafka_producer_free(ctx->producer);
+    ctx->consumer = NULL;
+    ctx->producer = NULL;
 }
 
 int gw_jobs_submit(gw_ctx *ctx, sf_job *job, int64_t wait_ms, gw_job_cb cb, void *arg,

@@ -38,9 +38,8 @@ int main(int argc, char **argv)
         goto out;
     }
     if (sf_kafka_subscribe(ctx.consumer, SF_TOPIC_JOBS) < 0 ||
-        !(ctx.track = sf_kafka_track_new(ctx.consumer, SF_TOPIC_JOBS)) ||
-        !(ctx.pump = sf_kafka_pump_new(ctx.d.base, ctx.consumer, ctx.producer, sch_on_message,
-                                       &ctx))) {
+        !(ctx.jobq = sf_jobq_new(ctx.d.base, ctx.consumer, ctx.producer, SF_TOPIC_JOBS,
+                                 sch_on_job, sch_on_bad, &ctx))) {
         sf_error("msg=\"cannot subscribe\" topic=%s", SF_TOPIC_JOBS);
         goto out;
     }
@@ -49,16 +48,9 @@ int main(int argc, char **argv)
     event_base_dispatch(ctx.d.base);
     rc = 0;
 out:
-    sf_kafka_pump_free(ctx.pump);
-    if (ctx.consumer) {
-        rd_kafka_consumer_close(ctx.consumer);
-        rd_kafka_destroy(ctx.consumer);
-    }
-    if (ctx.producer) {
-        rd_kafka_flush(ctx.producer, 2000);
-        rd_kafka_destroy(ctx.producer);
-    }
-    sf_kafka_track_free(ctx.track);
+    sf_jobq_free(ctx.jobq);
+    sf_kafka_consumer_free(ctx.consumer);
+    sf_kafka_producer_free(ctx.producer);
     sf_redis_free(ctx.redis);
     sf_toolset_fini(&ctx.tools);
     sf_daemon_fini(&ctx.d);

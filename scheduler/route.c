@@ -56,7 +56,7 @@ void sch_forward(sch_call *c, const char *host)
 
 void sch_call_done(sch_call *c)
 {
-    sf_kafka_track_end(c->ctx->track, c->ticket);
+    sf_jobq_done(c->ctx->jobq, c->ticket);
     sf_job_fini(&c->job);
     free(c);
 }
@@ -94,32 +94,27 @@ static int bind_sandbox(sch_call *c)
     return 0;
 }
 
-void sch_on_message(void *arg, rd_kafka_message_t *msg)
+void sch_on_bad(void *arg, const rd_kafka_message_t *msg, const char *why)
+{
+    sf_warn("msg=\"message rejected\" partition=%d offset=%lld why=\"%s\"", (int)msg->partition,
+            (long long)msg->offset, why);
+}
+
+void sch_on_job(void *arg, sf_job *job, sf_kafka_ticket tk)
 {
     sch_ctx *ctx = arg;
-    sch_call *c;
-    const char *why = NULL;
+    sch_call *c = calloc(1, sizeof(*c));
+    char why[512];
 
-    if (msg->err) {
-        if (msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-            sf_warn("msg=\"consumer error\" err=\"%s\"", rd_kafka_message_errstr(msg));
-        return;
-    }
-    if (!(c = calloc(1, sizeof(*c)))) {
-        sf_error("msg=\"out of memory\"");
+    if (!c) {
+        sf_error("msg=\"out of memory\" job=%s", job->id);
+        sf_job_fini(job);
+        sf_jobq_done(ctx->jobq, tk);
         return;
     }
     c->ctx = ctx;
-    c->ticket.partition = msg->partition;
-    c->ticket.offset = msg->offset;
-    sf_kafka_track_begin(ctx->track, msg->partition, msg->offset);
-    if (sf_job_decode(msg->payload, msg->len, &c->job, &why) < 0) {
-        sf_warn("msg=\"malformed job dead-lettered\" partition=%d offset=%lld why=\"%s\"",
-                (int)msg->partition, (long long)msg->offset, why);
-        sf_jobio_reject(ctx->producer, msg, why);
-        sch_call_done(c);
-        return;
-    }
+    c->ticket = tk;
+    c->job = *job;
     sf_debug("msg=\"job\" job=%s tool=%s team=%s sandbox=%s", c->job.id, c->job.tool, c->job.team,
              c->job.sandbox);
     if (c->job.deadline_ms < sf_now_ms()) {
@@ -128,12 +123,9 @@ void sch_on_message(void *arg, rd_kafka_message_t *msg)
                         "The call waited in the queue past its deadline; retry it.");
         return;
     }
-    {
-        char why2[512];
-        if (sf_toolset_validate(&ctx->tools, c->job.tool, c->job.args, why2, sizeof(why2)) < 0) {
-            sch_reply_error(c, SF_ERR_INVALID, why2);
-            return;
-        }
+    if (sf_toolset_validate(&ctx->tools, c->job.tool, c->job.args, why, sizeof(why)) < 0) {
+        sch_reply_error(c, SF_ERR_INVALID, why);
+        return;
     }
     if (bind_sandbox(c) < 0)
         return;
@@ -149,10 +141,7 @@ void sch_on_message(void *arg, rd_kafka_message_t *msg)
         else
             sch_store_route(c);
     } else {
-        char text[256];
-        snprintf(text, sizeof(text),
-                 "Unknown tool '%.64s'; call tools/list for the tools this server offers.",
-                 c->job.tool);
-        sch_reply_error(c, SF_ERR_INVALID, text);
+        snprintf(why, sizeof(why), "Tool '%.64s' is not routed by this scheduler.", c->job.tool);
+        sch_reply_error(c, SF_ERR_INTERNAL, why);
     }
 }

@@ -5,6 +5,7 @@
 
 #include "sf_codec.h"
 #include "sf_daemon.h"
+#include "sf_jobio.h"
 #include "sf_redis.h"
 #include "sf_tools.h"
 
@@ -20,8 +21,7 @@ typedef struct sch_ctx {
     sch_cfg cfg;
     sf_redis *redis;
     rd_kafka_t *producer, *consumer;
-    sf_kafka_pump *pump;
-    sf_kafka_track *track;
+    sf_jobq *jobq;
     sf_toolset tools;
 } sch_ctx;
 
@@ -33,7 +33,8 @@ typedef struct sch_call {
 } sch_call;
 
 /* route.c */
-void sch_on_message(void *arg, rd_kafka_message_t *msg);
+void sch_on_job(void *arg, sf_job *job, sf_kafka_ticket tk);
+void sch_on_bad(void *arg, const rd_kafka_message_t *msg, const char *why);
 void sch_reply_error(sch_call *c, const char *code, const char *message);
 void sch_reply_result(sch_call *c, json_t *result); /* steals result */
 void sch_forward(sch_call *c, const char *host);

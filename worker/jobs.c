@@ -19,7 +19,7 @@ typedef struct wk_call {
 
 static void call_done(wk_call *c)
 {
-    sf_kafka_track_end(c->ctx->track, c->ticket);
+    sf_jobq_done(c->ctx->jobq, c->ticket);
     sf_job_fini(&c->job);
     free(c);
 }
@@ -324,31 +324,25 @@ static void on_guard(redisAsyncContext *ac, void *r, void *priv)
     dispatch(c);
 }
 
-void wk_on_message(void *arg, rd_kafka_message_t *msg)
+void wk_on_bad(void *arg, const rd_kafka_message_t *msg, const char *why)
+{
+    sf_warn("msg=\"message rejected\" offset=%lld why=\"%s\"", (long long)msg->offset, why);
+}
+
+void wk_on_job(void *arg, sf_job *job, sf_kafka_ticket tk)
 {
     wk_ctx *ctx = arg;
-    const char *why = NULL;
-    wk_call *c;
+    wk_call *c = calloc(1, sizeof(*c));
     char key[128];
 
-    if (msg->err) {
-        if (msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-            sf_warn("msg=\"consumer error\" err=\"%s\"", rd_kafka_message_errstr(msg));
+    if (!c) {
+        sf_job_fini(job);
+        sf_jobq_done(ctx->jobq, tk);
         return;
     }
-    if (!(c = calloc(1, sizeof(*c))))
-        return;
     c->ctx = ctx;
-    c->ticket.partition = msg->partition;
-    c->ticket.offset = msg->offset;
-    sf_kafka_track_begin(ctx->track, msg->partition, msg->offset);
-    if (sf_job_decode(msg->payload, msg->len, &c->job, &why) < 0) {
-        sf_warn("msg=\"malformed job dead-lettered\" offset=%lld why=\"%s\"",
-                (long long)msg->offset, why);
-        sf_jobio_reject(ctx->producer, msg, why);
-        call_done(c);
-        return;
-    }
+    c->ticket = tk;
+    c->job = *job;
     if (c->job.deadline_ms < sf_now_ms()) {
         sf_info("msg=\"job expired in the queue\" job=%s tool=%s", c->job.id, c->job.tool);
         reply_error(c, SF_ERR_TIMEOUT, "The call waited in the queue past its deadline; retry it.");

@@ -114,9 +114,8 @@ int main(int argc, char **argv)
     }
     if (sf_kafka_assign_all(ctx.consumer, ctx.producer, ctx.topic, RD_KAFKA_OFFSET_STORED,
                             5000) < 0 ||
-        !(ctx.track = sf_kafka_track_new(ctx.consumer, ctx.topic)) ||
-        !(ctx.pump = sf_kafka_pump_new(ctx.d.base, ctx.consumer, ctx.producer, wk_on_message,
-                                       &ctx)) ||
+        !(ctx.jobq = sf_jobq_new(ctx.d.base, ctx.consumer, ctx.producer, ctx.topic, wk_on_job,
+                                 wk_on_bad, &ctx)) ||
         wk_host_start(&ctx) < 0) {
         sf_error("msg=\"cannot consume the host topic\" topic=%s", ctx.topic);
         goto out;
@@ -129,16 +128,9 @@ out:
     if (ctx.sandboxes)
         kill_all(&ctx);
     wk_host_stop(&ctx);
-    sf_kafka_pump_free(ctx.pump);
-    if (ctx.consumer) {
-        rd_kafka_consumer_close(ctx.consumer);
-        rd_kafka_destroy(ctx.consumer);
-    }
-    if (ctx.producer) {
-        rd_kafka_flush(ctx.producer, 2000);
-        rd_kafka_destroy(ctx.producer);
-    }
-    sf_kafka_track_free(ctx.track);
+    sf_jobq_free(ctx.jobq);
+    sf_kafka_consumer_free(ctx.consumer);
+    sf_kafka_producer_free(ctx.producer);
     /* Let the last Redis writes (lost records, ZREM) go out. */
     if (ctx.redis && ctx.d.base) {
         event_base_loopexit(ctx.d.base, &(struct timeval){0, 100 * 1000});

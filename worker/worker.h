@@ -6,6 +6,7 @@
 #include "sandbox.h"
 #include "sf_codec.h"
 #include "sf_daemon.h"
+#include "sf_jobio.h"
 #include "sf_map.h"
 #include "sf_redis.h"
 
@@ -30,8 +31,7 @@ typedef struct wk_ctx {
     wk_jail_opts jail;
     sf_redis *redis;
     rd_kafka_t *producer, *consumer;
-    sf_kafka_pump *pump;
-    sf_kafka_track *track;
+    sf_jobq *jobq;
     sf_map *sandboxes;      /* id -> wk_box */
     struct event *ev_heartbeat;
 } wk_ctx;
@@ -47,7 +47,8 @@ typedef struct wk_box {
 } wk_box;
 
 /* jobs.c */
-void wk_on_message(void *arg, rd_kafka_message_t *msg);
+void wk_on_job(void *arg, sf_job *job, sf_kafka_ticket tk);
+void wk_on_bad(void *arg, const rd_kafka_message_t *msg, const char *why);
 void wk_box_destroy(wk_box *b, const char *state);
 
 /* host.c */

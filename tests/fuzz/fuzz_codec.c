@@ -3,16 +3,14 @@
  * encoded again and must decode to the same thing.
  *
  * Built with -DSF_LIBFUZZER and -fsanitize=fuzzer it is a libFuzzer target; otherwise
- * main() replays the files (or directories of files) named on the command line, which is
+ * tests/fuzz/replay.c gives it a main() that replays files (or directories), which is
  * how CTest runs the corpus in tests/fuzz/corpus/codec/. */
 #include "sf_codec.h"
 
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -52,55 +50,3 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     sf_buf_fini(&b);
     return 0;
 }
-
-#ifndef SF_LIBFUZZER
-static int run_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    uint8_t *buf;
-    long n;
-
-    if (!f)
-        return -1;
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc(n > 0 ? (size_t)n : 1);
-    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        fclose(f);
-        free(buf);
-        return -1;
-    }
-    fclose(f);
-    LLVMFuzzerTestOneInput(buf, (size_t)n);
-    free(buf);
-    return 0;
-}
-
-int main(int argc, char **argv)
-{
-    int files = 0;
-
-    for (int i = 1; i < argc; i++) {
-        struct stat st;
-        if (stat(argv[i], &st) == 0 && S_ISDIR(st.st_mode)) {
-            DIR *d = opendir(argv[i]);
-            struct dirent *e;
-            while (d && (e = readdir(d))) {
-                char p[4096];
-                if (e->d_name[0] == '.')
-                    continue;
-                snprintf(p, sizeof(p), "%s/%s", argv[i], e->d_name);
-                if (run_file(p) == 0)
-                    files++;
-            }
-            if (d)
-                closedir(d);
-        } else if (run_file(argv[i]) == 0) {
-            files++;
-        }
-    }
-    printf("fuzz_codec: %d inputs replayed, no crash\n", files);
-    return files > 0 ? 0 : 1;
-}
-#endif

@@ -11,9 +11,8 @@
  * reachable with small inputs.
  *
  * Built with -DSF_LIBFUZZER and -fsanitize=fuzzer it is a libFuzzer target; otherwise
- * main() replays the files (or directories of files) named on the command line, which is
+ * tests/fuzz/replay.c gives it a main() that replays files (or directories), which is
  * how CTest runs the corpus in tests/fuzz/corpus/http1/. */
-#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -22,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -180,67 +178,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     return 0;
 }
 
-#ifndef SF_LIBFUZZER
-static int run_file(const char *path)
+void sf_fuzz_cleanup(void);
+
+/* Called by tests/fuzz/replay.c after the corpus ran. */
+void sf_fuzz_cleanup(void)
 {
-    FILE *f = fopen(path, "rb");
-    uint8_t *buf;
-    long len;
-
-    if (!f) {
-        fprintf(stderr, "fuzz_http1: %s: %s\n", path, strerror(errno));
-        return -1;
-    }
-    if (fseek(f, 0, SEEK_END) < 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) < 0) {
-        fclose(f);
-        return -1;
-    }
-    buf = malloc((size_t)len + 1);
-    if (!buf || fread(buf, 1, (size_t)len, f) != (size_t)len) {
-        free(buf);
-        fclose(f);
-        return -1;
-    }
-    fclose(f);
-    LLVMFuzzerTestOneInput(buf, (size_t)len);
-    free(buf);
-    return 0;
-}
-
-int main(int argc, char **argv)
-{
-    int files = 0, errors = 0;
-
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s FILE|DIR...\n", argv[0]);
-        return 2;
-    }
-    for (int a = 1; a < argc; a++) {
-        struct stat st;
-        if (stat(argv[a], &st) == 0 && S_ISDIR(st.st_mode)) {
-            DIR *d = opendir(argv[a]);
-            struct dirent *e;
-            if (!d) {
-                errors++;
-                continue;
-            }
-            while ((e = readdir(d))) {
-                char p[4096];
-                if (e->d_name[0] == '.')
-                    continue;
-                snprintf(p, sizeof(p), "%s/%s", argv[a], e->d_name);
-                errors += run_file(p) < 0;
-                files++;
-            }
-            closedir(d);
-        } else {
-            errors += run_file(argv[a]) < 0;
-            files++;
-        }
-    }
     gw_http_server_free(srv);
+    srv = NULL;
     event_base_free(base);
-    printf("fuzz_http1: %d inputs run, %d unreadable\n", files, errors);
-    return errors || files == 0 ? 1 : 0;
+    base = NULL;
 }
-#endif

@@ -6,14 +6,12 @@
  * answer must be 0 or -EINVAL/-ENOMEM with a NUL-terminated sentence.
  *
  * Built with -DSF_LIBFUZZER and -fsanitize=fuzzer it is a libFuzzer target; otherwise
- * main() replays the files (or directories of files) named on the command line. */
-#include <dirent.h>
+ * tests/fuzz/replay.c gives it a main() that replays files (or directories). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <jansson.h>
 
@@ -70,67 +68,3 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_decref(inst);
     return 0;
 }
-
-#ifndef SF_LIBFUZZER
-static int run_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    uint8_t *buf;
-    long len;
-
-    if (!f) {
-        fprintf(stderr, "fuzz_schema: %s: %s\n", path, strerror(errno));
-        return -1;
-    }
-    if (fseek(f, 0, SEEK_END) < 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) < 0) {
-        fclose(f);
-        return -1;
-    }
-    buf = malloc((size_t)len + 1);
-    if (!buf || fread(buf, 1, (size_t)len, f) != (size_t)len) {
-        free(buf);
-        fclose(f);
-        return -1;
-    }
-    fclose(f);
-    LLVMFuzzerTestOneInput(buf, (size_t)len);
-    free(buf);
-    return 0;
-}
-
-int main(int argc, char **argv)
-{
-    int files = 0, errors = 0;
-
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s FILE|DIR...\n", argv[0]);
-        return 2;
-    }
-    for (int a = 1; a < argc; a++) {
-        struct stat st;
-        if (stat(argv[a], &st) == 0 && S_ISDIR(st.st_mode)) {
-            DIR *d = opendir(argv[a]);
-            struct dirent *e;
-            if (!d) {
-                errors++;
-                continue;
-            }
-            while ((e = readdir(d))) {
-                char p[4096];
-                if (e->d_name[0] == '.')
-                    continue;
-                snprintf(p, sizeof(p), "%s/%s", argv[a], e->d_name);
-                errors += run_file(p) < 0;
-                files++;
-            }
-            closedir(d);
-        } else {
-            errors += run_file(argv[a]) < 0;
-            files++;
-        }
-    }
-    sf_schema_cache_clear();
-    printf("fuzz_schema: %d inputs run, %d unreadable\n", files, errors);
-    return errors || files == 0 ? 1 : 0;
-}
-#endif
