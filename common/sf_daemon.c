@@ -12,6 +12,11 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
     event_base_loopexit(d->base, NULL);
 }
 
+static void log_delivery_error(const char *topic, const char *err)
+{
+    sf_error("msg=\"Kafka refused a message\" topic=%s err=\"%s\"", topic, err);
+}
+
 int sf_daemon_init(sf_daemon *d, const char *component, const sf_common_cfg *c)
 {
     int level = sf_log_level_parse(c->log_level);
@@ -35,6 +40,7 @@ int sf_daemon_init(sf_daemon *d, const char *component, const sf_common_cfg *c)
     d->kafka.fetch_wait_ms = (int)c->kafka_fetch_wait_ms;
     d->kafka.session_timeout_ms = (int)c->kafka_session_timeout_ms;
     d->kafka.linger_ms = 0;
+    d->kafka.on_delivery_error = log_delivery_error;
     return 0;
 }
 

@@ -33,6 +33,14 @@ static rd_kafka_conf_t *conf_common(const sf_kafka_settings *s, char *why, size_
     return c;
 }
 
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    void (*fn)(const char *, const char *) = (void (*)(const char *, const char *))opaque;
+
+    if (m->err && fn)
+        fn(m->rkt ? rd_kafka_topic_name(m->rkt) : "?", rd_kafka_err2str(m->err));
+}
+
 rd_kafka_t *sf_kafka_producer_new(const sf_kafka_settings *s, char *why, size_t whylen)
 {
     rd_kafka_conf_t *c = conf_common(s, why, whylen);
@@ -41,10 +49,13 @@ rd_kafka_t *sf_kafka_producer_new(const sf_kafka_settings *s, char *why, size_t 
     if (!c)
         return NULL;
     if (conf_set_int(c, "linger.ms", s->linger_ms, why, whylen) < 0 ||
-        conf_set(c, "message.max.bytes", "2000000", why, whylen) < 0) {
+        conf_set(c, "message.max.bytes", "2000000", why, whylen) < 0 ||
+        conf_set(c, "message.timeout.ms", "30000", why, whylen) < 0) {
         rd_kafka_conf_destroy(c);
         return NULL;
     }
+    rd_kafka_conf_set_dr_msg_cb(c, on_delivery);
+    rd_kafka_conf_set_opaque(c, (void *)s->on_delivery_error);
     if (!(rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, why, whylen)))
         rd_kafka_conf_destroy(c);
     return rk;

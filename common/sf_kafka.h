@@ -19,6 +19,8 @@ typedef struct sf_kafka_settings {
     int fetch_wait_ms;         /* fetch.wait.max.ms (1-10 for the embedded broker) */
     int session_timeout_ms;    /* session.timeout.ms (3000-6000 for the embedded broker) */
     int linger_ms;             /* linger.ms for producers (0-5) */
+    /* Called (from the pump's poll) for each message Kafka finally refused; may be NULL. */
+    void (*on_delivery_error)(const char *topic, const char *err);
 } sf_kafka_settings;
 
 /* why gets librdkafka's own message. NULL on failure. */

@@ -29,6 +29,7 @@ redisContext *sf_redis_connect_sync(const char *url, char *why, size_t whylen);
 #define SF_RK_APIKEY_IDS "sf:apikeys"     /* hash: key id -> hash-hex */
 #define SF_RK_SANDBOX "sf:sb:{%s}"        /* sandbox id -> hash (record) */
 #define SF_RK_TEAM_SANDBOXES "sf:team:{%s}:sandboxes" /* set of sandbox ids */
+#define SF_RK_HOST_SANDBOXES "sf:host:{%s}:sandboxes" /* set of sandbox ids placed there */
 #define SF_RK_HOSTS "sf:hosts"            /* zset host id -> last heartbeat ms */
 #define SF_RK_HOST "sf:host:{%s}"         /* hash {topic, capacity, running, driver, ts} */
 #define SF_RK_JOB "sf:job:{%s}"           /* SET NX guard: job processed once */

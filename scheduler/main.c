@@ -8,6 +8,8 @@ static const sf_cfg_entry cfg_table[] = {
     SF_COMMON_CFG_ENTRIES(sch_cfg),
     SF_CFG_I(sch_cfg, host_ttl_ms, "5000", 500, 600000,
              "a host is live while its last heartbeat is younger than this"),
+    SF_CFG_I(sch_cfg, host_dead_ms, "60000", 1000, 86400000,
+             "a host silent this long is removed and its sandboxes marked lost"),
     SF_CFG_I(sch_cfg, team_sandbox_limit, "100", 1, 1000000, "sandboxes one team may have"),
     SF_CFG_S(sch_cfg, schemas_dir, "schemas/tools", "folder of the tool JSON Schemas"),
 };
@@ -39,7 +41,8 @@ int main(int argc, char **argv)
     }
     if (sf_kafka_subscribe(ctx.consumer, SF_TOPIC_JOBS) < 0 ||
         !(ctx.jobq = sf_jobq_new(ctx.d.base, ctx.consumer, ctx.producer, SF_TOPIC_JOBS,
-                                 sch_on_job, sch_on_bad, &ctx))) {
+                                 sch_on_job, sch_on_bad, &ctx)) ||
+        sch_store_start_reaper(&ctx) < 0) {
         sf_error("msg=\"cannot subscribe\" topic=%s", SF_TOPIC_JOBS);
         goto out;
     }
@@ -49,6 +52,8 @@ int main(int argc, char **argv)
     rc = 0;
 out:
     sf_jobq_free(ctx.jobq);
+    if (ctx.ev_reap)
+        event_free(ctx.ev_reap);
     sf_kafka_consumer_free(ctx.consumer);
     sf_kafka_producer_free(ctx.producer);
     sf_redis_free(ctx.redis);

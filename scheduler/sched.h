@@ -12,6 +12,7 @@
 typedef struct sch_cfg {
     sf_common_cfg common;
     int64_t host_ttl_ms;        /* a host is live while its heartbeat is younger than this */
+    int64_t host_dead_ms;       /* ...and removed, its sandboxes lost, after this long */
     int64_t team_sandbox_limit; /* sandboxes per team */
     char *schemas_dir;          /* tool schemas: arguments are checked here too */
 } sch_cfg;
@@ -23,6 +24,7 @@ typedef struct sch_ctx {
     rd_kafka_t *producer, *consumer;
     sf_jobq *jobq;
     sf_toolset tools;
+    struct event *ev_reap;
 } sch_ctx;
 
 /* One job being handled; freed by sch_call_done. */
@@ -45,5 +47,6 @@ void sch_store_create(sch_call *c);
 void sch_store_list(sch_call *c);
 void sch_store_info(sch_call *c);
 void sch_store_route(sch_call *c);
+int sch_store_start_reaper(sch_ctx *ctx);
 
 #endif

@@ -2,6 +2,7 @@
  * checks. Each multi-key step is one Lua script, so it is atomic and one round trip. */
 #include "sched.h"
 #include "sf_log.h"
+#include "sf_records.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@ static const char lua_create[] =
     "'creating', 'name', ARGV[5], 'template', ARGV[6], 'metadata', ARGV[7], 'created', ARGV[1], "
     "'last_active', ARGV[1], 'timeout_seconds', ARGV[9])\n"
     "redis.call('SADD', teamkey, ARGV[3])\n"
+    "redis.call('SADD', 'sf:host:{' .. best .. '}:sandboxes', ARGV[3])\n"
     "redis.call('HINCRBY', 'sf:host:{' .. best .. '}', 'running', 1)\n"
     "return {'ok', best}\n";
 
@@ -318,4 +320,32 @@ void sch_store_route(sch_call *c)
     if (sf_redis_cmd(c->ctx->redis, on_route, c, "EVAL %s 0 %s %s %s %s", lua_route,
                      c->job.sandbox, c->job.team, now, ttl) < 0)
         sch_reply_error(c, SF_ERR_UNAVAILABLE, msg_redis_down);
+}
+
+static void on_reaped(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+
+    if (rep && rep->type == REDIS_REPLY_INTEGER && rep->integer > 0)
+        sf_warn("msg=\"dead hosts removed; their sandboxes are lost\" hosts=%lld",
+                rep->integer);
+    else if (rep && rep->type == REDIS_REPLY_ERROR)
+        sf_error("msg=\"reaper script failed\" err=\"%s\"", rep->str);
+}
+
+static void reap(evutil_socket_t fd, short what, void *arg)
+{
+    sch_ctx *ctx = arg;
+
+    if (sf_redis_connected(ctx->redis))
+        sf_records_reap(ctx->redis, sf_now_ms(), ctx->cfg.host_dead_ms, on_reaped, NULL);
+}
+
+int sch_store_start_reaper(sch_ctx *ctx)
+{
+    struct timeval tv = {ctx->cfg.host_ttl_ms / 1000, (ctx->cfg.host_ttl_ms % 1000) * 1000};
+
+    if (!(ctx->ev_reap = event_new(ctx->d.base, -1, EV_PERSIST, reap, ctx)))
+        return -1;
+    return event_add(ctx->ev_reap, &tv);
 }

@@ -2,6 +2,7 @@
 #include "worker.h"
 #include "sf_jobio.h"
 #include "sf_log.h"
+#include "sf_records.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -48,12 +49,10 @@ static void redis_ignore(redisAsyncContext *ac, void *r, void *priv)
         sf_warn("msg=\"redis write failed\" err=\"%s\"", rep->str);
 }
 
-static void record_state(wk_ctx *ctx, const char *id, const char *state)
+static void record_retire(wk_ctx *ctx, const char *id, const char *state)
 {
-    char key[128];
-
-    snprintf(key, sizeof(key), SF_RK_SANDBOX, id);
-    sf_redis_cmd(ctx->redis, redis_ignore, NULL, "HSET %s state %s", key, state);
+    if (sf_records_retire(ctx->redis, id, state, redis_ignore, NULL) < 0)
+        sf_warn("msg=\"cannot update the record; Redis is down\" sandbox=%s state=%s", id, state);
 }
 
 static void not_here(wk_call *c)
@@ -62,25 +61,19 @@ static void not_here(wk_call *c)
     snprintf(text, sizeof(text),
              "Sandbox '%s' is no longer running on its host (it was lost); create a new one "
              "with sandbox_create.", c->job.sandbox);
-    record_state(c->ctx, c->job.sandbox, "lost");
+    record_retire(c->ctx, c->job.sandbox, "lost");
     reply_error(c, SF_ERR_NOT_FOUND, text);
 }
 
 void wk_box_destroy(wk_box *b, const char *state)
 {
     wk_ctx *ctx = b->ctx;
-    char key[128], team_key[128];
 
     sf_map_del(ctx->sandboxes, b->id);
     if (b->ev_timeout)
         event_free(b->ev_timeout);
     wk_sandbox_kill(b->sb);
-    snprintf(key, sizeof(key), SF_RK_SANDBOX, b->id);
-    snprintf(team_key, sizeof(team_key), SF_RK_TEAM_SANDBOXES, b->team);
-    /* The record stays an hour so later calls get "was killed", not "no such sandbox". */
-    sf_redis_cmd(ctx->redis, redis_ignore, NULL, "HSET %s state %s", key, state);
-    sf_redis_cmd(ctx->redis, redis_ignore, NULL, "EXPIRE %s 3600", key);
-    sf_redis_cmd(ctx->redis, redis_ignore, NULL, "SREM %s %s", team_key, b->id);
+    record_retire(ctx, b->id, state);
     sf_info("msg=\"sandbox gone\" sandbox=%s state=%s", b->id, state);
     json_decref(b->env);
     free(b);
@@ -111,7 +104,7 @@ static void do_create(wk_call *c)
         return;
     }
     if ((int64_t)sf_map_len(ctx->sandboxes) >= ctx->cfg.capacity) {
-        record_state(ctx, c->job.sandbox, "failed");
+        record_retire(ctx, c->job.sandbox, "failed");
         reply_error(c, SF_ERR_UNAVAILABLE,
                     "The chosen host is at capacity; retry sandbox_create in a few seconds.");
         return;
@@ -134,7 +127,7 @@ static void do_create(wk_call *c)
                  why ? why : "driver error");
         json_decref(b->env);
         free(b);
-        record_state(ctx, c->job.sandbox, "failed");
+        record_retire(ctx, c->job.sandbox, "failed");
         reply_error(c, SF_ERR_INTERNAL, text);
         return;
     }
@@ -150,6 +143,11 @@ static void do_create(wk_call *c)
     sf_redis_cmd(ctx->redis, redis_ignore, NULL,
                  "HSET %s state running driver %s memory_mib %s pids_max %s", key,
                  ctx->cfg.driver, mem, pids);
+    /* In its sets again, in case start-up reconciliation ran between placement and now. */
+    sf_redis_cmd(ctx->redis, redis_ignore, NULL, "SADD " SF_RK_TEAM_SANDBOXES " %s", b->team,
+                 b->id);
+    sf_redis_cmd(ctx->redis, redis_ignore, NULL, "SADD " SF_RK_HOST_SANDBOXES " %s",
+                 ctx->host_id, b->id);
     sf_info("msg=\"sandbox created\" sandbox=%s team=%s job=%s us=%llu", b->id, b->team,
             c->job.id, (unsigned long long)(sf_mono_us() - t0));
     reply_result(c, json_pack("{s:s, s:s, s:s}", "id", b->id, "name", name ? name : "", "status",
@@ -286,7 +284,7 @@ static void dispatch(wk_call *c)
         if (b)
             wk_box_destroy(b, "killed");
         else
-            record_state(ctx, c->job.sandbox, "killed");
+            record_retire(ctx, c->job.sandbox, "killed");
         reply_result(c, json_pack("{s:s, s:s}", "id", c->job.sandbox, "status", "killed"));
         return;
     }

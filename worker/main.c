@@ -1,6 +1,7 @@
 /* sandfleet-worker: parse config, build objects, run the loop, tear down. */
 #include "worker.h"
 #include "sf_log.h"
+#include "sf_records.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -42,6 +43,29 @@ static int pick_host_id(wk_ctx *ctx)
     }
     snprintf(ctx->topic, sizeof(ctx->topic), SF_TOPIC_HOST_PREFIX "%s", ctx->host_id);
     return 0;
+}
+
+/* Sandboxes a previous run of this host left in Redis are gone (the agent link does not
+ * survive a restart): mark them lost before taking any job. */
+static void reconcile(wk_ctx *ctx)
+{
+    char why[256];
+    long long n = 0;
+
+    for (int tries = 0; tries < 20; tries++) {
+        redisContext *c = sf_redis_connect_sync(ctx->cfg.common.redis_url, why, sizeof(why));
+        int rc = c ? sf_records_retire_host_sync(c, ctx->host_id, &n) : -1;
+        if (c)
+            redisFree(c);
+        if (rc == 0) {
+            if (n > 0)
+                sf_info("msg=\"sandboxes of a previous run marked lost\" count=%lld", n);
+            return;
+        }
+        usleep(250 * 1000);
+    }
+    sf_warn("msg=\"could not reconcile this host's sandboxes; Redis unreachable\" err=\"%s\"",
+            why);
 }
 
 static void collect_box(const char *key, void *val, void *arg)
@@ -104,6 +128,7 @@ int main(int argc, char **argv)
         sf_error("msg=\"jail driver cannot start\" why=\"%s\"", jwhy ? jwhy : "");
         goto out;
     }
+    reconcile(&ctx);
     snprintf(group, sizeof(group), "sf-worker-%s", ctx.host_id);
     if (!(ctx.sandboxes = sf_map_new((size_t)ctx.cfg.capacity + 16)) ||
         !(ctx.redis = sf_redis_new(ctx.d.base, ctx.cfg.common.redis_url, why, sizeof(why))) ||

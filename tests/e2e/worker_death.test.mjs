@@ -33,9 +33,33 @@ test('worker killed during an exec', async () => {
   assert.match(lost.text, /lost.*create a new one/);
   const info = await call(client, 'sandbox_info', { sandbox_id: id });
   assert.equal(info.structured.status, 'lost');
+  const list = await call(client, 'sandbox_list', {});
+  assert.ok(!list.structured.sandboxes.some((s) => s.id === id), 'a lost sandbox is not listed');
 
   // And it serves new work.
   const fresh = (await call(client, 'sandbox_create', {})).structured.id;
   assert.equal((await sh(client, fresh, 'echo fine')).stdout, 'fine\n');
   await call(client, 'sandbox_kill', { sandbox_id: fresh });
+});
+
+test('a host that stopped heartbeating is removed and its sandboxes are lost', async () => {
+  const redis = (...args) => execFileSync('redis-cli', ['-u', env.SF_REDIS_URL, ...args]).toString().trim();
+  const ghost = 'sb_ghostofahost';
+  redis('ZADD', 'sf:hosts', String(Date.now() - 3600e3), 'ghost-host');
+  redis('HSET', `sf:sb:{${ghost}}`, 'id', ghost, 'team', 'alpha', 'host', 'ghost-host', 'state', 'running',
+    'created', String(Date.now()), 'last_active', String(Date.now()));
+  redis('SADD', 'sf:team:{alpha}:sandboxes', ghost);
+  redis('SADD', 'sf:host:{ghost-host}:sandboxes', ghost);
+  // The scheduler's reaper runs every host_ttl_ms (5 s).
+  let status;
+  for (let i = 0; i < 40 && status !== 'lost'; i++) {
+    await new Promise((r) => setTimeout(r, 250));
+    status = (await call(client, 'sandbox_info', { sandbox_id: ghost })).structured?.status;
+  }
+  assert.equal(status, 'lost');
+  assert.equal(redis('ZSCORE', 'sf:hosts', 'ghost-host'), '');
+  const list = await call(client, 'sandbox_list', {});
+  assert.ok(!list.structured.sandboxes.some((s) => s.id === ghost));
+  const ex = await call(client, 'sandbox_exec', { sandbox_id: ghost, command: 'true' });
+  assert.match(ex.text, /lost with its host/);
 });

@@ -89,7 +89,7 @@ static int w(void *data, const char *p, size_t n)
 
 int main(void)
 {
-    sf_kafka_settings s = {brokers, 5, 6000, 0};
+    sf_kafka_settings s = {.brokers = brokers, .fetch_wait_ms = 5, .session_timeout_ms = 6000};
     char why[512], rid[SF_ID_MAX];
     sf_reply r;
     sf_buf b;

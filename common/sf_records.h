@@ -1,0 +1,25 @@
+/* sf_records: sandbox records leaving service, as atomic Redis scripts shared by the
+ * worker (kill, lost) and the scheduler (dead hosts). A retired record keeps its state
+ * for an hour so later calls can say "was killed" / "was lost" instead of "no such
+ * sandbox"; it leaves its team's and its host's sets at once. */
+#ifndef SF_RECORDS_H
+#define SF_RECORDS_H
+
+#include "sf_redis.h"
+
+#include <stdint.h>
+
+/* Sets sandbox id's state (killed, lost, failed) and takes it out of its sets. */
+int sf_records_retire(sf_redis *r, const char *id, const char *state, redisCallbackFn *cb,
+                      void *priv);
+/* Every live sandbox placed on host becomes `lost` (the host restarted or died). The reply
+ * is the number retired. */
+int sf_records_retire_host(sf_redis *r, const char *host, redisCallbackFn *cb, void *priv);
+/* The same, blocking, for start-up (before any job is taken). 0 and *n, or -EIO. */
+int sf_records_retire_host_sync(redisContext *c, const char *host, long long *n);
+/* Hosts whose last heartbeat is older than dead_ms are removed, their sandboxes lost. The
+ * reply is the number of hosts removed. */
+int sf_records_reap(sf_redis *r, int64_t now_ms, int64_t dead_ms, redisCallbackFn *cb,
+                    void *priv);
+
+#endif
