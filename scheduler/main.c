@@ -51,12 +51,14 @@ int main(int argc, char **argv)
     event_base_dispatch(ctx.d.base);
     rc = 0;
 out:
+    /* Redis first: the callbacks it fires for commands in flight answer their calls, which
+     * needs the producer and the job queue. */
+    sf_redis_free(ctx.redis);
     sf_jobq_free(ctx.jobq);
     if (ctx.ev_reap)
         event_free(ctx.ev_reap);
     sf_kafka_consumer_free(ctx.consumer);
     sf_kafka_producer_free(ctx.producer);
-    sf_redis_free(ctx.redis);
     sf_toolset_fini(&ctx.tools);
     sf_daemon_fini(&ctx.d);
     sf_config_free(cfg_table, SF_ARRAY_LEN(cfg_table), &ctx.cfg);

@@ -341,6 +341,10 @@ void wk_on_job(void *arg, sf_job *job, sf_kafka_ticket tk)
     c->ctx = ctx;
     c->ticket = tk;
     c->job = *job;
+    if (ctx->stopping) {
+        reply_error(c, SF_ERR_UNAVAILABLE, "This host is shutting down; retry in a few seconds.");
+        return;
+    }
     if (c->job.deadline_ms < sf_now_ms()) {
         sf_info("msg=\"job expired in the queue\" job=%s tool=%s", c->job.id, c->job.tool);
         reply_error(c, SF_ERR_TIMEOUT, "The call waited in the queue past its deadline; retry it.");

@@ -150,18 +150,22 @@ int main(int argc, char **argv)
     event_base_dispatch(ctx.d.base);
     rc = 0;
 out:
+    /* Jobs still arriving are answered "shutting down"; running ones end with their
+     * sandboxes; then Redis writes and replies get 200 ms to go out. Redis goes before
+     * Kafka, so callbacks it fires on the way out can still answer their calls. */
+    ctx.stopping = 1;
     if (ctx.sandboxes)
         kill_all(&ctx);
     wk_host_stop(&ctx);
-    sf_jobq_free(ctx.jobq);
-    sf_kafka_consumer_free(ctx.consumer);
-    sf_kafka_producer_free(ctx.producer);
-    /* Let the last Redis writes (lost records, ZREM) go out. */
     if (ctx.redis && ctx.d.base) {
-        event_base_loopexit(ctx.d.base, &(struct timeval){0, 100 * 1000});
+        struct timeval grace = {0, 200 * 1000};
+        event_base_loopexit(ctx.d.base, &grace);
         event_base_dispatch(ctx.d.base);
     }
     sf_redis_free(ctx.redis);
+    sf_jobq_free(ctx.jobq);
+    sf_kafka_consumer_free(ctx.consumer);
+    sf_kafka_producer_free(ctx.producer);
     sf_map_free(ctx.sandboxes);
     sf_daemon_fini(&ctx.d);
     sf_config_free(cfg_table, SF_ARRAY_LEN(cfg_table), &ctx.cfg);

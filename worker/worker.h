@@ -34,6 +34,7 @@ typedef struct wk_ctx {
     sf_jobq *jobq;
     sf_map *sandboxes;      /* id -> wk_box */
     struct event *ev_heartbeat;
+    int stopping;             /* new jobs are refused */
 } wk_ctx;
 
 /* A sandbox this host runs, with what the worker keeps beside the driver's handle. */
