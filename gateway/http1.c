@@ -12,10 +12,20 @@
  * bytes simply stay in the input buffer (capped by a read high-water mark) until the
  * response has been written. Reading stays enabled while a request is PENDING so that
  * a client closing the connection is noticed at once (abort callback).
+ *
+ * Buffer budget: each connection's share of srv->buffered is conn_held(): the raw bytes
+ * the parser took for the current request (req_bytes, kept until it is answered) plus the
+ * input buffer or, while a Content-Length body is still due, the rest of that body,
+ * whichever is larger (the input holds that body first, so the two overlap). conn_account()
+ * re-syncs the share after every change (bytes read, drained, parsed, request ended) and
+ * conn_free() returns it, so the total goes back to exactly 0. For a request with a body
+ * the parser pauses after the head, so that the check runs with the head's bytes moved
+ * from the input to req_bytes and the body's reservation known.
  */
 #include "http1.h"
 
 #include <arpa/inet.h>
+#include <assert.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -96,8 +106,14 @@ struct gw_conn {
     const char *err_msg;
     size_t hdr_bytes;
     unsigned keep_alive : 1, in_body : 1, peer_eof : 1, close_after : 1;
+    unsigned head_paused : 1, want_continue : 1;
+    size_t req_bytes;      /* raw bytes parsed for the current request (budget) */
+    size_t body_left;      /* Content-Length body bytes not parsed yet, reserved (budget) */
+    size_t held;           /* this connection's share of srv->buffered */
+    const char *exec_base; /* start of the bytes http_parser_execute() is parsing */
     int peer_port;
     char peer[INET6_ADDRSTRLEN + 8];
+    char err_text[128];    /* a formatted err_msg */
 };
 
 struct gw_http_server {
@@ -111,6 +127,7 @@ struct gw_http_server {
     void *takeover_arg;
     gw_conn *conns;
     unsigned nconns;
+    size_t buffered; /* request bytes held by all connections: sum of conn->held */
     int port;
     time_t date_sec;
     char date[40];
@@ -120,6 +137,8 @@ static void conn_read_cb(struct bufferevent *bev, void *arg);
 static void conn_write_cb(struct bufferevent *bev, void *arg);
 static void conn_event_cb(struct bufferevent *bev, short what, void *arg);
 static void conn_parse(gw_conn *c);
+
+static const char busy_msg[] = "The server is busy with other large requests; retry in a moment.";
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -199,6 +218,57 @@ static void conn_timeouts(gw_conn *c, int rd, int wr)
 {
     struct timeval tv = {(time_t)c->srv->lim.idle_timeout_s, 0};
     bufferevent_set_timeouts(c->bev, rd ? &tv : NULL, wr ? &tv : NULL);
+}
+
+/* ------------------------------------------------------------------ buffer budget */
+
+static size_t conn_held(const gw_conn *c)
+{
+    size_t in = c->bev ? evbuffer_get_length(bufferevent_get_input(c->bev)) : 0;
+    return c->req_bytes + (in > c->body_left ? in : c->body_left);
+}
+
+/* Brings this connection's share of the server total up to date. */
+static void conn_account(gw_conn *c)
+{
+    size_t now = conn_held(c);
+
+    c->srv->buffered = c->srv->buffered - c->held + now;
+    c->held = now;
+}
+
+/* The current request is over (answered or rejected): its bytes are released. */
+static void conn_release_req(gw_conn *c)
+{
+    c->req_bytes = 0;
+    c->body_left = 0;
+    conn_account(c);
+}
+
+/* The parser took n bytes from the input: they now belong to the current request. */
+static void conn_consumed(gw_conn *c, size_t n)
+{
+    evbuffer_drain(bufferevent_get_input(c->bev), n);
+    c->req_bytes += n;
+    conn_account(c);
+}
+
+/* The user-facing reasons for refusing a request over the budget. */
+static const char *budget_busy(gw_conn *c)
+{
+    sf_warn("msg=\"request refused: the buffer budget is used up\" peer=%s buffered=%zu "
+            "max_buffered_bytes=%zu", c->peer, c->srv->buffered, c->srv->lim.max_buffered_bytes);
+    return busy_msg;
+}
+
+static const char *budget_too_large(gw_conn *c)
+{
+    char size[32];
+
+    fmt_size(size, sizeof(size), c->srv->lim.max_buffered_bytes);
+    snprintf(c->err_text, sizeof(c->err_text),
+             "request too large: headers and body together may not exceed %s", size);
+    return c->err_text;
 }
 
 /* ------------------------------------------------------------------ requests */
@@ -281,6 +351,9 @@ static int on_message_begin(http_parser *p)
         return conn_fail(c, 500, "internal error: request state out of order");
     c->hdr_bytes = 0;
     c->in_body = 0;
+    c->head_paused = 0;
+    c->want_continue = 0;
+    c->body_left = 0;
     c->cur = req_new(c);
     if (!c->cur)
         return conn_fail(c, 503, "the server is out of memory; retry later");
@@ -402,7 +475,9 @@ static int on_headers_complete(http_parser *p)
         return conn_fail(c, 503, "the server is out of memory; retry later");
     if (rc < 0)
         return conn_fail(c, 400, "malformed HTTP request: invalid request target");
-    has_body = (p->flags & F_CHUNKED) || ((p->flags & F_CONTENTLENGTH) && p->content_length > 0);
+    /* http_parser reads no body for CONNECT: what follows is another request */
+    has_body = p->method != HTTP_CONNECT &&
+               ((p->flags & F_CHUNKED) || ((p->flags & F_CONTENTLENGTH) && p->content_length > 0));
     if ((p->flags & F_CONTENTLENGTH) && !(p->flags & F_CHUNKED) &&
         p->content_length > (uint64_t)s->lim.max_body)
         return conn_fail(c, 413, NULL);
@@ -410,20 +485,36 @@ static int on_headers_complete(http_parser *p)
     if (expect) {
         if (strcasecmp(expect, "100-continue") != 0)
             return conn_fail(c, 417, "unsupported Expect header: only 100-continue is understood");
-        if (has_body && r->minor >= 1) {
-            static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-            if (bufferevent_write(c->bev, cont, sizeof(cont) - 1) < 0)
-                return conn_fail(c, 503, "the server is out of memory; retry later");
-        }
+        c->want_continue = has_body && r->minor >= 1;
     }
     c->in_body = 1;
+    if (has_body) { /* conn_body_start() checks the budget, then reads on */
+        c->body_left = (p->flags & F_CHUNKED) ? 0 : (size_t)p->content_length;
+        c->head_paused = 1;
+        http_parser_pause(p, 1);
+    }
     return 0;
 }
 
 static int on_body(http_parser *p, const char *at, size_t len)
 {
     gw_conn *c = p->data;
-    int rc = sf_buf_append(&c->cur->body, at, len);
+    gw_http_server *s = c->srv;
+    int rc;
+
+    if (p->flags & F_CHUNKED) {
+        /* Chunked data was counted in s->buffered when it was read (nothing is reserved):
+         * refuse once this request alone or the total is over the budget. */
+        size_t own = c->req_bytes + (size_t)(at + len - c->exec_base);
+
+        if (own > s->lim.max_buffered_bytes)
+            return conn_fail(c, 413, budget_too_large(c));
+        if (s->buffered > s->lim.max_buffered_bytes)
+            return conn_fail(c, 503, budget_busy(c));
+    } else {
+        c->body_left -= len < c->body_left ? len : c->body_left;
+    }
+    rc = sf_buf_append(&c->cur->body, at, len);
 
     if (rc == -E2BIG)
         return conn_fail(c, 413, NULL);
@@ -522,6 +613,7 @@ static int conn_write_response(gw_conn *c, int minor, int status, const char *ct
 /* Answers a request the server rejects by itself, then closes. */
 static void conn_error(gw_conn *c, int status, const char *msg)
 {
+    static const char *const retry_after[] = {"Retry-After", "1", NULL};
     char size[32], text[160], json[256];
     int keep = 0, minor = 1;
 
@@ -544,8 +636,10 @@ static void conn_error(gw_conn *c, int status, const char *msg)
     }
     sf_debug("msg=\"rejected HTTP request\" status=%d peer=%s reason=\"%s\"", status, c->peer, msg);
     snprintf(json, sizeof(json), "{\"error\":\"%s\"}", msg);
-    if (conn_write_response(c, minor, status, "application/json", NULL, json, strlen(json), 1,
-                            &keep) < 0)
+    conn_release_req(c);
+    /* every 503 the server sends by itself is worth retrying soon */
+    if (conn_write_response(c, minor, status, "application/json",
+                            status == 503 ? retry_after : NULL, json, strlen(json), 1, &keep) < 0)
         bufferevent_trigger(c->bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
     c->close_after = 1;
     c->state = C_WRITE;
@@ -586,6 +680,8 @@ static void conn_free(gw_conn *c)
         c->cur = NULL;
         req_free(r);
     }
+    s->buffered -= c->held;
+    c->held = 0;
     if (c->linger_ev)
         event_free(c->linger_ev);
     if (c->bev)
@@ -597,7 +693,36 @@ static void conn_free(gw_conn *c)
     if (c->next)
         c->next->prev = c->prev;
     s->nconns--;
+    assert(s->nconns > 0 || s->buffered == 0);
     free(c);
+}
+
+/* The head of a request with a body is in (the parser paused after it, the head's bytes
+ * are in req_bytes): refuse it if it does not fit the budget, else ask for the body. */
+static void conn_body_start(gw_conn *c)
+{
+    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    gw_http_server *s = c->srv;
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    int status = 0;
+    const char *msg = NULL;
+
+    c->head_paused = 0;
+    http_parser_pause(&c->parser, 0);
+    if (c->req_bytes + c->body_left > s->lim.max_buffered_bytes) {
+        status = 413;
+        msg = budget_too_large(c);
+    } else if (s->buffered > s->lim.max_buffered_bytes) {
+        status = 503;
+        msg = budget_busy(c);
+    } else if (c->want_continue && bufferevent_write(c->bev, cont, sizeof(cont) - 1) < 0) {
+        status = 503;
+        msg = "the server is out of memory; retry later";
+    }
+    if (status) {
+        evbuffer_drain(in, evbuffer_get_length(in));
+        conn_error(c, status, msg);
+    }
 }
 
 static void conn_dispatch(gw_conn *c)
@@ -634,11 +759,16 @@ static void conn_parse(gw_conn *c)
                 return;
             }
         }
+        c->exec_base = v.iov_base;
         n = http_parser_execute(&c->parser, &gw_parser_settings, v.iov_base, v.iov_len);
+        c->exec_base = NULL;
         e = HTTP_PARSER_ERRNO(&c->parser);
         if (e == HPE_PAUSED) {
-            evbuffer_drain(in, n);
-            conn_dispatch(c);
+            conn_consumed(c, n);
+            if (c->head_paused)
+                conn_body_start(c);
+            else
+                conn_dispatch(c);
             continue;
         }
         if (e != HPE_OK) {
@@ -646,7 +776,7 @@ static void conn_parse(gw_conn *c)
             conn_parse_error(c, e);
             return;
         }
-        evbuffer_drain(in, n);
+        conn_consumed(c, n);
         if (n < v.iov_len) { /* http_parser stops early only on error or pause */
             conn_error(c, 400, "malformed HTTP request");
             return;
@@ -694,6 +824,7 @@ static void conn_linger(gw_conn *c)
     }
     shutdown(fd, SHUT_WR);
     evbuffer_drain(in, evbuffer_get_length(in));
+    conn_account(c);
     bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
     bufferevent_set_timeouts(c->bev, &idle, NULL);
     bufferevent_enable(c->bev, EV_READ);
@@ -739,6 +870,7 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
     gw_conn *c = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
 
+    conn_account(c); /* count what was just read */
     switch (c->state) {
     case C_SNIFF:
         conn_sniff(c);
@@ -747,11 +879,14 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
         conn_parse(c);
         break;
     case C_WRITE:
-        if (c->close_after) /* nothing more will be served: do not buffer it */
+        if (c->close_after) { /* nothing more will be served: do not buffer it */
             evbuffer_drain(in, evbuffer_get_length(in));
+            conn_account(c);
+        }
         break;
     case C_LINGER:
         evbuffer_drain(in, evbuffer_get_length(in));
+        conn_account(c);
         break;
     default: /* PENDING: pipelined bytes wait for their turn */
         break;
@@ -927,6 +1062,14 @@ gw_http_server *gw_http_server_new(struct event_base *base, const char *addr, in
         s->lim.max_conns = GW_HTTP_DEFAULT_MAX_CONNS;
     if (!s->lim.idle_timeout_s)
         s->lim.idle_timeout_s = GW_HTTP_DEFAULT_IDLE_TIMEOUT_S;
+    if (!s->lim.max_buffered_bytes) {
+        /* room for one largest request, its head and a full input buffer */
+        size_t one = s->lim.max_body + s->lim.max_header_bytes + GW_HTTP_INPUT_HIGH_WM;
+
+        s->lim.max_buffered_bytes = GW_HTTP_DEFAULT_MAX_BUFFERED;
+        if (one > s->lim.max_buffered_bytes && one > s->lim.max_body) /* (and no wrap) */
+            s->lim.max_buffered_bytes = one;
+    }
     if (port < 0)
         return s;
 
@@ -1007,6 +1150,11 @@ int gw_http_server_port(const gw_http_server *srv)
 unsigned gw_http_server_conns(const gw_http_server *srv)
 {
     return srv ? srv->nconns : 0;
+}
+
+size_t gw_http_server_buffered(const gw_http_server *srv)
+{
+    return srv ? srv->buffered : 0;
 }
 
 void gw_http_server_set_takeover(gw_http_server *srv, gw_http_takeover_fn fn, void *arg)
@@ -1130,6 +1278,7 @@ void gw_req_respond(gw_req *req, int status, const char *content_type,
         bufferevent_trigger(c->bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
     c->cur = NULL;
     req_free(req);
+    conn_release_req(c);
     c->close_after = !keep;
     c->state = C_WRITE;
     conn_timeouts(c, 0, 1);

@@ -19,6 +19,19 @@
  *   lower), 503 too many connections, 505 HTTP version other than 1.x. After such an
  *   answer the server stops reading requests, half-closes and discards what the client
  *   still sends for a few seconds, so that the client reads the answer instead of a reset.
+ *
+ * Buffer budget (max_buffered_bytes): all connections together hold at most that many
+ * request bytes, counted as received on the wire (head + body, chunk framing included):
+ * unparsed input (pipelined requests too), the request being read, and requests the
+ * handler has not answered yet. A request's bytes are released when it is answered or
+ * aborted, input bytes when they are parsed into a request or discarded. A request with a
+ * body that would take the total over the budget gets 503 with `Retry-After: 1` (then the
+ * close above): a Content-Length body is reserved whole when its head is in, before any
+ * of it is read (before `100 Continue`); a chunked body is checked as its data arrives.
+ * A request that could not fit even on an idle server gets 413 instead. Requests without
+ * a body are never refused by the budget: their head is bounded by max_header_bytes.
+ * Input already read is counted before it is checked, so the total can exceed the budget
+ * by what sits unparsed in input buffers (at most 256 KiB per connection).
  */
 #ifndef GW_HTTP1_H
 #define GW_HTTP1_H
@@ -32,6 +45,7 @@ struct bufferevent;
 #define GW_HTTP_DEFAULT_MAX_HEADER_BYTES (64u << 10) /* request line target + header fields */
 #define GW_HTTP_DEFAULT_MAX_CONNS        1024u
 #define GW_HTTP_DEFAULT_IDLE_TIMEOUT_S   60u
+#define GW_HTTP_DEFAULT_MAX_BUFFERED     ((size_t)256 << 20) /* 256 MiB, all connections */
 
 /* A zero field means "use the default above". */
 typedef struct gw_http_limits {
@@ -40,6 +54,9 @@ typedef struct gw_http_limits {
     unsigned max_conns;      /* open HTTP/1 connections; more are answered 503 and closed */
     unsigned idle_timeout_s; /* no bytes from the client while we wait for a request, or no
                                 progress writing a response: the connection is closed */
+    size_t max_buffered_bytes; /* request bytes all connections together may hold (see the
+                                  budget above); the default is raised to fit one request
+                                  of max_body + max_header_bytes when that is larger */
 } gw_http_limits;
 
 typedef struct gw_http_server gw_http_server;
@@ -77,6 +94,9 @@ void gw_http_server_free(gw_http_server *srv);
 int gw_http_server_port(const gw_http_server *srv);
 /* Number of open HTTP/1 connections (taken-over ones are not counted). */
 unsigned gw_http_server_conns(const gw_http_server *srv);
+/* Request bytes counted against max_buffered_bytes right now; 0 whenever no connection
+ * holds input or an unanswered request (always 0 with no connections). */
+size_t gw_http_server_buffered(const gw_http_server *srv);
 void gw_http_server_set_takeover(gw_http_server *srv, gw_http_takeover_fn fn, void *arg);
 /* Serves an already connected bufferevent (a socket bufferevent, or a filter such as
  * TLS after ALPN chose http/1.1); the server owns and frees it. peer may be NULL.

@@ -48,6 +48,7 @@ typedef struct tctx {
     int aborts;       /* abort callbacks */
     int takeovers;
     size_t last_body_len;
+    gw_req *hung; /* the latest /hang request, until answered or aborted */
 } tctx;
 
 static tctx T;
@@ -90,6 +91,8 @@ static void hang_abort(gw_req *req, void *arg)
     assert_ptr_equal(gw_req_data(req), &T.hang_pending);
     T.hang_pending--;
     T.aborts++;
+    if (T.hung == req)
+        T.hung = NULL;
 }
 
 static void handler(gw_req *req, void *arg)
@@ -129,6 +132,7 @@ static void handler(gw_req *req, void *arg)
         gw_req_set_abort_cb(req, deferred_abort, d);
     } else if (strcmp(path, "/hang") == 0) {
         t->hang_pending++;
+        t->hung = req;
         gw_req_set_data(req, &t->hang_pending);
         gw_req_set_abort_cb(req, hang_abort, t);
     } else if (strcmp(path, "/headers") == 0) {
@@ -184,6 +188,16 @@ static int loop_until_conns(unsigned want, int ms)
         poll(NULL, 0, 1);
     }
     return gw_http_server_conns(T.srv) == want;
+}
+
+static int loop_until_buffered(size_t want, int ms)
+{
+    int64_t end = now_ms() + ms;
+    while (gw_http_server_buffered(T.srv) != want && now_ms() < end) {
+        loop_once();
+        poll(NULL, 0, 1);
+    }
+    return gw_http_server_buffered(T.srv) == want;
 }
 
 static void server_start(const gw_http_limits *lim)
@@ -1106,6 +1120,234 @@ static void test_threaded_client(void **state)
     assert_true(loop_until_conns(0, WAIT_MS));
 }
 
+/* ---- buffer budget (max_buffered_bytes) */
+
+#define BUSY_JSON "{\"error\":\"The server is busy with other large requests; retry in a moment.\"}"
+
+/* Sends a chunked body of total bytes in 64 KiB chunks (the server may answer and stop
+ * listening first: then the rest is dropped). */
+static void send_chunked(cli *c, const char *target, size_t total)
+{
+    const size_t step = 64 * 1024;
+    char head[256], sz[32], *chunk = malloc(step);
+    int rc;
+
+    memset(chunk, 'c', step);
+    snprintf(head, sizeof(head), "POST %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+             target);
+    rc = cli_sends(c, head);
+    for (size_t sent = 0; sent < total && rc == 0; sent += step) {
+        size_t n = total - sent < step ? total - sent : step;
+        snprintf(sz, sizeof(sz), "%zx\r\n", n);
+        rc = cli_sends(c, sz);
+        if (rc == 0)
+            rc = cli_send(c, chunk, n);
+        if (rc == 0)
+            rc = cli_sends(c, "\r\n");
+    }
+    if (rc == 0)
+        cli_sends(c, "0\r\n\r\n");
+    free(chunk);
+}
+
+/* Sends "POST target" with a Content-Length body of len bytes; returns the head length. */
+static size_t send_post(cli *c, const char *target, const char *body, size_t len)
+{
+    char head[256];
+    int n = snprintf(head, sizeof(head), "POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n",
+                     target, len);
+
+    assert_int_equal(cli_sends(c, head), 0);
+    if (body)
+        assert_int_equal(cli_send(c, body, len), 0);
+    return (size_t)n;
+}
+
+/* Reads the server's own 503 for an exhausted budget, then sees the connection close. */
+static void expect_busy(cli *c)
+{
+    resp r;
+
+    assert_int_equal(cli_read(c, &r, 0), 0);
+    assert_int_equal(r.status, 503);
+    assert_string_equal(rh(&r, "Retry-After"), "1");
+    assert_string_equal(rh(&r, "Connection"), "close");
+    assert_string_equal(rh(&r, "Content-Type"), "application/json");
+    assert_string_equal(r.body, BUSY_JSON);
+    resp_fini(&r);
+    assert_true(cli_closed(c, WAIT_MS));
+}
+
+static void test_budget(void **state)
+{
+    gw_http_limits lim = {.max_body = 4 * MIB, .max_buffered_bytes = MIB};
+    const size_t big = 700 * 1024;
+    char *body = malloc(big);
+    cli *a, *b, *d;
+    resp r;
+    size_t ahead;
+
+    server_stop();
+    server_start(&lim);
+    memset(body, 'b', big);
+    assert_int_equal(gw_http_server_buffered(T.srv), 0);
+
+    /* A: 700 KiB handed to a handler that does not answer yet; all of it stays counted */
+    a = cli_connect();
+    ahead = send_post(a, "/hang", body, big);
+    assert_true(loop_until(&T.hang_pending, 1, WAIT_MS));
+    assert_int_equal(T.last_body_len, big);
+    assert_int_equal(gw_http_server_buffered(T.srv), ahead + big);
+
+    /* B: another 700 KiB does not fit: 503 on its head alone, before the body (and
+     * instead of 100 Continue) */
+    b = cli_connect();
+    assert_int_equal(cli_sends(b, "POST /len HTTP/1.1\r\nHost: x\r\nContent-Length: 716800\r\n"
+                                  "Expect: 100-continue\r\n\r\n"),
+                     0);
+    expect_busy(b);
+    cli_close(b);
+    assert_int_equal(gw_http_server_buffered(T.srv), ahead + big); /* B's bytes released */
+
+    /* the same with the body sent right behind the head */
+    b = cli_connect();
+    send_post(b, "/len", body, big);
+    expect_busy(b);
+    cli_close(b);
+
+    /* a chunked 700 KiB body is refused while it streams in */
+    b = cli_connect();
+    send_chunked(b, "/len", big);
+    expect_busy(b);
+    cli_close(b);
+    assert_true(loop_until_buffered(ahead + big, WAIT_MS));
+    assert_int_equal(T.handled, 1);
+
+    /* other requests are still served meanwhile: no body, and a body that fits */
+    d = cli_connect();
+    request(d, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n", &r, 200, "GET /echo? ");
+    resp_fini(&r);
+    send_post(d, "/len", body, 200 * 1024);
+    assert_int_equal(cli_read(d, &r, 0), 0);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "204800");
+    resp_fini(&r);
+    assert_int_equal(gw_http_server_buffered(T.srv), ahead + big);
+
+    /* A is answered: its bytes are released ... */
+    assert_non_null(T.hung);
+    gw_req_respond(T.hung, 200, "text/plain", NULL, "done", 4);
+    T.hung = NULL;
+    T.hang_pending--;
+    assert_int_equal(gw_http_server_buffered(T.srv), 0);
+    assert_int_equal(cli_read(a, &r, 0), 0);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "done");
+    resp_fini(&r);
+
+    /* ... and a third 700 KiB request goes through */
+    b = cli_connect();
+    send_post(b, "/len", body, big);
+    assert_int_equal(cli_read(b, &r, 0), 0);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "716800");
+    resp_fini(&r);
+    cli_close(b);
+
+    /* a pending request whose client leaves is released by the abort */
+    ahead = send_post(a, "/hang", body, big);
+    assert_true(loop_until(&T.hang_pending, 1, WAIT_MS));
+    assert_int_equal(gw_http_server_buffered(T.srv), ahead + big);
+    cli_close(a);
+    assert_true(loop_until(&T.aborts, 1, WAIT_MS));
+
+    cli_close(d);
+    assert_true(loop_until_conns(0, WAIT_MS));
+    assert_int_equal(gw_http_server_buffered(T.srv), 0);
+    free(body);
+}
+
+static void test_budget_too_large_alone(void **state)
+{
+    /* a request that could not fit even on an idle server: 413, not "retry" */
+    gw_http_limits lim = {.max_body = 4 * MIB, .max_buffered_bytes = MIB};
+    cli *c;
+    resp r;
+
+    server_stop();
+    server_start(&lim);
+    expect_error("POST /len HTTP/1.1\r\nHost: x\r\nContent-Length: 2097152\r\n\r\n", 413,
+                 "request too large: headers and body together may not exceed 1 MiB");
+    c = cli_connect();
+    send_chunked(c, "/len", 2 * MIB);
+    assert_int_equal(cli_read(c, &r, 0), 0);
+    assert_int_equal(r.status, 413);
+    assert_string_equal(r.body, "{\"error\":\"request too large: headers and body together may not "
+                                "exceed 1 MiB\"}");
+    assert_null(rh(&r, "Retry-After"));
+    resp_fini(&r);
+    cli_close(c);
+    assert_int_equal(T.handled, 0);
+    assert_true(loop_until_conns(0, WAIT_MS));
+    assert_int_equal(gw_http_server_buffered(T.srv), 0);
+}
+
+static void test_budget_pipelined(void **state)
+{
+    /* bytes pipelined behind a pending request count: with them a 900 KiB body does not
+     * fit the 1 MiB budget, without them it does */
+    gw_http_limits lim = {.max_body = 4 * MIB, .max_buffered_bytes = MIB};
+    static const char first[] = "GET /hang HTTP/1.1\r\nHost: x\r\n\r\n";
+    const size_t piped = 200 * 1024, big = 900 * 1024;
+    char head[128], *body = malloc(big);
+    size_t second;
+    cli *p, *q;
+    resp r;
+
+    server_stop();
+    server_start(&lim);
+    memset(body, 'p', big);
+    second = (size_t)snprintf(head, sizeof(head),
+                              "POST /len HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n", piped);
+    p = cli_connect();
+    assert_int_equal(cli_sends(p, first), 0);
+    assert_int_equal(cli_sends(p, head), 0);
+    assert_int_equal(cli_send(p, body, piped), 0);
+    assert_true(loop_until(&T.hang_pending, 1, WAIT_MS));
+    assert_true(loop_until_buffered(sizeof(first) - 1 + second + piped, WAIT_MS));
+    assert_int_equal(T.handled, 1);
+
+    q = cli_connect();
+    send_post(q, "/len", NULL, big);
+    expect_busy(q);
+    cli_close(q);
+    assert_int_equal(gw_http_server_buffered(T.srv), sizeof(first) - 1 + second + piped);
+
+    /* answering the first request lets the pipelined one run; then 900 KiB fits */
+    gw_req_respond(T.hung, 200, "text/plain", NULL, "done", 4);
+    T.hung = NULL;
+    T.hang_pending--;
+    assert_int_equal(cli_read(p, &r, 0), 0);
+    assert_string_equal(r.body, "done");
+    resp_fini(&r);
+    assert_int_equal(cli_read(p, &r, 0), 0);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "204800");
+    resp_fini(&r);
+    assert_int_equal(gw_http_server_buffered(T.srv), 0);
+    q = cli_connect();
+    send_post(q, "/len", body, big);
+    assert_int_equal(cli_read(q, &r, 0), 0);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "921600");
+    resp_fini(&r);
+    cli_close(q);
+    cli_close(p);
+    assert_true(loop_until_conns(0, WAIT_MS));
+    assert_int_equal(gw_http_server_buffered(T.srv), 0);
+    free(body);
+}
+
 static void adopt_pair(gw_http_server *srv, int *client_fd)
 {
     int sv[2];
@@ -1184,6 +1426,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_max_conns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_h2_preface, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threaded_client, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_budget, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_budget_too_large_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_budget_pipelined, setup, teardown),
         cmocka_unit_test_setup_teardown(test_adopt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_args, setup, teardown),
     };

@@ -1,0 +1,71 @@
+// What an agent relies on beyond the basics: env_vars, lifetimes, odd output, bad cwd,
+// concurrency inside one sandbox, and quota errors.
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { connect, call, sh, env } from './lib.mjs';
+
+const client = await connect(env.SF_KEY_ALPHA);
+after(() => client.close());
+
+test('env_vars from sandbox_create reach every command; exec env overrides them', async () => {
+  const id = (await call(client, 'sandbox_create', { env_vars: { STAGE: 'test', COLOR: 'blue' } })).structured.id;
+  assert.equal((await sh(client, id, 'echo $STAGE-$COLOR')).stdout, 'test-blue\n');
+  assert.equal((await sh(client, id, 'echo $STAGE-$COLOR', { env: { COLOR: 'red' } })).stdout, 'test-red\n');
+  await call(client, 'sandbox_kill', { sandbox_id: id });
+});
+
+test('timeout_seconds ends the sandbox by itself', async () => {
+  const id = (await call(client, 'sandbox_create', { timeout_seconds: 1 })).structured.id;
+  assert.equal((await sh(client, id, 'echo alive')).stdout, 'alive\n');
+  await new Promise((r) => setTimeout(r, 1600));
+  const r = await call(client, 'sandbox_exec', { sandbox_id: id, command: 'true' });
+  assert.equal(r.isError, true);
+  assert.match(r.text, /was killed/);
+});
+
+test('binary output comes back as valid text, and a missing cwd is explained', async () => {
+  const id = (await call(client, 'sandbox_create', {})).structured.id;
+  const bin = await sh(client, id, "printf 'ok\\377\\376\\000end'");
+  assert.equal(bin.stdout, 'ok\ufffd\ufffd\ufffdend');
+  assert.equal(bin.stdout_bytes, 8);
+  const cwd = await call(client, 'sandbox_exec', { sandbox_id: id, command: 'pwd', cwd: '/nope/deeper' });
+  assert.equal(cwd.isError, true);
+  assert.match(cwd.text, /\/nope\/deeper/);
+  await call(client, 'sandbox_kill', { sandbox_id: id });
+});
+
+test('commands in one sandbox run concurrently', async () => {
+  const id = (await call(client, 'sandbox_create', {})).structured.id;
+  const started = Date.now();
+  const runs = await Promise.all([1, 2, 3, 4].map((i) => sh(client, id, `sleep 1; echo ${i}`)));
+  assert.deepEqual(runs.map((r) => r.stdout), ['1\n', '2\n', '3\n', '4\n']);
+  assert.ok(Date.now() - started < 3000, 'four 1 s sleeps overlapped');
+  await call(client, 'sandbox_kill', { sandbox_id: id });
+});
+
+test('files written in one call are there in the next, and exit codes of signals', async () => {
+  const id = (await call(client, 'sandbox_create', {})).structured.id;
+  await sh(client, id, 'mkdir -p /app && echo "print(1)" > /app/x.txt');
+  assert.equal((await sh(client, id, 'cat /app/x.txt')).stdout, 'print(1)\n');
+  assert.equal((await sh(client, id, 'kill -9 $$')).exit_code, 137);
+  await call(client, 'sandbox_kill', { sandbox_id: id });
+});
+
+test('the team quota is enforced with an actionable error (the e2e stack allows 8)', async () => {
+  const beta = await connect(env.SF_KEY_BETA, 'beta');
+  const ids = [];
+  for (let i = 0; i < 8; i++) {
+    const r = await call(beta, 'sandbox_create', { name: `q${i}` });
+    assert.equal(r.isError, false, r.text);
+    ids.push(r.structured.id);
+  }
+  const over = await call(beta, 'sandbox_create', {});
+  assert.equal(over.isError, true);
+  assert.equal(over.text, 'Sandbox quota reached. Pause or kill a sandbox, or retry later.');
+  await call(beta, 'sandbox_kill', { sandbox_id: ids.pop() });
+  const again = await call(beta, 'sandbox_create', {});
+  assert.equal(again.isError, false, again.text);
+  ids.push(again.structured.id);
+  for (const id of ids) await call(beta, 'sandbox_kill', { sandbox_id: id });
+  await beta.close();
+});
