@@ -22,6 +22,7 @@ typedef struct gw_cfg {
     int64_t call_deadline_ms;   /* how long a call waits for its reply */
     int64_t exec_deadline_margin_ms; /* sandbox_exec waits its timeout_ms plus this */
     int64_t max_pending;        /* calls waiting for replies */
+    int64_t max_pending_team;   /* ...of which one team may have */
     int64_t session_ttl_s;
     char *allowed_origins;      /* comma-separated; localhost origins are always allowed */
 } gw_cfg;
@@ -37,6 +38,7 @@ typedef struct gw_ctx {
     rd_kafka_t *producer, *consumer;
     sf_kafka_pump *pump;
     sf_map *pending;          /* job id -> gw_pending */
+    sf_map *team_pending;     /* team -> count of its pending calls (int *) */
     sf_toolset tools;         /* the tool schemas */
     json_t *tools_list;       /* the tools/list result, built once */
 } gw_ctx;
@@ -51,7 +53,8 @@ typedef struct gw_pending gw_pending;
 int gw_jobs_start(gw_ctx *ctx, char *why, size_t whylen);
 void gw_jobs_stop(gw_ctx *ctx);
 /* Publishes job (job->id, reply, deadline are filled in here) and calls cb exactly once,
- * unless cancelled first. 0 or negative errno (-E2BIG pending table full, -EIO Kafka). */
+ * unless cancelled first. 0 or negative errno (-E2BIG pending table full, -EDQUOT the
+ * team's share of it used, -EIO Kafka). */
 int gw_jobs_submit(gw_ctx *ctx, sf_job *job, int64_t wait_ms, gw_job_cb cb, void *arg,
                    gw_pending **out);
 void gw_jobs_cancel(gw_ctx *ctx, gw_pending *p);

@@ -13,10 +13,39 @@ struct gw_pending {
     gw_job_cb cb;
     void *arg;
     char id[SF_ID_MAX];
+    char team[SF_ID_MAX];
 };
+
+/* Per-team count of pending calls: +1 on submit, -1 when the call ends. */
+static int team_enter(gw_ctx *ctx, const char *team)
+{
+    int *n = sf_map_get(ctx->team_pending, team);
+
+    if (n && *n >= ctx->cfg.max_pending_team)
+        return -EDQUOT;
+    if (!n) {
+        if (!(n = calloc(1, sizeof(*n))))
+            return -ENOMEM;
+        if (sf_map_put(ctx->team_pending, team, n) < 0) {
+            free(n);
+            return -E2BIG;
+        }
+    }
+    (*n)++;
+    return 0;
+}
+
+static void team_leave(gw_ctx *ctx, const char *team)
+{
+    int *n = sf_map_get(ctx->team_pending, team);
+
+    if (n && --*n <= 0)
+        free(sf_map_del(ctx->team_pending, team));
+}
 
 static void pending_free(gw_pending *p)
 {
+    team_leave(p->ctx, p->team);
     if (p->timer)
         event_free(p->timer);
     free(p);
@@ -72,6 +101,7 @@ int gw_jobs_start(gw_ctx *ctx, char *why, size_t whylen)
     snprintf(ctx->reply_topic, sizeof(ctx->reply_topic), SF_TOPIC_REPLY_PREFIX "%s", ctx->id);
     snprintf(group, sizeof(group), "sf-%s", ctx->id);
     if (!(ctx->pending = sf_map_new((size_t)ctx->cfg.max_pending)) ||
+        !(ctx->team_pending = sf_map_new((size_t)ctx->cfg.max_pending)) ||
         !(ctx->producer = sf_kafka_producer_new(&ctx->d.kafka, why, whylen)) ||
         !(ctx->consumer = sf_kafka_consumer_new(&ctx->d.kafka, group, why, whylen)))
         return -1;
@@ -103,6 +133,8 @@ void gw_jobs_stop(gw_ctx *ctx)
         sf_map_free(ctx->pending);
         ctx->pending = NULL;
     }
+    sf_map_free(ctx->team_pending); /* empty: every pending call left its team */
+    ctx->team_pending = NULL;
     sf_kafka_pump_free(ctx->pump);
     ctx->pump = NULL;
     sf_kafka_consumer_free(ctx->consumer);
@@ -122,14 +154,19 @@ int gw_jobs_submit(gw_ctx *ctx, sf_job *job, int64_t wait_ms, gw_job_cb cb, void
         return -EIO;
     snprintf(job->reply, sizeof(job->reply), "%s", ctx->reply_topic);
     job->deadline_ms = sf_now_ms() + wait_ms;
-    if (!(p = calloc(1, sizeof(*p))))
+    if ((rc = team_enter(ctx, job->team)) < 0)
+        return rc;
+    if (!(p = calloc(1, sizeof(*p)))) {
+        team_leave(ctx, job->team);
         return -ENOMEM;
+    }
     p->ctx = ctx;
+    memcpy(p->team, job->team, sizeof(p->team));
     p->cb = cb;
     p->arg = arg;
     memcpy(p->id, job->id, sizeof(p->id));
     if (!(p->timer = evtimer_new(ctx->d.base, on_deadline, p))) {
-        free(p);
+        pending_free(p);
         return -ENOMEM;
     }
     if ((rc = sf_map_put(ctx->pending, p->id, p)) < 0) {

@@ -178,9 +178,15 @@ static void tools_call(mcp_call *c, json_t *params)
     sf_job_fini(&job);
     if (rc == 0)
         return; /* on_job_reply answers */
-    respond_tool_error(c, rc == -E2BIG ? "Too many calls are in flight on this gateway; retry in "
-                                         "a few seconds."
-                                       : "The job queue is unavailable; retry in a few seconds.");
+    if (rc == -EDQUOT)
+        snprintf(why, sizeof(why), "Your team has %lld calls in flight, the most this gateway "
+                 "runs at once; wait for some to finish, then retry.",
+                 (long long)ctx->cfg.max_pending_team);
+    else
+        snprintf(why, sizeof(why), "%s", rc == -E2BIG ? "Too many calls are in flight on this "
+                 "gateway; retry in a few seconds." : "The job queue is unavailable; retry in a "
+                 "few seconds.");
+    respond_tool_error(c, why);
 done:
     call_free(c);
 }

@@ -69,3 +69,21 @@ test('the team quota is enforced with an actionable error (the e2e stack allows 
   for (const id of ids) await call(beta, 'sandbox_kill', { sandbox_id: id });
   await beta.close();
 });
+
+test('one team cannot hold more than its share of calls in flight (the e2e stack allows 16)', async () => {
+  const beta = await connect(env.SF_KEY_BETA, 'beta');
+  const id = (await call(beta, 'sandbox_create', {})).structured.id;
+  const flood = Promise.all(Array.from({ length: 20 }, () =>
+    call(beta, 'sandbox_exec', { sandbox_id: id, command: 'sleep 1' })));
+  await new Promise((r) => setTimeout(r, 200));
+  const other = await call(client, 'sandbox_list', {}); // team alpha, while beta is at its limit
+  assert.equal(other.isError, false, other.text);
+  const runs = await flood;
+  const refused = runs.filter((r) => r.isError);
+  assert.equal(refused.length, 4, runs.map((r) => r.text).join('\n'));
+  assert.match(refused[0].text, /Your team has 16 calls in flight/);
+  // Beta can go on once its calls finished.
+  assert.equal((await sh(beta, id, 'echo again')).stdout, 'again\n');
+  await call(beta, 'sandbox_kill', { sandbox_id: id });
+  await beta.close();
+});

@@ -8,7 +8,9 @@
  *
  * The handler answers by path: "/defer..." from a 0 ms timer, "/hang..." never (the
  * client's close aborts it), anything else at once. Small limits make the 413/431 paths
- * reachable with small inputs.
+ * reachable with small inputs, and a buffer budget a little over max_body the budget's
+ * 503 (pipelined requests behind a pending one) and its 413 (one request over the budget).
+ * After each input the budget's count must be back to exactly 0.
  *
  * Built with -DSF_LIBFUZZER and -fsanitize=fuzzer it is a libFuzzer target; otherwise
  * tests/fuzz/replay.c gives it a main() that replays files (or directories), which is
@@ -115,7 +117,7 @@ static int takeover(struct bufferevent *bev, const char *peer, void *arg)
 static void init_once(void)
 {
     gw_http_limits lim = {.max_body = 4096, .max_header_bytes = 2048, .max_conns = 4,
-                          .idle_timeout_s = 5};
+                          .idle_timeout_s = 5, .max_buffered_bytes = 5120};
     if (base)
         return;
     signal(SIGPIPE, SIG_IGN);
@@ -171,6 +173,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (gw_http_server_conns(srv) > 0) {
         fprintf(stderr, "fuzz_http1: the connection did not close after the client left\n");
+        abort();
+    }
+    if (gw_http_server_buffered(srv) != 0) {
+        fprintf(stderr, "fuzz_http1: %zu request bytes still counted with no connection\n",
+                gw_http_server_buffered(srv));
         abort();
     }
     /* let 0 ms timers of answered requests finish */
