@@ -22,7 +22,6 @@ typedef struct mcp_call {
     json_t *id;            /* its id (borrowed from msg) */
     gw_pending *pending;   /* the job we wait for */
     int in_auth;           /* a Redis check is in flight */
-    int64_t deadline_ms;
     uint64_t t0;
     char team[SF_ID_MAX];
     char tool[SF_ID_MAX];
