@@ -1,7 +1,8 @@
-/* sandfleet: the admin CLI. API keys for now:
+/* sandfleet: the admin CLI.
  *   sandfleet keys create --team T [--name N]   prints the key once
  *   sandfleet keys list [--team T]
  *   sandfleet keys revoke KEY_ID
+ *   sandfleet hosts                             worker hosts, heartbeat age, load
  * Redis and the key-hash secret come from SF_REDIS_URL and SF_AUTH_SECRET_FILE. */
 #include "sf_auth.h"
 #include "sf_redis.h"
@@ -15,6 +16,7 @@ static const char usage[] =
     "usage: sandfleet keys create --team TEAM [--name NAME]\n"
     "       sandfleet keys list [--team TEAM]\n"
     "       sandfleet keys revoke KEY_ID\n"
+    "       sandfleet hosts\n"
     "environment: SF_REDIS_URL (default redis://127.0.0.1:6379),\n"
     "             SF_AUTH_SECRET_FILE (default /var/lib/sandfleet/auth.key)\n";
 
@@ -129,22 +131,54 @@ static int keys_revoke(redisContext *rc, const char *id)
     return 0;
 }
 
+static int hosts(redisContext *rc)
+{
+    redisReply *r = redisCommand(rc, "ZRANGE " SF_RK_HOSTS " 0 -1 WITHSCORES");
+    int64_t now = sf_now_ms();
+
+    if (!reply_ok(rc, r))
+        return 1;
+    printf("%-24s %-12s %-8s %-10s %s\n", "HOST", "HEARTBEAT", "DRIVER", "SANDBOXES", "TOPIC");
+    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+        int64_t ts = 0;
+        redisReply *h = redisCommand(rc, "HMGET " SF_RK_HOST " driver running capacity topic",
+                                     r->element[i]->str);
+        char age[32], load[32];
+
+        sf_parse_i64(r->element[i + 1]->str, 0, INT64_MAX, &ts);
+        snprintf(age, sizeof(age), "%.1fs ago", (double)(now - ts) / 1000.0);
+        if (!reply_ok(rc, h))
+            continue;
+        snprintf(load, sizeof(load), "%s/%s", h->element[1]->str ? h->element[1]->str : "?",
+                 h->element[2]->str ? h->element[2]->str : "?");
+        printf("%-24s %-12s %-8s %-10s %s\n", r->element[i]->str, age,
+               h->element[0]->str ? h->element[0]->str : "?", load,
+               h->element[3]->str ? h->element[3]->str : "?");
+        freeReplyObject(h);
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     char why[512];
     redisContext *rc;
-    int ret;
+    int ret, is_hosts = argc == 2 && !strcmp(argv[1], "hosts");
 
-    if (argc < 3 || strcmp(argv[1], "keys") != 0) {
-        fputs(usage, argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : (strcmp(argv[1], "--help") == 0 ? 0 : 2);
+    if (!is_hosts && (argc < 3 || strcmp(argv[1], "keys") != 0)) {
+        int help = argc == 2 && !strcmp(argv[1], "--help");
+        fputs(usage, help ? stdout : stderr);
+        return help ? 0 : 2;
     }
     if (!(rc = sf_redis_connect_sync(env_or("SF_REDIS_URL", "redis://127.0.0.1:6379"), why,
                                      sizeof(why)))) {
         fprintf(stderr, "sandfleet: %s\n", why);
         return 1;
     }
-    if (!strcmp(argv[2], "create"))
+    if (is_hosts)
+        ret = hosts(rc);
+    else if (!strcmp(argv[2], "create"))
         ret = keys_create(rc, argc - 3, argv + 3);
     else if (!strcmp(argv[2], "list"))
         ret = keys_list(rc, argc - 3, argv + 3);

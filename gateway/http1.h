@@ -16,15 +16,16 @@
  *   body, or while a chunked body streams in; `Expect: 100-continue` gets the 413 at
  *   once), 414 request target over 65535 bytes, 417 unknown Expect, 431 headers over
  *   max_header_bytes (or over http_parser's own compiled-in limit of 80 KiB, whichever is
- *   lower), 503 too many connections, 505 HTTP version other than 1.x. After such an
- *   answer the server stops reading requests, half-closes and discards what the client
- *   still sends for a few seconds, so that the client reads the answer instead of a reset.
+ *   lower), 503 too many connections or the buffer budget used up (below), 505 HTTP
+ *   version other than 1.x. After such an answer the server stops reading requests,
+ *   half-closes and discards what the client still sends for a few seconds, so that the
+ *   client reads the answer instead of a reset.
  *
- * Buffer budget (max_buffered_bytes): all connections together hold at most that many
- * request bytes, counted as received on the wire (head + body, chunk framing included):
- * unparsed input (pipelined requests too), the request being read, and requests the
- * handler has not answered yet. A request's bytes are released when it is answered or
- * aborted, input bytes when they are parsed into a request or discarded. A request with a
+ * Buffer budget (max_buffered_bytes) caps the request bytes all connections together
+ * hold, counted as received on the wire (head + body, chunk framing included): unparsed
+ * input (pipelined requests too), the request being read, and requests the handler has
+ * not answered yet. Parsed bytes belong to their request and are released when it is
+ * answered, refused or aborted; discarded input is released at once. A request with a
  * body that would take the total over the budget gets 503 with `Retry-After: 1` (then the
  * close above): a Content-Length body is reserved whole when its head is in, before any
  * of it is read (before `100 Continue`); a chunked body is checked as its data arrives.
@@ -55,8 +56,8 @@ typedef struct gw_http_limits {
     unsigned idle_timeout_s; /* no bytes from the client while we wait for a request, or no
                                 progress writing a response: the connection is closed */
     size_t max_buffered_bytes; /* request bytes all connections together may hold (see the
-                                  budget above); the default is raised to fit one request
-                                  of max_body + max_header_bytes when that is larger */
+                                  budget above); the default is raised when one request of
+                                  max_body + max_header_bytes (+ 256 KiB) is larger */
 } gw_http_limits;
 
 typedef struct gw_http_server gw_http_server;
