@@ -19,6 +19,7 @@ typedef struct gw_cfg {
     char *schemas_dir;
     char *auth_secret_file;
     int64_t max_body;
+    int64_t max_buffered;       /* request bytes all connections together may hold */
     int64_t call_deadline_ms;   /* how long a call waits for its reply */
     int64_t exec_deadline_margin_ms; /* sandbox_exec waits its timeout_ms plus this */
     int64_t max_pending;        /* calls waiting for replies */

@@ -15,6 +15,8 @@ static const sf_cfg_entry cfg_table[] = {
     SF_CFG_S(gw_cfg, auth_secret_file, "/var/lib/sandfleet/auth.key",
              "32-byte secret the API key hashes are keyed with"),
     SF_CFG_I(gw_cfg, max_body, "16777216", 1024, 1073741824, "largest MCP request body (bytes)"),
+    SF_CFG_I(gw_cfg, max_buffered, "268435456", 65536, 68719476736LL,
+             "request bytes all connections together may hold (503 past it)"),
     SF_CFG_I(gw_cfg, call_deadline_ms, "30000", 100, 3600000,
              "how long a call waits for its answer"),
     SF_CFG_I(gw_cfg, exec_deadline_margin_ms, "15000", 100, 3600000,
@@ -53,6 +55,7 @@ int main(int argc, char **argv)
         goto out;
     }
     lim.max_body = (size_t)ctx.cfg.max_body;
+    lim.max_buffered_bytes = (size_t)ctx.cfg.max_buffered;
     if (!(ctx.http = gw_http_server_new(ctx.d.base, ctx.cfg.listen_addr, (int)ctx.cfg.port, &lim,
                                         gw_mcp_handle, &ctx))) {
         sf_error("msg=\"cannot listen\" addr=%s port=%lld err=\"%s\"", ctx.cfg.listen_addr,
