@@ -127,10 +127,24 @@ static int get_str(const msgpack_object *m, const char *key, char *dst, size_t n
     return -EINVAL;
 }
 
+/* Reads a map field as a JSON object. */
+static int get_map(const msgpack_object *m, const char *key, json_t **out, const char **why)
+{
+    static __thread char msg[64];
+    const msgpack_object *v = sf_mp_map_get(m, key);
+
+    if (!v || v->type != MSGPACK_OBJECT_MAP) {
+        snprintf(msg, sizeof(msg), "field '%s' must be a map", key);
+        *why = msg;
+        return -EINVAL;
+    }
+    return sf_mpjson_unpack(v, out, why);
+}
+
 int sf_job_decode(const void *p, size_t n, sf_job *j, const char **why)
 {
     msgpack_unpacked res;
-    const msgpack_object *m, *args;
+    const msgpack_object *m;
     int rc;
 
     sf_job_init(j);
@@ -164,12 +178,7 @@ int sf_job_decode(const void *p, size_t n, sf_job *j, const char **why)
         *why = "field 'progress' must be a boolean";
         goto out;
     }
-    args = sf_mp_map_get(m, "args");
-    if (!args || args->type != MSGPACK_OBJECT_MAP) {
-        *why = "field 'args' must be a map";
-        goto out;
-    }
-    if (sf_mpjson_unpack(args, &j->args, why) < 0)
+    if (get_map(m, "args", &j->args, why) < 0)
         goto out;
     rc = 0;
 out:
@@ -262,14 +271,8 @@ int sf_reply_decode(const void *p, size_t n, sf_reply *r, const char **why)
             rc = -ENOMEM;
             goto out;
         }
-    } else {
-        v = sf_mp_map_get(m, "result");
-        if (!v || v->type != MSGPACK_OBJECT_MAP) {
-            *why = "field 'result' must be a map";
-            goto out;
-        }
-        if (sf_mpjson_unpack(v, &r->result, why) < 0)
-            goto out;
+    } else if (get_map(m, "result", &r->result, why) < 0) {
+        goto out;
     }
     rc = 0;
 out:
