@@ -19,10 +19,12 @@ const init = await fetch(url, { method: 'POST', headers, body: JSON.stringify({ 
 headers['Mcp-Session-Id'] = init.headers.get('mcp-session-id');
 headers['MCP-Protocol-Version'] = '2025-06-18';
 
-async function measure(label, count, fn) {
-  for (let i = 0; i < Math.min(20, count); i++) await fn(); // warm-up
+// before(), if given, runs untimed ahead of each call.
+async function measure(label, count, fn, before = async () => {}) {
+  for (let i = 0; i < Math.min(20, count); i++) { await before(); await fn(); } // warm-up
   const t = [];
   for (let i = 0; i < count; i++) {
+    await before();
     const s = process.hrtime.bigint();
     await fn();
     t.push(Number(process.hrtime.bigint() - s) / 1e6);
@@ -37,11 +39,16 @@ const rows = [];
 rows.push(await measure('ping (baseline: gateway only)', n, () => rpc('ping', {})));
 rows.push(await measure('sandbox_list (gw->kafka->scheduler->redis)', n, () => tool('sandbox_list', {})));
 rows.push(await measure('sandbox_exec "true" (full pipeline)', n, () => tool('sandbox_exec', { sandbox_id: sb, command: 'true' })));
-const created = [];
+// Each created sandbox is killed before the next create, outside the timed part.
+let last = null;
 rows.push(await measure('sandbox_create', Math.max(10, Math.floor(n / 10)), async () => {
-  created.push((await tool('sandbox_create', {})).structuredContent.id);
+  last = (await tool('sandbox_create', {})).structuredContent.id;
+}, async () => {
+  if (last) await tool('sandbox_kill', { sandbox_id: last });
+  last = null;
 }));
-for (const id of [sb, ...created]) await tool('sandbox_kill', { sandbox_id: id });
+await tool('sandbox_kill', { sandbox_id: last });
+await tool('sandbox_kill', { sandbox_id: sb });
 
 const base = rows[0].p50;
 const f = (x) => x.toFixed(2).padStart(8);
