@@ -383,6 +383,7 @@ void gw_mcp_handle(gw_req *req, void *arg)
     const char *origin = gw_req_header(req, "Origin");
     const char *pv = gw_req_header(req, "MCP-Protocol-Version");
     const char *ctype = gw_req_header(req, "Content-Type");
+    const char *accept = gw_req_header(req, "Accept");
     static const char *const allow[] = {"Allow", "POST, DELETE", NULL};
     mcp_call *c;
 
@@ -418,6 +419,12 @@ void gw_mcp_handle(gw_req *req, void *arg)
                                    "speaks 2025-11-25, 2025-06-18, 2025-03-26 and 2024-11-05.\"}");
             return;
         }
+    }
+    if (!strcmp(method, "POST") && accept && !strcasestr(accept, "application/json") &&
+        !strstr(accept, "*/*")) {
+        simple(req, 406, NULL, "{\"error\":\"This server answers with application/json; accept "
+                               "it (Accept: application/json, text/event-stream).\"}");
+        return;
     }
     if (!strcmp(method, "POST") && ctype && !strcasestr(ctype, "application/json")) {
         simple(req, 415, NULL, "{\"error\":\"Send the JSON-RPC message as application/json.\"}");

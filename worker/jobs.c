@@ -4,6 +4,7 @@
 #include "sf_log.h"
 #include "sf_records.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -263,7 +264,16 @@ static void do_exec(wk_call *c, wk_box *b)
     rc = wk_sandbox_exec(b->sb, &req, on_exec_done, c);
     for (size_t i = 0; i < n; i++)
         free(store[i]);
-    if (rc < 0)
+    if (rc == -EBUSY)
+        reply_error(c, SF_ERR_LIMIT, "64 commands are already running in this sandbox; wait for "
+                                     "some to finish, then retry.");
+    else if (rc == -E2BIG)
+        reply_error(c, SF_ERR_INVALID, "The command and its environment are too large (the limit "
+                                       "is 1 MiB); write a script with a file and run that.");
+    else if (rc == -ESRCH)
+        reply_error(c, SF_ERR_NOT_FOUND, "The sandbox is being killed; create a new one with "
+                                         "sandbox_create.");
+    else if (rc < 0)
         reply_error(c, SF_ERR_UNAVAILABLE,
                     "The sandbox did not accept the command; retry, or create a new sandbox.");
 }

@@ -76,3 +76,27 @@ test('wrong HTTP method and path are explained', async () => {
   const p = await fetch(url.replace('/mcp', '/nope'), { headers: auth });
   assert.equal(p.status, 404);
 });
+
+test('a deleted session is gone; content negotiation is checked', async () => {
+  const init = await post({ jsonrpc: '2.0', id: 1, method: 'initialize',
+    params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '1' } } }, auth);
+  const sid = init.headers.get('mcp-session-id');
+  assert.match(sid, /^mcp_/);
+  assert.equal(init.json.result.protocolVersion, '2025-06-18');
+  const ok = await post({ jsonrpc: '2.0', id: 2, method: 'ping' }, { ...auth, 'Mcp-Session-Id': sid });
+  assert.equal(ok.status, 200);
+  const del = await fetch(url, { method: 'DELETE', headers: { ...auth, 'Mcp-Session-Id': sid } });
+  assert.equal(del.status, 204);
+  const gone = await post({ jsonrpc: '2.0', id: 3, method: 'ping' }, { ...auth, 'Mcp-Session-Id': sid });
+  assert.equal(gone.status, 404);
+  assert.match(gone.json.error.message, /initialize again/);
+  const old = await post({ jsonrpc: '2.0', id: 4, method: 'initialize',
+    params: { protocolVersion: '1999-01-01', capabilities: {}, clientInfo: { name: 'raw', version: '1' } } }, auth);
+  assert.equal(old.json.result.protocolVersion, '2025-11-25', 'an unknown version gets the newest');
+  const note = await post({ jsonrpc: '2.0', method: 'notifications/initialized' }, auth);
+  assert.equal(note.status, 202);
+  const xml = await post({ jsonrpc: '2.0', id: 5, method: 'ping' }, { ...auth, Accept: 'application/xml' });
+  assert.equal(xml.status, 406);
+  const pv = await post({ jsonrpc: '2.0', id: 6, method: 'ping' }, { ...auth, 'MCP-Protocol-Version': '1999-01-01' });
+  assert.equal(pv.status, 400);
+});
