@@ -5,9 +5,21 @@
 #include <msgpack.h>
 #include <string.h>
 
+/* The packer's sink: remembers a failed append (buffer at its maximum), so an envelope
+ * that does not fit is an error and never a silently truncated message. */
+typedef struct pack_sink {
+    sf_buf *b;
+    int failed;
+} pack_sink;
+
 static int buf_write(void *data, const char *p, size_t n)
 {
-    return sf_buf_append(data, p, n) < 0 ? -1 : 0;
+    pack_sink *w = data;
+    if (sf_buf_append(w->b, p, n) < 0) {
+        w->failed = 1;
+        return -1;
+    }
+    return 0;
 }
 
 void sf_job_init(sf_job *j)
@@ -30,13 +42,14 @@ static void pack_opt_str(msgpack_packer *pk, const char *k, const char *v)
 int sf_job_encode(const sf_job *j, sf_buf *out)
 {
     msgpack_packer pk;
+    pack_sink w = {out, 0};
     size_t start = out->len;
     int n = 7;
 
     if (!j->id[0] || !j->team[0] || !j->tool[0] || !j->reply[0] || !json_is_object(j->args))
         return -EINVAL;
     n += !!j->sandbox[0] + !!j->host[0] + !!j->trace[0] + !!j->progress;
-    msgpack_packer_init(&pk, out, buf_write);
+    msgpack_packer_init(&pk, &w, buf_write);
     msgpack_pack_map(&pk, (size_t)n);
     sf_mp_pack_str(&pk, "v");
     msgpack_pack_int(&pk, SF_ENVELOPE_VERSION);
@@ -54,11 +67,11 @@ int sf_job_encode(const sf_job *j, sf_buf *out)
         msgpack_pack_true(&pk);
     }
     sf_mp_pack_str(&pk, "args");
-    if (sf_mpjson_pack(&pk, j->args) < 0) {
+    if (sf_mpjson_pack(&pk, j->args) < 0 && !w.failed) {
         out->len = start;
         return -EINVAL;
     }
-    if (out->len - start > SF_MSG_MAX) {
+    if (w.failed || out->len - start > SF_MSG_MAX) {
         out->len = start;
         return -E2BIG;
     }
@@ -205,11 +218,12 @@ static const char *const kind_names[] = {"result", "error", "progress"};
 int sf_reply_encode(const sf_reply *r, sf_buf *out)
 {
     msgpack_packer pk;
+    pack_sink w = {out, 0};
     size_t start = out->len;
 
     if (!r->id[0] || r->kind < 0 || r->kind > SF_REPLY_PROGRESS)
         return -EINVAL;
-    msgpack_packer_init(&pk, out, buf_write);
+    msgpack_packer_init(&pk, &w, buf_write);
     msgpack_pack_map(&pk, 4);
     sf_mp_pack_str(&pk, "v");
     msgpack_pack_int(&pk, SF_ENVELOPE_VERSION);
@@ -222,12 +236,12 @@ int sf_reply_encode(const sf_reply *r, sf_buf *out)
         sf_mp_pack_kv_str(&pk, "message", r->message ? r->message : "The call failed.");
     } else {
         sf_mp_pack_str(&pk, "result");
-        if (!json_is_object(r->result) || sf_mpjson_pack(&pk, r->result) < 0) {
+        if (!json_is_object(r->result) || (sf_mpjson_pack(&pk, r->result) < 0 && !w.failed)) {
             out->len = start;
             return -EINVAL;
         }
     }
-    if (out->len - start > SF_MSG_MAX) {
+    if (w.failed || out->len - start > SF_MSG_MAX) {
         out->len = start;
         return -E2BIG;
     }

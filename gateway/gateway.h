@@ -55,7 +55,7 @@ int gw_jobs_start(gw_ctx *ctx, char *why, size_t whylen);
 void gw_jobs_stop(gw_ctx *ctx);
 /* Publishes job (job->id, reply, deadline are filled in here) and calls cb exactly once,
  * unless cancelled first. 0 or negative errno (-E2BIG pending table full, -EDQUOT the
- * team's share of it used, -EIO Kafka). */
+ * team's share of it used, -EMSGSIZE the job is over 1 MiB, -EIO Kafka). */
 int gw_jobs_submit(gw_ctx *ctx, sf_job *job, int64_t wait_ms, gw_job_cb cb, void *arg,
                    gw_pending **out);
 void gw_jobs_cancel(gw_ctx *ctx, gw_pending *p);

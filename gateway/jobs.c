@@ -175,6 +175,8 @@ int gw_jobs_submit(gw_ctx *ctx, sf_job *job, int64_t wait_ms, gw_job_cb cb, void
     }
     sf_buf_init(&b, SF_MSG_MAX);
     rc = sf_job_encode(job, &b);
+    if (rc == -E2BIG)
+        rc = -EMSGSIZE;
     if (rc == 0)
         rc = sf_kafka_produce(ctx->producer, SF_TOPIC_JOBS, job->sandbox[0] ? job->sandbox : job->team,
                               b.p, b.len);

@@ -177,7 +177,10 @@ static void tools_call(mcp_call *c, json_t *params)
     sf_job_fini(&job);
     if (rc == 0)
         return; /* on_job_reply answers */
-    if (rc == -EDQUOT)
+    if (rc == -EMSGSIZE)
+        snprintf(why, sizeof(why), "The arguments are too large for one call (over 1 MiB "
+                 "encoded); put large inputs in a file in the sandbox first, in smaller calls.");
+    else if (rc == -EDQUOT)
         snprintf(why, sizeof(why), "Your team has %lld calls in flight, the most this gateway "
                  "runs at once; wait for some to finish, then retry.",
                  (long long)ctx->cfg.max_pending_team);

@@ -100,3 +100,10 @@ test('a deleted session is gone; content negotiation is checked', async () => {
   const pv = await post({ jsonrpc: '2.0', id: 6, method: 'ping' }, { ...auth, 'MCP-Protocol-Version': '1999-01-01' });
   assert.equal(pv.status, 400);
 });
+
+test('arguments too large for one job are refused with a way forward', async () => {
+  const env = Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`V${i}`, 'x'.repeat(30000)]));
+  const r = await call(client, 'sandbox_exec', { sandbox_id: 'sb_whatever', command: 'true', env });
+  assert.equal(r.isError, true);
+  assert.match(r.text, /too large for one call/);
+});

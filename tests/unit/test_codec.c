@@ -235,12 +235,23 @@ static void job_rejects_trailing_and_oversize(void **state)
     sf_buf_append(&buf, "\x00", 1);
     assert_int_not_equal(sf_job_decode(buf.p, buf.len, &b, &why), 0);
     assert_non_null(strstr(why, "trailing"));
-    /* an encoder refuses to build an envelope over the limit */
+    /* an encoder refuses to build an envelope over the limit, whether the buffer could
+     * hold it or not (a full buffer must not yield a truncated message) */
     big = calloc(1, SF_MSG_MAX + 10);
     memset(big, 'x', SF_MSG_MAX + 9);
     json_object_set_new(a.args, "command", json_string(big));
     sf_buf_reset(&buf);
     assert_int_equal(sf_job_encode(&a, &buf), -E2BIG);
+    assert_int_equal(buf.len, 0);
+    {
+        sf_buf small;
+        sf_buf_init(&small, SF_MSG_MAX);
+        assert_int_equal(sf_job_encode(&a, &small), -E2BIG);
+        assert_int_equal(small.len, 0);
+        json_object_set_new(a.args, "command", json_stringn(big, SF_MSG_MAX - 100));
+        assert_int_equal(sf_job_encode(&a, &small), -E2BIG); /* just over, with the envelope */
+        sf_buf_fini(&small);
+    }
     assert_int_not_equal(sf_job_decode(big, SF_MSG_MAX + 9, &b, &why), 0);
     assert_non_null(strstr(why, "1 MiB"));
     free(big);
