@@ -60,7 +60,7 @@ sf_free_port() {
 sf_spawn() {
     local state=$1 name=$2; shift 2
     mkdir -p "$state/logs" "$state/pids"
-    "$@" >>"$state/logs/$name.log" 2>&1 &
+    "$@" >>"$state/logs/$name.log" 2>&1 9>&- & # fd 9 is ops/run's lock: not for children
     echo $! >"$state/pids/$name"
 }
 
@@ -87,9 +87,15 @@ sf_stack_start() {
     local state=$1 build=$2 gw_port=$3 redis_port kafka
     mkdir -p "$state/redis" "$state/worker"
     if [ -z "${SF_REDIS_URL:-}" ]; then
-        redis_port=${SF_REDIS_PORT:-$(sf_free_port)}
+        redis_port=${SF_REDIS_PORT:-$(cat "$state/redis/port" 2>/dev/null || sf_free_port)}
+        echo "$redis_port" >"$state/redis/port"
+        # ops/run keeps Redis on disk (append-only file: API keys survive restarts); the
+        # test stacks are throwaway.
+        local persist=no
+        [ "${SF_REDIS_PERSIST:-0}" = 1 ] && persist=yes
         sf_spawn "$state" redis redis-server --bind 127.0.0.1 --port "$redis_port" \
-            --dir "$state/redis" --save '' --appendonly no --protected-mode yes
+            --dir "$state/redis" --save '' --appendonly "$persist" --appendfsync everysec \
+            --protected-mode yes
         export SF_REDIS_URL="redis://127.0.0.1:$redis_port"
         sf_wait 10 redis redis-cli -p "$redis_port" ping || return 1
     fi
