@@ -9,6 +9,7 @@
 #include <strings.h>
 
 typedef struct auth_op {
+    gw_ctx *ctx;
     gw_auth_cb cb;
     void *arg;
     int waiting;      /* replies still to come */
@@ -16,12 +17,16 @@ typedef struct auth_op {
     int has_session;
     char team[SF_ID_MAX];
     char session_team[SF_ID_MAX];
+    char session_id[SF_ID_MAX];
 } auth_op;
 
 static void auth_finish(auth_op *op)
 {
     if (op->status == 200 && op->has_session && strcmp(op->team, op->session_team) != 0)
         op->status = 404;
+    if (op->status == 200 && op->has_session) /* sessions live while they are used */
+        sf_redis_cmd(op->ctx->redis, NULL, NULL, "EXPIRE " SF_RK_SESSION " %lld", op->session_id,
+                     (long long)op->ctx->cfg.session_ttl_s);
     op->cb(op->arg, op->status, op->status == 200 ? op->team : NULL);
     free(op);
 }
@@ -90,10 +95,13 @@ void gw_auth_check(gw_ctx *ctx, const char *authorization, const char *session_i
         cb(arg, 503, NULL);
         return;
     }
+    op->ctx = ctx;
     op->cb = cb;
     op->arg = arg;
     op->status = 200;
     op->has_session = session_id != NULL;
+    if (session_id)
+        snprintf(op->session_id, sizeof(op->session_id), "%s", session_id);
     if (sf_redis_cmd(ctx->redis, on_key, op, "HGET " SF_RK_APIKEY " team", hash) < 0) {
         free(op);
         cb(arg, 503, NULL);

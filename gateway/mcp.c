@@ -301,6 +301,8 @@ static void on_auth(void *arg, int status, const char *team)
             "Bearer realm=\"sandfleet\", error=\"invalid_token\", error_description=\"Send a "
             "valid sandfleet API key as Authorization: Bearer sf_live_...\"",
             NULL};
+        sf_info("msg=\"API key refused\" peer=%s authorization=%s", gw_req_peer(c->req),
+                gw_req_header(c->req, "Authorization") ? "invalid" : "missing");
         respond_raw(c, 401, h,
                     "{\"error\":\"Missing or invalid API key: send Authorization: Bearer "
                     "sf_live_... (create one with: sandfleet keys create --team NAME).\"}");
