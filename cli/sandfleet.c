@@ -51,7 +51,7 @@ static int reply_ok(redisContext *rc, redisReply *r)
 static int keys_create(redisContext *rc, int argc, char **argv)
 {
     const char *team = opt(argc, argv, "--team"), *name = opt(argc, argv, "--name");
-    char key[SF_APIKEY_LEN + 1], hash[SF_APIKEY_HASH_HEX], id[16], why[512];
+    char key[SF_APIKEY_LEN + 1], hash[SF_APIKEY_HASH_HEX], id[32], why[512];
     uint8_t secret[32];
     redisReply *r;
 
@@ -66,7 +66,7 @@ static int keys_create(redisContext *rc, int argc, char **argv)
     }
     if (sf_apikey_new(key) < 0 || sf_apikey_hash(secret, key, hash) < 0)
         return 1;
-    snprintf(id, sizeof(id), "key_%.8s", hash);
+    snprintf(id, sizeof(id), "key_%.16s", hash); /* 64 bits of the hash: no collisions */
     r = redisCommand(rc, "HSET " SF_RK_APIKEY " id %s team %s name %s created %lld", hash, id,
                      team, name ? name : "", (long long)sf_now_ms());
     if (!reply_ok(rc, r))
@@ -88,7 +88,7 @@ static int keys_list(redisContext *rc, int argc, char **argv)
 
     if (!reply_ok(rc, r))
         return 1;
-    printf("%-14s %-20s %-20s %s\n", "ID", "TEAM", "NAME", "CREATED_MS");
+    printf("%-20s %-20s %-20s %s\n", "ID", "TEAM", "NAME", "CREATED_MS");
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
         redisReply *k = redisCommand(rc, "HMGET " SF_RK_APIKEY " team name created",
                                      r->element[i + 1]->str);
@@ -96,7 +96,7 @@ static int keys_list(redisContext *rc, int argc, char **argv)
             continue;
         if (k->elements == 3 && k->element[0]->str &&
             (!team || !strcmp(team, k->element[0]->str)))
-            printf("%-14s %-20s %-20s %s\n", r->element[i]->str, k->element[0]->str,
+            printf("%-20s %-20s %-20s %s\n", r->element[i]->str, k->element[0]->str,
                    k->element[1]->str ? k->element[1]->str : "",
                    k->element[2]->str ? k->element[2]->str : "");
         freeReplyObject(k);

@@ -233,7 +233,18 @@ int sf_reply_encode(const sf_reply *r, sf_buf *out)
         sf_mp_pack_str(&pk, "error");
         msgpack_pack_map(&pk, 2);
         sf_mp_pack_kv_str(&pk, "code", r->code[0] ? r->code : SF_ERR_INTERNAL);
-        sf_mp_pack_kv_str(&pk, "message", r->message ? r->message : "The call failed.");
+        {
+            const char *msg = r->message ? r->message : "The call failed.";
+            size_t n = strlen(msg);
+            if (n > SF_MESSAGE_MAX) { /* cut at a UTF-8 character boundary */
+                n = SF_MESSAGE_MAX;
+                while (n > 0 && ((unsigned char)msg[n] & 0xc0) == 0x80)
+                    n--;
+            }
+            sf_mp_pack_str(&pk, "message");
+            msgpack_pack_str(&pk, n);
+            msgpack_pack_str_body(&pk, msg, n);
+        }
     } else {
         sf_mp_pack_str(&pk, "result");
         if (!json_is_object(r->result) || (sf_mpjson_pack(&pk, r->result) < 0 && !w.failed)) {
@@ -272,7 +283,7 @@ int sf_reply_decode(const void *p, size_t n, sf_reply *r, const char **why)
         goto out;
     }
     if (r->kind == SF_REPLY_ERROR) {
-        char msg[1024];
+        char msg[SF_MESSAGE_MAX + 1];
         v = sf_mp_map_get(m, "error");
         if (!v || v->type != MSGPACK_OBJECT_MAP ||
             get_str(v, "code", r->code, sizeof(r->code), 1, why) < 0 ||
@@ -332,6 +343,23 @@ int sf_job_peek_reply(const void *p, size_t n, char id[SF_ID_MAX], char reply[SF
         res.data.type == MSGPACK_OBJECT_MAP &&
         sf_mp_get_str(&res.data, "id", id, SF_ID_MAX) == 0 && sf_id_valid(id) &&
         sf_mp_get_str(&res.data, "reply", reply, SF_TOPIC_MAX) == 0 && sf_reply_topic_valid(reply))
+        rc = 0;
+    msgpack_unpacked_destroy(&res);
+    return rc;
+}
+
+int sf_reply_peek_id(const void *p, size_t n, char id[SF_ID_MAX])
+{
+    msgpack_unpacked res;
+    size_t off = 0;
+    int rc = -EINVAL;
+
+    if (n > SF_MSG_MAX)
+        return -E2BIG;
+    msgpack_unpacked_init(&res);
+    if (msgpack_unpack_next(&res, p, n, &off) == MSGPACK_UNPACK_SUCCESS &&
+        res.data.type == MSGPACK_OBJECT_MAP && sf_mp_get_str(&res.data, "id", id, SF_ID_MAX) == 0 &&
+        sf_id_valid(id))
         rc = 0;
     msgpack_unpacked_destroy(&res);
     return rc;

@@ -13,6 +13,7 @@
 #define SF_ENVELOPE_VERSION 1
 #define SF_MSG_MAX (1024 * 1024) /* largest envelope accepted (claim check above) */
 #define SF_TOPIC_MAX 200
+#define SF_MESSAGE_MAX 1000
 
 typedef struct sf_job {
     char id[SF_ID_MAX];         /* job id, unique per call */
@@ -34,7 +35,8 @@ typedef struct sf_reply {
     int kind;            /* SF_REPLY_* */
     json_t *result;      /* RESULT: the structured result (object); PROGRESS: the chunk (object) */
     char code[32];       /* ERROR: a machine code (sf_err_*) */
-    char *message;       /* ERROR: one actionable sentence (owned) */
+    char *message;       /* ERROR: one actionable sentence (owned; encoded at most
+                            SF_MESSAGE_MAX bytes, cut at a character boundary) */
 } sf_reply;
 
 /* Error codes carried in replies. */
@@ -66,6 +68,9 @@ int sf_reply_encode_result(const char *id, const json_t *result, sf_buf *out);
 /* For a job that failed to decode: pulls out just its id and reply topic so the
  * caller can still be told. 0 if both were found. */
 int sf_job_peek_reply(const void *p, size_t n, char id[SF_ID_MAX], char reply[SF_TOPIC_MAX]);
+/* For a reply that failed to decode: its job id, so the waiting call can still be
+ * answered. 0 if found. */
+int sf_reply_peek_id(const void *p, size_t n, char id[SF_ID_MAX]);
 /* True when topic is a reply topic we may write to: "sf.reply." + [a-z0-9_-]+. */
 int sf_reply_topic_valid(const char *topic);
 #endif

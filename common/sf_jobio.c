@@ -52,7 +52,7 @@ void sf_jobio_reject(rd_kafka_t *producer, const rd_kafka_message_t *msg, const 
 }
 
 struct sf_jobq {
-    rd_kafka_t *producer;
+    rd_kafka_t *producer, *consumer;
     sf_kafka_pump *pump;
     sf_kafka_track *track;
     sf_jobq_job_cb on_job;
@@ -82,6 +82,12 @@ static void jobq_on_message(void *arg, rd_kafka_message_t *msg)
     q->on_job(q->arg, &job, tk);
 }
 
+static void jobq_on_revoke(void *arg, int32_t partition)
+{
+    sf_jobq *q = arg;
+    sf_kafka_track_reset(q->track, partition);
+}
+
 sf_jobq *sf_jobq_new(struct event_base *base, rd_kafka_t *consumer, rd_kafka_t *producer,
                      const char *topic, sf_jobq_job_cb on_job, sf_jobq_bad_cb on_bad, void *arg)
 {
@@ -98,6 +104,8 @@ sf_jobq *sf_jobq_new(struct event_base *base, rd_kafka_t *consumer, rd_kafka_t *
         sf_jobq_free(q);
         return NULL;
     }
+    q->consumer = consumer;
+    sf_kafka_on_revoke(consumer, jobq_on_revoke, q);
     return q;
 }
 
@@ -110,6 +118,8 @@ void sf_jobq_free(sf_jobq *q)
 {
     if (!q)
         return;
+    if (q->consumer)
+        sf_kafka_on_revoke(q->consumer, NULL, NULL);
     sf_kafka_pump_free(q->pump);
     sf_kafka_track_free(q->track);
     free(q);

@@ -61,15 +61,54 @@ rd_kafka_t *sf_kafka_producer_new(const sf_kafka_settings *s, char *why, size_t 
     return rk;
 }
 
+/* What a consumer's rebalance callback calls (the consumer's opaque). */
+typedef struct consumer_hooks {
+    void (*on_revoke)(void *arg, int32_t partition);
+    void *arg;
+} consumer_hooks;
+
+static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *parts, void *opaque)
+{
+    consumer_hooks *h = opaque;
+
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        rd_kafka_assign(rk, parts);
+        return;
+    }
+    /* Revoked: work still running on these partitions must not move their offsets when
+     * it ends (another member owns them now and starts from the committed offset). */
+    for (int i = 0; h && h->on_revoke && i < parts->cnt; i++)
+        h->on_revoke(h->arg, parts->elems[i].partition);
+    rd_kafka_assign(rk, NULL);
+}
+
+void sf_kafka_on_revoke(rd_kafka_t *consumer, void (*fn)(void *arg, int32_t partition),
+                        void *arg)
+{
+    consumer_hooks *h = rd_kafka_opaque(consumer);
+    if (h) {
+        h->on_revoke = fn;
+        h->arg = arg;
+    }
+}
+
 rd_kafka_t *sf_kafka_consumer_new(const sf_kafka_settings *s, const char *group, char *why,
                                   size_t whylen)
 {
     rd_kafka_conf_t *c = conf_common(s, why, whylen);
+    consumer_hooks *hooks = calloc(1, sizeof(*hooks));
     rd_kafka_t *rk;
     int hb = s->session_timeout_ms / 3;
 
-    if (!c)
+    if (!c || !hooks) {
+        if (c)
+            rd_kafka_conf_destroy(c);
+        free(hooks);
         return NULL;
+    }
+    rd_kafka_conf_set_opaque(c, hooks);
+    rd_kafka_conf_set_rebalance_cb(c, on_rebalance);
     if (conf_set(c, "group.id", group, why, whylen) < 0 ||
         conf_set_int(c, "fetch.wait.max.ms", s->fetch_wait_ms, why, whylen) < 0 ||
         conf_set_int(c, "session.timeout.ms", s->session_timeout_ms, why, whylen) < 0 ||
@@ -81,19 +120,26 @@ rd_kafka_t *sf_kafka_consumer_new(const sf_kafka_settings *s, const char *group,
         conf_set(c, "allow.auto.create.topics", "true", why, whylen) < 0 ||
         conf_set(c, "fetch.error.backoff.ms", "20", why, whylen) < 0) {
         rd_kafka_conf_destroy(c);
+        free(hooks);
         return NULL;
     }
-    if (!(rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, why, whylen)))
+    if (!(rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, why, whylen))) {
         rd_kafka_conf_destroy(c);
+        free(hooks);
+    }
     return rk;
 }
 
 void sf_kafka_consumer_free(rd_kafka_t *consumer)
 {
+    consumer_hooks *h;
+
     if (!consumer)
         return;
+    h = rd_kafka_opaque(consumer);
     rd_kafka_consumer_close(consumer);
     rd_kafka_destroy(consumer);
+    free(h);
 }
 
 void sf_kafka_producer_free(rd_kafka_t *producer)
@@ -362,6 +408,19 @@ void sf_kafka_track_end(sf_kafka_track *t, sf_kafka_ticket tk)
         rd_kafka_offsets_store(t->consumer, l);
         rd_kafka_topic_partition_list_destroy(l);
     }
+}
+
+void sf_kafka_track_reset(sf_kafka_track *t, int32_t partition)
+{
+    track_part *tp;
+
+    if (partition < 0 || partition >= TRACK_MAX_PARTS)
+        return;
+    tp = &t->parts[partition];
+    for (size_t i = tp->head; i < tp->len; i++)
+        if (tp->offs[i] >= 0)
+            t->inflight--;
+    tp->head = tp->len = 0;
 }
 
 size_t sf_kafka_track_inflight(const sf_kafka_track *t)

@@ -29,6 +29,9 @@ rd_kafka_t *sf_kafka_producer_new(const sf_kafka_settings *s, char *why, size_t 
  * and committed automatically every 200 ms. */
 rd_kafka_t *sf_kafka_consumer_new(const sf_kafka_settings *s, const char *group, char *why,
                                   size_t whylen);
+/* fn runs for each partition the group takes away from this consumer (eager rebalance). */
+void sf_kafka_on_revoke(rd_kafka_t *consumer, void (*fn)(void *arg, int32_t partition),
+                        void *arg);
 /* Leaves the group (committing stored offsets) and destroys; NULL-safe. */
 void sf_kafka_consumer_free(rd_kafka_t *consumer);
 /* Delivers what is queued (up to 2 s) and destroys; NULL-safe. */
@@ -55,7 +58,10 @@ sf_kafka_pump *sf_kafka_pump_new(struct event_base *base, rd_kafka_t *consumer,
 void sf_kafka_pump_free(sf_kafka_pump *p);
 
 /* Offset tracker: begin when a message is taken, end when its work is done; the
- * stored offset only moves past a message once it and all before it are done. */
+ * stored offset only moves past a message once it and all before it are done. Partitions
+ * 0-255 are tracked (begin fails with -EINVAL above: such a partition's offset is then
+ * never stored, so a restart redelivers rather than loses). reset forgets a partition
+ * (revoked: whatever still ends there must not move its offset). */
 typedef struct sf_kafka_track sf_kafka_track;
 typedef struct sf_kafka_ticket {
     int32_t partition;
@@ -65,6 +71,7 @@ sf_kafka_track *sf_kafka_track_new(rd_kafka_t *consumer, const char *topic);
 void sf_kafka_track_free(sf_kafka_track *t);
 int sf_kafka_track_begin(sf_kafka_track *t, int32_t partition, int64_t offset);
 void sf_kafka_track_end(sf_kafka_track *t, sf_kafka_ticket tk);
+void sf_kafka_track_reset(sf_kafka_track *t, int32_t partition);
 size_t sf_kafka_track_inflight(const sf_kafka_track *t);
 
 #endif

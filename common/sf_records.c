@@ -27,7 +27,7 @@
     "  return n\n"                                                                             \
     "end\n"
 
-static const char lua_retire[] = LUA_RETIRE "return retire(ARGV[1], ARGV[2], false)\n";
+static const char lua_retire[] = LUA_RETIRE "return retire(ARGV[1], ARGV[2], ARGV[3] == '1')\n";
 
 static const char lua_retire_host[] = LUA_RETIRE "return retire_host(ARGV[1])\n";
 
@@ -41,10 +41,11 @@ static const char lua_reap[] =
     "end\n"
     "return #dead\n";
 
-int sf_records_retire(sf_redis *r, const char *id, const char *state, redisCallbackFn *cb,
-                      void *priv)
+int sf_records_retire(sf_redis *r, const char *id, const char *state, int only_live,
+                      redisCallbackFn *cb, void *priv)
 {
-    return sf_redis_cmd(r, cb, priv, "EVAL %s 0 %s %s", lua_retire, id, state);
+    return sf_redis_cmd(r, cb, priv, "EVAL %s 0 %s %s %s", lua_retire, id, state,
+                        only_live ? "1" : "0");
 }
 
 int sf_records_retire_host(sf_redis *r, const char *host, redisCallbackFn *cb, void *priv)

@@ -9,9 +9,10 @@
 
 #include <stdint.h>
 
-/* Sets sandbox id's state (killed, lost, failed) and takes it out of its sets. */
-int sf_records_retire(sf_redis *r, const char *id, const char *state, redisCallbackFn *cb,
-                      void *priv);
+/* Sets sandbox id's state (killed, lost, failed) and takes it out of its sets; with
+ * only_live, a record already killed/lost/failed is left as it is. */
+int sf_records_retire(sf_redis *r, const char *id, const char *state, int only_live,
+                      redisCallbackFn *cb, void *priv);
 /* Every live sandbox placed on host becomes `lost` (the host restarted or died). The reply
  * is the number retired. */
 int sf_records_retire_host(sf_redis *r, const char *host, redisCallbackFn *cb, void *priv);

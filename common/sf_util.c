@@ -39,6 +39,8 @@ int sf_id_new(char out[SF_ID_MAX], const char *prefix)
 int sf_id_valid(const char *s)
 {
     size_t n = 0;
+    if (!s)
+        return 0;
     for (; s[n]; n++) {
         char c = s[n];
         if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))

@@ -10,7 +10,7 @@
 
 /* Writes prefix + 20 random base32 characters ("sb_k3j..."); 0 or -EIO. */
 int sf_id_new(char out[SF_ID_MAX], const char *prefix);
-/* True for [a-z0-9_-]{1,63}: ids we hand out and accept as topic/key parts. */
+/* True for [a-z0-9_-]{1,63}: ids we hand out and accept as topic/key parts (NULL: false). */
 int sf_id_valid(const char *s);
 /* Fills buf with n random bytes from getrandom(); 0 or -EIO. */
 int sf_random(void *buf, size_t n);

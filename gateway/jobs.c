@@ -74,8 +74,17 @@ static void on_reply(void *arg, rd_kafka_message_t *msg)
         return;
     }
     if (sf_reply_decode(msg->payload, msg->len, &r, &why) < 0) {
-        sf_warn("msg=\"malformed reply dropped\" offset=%lld why=\"%s\"", (long long)msg->offset,
-                why);
+        char id[SF_ID_MAX];
+        sf_warn("msg=\"malformed reply\" offset=%lld why=\"%s\"", (long long)msg->offset, why);
+        /* Its caller still gets an answer, now rather than at the deadline. */
+        if (sf_reply_peek_id(msg->payload, msg->len, id) < 0 || !(p = sf_map_del(ctx->pending, id)))
+            return;
+        sf_reply_init(&r);
+        r.kind = SF_REPLY_ERROR;
+        r.message = (char *)"The platform's answer to this call could not be read; retry, and "
+                            "tell the operator if it happens again.";
+        p->cb(p->arg, &r);
+        pending_free(p);
         return;
     }
     if (r.kind == SF_REPLY_PROGRESS || !(p = sf_map_del(ctx->pending, r.id))) {

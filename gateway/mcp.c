@@ -2,6 +2,7 @@
  * initialize / ping / tools/list / tools/call, sessions, and the mapping of job
  * replies to CallToolResult. */
 #include "gateway.h"
+#include "sf_jobio.h"
 #include "sf_log.h"
 
 #include <stdlib.h>
@@ -45,10 +46,31 @@ static void respond_raw(mcp_call *c, int status, const char *const *headers, con
 
 static void respond_json(mcp_call *c, int status, const char *const *headers, json_t *body)
 {
-    char *text = json_dumps(body, JSON_COMPACT);
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+
+    if (!text) { /* cannot happen with clean strings; still answer as JSON-RPC */
+        char *id = c->id ? json_dumps(c->id, JSON_ENCODE_ANY) : NULL;
+        if (asprintf(&text, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"error\":{\"code\":-32603,"
+                            "\"message\":\"Internal error: the answer could not be encoded.\"}}",
+                     id ? id : "null") < 0)
+            text = NULL;
+        free(id);
+        status = 500;
+    }
     respond_raw(c, status, headers, text ? text : "{}");
     free(text);
     json_decref(body);
+}
+
+/* Messages may quote what the client sent, cut anywhere: make them valid UTF-8. */
+static json_t *clean_string(const char *s)
+{
+    size_t n;
+    char *clean = sf_utf8_clean(s, strlen(s), &n);
+    json_t *j = clean ? json_stringn(clean, n) : NULL;
+
+    free(clean);
+    return j ? j : json_string("(message not shown: invalid text)");
 }
 
 static void respond_rpc_result(mcp_call *c, json_t *result, const char *const *headers)
@@ -61,16 +83,17 @@ static void respond_rpc_result(mcp_call *c, json_t *result, const char *const *h
 static void respond_rpc_error(mcp_call *c, int http, int code, const char *message)
 {
     respond_json(c, http, NULL,
-                 json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id",
-                           c->id ? c->id : json_null(), "error", "code", code, "message", message));
+                 json_pack("{s:s, s:O, s:{s:i, s:o}}", "jsonrpc", "2.0", "id",
+                           c->id ? c->id : json_null(), "error", "code", code, "message",
+                           clean_string(message)));
 }
 
 /* A tool-level error: the call worked, the tool says what to do next. */
 static void respond_tool_error(mcp_call *c, const char *message)
 {
     respond_rpc_result(c,
-                       json_pack("{s:[{s:s, s:s}], s:b}", "content", "type", "text", "text",
-                                 message, "isError", 1),
+                       json_pack("{s:[{s:s, s:o}], s:b}", "content", "type", "text", "text",
+                                 clean_string(message), "isError", 1),
                        NULL);
 }
 
@@ -409,6 +432,10 @@ void gw_mcp_handle(gw_req *req, void *arg)
     if (!strcmp(method, "GET") || !strcmp(method, "HEAD")) {
         simple(req, 405, allow, "{\"error\":\"This server sends no server-initiated stream; "
                                 "POST JSON-RPC messages to /mcp.\"}");
+        return;
+    }
+    if (!strcmp(method, "DELETE") && !sf_id_valid(gw_req_header(req, "Mcp-Session-Id"))) {
+        simple(req, 400, NULL, "{\"error\":\"DELETE ends a session: send its Mcp-Session-Id.\"}");
         return;
     }
     if (strcmp(method, "POST") != 0 && strcmp(method, "DELETE") != 0) {

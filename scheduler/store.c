@@ -11,8 +11,12 @@
 /* ARGV: now, host_ttl, id, team, name, template, metadata, team_limit, timeout_s */
 static const char lua_create[] =
     "local sbkey = 'sf:sb:{' .. ARGV[3] .. '}'\n"
-    "if redis.call('EXISTS', sbkey) == 1 then\n"
-    "  return {'ok', redis.call('HGET', sbkey, 'host')}\n"
+    "local old = redis.call('HMGET', sbkey, 'team', 'host', 'state')\n"
+    "if old[1] then\n"
+    "  if old[1] == ARGV[4] and (old[3] == 'creating' or old[3] == 'running') then\n"
+    "    return {'ok', old[2]}\n"  /* the same create, redelivered */
+    "  end\n"
+    "  return {'conflict', ''}\n"
     "end\n"
     "local teamkey = 'sf:team:{' .. ARGV[4] .. '}:sandboxes'\n"
     "if redis.call('SCARD', teamkey) >= tonumber(ARGV[8]) then return {'quota', ''} end\n"
@@ -64,7 +68,7 @@ static const char lua_route[] =
     "if v[3] == 'killed' or v[3] == 'failed' or v[3] == 'lost' then return {v[3], v[2]} end\n"
     "local ts = redis.call('ZSCORE', 'sf:hosts', v[2])\n"
     "if not ts or tonumber(ts) < tonumber(ARGV[3]) - tonumber(ARGV[4]) then\n"
-    "  return {'lost', v[2]}\n"
+    "  return {'stale', v[2]}\n"
     "end\n"
     "return {'ok', v[2]}\n";
 
@@ -150,6 +154,9 @@ static void on_create(redisAsyncContext *ac, void *r, void *priv)
     host = rep->element[1]->str;
     if (!strcmp(verdict, "ok"))
         sch_forward(c, host);
+    else if (!strcmp(verdict, "conflict"))
+        sch_reply_error(c, SF_ERR_INVALID, "A sandbox with that id exists or existed; let the "
+                                           "platform choose the id of a new sandbox.");
     else if (!strcmp(verdict, "quota"))
         sch_reply_error(c, SF_ERR_LIMIT,
                         "Sandbox quota reached. Pause or kill a sandbox, or retry later.");
@@ -303,6 +310,12 @@ static void on_route(redisAsyncContext *ac, void *r, void *priv)
         snprintf(text, sizeof(text),
                  "Sandbox '%s' failed to start; create a new one with sandbox_create.",
                  c->job.sandbox);
+    } else if (!strcmp(verdict, "stale")) {
+        snprintf(text, sizeof(text),
+                 "The host of sandbox '%s' is not responding; retry in a few seconds, or create "
+                 "a new sandbox with sandbox_create.", c->job.sandbox);
+        sch_reply_error(c, SF_ERR_UNAVAILABLE, text);
+        return;
     } else {
         snprintf(text, sizeof(text),
                  "Sandbox '%s' was lost with its host; create a new one with sandbox_create.",

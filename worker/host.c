@@ -3,12 +3,73 @@
 #include "sf_log.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 {
     redisReply *rep = r;
     if (rep && rep->type == REDIS_REPLY_ERROR)
         sf_warn("msg=\"heartbeat write failed\" err=\"%s\"", rep->str);
+}
+
+/* The sandboxes this worker runs, as asked of Redis in one heartbeat. */
+typedef struct box_check {
+    wk_ctx *ctx;
+    size_t n;
+    char ids[][SF_ID_MAX];
+} box_check;
+
+static void collect_id(const char *key, void *val, void *arg)
+{
+    box_check *bc = arg;
+    snprintf(bc->ids[bc->n++], SF_ID_MAX, "%s", key);
+}
+
+/* A sandbox that left this host's set while we still run it was given up by the platform
+ * (the scheduler reaped this host during a Redis outage or a stall): nobody can reach or
+ * kill it any more, so it goes. */
+static void on_box_check(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+    box_check *bc = priv;
+
+    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == bc->n) {
+        for (size_t i = 0; i < bc->n; i++) {
+            wk_box *b;
+            if (rep->element[i]->type != REDIS_REPLY_INTEGER || rep->element[i]->integer != 0 ||
+                !(b = sf_map_get(bc->ctx->sandboxes, bc->ids[i])))
+                continue;
+            sf_warn("msg=\"sandbox given up by the platform; killing it\" sandbox=%s", b->id);
+            wk_box_destroy(b, "lost");
+        }
+    }
+    free(bc);
+}
+
+static void check_boxes(wk_ctx *ctx)
+{
+    size_t n = sf_map_len(ctx->sandboxes);
+    box_check *bc;
+    const char **argv;
+    char key[128];
+
+    if (n == 0 || !(bc = malloc(sizeof(*bc) + n * SF_ID_MAX)))
+        return;
+    if (!(argv = calloc(n + 2, sizeof(*argv)))) {
+        free(bc);
+        return;
+    }
+    bc->ctx = ctx;
+    bc->n = 0;
+    sf_map_foreach(ctx->sandboxes, collect_id, bc);
+    snprintf(key, sizeof(key), SF_RK_HOST_SANDBOXES, ctx->host_id);
+    argv[0] = "SMISMEMBER";
+    argv[1] = key;
+    for (size_t i = 0; i < bc->n; i++)
+        argv[i + 2] = bc->ids[i];
+    if (sf_redis_cmdargv(ctx->redis, on_box_check, bc, (int)bc->n + 2, argv, NULL) < 0)
+        free(bc);
+    free(argv);
 }
 
 static void heartbeat(evutil_socket_t fd, short what, void *arg)
@@ -28,6 +89,7 @@ static void heartbeat(evutil_socket_t fd, short what, void *arg)
     sf_redis_cmd(ctx->redis, on_reply, NULL, "PEXPIRE %s %lld", key,
                  (long long)ctx->cfg.heartbeat_ms * 10);
     sf_redis_cmd(ctx->redis, on_reply, NULL, "ZADD " SF_RK_HOSTS " %s %s", ts, ctx->host_id);
+    check_boxes(ctx);
 }
 
 int wk_host_start(wk_ctx *ctx)

@@ -50,10 +50,18 @@ static void redis_ignore(redisAsyncContext *ac, void *r, void *priv)
         sf_warn("msg=\"redis write failed\" err=\"%s\"", rep->str);
 }
 
-static void record_retire(wk_ctx *ctx, const char *id, const char *state)
+static void record_retire(wk_ctx *ctx, const char *id, const char *state, int only_live)
 {
-    if (sf_records_retire(ctx->redis, id, state, redis_ignore, NULL) < 0)
+    if (sf_records_retire(ctx->redis, id, state, only_live, redis_ignore, NULL) < 0)
         sf_warn("msg=\"cannot update the record; Redis is down\" sandbox=%s state=%s", id, state);
+}
+
+/* A job answered without being run: a create that never ran leaves no record behind. */
+static void refuse(wk_call *c, const char *code, const char *message)
+{
+    if (!strcmp(c->job.tool, "sandbox_create"))
+        record_retire(c->ctx, c->job.sandbox, "failed", 0);
+    reply_error(c, code, message);
 }
 
 static void not_here(wk_call *c)
@@ -62,7 +70,7 @@ static void not_here(wk_call *c)
     snprintf(text, sizeof(text),
              "Sandbox '%s' is no longer running on its host (it was lost); create a new one "
              "with sandbox_create.", c->job.sandbox);
-    record_retire(c->ctx, c->job.sandbox, "lost");
+    record_retire(c->ctx, c->job.sandbox, "lost", 1);
     reply_error(c, SF_ERR_NOT_FOUND, text);
 }
 
@@ -74,7 +82,7 @@ void wk_box_destroy(wk_box *b, const char *state)
     if (b->ev_timeout)
         event_free(b->ev_timeout);
     wk_sandbox_kill(b->sb);
-    record_retire(ctx, b->id, state);
+    record_retire(ctx, b->id, state, 0);
     sf_info("msg=\"sandbox gone\" sandbox=%s state=%s", b->id, state);
     json_decref(b->env);
     free(b);
@@ -99,13 +107,18 @@ static void do_create(wk_call *c)
     uint64_t t0 = sf_mono_us();
     int rc;
 
-    if (sf_map_get(ctx->sandboxes, c->job.sandbox)) { /* redelivered: it exists already */
+    if ((b = sf_map_get(ctx->sandboxes, c->job.sandbox))) { /* redelivered: it exists already */
+        if (strcmp(b->team, c->job.team) != 0) {
+            reply_error(c, SF_ERR_INVALID, "A sandbox with that id exists; let the platform "
+                                           "choose the id of a new sandbox.");
+            return;
+        }
         reply_result(c, json_pack("{s:s, s:s, s:s}", "id", c->job.sandbox, "name", name ? name : "",
                                   "status", "active"));
         return;
     }
     if ((int64_t)sf_map_len(ctx->sandboxes) >= ctx->cfg.capacity) {
-        record_retire(ctx, c->job.sandbox, "failed");
+        record_retire(ctx, c->job.sandbox, "failed", 0);
         reply_error(c, SF_ERR_UNAVAILABLE,
                     "The chosen host is at capacity; retry sandbox_create in a few seconds.");
         return;
@@ -128,7 +141,7 @@ static void do_create(wk_call *c)
                  why ? why : "driver error");
         json_decref(b->env);
         free(b);
-        record_retire(ctx, c->job.sandbox, "failed");
+        record_retire(ctx, c->job.sandbox, "failed", 0);
         reply_error(c, SF_ERR_INTERNAL, text);
         return;
     }
@@ -237,10 +250,14 @@ static void do_exec(wk_call *c, wk_box *b)
     wk_exec_req req = {0};
     int rc;
 
+    int64_t left = c->job.deadline_ms - sf_now_ms() - 200; /* the caller stops waiting then */
+
     if (timeout <= 0)
         timeout = EXEC_TIMEOUT_DEFAULT_MS;
     if (timeout > EXEC_TIMEOUT_MAX_MS)
         timeout = EXEC_TIMEOUT_MAX_MS;
+    if (timeout > left)
+        timeout = left > 1 ? left : 1;
     if ((b->env && env_add(b->env, env, &n, store) < 0) ||
         (json_is_object(json_object_get(a, "env")) &&
          env_add(json_object_get(a, "env"), env, &n, store) < 0)) {
@@ -270,6 +287,9 @@ static void do_exec(wk_call *c, wk_box *b)
     else if (rc == -E2BIG)
         reply_error(c, SF_ERR_INVALID, "The command and its environment are too large (the limit "
                                        "is 1 MiB); write a script with a file and run that.");
+    else if (rc == -EINVAL)
+        reply_error(c, SF_ERR_INVALID, "The command, cwd or environment could not be sent (too "
+                                       "long, or containing NUL bytes); shorten them.");
     else if (rc == -ESRCH)
         reply_error(c, SF_ERR_NOT_FOUND, "The sandbox is being killed; create a new one with "
                                          "sandbox_create.");
@@ -288,13 +308,21 @@ static void dispatch(wk_call *c)
         return;
     }
     b = sf_map_get(ctx->sandboxes, c->job.sandbox);
-    if (b && strcmp(b->team, c->job.team) != 0) /* the scheduler checked; check again */
-        b = NULL;
+    if (b && strcmp(b->team, c->job.team) != 0) { /* the scheduler checked: never happens */
+        char text[256];
+        sf_warn("msg=\"job for another team's sandbox refused\" job=%s sandbox=%s team=%s",
+                c->job.id, c->job.sandbox, c->job.team);
+        snprintf(text, sizeof(text), "No sandbox with id '%s' exists for your team; call "
+                 "sandbox_list to see your sandboxes, or sandbox_create to make one.",
+                 c->job.sandbox);
+        reply_error(c, SF_ERR_NOT_FOUND, text);
+        return;
+    }
     if (!strcmp(c->job.tool, "sandbox_kill")) {
         if (b)
             wk_box_destroy(b, "killed");
         else
-            record_retire(ctx, c->job.sandbox, "killed");
+            record_retire(ctx, c->job.sandbox, "killed", 0);
         reply_result(c, json_pack("{s:s, s:s}", "id", c->job.sandbox, "status", "killed"));
         return;
     }
@@ -319,9 +347,9 @@ static void on_guard(redisAsyncContext *ac, void *r, void *priv)
     redisReply *rep = r;
     wk_call *c = priv;
 
-    if (!rep) {
-        reply_error(c, SF_ERR_UNAVAILABLE,
-                    "The platform's state store is unreachable; retry in a few seconds.");
+    if (!rep || rep->type == REDIS_REPLY_ERROR) {
+        refuse(c, SF_ERR_UNAVAILABLE,
+               "The platform's state store is unreachable; retry in a few seconds.");
         return;
     }
     if (rep->type == REDIS_REPLY_NIL) { /* seen before: answered already */
@@ -352,16 +380,16 @@ void wk_on_job(void *arg, sf_job *job, sf_kafka_ticket tk)
     c->ticket = tk;
     c->job = *job;
     if (ctx->stopping) {
-        reply_error(c, SF_ERR_UNAVAILABLE, "This host is shutting down; retry in a few seconds.");
+        refuse(c, SF_ERR_UNAVAILABLE, "This host is shutting down; retry in a few seconds.");
         return;
     }
     if (c->job.deadline_ms < sf_now_ms()) {
         sf_info("msg=\"job expired in the queue\" job=%s tool=%s", c->job.id, c->job.tool);
-        reply_error(c, SF_ERR_TIMEOUT, "The call waited in the queue past its deadline; retry it.");
+        refuse(c, SF_ERR_TIMEOUT, "The call waited in the queue past its deadline; retry it.");
         return;
     }
     snprintf(key, sizeof(key), SF_RK_JOB, c->job.id);
     if (sf_redis_cmd(ctx->redis, on_guard, c, "SET %s %s NX EX 3600", key, ctx->host_id) < 0)
-        reply_error(c, SF_ERR_UNAVAILABLE,
-                    "The platform's state store is unreachable; retry in a few seconds.");
+        refuse(c, SF_ERR_UNAVAILABLE,
+               "The platform's state store is unreachable; retry in a few seconds.");
 }

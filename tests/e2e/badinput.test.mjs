@@ -107,3 +107,20 @@ test('arguments too large for one job are refused with a way forward', async () 
   assert.equal(r.isError, true);
   assert.match(r.text, /too large for one call/);
 });
+
+test('DELETE without a session id is refused, and the gateway stays up', async () => {
+  const r = await fetch(url, { method: 'DELETE', headers: auth });
+  assert.equal(r.status, 400);
+  assert.match((await r.json()).error, /Mcp-Session-Id/);
+  assert.deepEqual(await client.ping(), {});
+});
+
+test('errors quoting odd client text are still valid JSON-RPC answers', async () => {
+  const method = 'a' + 'é'.repeat(40);
+  const r = await post({ jsonrpc: '2.0', id: 77, method }, auth);
+  assert.equal(r.json.id, 77);
+  assert.equal(r.json.error.code, -32601);
+  const t = await call(client, 'sandbox_exec', { sandbox_id: 'é'.repeat(40), command: 'true' });
+  assert.equal(t.isError, true);
+  assert.match(t.text, /No sandbox with id/);
+});

@@ -3,7 +3,7 @@
 // (The stack gives sandbox_exec 3 s beyond its timeout_ms; see tests/integration/stack.)
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { readFileSync, existsSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { connect, call, sh, env } from './lib.mjs';
 
@@ -62,4 +62,21 @@ test('a host that stopped heartbeating is removed and its sandboxes are lost', a
   assert.ok(!list.structured.sandboxes.some((s) => s.id === ghost));
   const ex = await call(client, 'sandbox_exec', { sandbox_id: ghost, command: 'true' });
   assert.match(ex.text, /lost with its host/);
+});
+
+test('a worker whose sandbox the platform gave up kills it', async () => {
+  const redis = (...args) => execFileSync('redis-cli', ['-u', env.SF_REDIS_URL, ...args]).toString().trim();
+  const id = (await call(client, 'sandbox_create', {})).structured.id;
+  await sh(client, id, 'echo up');
+  assert.ok(existsSync(`${env.SF_STATE}/worker/sandboxes/${id}`), 'the sandbox has its folder');
+  // What the reaper does to a host it thought dead while the worker was stalled:
+  redis('SREM', 'sf:host:{e2e-host}:sandboxes', id);
+  redis('HSET', `sf:sb:{${id}}`, 'state', 'lost');
+  let gone = false;
+  for (let i = 0; i < 40 && !gone; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    gone = !existsSync(`${env.SF_STATE}/worker/sandboxes/${id}`) &&
+      !existsSync(`/sys/fs/cgroup/pids/sandfleet/${id}`) && !existsSync(`/sys/fs/cgroup/sandfleet/${id}`);
+  }
+  assert.ok(gone, 'the worker removed the sandbox within a few heartbeats');
 });

@@ -146,7 +146,50 @@ int main(void)
     printf("ok - batch job with bad arguments rejected: %s\n", r.message);
     sf_reply_fini(&r);
 
-    /* 5. An unknown tool. */
+    /* 5. A create reusing another team's sandbox id is refused, not answered "active". */
+    {
+        sf_job j;
+        sf_buf b2;
+        sf_job_init(&j);
+        snprintf(j.id, sizeof(j.id), "job_mine");
+        snprintf(j.team, sizeof(j.team), "batch");
+        snprintf(j.tool, sizeof(j.tool), "sandbox_create");
+        snprintf(j.sandbox, sizeof(j.sandbox), "sb_queuetest1");
+        snprintf(j.reply, sizeof(j.reply), "%s", topic);
+        j.deadline_ms = sf_now_ms() + 30000;
+        j.args = json_object();
+        sf_buf_init(&b2, SF_MSG_MAX);
+        CHECK(sf_job_encode(&j, &b2) == 0, "encode");
+        CHECK(sf_kafka_produce(producer, SF_TOPIC_JOBS, j.sandbox, b2.p, b2.len) == 0, "p");
+        await_reply("job_mine", &r);
+        CHECK(r.kind == SF_REPLY_RESULT, "create answered: %s", r.message ? r.message : "");
+        sf_reply_fini(&r);
+        snprintf(j.id, sizeof(j.id), "job_theirs");
+        snprintf(j.team, sizeof(j.team), "intruder");
+        sf_buf_reset(&b2);
+        CHECK(sf_job_encode(&j, &b2) == 0, "encode");
+        CHECK(sf_kafka_produce(producer, SF_TOPIC_JOBS, j.sandbox, b2.p, b2.len) == 0, "p");
+        await_reply("job_theirs", &r);
+        CHECK(r.kind == SF_REPLY_ERROR && strstr(r.message, "exists"), "conflict: %s",
+              r.message ? r.message : "");
+        printf("ok - a create reusing another team's id is refused\n");
+        sf_reply_fini(&r);
+        json_object_clear(j.args);
+        snprintf(j.id, sizeof(j.id), "job_kill");
+        snprintf(j.team, sizeof(j.team), "batch");
+        snprintf(j.tool, sizeof(j.tool), "sandbox_kill");
+        json_object_set_new(j.args, "sandbox_id", json_string("sb_queuetest1"));
+        sf_buf_reset(&b2);
+        CHECK(sf_job_encode(&j, &b2) == 0, "encode");
+        CHECK(sf_kafka_produce(producer, SF_TOPIC_JOBS, j.sandbox, b2.p, b2.len) == 0, "p");
+        await_reply("job_kill", &r);
+        CHECK(r.kind == SF_REPLY_RESULT, "kill answered");
+        sf_reply_fini(&r);
+        sf_buf_fini(&b2);
+        sf_job_fini(&j);
+    }
+
+    /* 6. An unknown tool. */
     produce_job("job_batch3", "sandbox_teleport", json_object());
     await_reply("job_batch3", &r);
     CHECK(r.kind == SF_REPLY_ERROR && strstr(r.message, "Unknown tool"), "unknown tool: %s",
@@ -154,10 +197,8 @@ int main(void)
     printf("ok - unknown tool rejected\n");
     sf_reply_fini(&r);
 
-    rd_kafka_consumer_close(consumer);
-    rd_kafka_destroy(consumer);
-    rd_kafka_flush(producer, 2000);
-    rd_kafka_destroy(producer);
-    printf("4 passed, 0 failed\n");
+    sf_kafka_consumer_free(consumer);
+    sf_kafka_producer_free(producer);
+    printf("5 passed, 0 failed\n");
     return 0;
 }

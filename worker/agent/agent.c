@@ -240,11 +240,11 @@ static void spawn_error(uint32_t id, int stage, int err, const char *cwd)
 
     if (stage == 1 && (err == ENOENT || err == ENOTDIR))
         snprintf(msg, sizeof(msg),
-                 "The working directory %.1024s does not exist in the sandbox; create it "
+                 "The working directory %.200s does not exist in the sandbox; create it "
                  "first (mkdir -p) or pass an existing directory as cwd.", cwd);
     else if (stage == 1)
         snprintf(msg, sizeof(msg),
-                 "The working directory %.1024s cannot be entered (%s); pass a directory "
+                 "The working directory %.200s cannot be entered (%s); pass a directory "
                  "the sandbox user can access.", cwd, strerror(err));
     else if (stage == 2)
         snprintf(msg, sizeof(msg),
