@@ -330,7 +330,9 @@ int sf_reply_encode_result(const char *id, const json_t *result, sf_buf *out)
     return sf_reply_encode(&r, out);
 }
 
-int sf_job_peek_reply(const void *p, size_t n, char id[SF_ID_MAX], char reply[SF_TOPIC_MAX])
+/* Reads what it can of an envelope that failed to decode: its job id and, when reply is
+ * not NULL, its reply topic. Trailing bytes and other fields do not matter here. */
+static int peek(const void *p, size_t n, char id[SF_ID_MAX], char *reply)
 {
     msgpack_unpacked res;
     size_t off = 0;
@@ -342,27 +344,21 @@ int sf_job_peek_reply(const void *p, size_t n, char id[SF_ID_MAX], char reply[SF
     if (msgpack_unpack_next(&res, p, n, &off) == MSGPACK_UNPACK_SUCCESS &&
         res.data.type == MSGPACK_OBJECT_MAP &&
         sf_mp_get_str(&res.data, "id", id, SF_ID_MAX) == 0 && sf_id_valid(id) &&
-        sf_mp_get_str(&res.data, "reply", reply, SF_TOPIC_MAX) == 0 && sf_reply_topic_valid(reply))
+        (!reply || (sf_mp_get_str(&res.data, "reply", reply, SF_TOPIC_MAX) == 0 &&
+                    sf_reply_topic_valid(reply))))
         rc = 0;
     msgpack_unpacked_destroy(&res);
     return rc;
 }
 
+int sf_job_peek_reply(const void *p, size_t n, char id[SF_ID_MAX], char reply[SF_TOPIC_MAX])
+{
+    return peek(p, n, id, reply);
+}
+
 int sf_reply_peek_id(const void *p, size_t n, char id[SF_ID_MAX])
 {
-    msgpack_unpacked res;
-    size_t off = 0;
-    int rc = -EINVAL;
-
-    if (n > SF_MSG_MAX)
-        return -E2BIG;
-    msgpack_unpacked_init(&res);
-    if (msgpack_unpack_next(&res, p, n, &off) == MSGPACK_UNPACK_SUCCESS &&
-        res.data.type == MSGPACK_OBJECT_MAP && sf_mp_get_str(&res.data, "id", id, SF_ID_MAX) == 0 &&
-        sf_id_valid(id))
-        rc = 0;
-    msgpack_unpacked_destroy(&res);
-    return rc;
+    return peek(p, n, id, NULL);
 }
 
 int sf_reply_topic_valid(const char *topic)
