@@ -34,5 +34,6 @@ redisContext *sf_redis_connect_sync(const char *url, char *why, size_t whylen);
 #define SF_RK_HOST "sf:host:{%s}"         /* hash {topic, capacity, running, driver, ts} */
 #define SF_RK_JOB "sf:job:{%s}"           /* SET NX guard: job processed once */
 #define SF_RK_SESSION "sf:mcpsess:{%s}"   /* MCP session -> hash {team, protocol} */
+#define SF_RK_TEAM_SESSIONS "sf:team:{%s}:sessions" /* zset session id -> expiry ms */
 
 #endif

@@ -24,9 +24,15 @@ static void auth_finish(auth_op *op)
 {
     if (op->status == 200 && op->has_session && strcmp(op->team, op->session_team) != 0)
         op->status = 404;
-    if (op->status == 200 && op->has_session) /* sessions live while they are used */
+    if (op->status == 200 && op->has_session) { /* sessions live while they are used */
+        int64_t ttl = op->ctx->cfg.session_ttl_s;
         sf_redis_cmd(op->ctx->redis, NULL, NULL, "EXPIRE " SF_RK_SESSION " %lld", op->session_id,
-                     (long long)op->ctx->cfg.session_ttl_s);
+                     (long long)ttl);
+        sf_redis_cmd(op->ctx->redis, NULL, NULL, "ZADD " SF_RK_TEAM_SESSIONS " XX %lld %s",
+                     op->team, (long long)(sf_now_ms() + ttl * 1000), op->session_id);
+        sf_redis_cmd(op->ctx->redis, NULL, NULL, "PEXPIRE " SF_RK_TEAM_SESSIONS " %lld", op->team,
+                     (long long)ttl * 1000);
+    }
     op->cb(op->arg, op->status, op->status == 200 ? op->team : NULL);
     free(op);
 }
@@ -116,23 +122,65 @@ void gw_auth_check(gw_ctx *ctx, const char *authorization, const char *session_i
     }
 }
 
-int gw_session_create(gw_ctx *ctx, const char *team, const char *protocol, char sid[SF_ID_MAX])
-{
-    char key[128];
+/* ARGV: sid, team, protocol, now ms, ttl s, team limit. 1 created, 0 team at its limit.
+ * The team's zset holds each session's expiry, so expired ones drop out of the count. */
+static const char lua_session_create[] =
+    "local z = 'sf:team:{' .. ARGV[2] .. '}:sessions'\n"
+    "local now, ttl = tonumber(ARGV[4]), tonumber(ARGV[5])\n"
+    "redis.call('ZREMRANGEBYSCORE', z, '-inf', now)\n"
+    "if redis.call('ZCARD', z) >= tonumber(ARGV[6]) then return 0 end\n"
+    "local key = 'sf:mcpsess:{' .. ARGV[1] .. '}'\n"
+    "redis.call('HSET', key, 'team', ARGV[2], 'protocol', ARGV[3], 'created', ARGV[4])\n"
+    "redis.call('EXPIRE', key, ttl)\n"
+    "redis.call('ZADD', z, now + ttl * 1000, ARGV[1])\n"
+    "redis.call('PEXPIRE', z, ttl * 1000)\n"
+    "return 1\n";
 
-    if (sf_id_new(sid, "mcp_") < 0)
-        return -1;
-    snprintf(key, sizeof(key), SF_RK_SESSION, sid);
-    if (sf_redis_cmd(ctx->redis, NULL, NULL, "HSET %s team %s protocol %s created %lld", key, team,
-                     protocol, (long long)sf_now_ms()) < 0 ||
-        sf_redis_cmd(ctx->redis, NULL, NULL, "EXPIRE %s %lld", key,
-                     (long long)ctx->cfg.session_ttl_s) < 0)
-        return -1;
-    return 0;
+typedef struct session_op {
+    gw_session_cb cb;
+    void *arg;
+    char sid[SF_ID_MAX];
+} session_op;
+
+static void on_session_created(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+    session_op *op = priv;
+    int status = 503;
+
+    if (rep && rep->type == REDIS_REPLY_INTEGER)
+        status = rep->integer == 1 ? 200 : 429;
+    op->cb(op->arg, status, status == 200 ? op->sid : NULL);
+    free(op);
 }
 
-void gw_session_delete(gw_ctx *ctx, const char *sid)
+void gw_session_create(gw_ctx *ctx, const char *team, const char *protocol, gw_session_cb cb,
+                       void *arg)
 {
-    if (sf_id_valid(sid))
-        sf_redis_cmd(ctx->redis, NULL, NULL, "DEL " SF_RK_SESSION, sid);
+    session_op *op = calloc(1, sizeof(*op));
+    char now[24], ttl[24], limit[24];
+
+    if (!op || sf_id_new(op->sid, "mcp_") < 0) {
+        free(op);
+        cb(arg, 503, NULL);
+        return;
+    }
+    op->cb = cb;
+    op->arg = arg;
+    snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
+    snprintf(ttl, sizeof(ttl), "%lld", (long long)ctx->cfg.session_ttl_s);
+    snprintf(limit, sizeof(limit), "%lld", (long long)ctx->cfg.max_sessions_team);
+    if (sf_redis_cmd(ctx->redis, on_session_created, op, "EVAL %s 0 %s %s %s %s %s %s",
+                     lua_session_create, op->sid, team, protocol, now, ttl, limit) < 0) {
+        free(op);
+        cb(arg, 503, NULL);
+    }
+}
+
+void gw_session_delete(gw_ctx *ctx, const char *team, const char *sid)
+{
+    if (!sf_id_valid(sid))
+        return;
+    sf_redis_cmd(ctx->redis, NULL, NULL, "DEL " SF_RK_SESSION, sid);
+    sf_redis_cmd(ctx->redis, NULL, NULL, "ZREM " SF_RK_TEAM_SESSIONS " %s", team, sid);
 }

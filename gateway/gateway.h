@@ -25,6 +25,7 @@ typedef struct gw_cfg {
     int64_t max_pending;        /* calls waiting for replies */
     int64_t max_pending_team;   /* ...of which one team may have */
     int64_t session_ttl_s;
+    int64_t max_sessions_team;  /* live MCP sessions one team may hold */
     char *allowed_origins;      /* comma-separated; localhost origins are always allowed */
 } gw_cfg;
 
@@ -65,8 +66,11 @@ typedef void (*gw_auth_cb)(void *arg, int status, const char *team);
 /* status: 200 ok, 401 bad/missing key, 404 unknown session, 503 Redis down. */
 void gw_auth_check(gw_ctx *ctx, const char *authorization, const char *session_id, gw_auth_cb cb,
                    void *arg);
-int gw_session_create(gw_ctx *ctx, const char *team, const char *protocol, char sid[SF_ID_MAX]);
-void gw_session_delete(gw_ctx *ctx, const char *sid);
+/* status: 200 and the new session id, 429 the team has max_sessions_team, 503 Redis down. */
+typedef void (*gw_session_cb)(void *arg, int status, const char *sid);
+void gw_session_create(gw_ctx *ctx, const char *team, const char *protocol, gw_session_cb cb,
+                       void *arg);
+void gw_session_delete(gw_ctx *ctx, const char *team, const char *sid);
 
 /* mcp.c */
 void gw_mcp_handle(gw_req *req, void *arg);

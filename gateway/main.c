@@ -24,7 +24,10 @@ static const sf_cfg_entry cfg_table[] = {
     SF_CFG_I(gw_cfg, max_pending, "10000", 1, 10000000, "calls waiting for answers at once"),
     SF_CFG_I(gw_cfg, max_pending_team, "1000", 1, 10000000,
              "calls one team may have waiting at once"),
-    SF_CFG_I(gw_cfg, session_ttl_s, "86400", 60, 31536000, "MCP session lifetime"),
+    SF_CFG_I(gw_cfg, session_ttl_s, "86400", 60, 31536000,
+             "MCP session lifetime after its last use"),
+    SF_CFG_I(gw_cfg, max_sessions_team, "1000", 1, 10000000,
+             "live MCP sessions one team may hold"),
     SF_CFG_S(gw_cfg, allowed_origins, "", "extra allowed Origin values, comma-separated"),
 };
 

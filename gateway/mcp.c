@@ -22,7 +22,8 @@ typedef struct mcp_call {
     json_t *msg;           /* the JSON-RPC request */
     json_t *id;            /* its id (borrowed from msg) */
     gw_pending *pending;   /* the job we wait for */
-    int in_auth;           /* a Redis check is in flight */
+    int busy;              /* a Redis operation is in flight: its callback frees the call */
+    const char *protocol;  /* initialize: the version agreed (static) */
     uint64_t t0;
     char team[SF_ID_MAX];
     char tool[SF_ID_MAX];
@@ -218,28 +219,41 @@ done:
 
 /* ---- JSON-RPC methods ---- */
 
+static void on_session(void *arg, int status, const char *sid)
+{
+    mcp_call *c = arg;
+    const char *headers[3] = {"Mcp-Session-Id", sid, NULL};
+
+    c->busy = 0;
+    if (status == 429)
+        respond_rpc_error(c, 429, -32000, "Your team has too many open MCP sessions; close idle "
+                                          "clients (they end their sessions) or retry later.");
+    else if (status != 200)
+        respond_rpc_error(c, 503, -32603, "The session store is unavailable; retry shortly.");
+    else
+        respond_rpc_result(
+            c,
+            json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion",
+                      c->protocol, "capabilities", "tools", "listChanged", 0, "serverInfo",
+                      "name", "sandfleet", "title", "sandfleet sandboxes", "version",
+                      SERVER_VERSION, "instructions",
+                      "Create a sandbox with sandbox_create, then pass its id to sandbox_exec "
+                      "and the other tools. Kill it with sandbox_kill when done."),
+            headers);
+    call_free(c); /* responded, or the client is gone */
+}
+
+/* Negotiates the version and opens a session; answers (and frees c) when Redis has. */
 static void initialize(mcp_call *c, json_t *params)
 {
     const char *want = json_string_value(json_object_get(params, "protocolVersion"));
-    const char *ver = protocol_versions[0];
-    char sid[SF_ID_MAX];
-    const char *headers[3] = {"Mcp-Session-Id", sid, NULL};
 
+    c->protocol = protocol_versions[0];
     for (size_t i = 0; want && i < SF_ARRAY_LEN(protocol_versions); i++)
         if (!strcmp(want, protocol_versions[i]))
-            ver = protocol_versions[i];
-    if (gw_session_create(c->ctx, c->team, ver, sid) < 0) {
-        respond_rpc_error(c, 503, -32603, "The session store is unavailable; retry shortly.");
-        return;
-    }
-    respond_rpc_result(
-        c,
-        json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", ver,
-                  "capabilities", "tools", "listChanged", 0, "serverInfo", "name", "sandfleet",
-                  "title", "sandfleet sandboxes", "version", SERVER_VERSION, "instructions",
-                  "Create a sandbox with sandbox_create, then pass its id to sandbox_exec and "
-                  "the other tools. Kill it with sandbox_kill when done."),
-        headers);
+            c->protocol = protocol_versions[i];
+    c->busy = 1;
+    gw_session_create(c->ctx, c->team, c->protocol, on_session, c);
 }
 
 static void dispatch(mcp_call *c)
@@ -279,9 +293,11 @@ static void dispatch(mcp_call *c)
         tools_call(c, params);
         return;
     }
-    if (!strcmp(method, "initialize"))
+    if (!strcmp(method, "initialize")) {
         initialize(c, params);
-    else if (!strcmp(method, "ping"))
+        return;
+    }
+    if (!strcmp(method, "ping"))
         respond_rpc_result(c, json_object(), NULL);
     else if (!strcmp(method, "tools/list"))
         respond_rpc_result(c, json_incref(c->ctx->tools_list), NULL);
@@ -300,8 +316,8 @@ static void on_abort(gw_req *req, void *arg)
     mcp_call *c = arg;
 
     c->req = NULL;
-    if (c->in_auth)
-        return; /* on_auth frees it */
+    if (c->busy)
+        return; /* the Redis callback frees it */
     gw_jobs_cancel(c->ctx, c->pending);
     call_free(c);
 }
@@ -313,7 +329,7 @@ static void on_auth(void *arg, int status, const char *team)
     const char *body;
     size_t len;
 
-    c->in_auth = 0;
+    c->busy = 0;
     if (!c->req) {
         call_free(c);
         return;
@@ -346,7 +362,7 @@ static void on_auth(void *arg, int status, const char *team)
     }
     snprintf(c->team, sizeof(c->team), "%s", team);
     if (!strcmp(gw_req_method(c->req), "DELETE")) {
-        gw_session_delete(c->ctx, gw_req_header(c->req, "Mcp-Session-Id"));
+        gw_session_delete(c->ctx, c->team, gw_req_header(c->req, "Mcp-Session-Id"));
         respond_raw(c, 204, NULL, NULL);
         call_free(c);
         return;
@@ -469,7 +485,7 @@ void gw_mcp_handle(gw_req *req, void *arg)
     c->ctx = ctx;
     c->req = req;
     c->t0 = sf_mono_us();
-    c->in_auth = 1;
+    c->busy = 1;
     gw_req_set_abort_cb(req, on_abort, c);
     gw_auth_check(ctx, gw_req_header(req, "Authorization"), gw_req_header(req, "Mcp-Session-Id"),
                   on_auth, c);
