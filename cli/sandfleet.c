@@ -3,6 +3,7 @@
  *   sandfleet keys list [--team T]
  *   sandfleet keys revoke KEY_ID
  *   sandfleet hosts                             worker hosts, heartbeat age, load
+ *   sandfleet sandboxes [--team T]              sandboxes of every team (admin view)
  * Redis and the key-hash secret come from SF_REDIS_URL and SF_AUTH_SECRET_FILE. */
 #include "sf_auth.h"
 #include "sf_redis.h"
@@ -17,6 +18,7 @@ static const char usage[] =
     "       sandfleet keys list [--team TEAM]\n"
     "       sandfleet keys revoke KEY_ID\n"
     "       sandfleet hosts\n"
+    "       sandfleet sandboxes [--team TEAM]\n"
     "environment: SF_REDIS_URL (default redis://127.0.0.1:6379),\n"
     "             SF_AUTH_SECRET_FILE (default /var/lib/sandfleet/auth.key)\n";
 
@@ -160,13 +162,47 @@ static int hosts(redisContext *rc)
     return 0;
 }
 
+static int sandboxes(redisContext *rc, const char *team)
+{
+    unsigned long long cursor = 0;
+
+    printf("%-28s %-16s %-16s %-9s %s\n", "ID", "TEAM", "HOST", "STATE", "NAME");
+    do {
+        redisReply *r = redisCommand(rc, "SCAN %llu MATCH sf:sb:{*} COUNT 500", cursor);
+        if (!reply_ok(rc, r))
+            return 1;
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+            freeReplyObject(r);
+            return 1;
+        }
+        cursor = strtoull(r->element[0]->str, NULL, 10);
+        for (size_t i = 0; i < r->element[1]->elements; i++) {
+            redisReply *h = redisCommand(rc, "HMGET %s id team host state name",
+                                         r->element[1]->element[i]->str);
+            if (!reply_ok(rc, h))
+                continue;
+            if (h->elements == 5 && h->element[0]->str &&
+                (!team || (h->element[1]->str && !strcmp(team, h->element[1]->str))))
+                printf("%-28s %-16s %-16s %-9s %s\n", h->element[0]->str,
+                       h->element[1]->str ? h->element[1]->str : "?",
+                       h->element[2]->str ? h->element[2]->str : "?",
+                       h->element[3]->str ? h->element[3]->str : "?",
+                       h->element[4]->str ? h->element[4]->str : "");
+            freeReplyObject(h);
+        }
+        freeReplyObject(r);
+    } while (cursor != 0);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     char why[512];
     redisContext *rc;
     int ret, is_hosts = argc == 2 && !strcmp(argv[1], "hosts");
+    int is_sandboxes = argc >= 2 && !strcmp(argv[1], "sandboxes");
 
-    if (!is_hosts && (argc < 3 || strcmp(argv[1], "keys") != 0)) {
+    if (!is_hosts && !is_sandboxes && (argc < 3 || strcmp(argv[1], "keys") != 0)) {
         int help = argc == 2 && !strcmp(argv[1], "--help");
         fputs(usage, help ? stdout : stderr);
         return help ? 0 : 2;
@@ -178,6 +214,8 @@ int main(int argc, char **argv)
     }
     if (is_hosts)
         ret = hosts(rc);
+    else if (is_sandboxes)
+        ret = sandboxes(rc, opt(argc, argv, "--team"));
     else if (!strcmp(argv[2], "create"))
         ret = keys_create(rc, argc - 3, argv + 3);
     else if (!strcmp(argv[2], "list"))
