@@ -92,12 +92,3 @@ void sf_buf_consume(sf_buf *b, size_t n)
     b->p[b->len] = '\0';
 }
 
-char *sf_buf_steal(sf_buf *b, size_t *len)
-{
-    char *p = b->p;
-    if (len)
-        *len = b->len;
-    b->p = NULL;
-    b->len = b->cap = 0;
-    return p;
-}

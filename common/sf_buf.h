@@ -21,7 +21,5 @@ int sf_buf_append(sf_buf *b, const void *data, size_t n);
 int sf_buf_appendf(sf_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Drops the first n bytes. */
 void sf_buf_consume(sf_buf *b, size_t n);
-/* Hands the memory to the caller (free() it); the buffer becomes empty. */
-char *sf_buf_steal(sf_buf *b, size_t *len);
 
 #endif

@@ -173,12 +173,6 @@ static int topic_partitions(rd_kafka_t *rk, const char *topic, int timeout_ms)
     return n;
 }
 
-int sf_kafka_ensure_topic(rd_kafka_t *producer, const char *topic, int timeout_ms)
-{
-    int n = topic_partitions(producer, topic, timeout_ms);
-    return n > 0 ? 0 : n;
-}
-
 int sf_kafka_produce(rd_kafka_t *producer, const char *topic, const char *key, const void *p,
                      size_t n)
 {
@@ -333,7 +327,6 @@ struct sf_kafka_track {
     rd_kafka_t *consumer;
     char *topic;
     track_part parts[TRACK_MAX_PARTS];
-    size_t inflight;
 };
 
 sf_kafka_track *sf_kafka_track_new(rd_kafka_t *consumer, const char *topic)
@@ -381,7 +374,6 @@ int sf_kafka_track_begin(sf_kafka_track *t, int32_t partition, int64_t offset)
         tp->cap = cap;
     }
     tp->offs[tp->len++] = offset;
-    t->inflight++;
     return 0;
 }
 
@@ -396,7 +388,6 @@ void sf_kafka_track_end(sf_kafka_track *t, sf_kafka_ticket tk)
     for (size_t i = tp->head; i < tp->len; i++) {
         if (tp->offs[i] == tk.offset) {
             tp->offs[i] = -tk.offset - 1;
-            t->inflight--;
             break;
         }
     }
@@ -412,18 +403,8 @@ void sf_kafka_track_end(sf_kafka_track *t, sf_kafka_ticket tk)
 
 void sf_kafka_track_reset(sf_kafka_track *t, int32_t partition)
 {
-    track_part *tp;
-
     if (partition < 0 || partition >= TRACK_MAX_PARTS)
         return;
-    tp = &t->parts[partition];
-    for (size_t i = tp->head; i < tp->len; i++)
-        if (tp->offs[i] >= 0)
-            t->inflight--;
-    tp->head = tp->len = 0;
+    t->parts[partition].head = t->parts[partition].len = 0;
 }
 
-size_t sf_kafka_track_inflight(const sf_kafka_track *t)
-{
-    return t->inflight;
-}

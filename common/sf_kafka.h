@@ -36,9 +36,6 @@ void sf_kafka_on_revoke(rd_kafka_t *consumer, void (*fn)(void *arg, int32_t part
 void sf_kafka_consumer_free(rd_kafka_t *consumer);
 /* Delivers what is queued (up to 2 s) and destroys; NULL-safe. */
 void sf_kafka_producer_free(rd_kafka_t *producer);
-/* Makes sure a topic exists (the embedded broker creates it on a producer's
- * metadata request; real clusters need auto-create or an admin). 0 or -ENOENT. */
-int sf_kafka_ensure_topic(rd_kafka_t *producer, const char *topic, int timeout_ms);
 /* Copies the payload; never blocks. 0 or a negative errno (queue full: -ENOBUFS). */
 int sf_kafka_produce(rd_kafka_t *producer, const char *topic, const char *key, const void *p,
                      size_t n);
@@ -72,6 +69,5 @@ void sf_kafka_track_free(sf_kafka_track *t);
 int sf_kafka_track_begin(sf_kafka_track *t, int32_t partition, int64_t offset);
 void sf_kafka_track_end(sf_kafka_track *t, sf_kafka_ticket tk);
 void sf_kafka_track_reset(sf_kafka_track *t, int32_t partition);
-size_t sf_kafka_track_inflight(const sf_kafka_track *t);
 
 #endif

@@ -48,11 +48,6 @@ int sf_records_retire(sf_redis *r, const char *id, const char *state, int only_l
                         only_live ? "1" : "0");
 }
 
-int sf_records_retire_host(sf_redis *r, const char *host, redisCallbackFn *cb, void *priv)
-{
-    return sf_redis_cmd(r, cb, priv, "EVAL %s 0 %s", lua_retire_host, host);
-}
-
 int sf_records_retire_host_sync(redisContext *c, const char *host, long long *n)
 {
     redisReply *rep = redisCommand(c, "EVAL %s 0 %s", lua_retire_host, host);

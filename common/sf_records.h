@@ -13,10 +13,8 @@
  * only_live, a record already killed/lost/failed is left as it is. */
 int sf_records_retire(sf_redis *r, const char *id, const char *state, int only_live,
                       redisCallbackFn *cb, void *priv);
-/* Every live sandbox placed on host becomes `lost` (the host restarted or died). The reply
- * is the number retired. */
-int sf_records_retire_host(sf_redis *r, const char *host, redisCallbackFn *cb, void *priv);
-/* The same, blocking, for start-up (before any job is taken). 0 and *n, or -EIO. */
+/* Every live sandbox placed on host becomes `lost` (the host restarted): blocking, for a
+ * worker's start-up before it takes any job. 0 and the number retired in *n, or -EIO. */
 int sf_records_retire_host_sync(redisContext *c, const char *host, long long *n);
 /* Hosts whose last heartbeat is older than dead_ms are removed, their sandboxes lost. The
  * reply is the number of hosts removed. */

@@ -79,6 +79,23 @@ const sf_tool *sf_toolset_find(const sf_toolset *set, const char *name)
     return NULL;
 }
 
+int64_t sf_exec_timeout_ms(const json_t *args)
+{
+    const json_t *t = json_object_get(args, "timeout_ms");
+    json_int_t ms = json_is_integer(t) ? json_integer_value(t) : 0;
+
+    if (ms <= 0)
+        return SF_EXEC_TIMEOUT_DEFAULT_MS;
+    return ms > SF_EXEC_TIMEOUT_MAX_MS ? SF_EXEC_TIMEOUT_MAX_MS : ms;
+}
+
+const char *sf_msg_no_sandbox(char *buf, size_t n, const char *id)
+{
+    snprintf(buf, n, "No sandbox with id '%.63s' exists for your team; call sandbox_list to see "
+             "your sandboxes, or sandbox_create to make one.", id);
+    return buf;
+}
+
 int sf_toolset_validate(const sf_toolset *set, const char *name, const json_t *args, char *why,
                         size_t whylen)
 {

@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct sf_tool {
     char *name;
@@ -22,6 +23,16 @@ typedef struct sf_toolset {
 int sf_toolset_load(sf_toolset *set, const char *dir, char *why, size_t whylen);
 void sf_toolset_fini(sf_toolset *set);
 const sf_tool *sf_toolset_find(const sf_toolset *set, const char *name);
+/* sandbox_exec's timeout: timeout_ms, or 60 s when absent or not positive, clamped to
+ * 600 s (TOOLS.md). Gateway and worker both use it, so they agree on deadlines. */
+#define SF_EXEC_TIMEOUT_DEFAULT_MS 60000
+#define SF_EXEC_TIMEOUT_MAX_MS 600000
+int64_t sf_exec_timeout_ms(const json_t *args);
+
+/* The one answer for a sandbox id that is not the caller's, whether it never existed or
+ * belongs to another team (the two must be indistinguishable). Writes into buf. */
+const char *sf_msg_no_sandbox(char *buf, size_t n, const char *id);
+
 /* 0; -ENOENT unknown tool; -EINVAL arguments invalid. why gets one actionable sentence. */
 int sf_toolset_validate(const sf_toolset *set, const char *name, const json_t *args, char *why,
                         size_t whylen);

@@ -10,8 +10,6 @@
 #include <strings.h>
 
 #define SERVER_VERSION "0.1.0"
-#define EXEC_TIMEOUT_DEFAULT_MS 60000
-#define EXEC_TIMEOUT_MAX_MS 600000
 
 static const char *const protocol_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26",
                                                  "2024-11-05"};
@@ -139,13 +137,8 @@ static void on_job_reply(void *arg, const sf_reply *r)
 
 static int64_t call_wait_ms(const gw_ctx *ctx, const char *tool, json_t *args)
 {
-    if (!strcmp(tool, "sandbox_exec")) {
-        json_t *t = json_object_get(args, "timeout_ms");
-        json_int_t ms = json_is_integer(t) ? json_integer_value(t) : EXEC_TIMEOUT_DEFAULT_MS;
-        if (ms <= 0 || ms > EXEC_TIMEOUT_MAX_MS)
-            ms = ms <= 0 ? EXEC_TIMEOUT_DEFAULT_MS : EXEC_TIMEOUT_MAX_MS;
-        return ms + ctx->cfg.exec_deadline_margin_ms;
-    }
+    if (!strcmp(tool, "sandbox_exec"))
+        return sf_exec_timeout_ms(args) + ctx->cfg.exec_deadline_margin_ms;
     return ctx->cfg.call_deadline_ms;
 }
 
@@ -187,10 +180,8 @@ static void tools_call(mcp_call *c, json_t *params)
     } else if (json_is_string(json_object_get(args, "sandbox_id"))) {
         const char *sid = json_string_value(json_object_get(args, "sandbox_id"));
         if (!sf_id_valid(sid)) {
-            snprintf(why, sizeof(why), "No sandbox with id '%.63s' exists for your team; call "
-                     "sandbox_list to see your sandboxes.", sid);
             sf_job_fini(&job);
-            respond_tool_error(c, why);
+            respond_tool_error(c, sf_msg_no_sandbox(why, sizeof(why), sid));
             goto done;
         }
         snprintf(job.sandbox, sizeof(job.sandbox), "%s", sid);

@@ -85,9 +85,7 @@ static int bind_sandbox(sch_call *c)
     if (!sid)
         return 0;
     if (!sf_id_valid(sid) || (c->job.sandbox[0] && strcmp(sid, c->job.sandbox) != 0)) {
-        snprintf(text, sizeof(text), "No sandbox with id '%.63s' exists for your team; call "
-                 "sandbox_list to see your sandboxes, or sandbox_create to make one.", sid);
-        sch_reply_error(c, SF_ERR_NOT_FOUND, text);
+        sch_reply_error(c, SF_ERR_NOT_FOUND, sf_msg_no_sandbox(text, sizeof(text), sid));
         return -1;
     }
     snprintf(c->job.sandbox, sizeof(c->job.sandbox), "%s", sid);

@@ -78,11 +78,7 @@ static const char msg_redis_down[] =
 static void not_found(sch_call *c)
 {
     char text[256];
-    snprintf(text, sizeof(text),
-             "No sandbox with id '%s' exists for your team; call sandbox_list to see your "
-             "sandboxes, or sandbox_create to make one.",
-             c->job.sandbox);
-    sch_reply_error(c, SF_ERR_NOT_FOUND, text);
+    sch_reply_error(c, SF_ERR_NOT_FOUND, sf_msg_no_sandbox(text, sizeof(text), c->job.sandbox));
 }
 
 static const char *status_of(const char *state)

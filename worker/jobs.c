@@ -3,13 +3,12 @@
 #include "sf_jobio.h"
 #include "sf_log.h"
 #include "sf_records.h"
+#include "sf_tools.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define EXEC_TIMEOUT_DEFAULT_MS 60000
-#define EXEC_TIMEOUT_MAX_MS 600000
 #define EXEC_CAP_BYTES 32768
 #define EXEC_ENV_MAX 256
 
@@ -242,20 +241,15 @@ static int env_add(json_t *obj, const char **env, size_t *n, char **store)
 
 static void do_exec(wk_call *c, wk_box *b)
 {
-    json_t *a = c->job.args, *t = json_object_get(a, "timeout_ms");
+    json_t *a = c->job.args;
     const char *env[EXEC_ENV_MAX + 1];
     char *store[EXEC_ENV_MAX];
     size_t n = 0;
-    json_int_t timeout = json_is_integer(t) ? json_integer_value(t) : EXEC_TIMEOUT_DEFAULT_MS;
+    int64_t timeout = sf_exec_timeout_ms(a);
+    int64_t left = c->job.deadline_ms - sf_now_ms() - 200; /* the caller stops waiting then */
     wk_exec_req req = {0};
     int rc;
 
-    int64_t left = c->job.deadline_ms - sf_now_ms() - 200; /* the caller stops waiting then */
-
-    if (timeout <= 0)
-        timeout = EXEC_TIMEOUT_DEFAULT_MS;
-    if (timeout > EXEC_TIMEOUT_MAX_MS)
-        timeout = EXEC_TIMEOUT_MAX_MS;
     if (timeout > left)
         timeout = left > 1 ? left : 1;
     if ((b->env && env_add(b->env, env, &n, store) < 0) ||
@@ -312,10 +306,7 @@ static void dispatch(wk_call *c)
         char text[256];
         sf_warn("msg=\"job for another team's sandbox refused\" job=%s sandbox=%s team=%s",
                 c->job.id, c->job.sandbox, c->job.team);
-        snprintf(text, sizeof(text), "No sandbox with id '%s' exists for your team; call "
-                 "sandbox_list to see your sandboxes, or sandbox_create to make one.",
-                 c->job.sandbox);
-        reply_error(c, SF_ERR_NOT_FOUND, text);
+        reply_error(c, SF_ERR_NOT_FOUND, sf_msg_no_sandbox(text, sizeof(text), c->job.sandbox));
         return;
     }
     if (!strcmp(c->job.tool, "sandbox_kill")) {
