@@ -5,13 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static void on_reply(redisAsyncContext *ac, void *r, void *priv)
-{
-    redisReply *rep = r;
-    if (rep && rep->type == REDIS_REPLY_ERROR)
-        sf_warn("msg=\"heartbeat write failed\" err=\"%s\"", rep->str);
-}
-
 /* The sandboxes this worker runs, as asked of Redis in one heartbeat. */
 typedef struct box_check {
     wk_ctx *ctx;
@@ -83,12 +76,12 @@ static void heartbeat(evutil_socket_t fd, short what, void *arg)
     snprintf(key, sizeof(key), SF_RK_HOST, ctx->host_id);
     if (!sf_redis_connected(ctx->redis))
         return;
-    sf_redis_cmd(ctx->redis, on_reply, NULL, "HSET %s id %s topic %s capacity %s running %s "
+    sf_redis_cmd(ctx->redis, wk_redis_logged, NULL, "HSET %s id %s topic %s capacity %s running %s "
                  "driver %s ts %s", key, ctx->host_id, ctx->topic, cap, running,
                  ctx->cfg.driver, ts);
-    sf_redis_cmd(ctx->redis, on_reply, NULL, "PEXPIRE %s %lld", key,
+    sf_redis_cmd(ctx->redis, wk_redis_logged, NULL, "PEXPIRE %s %lld", key,
                  (long long)ctx->cfg.heartbeat_ms * 10);
-    sf_redis_cmd(ctx->redis, on_reply, NULL, "ZADD " SF_RK_HOSTS " %s %s", ts, ctx->host_id);
+    sf_redis_cmd(ctx->redis, wk_redis_logged, NULL, "ZADD " SF_RK_HOSTS " %s %s", ts, ctx->host_id);
     check_boxes(ctx);
 }
 

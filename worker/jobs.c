@@ -42,7 +42,8 @@ static void reply_result(wk_call *c, json_t *result)
     call_done(c);
 }
 
-static void redis_ignore(redisAsyncContext *ac, void *r, void *priv)
+/* For writes nobody waits on: an error is logged, nothing else. */
+void wk_redis_logged(redisAsyncContext *ac, void *r, void *priv)
 {
     redisReply *rep = r;
     if (rep && rep->type == REDIS_REPLY_ERROR)
@@ -51,7 +52,7 @@ static void redis_ignore(redisAsyncContext *ac, void *r, void *priv)
 
 static void record_retire(wk_ctx *ctx, const char *id, const char *state, int only_live)
 {
-    if (sf_records_retire(ctx->redis, id, state, only_live, redis_ignore, NULL) < 0)
+    if (sf_records_retire(ctx->redis, id, state, only_live, wk_redis_logged, NULL) < 0)
         sf_warn("msg=\"cannot update the record; Redis is down\" sandbox=%s state=%s", id, state);
 }
 
@@ -153,13 +154,13 @@ static void do_create(wk_call *c)
     snprintf(key, sizeof(key), SF_RK_SANDBOX, b->id);
     snprintf(mem, sizeof(mem), "%lld", (long long)ctx->cfg.memory_mib);
     snprintf(pids, sizeof(pids), "%lld", (long long)ctx->cfg.pids_max);
-    sf_redis_cmd(ctx->redis, redis_ignore, NULL,
+    sf_redis_cmd(ctx->redis, wk_redis_logged, NULL,
                  "HSET %s state running driver %s memory_mib %s pids_max %s", key,
                  ctx->cfg.driver, mem, pids);
     /* In its sets again, in case start-up reconciliation ran between placement and now. */
-    sf_redis_cmd(ctx->redis, redis_ignore, NULL, "SADD " SF_RK_TEAM_SANDBOXES " %s", b->team,
+    sf_redis_cmd(ctx->redis, wk_redis_logged, NULL, "SADD " SF_RK_TEAM_SANDBOXES " %s", b->team,
                  b->id);
-    sf_redis_cmd(ctx->redis, redis_ignore, NULL, "SADD " SF_RK_HOST_SANDBOXES " %s",
+    sf_redis_cmd(ctx->redis, wk_redis_logged, NULL, "SADD " SF_RK_HOST_SANDBOXES " %s",
                  ctx->host_id, b->id);
     sf_info("msg=\"sandbox created\" sandbox=%s team=%s job=%s us=%llu", b->id, b->team,
             c->job.id, (unsigned long long)(sf_mono_us() - t0));
@@ -215,7 +216,7 @@ static void on_exec_done(void *arg, const wk_exec_result *res)
     json_object_set_new(r, "duration_ms", json_integer(res->duration_ms));
     snprintf(key, sizeof(key), SF_RK_SANDBOX, c->job.sandbox);
     snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
-    sf_redis_cmd(c->ctx->redis, redis_ignore, NULL, "HSET %s last_active %s", key, now);
+    sf_redis_cmd(c->ctx->redis, wk_redis_logged, NULL, "HSET %s last_active %s", key, now);
     sf_debug("msg=\"exec done\" job=%s sandbox=%s exit=%d ms=%u", c->job.id, c->job.sandbox,
              res->exit_code, res->duration_ms);
     reply_result(c, r);

@@ -51,6 +51,7 @@ typedef struct wk_box {
 void wk_on_job(void *arg, sf_job *job, sf_kafka_ticket tk);
 void wk_on_bad(void *arg, const rd_kafka_message_t *msg, const char *why);
 void wk_box_destroy(wk_box *b, const char *state);
+void wk_redis_logged(redisAsyncContext *ac, void *r, void *priv);
 
 /* host.c */
 int wk_host_start(wk_ctx *ctx);
