@@ -24,10 +24,12 @@ sf_install() {
     if [ ${#missing[@]} -gt 0 ]; then
         [ "$(id -u)" = 0 ] || sf_die "run as root: packages to install: ${missing[*]}"
         sf_log "installing: ${missing[*]}"
-        DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null ||
+        # Another install (a second checkout's ops/test) may hold the dpkg lock: wait for it.
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null ||
             sf_die "apt-get update failed"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-            "${missing[@]}" >/dev/null || sf_die "apt-get install failed: ${missing[*]}"
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+            --no-install-recommends "${missing[@]}" >/dev/null ||
+            sf_die "apt-get install failed: ${missing[*]}"
     fi
 }
 
