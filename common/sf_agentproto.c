@@ -1,4 +1,5 @@
 #include "sf_agentproto.h"
+#include "sf_mpscan.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -291,101 +292,10 @@ int sf_ap_frame_check(const void *buf, size_t len, size_t *frame_len, const char
 
 /* ---- decoder ------------------------------------------------------------- */
 
-/* Structural pre-check of raw msgpack before msgpack-c builds objects: every
- * container count must fit in the bytes that remain (msgpack-c allocates
- * count * sizeof(object) up front), nesting is shallow, no reserved byte. */
+/* Nesting allowed below the frame's map (env is an array inside it); values in one
+ * frame. Checked on the raw bytes before msgpack-c allocates (sf_mpscan.h). */
 #define MP_DEPTH_MAX 4
-
-static int mp_need(size_t len, size_t *off, size_t n)
-{
-    if (len - *off < n)
-        return -1;
-    return 0;
-}
-
-static uint64_t mp_be(const unsigned char *p, size_t n)
-{
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static int mp_skip(const unsigned char *p, size_t len, size_t *off, int depth)
-{
-    unsigned c;
-    uint64_t n = 0, items = 0;
-    size_t w;
-
-    if (depth > MP_DEPTH_MAX || mp_need(len, off, 1) < 0)
-        return -1;
-    c = p[(*off)++];
-    if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3)
-        return 0;
-    if ((c & 0xf0) == 0x80) {
-        items = 2 * (uint64_t)(c & 0x0f);
-        goto container;
-    }
-    if ((c & 0xf0) == 0x90) {
-        items = c & 0x0f;
-        goto container;
-    }
-    if ((c & 0xe0) == 0xa0) {
-        n = c & 0x1f;
-        goto body;
-    }
-    switch (c) {
-    case 0xc4: case 0xc5: case 0xc6: /* bin 8/16/32 */
-    case 0xd9: case 0xda: case 0xdb: /* str 8/16/32 */
-        w = (c == 0xc4 || c == 0xd9) ? 1 : (c == 0xc5 || c == 0xda) ? 2 : 4;
-        if (mp_need(len, off, w) < 0)
-            return -1;
-        n = mp_be(p + *off, w);
-        *off += w;
-        goto body;
-    case 0xc7: case 0xc8: case 0xc9: /* ext 8/16/32: length, type, data */
-        w = c == 0xc7 ? 1 : c == 0xc8 ? 2 : 4;
-        if (mp_need(len, off, w) < 0)
-            return -1;
-        n = mp_be(p + *off, w) + 1;
-        *off += w;
-        goto body;
-    case 0xca: n = 4; goto body;
-    case 0xcb: n = 8; goto body;
-    case 0xcc: case 0xd0: n = 1; goto body;
-    case 0xcd: case 0xd1: n = 2; goto body;
-    case 0xce: case 0xd2: n = 4; goto body;
-    case 0xcf: case 0xd3: n = 8; goto body;
-    case 0xd4: n = 2; goto body;
-    case 0xd5: n = 3; goto body;
-    case 0xd6: n = 5; goto body;
-    case 0xd7: n = 9; goto body;
-    case 0xd8: n = 17; goto body;
-    case 0xdc: case 0xdd: case 0xde: case 0xdf:
-        w = (c == 0xdc || c == 0xde) ? 2 : 4;
-        if (mp_need(len, off, w) < 0)
-            return -1;
-        items = mp_be(p + *off, w);
-        if (c >= 0xde)
-            items *= 2;
-        *off += w;
-        goto container;
-    default: /* 0xc1: never used */
-        return -1;
-    }
-body:
-    if (n > len - *off)
-        return -1;
-    *off += (size_t)n;
-    return 0;
-container:
-    if (items > len - *off)
-        return -1;
-    for (uint64_t i = 0; i < items; i++)
-        if (mp_skip(p, len, off, depth + 1) < 0)
-            return -1;
-    return 0;
-}
+#define MP_VALUES_MAX 65536
 
 static int key_index(const msgpack_object *k)
 {
@@ -602,7 +512,7 @@ int sf_ap_decode(const void *payload, size_t len, sf_ap_msg *m, const char **why
         return set_why(why, "empty payload", -EBADMSG);
     if (len > SF_AP_FRAME_MAX)
         return set_why(why, "frame larger than the 1 MiB limit", -EMSGSIZE);
-    if (mp_skip(payload, len, &off, 0) < 0)
+    if (sf_mpscan_value(payload, len, MP_DEPTH_MAX, MP_VALUES_MAX, &off, NULL) < 0)
         return set_why(why, "malformed or truncated msgpack", -EBADMSG);
     if (off != len)
         return set_why(why, "trailing bytes after the msgpack map", -EBADMSG);

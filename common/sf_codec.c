@@ -1,5 +1,6 @@
 #include "sf_codec.h"
 #include "sf_mpjson.h"
+#include "sf_mpscan.h"
 
 #include <errno.h>
 #include <msgpack.h>
@@ -78,20 +79,37 @@ int sf_job_encode(const sf_job *j, sf_buf *out)
     return 0;
 }
 
-/* Unpacks exactly one map from p/n into *res; rejects trailing bytes. */
-static int unpack_map(const void *p, size_t n, msgpack_unpacked *res, const char **why)
+/* Scans the first value of p/n within its bytes (sf_mpscan.h) and only then lets
+ * msgpack-c unpack it: 0 and its length in *used, or -EINVAL / -E2BIG with *why. */
+static int unpack_bounded(const void *p, size_t n, msgpack_unpacked *res, size_t *used,
+                          const char **why)
 {
-    size_t off = 0;
+    size_t len = 0, off = 0;
+    int rc;
 
     if (n > SF_MSG_MAX) {
         *why = "message larger than 1 MiB";
         return -E2BIG;
     }
-    if (msgpack_unpack_next(res, p, n, &off) != MSGPACK_UNPACK_SUCCESS) {
+    if ((rc = sf_mpscan_value(p, n, SF_MSG_MAX_DEPTH, SF_MSG_MAX_VALUES, &len, why)) < 0)
+        return rc == -E2BIG ? -E2BIG : -EINVAL;
+    if (msgpack_unpack_next(res, p, len, &off) != MSGPACK_UNPACK_SUCCESS || off != len) {
         *why = "not a complete msgpack value";
         return -EINVAL;
     }
-    if (off != n) {
+    *used = len;
+    return 0;
+}
+
+/* Unpacks exactly one map from p/n into *res; rejects trailing bytes. */
+static int unpack_map(const void *p, size_t n, msgpack_unpacked *res, const char **why)
+{
+    size_t used = 0;
+    int rc;
+
+    if ((rc = unpack_bounded(p, n, res, &used, why)) < 0)
+        return rc;
+    if (used != n) {
         *why = "trailing bytes after the msgpack value";
         return -EINVAL;
     }
@@ -335,14 +353,12 @@ int sf_reply_encode_result(const char *id, const json_t *result, sf_buf *out)
 static int peek(const void *p, size_t n, char id[SF_ID_MAX], char *reply)
 {
     msgpack_unpacked res;
-    size_t off = 0;
+    size_t used = 0;
+    const char *why = NULL;
     int rc = -EINVAL;
 
-    if (n > SF_MSG_MAX)
-        return -E2BIG;
     msgpack_unpacked_init(&res);
-    if (msgpack_unpack_next(&res, p, n, &off) == MSGPACK_UNPACK_SUCCESS &&
-        res.data.type == MSGPACK_OBJECT_MAP &&
+    if (unpack_bounded(p, n, &res, &used, &why) == 0 && res.data.type == MSGPACK_OBJECT_MAP &&
         sf_mp_get_str(&res.data, "id", id, SF_ID_MAX) == 0 && sf_id_valid(id) &&
         (!reply || (sf_mp_get_str(&res.data, "reply", reply, SF_TOPIC_MAX) == 0 &&
                     sf_reply_topic_valid(reply))))

@@ -1,10 +1,13 @@
 /* sf_codec: the msgpack job and reply envelopes (schemas/envelope.md).
  * Decoding is strict: unknown version, missing or mistyped fields, oversized
- * fields and trailing bytes are rejected with a reason, never a crash. */
+ * fields and trailing bytes are rejected with a reason, never a crash; lengths, counts,
+ * nesting and the number of values are checked on the raw bytes before msgpack-c
+ * allocates anything (sf_mpscan.h), so memory use is bounded by the message size. */
 #ifndef SF_CODEC_H
 #define SF_CODEC_H
 
 #include "sf_buf.h"
+#include "sf_mpjson.h"
 #include "sf_util.h"
 
 #include <jansson.h>
@@ -12,6 +15,10 @@
 
 #define SF_ENVELOPE_VERSION 1
 #define SF_MSG_MAX (1024 * 1024) /* largest envelope accepted (claim check above) */
+/* Decoding bounds, checked on the raw bytes before anything is allocated: nesting (the
+ * envelope, then args/result as deep as sf_mpjson allows) and values in one message. */
+#define SF_MSG_MAX_DEPTH (SF_MPJSON_MAX_DEPTH + 1)
+#define SF_MSG_MAX_VALUES (256 * 1024)
 #define SF_TOPIC_MAX 200
 #define SF_MESSAGE_MAX 1000
 

@@ -60,7 +60,7 @@ static int cfg_file(const sf_cfg_entry *tbl, size_t n, void *obj, const char *fi
 {
     char line[4096], src[512];
     int lineno = 0, rc = 0;
-    FILE *f = fopen(file, "r");
+    FILE *f = fopen(file, "re"); /* close-on-exec: a daemon may spawn children */
 
     if (!f) {
         snprintf(why, whylen, "Cannot open config file %s: %s.", file, strerror(errno));

@@ -34,6 +34,11 @@ int sf_jobio_result(rd_kafka_t *producer, const sf_job *job, const json_t *resul
     if (rc == 0)
         rc = send_reply(producer, job->reply, job->id, &b);
     sf_buf_fini(&b);
+    if (rc == -E2BIG) /* the caller still gets its one answer */
+        rc = sf_jobio_error(producer, job, SF_ERR_LIMIT,
+                            "The answer to this call is larger than the 1 MiB message limit; "
+                            "ask for less (a smaller limit, a narrower filter or path) and "
+                            "retry.");
     return rc;
 }
 

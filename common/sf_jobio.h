@@ -8,7 +8,9 @@
 #include <librdkafka/rdkafka.h>
 
 /* Produce an error / result reply to the job's reply topic (keyed by job id).
- * 0 or negative errno. sf_jobio_result does not take ownership of result. */
+ * 0 or negative errno. sf_jobio_result does not take ownership of result; a result
+ * that does not fit in one message (SF_MSG_MAX) is answered with a limit_exceeded
+ * error instead, so the caller always gets its answer. */
 int sf_jobio_error(rd_kafka_t *producer, const sf_job *job, const char *code, const char *message);
 int sf_jobio_result(rd_kafka_t *producer, const sf_job *job, const json_t *result);
 /* A message that is not a valid job: copies it to the dead-letter topic and, when its

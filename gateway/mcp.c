@@ -3,6 +3,7 @@
  * replies to CallToolResult. */
 #include "gateway.h"
 #include "sf_jobio.h"
+#include "sf_jsonrpc.h"
 #include "sf_log.h"
 
 #include <stdlib.h>
@@ -247,36 +248,14 @@ static void initialize(mcp_call *c, json_t *params)
     gw_session_create(c->ctx, c->team, c->protocol, on_session, c);
 }
 
-static void dispatch(mcp_call *c)
+/* c->msg was parsed and checked by sf_rpc_parse (c->id is its id). */
+static void dispatch(mcp_call *c, const sf_rpc_msg *rpc)
 {
-    json_t *m = c->msg;
-    const char *method = json_string_value(json_object_get(m, "method"));
-    json_t *params = json_object_get(m, "params");
+    const char *method = rpc->method;
+    json_t *params = rpc->params;
 
-    c->id = json_object_get(m, "id");
-    if (!method) {
-        if (json_object_get(m, "result") || json_object_get(m, "error")) {
-            respond_raw(c, 202, NULL, NULL); /* a response to us: nothing to do */
-            call_free(c);
-            return;
-        }
-        respond_rpc_error(c, 400, -32600, "Invalid Request: 'method' is missing.");
-        call_free(c);
-        return;
-    }
-    if (!c->id || json_is_null(c->id)) { /* a notification */
+    if (rpc->kind != SF_RPC_REQUEST) { /* a notification, or a response to us */
         respond_raw(c, 202, NULL, NULL);
-        call_free(c);
-        return;
-    }
-    if (!json_is_string(c->id) && !json_is_integer(c->id)) {
-        c->id = NULL;
-        respond_rpc_error(c, 400, -32600, "Invalid Request: 'id' must be a string or an integer.");
-        call_free(c);
-        return;
-    }
-    if (params && !json_is_object(params)) {
-        respond_rpc_error(c, 200, -32602, "Invalid params: 'params' must be an object.");
         call_free(c);
         return;
     }
@@ -316,9 +295,11 @@ static void on_abort(gw_req *req, void *arg)
 static void on_auth(void *arg, int status, const char *team)
 {
     mcp_call *c = arg;
-    json_error_t jerr;
+    sf_rpc_msg rpc;
+    char why[256];
     const char *body;
     size_t len;
+    int rc;
 
     c->busy = 0;
     if (!c->req) {
@@ -359,28 +340,15 @@ static void on_auth(void *arg, int status, const char *team)
         return;
     }
     body = gw_req_body(c->req, &len);
-    if (!(c->msg = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr))) {
-        char why[256];
-        snprintf(why, sizeof(why), "Parse error: the body is not valid JSON (%s at line %d).",
-                 jerr.text, jerr.line);
-        respond_rpc_error(c, 400, -32700, why);
+    rc = sf_rpc_parse(body, len, &rpc, why, sizeof(why));
+    c->msg = rpc.msg; /* the call owns the message from here */
+    c->id = rpc.id;
+    if (rc < 0) {
+        respond_rpc_error(c, rc == SF_RPC_INVALID_PARAMS ? 200 : 400, rc, why);
         call_free(c);
         return;
     }
-    if (json_is_array(c->msg)) {
-        respond_rpc_error(c, 400, -32600, "Invalid Request: JSON-RPC batches are not supported; "
-                                          "send one message per request.");
-        call_free(c);
-        return;
-    }
-    if (!json_is_object(c->msg) ||
-        strcmp(json_string_value(json_object_get(c->msg, "jsonrpc")) ?: "", "2.0") != 0) {
-        respond_rpc_error(c, 400, -32600, "Invalid Request: send a JSON-RPC 2.0 object "
-                                          "with \"jsonrpc\": \"2.0\".");
-        call_free(c);
-        return;
-    }
-    dispatch(c);
+    dispatch(c, &rpc);
 }
 
 static int origin_allowed(const gw_ctx *ctx, const char *origin)

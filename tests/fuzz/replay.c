@@ -1,7 +1,13 @@
 /* main() for the fuzz harnesses when they are not built for libFuzzer: replays the files
  * (or directories of files) named on the command line through LLVMFuzzerTestOneInput, which
  * is how CTest runs each corpus. A harness may define sf_fuzz_cleanup() to free what it
- * built at start-up. */
+ * built at start-up.
+ *
+ * Like libFuzzer's -malloc_limit_mb, an input that makes the code under test ask for
+ * more than ALLOC_LIMIT bytes in one allocation fails the run: a decoder must refuse a
+ * hostile count before it reserves memory for it. */
+#include "alloc_track.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
@@ -9,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#define ALLOC_LIMIT (64u << 20)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 void sf_fuzz_cleanup(void) __attribute__((weak));
@@ -34,8 +42,14 @@ static int run_file(const char *path)
         return -1;
     }
     fclose(f);
+    alloc_track_reset();
     LLVMFuzzerTestOneInput(buf, (size_t)len);
     free(buf);
+    if (alloc_track_largest() > ALLOC_LIMIT) {
+        fprintf(stderr, "%s: one allocation of %zu bytes (the limit is %u)\n", path,
+                alloc_track_largest(), ALLOC_LIMIT);
+        abort();
+    }
     return 0;
 }
 

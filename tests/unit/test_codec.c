@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "alloc_track.h"
 #include "sf_codec.h"
 #include "sf_mpjson.h"
 
@@ -302,6 +303,111 @@ static void reply_rejects(void **state)
     sf_buf_fini(&buf);
 }
 
+/* Headers that claim more elements or bytes than follow them: each must be refused by the
+ * pre-scan, before msgpack-c reserves memory for the claim (issue #5: an 11-byte job made
+ * a daemon reserve 1 GiB). Each claim is about 1 GiB of msgpack objects. */
+static void count_bombs_refused_before_allocating(void **state)
+{
+    static const struct {
+        const char *name;
+        const char *bytes;
+        size_t len;
+    } bombs[] = {
+#define B(n, s) {n, s, sizeof(s) - 1}
+        B("array32 in args", "\x81\xa4" "args" "\xdd\x02\xaa\xaa\xab"),
+        B("map32 at the top", "\xdf\x01\x55\x55\x56"),
+        B("map32 in args", "\x83\xa1v\x01\xa2id\xa1x\xa4" "args" "\xdf\x01\x55\x55\x56"),
+        B("nested array32", "\x91\x91\x91\xdd\x02\xaa\xaa\xab"),
+        B("str32 length", "\x81\xa4" "args" "\x81\xa1" "a" "\xdb\x7f\xff\xff\xff"),
+        B("bin32 length", "\x81\xa4" "args" "\x81\xa1" "a" "\xc6\x7f\xff\xff\xff"),
+        B("ext32 length", "\x81\xa4" "args" "\x81\xa1" "a" "\xc9\x7f\xff\xff\xff\x01"),
+        B("map32 in result", "\x84\xa1v\x01\xa2id\xa1x\xa4kind\xa6result\xa6result"
+                             "\xdf\x01\x55\x55\x56"),
+#undef B
+    };
+    char id[SF_ID_MAX], reply[SF_TOPIC_MAX];
+    void *volatile probe;
+
+    alloc_track_reset(); /* the tracker sees what is allocated (this test can fail) */
+    probe = malloc(1 << 20);
+    free(probe);
+    assert_true(alloc_track_largest() >= 1 << 20);
+    for (size_t i = 0; i < sizeof(bombs) / sizeof(bombs[0]); i++) {
+        const char *why = NULL;
+        sf_job j;
+        sf_reply r;
+
+        alloc_track_reset();
+        assert_int_not_equal(sf_job_decode(bombs[i].bytes, bombs[i].len, &j, &why), 0);
+        if (!why || !strstr(why, "runs past the end"))
+            fail_msg("%s: job refused for '%s', not by the pre-scan", bombs[i].name, why);
+        why = NULL;
+        assert_int_not_equal(sf_reply_decode(bombs[i].bytes, bombs[i].len, &r, &why), 0);
+        assert_non_null(strstr(why, "runs past the end"));
+        assert_int_not_equal(sf_job_peek_reply(bombs[i].bytes, bombs[i].len, id, reply), 0);
+        if (alloc_track_largest() > 64 * 1024)
+            fail_msg("%s: one allocation of %zu bytes while refusing %zu bytes", bombs[i].name,
+                     alloc_track_largest(), bombs[i].len);
+    }
+}
+
+/* args = {"a": [nil x n]} in a job: n values and the envelope's. */
+static void pack_job_with_nils(sf_buf *b, size_t n)
+{
+    msgpack_packer pk;
+
+    msgpack_packer_init(&pk, b, w);
+    msgpack_pack_map(&pk, 7);
+    sf_mp_pack_str(&pk, "v");
+    msgpack_pack_int(&pk, 1);
+    sf_mp_pack_kv_str(&pk, "id", "job_1");
+    sf_mp_pack_kv_str(&pk, "team", "t");
+    sf_mp_pack_kv_str(&pk, "tool", "sandbox_exec");
+    sf_mp_pack_kv_str(&pk, "reply", "sf.reply.g");
+    sf_mp_pack_str(&pk, "deadline");
+    msgpack_pack_int(&pk, 1);
+    sf_mp_pack_str(&pk, "args");
+    msgpack_pack_map(&pk, 1);
+    sf_mp_pack_str(&pk, "a");
+    msgpack_pack_array(&pk, n);
+    for (size_t i = 0; i < n; i++)
+        msgpack_pack_nil(&pk);
+}
+
+/* Real bytes behind every count, but more values than one message may carry, or nested
+ * deeper than an envelope may be: refused on the raw bytes too. */
+static void value_count_and_depth_bounded(void **state)
+{
+    sf_buf buf;
+    sf_job j;
+    const char *why = NULL;
+
+    sf_buf_init(&buf, SF_MSG_MAX);
+    pack_job_with_nils(&buf, SF_MSG_MAX_VALUES + 1);
+    alloc_track_reset();
+    assert_int_equal(sf_job_decode(buf.p, buf.len, &j, &why), -E2BIG);
+    assert_non_null(strstr(why, "too many msgpack values"));
+    assert_true(alloc_track_largest() < 64 * 1024);
+    sf_buf_reset(&buf);
+    pack_job_with_nils(&buf, SF_MSG_MAX_VALUES - 64); /* within the bound: decodes */
+    assert_int_equal(sf_job_decode(buf.p, buf.len, &j, &why), 0);
+    assert_int_equal(json_array_size(json_object_get(j.args, "a")), SF_MSG_MAX_VALUES - 64);
+    sf_job_fini(&j);
+
+    sf_buf_reset(&buf);
+    {
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &buf, w);
+        for (int d = 0; d < SF_MSG_MAX_DEPTH + 2; d++)
+            msgpack_pack_array(&pk, 1);
+        msgpack_pack_nil(&pk);
+    }
+    why = NULL;
+    assert_int_not_equal(sf_job_decode(buf.p, buf.len, &j, &why), 0);
+    assert_non_null(strstr(why, "nested too deeply"));
+    sf_buf_fini(&buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -312,6 +418,8 @@ int main(void)
         cmocka_unit_test(job_rejects_trailing_and_oversize),
         cmocka_unit_test(peek_reply_of_broken_job),
         cmocka_unit_test(reply_rejects),
+        cmocka_unit_test(count_bombs_refused_before_allocating),
+        cmocka_unit_test(value_count_and_depth_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
