@@ -9,9 +9,11 @@
     "  local key = 'sf:sb:{' .. id .. '}'\n"                                                   \
     "  local v = redis.call('HMGET', key, 'team', 'host', 'state')\n"                          \
     "  if not v[1] then return 0 end\n"                                                        \
-    "  if only_live and v[3] ~= 'creating' and v[3] ~= 'running' and v[3] ~= 'paused' then\n"  \
+    "  if only_live and v[3] ~= 'creating' and v[3] ~= 'running' and v[3] ~= 'paused' and\n"   \
+    "     v[3] ~= 'killing' then\n"                                                              \
     "    return 0\n"                                                                           \
     "  end\n"                                                                                  \
+    "  if only_live and v[3] == 'killing' then state = 'killed' end\n"                         \
     "  redis.call('HSET', key, 'state', state)\n"                                              \
     "  redis.call('EXPIRE', key, 3600)\n"                                                      \
     "  redis.call('SREM', 'sf:team:{' .. v[1] .. '}:sandboxes', id)\n"                         \
@@ -28,6 +30,18 @@
     "end\n"
 
 static const char lua_retire[] = LUA_RETIRE "return retire(ARGV[1], ARGV[2], ARGV[3] == '1')\n";
+
+/* A killed sandbox leaves its team's set at once (not listed, not counted against the
+ * team's quota), its host's set only when the teardown ended. */
+static const char lua_mark_killing[] =
+    "local key = 'sf:sb:{' .. ARGV[1] .. '}'\n"
+    "local v = redis.call('HMGET', key, 'team', 'state')\n"
+    "if v[2] == 'creating' or v[2] == 'running' or v[2] == 'paused' then\n"
+    "  redis.call('HSET', key, 'state', 'killing')\n"
+    "  redis.call('SREM', 'sf:team:{' .. v[1] .. '}:sandboxes', ARGV[1])\n"
+    "  return 1\n"
+    "end\n"
+    "return 0\n";
 
 static const char lua_retire_host[] = LUA_RETIRE "return retire_host(ARGV[1])\n";
 
@@ -46,6 +60,11 @@ int sf_records_retire(sf_redis *r, const char *id, const char *state, int only_l
 {
     return sf_redis_cmd(r, cb, priv, "EVAL %s 0 %s %s %s", lua_retire, id, state,
                         only_live ? "1" : "0");
+}
+
+int sf_records_mark_killing(sf_redis *r, const char *id, redisCallbackFn *cb, void *priv)
+{
+    return sf_redis_cmd(r, cb, priv, "EVAL %s 0 %s", lua_mark_killing, id);
 }
 
 int sf_records_retire_host_sync(redisContext *c, const char *host, long long *n)

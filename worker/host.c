@@ -1,11 +1,107 @@
-/* host.c: this host's heartbeat in Redis (liveness + capacity for placement). */
+/* host.c: this host's heartbeat in Redis (liveness + capacity for placement), and
+ * the periodic check of which sandboxes the platform still knows.
+ *
+ * The heartbeat has its own thread and its own blocking Redis connection, so that
+ * nothing on the event loop (a slow job, a stalled callback) can delay it: the
+ * scheduler declares a host dead after host_dead_ms without one, and that would
+ * lose every sandbox on it. It publishes the fields of CONTRACTS.md; `running` comes
+ * from the loop through an atomic. */
 #include "worker.h"
 #include "sf_log.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
-/* The sandboxes this worker runs, as asked of Redis in one heartbeat. */
+#define WK_VERSION "0.2.0"
+
+static pthread_mutex_t beat_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t beat_cv;
+
+/* One beat over the thread's connection: 0, or -1 when the connection is broken. */
+static int beat_once(wk_ctx *ctx, redisContext *rc)
+{
+    char ts[24], cap[24], running[24], mem[24], vcpu[24], key[128], ttl[24];
+    redisReply *rep;
+    int ok = 1;
+
+    snprintf(ts, sizeof(ts), "%lld", (long long)sf_now_ms());
+    snprintf(cap, sizeof(cap), "%lld", (long long)ctx->capacity);
+    snprintf(running, sizeof(running), "%d", atomic_load(&ctx->beat.running));
+    snprintf(mem, sizeof(mem), "%llu", (unsigned long long)ctx->res.mem_mib);
+    snprintf(vcpu, sizeof(vcpu), "%llu", (unsigned long long)ctx->res.vcpu_milli);
+    snprintf(ttl, sizeof(ttl), "%lld", (long long)ctx->cfg.heartbeat_ms * 10);
+    snprintf(key, sizeof(key), SF_RK_HOST, ctx->host_id);
+    redisAppendCommand(rc, "HSET %s id %s topic %s driver %s version %s ts %s running %s "
+                       "capacity %s mem_mib %s vcpu_milli %s", key, ctx->host_id, ctx->topic,
+                       ctx->ops->name, WK_VERSION, ts, running, cap, mem, vcpu);
+    redisAppendCommand(rc, "PEXPIRE %s %s", key, ttl);
+    redisAppendCommand(rc, "ZADD " SF_RK_HOSTS " %s %s", ts, ctx->host_id);
+    for (int i = 0; i < 3; i++) {
+        if (redisGetReply(rc, (void **)&rep) != REDIS_OK || !rep)
+            return -1;
+        if (rep->type == REDIS_REPLY_ERROR) {
+            if (ok)
+                sf_warn("msg=\"heartbeat write failed\" err=\"%s\"", rep->str);
+            ok = 0;
+        }
+        freeReplyObject(rep);
+    }
+    return 0;
+}
+
+static void *beat_main(void *arg)
+{
+    wk_ctx *ctx = arg;
+    redisContext *rc = NULL;
+    char why[256];
+    int warned = 0;
+
+    pthread_mutex_lock(&beat_mu);
+    while (!atomic_load(&ctx->beat.stop)) {
+        struct timespec until;
+
+        pthread_mutex_unlock(&beat_mu);
+        if (!rc && (rc = sf_redis_connect_sync(ctx->cfg.common.redis_url, why, sizeof(why)))) {
+            struct timeval tv = {2, 0};
+            redisSetTimeout(rc, tv); /* a hung Redis costs a beat, not the thread */
+        }
+        if (rc && beat_once(ctx, rc) < 0) {
+            redisFree(rc);
+            rc = NULL;
+        }
+        if (!rc && !warned++)
+            sf_warn("msg=\"heartbeat cannot reach Redis; retrying\"");
+        if (rc)
+            warned = 0;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += ctx->cfg.heartbeat_ms / 1000;
+        until.tv_nsec += (ctx->cfg.heartbeat_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&beat_mu);
+        while (!atomic_load(&ctx->beat.stop) &&
+               pthread_cond_timedwait(&beat_cv, &beat_mu, &until) != ETIMEDOUT)
+            ;
+    }
+    pthread_mutex_unlock(&beat_mu);
+    /* Leaving: placement stops choosing this host at once. */
+    if (!rc)
+        rc = sf_redis_connect_sync(ctx->cfg.common.redis_url, why, sizeof(why));
+    if (rc) {
+        redisReply *rep = redisCommand(rc, "ZREM " SF_RK_HOSTS " %s", ctx->host_id);
+        if (rep)
+            freeReplyObject(rep);
+        redisFree(rc);
+    }
+    return NULL;
+}
+
+/* The sandboxes this worker runs, as asked of Redis in one check. */
 typedef struct box_check {
     wk_ctx *ctx;
     size_t n;
@@ -15,7 +111,9 @@ typedef struct box_check {
 static void collect_id(const char *key, void *val, void *arg)
 {
     box_check *bc = arg;
-    snprintf(bc->ids[bc->n++], SF_ID_MAX, "%s", key);
+    wk_box *b = val;
+    if (b->state == WK_BOX_RUNNING)
+        snprintf(bc->ids[bc->n++], SF_ID_MAX, "%s", key);
 }
 
 /* A sandbox that left this host's set while we still run it was given up by the platform
@@ -30,23 +128,24 @@ static void on_box_check(redisAsyncContext *ac, void *r, void *priv)
         for (size_t i = 0; i < bc->n; i++) {
             wk_box *b;
             if (rep->element[i]->type != REDIS_REPLY_INTEGER || rep->element[i]->integer != 0 ||
-                !(b = sf_map_get(bc->ctx->sandboxes, bc->ids[i])))
+                !(b = sf_map_get(bc->ctx->sandboxes, bc->ids[i])) || b->state != WK_BOX_RUNNING)
                 continue;
             sf_warn("msg=\"sandbox given up by the platform; killing it\" sandbox=%s", b->id);
-            wk_box_destroy(b, "lost");
+            wk_box_kill(b, "lost");
         }
     }
     free(bc);
 }
 
-static void check_boxes(wk_ctx *ctx)
+static void check_boxes(evutil_socket_t fd, short what, void *arg)
 {
+    wk_ctx *ctx = arg;
     size_t n = sf_map_len(ctx->sandboxes);
     box_check *bc;
     const char **argv;
     char key[128];
 
-    if (n == 0 || !(bc = malloc(sizeof(*bc) + n * SF_ID_MAX)))
+    if (n == 0 || !sf_redis_connected(ctx->redis) || !(bc = malloc(sizeof(*bc) + n * SF_ID_MAX)))
         return;
     if (!(argv = calloc(n + 2, sizeof(*argv)))) {
         free(bc);
@@ -60,49 +159,44 @@ static void check_boxes(wk_ctx *ctx)
     argv[1] = key;
     for (size_t i = 0; i < bc->n; i++)
         argv[i + 2] = bc->ids[i];
-    if (sf_redis_cmdargv(ctx->redis, on_box_check, bc, (int)bc->n + 2, argv, NULL) < 0)
+    if (bc->n == 0 || sf_redis_cmdargv(ctx->redis, on_box_check, bc, (int)bc->n + 2, argv, NULL) < 0)
         free(bc);
     free(argv);
-}
-
-static void heartbeat(evutil_socket_t fd, short what, void *arg)
-{
-    wk_ctx *ctx = arg;
-    char ts[24], cap[24], running[24], key[128];
-
-    snprintf(ts, sizeof(ts), "%lld", (long long)sf_now_ms());
-    snprintf(cap, sizeof(cap), "%lld", (long long)ctx->cfg.capacity);
-    snprintf(running, sizeof(running), "%zu", sf_map_len(ctx->sandboxes));
-    snprintf(key, sizeof(key), SF_RK_HOST, ctx->host_id);
-    if (!sf_redis_connected(ctx->redis))
-        return;
-    sf_redis_cmd(ctx->redis, wk_redis_logged, NULL, "HSET %s id %s topic %s capacity %s running %s "
-                 "driver %s ts %s", key, ctx->host_id, ctx->topic, cap, running,
-                 ctx->cfg.driver, ts);
-    sf_redis_cmd(ctx->redis, wk_redis_logged, NULL, "PEXPIRE %s %lld", key,
-                 (long long)ctx->cfg.heartbeat_ms * 10);
-    sf_redis_cmd(ctx->redis, wk_redis_logged, NULL, "ZADD " SF_RK_HOSTS " %s %s", ts, ctx->host_id);
-    check_boxes(ctx);
 }
 
 int wk_host_start(wk_ctx *ctx)
 {
     struct timeval tv = {ctx->cfg.heartbeat_ms / 1000, (ctx->cfg.heartbeat_ms % 1000) * 1000};
+    pthread_condattr_t ca;
 
-    if (!(ctx->ev_heartbeat = event_new(ctx->d.base, -1, EV_PERSIST, heartbeat, ctx)))
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&beat_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    atomic_store(&ctx->beat.stop, 0);
+    atomic_store(&ctx->beat.running, (int)sf_map_len(ctx->sandboxes));
+    if (pthread_create(&ctx->beat_thread, NULL, beat_main, ctx) != 0)
         return -1;
-    event_add(ctx->ev_heartbeat, &tv);
-    /* First beat as soon as Redis is connected: 50 ms from now. */
-    event_active(ctx->ev_heartbeat, EV_TIMEOUT, 0);
+    ctx->beat_started = 1;
+    if (!(ctx->ev_check = event_new(ctx->d.base, -1, EV_PERSIST, check_boxes, ctx)))
+        return -1;
+    event_add(ctx->ev_check, &tv);
     return 0;
 }
 
 void wk_host_stop(wk_ctx *ctx)
 {
-    if (ctx->ev_heartbeat) {
-        event_free(ctx->ev_heartbeat);
-        ctx->ev_heartbeat = NULL;
+    if (ctx->ev_check) {
+        event_free(ctx->ev_check);
+        ctx->ev_check = NULL;
     }
-    if (ctx->redis && sf_redis_connected(ctx->redis))
-        sf_redis_cmd(ctx->redis, NULL, NULL, "ZREM " SF_RK_HOSTS " %s", ctx->host_id);
+    if (ctx->beat_started) {
+        pthread_mutex_lock(&beat_mu);
+        atomic_store(&ctx->beat.stop, 1);
+        pthread_cond_signal(&beat_cv);
+        pthread_mutex_unlock(&beat_mu);
+        pthread_join(ctx->beat_thread, NULL);
+        ctx->beat_started = 0;
+        pthread_cond_destroy(&beat_cv);
+    }
 }

@@ -1,13 +1,18 @@
-/* The jail driver's public API (sandbox.h): host set-up and clean-up, sandbox
- * create and kill. The pieces live in template.c, cgroup.c, jail_fs.c,
- * jail_seccomp.c, jail_spawn.c and jail_agent.c (see jail_int.h). */
+/* The jail driver's operations (driver.h, `wk_jail_driver`): host set-up and
+ * clean-up, create (on the thread pool), kill (signal on the loop, the rest off
+ * it). The pieces live in template.c, cgroup.c, jail_fs.c, jail_seccomp.c,
+ * jail_spawn.c and jail_agent.c (see jail_int.h). */
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "jail_int.h"
@@ -15,39 +20,7 @@
 #include "sf_util.h"
 
 #define ERR_KILLED "The sandbox was killed while the command ran."
-
-typedef struct jail_cfg {
-    uint64_t memory;
-    int pids;
-    uint32_t uid_base;
-} jail_cfg;
-
-static int check_opts(const wk_jail_opts *o, jail_cfg *c, const char **why)
-{
-    struct stat st;
-
-    if (!o || !o->state_dir || o->state_dir[0] != '/' || strlen(o->state_dir) > 1024) {
-        *why = "state_dir must be an absolute path of at most 1024 bytes.";
-        return -EINVAL;
-    }
-    if (!o->agent_path || stat(o->agent_path, &st) < 0 || !S_ISREG(st.st_mode) ||
-        !(st.st_mode & S_IXOTH)) {
-        *why = "agent_path must name the built sandfleet-agent binary (a regular file executable by all).";
-        return -EINVAL;
-    }
-    c->memory = o->memory_bytes ? o->memory_bytes : WK_MEMORY_DEFAULT;
-    c->pids = o->pids_max > 0 ? o->pids_max : WK_PIDS_DEFAULT;
-    c->uid_base = o->uid_base ? o->uid_base : WK_UID_BASE_DEFAULT;
-    if (c->uid_base < WK_UID_RANGE || c->uid_base > UINT32_MAX - 2 * WK_UID_RANGE) {
-        *why = "uid_base must be at least 65536 and leave room for one 65536-id range below 2^32.";
-        return -EINVAL;
-    }
-    if (c->memory < (4ull << 20)) {
-        *why = "memory_bytes must be at least 4 MiB.";
-        return -EINVAL;
-    }
-    return 0;
-}
+#define FINI_WAIT_MS 20000 /* host_fini waits this long for teardowns */
 
 static int sb_path(char *buf, size_t n, const char *state_dir, const char *id)
 {
@@ -55,175 +28,78 @@ static int sb_path(char *buf, size_t n, const char *state_dir, const char *id)
     return r < 0 || (size_t)r >= n ? -ENAMETOOLONG : 0;
 }
 
-int wk_jail_host_init(const wk_jail_opts *o, const char **why)
-{
-    const struct sock_fprog *prog;
-    char path[WK_PATH_MAX];
-    jail_cfg c;
-    int rc;
+/* ---- host ----------------------------------------------------------------- */
 
-    *why = NULL;
-    if ((rc = check_opts(o, &c, why)) < 0)
-        return rc;
-    if (geteuid() != 0) {
-        *why = "The jail driver needs root (namespaces, cgroups, uid maps); run the worker as root.";
-        return -EPERM;
-    }
-    sb_path(path, sizeof(path), o->state_dir, NULL);
-    if ((rc = wk_mkdir_p(path, 0700)) < 0) {
-        *why = "Cannot create state_dir/sandboxes; check that state_dir is writable by root.";
-        return rc;
-    }
-    if ((rc = wk_template_ensure(o->state_dir, why)) < 0 || (rc = wk_cgroup_host_init(why)) < 0 ||
-        (rc = wk_seccomp_prog(&prog, why)) < 0)
-        return rc;
-    sf_info("msg=\"jail driver ready\" state_dir=%s cgroup=%s uid_base=%u", o->state_dir,
-            wk_cgroup_is_v2() ? "v2" : "v1", c.uid_base);
+static int copy_str(char *dst, size_t n, const char *src)
+{
+    size_t len = src ? strlen(src) : 0;
+    if (len >= n)
+        return -ENAMETOOLONG;
+    memcpy(dst, src ? src : "", len + 1);
     return 0;
 }
 
-int wk_jail_create(struct event_base *base, const wk_jail_opts *o, const char *id,
-                   wk_sandbox **out, const char **why)
+static int check_limits(const wk_limits *l, const char **why)
 {
-    const struct sock_fprog *prog;
-    char lower[WK_PATH_MAX];
-    uint64_t t0 = sf_mono_us();
-    wk_spawn_args sa;
-    wk_sandbox *sb;
-    int sv[2] = {-1, -1}, dir_made = 0, rc;
-    jail_cfg c;
-
-    *why = NULL;
-    if (!base || !id || !out || !sf_id_valid(id)) {
-        *why = "The sandbox id must match [a-z0-9_-]{1,63}.";
+    if (l->memory_mib < 16 || l->memory_mib > (1u << 22)) {
+        *why = "memory_mib must be from 16 to 4194304.";
         return -EINVAL;
     }
-    if ((rc = check_opts(o, &c, why)) < 0)
-        return rc;
-    if ((rc = wk_seccomp_prog(&prog, why)) < 0)
-        return rc;
-    if (wk_template_path(o->state_dir, lower, sizeof(lower)) < 0) {
-        *why = "state_dir is too long; use a shorter path.";
-        return -ENAMETOOLONG;
+    if (l->pids_max < 8 || l->pids_max > 4000000) {
+        *why = "pids_max must be from 8 to 4000000.";
+        return -EINVAL;
     }
-    if (!(sb = calloc(1, sizeof(*sb)))) {
-        *why = "The worker is out of memory.";
-        return -ENOMEM;
+    if (l->vcpu_milli < 10 || l->vcpu_milli > 1000000) {
+        *why = "vcpu_milli must be from 10 to 1000000.";
+        return -EINVAL;
     }
-    memcpy(sb->id, id, strlen(id) + 1);
-    sb->base = base;
-    sb->pidfd = sb->slot_fd = -1;
-    sb->cg.fd = -1;
-    if (sb_path(sb->sbdir, sizeof(sb->sbdir), o->state_dir, id) < 0) {
-        rc = -ENAMETOOLONG;
-        *why = "state_dir is too long; use a shorter path.";
-        goto fail;
-    }
-    if ((rc = wk_slot_acquire(c.uid_base, &sb->host_uid, &sb->slot_fd)) < 0) {
-        *why = rc == -EAGAIN ? "Every uid range of this host is in use; kill a sandbox and retry."
-                             : "Cannot lock a uid range under " WK_UID_LOCK_DIR "; run the worker as root.";
-        goto fail;
-    }
-    if ((rc = wk_sbdir_create(sb->sbdir, sb->host_uid, why)) < 0)
-        goto fail;
-    dir_made = 1;
-    if ((rc = wk_cgroup_create(&sb->cg, id, c.memory, c.pids, why)) < 0)
-        goto fail;
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
-        rc = -errno;
-        *why = "The worker is out of file descriptors; raise its limit (ulimit -n).";
-        goto fail;
-    }
-    sa = (wk_spawn_args){
-        .lower = lower,
-        .sbdir = sb->sbdir,
-        .agent_path = o->agent_path,
-        .hostname = id,
-        .host_uid = sb->host_uid,
-        .cg = &sb->cg,
-        .seccomp = prog,
-        .sock = sv[1],
-    };
-    rc = wk_spawn(&sa, &sb->pid, &sb->pidfd, why);
-    close(sv[1]);
-    sv[1] = -1;
-    if (rc < 0)
-        goto fail;
-    if ((rc = wk_agent_ping(sv[0], WK_PING_TIMEOUT_MS, why)) < 0)
-        goto fail;
-    if ((rc = wk_agent_attach(sb, sv[0])) < 0) {
-        *why = "The worker is out of memory.";
-        goto fail;
-    }
-    sv[0] = -1; /* owned by the bufferevent */
-    sf_info("msg=\"sandbox created\" sandbox=%s pid=%d uid=%u create_us=%llu", id, (int)sb->pid,
-            sb->host_uid, (unsigned long long)(sf_mono_us() - t0));
-    *out = sb;
     return 0;
-fail:
-    sf_error("msg=\"sandbox create failed\" sandbox=%s err=%d why=\"%s\"", id, rc,
-             *why ? *why : "");
-    if (sv[0] >= 0)
-        close(sv[0]);
-    wk_spawn_kill(&sb->pidfd);
-    wk_cgroup_destroy(&sb->cg);
-    if (dir_made)
-        wk_rmtree(sb->sbdir);
-    if (sb->slot_fd >= 0)
-        close(sb->slot_fd);
-    free(sb);
-    return rc;
 }
 
-void wk_sandbox_kill(wk_sandbox *sb)
+/* Host memory (MiB, from /proc/meminfo), CPUs and free disk under state_dir. */
+static void measure_host(const wk_host_cfg *c, wk_host_res *res)
 {
-    uint64_t t0 = sf_mono_us();
-    int rc;
+    uint64_t mem_kib = 0, share = c->host_share_pct ? c->host_share_pct : 100;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    char line[256];
+    struct statvfs sv;
+    FILE *f = fopen("/proc/meminfo", "re");
+    uint64_t mem_mib, cpu;
 
-    if (!sb || sb->killed)
-        return;
-    sb->killed = 1;
-    sb->depth++;
-    wk_agent_fail_all(sb, ERR_KILLED);
-    wk_agent_detach(sb);
-    wk_cgroup_thaw(&sb->cg);
-    wk_spawn_kill(&sb->pidfd);
-    if ((rc = wk_cgroup_destroy(&sb->cg)) < 0)
-        sf_error("msg=\"cannot remove the sandbox cgroups\" sandbox=%s err=%d", sb->id, rc);
-    if ((rc = wk_rmtree(sb->sbdir)) < 0)
-        sf_error("msg=\"cannot remove the sandbox directory\" sandbox=%s dir=%s err=%d", sb->id,
-                 sb->sbdir, rc);
-    if (sb->slot_fd >= 0) {
-        close(sb->slot_fd);
-        sb->slot_fd = -1;
-    }
-    sf_info("msg=\"sandbox killed\" sandbox=%s kill_us=%llu", sb->id,
-            (unsigned long long)(sf_mono_us() - t0));
-    sb->depth--;
-    wk_sandbox_release(sb);
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "MemTotal: %llu kB", (unsigned long long *)&mem_kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    mem_mib = mem_kib / 1024;
+    mem_mib = mem_mib > c->reserve_mem_mib ? mem_mib - c->reserve_mem_mib : 0;
+    res->mem_mib = mem_mib * share / 100;
+    cpu = (uint64_t)(ncpu > 0 ? ncpu : 1) * 1000;
+    cpu = cpu > c->reserve_vcpu_milli ? cpu - c->reserve_vcpu_milli : 100;
+    res->vcpu_milli = cpu * share / 100 * (c->cpu_overcommit_pct ? c->cpu_overcommit_pct : 100) / 100;
+    res->disk_mib = 0;
+    if (statvfs(c->state_dir, &sv) == 0)
+        res->disk_mib = (uint64_t)sv.f_bavail * sv.f_frsize / (1 << 20) * share / 100;
+    res->slots = WK_SLOTS_MAX;
 }
 
-const char *wk_sandbox_id(const wk_sandbox *sb)
-{
-    return sb ? sb->id : NULL;
-}
-
-void wk_jail_host_cleanup(const wk_jail_opts *o)
+/* Kills what a previous worker run left under state_dir: every sandboxes/<id>/
+ * (its cgroups' processes, the cgroups, the directory) and unfinished template
+ * builds. */
+static void host_cleanup(const char *state_dir)
 {
     char dir[WK_PATH_MAX], path[WK_PATH_MAX];
     struct dirent *e;
     DIR *d;
 
-    if (!o || !o->state_dir || o->state_dir[0] != '/')
-        return;
-    wk_template_cleanup(o->state_dir);
-    if (sb_path(dir, sizeof(dir), o->state_dir, NULL) < 0 || !(d = opendir(dir)))
+    wk_template_cleanup(state_dir);
+    if (sb_path(dir, sizeof(dir), state_dir, NULL) < 0 || !(d = opendir(dir)))
         return;
     while ((e = readdir(d))) {
         wk_cgroup cg;
         int rc;
 
-        if (!sf_id_valid(e->d_name) || sb_path(path, sizeof(path), o->state_dir, e->d_name) < 0)
+        if (!sf_id_valid(e->d_name) || sb_path(path, sizeof(path), state_dir, e->d_name) < 0)
             continue;
         /* Its agent exits when the old worker's socket end closes, which ends
          * the pid namespace; the cgroup sweep catches anything still there. */
@@ -237,3 +113,401 @@ void wk_jail_host_cleanup(const wk_jail_opts *o)
     }
     closedir(d);
 }
+
+static int jail_host_init(const wk_host_cfg *c, wk_driver **out, const char **why)
+{
+    const struct sock_fprog *prog;
+    char path[WK_PATH_MAX];
+    struct stat st;
+    wk_driver *d;
+    int rc;
+
+    *why = NULL;
+    if (!c || !c->base || !c->pool) {
+        *why = "The jail driver needs the worker's event loop and thread pool.";
+        return -EINVAL;
+    }
+    if (!c->state_dir || c->state_dir[0] != '/' || strlen(c->state_dir) > 1024) {
+        *why = "state_dir must be an absolute path of at most 1024 bytes.";
+        return -EINVAL;
+    }
+    if (!c->agent_path || stat(c->agent_path, &st) < 0 || !S_ISREG(st.st_mode) ||
+        !(st.st_mode & S_IXOTH)) {
+        *why = "agent_path must name the built sandfleet-agent binary (a regular file executable by all).";
+        return -EINVAL;
+    }
+    if (!sf_id_valid(c->host_id)) {
+        *why = "host_id must match [a-z0-9_-]{1,63}.";
+        return -EINVAL;
+    }
+    if ((rc = check_limits(&c->defaults, why)) < 0)
+        return rc;
+    if (c->uid_base < WK_UID_RANGE || c->uid_base > UINT32_MAX - 2 * WK_UID_RANGE) {
+        *why = "uid_base must be at least 65536 and leave room for one 65536-id range below 2^32.";
+        return -EINVAL;
+    }
+    if (geteuid() != 0) {
+        *why = "The jail driver needs root (namespaces, cgroups, uid maps); run the worker as root.";
+        return -EPERM;
+    }
+    if (!(d = calloc(1, sizeof(*d)))) {
+        *why = "The worker is out of memory.";
+        return -ENOMEM;
+    }
+    d->base = c->base;
+    d->pool = c->pool;
+    d->defaults = c->defaults;
+    d->uid_base = c->uid_base;
+    d->nofile = c->nofile;
+    d->teardown_stop = c->teardown_stop;
+    copy_str(d->host_id, sizeof(d->host_id), c->host_id);
+    copy_str(d->state_dir, sizeof(d->state_dir), c->state_dir);
+    if (copy_str(d->agent_path, sizeof(d->agent_path), c->agent_path) < 0) {
+        *why = "agent_path is too long.";
+        rc = -ENAMETOOLONG;
+        goto fail;
+    }
+    host_cleanup(d->state_dir);
+    sb_path(path, sizeof(path), d->state_dir, NULL);
+    if ((rc = wk_mkdir_p(path, 0700)) < 0) {
+        *why = "Cannot create state_dir/sandboxes; check that state_dir is writable by root.";
+        goto fail;
+    }
+    if ((rc = wk_template_ensure(d->state_dir, why)) < 0 || (rc = wk_cgroup_host_init(why)) < 0 ||
+        (rc = wk_seccomp_prog(&prog, why)) < 0)
+        goto fail;
+    measure_host(c, &d->res);
+    sf_info("msg=\"jail driver ready\" state_dir=%s cgroup=%s uid_base=%u mem_mib=%llu "
+            "vcpu_milli=%llu disk_mib=%llu", d->state_dir, wk_cgroup_is_v2() ? "v2" : "v1",
+            d->uid_base, (unsigned long long)d->res.mem_mib,
+            (unsigned long long)d->res.vcpu_milli, (unsigned long long)d->res.disk_mib);
+    *out = d;
+    return 0;
+fail:
+    free(d);
+    return rc;
+}
+
+static void jail_host_res(const wk_driver *d, wk_host_res *res)
+{
+    *res = d->res;
+}
+
+static void on_fini_tick(evutil_socket_t fd, short what, void *arg)
+{
+}
+
+static void jail_host_fini(wk_driver *d)
+{
+    struct timeval tick = {0, 100 * 1000};
+    struct event *ev;
+    int64_t deadline = sf_mono_ms() + FINI_WAIT_MS;
+
+    if (!d)
+        return;
+    for (wk_sandbox *sb = d->all; sb; sb = sb->next)
+        if (!sb->killed && sb->bev)
+            wk_jail_driver.kill(sb, NULL, NULL);
+    /* Creates under way end on the pool and are killed by their callbacks' owners
+     * or here on the next pass; teardowns finish on the loop. */
+    ev = event_new(d->base, -1, EV_PERSIST, on_fini_tick, NULL);
+    if (ev)
+        event_add(ev, &tick);
+    while (d->n_all > 0 && sf_mono_ms() < deadline && ev) {
+        event_base_loop(d->base, EVLOOP_ONCE);
+        for (wk_sandbox *sb = d->all; sb; sb = sb->next)
+            if (!sb->killed && sb->bev)
+                wk_jail_driver.kill(sb, NULL, NULL);
+    }
+    if (ev)
+        event_free(ev);
+    if (d->n_all > 0) {
+        /* d stays allocated: their late callbacks still reach it */
+        sf_warn("msg=\"sandboxes still tearing down at exit; the next start removes them\" "
+                "count=%d", d->n_all);
+        return;
+    }
+    free(d);
+}
+
+/* ---- create (pool thread) -------------------------------------------------- */
+
+static void sb_link(wk_driver *d, wk_sandbox *sb)
+{
+    sb->prev = NULL;
+    sb->next = d->all;
+    if (d->all)
+        d->all->prev = sb;
+    d->all = sb;
+    d->n_all++;
+}
+
+static void sb_unlink(wk_driver *d, wk_sandbox *sb)
+{
+    if (sb->prev)
+        sb->prev->next = sb->next;
+    else
+        d->all = sb->next;
+    if (sb->next)
+        sb->next->prev = sb->prev;
+    d->n_all--;
+}
+
+/* Blocking: everything a sandbox needs, up to the agent's first answer. On failure
+ * whatever was made is removed again. */
+static void create_work(void *arg)
+{
+    wk_sandbox *sb = arg;
+    wk_driver *d = sb->drv;
+    const struct sock_fprog *prog;
+    char lower[WK_PATH_MAX];
+    uint64_t t0 = sf_mono_us();
+    const char *why = NULL;
+    wk_spawn_args sa;
+    int sv[2] = {-1, -1}, dir_made = 0, rc;
+
+    if ((rc = wk_seccomp_prog(&prog, &why)) < 0)
+        goto fail;
+    if (wk_template_path(d->state_dir, lower, sizeof(lower)) < 0 ||
+        sb_path(sb->sbdir, sizeof(sb->sbdir), d->state_dir, sb->id) < 0) {
+        why = "state_dir is too long; use a shorter path.";
+        rc = -ENAMETOOLONG;
+        goto fail;
+    }
+    if ((rc = wk_slot_acquire(d->uid_base, &sb->host_uid, &sb->slot_fd)) < 0) {
+        why = rc == -EAGAIN ? "Every uid range of this host is in use; kill a sandbox and retry."
+                            : "Cannot lock a uid range under " WK_UID_LOCK_DIR "; run the worker as root.";
+        goto fail;
+    }
+    if ((rc = wk_sbdir_create(sb->sbdir, sb->host_uid, &why)) < 0)
+        goto fail;
+    dir_made = 1;
+    if ((rc = wk_cgroup_create(&sb->cg, sb->id, (uint64_t)sb->lim.memory_mib << 20,
+                               (int)sb->lim.pids_max, &why)) < 0)
+        goto fail;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+        rc = -errno;
+        why = "The worker is out of file descriptors; raise its limit (ulimit -n).";
+        goto fail;
+    }
+    sa = (wk_spawn_args){
+        .lower = lower,
+        .sbdir = sb->sbdir,
+        .agent_path = d->agent_path,
+        .hostname = sb->id,
+        .host_uid = sb->host_uid,
+        .cg = &sb->cg,
+        .seccomp = prog,
+        .sock = sv[1],
+    };
+    rc = wk_spawn(&sa, &sb->pid, &sb->pidfd, &why);
+    close(sv[1]);
+    sv[1] = -1;
+    if (rc < 0)
+        goto fail;
+    if ((rc = wk_agent_ping(sv[0], WK_PING_TIMEOUT_MS, &why)) < 0)
+        goto fail;
+    sb->sock = sv[0];
+    sf_info("msg=\"sandbox started\" sandbox=%s pid=%d uid=%u create_us=%llu", sb->id,
+            (int)sb->pid, sb->host_uid, (unsigned long long)(sf_mono_us() - t0));
+    sb->create_rc = 0;
+    return;
+fail:
+    sf_error("msg=\"sandbox create failed\" sandbox=%s err=%d why=\"%s\"", sb->id, rc,
+             why ? why : "");
+    if (sv[0] >= 0)
+        close(sv[0]);
+    wk_spawn_kill(&sb->pidfd);
+    wk_cgroup_destroy(&sb->cg);
+    if (dir_made)
+        wk_rmtree(sb->sbdir);
+    if (sb->slot_fd >= 0) {
+        close(sb->slot_fd);
+        sb->slot_fd = -1;
+    }
+    sb->create_rc = rc;
+    sb->create_why = why ? why : "The sandbox could not be started.";
+}
+
+static void teardown_start(wk_sandbox *sb);
+
+static void create_done(void *arg)
+{
+    wk_sandbox *sb = arg;
+    wk_driver *d = sb->drv;
+    wk_create_cb cb = sb->create_cb;
+    void *cb_arg = sb->create_arg;
+
+    if (sb->create_rc == 0 && wk_agent_attach(sb, sb->sock) < 0) {
+        /* Out of memory on the loop: the sandbox runs but cannot be driven. */
+        sf_error("msg=\"cannot attach to the agent; killing the new sandbox\" sandbox=%s", sb->id);
+        close(sb->sock);
+        sb->sock = -1;
+        sb->killed = 1;
+        sb->depth++;
+        syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
+        teardown_start(sb);
+        cb(cb_arg, NULL, -ENOMEM, "The worker is out of memory; retry sandbox_create later.");
+        return;
+    }
+    sb->sock = -1;
+    if (sb->create_rc < 0) {
+        int rc = sb->create_rc;
+        const char *why = sb->create_why;
+        sb_unlink(d, sb);
+        free(sb);
+        cb(cb_arg, NULL, rc, why);
+        return;
+    }
+    cb(cb_arg, sb, 0, NULL);
+}
+
+static int jail_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, void *arg)
+{
+    wk_sandbox *sb;
+    const char *why;
+    wk_limits lim;
+    int rc;
+
+    if (!d || !req || !cb || !sf_id_valid(req->id))
+        return -EINVAL;
+    lim = req->limits;
+    if (!lim.memory_mib)
+        lim.memory_mib = d->defaults.memory_mib;
+    if (!lim.vcpu_milli)
+        lim.vcpu_milli = d->defaults.vcpu_milli;
+    if (!lim.disk_mib)
+        lim.disk_mib = d->defaults.disk_mib;
+    if (!lim.pids_max)
+        lim.pids_max = d->defaults.pids_max;
+    if (!lim.inodes)
+        lim.inodes = d->defaults.inodes;
+    if (check_limits(&lim, &why) < 0)
+        return -EINVAL;
+    for (wk_sandbox *o = d->all; o; o = o->next)
+        if (!strcmp(o->id, req->id))
+            return -EEXIST;
+    if (!(sb = calloc(1, sizeof(*sb))))
+        return -ENOMEM;
+    memcpy(sb->id, req->id, strlen(req->id) + 1);
+    sb->drv = d;
+    sb->base = d->base;
+    sb->lim = lim;
+    sb->pidfd = sb->slot_fd = sb->sock = -1;
+    sb->cg.fd = -1;
+    sb->create_cb = cb;
+    sb->create_arg = arg;
+    if ((rc = wk_pool_run(d->pool, create_work, create_done, sb)) < 0) {
+        free(sb);
+        return rc;
+    }
+    sb_link(d, sb);
+    return 0;
+}
+
+static void jail_limits(const wk_sandbox *sb, wk_limits *out)
+{
+    *out = sb->lim;
+}
+
+/* ---- kill ----------------------------------------------------------------- */
+
+/* Off the loop: the cgroups and the sandbox's directory go. */
+static void teardown_work(void *arg)
+{
+    wk_sandbox *sb = arg;
+    int rc;
+
+    sb->teardown_rc = 0;
+    if ((rc = wk_cgroup_destroy(&sb->cg)) < 0) {
+        sf_error("msg=\"cannot remove the sandbox cgroups\" sandbox=%s err=%d", sb->id, rc);
+        sb->teardown_rc = rc;
+    }
+    if ((rc = wk_rmtree(sb->sbdir)) < 0) {
+        sf_error("msg=\"cannot remove the sandbox directory\" sandbox=%s dir=%s err=%d", sb->id,
+                 sb->sbdir, rc);
+        sb->teardown_rc = rc;
+    }
+}
+
+static void teardown_done(void *arg)
+{
+    wk_sandbox *sb = arg;
+    wk_kill_cb cb = sb->kill_cb;
+    void *cb_arg = sb->kill_arg;
+    int rc = sb->teardown_rc;
+
+    if (sb->slot_fd >= 0) {
+        close(sb->slot_fd);
+        sb->slot_fd = -1;
+    }
+    sf_info("msg=\"sandbox torn down\" sandbox=%s rc=%d", sb->id, rc);
+    sb_unlink(sb->drv, sb);
+    sb->depth--;
+    if (cb)
+        cb(cb_arg, rc);
+    wk_sandbox_release(sb);
+}
+
+/* The init is gone: the kernel has ended every process of the pid namespace. */
+static void on_init_exit(evutil_socket_t fd, short what, void *arg)
+{
+    wk_sandbox *sb = arg;
+    siginfo_t si;
+
+    memset(&si, 0, sizeof(si));
+    if (waitid(P_PIDFD, (id_t)sb->pidfd, &si, WEXITED | WNOHANG) == 0 && si.si_pid == 0)
+        return; /* not yet (spurious wake-up) */
+    event_free(sb->ev_exit);
+    sb->ev_exit = NULL;
+    close(sb->pidfd);
+    sb->pidfd = -1;
+    teardown_start(sb);
+}
+
+static void teardown_start(wk_sandbox *sb)
+{
+    if (sb->pidfd >= 0) {
+        if (!(sb->ev_exit = event_new(sb->base, sb->pidfd, EV_READ | EV_PERSIST, on_init_exit, sb)) ||
+            event_add(sb->ev_exit, NULL) < 0) {
+            /* cannot watch: wait here (the init was SIGKILLed; this is short) */
+            if (sb->ev_exit)
+                event_free(sb->ev_exit);
+            sb->ev_exit = NULL;
+            wk_spawn_kill(&sb->pidfd);
+        } else {
+            return;
+        }
+    }
+    if (wk_pool_run(sb->drv->pool, teardown_work, teardown_done, sb) < 0) {
+        teardown_work(sb);
+        teardown_done(sb);
+    }
+}
+
+static void jail_kill(wk_sandbox *sb, wk_kill_cb cb, void *arg)
+{
+    if (!sb || sb->killed)
+        return;
+    sb->killed = 1;
+    sb->kill_cb = cb;
+    sb->kill_arg = arg;
+    sb->depth++; /* held by the teardown */
+    wk_agent_fail_all(sb, ERR_KILLED);
+    wk_agent_detach(sb);
+    wk_cgroup_thaw(&sb->cg);
+    if (sb->pidfd >= 0)
+        syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
+    teardown_start(sb);
+}
+
+const wk_driver_ops wk_jail_driver = {
+    .name = "jail",
+    .host_init = jail_host_init,
+    .host_res = jail_host_res,
+    .host_fini = jail_host_fini,
+    .create = jail_create,
+    .limits = jail_limits,
+    .exec = wk_jail_exec,
+    .kill = jail_kill,
+};

@@ -303,7 +303,7 @@ out:
     return rc;
 }
 
-int wk_sandbox_exec(wk_sandbox *sb, const wk_exec_req *req, wk_exec_cb cb, void *arg)
+int wk_jail_exec(wk_sandbox *sb, const wk_exec_req *req, wk_exec_cb cb, void *arg)
 {
     sf_ap_msg m = {.op = SF_AP_EXEC};
     struct timeval tv = {0, 0};

@@ -16,6 +16,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
@@ -43,39 +44,49 @@ int wk_mkdir_p(const char *path, mode_t mode)
     return 0;
 }
 
+/* Creates run from pool threads: the hint and the directory check are shared. */
+static pthread_mutex_t slot_mu = PTHREAD_MUTEX_INITIALIZER;
+
 int wk_slot_acquire(uint32_t uid_base, uint32_t *host_uid, int *lock_fd)
 {
     static uint32_t hint;
     static int dir_ready;
     uint32_t nslots = (UINT32_MAX - uid_base) / WK_UID_RANGE;
     char path[128];
-    int rc;
+    int rc = -EAGAIN;
 
     if (nslots > WK_SLOTS_MAX)
         nslots = WK_SLOTS_MAX;
     if (nslots == 0)
         return -EINVAL;
+    pthread_mutex_lock(&slot_mu);
     if (!dir_ready) {
         if ((rc = wk_mkdir_p(WK_UID_LOCK_DIR, 0700)) < 0)
-            return rc;
+            goto out;
         dir_ready = 1;
+        rc = -EAGAIN;
     }
     for (uint32_t i = 0; i < nslots; i++) {
         uint32_t s = (hint + i) % nslots, uid = uid_base + s * WK_UID_RANGE;
         int fd;
 
         snprintf(path, sizeof(path), WK_UID_LOCK_DIR "/%u.lock", uid);
-        if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0)
-            return -errno;
+        if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0) {
+            rc = -errno;
+            goto out;
+        }
         if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
             hint = s + 1;
             *host_uid = uid;
             *lock_fd = fd;
-            return 0;
+            rc = 0;
+            goto out;
         }
         close(fd);
     }
-    return -EAGAIN;
+out:
+    pthread_mutex_unlock(&slot_mu);
+    return rc;
 }
 
 static const struct {

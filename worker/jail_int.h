@@ -1,12 +1,12 @@
 /* Internal interfaces of the jail driver's modules (not for the rest of the
- * worker: use sandbox.h).
+ * worker: it uses the operations table of driver.h, `wk_jail_driver`).
  *   template.c    busybox template rootfs
  *   cgroup.c      v1/v2 cgroups: parents, per-sandbox groups, teardown
  *   jail_fs.c     uid slots, per-sandbox directories, tree removal
  *   jail_seccomp.c the seccomp deny-list, compiled once to BPF
  *   jail_spawn.c  clone3 into new namespaces, the child's setup, exec of the agent
  *   jail_agent.c  the worker's side of the agent protocol (libevent)
- *   jail.c        the public API (sandbox.h) tying them together */
+ *   jail.c        the driver's operations (driver.h) tying them together */
 #ifndef WK_JAIL_INT_H
 #define WK_JAIL_INT_H
 
@@ -14,7 +14,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "sandbox.h"
+#include "driver.h"
+#include "jail.h"
 
 #define WK_UID_RANGE 65536u           /* uids/gids per sandbox */
 #define WK_SLOTS_MAX 4096             /* sandboxes per host (uid ranges) */
@@ -28,6 +29,7 @@
 #define WK_EXEC_GRACE_MS 5000         /* worker-side deadline = timeout + grace */
 #define WK_UID_LOCK_DIR "/run/sandfleet/uid-slots"
 #define WK_PATH_MAX 4096
+#define SF_ID_MAX_JAIL 64
 
 /* ---- template.c ---- */
 /* Builds state_dir/templates/base/rootfs once (atomically, by rename). */
@@ -101,25 +103,56 @@ int wk_spawn(const wk_spawn_args *a, pid_t *pid, int *pidfd, const char **why);
  * process of the pid namespace when this returns). Closes *pidfd. */
 void wk_spawn_kill(int *pidfd);
 
+/* ---- jail.c ---- */
+/* The jail driver's host-wide state. */
+struct wk_driver {
+    struct event_base *base;
+    wk_pool *pool;
+    char host_id[SF_ID_MAX_JAIL];
+    char state_dir[1025];     /* at most 1024 bytes (checked) */
+    char agent_path[WK_PATH_MAX];
+    wk_limits defaults;
+    uint32_t uid_base;
+    uint32_t nofile;
+    int teardown_stop;
+    wk_host_res res;
+    wk_sandbox *all;          /* every sandbox from create until its teardown ended */
+    int n_all;
+};
+
 /* ---- jail_agent.c ---- */
 typedef struct wk_req wk_req;
 
 struct wk_sandbox {
     char id[64];
+    wk_driver *drv;
+    wk_sandbox *next, *prev;  /* drv->all */
     struct event_base *base;
+    wk_limits lim;            /* applied */
     pid_t pid;
     int pidfd;
+    struct event *ev_exit;    /* the init's pidfd, while a kill waits for it */
     int slot_fd;
     uint32_t host_uid;
     wk_cgroup cg;
     char sbdir[WK_PATH_MAX];
+    int sock;                 /* the worker's end of the agent socket until attached */
     struct bufferevent *bev;
     const char *dead;         /* non-NULL once the agent is gone: the error for execs */
     uint32_t next_id;
     wk_req *reqs;             /* pending execs */
     int n_reqs;
-    int depth;                /* > 0 while this sandbox runs callbacks */
-    int killed;               /* wk_sandbox_kill ran; freed when depth drops to 0 */
+    int depth;                /* > 0 while this sandbox runs callbacks or tears down */
+    int killed;               /* kill ran; freed when depth drops to 0 */
+    /* create, on the pool */
+    wk_create_cb create_cb;
+    void *create_arg;
+    int create_rc;
+    const char *create_why;
+    /* kill */
+    wk_kill_cb kill_cb;
+    void *kill_arg;
+    int teardown_rc;
 };
 
 /* Sends a ping on the (blocking) socket and waits for the pong. */
@@ -130,7 +163,9 @@ int wk_agent_attach(wk_sandbox *sb, int fd);
 void wk_agent_fail_all(wk_sandbox *sb, const char *error);
 /* Frees the connection (closes the socket). */
 void wk_agent_detach(wk_sandbox *sb);
-/* Frees sb when it was killed and no callback of it is running. */
+/* Frees sb when it was killed and no callback or teardown of it is running. */
 void wk_sandbox_release(wk_sandbox *sb);
+/* The driver's exec operation (driver.h). */
+int wk_jail_exec(wk_sandbox *sb, const wk_exec_req *req, wk_exec_cb cb, void *arg);
 
 #endif

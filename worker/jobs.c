@@ -6,17 +6,18 @@
 #include "sf_tools.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define EXEC_CAP_BYTES 32768
 #define EXEC_ENV_MAX 256
 
-typedef struct wk_call {
+struct wk_call {
     wk_ctx *ctx;
     sf_job job;
     sf_kafka_ticket ticket;
-} wk_call;
+};
 
 static void call_done(wk_call *c)
 {
@@ -74,25 +75,171 @@ static void not_here(wk_call *c)
     reply_error(c, SF_ERR_NOT_FOUND, text);
 }
 
-void wk_box_destroy(wk_box *b, const char *state)
+static void box_release(wk_box *b)
 {
     wk_ctx *ctx = b->ctx;
 
     sf_map_del(ctx->sandboxes, b->id);
+    ctx->used_mem_mib -= b->lim.memory_mib;
+    ctx->used_vcpu_milli -= b->lim.vcpu_milli;
+    ctx->used_disk_mib -= b->lim.disk_mib;
+    atomic_store(&ctx->beat.running, (int)sf_map_len(ctx->sandboxes));
     if (b->ev_timeout)
         event_free(b->ev_timeout);
-    wk_sandbox_kill(b->sb);
-    record_retire(ctx, b->id, state, 0);
-    sf_info("msg=\"sandbox gone\" sandbox=%s state=%s", b->id, state);
     json_decref(b->env);
     free(b);
+}
+
+static void on_killed(void *arg, int rc)
+{
+    wk_box *b = arg;
+
+    record_retire(b->ctx, b->id, b->end_state, 0);
+    sf_info("msg=\"sandbox gone\" sandbox=%s state=%s teardown_rc=%d", b->id, b->end_state, rc);
+    box_release(b);
+}
+
+void wk_box_kill(wk_box *b, const char *end_state)
+{
+    wk_ctx *ctx = b->ctx;
+
+    if (b->state == WK_BOX_KILLING)
+        return;
+    b->end_state = end_state;
+    if (b->ev_timeout) {
+        event_free(b->ev_timeout);
+        b->ev_timeout = NULL;
+    }
+    if (sf_records_mark_killing(ctx->redis, b->id, wk_redis_logged, NULL) < 0)
+        sf_warn("msg=\"cannot mark the record killing; Redis is down\" sandbox=%s", b->id);
+    if (b->state == WK_BOX_CREATING) {
+        b->state = WK_BOX_KILLING; /* on_created kills it when the driver answers */
+        return;
+    }
+    b->state = WK_BOX_KILLING;
+    ctx->ops->kill(b->sb, on_killed, b);
 }
 
 static void on_lifetime_over(evutil_socket_t fd, short what, void *arg)
 {
     wk_box *b = arg;
     sf_info("msg=\"sandbox timeout reached\" sandbox=%s", b->id);
-    wk_box_destroy(b, "killed");
+    wk_box_kill(b, "killed");
+}
+
+static json_t *create_result(const wk_box *b, const char *name)
+{
+    return json_pack("{s:s, s:s, s:s}", "id", b->id, "name", name ? name : "", "status", "active");
+}
+
+static void on_created(void *arg, wk_sandbox *sb, int rc, const char *why)
+{
+    wk_box *b = arg;
+    wk_ctx *ctx = b->ctx;
+    wk_call *c = b->create;
+    json_t *a = c->job.args;
+    const char *name = json_string_value(json_object_get(a, "name"));
+    json_int_t timeout_s = json_integer_value(json_object_get(a, "timeout_seconds"));
+    char key[128], mem[24], pids[24], vcpu[24], disk[24];
+
+    b->create = NULL;
+    if (rc < 0) {
+        char text[512];
+        snprintf(text, sizeof(text), "The sandbox could not be started (%s); retry "
+                 "sandbox_create, and tell the operator if it keeps failing.",
+                 why ? why : "driver error");
+        record_retire(ctx, b->id, "failed", 0);
+        box_release(b);
+        reply_error(c, SF_ERR_INTERNAL, text);
+        return;
+    }
+    b->sb = sb;
+    if (b->state == WK_BOX_KILLING || ctx->stopping) {
+        /* killed while it started (that kill was answered), or the worker is stopping */
+        int was_killed = b->state == WK_BOX_KILLING;
+        b->state = WK_BOX_RUNNING;
+        wk_box_kill(b, was_killed ? b->end_state : "failed");
+        if (was_killed)
+            reply_error(c, SF_ERR_NOT_FOUND, "The sandbox was killed while it was starting; "
+                                             "create a new one with sandbox_create.");
+        else
+            reply_error(c, SF_ERR_UNAVAILABLE, "This host is shutting down; retry in a few seconds.");
+        return;
+    }
+    b->state = WK_BOX_RUNNING;
+    ctx->ops->limits(sb, &b->lim); /* what the driver applied: the same, defaults filled in */
+    if (timeout_s > 0) {
+        struct timeval tv = {(time_t)timeout_s, 0};
+        if ((b->ev_timeout = evtimer_new(ctx->d.base, on_lifetime_over, b)))
+            evtimer_add(b->ev_timeout, &tv);
+    }
+    snprintf(key, sizeof(key), SF_RK_SANDBOX, b->id);
+    snprintf(mem, sizeof(mem), "%u", b->lim.memory_mib);
+    snprintf(vcpu, sizeof(vcpu), "%u", b->lim.vcpu_milli);
+    snprintf(disk, sizeof(disk), "%u", b->lim.disk_mib);
+    snprintf(pids, sizeof(pids), "%u", b->lim.pids_max);
+    sf_redis_cmd(ctx->redis, wk_redis_logged, NULL,
+                 "HSET %s state running driver %s memory_mib %s vcpu_milli %s disk_mib %s "
+                 "pids_max %s", key, ctx->ops->name, mem, vcpu, disk, pids);
+    /* In its sets again, in case start-up reconciliation ran between placement and now. */
+    sf_redis_cmd(ctx->redis, wk_redis_logged, NULL, "SADD " SF_RK_TEAM_SANDBOXES " %s", b->team,
+                 b->id);
+    sf_redis_cmd(ctx->redis, wk_redis_logged, NULL, "SADD " SF_RK_HOST_SANDBOXES " %s",
+                 ctx->host_id, b->id);
+    sf_info("msg=\"sandbox created\" sandbox=%s team=%s job=%s", b->id, b->team, c->job.id);
+    reply_result(c, create_result(b, name));
+}
+
+/* args.limits (set by the scheduler, CONTRACTS.md): missing fields take the worker's
+ * defaults. -1 with why when a field is not a positive integer in range. */
+static int parse_limits(const wk_ctx *ctx, const json_t *l, wk_limits *out, const char **why)
+{
+    static const struct {
+        const char *name;
+        json_int_t max;
+    } f[] = {
+        {"memory_mib", 1 << 22}, {"vcpu_milli", 1000000}, {"disk_mib", 1 << 24},
+        {"pids_max", 4000000},   {"inodes", (json_int_t)1 << 32},
+    };
+    json_int_t v[SF_ARRAY_LEN(f)] = {ctx->cfg.memory_mib, ctx->cfg.vcpu_milli, ctx->cfg.disk_mib,
+                                     ctx->cfg.pids_max, ctx->cfg.inodes};
+
+    if (l && !json_is_object(l)) {
+        *why = "args.limits must be an object (set by the scheduler).";
+        return -1;
+    }
+    for (size_t i = 0; l && i < SF_ARRAY_LEN(f); i++) {
+        json_t *j = json_object_get(l, f[i].name);
+        if (!j)
+            continue;
+        if (!json_is_integer(j) || json_integer_value(j) < 1 || json_integer_value(j) > f[i].max) {
+            *why = "args.limits has a field that is not a positive integer in range (set by the "
+                   "scheduler); ask the operator to check its sandbox shapes.";
+            return -1;
+        }
+        v[i] = json_integer_value(j);
+    }
+    out->memory_mib = (uint32_t)v[0];
+    out->vcpu_milli = (uint32_t)v[1];
+    out->disk_mib = (uint32_t)v[2];
+    out->pids_max = (uint32_t)v[3];
+    out->inodes = (uint64_t)v[4];
+    return 0;
+}
+
+/* Which resource a sandbox of these limits would overfill beside what the host
+ * holds already (starting, running and dying sandboxes), or NULL. */
+static const char *no_room(const wk_ctx *ctx, const wk_limits *l)
+{
+    if ((int64_t)sf_map_len(ctx->sandboxes) >= ctx->capacity)
+        return "sandboxes";
+    if (ctx->used_mem_mib + l->memory_mib > ctx->res.mem_mib)
+        return "memory";
+    if (ctx->used_vcpu_milli + l->vcpu_milli > ctx->res.vcpu_milli)
+        return "cpu";
+    if (ctx->used_disk_mib + l->disk_mib > ctx->res.disk_mib)
+        return "disk";
+    return NULL;
 }
 
 static void do_create(wk_call *c)
@@ -100,72 +247,62 @@ static void do_create(wk_call *c)
     wk_ctx *ctx = c->ctx;
     json_t *a = c->job.args, *env = json_object_get(a, "env_vars");
     const char *name = json_string_value(json_object_get(a, "name"));
-    json_int_t timeout_s = json_integer_value(json_object_get(a, "timeout_seconds"));
-    const char *why = NULL;
+    const char *why = NULL, *full;
+    wk_create_req req = {0};
     wk_box *b;
-    char key[128], mem[24], pids[24];
-    uint64_t t0 = sf_mono_us();
     int rc;
 
     if ((b = sf_map_get(ctx->sandboxes, c->job.sandbox))) { /* redelivered: it exists already */
-        if (strcmp(b->team, c->job.team) != 0) {
+        if (strcmp(b->team, c->job.team) != 0 || b->state != WK_BOX_RUNNING) {
             reply_error(c, SF_ERR_INVALID, "A sandbox with that id exists; let the platform "
                                            "choose the id of a new sandbox.");
             return;
         }
-        reply_result(c, json_pack("{s:s, s:s, s:s}", "id", c->job.sandbox, "name", name ? name : "",
-                                  "status", "active"));
+        reply_result(c, create_result(b, name));
         return;
     }
-    if ((int64_t)sf_map_len(ctx->sandboxes) >= ctx->cfg.capacity) {
-        record_retire(ctx, c->job.sandbox, "failed", 0);
-        reply_error(c, SF_ERR_UNAVAILABLE,
-                    "The chosen host is at capacity; retry sandbox_create in a few seconds.");
+    if (parse_limits(ctx, json_object_get(a, "limits"), &req.limits, &why) < 0) {
+        refuse(c, SF_ERR_INVALID, why);
+        return;
+    }
+    if ((full = no_room(ctx, &req.limits))) {
+        sf_info("msg=\"create refused: host full\" sandbox=%s resource=%s", c->job.sandbox, full);
+        refuse(c, SF_ERR_UNAVAILABLE,
+               "The chosen host is at capacity; retry sandbox_create in a few seconds.");
         return;
     }
     if (!(b = calloc(1, sizeof(*b)))) {
-        reply_error(c, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+        refuse(c, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
         return;
     }
     b->ctx = ctx;
+    b->state = WK_BOX_CREATING;
+    b->lim = req.limits;
+    b->create = c;
     snprintf(b->id, sizeof(b->id), "%s", c->job.sandbox);
     snprintf(b->team, sizeof(b->team), "%s", c->job.team);
     b->env = json_is_object(env) ? json_incref(env) : NULL;
-    rc = wk_jail_create(ctx->d.base, &ctx->jail, b->id, &b->sb, &why);
-    if (rc < 0) {
-        char text[512];
-        sf_error("msg=\"sandbox create failed\" sandbox=%s rc=%d why=\"%s\"", b->id, rc,
-                 why ? why : "");
-        snprintf(text, sizeof(text), "The sandbox could not be started (%s); retry "
-                 "sandbox_create, and tell the operator if it keeps failing.",
-                 why ? why : "driver error");
+    if (sf_map_put(ctx->sandboxes, b->id, b) < 0) {
         json_decref(b->env);
         free(b);
-        record_retire(ctx, c->job.sandbox, "failed", 0);
-        reply_error(c, SF_ERR_INTERNAL, text);
+        refuse(c, SF_ERR_UNAVAILABLE,
+               "The chosen host is at capacity; retry sandbox_create in a few seconds.");
         return;
     }
-    sf_map_put(ctx->sandboxes, b->id, b);
-    if (timeout_s > 0) {
-        struct timeval tv = {(time_t)timeout_s, 0};
-        b->ev_timeout = evtimer_new(ctx->d.base, on_lifetime_over, b);
-        evtimer_add(b->ev_timeout, &tv);
+    ctx->used_mem_mib += b->lim.memory_mib;
+    ctx->used_vcpu_milli += b->lim.vcpu_milli;
+    ctx->used_disk_mib += b->lim.disk_mib;
+    atomic_store(&ctx->beat.running, (int)sf_map_len(ctx->sandboxes));
+    req.id = b->id;
+    if ((rc = ctx->ops->create(ctx->drv, &req, on_created, b)) < 0) {
+        b->create = NULL;
+        box_release(b);
+        refuse(c, rc == -EINVAL ? SF_ERR_INVALID : SF_ERR_INTERNAL,
+               rc == -EINVAL ? "The sandbox's limits are out of range for this host; ask the "
+                               "operator to check the scheduler's sandbox shapes."
+                             : "The host could not start a sandbox now; retry sandbox_create in "
+                               "a few seconds.");
     }
-    snprintf(key, sizeof(key), SF_RK_SANDBOX, b->id);
-    snprintf(mem, sizeof(mem), "%lld", (long long)ctx->cfg.memory_mib);
-    snprintf(pids, sizeof(pids), "%lld", (long long)ctx->cfg.pids_max);
-    sf_redis_cmd(ctx->redis, wk_redis_logged, NULL,
-                 "HSET %s state running driver %s memory_mib %s pids_max %s", key,
-                 ctx->cfg.driver, mem, pids);
-    /* In its sets again, in case start-up reconciliation ran between placement and now. */
-    sf_redis_cmd(ctx->redis, wk_redis_logged, NULL, "SADD " SF_RK_TEAM_SANDBOXES " %s", b->team,
-                 b->id);
-    sf_redis_cmd(ctx->redis, wk_redis_logged, NULL, "SADD " SF_RK_HOST_SANDBOXES " %s",
-                 ctx->host_id, b->id);
-    sf_info("msg=\"sandbox created\" sandbox=%s team=%s job=%s us=%llu", b->id, b->team,
-            c->job.id, (unsigned long long)(sf_mono_us() - t0));
-    reply_result(c, json_pack("{s:s, s:s, s:s}", "id", b->id, "name", name ? name : "", "status",
-                              "active"));
 }
 
 /* Output text for JSON: valid UTF-8, with a marker where the middle was cut. */
@@ -214,6 +351,8 @@ static void on_exec_done(void *arg, const wk_exec_result *res)
     json_object_set_new(r, "stderr_bytes", json_integer((json_int_t)res->err_total));
     json_object_set_new(r, "timed_out", json_boolean(res->timed_out));
     json_object_set_new(r, "duration_ms", json_integer(res->duration_ms));
+    if (res->oom_killed)
+        json_object_set_new(r, "oom_killed", json_true());
     snprintf(key, sizeof(key), SF_RK_SANDBOX, c->job.sandbox);
     snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
     sf_redis_cmd(c->ctx->redis, wk_redis_logged, NULL, "HSET %s last_active %s", key, now);
@@ -273,7 +412,7 @@ static void do_exec(wk_call *c, wk_box *b)
         reply_error(c, SF_ERR_INVALID, "Argument 'command' is required.");
         return;
     }
-    rc = wk_sandbox_exec(b->sb, &req, on_exec_done, c);
+    rc = c->ctx->ops->exec(b->sb, &req, on_exec_done, c);
     for (size_t i = 0; i < n; i++)
         free(store[i]);
     if (rc == -EBUSY)
@@ -296,6 +435,7 @@ static void do_exec(wk_call *c, wk_box *b)
 static void dispatch(wk_call *c)
 {
     wk_ctx *ctx = c->ctx;
+    char text[256];
     wk_box *b;
 
     if (!strcmp(c->job.tool, "sandbox_create")) {
@@ -304,15 +444,15 @@ static void dispatch(wk_call *c)
     }
     b = sf_map_get(ctx->sandboxes, c->job.sandbox);
     if (b && strcmp(b->team, c->job.team) != 0) { /* the scheduler checked: never happens */
-        char text[256];
         sf_warn("msg=\"job for another team's sandbox refused\" job=%s sandbox=%s team=%s",
                 c->job.id, c->job.sandbox, c->job.team);
         reply_error(c, SF_ERR_NOT_FOUND, sf_msg_no_sandbox(text, sizeof(text), c->job.sandbox));
         return;
     }
     if (!strcmp(c->job.tool, "sandbox_kill")) {
+        /* Answered at once: the record says `killing` until the teardown ends. */
         if (b)
-            wk_box_destroy(b, "killed");
+            wk_box_kill(b, "killed");
         else
             record_retire(ctx, c->job.sandbox, "killed", 0);
         reply_result(c, json_pack("{s:s, s:s}", "id", c->job.sandbox, "status", "killed"));
@@ -322,16 +462,23 @@ static void dispatch(wk_call *c)
         not_here(c);
         return;
     }
+    if (b->state == WK_BOX_KILLING) {
+        snprintf(text, sizeof(text),
+                 "Sandbox '%s' was killed; create a new one with sandbox_create.", b->id);
+        reply_error(c, SF_ERR_NOT_FOUND, text);
+        return;
+    }
+    if (b->state == WK_BOX_CREATING) {
+        snprintf(text, sizeof(text), "Sandbox '%s' is still starting; retry in a moment.", b->id);
+        reply_error(c, SF_ERR_UNAVAILABLE, text);
+        return;
+    }
     if (!strcmp(c->job.tool, "sandbox_exec")) {
         do_exec(c, b);
         return;
     }
-    {
-        char text[256];
-        snprintf(text, sizeof(text), "Tool '%.64s' is not available on this host yet.",
-                 c->job.tool);
-        reply_error(c, SF_ERR_INVALID, text);
-    }
+    snprintf(text, sizeof(text), "Tool '%.64s' is not available on this host yet.", c->job.tool);
+    reply_error(c, SF_ERR_INVALID, text);
 }
 
 static void on_guard(redisAsyncContext *ac, void *r, void *priv)

@@ -15,9 +15,28 @@ static const sf_cfg_entry cfg_table[] = {
     SF_CFG_S(wk_cfg, state_dir, "/var/lib/sandfleet/worker", "sandboxes and templates live here"),
     SF_CFG_S(wk_cfg, agent_path, "", "the static sandfleet-agent binary; empty = beside this one"),
     SF_CFG_S(wk_cfg, driver, "jail", "isolation driver: jail"),
-    SF_CFG_I(wk_cfg, capacity, "64", 1, 100000, "sandboxes this host runs at most"),
-    SF_CFG_I(wk_cfg, memory_mib, "512", 16, 1048576, "memory limit per sandbox (MiB)"),
-    SF_CFG_I(wk_cfg, pids_max, "256", 8, 1000000, "process limit per sandbox"),
+    SF_CFG_I(wk_cfg, capacity, "64", 1, 100000,
+             "sandboxes this host runs at most (fewer when its resources say so)"),
+    SF_CFG_I(wk_cfg, memory_mib, "512", 64, 1048576,
+             "default memory limit per sandbox (MiB), when the scheduler sends none"),
+    SF_CFG_I(wk_cfg, vcpu_milli, "1000", 10, 1000000,
+             "default CPU per sandbox (1000 = one core)"),
+    SF_CFG_I(wk_cfg, disk_mib, "2048", 16, 16777216, "default disk per sandbox (MiB)"),
+    SF_CFG_I(wk_cfg, inodes, "262144", 1024, 4294967296LL, "default files per sandbox"),
+    SF_CFG_I(wk_cfg, pids_max, "256", 8, 1000000, "default process limit per sandbox"),
+    SF_CFG_I(wk_cfg, nofile, "4096", 64, 1048576, "open files per sandbox process"),
+    SF_CFG_I(wk_cfg, host_share_pct, "100", 1, 100,
+             "share of this host's memory, CPU and disk for this worker (several on one box)"),
+    SF_CFG_I(wk_cfg, reserve_mem_mib, "1024", 0, 1048576,
+             "host memory kept for the platform's own daemons (MiB)"),
+    SF_CFG_I(wk_cfg, reserve_vcpu_milli, "500", 0, 1000000,
+             "host CPU kept for the platform's own daemons (1000 = one core)"),
+    SF_CFG_I(wk_cfg, cpu_overcommit_pct, "1000", 100, 10000,
+             "sum of the sandboxes' vcpu_milli allowed, in % of the CPU they may really use"),
+    SF_CFG_I(wk_cfg, pool_images, "4", 0, 256, "formatted sandbox disk images kept ready"),
+    SF_CFG_I(wk_cfg, pool_threads, "2", 1, 16, "threads for the driver's blocking work"),
+    SF_CFG_B(wk_cfg, teardown_stop, "no",
+             "tests only: each teardown stops itself (SIGSTOP) half-way until SIGCONT"),
     SF_CFG_I(wk_cfg, heartbeat_ms, "1000", 100, 60000, "heartbeat period"),
     SF_CFG_I(wk_cfg, uid_base, "200000", 1000, 4000000000LL,
              "first host uid mapped into sandboxes (65536 per sandbox)"),
@@ -74,24 +93,73 @@ static void collect_box(const char *key, void *val, void *arg)
     *(*pp)++ = val;
 }
 
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+}
+
+/* Kills every sandbox (its record becomes `lost`) and runs the loop until their
+ * teardowns ended, for at most 15 s. */
 static void kill_all(wk_ctx *ctx)
 {
     size_t n = sf_map_len(ctx->sandboxes);
     wk_box **all = calloc(n + 1, sizeof(*all)), **p = all;
+    struct timeval tick = {0, 100 * 1000};
+    int64_t deadline = sf_mono_ms() + 15000;
+    struct event *ev;
 
     if (!all)
         return;
     sf_map_foreach(ctx->sandboxes, collect_box, &p);
     for (size_t i = 0; i < n; i++)
-        wk_box_destroy(all[i], "lost");
+        if (all[i]->state != WK_BOX_KILLING)
+            wk_box_kill(all[i], "lost");
     free(all);
+    if (!(ev = event_new(ctx->d.base, -1, EV_PERSIST, on_tick, NULL)))
+        return;
+    event_add(ev, &tick);
+    while (sf_map_len(ctx->sandboxes) > 0 && sf_mono_ms() < deadline)
+        event_base_loop(ctx->d.base, EVLOOP_ONCE);
+    event_free(ev);
+}
+
+/* The static sandfleet-agent: agent_path, else beside this binary (build tree or
+ * install). */
+static void find_agent(const wk_ctx *ctx, char *agent, size_t n)
+{
+    ssize_t len;
+    char *slash;
+
+    if (ctx->cfg.agent_path[0]) {
+        snprintf(agent, n, "%s", ctx->cfg.agent_path);
+        return;
+    }
+    len = readlink("/proc/self/exe", agent, n - 32);
+    agent[len > 0 ? len : 0] = '\0';
+    slash = strrchr(agent, '/');
+    snprintf(slash ? slash + 1 : agent, 32, "agent/sandfleet-agent");
+    if (access(agent, X_OK) != 0 && slash)
+        snprintf(slash + 1, 32, "sandfleet-agent");
+}
+
+/* The effective capacity: the setting, the driver's own bound, and how many sandboxes
+ * of the default shape the host's memory holds. */
+static void size_host(wk_ctx *ctx)
+{
+    int64_t by_mem = (int64_t)(ctx->res.mem_mib / (uint64_t)ctx->cfg.memory_mib);
+
+    ctx->capacity = ctx->cfg.capacity;
+    if (ctx->res.slots && (int64_t)ctx->res.slots < ctx->capacity)
+        ctx->capacity = ctx->res.slots;
+    if (by_mem < ctx->capacity)
+        ctx->capacity = by_mem;
 }
 
 int main(int argc, char **argv)
 {
     static wk_ctx ctx;
     char why[512], group[128], agent[4096];
-    const char *jwhy = NULL;
+    const char *dwhy = NULL;
+    wk_host_cfg hc;
     int rc = 1;
 
     switch (sf_config_main(argc, argv, "sandfleet-worker", cfg_table, SF_ARRAY_LEN(cfg_table),
@@ -103,34 +171,51 @@ int main(int argc, char **argv)
     }
     if (sf_daemon_init(&ctx.d, "worker", &ctx.cfg.common) < 0 || pick_host_id(&ctx) < 0)
         goto out;
-    if (strcmp(ctx.cfg.driver, "jail") != 0) {
-        sf_error("msg=\"unknown driver; this build has: jail\" driver=%s", ctx.cfg.driver);
+    if (!(ctx.ops = wk_driver_find(ctx.cfg.driver))) {
+        sf_error("msg=\"unknown driver; set driver to one this build has\" driver=%s has=\"%s\"",
+                 ctx.cfg.driver, wk_driver_names());
         goto out;
     }
-    if (ctx.cfg.agent_path[0]) {
-        snprintf(agent, sizeof(agent), "%s", ctx.cfg.agent_path);
-    } else {
-        ssize_t n = readlink("/proc/self/exe", agent, sizeof(agent) - 32);
-        char *slash;
-        agent[n > 0 ? n : 0] = '\0';
-        slash = strrchr(agent, '/');
-        snprintf(slash ? slash + 1 : agent, 32, "agent/sandfleet-agent");
-        if (access(agent, X_OK) != 0 && slash)
-            snprintf(slash + 1, 32, "sandfleet-agent");
+    find_agent(&ctx, agent, sizeof(agent));
+    if (!(ctx.pool = wk_pool_new(ctx.d.base, (int)ctx.cfg.pool_threads))) {
+        sf_error("msg=\"cannot start the worker's threads\"");
+        goto out;
     }
-    ctx.jail.state_dir = ctx.cfg.state_dir;
-    ctx.jail.agent_path = agent;
-    ctx.jail.memory_bytes = (uint64_t)ctx.cfg.memory_mib << 20;
-    ctx.jail.pids_max = (int)ctx.cfg.pids_max;
-    ctx.jail.uid_base = (uint32_t)ctx.cfg.uid_base;
-    wk_jail_host_cleanup(&ctx.jail);
-    if (wk_jail_host_init(&ctx.jail, &jwhy) < 0) {
-        sf_error("msg=\"jail driver cannot start\" why=\"%s\"", jwhy ? jwhy : "");
+    hc = (wk_host_cfg){
+        .base = ctx.d.base,
+        .pool = ctx.pool,
+        .host_id = ctx.host_id,
+        .state_dir = ctx.cfg.state_dir,
+        .agent_path = agent,
+        .defaults = {.memory_mib = (uint32_t)ctx.cfg.memory_mib,
+                     .vcpu_milli = (uint32_t)ctx.cfg.vcpu_milli,
+                     .disk_mib = (uint32_t)ctx.cfg.disk_mib,
+                     .pids_max = (uint32_t)ctx.cfg.pids_max,
+                     .inodes = (uint64_t)ctx.cfg.inodes},
+        .host_share_pct = (uint32_t)ctx.cfg.host_share_pct,
+        .reserve_mem_mib = (uint64_t)ctx.cfg.reserve_mem_mib,
+        .reserve_vcpu_milli = (uint32_t)ctx.cfg.reserve_vcpu_milli,
+        .cpu_overcommit_pct = (uint32_t)ctx.cfg.cpu_overcommit_pct,
+        .nofile = (uint32_t)ctx.cfg.nofile,
+        .uid_base = (uint32_t)ctx.cfg.uid_base,
+        .pool_images = (uint32_t)ctx.cfg.pool_images,
+        .teardown_stop = ctx.cfg.teardown_stop,
+    };
+    if (ctx.ops->host_init(&hc, &ctx.drv, &dwhy) < 0) {
+        sf_error("msg=\"%s driver cannot start\" why=\"%s\"", ctx.ops->name, dwhy ? dwhy : "");
+        goto out;
+    }
+    ctx.ops->host_res(ctx.drv, &ctx.res);
+    size_host(&ctx);
+    if (ctx.capacity < 1) {
+        sf_error("msg=\"this host has no room for one sandbox of the default shape; lower "
+                 "memory_mib or reserve_mem_mib, or raise host_share_pct\" mem_mib=%llu",
+                 (unsigned long long)ctx.res.mem_mib);
         goto out;
     }
     reconcile(&ctx);
     snprintf(group, sizeof(group), "sf-worker-%s", ctx.host_id);
-    if (!(ctx.sandboxes = sf_map_new((size_t)ctx.cfg.capacity + 16)) ||
+    if (!(ctx.sandboxes = sf_map_new((size_t)ctx.capacity + 16)) ||
         !(ctx.redis = sf_redis_new(ctx.d.base, ctx.cfg.common.redis_url, why, sizeof(why))) ||
         !(ctx.producer = sf_kafka_producer_new(&ctx.d.kafka, why, sizeof(why))) ||
         !(ctx.consumer = sf_kafka_consumer_new(&ctx.d.kafka, group, why, sizeof(why)))) {
@@ -145,8 +230,9 @@ int main(int argc, char **argv)
         sf_error("msg=\"cannot consume the host topic\" topic=%s", ctx.topic);
         goto out;
     }
-    sf_info("msg=\"worker up\" host=%s topic=%s driver=%s capacity=%lld", ctx.host_id, ctx.topic,
-            ctx.cfg.driver, (long long)ctx.cfg.capacity);
+    sf_info("msg=\"worker up\" host=%s topic=%s driver=%s capacity=%lld mem_mib=%llu "
+            "vcpu_milli=%llu", ctx.host_id, ctx.topic, ctx.ops->name, (long long)ctx.capacity,
+            (unsigned long long)ctx.res.mem_mib, (unsigned long long)ctx.res.vcpu_milli);
     event_base_dispatch(ctx.d.base);
     rc = 0;
 out:
@@ -162,6 +248,9 @@ out:
         event_base_loopexit(ctx.d.base, &grace);
         event_base_dispatch(ctx.d.base);
     }
+    if (ctx.ops && ctx.drv)
+        ctx.ops->host_fini(ctx.drv);
+    wk_pool_free(ctx.pool);
     sf_redis_free(ctx.redis);
     sf_jobq_free(ctx.jobq);
     sf_kafka_consumer_free(ctx.consumer);

@@ -1,14 +1,19 @@
-/* The worker: one per host. Consumes its host topic, runs each job against the
- * sandbox driver, answers on the caller's reply topic, heartbeats its capacity. */
+/* The worker: one per host. Consumes its host topic, runs each job against its
+ * isolation driver (driver.h), answers on the caller's reply topic, heartbeats its
+ * capacity. */
 #ifndef WK_WORKER_H
 #define WK_WORKER_H
 
-#include "sandbox.h"
+#include "driver.h"
+#include "pool.h"
 #include "sf_codec.h"
 #include "sf_daemon.h"
 #include "sf_jobio.h"
 #include "sf_map.h"
 #include "sf_redis.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
 
 typedef struct wk_cfg {
     sf_common_cfg common;
@@ -16,41 +21,76 @@ typedef struct wk_cfg {
     char *state_dir;
     char *agent_path;
     char *driver;           /* "jail" */
-    int64_t capacity;       /* sandboxes this host runs at most */
-    int64_t memory_mib;     /* per sandbox */
-    int64_t pids_max;       /* per sandbox */
+    int64_t capacity;       /* sandboxes this host runs at most (also bounded by resources) */
+    int64_t memory_mib;     /* per sandbox, when the scheduler sends no limits */
+    int64_t vcpu_milli;
+    int64_t disk_mib;
+    int64_t inodes;
+    int64_t pids_max;
+    int64_t nofile;
     int64_t heartbeat_ms;
     int64_t uid_base;
+    int64_t host_share_pct;
+    int64_t reserve_mem_mib;
+    int64_t reserve_vcpu_milli;
+    int64_t cpu_overcommit_pct;
+    int64_t pool_images;
+    int64_t pool_threads;
+    int teardown_stop;
 } wk_cfg;
+
+/* What the heartbeat thread publishes; written by the loop thread. */
+typedef struct wk_beat {
+    atomic_int running;     /* sandboxes holding resources: starting, running, being killed */
+    atomic_int stop;
+} wk_beat;
 
 typedef struct wk_ctx {
     sf_daemon d;
     wk_cfg cfg;
     char host_id[SF_ID_MAX];
     char topic[SF_TOPIC_MAX];
-    wk_jail_opts jail;
+    const wk_driver_ops *ops;
+    wk_driver *drv;
+    wk_pool *pool;
+    wk_host_res res;
+    int64_t capacity;       /* effective: cfg, driver slots and resources */
+    uint64_t used_mem_mib, used_vcpu_milli, used_disk_mib; /* held by the boxes */
     sf_redis *redis;
     rd_kafka_t *producer, *consumer;
     sf_jobq *jobq;
-    sf_map *sandboxes;      /* id -> wk_box */
-    struct event *ev_heartbeat;
-    int stopping;             /* new jobs are refused */
+    sf_map *sandboxes;      /* id -> wk_box, from create until the teardown ended */
+    struct event *ev_check; /* asks Redis which sandboxes the platform still knows */
+    pthread_t beat_thread;
+    int beat_started;
+    wk_beat beat;
+    int stopping;           /* new jobs are refused */
 } wk_ctx;
 
-/* A sandbox this host runs, with what the worker keeps beside the driver's handle. */
+enum { WK_BOX_CREATING, WK_BOX_RUNNING, WK_BOX_KILLING };
+
+typedef struct wk_call wk_call;
+
+/* A sandbox this host holds, with what the worker keeps beside the driver's handle. */
 typedef struct wk_box {
     wk_ctx *ctx;
-    wk_sandbox *sb;
+    wk_sandbox *sb;         /* NULL while creating */
+    int state;              /* WK_BOX_* */
     char id[SF_ID_MAX];
     char team[SF_ID_MAX];
+    wk_limits lim;          /* what it holds of the host */
     json_t *env;            /* env_vars given at create (object of strings) */
     struct event *ev_timeout; /* sandbox lifetime (timeout_seconds) */
+    wk_call *create;        /* the create job, until the driver answered */
+    const char *end_state;  /* record state once torn down: killed, lost, failed */
 } wk_box;
 
 /* jobs.c */
 void wk_on_job(void *arg, sf_job *job, sf_kafka_ticket tk);
 void wk_on_bad(void *arg, const rd_kafka_message_t *msg, const char *why);
-void wk_box_destroy(wk_box *b, const char *state);
+/* Starts the kill of a sandbox (any state); the record becomes end_state when the
+ * teardown ended. */
+void wk_box_kill(wk_box *b, const char *end_state);
 void wk_redis_logged(redisAsyncContext *ac, void *r, void *priv);
 
 /* host.c */

@@ -1,5 +1,6 @@
-/* The jail driver end to end, through the public API of worker/sandbox.h on a
- * libevent loop: real namespaces, overlay, cgroups, seccomp and the real agent.
+/* The jail driver end to end, through its operations table (worker/driver.h) on a
+ * libevent loop and the worker's thread pool: real namespaces, overlay, cgroups,
+ * seccomp and the real agent.
  * Needs root (exit 77 = skipped otherwise). Includes the driver's internal
  * header only to look at what a user cannot see from inside: the init's host
  * pid and the cgroup directories. */
@@ -23,13 +24,17 @@
 #include <event2/event.h>
 
 #include "jail_int.h"
-#include "sandbox.h"
+#include "driver.h"
+#include "jail.h"
 #include "sf_agentproto.h"
 #include "sf_util.h"
 
 static struct event_base *base;
+static wk_pool *pool;
+static const wk_driver_ops *ops = &wk_jail_driver;
+static wk_driver *drv;
+static wk_host_cfg hcfg;
 static char state_dir[64];
-static wk_jail_opts opts;
 static int id_seq;
 
 #define TEST_MEMORY (128ull << 20)
@@ -98,7 +103,7 @@ static void exec_full(wk_sandbox *sb, const char *cmd, const char *cwd, const ch
     wk_exec_req req = {.command = cmd, .cwd = cwd, .env = env, .timeout_ms = timeout_ms,
                        .cap_bytes = 32768};
     memset(r, 0, sizeof(*r));
-    assert_int_equal(wk_sandbox_exec(sb, &req, on_done, r), 0);
+    assert_int_equal(ops->exec(sb, &req, on_done, r), 0);
     assert_int_equal(r->done, 0); /* never called from inside wk_sandbox_exec */
     wait_done(r);
 }
@@ -111,27 +116,81 @@ static void sh(wk_sandbox *sb, const char *cmd, run *r)
         fail_msg("exec '%s' failed: %s", cmd, r->error);
 }
 
-static wk_sandbox *create_with(const wk_jail_opts *o, char *id, size_t idsize)
+typedef struct created {
+    int done, rc;
+    wk_sandbox *sb;
+    char why[512];
+} created;
+
+static void on_created(void *arg, wk_sandbox *sb, int rc, const char *why)
 {
-    const char *why = NULL;
+    created *c = arg;
+
+    assert_int_equal(c->done, 0);
+    c->done = 1;
+    c->rc = rc;
+    c->sb = sb;
+    snprintf(c->why, sizeof(c->why), "%s", why ? why : "");
+}
+
+/* Creates through the driver and runs the loop until it answered: 0 or its rc. */
+static int try_create(wk_driver *d, const char *id, const wk_limits *lim, wk_sandbox **out,
+                      char *why, size_t whylen)
+{
+    wk_create_req req = {.id = id};
+    created c = {0};
+    int rc;
+
+    if (lim)
+        req.limits = *lim;
+    if ((rc = ops->create(d, &req, on_created, &c)) < 0)
+        return rc;
+    assert_int_equal(c.done, 0); /* never called from inside create */
+    while (!c.done)
+        assert_true(event_base_loop(base, EVLOOP_ONCE) == 0);
+    snprintf(why, whylen, "%s", c.why);
+    *out = c.sb;
+    return c.rc;
+}
+
+static wk_sandbox *create_lim(const wk_limits *lim, char *id, size_t idsize)
+{
     wk_sandbox *sb = NULL;
+    char why[512];
     uint64_t t0;
     int rc;
 
     snprintf(id, idsize, "t%d-%d", (int)getpid(), ++id_seq);
     t0 = sf_mono_us();
-    rc = wk_jail_create(base, o, id, &sb, &why);
+    rc = try_create(drv, id, lim, &sb, why, sizeof(why));
     if (rc < 0)
-        fail_msg("create %s: rc=%d why=%s", id, rc, why ? why : "(none)");
+        fail_msg("create %s: rc=%d why=%s", id, rc, why);
     printf("# create %s: %.2f ms\n", id, (double)(sf_mono_us() - t0) / 1000.0);
     assert_non_null(sb);
-    assert_string_equal(wk_sandbox_id(sb), id);
     return sb;
 }
 
 static wk_sandbox *create(char *id, size_t idsize)
 {
-    return create_with(&opts, id, idsize);
+    return create_lim(NULL, id, idsize);
+}
+
+static void on_killed(void *arg, int rc)
+{
+    int *done = arg;
+    assert_int_equal(rc, 0);
+    (*done)++;
+}
+
+/* Kills and runs the loop until the teardown ended. */
+static void kill_wait(wk_sandbox *sb)
+{
+    int done = 0;
+
+    ops->kill(sb, on_killed, &done);
+    while (!done)
+        assert_true(event_base_loop(base, EVLOOP_ONCE) == 0);
+    assert_int_equal(done, 1);
 }
 
 static int path_exists(const char *p)
@@ -190,23 +249,38 @@ static int group_setup(void **state)
 
     snprintf(state_dir, sizeof(state_dir), "/tmp/sf-jail-test-XXXXXX");
     assert_non_null(mkdtemp(state_dir));
-    opts = (wk_jail_opts){.state_dir = state_dir, .agent_path = SF_AGENT_PATH,
-                          .memory_bytes = TEST_MEMORY, .pids_max = TEST_PIDS};
+    if (!(base = event_base_new()) || !(pool = wk_pool_new(base, 2)))
+        return -1;
+    hcfg = (wk_host_cfg){
+        .base = base,
+        .pool = pool,
+        .host_id = "jailtest",
+        .state_dir = state_dir,
+        .agent_path = SF_AGENT_PATH,
+        .defaults = {.memory_mib = TEST_MEMORY >> 20, .vcpu_milli = 1000, .disk_mib = 256,
+                     .pids_max = TEST_PIDS, .inodes = 65536},
+        .host_share_pct = 100,
+        .reserve_mem_mib = 0,
+        .cpu_overcommit_pct = 100,
+        .nofile = 1024,
+        .uid_base = 200000,
+        .pool_images = 2,
+    };
     t0 = sf_mono_us();
-    rc = wk_jail_host_init(&opts, &why);
+    rc = ops->host_init(&hcfg, &drv, &why);
     if (rc < 0) {
         fprintf(stderr, "host_init: rc=%d why=%s\n", rc, why ? why : "");
         return -1;
     }
     printf("# host init (template build): %.1f ms\n", (double)(sf_mono_us() - t0) / 1000.0);
-    base = event_base_new();
-    return base ? 0 : -1;
+    return 0;
 }
 
 static int group_teardown(void **state)
 {
+    ops->host_fini(drv);
+    wk_pool_free(pool);
     event_base_free(base);
-    wk_jail_host_cleanup(&opts);
     return wk_rmtree(state_dir) == 0 ? 0 : -1;
 }
 
@@ -227,7 +301,7 @@ static void test_exec_streams_and_exit_code(void **state)
     assert_false(r.truncated);
     assert_false(r.timed_out);
     run_free(&r);
-    wk_sandbox_kill(sb);
+    kill_wait(sb);
 }
 
 static void test_one_mebibyte_is_truncated(void **state)
@@ -245,7 +319,7 @@ static void test_one_mebibyte_is_truncated(void **state)
         if (r.out[i] != 'a')
             fail_msg("byte %zu is %d, not 'a'", i, r.out[i]);
     run_free(&r);
-    wk_sandbox_kill(sb);
+    kill_wait(sb);
 }
 
 static void test_timeout_kills_the_process_group(void **state)
@@ -269,7 +343,7 @@ static void test_timeout_kills_the_process_group(void **state)
     if (strstr(r.out, "sleep"))
         fail_msg("sleep survived its timeout:\n%s", r.out);
     run_free(&r);
-    wk_sandbox_kill(sb);
+    kill_wait(sb);
 }
 
 static void test_sees_only_its_own_processes(void **state)
@@ -288,7 +362,7 @@ static void test_sees_only_its_own_processes(void **state)
     sh(sb, "ls /proc | grep -c '^[0-9]'", &r);
     assert_true(atoi(r.out) <= 4);
     run_free(&r);
-    wk_sandbox_kill(sb);
+    kill_wait(sb);
 }
 
 static void test_host_files_are_invisible(void **state)
@@ -327,7 +401,7 @@ static void test_host_files_are_invisible(void **state)
     assert_null(strstr(r.out, " /work"));
     assert_true(count_lines(r.out) <= 14); /* /, proc, dev + 6 nodes, shm, pts, agent */
     run_free(&r);
-    wk_sandbox_kill(sb);
+    kill_wait(sb);
 }
 
 static void test_template_is_read_only_but_tmp_and_root_are_writable(void **state)
@@ -360,7 +434,7 @@ static void test_template_is_read_only_but_tmp_and_root_are_writable(void **stat
     sh(sb, "echo > /dev/null && head -c 4 /dev/urandom | wc -c && head -c 3 /dev/zero | wc -c", &r);
     assert_string_equal(r.out, "4\n3\n");
     run_free(&r);
-    wk_sandbox_kill(sb);
+    kill_wait(sb);
 }
 
 static void test_network_has_only_lo(void **state)
@@ -387,7 +461,7 @@ static void test_network_has_only_lo(void **state)
     assert_int_not_equal(r.exit_code, 0);
     assert_non_null(strstr(r.err, "Network is unreachable"));
     run_free(&r);
-    wk_sandbox_kill(sb);
+    kill_wait(sb);
 }
 
 static void test_seccomp_no_new_privs_and_caps(void **state)
@@ -419,7 +493,7 @@ static void test_seccomp_no_new_privs_and_caps(void **state)
     sh(sb, "ip link set lo down 2>&1; echo rc=$?", &r); /* no CAP_NET_ADMIN */
     assert_null(strstr(r.out, "rc=0"));
     run_free(&r);
-    wk_sandbox_kill(sb);
+    kill_wait(sb);
 }
 
 static void test_cgroup_limits(void **state)
@@ -450,18 +524,17 @@ static void test_cgroup_limits(void **state)
     sh(sb, "echo still-here", &r);
     assert_string_equal(r.out, "still-here\n");
     run_free(&r);
-    wk_sandbox_kill(sb);
+    kill_wait(sb);
 }
 
 static void test_fork_bomb_is_contained(void **state)
 {
     /* Room in memory, so that pids.max is what stops it (not the OOM killer). */
-    wk_jail_opts big = opts;
+    wk_limits big = {.memory_mib = 1024};
     char id[64];
     wk_sandbox *sb;
 
-    big.memory_bytes = 1ull << 30;
-    sb = create_with(&big, id, sizeof(id));
+    sb = create_lim(&big, id, sizeof(id));
     const char *pdir;
     run r;
 
@@ -483,7 +556,7 @@ static void test_fork_bomb_is_contained(void **state)
     for (int i = 0; i < 200 && read_long(pdir, "pids.current") > 1; i++)
         usleep(10000);
     assert_int_equal(read_long(pdir, "pids.current"), 1);
-    wk_sandbox_kill(sb);
+    kill_wait(sb);
 }
 
 static void test_sandboxes_are_isolated_from_each_other(void **state)
@@ -515,8 +588,8 @@ static void test_sandboxes_are_isolated_from_each_other(void **state)
     assert_non_null(strstr(ra.out, want));
     run_free(&ra);
     run_free(&rb);
-    wk_sandbox_kill(a);
-    wk_sandbox_kill(b);
+    kill_wait(a);
+    kill_wait(b);
 }
 
 static void test_concurrent_execs(void **state)
@@ -530,7 +603,7 @@ static void test_concurrent_execs(void **state)
         wk_exec_req req = {.command = cmd[i], .timeout_ms = 10000, .cap_bytes = 32768};
         snprintf(cmd[i], sizeof(cmd[i]), "sleep 0.6; echo job%d", i);
         memset(&r[i], 0, sizeof(r[i]));
-        assert_int_equal(wk_sandbox_exec(sb, &req, on_done, &r[i]), 0);
+        assert_int_equal(ops->exec(sb, &req, on_done, &r[i]), 0);
     }
     for (int i = 0; i < 4; i++)
         wait_done(&r[i]);
@@ -543,7 +616,7 @@ static void test_concurrent_execs(void **state)
         assert_string_equal(r[i].out, want);
         run_free(&r[i]);
     }
-    wk_sandbox_kill(sb);
+    kill_wait(sb);
 }
 
 static void test_exec_limit_per_sandbox(void **state)
@@ -555,9 +628,9 @@ static void test_exec_limit_per_sandbox(void **state)
 
     for (int i = 0; i < WK_EXECS_MAX; i++) {
         memset(&r[i], 0, sizeof(r[i]));
-        assert_int_equal(wk_sandbox_exec(sb, &req, on_done, &r[i]), 0);
+        assert_int_equal(ops->exec(sb, &req, on_done, &r[i]), 0);
     }
-    assert_int_equal(wk_sandbox_exec(sb, &req, on_done, &extra), -EBUSY);
+    assert_int_equal(ops->exec(sb, &req, on_done, &extra), -EBUSY);
     for (int i = 0; i < WK_EXECS_MAX; i++) {
         wait_done(&r[i]);
         if (r[i].error)
@@ -565,10 +638,10 @@ static void test_exec_limit_per_sandbox(void **state)
         assert_int_equal(r[i].exit_code, 0);
         run_free(&r[i]);
     }
-    assert_int_equal(wk_sandbox_exec(sb, &req, on_done, &extra), 0);
+    assert_int_equal(ops->exec(sb, &req, on_done, &extra), 0);
     wait_done(&extra);
     run_free(&extra);
-    wk_sandbox_kill(sb);
+    kill_wait(sb);
 }
 
 /* A frozen sandbox cannot answer: the worker-side deadline (timeout + 5 s)
@@ -584,7 +657,7 @@ static void test_unanswered_exec_and_kill_of_a_frozen_sandbox(void **state)
     run r;
 
     if (!fz[0]) {
-        wk_sandbox_kill(sb);
+        kill_wait(sb);
         skip();
     }
     snprintf(path, sizeof(path), "%s/%s", fz, sb->cg.v2 ? "cgroup.freeze" : "freezer.state");
@@ -599,7 +672,7 @@ static void test_unanswered_exec_and_kill_of_a_frozen_sandbox(void **state)
     assert_true(sf_mono_ms() - t0 >= 200 + WK_EXEC_GRACE_MS - 50);
     run_free(&r);
     snprintf(dir, sizeof(dir), "%s", sb->sbdir);
-    wk_sandbox_kill(sb);
+    kill_wait(sb);
     assert_false(path_exists(dir));
 }
 
@@ -630,7 +703,7 @@ static void test_cwd_and_env(void **state)
     sh(sb, "echo still-fine", &r);
     assert_string_equal(r.out, "still-fine\n");
     run_free(&r);
-    wk_sandbox_kill(sb);
+    kill_wait(sb);
 }
 
 static void test_bad_requests_are_refused(void **state)
@@ -639,17 +712,18 @@ static void test_bad_requests_are_refused(void **state)
     char id[64];
     wk_sandbox *sb = create(id, sizeof(id)), *other = NULL;
     wk_exec_req req = {.command = "true"};
-    const char *why = NULL;
+    char why[512];
     run r = {0};
 
-    assert_int_equal(wk_jail_create(base, &opts, "Bad/Id", &other, &why), -EINVAL);
-    assert_non_null(why);
-    assert_int_equal(wk_jail_create(base, &opts, id, &other, &why), -EEXIST);
+    assert_int_equal(try_create(drv, "Bad/Id", NULL, &other, why, sizeof(why)), -EINVAL);
+    assert_int_equal(try_create(drv, id, NULL, &other, why, sizeof(why)), -EEXIST);
+    assert_int_equal(try_create(drv, "fine", &(wk_limits){.memory_mib = 1}, &other, why,
+                                sizeof(why)), -EINVAL);
     assert_null(other);
-    assert_int_equal(wk_sandbox_exec(sb, &(wk_exec_req){.command = NULL}, on_done, &r), -EINVAL);
-    assert_int_equal(wk_sandbox_exec(sb, &req, NULL, &r), -EINVAL);
+    assert_int_equal(ops->exec(sb, &(wk_exec_req){.command = NULL}, on_done, &r), -EINVAL);
+    assert_int_equal(ops->exec(sb, &req, NULL, &r), -EINVAL);
     req.env = bad_env;
-    assert_int_equal(wk_sandbox_exec(sb, &req, on_done, &r), -EINVAL);
+    assert_int_equal(ops->exec(sb, &req, on_done, &r), -EINVAL);
     req.env = NULL;
     {
         char *huge = malloc(SF_AP_FRAME_MAX + 1);
@@ -657,15 +731,15 @@ static void test_bad_requests_are_refused(void **state)
         memset(huge, ':', SF_AP_FRAME_MAX);
         huge[SF_AP_FRAME_MAX] = '\0';
         req.command = huge;
-        assert_int_equal(wk_sandbox_exec(sb, &req, on_done, &r), -E2BIG);
+        assert_int_equal(ops->exec(sb, &req, on_done, &r), -E2BIG);
         free(huge);
     }
     assert_int_equal(r.done, 0);
     sh(sb, "echo ok", &r); /* the failed create did not hurt the first one */
     assert_string_equal(r.out, "ok\n");
     run_free(&r);
-    wk_sandbox_kill(sb);
-    wk_sandbox_kill(NULL);
+    kill_wait(sb);
+    ops->kill(NULL, NULL, NULL);
 }
 
 static void test_agent_death_fails_pending_and_later_execs(void **state)
@@ -675,20 +749,20 @@ static void test_agent_death_fails_pending_and_later_execs(void **state)
     wk_exec_req req = {.command = "sleep 30", .timeout_ms = 60000};
     run pending = {0}, later = {0};
 
-    assert_int_equal(wk_sandbox_exec(sb, &req, on_done, &pending), 0);
+    assert_int_equal(ops->exec(sb, &req, on_done, &pending), 0);
     event_base_loop(base, EVLOOP_NONBLOCK);
     assert_int_equal(kill(sb->pid, SIGKILL), 0); /* the jail's init dies */
     wait_done(&pending);
     assert_non_null(pending.error);
     assert_non_null(strstr(pending.error, "agent"));
     req.command = "echo hi";
-    assert_int_equal(wk_sandbox_exec(sb, &req, on_done, &later), 0);
+    assert_int_equal(ops->exec(sb, &req, on_done, &later), 0);
     assert_int_equal(later.done, 0);
     wait_done(&later);
     assert_non_null(later.error);
     run_free(&pending);
     run_free(&later);
-    wk_sandbox_kill(sb);
+    kill_wait(sb);
 }
 
 static void test_kill_fails_pending_execs(void **state)
@@ -698,18 +772,20 @@ static void test_kill_fails_pending_execs(void **state)
     wk_exec_req req = {.command = "sleep 30", .timeout_ms = 60000};
     run r = {0};
 
-    assert_int_equal(wk_sandbox_exec(sb, &req, on_done, &r), 0);
+    assert_int_equal(ops->exec(sb, &req, on_done, &r), 0);
     event_base_loop(base, EVLOOP_NONBLOCK);
-    wk_sandbox_kill(sb);
+    kill_wait(sb);
     assert_int_equal(r.done, 1);
     assert_string_equal(r.error, "The sandbox was killed while the command ran.");
     run_free(&r);
 }
 
+static int killed_from_callback;
+
 static void kill_from_callback(void *arg, const wk_exec_result *res)
 {
     wk_sandbox **sb = arg;
-    wk_sandbox_kill(*sb);
+    ops->kill(*sb, on_killed, &killed_from_callback);
     *sb = NULL;
 }
 
@@ -720,9 +796,10 @@ static void test_kill_from_inside_a_callback(void **state)
     wk_exec_req req = {.command = "echo bye", .timeout_ms = 5000};
 
     snprintf(dir, sizeof(dir), "%s", sb->sbdir);
-    assert_int_equal(wk_sandbox_exec(sb, &req, kill_from_callback, &keep), 0);
-    while (keep)
+    assert_int_equal(ops->exec(sb, &req, kill_from_callback, &keep), 0);
+    while (!killed_from_callback)
         assert_true(event_base_loop(base, EVLOOP_ONCE) == 0);
+    assert_null(keep);
     assert_false(path_exists(dir));
 }
 
@@ -742,7 +819,7 @@ static void test_kill_leaves_nothing_behind(void **state)
     snprintf(dir, sizeof(dir), "%s", sb->sbdir);
     memcpy(cg, sb->cg.dir, sizeof(cg));
     assert_true(path_exists(dir));
-    wk_sandbox_kill(sb);
+    kill_wait(sb);
     assert_false(path_exists(dir));
     for (int c = 0; c < WK_CG_N; c++)
         if (cg[c][0])
@@ -774,34 +851,45 @@ static void test_create_times(void **state)
         total += ms;
         worst = ms > worst ? ms : worst;
         t0 = sf_mono_us();
-        wk_sandbox_kill(sb);
+        kill_wait(sb);
         printf("#   kill: %.2f ms\n", (double)(sf_mono_us() - t0) / 1000.0);
     }
     printf("# create over %d runs: mean %.2f ms, worst %.2f ms\n", N, total / N, worst);
 }
 
+/* A worker that dies without killing its sandbox: the next start (host_init on the
+ * same state_dir) removes everything it left. */
 static void test_host_cleanup_after_a_worker_crash(void **state)
 {
     struct {
         char dir[WK_PATH_MAX];
         char cg[WK_CG_N][256];
     } left;
+    char dir2[sizeof(state_dir) + 16];
+    wk_host_cfg c2 = hcfg;
     size_t got = 0;
     pid_t child;
     int status, p[2];
+    const char *why;
+    wk_driver *d2;
 
+    snprintf(dir2, sizeof(dir2), "%s/crash", state_dir);
+    assert_int_equal(mkdir(dir2, 0700), 0);
+    c2.state_dir = dir2;
     assert_int_equal(pipe(p), 0);
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     child = fork();
     assert_true(child >= 0);
     if (child == 0) {
-        /* A worker that dies without killing its sandbox. */
-        struct event_base *b = event_base_new();
         wk_sandbox *sb = NULL;
-        const char *why;
-        char id[64];
+        char id[64], w[512];
+        base = event_base_new();
+        c2.base = base;
+        c2.pool = wk_pool_new(base, 1);
+        if (!c2.pool || ops->host_init(&c2, &d2, &why) < 0)
+            _exit(1);
         snprintf(id, sizeof(id), "crash%d", (int)getpid());
-        if (wk_jail_create(b, &opts, id, &sb, &why) < 0)
+        if (try_create(d2, id, NULL, &sb, w, sizeof(w)) < 0)
             _exit(1);
         memset(&left, 0, sizeof(left));
         memcpy(left.dir, sb->sbdir, sizeof(left.dir));
@@ -820,11 +908,12 @@ static void test_host_cleanup_after_a_worker_crash(void **state)
     assert_int_equal(waitpid(child, &status, 0), child);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     assert_true(path_exists(left.dir));
-    wk_jail_host_cleanup(&opts);
+    assert_int_equal(ops->host_init(&c2, &d2, &why), 0);
     assert_false(path_exists(left.dir));
     for (int c = 0; c < WK_CG_N; c++)
         if (left.cg[c][0])
             assert_false(path_exists(left.cg[c]));
+    ops->host_fini(d2);
     /* the orphaned jail init came to us (subreaper): reap it */
     while (waitpid(-1, &status, WNOHANG) > 0)
         ;

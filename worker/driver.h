@@ -1,0 +1,148 @@
+/* The worker's driver interface: a table of operations that worker/jobs.c calls
+ * without knowing which isolation driver (jail, qemu, ...) runs the sandboxes.
+ * A driver is one `wk_driver_ops` table (worker/driver.c lists them by name); its
+ * host-wide state is an opaque `wk_driver`, each sandbox an opaque `wk_sandbox`.
+ *
+ * Threading and blocking: every operation is called on the worker's event-loop
+ * thread and returns at once. Nothing a driver does may block that loop: slow or
+ * blocking work (mounts, clone and the agent's first answer, QMP, teardown) runs on
+ * the shared thread pool (worker/pool.h) or in child processes, and the completion
+ * callbacks come back on the loop thread, never from inside the call that started
+ * the operation (except where said so below).
+ *
+ * Errors: functions return 0 or a negative errno; `why` is one actionable sentence
+ * for the caller (valid during the call or callback only).
+ *
+ * The process must ignore SIGPIPE (sf_daemon does) and leave SIGCHLD at its default:
+ * drivers reap what they start through pidfds. */
+#ifndef WK_DRIVER_H
+#define WK_DRIVER_H
+
+#include <event2/event.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pool.h"
+
+typedef struct wk_driver wk_driver;   /* a driver's host-wide state */
+typedef struct wk_sandbox wk_sandbox; /* one sandbox of a driver */
+
+/* A sandbox's shape (CONTRACTS.md `args.limits`); 0 in a field = the driver's
+ * default for it. */
+typedef struct wk_limits {
+    uint32_t memory_mib;  /* memory, kernel memory and (where the kernel can) TCP buffers */
+    uint32_t vcpu_milli;  /* CPU: 1000 = one core's worth of time */
+    uint32_t disk_mib;    /* bytes of the sandbox's own filesystem */
+    uint32_t pids_max;    /* processes and threads */
+    uint64_t inodes;      /* files of the sandbox's own filesystem */
+} wk_limits;
+
+/* What the host offers sandboxes (published in the heartbeat, CONTRACTS.md). */
+typedef struct wk_host_res {
+    uint64_t mem_mib;     /* memory allocatable to sandboxes: the sum of their memory_mib may
+                             reach it and no further */
+    uint64_t vcpu_milli;  /* CPU allocatable to sandboxes, after the configured overcommit */
+    uint64_t disk_mib;    /* disk allocatable to sandboxes (sum of disk_mib) */
+    uint32_t slots;       /* most sandboxes the driver itself can hold (0 = no own limit) */
+} wk_host_res;
+
+/* Settings a driver gets at host init. Fields a driver has no use for are ignored. */
+typedef struct wk_host_cfg {
+    struct event_base *base;   /* the worker's loop */
+    wk_pool *pool;             /* shared thread pool for blocking work */
+    const char *host_id;       /* this worker's id ([a-z0-9_-]): names its cgroup parent */
+    const char *state_dir;     /* absolute; the driver's files live under it */
+    const char *agent_path;    /* host path of the static sandfleet-agent */
+    wk_limits defaults;        /* used for fields a create leaves 0 (all must be set) */
+    uint32_t host_share_pct;   /* share (1-100) of this host's memory, CPU and disk for this
+                                  worker, when several run on one box */
+    uint64_t reserve_mem_mib;  /* host memory kept for the platform's own daemons */
+    uint32_t reserve_vcpu_milli; /* host CPU kept for the platform's own daemons */
+    uint32_t cpu_overcommit_pct; /* sum of vcpu_milli allowed, in % of the real CPU (>= 100) */
+    uint32_t nofile;           /* open files per sandbox process (RLIMIT_NOFILE) */
+    /* jail */
+    uint32_t uid_base;         /* first host uid mapped into sandboxes (65536 each) */
+    uint32_t pool_images;      /* formatted disk images kept ready */
+    int teardown_stop;         /* tests only: a teardown stops itself (SIGSTOP) half-way */
+} wk_host_cfg;
+
+typedef struct wk_create_req {
+    const char *id;            /* [a-z0-9_-]{1,63}, unique on this host */
+    wk_limits limits;          /* 0 fields = the defaults */
+} wk_create_req;
+
+typedef struct wk_exec_req {
+    const char *command;       /* run as /bin/sh -c command (any length the agent frame takes) */
+    const char *cwd;           /* NULL or "" = /root; a missing cwd gives an error result */
+    const char *const *env;    /* NULL or NULL-terminated "K=V" array (<= 256), added to
+                                  PATH, HOME=/root, TERM=xterm (same key overrides) */
+    uint32_t timeout_ms;       /* 0 = 60000; the caller clamps (max 600000) */
+    uint32_t cap_bytes;        /* per-stream cap, 0 = 32768 (2..262144): head cap/2 +
+                                  tail cap - cap/2 are kept */
+} wk_exec_req;
+
+typedef struct wk_exec_result {
+    int exit_code;             /* exit status, 128+signal when killed by a signal, -1 on timeout */
+    int timed_out;             /* 1: killed (the whole process group) after timeout_ms */
+    int oom_killed;            /* 1: the sandbox hit its memory limit while the command ran
+                                  and the kernel killed a process of it */
+    const char *out;           /* kept stdout bytes: head then tail, raw join, no marker */
+    size_t out_len;
+    uint64_t out_total;        /* bytes the command wrote to stdout */
+    const char *err;
+    size_t err_len;
+    uint64_t err_total;
+    int truncated;             /* 1 if either stream was cut */
+    uint32_t duration_ms;
+    const char *error;         /* non-NULL when the command could not run at all (bad cwd,
+                                  agent gone, sandbox killed...): one actionable sentence;
+                                  the other fields are then unset */
+} wk_exec_result;
+
+/* sb is NULL and rc < 0 (why set) when the create failed. */
+typedef void (*wk_create_cb)(void *arg, wk_sandbox *sb, int rc, const char *why);
+typedef void (*wk_exec_cb)(void *arg, const wk_exec_result *res); /* res valid during the call */
+typedef void (*wk_kill_cb)(void *arg, int rc);
+
+typedef struct wk_driver_ops {
+    const char *name;
+
+    /* One-time host set-up (needs what the driver needs: root, /dev/kvm...): removes
+     * what an earlier run of this worker left (its sandboxes are lost), prepares
+     * templates, checks the kernel, creates the per-worker resource parents that cap
+     * the total. Blocking; called once at start-up before the worker takes jobs. */
+    int (*host_init)(const wk_host_cfg *cfg, wk_driver **out, const char **why);
+    /* The resources this host offers sandboxes (fixed after host_init). */
+    void (*host_res)(const wk_driver *d, wk_host_res *res);
+    /* Waits for teardowns under way (bounded), kills what is left, frees. Blocking;
+     * at shutdown only. NULL-safe. */
+    void (*host_fini)(wk_driver *d);
+
+    /* Creates and starts a sandbox; cb(arg, sb, 0, NULL) once its agent answered, or
+     * cb(arg, NULL, rc, why) (-EINVAL bad id or limits, -EEXIST id in use, -EAGAIN no
+     * room, or the failed step's errno). The sandbox uses exactly the limits it was
+     * given (defaults filled in): see limits(). */
+    int (*create)(wk_driver *d, const wk_create_req *req, wk_create_cb cb, void *arg);
+    /* The limits a sandbox runs with. */
+    void (*limits)(const wk_sandbox *sb, wk_limits *out);
+    /* Runs a command; cb exactly once, never from inside this call (an agent that is
+     * gone or a kill give res->error). -EINVAL (no command/cb, bad env entry), -E2BIG
+     * (over the 1 MiB agent frame, or more than 256 env entries), -EBUSY (64 commands
+     * already running), -ESRCH (the sandbox is being killed), -ENOMEM. */
+    int (*exec)(wk_sandbox *sb, const wk_exec_req *req, wk_exec_cb cb, void *arg);
+    /* Kills the sandbox: pending exec callbacks fire first, inside this call, with
+     * "killed" errors; its processes are stopped at once; the rest of the teardown
+     * runs off the loop and cb(arg, rc) (NULL allowed) reports the end: 0 when
+     * nothing of the sandbox is left on the host. sb must not be used after this
+     * call. Also allowed from inside an exec callback. */
+    void (*kill)(wk_sandbox *sb, wk_kill_cb cb, void *arg);
+
+    /* Later (NULL = the driver does not have it yet): files, pause, resume, snapshot. */
+} wk_driver_ops;
+
+/* The driver compiled in under that name, or NULL. */
+const wk_driver_ops *wk_driver_find(const char *name);
+/* "jail, qemu": the names wk_driver_find knows, for messages. */
+const char *wk_driver_names(void);
+
+#endif
