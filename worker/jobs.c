@@ -65,14 +65,39 @@ static void refuse(wk_call *c, const char *code, const char *message)
     reply_error(c, code, message);
 }
 
+/* A job for a sandbox this worker does not hold: the record says why (killed moments
+ * ago: its teardown just ended; or lost: the worker restarted since). */
+static void on_not_here_state(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+    wk_call *c = priv;
+    const char *st = rep && rep->type == REDIS_REPLY_STRING ? rep->str : "";
+    char text[256];
+
+    if (!strcmp(st, "killed") || !strcmp(st, "killing")) {
+        if (!strcmp(st, "killing"))
+            record_retire(c->ctx, c->job.sandbox, "killed", 1);
+        snprintf(text, sizeof(text),
+                 "Sandbox '%s' was killed; create a new one with sandbox_create.", c->job.sandbox);
+    } else if (!strcmp(st, "failed")) {
+        snprintf(text, sizeof(text),
+                 "Sandbox '%s' failed to start; create a new one with sandbox_create.",
+                 c->job.sandbox);
+    } else {
+        snprintf(text, sizeof(text),
+                 "Sandbox '%s' is no longer running on its host (it was lost); create a new one "
+                 "with sandbox_create.", c->job.sandbox);
+        record_retire(c->ctx, c->job.sandbox, "lost", 1);
+    }
+    reply_error(c, SF_ERR_NOT_FOUND, text);
+}
+
 static void not_here(wk_call *c)
 {
-    char text[256];
-    snprintf(text, sizeof(text),
-             "Sandbox '%s' is no longer running on its host (it was lost); create a new one "
-             "with sandbox_create.", c->job.sandbox);
-    record_retire(c->ctx, c->job.sandbox, "lost", 1);
-    reply_error(c, SF_ERR_NOT_FOUND, text);
+    if (sf_redis_cmd(c->ctx->redis, on_not_here_state, c, "HGET " SF_RK_SANDBOX " state",
+                     c->job.sandbox) < 0)
+        reply_error(c, SF_ERR_UNAVAILABLE,
+                    "The platform's state store is unreachable; retry in a few seconds.");
 }
 
 static void box_release(wk_box *b)
