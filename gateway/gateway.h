@@ -27,6 +27,8 @@ typedef struct gw_cfg {
     int64_t session_ttl_s;
     int64_t max_sessions_team;  /* live MCP sessions one team may hold */
     char *allowed_origins;      /* comma-separated; localhost origins are always allowed */
+    char *tls_cert_file;        /* PEM chain: TLS (ALPN h2, http/1.1) on the same port */
+    char *tls_key_file;
 } gw_cfg;
 
 typedef struct gw_ctx {
@@ -36,6 +38,7 @@ typedef struct gw_ctx {
     char reply_topic[SF_TOPIC_MAX];
     uint8_t auth_secret[32];
     gw_http_server *http;
+    gw_router *router;
     sf_redis *redis;
     rd_kafka_t *producer, *consumer;
     sf_kafka_pump *pump;
@@ -72,7 +75,9 @@ void gw_session_create(gw_ctx *ctx, const char *team, const char *protocol, gw_s
                        void *arg);
 void gw_session_delete(gw_ctx *ctx, const char *team, const char *sid);
 
-/* mcp.c */
+/* mcp.c: POST/GET/DELETE /mcp (MCP Streamable HTTP) */
 void gw_mcp_handle(gw_req *req, void *arg);
+/* The gateway's routes on ctx->router (mcp.c): /mcp, /healthz; 0 or -ENOMEM. */
+int gw_routes_add(gw_ctx *ctx);
 
 #endif

@@ -7,7 +7,7 @@
  *     └─(preface)─▶ takeover hook       │  └─(limit / syntax error)─┐  ▼
  *                                       └──(keep-alive, drained)── WRITE ──(close)──▶ LINGER
  *
- * READ feeds the input buffer to http_parser, which pauses itself at the end of each
+ * READ feeds the input buffer to llhttp (strict), which pauses itself at the end of each
  * message, so at most one request per connection exists at a time and later pipelined
  * bytes simply stay in the input buffer (capped by a read high-water mark) until the
  * response has been written. Reading stays enabled while a request is PENDING so that
@@ -45,13 +45,13 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <event2/util.h>
-#include <http_parser.h>
+#include <llhttp.h>
 
+#include "req_int.h"
 #include "sf_buf.h"
 #include "sf_log.h"
 
-#define GW_HTTP_MAX_TARGET    65535u       /* http_parser_parse_url() keeps 16-bit offsets */
-#define GW_HTTP_MAX_HEADERS   256u         /* header fields per request */
+#define GW_HTTP_MAX_TARGET    GW_REQ_MAX_TARGET
 #define GW_HTTP_INPUT_HIGH_WM (256u << 10) /* pipelined bytes buffered while a request runs */
 #define GW_HTTP_LINGER_IDLE_S 2            /* lingering close: gap between client bytes */
 #define GW_HTTP_LINGER_MAX_S  5            /* lingering close: total */
@@ -64,34 +64,10 @@ enum conn_state {
     C_SNIFF,   /* first bytes: HTTP/2 preface or HTTP/1 */
     C_READ,    /* parsing a request */
     C_PENDING, /* the handler owns the request */
+    C_STREAM,  /* the handler streams the response (chunked) */
     C_WRITE,   /* response queued, waiting for the output buffer to drain */
     C_LINGER,  /* write side shut down, discarding input until EOF or a timeout */
     C_DEAD,    /* being freed */
-};
-
-enum { H_NONE, H_FIELD, H_VALUE };
-
-typedef struct gw_hdr {
-    size_t name_off, val_off, val_len;
-} gw_hdr;
-
-typedef struct gw_conn gw_conn;
-
-struct gw_req {
-    gw_conn *conn;
-    const char *method;
-    int minor;
-    unsigned head : 1, dispatched : 1, aborting : 1;
-    int hstate;          /* H_*: which header piece the parser gave us last */
-    sf_buf target;       /* the request target as sent */
-    char *path, *query;
-    sf_buf hdrs;         /* name '\0' value '\0' ... */
-    gw_hdr *hv;
-    size_t nh, caph;
-    sf_buf body;
-    void *data;
-    gw_req_abort_cb abort_cb;
-    void *abort_arg;
 };
 
 struct gw_conn {
@@ -99,44 +75,31 @@ struct gw_conn {
     gw_conn *prev, *next;
     struct bufferevent *bev;
     struct event *linger_ev;
-    http_parser parser;
+    llhttp_t parser;
     gw_req *cur;         /* request being parsed or pending */
     enum conn_state state;
     int err_status;      /* set by a parser callback that stops the parse */
     const char *err_msg;
     size_t hdr_bytes;
     unsigned keep_alive : 1, in_body : 1, peer_eof : 1, close_after : 1;
-    unsigned head_paused : 1, want_continue : 1;
+    unsigned head_paused : 1, want_continue : 1, h2c_upgrade : 1, tls : 1;
     size_t req_bytes;      /* raw bytes parsed for the current request (budget) */
     size_t body_left;      /* Content-Length body bytes not parsed yet, reserved (budget) */
     size_t held;           /* this connection's share of srv->buffered */
-    const char *exec_base; /* start of the bytes http_parser_execute() is parsing */
+    const char *exec_base; /* start of the bytes llhttp_execute() is parsing */
+    char prev_tail;        /* the last byte parsed before exec_base */
     int peer_port;
     char peer[INET6_ADDRSTRLEN + 8];
     char err_text[128];    /* a formatted err_msg */
-};
-
-struct gw_http_server {
-    struct event_base *base;
-    struct evconnlistener *lis;
-    struct event *accept_retry;
-    gw_http_limits lim;
-    gw_http_handler handler;
-    void *arg;
-    gw_http_takeover_fn takeover;
-    void *takeover_arg;
-    gw_conn *conns;
-    unsigned nconns;
-    size_t buffered; /* request bytes held by all connections: sum of conn->held */
-    int port;
-    time_t date_sec;
-    char date[40];
 };
 
 static void conn_read_cb(struct bufferevent *bev, void *arg);
 static void conn_write_cb(struct bufferevent *bev, void *arg);
 static void conn_event_cb(struct bufferevent *bev, short what, void *arg);
 static void conn_parse(gw_conn *c);
+static void conn_upgrade_h2c(gw_conn *c);
+static int conn_start(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
+                      int tls);
 
 static const char busy_msg[] = "The server is busy with other large requests; retry in a moment.";
 
@@ -150,68 +113,6 @@ static void fmt_size(char *out, size_t outlen, size_t v)
         snprintf(out, outlen, "%zu KiB", v >> 10);
     else
         snprintf(out, outlen, "%zu bytes", v);
-}
-
-static const char *srv_date(gw_http_server *s)
-{
-    static const char days[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
-    static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                       "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
-    time_t now = time(NULL);
-    struct tm tm;
-
-    if (now != s->date_sec && gmtime_r(&now, &tm)) {
-        snprintf(s->date, sizeof(s->date), "%s, %02d %s %04d %02d:%02d:%02d GMT",
-                 days[tm.tm_wday % 7], tm.tm_mday, months[tm.tm_mon % 12],
-                 tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
-        s->date_sec = now;
-    }
-    return s->date;
-}
-
-static const char *status_reason(int status)
-{
-    const char *r = http_status_str((enum http_status)status);
-    return (r && r[0] != '<') ? r : "Status";
-}
-
-/* RFC 9110 token characters. */
-static int is_token(const char *s)
-{
-    static const char extra[] = "!#$%&'*+-.^_`|~";
-    if (!*s)
-        return 0;
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-              (ch && strchr(extra, ch))))
-            return 0;
-    }
-    return 1;
-}
-
-static int is_field_value(const char *s)
-{
-    for (; *s; s++)
-        if (*s == '\r' || *s == '\n')
-            return 0;
-    return 1;
-}
-
-static int has_token(const char *list, const char *tok)
-{
-    size_t n = strlen(tok);
-    const char *p = list;
-
-    while (*p) {
-        while (*p == ' ' || *p == '\t' || *p == ',')
-            p++;
-        if (strncasecmp(p, tok, n) == 0 && (p[n] == '\0' || p[n] == ',' || p[n] == ' ' || p[n] == '\t'))
-            return 1;
-        while (*p && *p != ',')
-            p++;
-    }
-    return 0;
 }
 
 static void conn_timeouts(gw_conn *c, int rd, int wr)
@@ -273,55 +174,34 @@ static const char *budget_too_large(gw_conn *c)
 
 /* ------------------------------------------------------------------ requests */
 
+static void h1_respond(gw_req *r, int status, const char *ctype, const char *const *headers,
+                       const char *body, size_t len);
+static int h1_stream_begin(gw_req *r, int status, const char *ctype, const char *const *headers);
+static int h1_stream_write(gw_req *r, const char *data, size_t len);
+static void h1_stream_end(gw_req *r);
+
+static const gw_req_transport h1_transport = {
+    .respond = h1_respond,
+    .stream_begin = h1_stream_begin,
+    .stream_write = h1_stream_write,
+    .stream_end = h1_stream_end,
+};
+
 static gw_req *req_new(gw_conn *c)
 {
-    gw_req *r = calloc(1, sizeof(*r));
-    if (!r)
-        return NULL;
-    r->conn = c;
-    r->method = "GET";
-    r->minor = 1;
-    sf_buf_init(&r->target, GW_HTTP_MAX_TARGET);
-    sf_buf_init(&r->hdrs, c->srv->lim.max_header_bytes + 2 * GW_HTTP_MAX_HEADERS + 2);
-    sf_buf_init(&r->body, c->srv->lim.max_body);
+    gw_req *r = gw_req_new(&h1_transport, c, c->srv->lim.max_header_bytes, c->srv->lim.max_body);
+
+    if (r) {
+        r->peer = c->peer;
+        r->peer_port = c->peer_port;
+        r->proto = c->tls ? "http/1.1+tls" : "http/1.1";
+    }
     return r;
 }
 
 static void req_free(gw_req *r)
 {
-    if (!r)
-        return;
-    sf_buf_fini(&r->target);
-    free(r->path);
-    free(r->query);
-    sf_buf_fini(&r->hdrs);
-    sf_buf_fini(&r->body);
-    free(r->hv);
-    free(r);
-}
-
-/* Terminates the header field or value being collected. */
-static int req_hdr_finish(gw_req *r)
-{
-    static const char nul[2] = {0, 0};
-    int rc = 0;
-
-    if (r->hstate == H_FIELD) { /* a field without a value callback: empty value */
-        rc = sf_buf_append(&r->hdrs, nul, 1);
-        r->hv[r->nh - 1].val_off = r->hdrs.len;
-        r->hv[r->nh - 1].val_len = 0;
-        if (rc == 0)
-            rc = sf_buf_append(&r->hdrs, nul, 1);
-    } else if (r->hstate == H_VALUE) {
-        gw_hdr *h = &r->hv[r->nh - 1];
-        rc = sf_buf_append(&r->hdrs, nul, 1);
-        while (rc == 0 && h->val_len > 0 &&
-               (r->hdrs.p[h->val_off + h->val_len - 1] == ' ' ||
-                r->hdrs.p[h->val_off + h->val_len - 1] == '\t'))
-            r->hdrs.p[h->val_off + --h->val_len] = '\0';
-    }
-    r->hstate = H_NONE;
-    return rc;
+    gw_req_free(r);
 }
 
 /* ------------------------------------------------------------------ parser callbacks */
@@ -343,7 +223,7 @@ static int count_header_bytes(gw_conn *c, size_t n)
     return 0;
 }
 
-static int on_message_begin(http_parser *p)
+static int on_message_begin(llhttp_t *p)
 {
     gw_conn *c = p->data;
 
@@ -353,6 +233,7 @@ static int on_message_begin(http_parser *p)
     c->in_body = 0;
     c->head_paused = 0;
     c->want_continue = 0;
+    c->h2c_upgrade = 0;
     c->body_left = 0;
     c->cur = req_new(c);
     if (!c->cur)
@@ -360,7 +241,15 @@ static int on_message_begin(http_parser *p)
     return 0;
 }
 
-static int on_url(http_parser *p, const char *at, size_t len)
+static int on_method_complete(llhttp_t *p)
+{
+    /* "PRI" only starts the HTTP/2 preface, which the sniffer handled already */
+    if (p->method == HTTP_PRI)
+        return conn_fail(p->data, 400, "malformed HTTP request: PRI is not an HTTP/1 method");
+    return 0;
+}
+
+static int on_url(llhttp_t *p, const char *at, size_t len)
 {
     gw_conn *c = p->data;
 
@@ -373,88 +262,59 @@ static int on_url(http_parser *p, const char *at, size_t len)
     return 0;
 }
 
-static int on_header_field(http_parser *p, const char *at, size_t len)
+static int on_header_field(llhttp_t *p, const char *at, size_t len)
 {
     gw_conn *c = p->data;
     gw_req *r = c->cur;
+    int rc;
 
     if (c->in_body) /* trailer fields after a chunked body: counted, not kept */
         return count_header_bytes(c, len);
-    if (r->hstate != H_FIELD) {
-        if (req_hdr_finish(r) < 0)
-            return conn_fail(c, 431, NULL);
-        if (r->nh >= GW_HTTP_MAX_HEADERS)
-            return conn_fail(c, 431, NULL);
-        if (r->nh == r->caph) {
-            size_t ncap = r->caph ? r->caph * 2 : 16;
-            gw_hdr *hv = realloc(r->hv, ncap * sizeof(*hv));
-            if (!hv)
-                return conn_fail(c, 503, "the server is out of memory; retry later");
-            r->hv = hv;
-            r->caph = ncap;
-        }
-        r->hv[r->nh].name_off = r->hdrs.len;
-        r->hv[r->nh].val_off = 0;
-        r->hv[r->nh].val_len = 0;
-        r->nh++;
-        r->hstate = H_FIELD;
-        if (count_header_bytes(c, 4) < 0) /* ": " and CRLF */
-            return -1;
-    }
+    if (r->hstate != GW_H_FIELD && count_header_bytes(c, 4) < 0) /* ": " and CRLF */
+        return -1;
     if (count_header_bytes(c, len) < 0)
         return -1;
-    if (sf_buf_append(&r->hdrs, at, len) < 0)
-        return conn_fail(c, 431, NULL);
-    return 0;
+    rc = gw_req_hdr_field(r, at, len);
+    if (rc == -ENOMEM)
+        return conn_fail(c, 503, "the server is out of memory; retry later");
+    return rc < 0 ? conn_fail(c, 431, NULL) : 0;
 }
 
-static int on_header_value(http_parser *p, const char *at, size_t len)
+static int on_header_value(llhttp_t *p, const char *at, size_t len)
 {
-    static const char nul = 0;
     gw_conn *c = p->data;
-    gw_req *r = c->cur;
+    int rc;
 
+    /* A value span right after a line end is a value continued on the next line (llhttp
+     * accepts obs-fold even in strict mode). */
+    if (len > 0 && (at[0] == ' ' || at[0] == '\t') &&
+        (at > c->exec_base ? at[-1] : c->prev_tail) == '\n')
+        return conn_fail(c, 400, "malformed HTTP request: obsolete line folding is not "
+                                 "accepted; send each header on one line");
     if (c->in_body)
         return count_header_bytes(c, len);
-    if (r->hstate == H_NONE)
-        return conn_fail(c, 400, "malformed HTTP request: header value without a name");
-    if (r->hstate == H_FIELD) {
-        if (sf_buf_append(&r->hdrs, &nul, 1) < 0)
-            return conn_fail(c, 431, NULL);
-        r->hv[r->nh - 1].val_off = r->hdrs.len;
-        r->hstate = H_VALUE;
-    }
     if (count_header_bytes(c, len) < 0)
         return -1;
-    if (sf_buf_append(&r->hdrs, at, len) < 0)
-        return conn_fail(c, 431, NULL);
-    r->hv[r->nh - 1].val_len += len;
-    return 0;
+    rc = gw_req_hdr_value(c->cur, at, len);
+    if (rc == -EINVAL)
+        return conn_fail(c, 400, "malformed HTTP request: header value without a name");
+    if (rc == -ENOMEM)
+        return conn_fail(c, 503, "the server is out of memory; retry later");
+    return rc < 0 ? conn_fail(c, 431, NULL) : 0;
 }
 
-/* Splits the target into path and query with http_parser's URL parser. 0, -EINVAL, -ENOMEM. */
-static int req_split_target(gw_req *r, int is_connect)
+/* An `Upgrade: h2c` we take: HTTP/2 served, h2c offered with its settings, no body. */
+static int wants_h2c(gw_conn *c, gw_req *r, int has_body)
 {
-    struct http_parser_url u;
-    const char *t = r->target.p;
+    const char *up = gw_req_header(r, "Upgrade"), *conn = gw_req_header(r, "Connection");
+    const char *settings = gw_req_header(r, "HTTP2-Settings");
 
-    if (!t || r->target.len == 0)
-        return -EINVAL;
-    http_parser_url_init(&u);
-    if (http_parser_parse_url(t, r->target.len, is_connect, &u) != 0)
-        return -EINVAL;
-    if (u.field_set & (1 << UF_PATH))
-        r->path = strndup(t + u.field_data[UF_PATH].off, u.field_data[UF_PATH].len);
-    else
-        r->path = strdup(is_connect ? "" : "/");
-    if (u.field_set & (1 << UF_QUERY))
-        r->query = strndup(t + u.field_data[UF_QUERY].off, u.field_data[UF_QUERY].len);
-    else
-        r->query = strdup("");
-    return (r->path && r->query) ? 0 : -ENOMEM;
+    return c->srv->h2 && !c->tls && !has_body && up && gw_http_has_token(up, "h2c") && conn &&
+           gw_http_has_token(conn, "upgrade") && gw_http_has_token(conn, "http2-settings") &&
+           settings;
 }
 
-static int on_headers_complete(http_parser *p)
+static int on_headers_complete(llhttp_t *p)
 {
     gw_conn *c = p->data;
     gw_req *r = c->cur;
@@ -462,25 +322,31 @@ static int on_headers_complete(http_parser *p)
     const char *expect;
     int has_body, rc;
 
-    if (req_hdr_finish(r) < 0)
+    if (gw_req_hdr_finish(r) < 0)
         return conn_fail(c, 431, NULL);
     if (p->http_major != 1)
         return conn_fail(c, 505, "HTTP version not supported: use HTTP/1.1");
     r->minor = p->http_minor;
-    r->method = http_method_str((enum http_method)p->method);
+    r->proto = c->tls ? "http/1.1+tls" : (p->http_minor ? "http/1.1" : "http/1.0");
+    r->method = llhttp_method_name((llhttp_method_t)p->method);
     r->head = p->method == HTTP_HEAD;
-    c->keep_alive = http_should_keep_alive(p) ? 1 : 0;
-    rc = req_split_target(r, p->method == HTTP_CONNECT);
+    if (p->method == HTTP_CONNECT)
+        return conn_fail(c, 405, "CONNECT is not served here");
+    rc = gw_req_split_target(r);
     if (rc == -ENOMEM)
         return conn_fail(c, 503, "the server is out of memory; retry later");
     if (rc < 0)
         return conn_fail(c, 400, "malformed HTTP request: invalid request target");
-    /* http_parser reads no body for CONNECT: what follows is another request */
-    has_body = p->method != HTTP_CONNECT &&
-               ((p->flags & F_CHUNKED) || ((p->flags & F_CONTENTLENGTH) && p->content_length > 0));
-    if ((p->flags & F_CONTENTLENGTH) && !(p->flags & F_CHUNKED) &&
+    has_body = (p->flags & F_CHUNKED) || ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0);
+    if ((p->flags & F_CONTENT_LENGTH) && !(p->flags & F_CHUNKED) &&
         p->content_length > (uint64_t)s->lim.max_body)
         return conn_fail(c, 413, NULL);
+    if (p->upgrade) {
+        /* Only h2c is taken; any other Upgrade is served as a plain HTTP/1.1 request. */
+        c->h2c_upgrade = wants_h2c(c, r, has_body) ? 1 : 0;
+        p->upgrade = 0;
+    }
+    c->keep_alive = llhttp_should_keep_alive(p) ? 1 : 0;
     expect = gw_req_header(r, "Expect");
     if (expect) {
         if (strcasecmp(expect, "100-continue") != 0)
@@ -491,12 +357,12 @@ static int on_headers_complete(http_parser *p)
     if (has_body) { /* conn_body_start() checks the budget, then reads on */
         c->body_left = (p->flags & F_CHUNKED) ? 0 : (size_t)p->content_length;
         c->head_paused = 1;
-        http_parser_pause(p, 1);
+        return HPE_PAUSED;
     }
     return 0;
 }
 
-static int on_body(http_parser *p, const char *at, size_t len)
+static int on_body(llhttp_t *p, const char *at, size_t len)
 {
     gw_conn *c = p->data;
     gw_http_server *s = c->srv;
@@ -523,15 +389,15 @@ static int on_body(http_parser *p, const char *at, size_t len)
     return 0;
 }
 
-static int on_message_complete(http_parser *p)
+static int on_message_complete(llhttp_t *p)
 {
     /* Stop after each message: the next pipelined one waits for this response. */
-    http_parser_pause(p, 1);
-    return 0;
+    return HPE_PAUSED;
 }
 
-static const http_parser_settings gw_parser_settings = {
+static const llhttp_settings_t gw_parser_settings = {
     .on_message_begin = on_message_begin,
+    .on_method_complete = on_method_complete,
     .on_url = on_url,
     .on_header_field = on_header_field,
     .on_header_value = on_header_value,
@@ -546,7 +412,7 @@ static const http_parser_settings gw_parser_settings = {
  * out of memory). Returns 0, or -ENOMEM when the output could not be queued whole. */
 static int conn_write_response(gw_conn *c, int minor, int status, const char *ctype,
                                const char *const *headers, const char *body, size_t len,
-                               int send_body, int *keep)
+                               int send_body, int *keep, int stream)
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
     int no_len = status == 204 || status == 304;
@@ -554,10 +420,10 @@ static int conn_write_response(gw_conn *c, int minor, int status, const char *ct
     sf_buf h;
 
     sf_buf_init(&h, GW_HTTP_MAX_HEAD);
-    rc |= sf_buf_appendf(&h, "HTTP/1.1 %d %s\r\nDate: %s\r\n", status, status_reason(status),
-                         srv_date(c->srv));
+    rc |= sf_buf_appendf(&h, "HTTP/1.1 %d %s\r\nDate: %s\r\n", status, gw_http_reason(status),
+                         gw_http_date(&c->srv->date_sec, c->srv->date));
     if (ctype && *ctype) {
-        if (is_field_value(ctype))
+        if (gw_http_is_field_value(ctype))
             rc |= sf_buf_appendf(&h, "Content-Type: %s\r\n", ctype);
         else
             sf_warn("msg=\"dropped a Content-Type with CR/LF\" peer=%s", c->peer);
@@ -565,17 +431,16 @@ static int conn_write_response(gw_conn *c, int minor, int status, const char *ct
     for (size_t i = 0; headers && headers[i] && headers[i + 1]; i += 2) {
         const char *name = headers[i], *value = headers[i + 1];
 
-        if (!is_token(name) || !is_field_value(value)) {
+        if (!gw_http_is_token(name) || !gw_http_is_field_value(value)) {
             sf_warn("msg=\"dropped an invalid response header\" peer=%s", c->peer);
             continue;
         }
         if (strcasecmp(name, "Connection") == 0) {
-            if (has_token(value, "close"))
+            if (gw_http_has_token(value, "close"))
                 *keep = 0;
             continue;
         }
-        if (strcasecmp(name, "Content-Length") == 0 || strcasecmp(name, "Transfer-Encoding") == 0 ||
-            strcasecmp(name, "Date") == 0)
+        if (gw_http_is_framing(name))
             continue;
         if (strcasecmp(name, "Cache-Control") == 0)
             has_cc = 1;
@@ -583,8 +448,14 @@ static int conn_write_response(gw_conn *c, int minor, int status, const char *ct
     }
     if (!has_cc)
         rc |= sf_buf_append(&h, "Cache-Control: no-store\r\n", 25);
-    if (!no_len)
+    if (stream) {
+        if (minor >= 1)
+            rc |= sf_buf_append(&h, "Transfer-Encoding: chunked\r\n", 28);
+        else
+            *keep = 0; /* HTTP/1.0: the end of the body is the end of the connection */
+    } else if (!no_len) {
         rc |= sf_buf_appendf(&h, "Content-Length: %zu\r\n", len);
+    }
     if (!*keep)
         rc |= sf_buf_append(&h, "Connection: close\r\n", 19);
     else if (minor == 0)
@@ -625,7 +496,7 @@ static void conn_error(gw_conn *c, int status, const char *msg)
             fmt_size(size, sizeof(size), c->srv->lim.max_header_bytes);
             snprintf(text, sizeof(text), "request headers too large: the limit is %s", size);
         } else {
-            snprintf(text, sizeof(text), "%s", status_reason(status));
+            snprintf(text, sizeof(text), "%s", gw_http_reason(status));
         }
         msg = text;
     }
@@ -639,26 +510,28 @@ static void conn_error(gw_conn *c, int status, const char *msg)
     conn_release_req(c);
     /* every 503 the server sends by itself is worth retrying soon */
     if (conn_write_response(c, minor, status, "application/json",
-                            status == 503 ? retry_after : NULL, json, strlen(json), 1, &keep) < 0)
+                            status == 503 ? retry_after : NULL, json, strlen(json), 1, &keep,
+                            0) < 0)
         bufferevent_trigger(c->bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
     c->close_after = 1;
     c->state = C_WRITE;
     conn_timeouts(c, 0, 1);
 }
 
-static void conn_parse_error(gw_conn *c, enum http_errno e)
+static void conn_parse_error(gw_conn *c, llhttp_errno_t e)
 {
-    char msg[128];
+    char msg[160];
+    const char *reason = llhttp_get_error_reason(&c->parser);
 
     if (c->err_status) {
         conn_error(c, c->err_status, c->err_msg);
         return;
     }
-    if (e == HPE_HEADER_OVERFLOW) {
-        conn_error(c, 431, NULL);
-        return;
-    }
-    snprintf(msg, sizeof(msg), "malformed HTTP request: %s", http_errno_description(e));
+    snprintf(msg, sizeof(msg), "malformed HTTP request: %s",
+             reason && *reason ? reason : llhttp_errno_name(e));
+    for (char *q = msg; *q; q++) /* the message goes into a JSON string */
+        if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20)
+            *q = '\'';
     conn_error(c, 400, msg);
 }
 
@@ -673,10 +546,7 @@ static void conn_free(gw_conn *c)
     c->state = C_DEAD;
     if (c->cur) {
         gw_req *r = c->cur;
-        if (r->dispatched && r->abort_cb) {
-            r->aborting = 1;
-            r->abort_cb(r, r->abort_arg);
-        }
+        gw_req_abort(r);
         c->cur = NULL;
         req_free(r);
     }
@@ -693,7 +563,7 @@ static void conn_free(gw_conn *c)
     if (c->next)
         c->next->prev = c->prev;
     s->nconns--;
-    assert(s->nconns > 0 || s->buffered == 0);
+    assert(s->nconns + s->nh2 > 0 || s->buffered == 0);
     free(c);
 }
 
@@ -708,7 +578,7 @@ static void conn_body_start(gw_conn *c)
     const char *msg = NULL;
 
     c->head_paused = 0;
-    http_parser_pause(&c->parser, 0);
+    llhttp_resume(&c->parser);
     if (c->req_bytes + c->body_left > s->lim.max_buffered_bytes) {
         status = 413;
         msg = budget_too_large(c);
@@ -729,7 +599,7 @@ static void conn_dispatch(gw_conn *c)
 {
     gw_req *r = c->cur;
 
-    http_parser_pause(&c->parser, 0);
+    llhttp_resume(&c->parser);
     if (!r) {
         conn_error(c, 500, "internal error: request state out of order");
         return;
@@ -747,7 +617,7 @@ static void conn_parse(gw_conn *c)
     while (c->state == C_READ) {
         size_t avail = evbuffer_get_length(in), n;
         struct evbuffer_iovec v;
-        enum http_errno e;
+        llhttp_errno_t e;
 
         if (avail == 0)
             break;
@@ -760,15 +630,23 @@ static void conn_parse(gw_conn *c)
             }
         }
         c->exec_base = v.iov_base;
-        n = http_parser_execute(&c->parser, &gw_parser_settings, v.iov_base, v.iov_len);
+        e = llhttp_execute(&c->parser, v.iov_base, v.iov_len);
         c->exec_base = NULL;
-        e = HTTP_PARSER_ERRNO(&c->parser);
+        n = v.iov_len;
+        if (e != HPE_OK && llhttp_get_error_pos(&c->parser))
+            n = (size_t)(llhttp_get_error_pos(&c->parser) - (const char *)v.iov_base);
+        if (n > 0)
+            c->prev_tail = ((const char *)v.iov_base)[n - 1];
         if (e == HPE_PAUSED) {
             conn_consumed(c, n);
-            if (c->head_paused)
+            if (c->head_paused) {
                 conn_body_start(c);
-            else
+            } else if (c->h2c_upgrade && c->cur) {
+                conn_upgrade_h2c(c); /* c is gone: HTTP/2 owns the connection */
+                return;
+            } else {
                 conn_dispatch(c);
+            }
             continue;
         }
         if (e != HPE_OK) {
@@ -777,17 +655,13 @@ static void conn_parse(gw_conn *c)
             return;
         }
         conn_consumed(c, n);
-        if (n < v.iov_len) { /* http_parser stops early only on error or pause */
-            conn_error(c, 400, "malformed HTTP request");
-            return;
-        }
     }
 }
 
 /* The response is out and the connection stays: parse what the client sent meanwhile. */
 static void conn_next(gw_conn *c)
 {
-    http_parser_init(&c->parser, HTTP_REQUEST);
+    llhttp_init(&c->parser, HTTP_REQUEST, &gw_parser_settings);
     c->parser.data = c;
     c->err_status = 0;
     c->err_msg = NULL;
@@ -840,6 +714,20 @@ static void conn_sniff(gw_conn *c)
     if (m == 0)
         return;
     p = evbuffer_pullup(in, (ev_ssize_t)m);
+    if (p && p[0] == 0x16 && s->tls && !c->tls) { /* a TLS handshake record */
+        struct bufferevent *bev = c->bev;
+        char peer[sizeof(c->peer)];
+        int port = c->peer_port;
+
+        memcpy(peer, c->peer, sizeof(peer));
+        bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
+        bufferevent_set_timeouts(bev, NULL, NULL);
+        bufferevent_setwatermark(bev, EV_READ, 0, 0);
+        c->bev = NULL;
+        conn_free(c);
+        gw_tls_accept(s, bev, peer, port);
+        return;
+    }
     if (!p || memcmp(p, h2_preface, m) != 0) {
         c->state = C_READ;
         conn_parse(c);
@@ -923,7 +811,8 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
     conn_free(c);
 }
 
-static int conn_start(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port)
+static int conn_start(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
+                      int tls)
 {
     gw_conn *c = calloc(1, sizeof(*c));
 
@@ -933,10 +822,11 @@ static int conn_start(gw_http_server *s, struct bufferevent *bev, const char *pe
     }
     c->srv = s;
     c->bev = bev;
-    http_parser_init(&c->parser, HTTP_REQUEST);
+    llhttp_init(&c->parser, HTTP_REQUEST, &gw_parser_settings);
     c->parser.data = c;
     snprintf(c->peer, sizeof(c->peer), "%s", peer ? peer : "unknown");
     c->peer_port = peer_port;
+    c->tls = tls ? 1 : 0;
     c->state = C_SNIFF;
     c->next = s->conns;
     if (s->conns)
@@ -992,7 +882,7 @@ static void srv_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct s
     char peer[INET6_ADDRSTRLEN + 8];
     int port, one = 1;
 
-    if (s->nconns >= s->lim.max_conns) {
+    if (s->nconns + s->nh2 >= s->lim.max_conns) {
         mlen = snprintf(msg, sizeof(msg), "%s%zu\r\n\r\n%s", busy, sizeof(BUSY_BODY) - 1, BUSY_BODY);
         if (mlen > 0 && send(fd, msg, (size_t)mlen, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
             sf_debug("msg=\"could not send 503\" err=\"%s\"", strerror(errno));
@@ -1008,7 +898,7 @@ static void srv_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct s
         return;
     }
     peer_name(salen > 0 ? sa : NULL, peer, sizeof(peer), &port);
-    conn_start(s, bev, peer, port);
+    conn_start(s, bev, peer, port, 0);
 }
 
 static void srv_accept_retry_cb(evutil_socket_t fd, short what, void *arg)
@@ -1135,6 +1025,8 @@ void gw_http_server_free(gw_http_server *srv)
         return;
     while (srv->conns)
         conn_free(srv->conns);
+    gw_h2_free_all(srv);
+    gw_tls_ctx_free(srv);
     if (srv->lis)
         evconnlistener_free(srv->lis);
     if (srv->accept_retry)
@@ -1167,114 +1059,29 @@ int gw_http_server_adopt(gw_http_server *srv, struct bufferevent *bev, const cha
 {
     if (!srv || !bev)
         return -EINVAL;
-    if (srv->nconns >= srv->lim.max_conns) {
+    if (srv->nconns + srv->nh2 >= srv->lim.max_conns) {
         bufferevent_free(bev);
         return -EMFILE;
     }
-    return conn_start(srv, bev, peer, 0);
+    return conn_start(srv, bev, peer, 0, 0);
 }
 
-/* ------------------------------------------------------------------ request API */
+/* ------------------------------------------------------------------ answers (h1 transport) */
 
-const char *gw_req_method(const gw_req *req)
+static void h1_respond(gw_req *req, int status, const char *content_type,
+                       const char *const *headers, const char *body, size_t len)
 {
-    return req->method;
-}
-
-const char *gw_req_target(const gw_req *req)
-{
-    return req->target.p ? req->target.p : "";
-}
-
-const char *gw_req_path(const gw_req *req)
-{
-    return req->path ? req->path : "/";
-}
-
-const char *gw_req_query(const gw_req *req)
-{
-    return req->query ? req->query : "";
-}
-
-const char *gw_req_header(const gw_req *req, const char *name)
-{
-    for (size_t i = 0; i < req->nh; i++) {
-        if (strcasecmp(req->hdrs.p + req->hv[i].name_off, name) == 0)
-            return req->hdrs.p + req->hv[i].val_off;
-    }
-    return NULL;
-}
-
-int gw_req_header_at(const gw_req *req, size_t i, const char **name, const char **value)
-{
-    if (i >= req->nh || req->hstate != H_NONE)
-        return -ENOENT;
-    *name = req->hdrs.p + req->hv[i].name_off;
-    *value = req->hdrs.p + req->hv[i].val_off;
-    return 0;
-}
-
-const char *gw_req_body(const gw_req *req, size_t *len)
-{
-    if (len)
-        *len = req->body.len;
-    return req->body.p ? req->body.p : "";
-}
-
-const char *gw_req_peer(const gw_req *req)
-{
-    return req->conn->peer;
-}
-
-int gw_req_peer_port(const gw_req *req)
-{
-    return req->conn->peer_port;
-}
-
-int gw_req_http_minor(const gw_req *req)
-{
-    return req->minor;
-}
-
-void gw_req_set_data(gw_req *req, void *data)
-{
-    req->data = data;
-}
-
-void *gw_req_data(const gw_req *req)
-{
-    return req->data;
-}
-
-void gw_req_set_abort_cb(gw_req *req, gw_req_abort_cb cb, void *arg)
-{
-    req->abort_cb = cb;
-    req->abort_arg = arg;
-}
-
-void gw_req_respond(gw_req *req, int status, const char *content_type,
-                    const char *const *headers, const char *body, size_t len)
-{
-    gw_conn *c;
+    gw_conn *c = req->conn;
     int keep;
 
-    if (!req)
-        return;
-    c = req->conn;
-    if (req->aborting || !req->dispatched || c->cur != req || c->state != C_PENDING) {
-        sf_error("msg=\"gw_req_respond on a request that is aborted or not pending; ignored\" "
-                 "peer=%s status=%d", c->peer, status);
+    if (c->cur != req || c->state != C_PENDING) {
+        sf_error("msg=\"response to a request that is not pending; ignored\" peer=%s status=%d",
+                 c->peer, status);
         return;
     }
-    if (status < 200 || status > 599) {
-        sf_error("msg=\"invalid response status; sending 500\" status=%d", status);
-        status = 500;
-    }
-    if (!body)
-        len = 0;
     keep = c->keep_alive && !c->peer_eof;
     if (conn_write_response(c, req->minor, status, content_type, headers, body, len, !req->head,
-                            &keep) < 0)
+                            &keep, 0) < 0)
         bufferevent_trigger(c->bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
     c->cur = NULL;
     req_free(req);
@@ -1282,4 +1089,130 @@ void gw_req_respond(gw_req *req, int status, const char *content_type,
     c->close_after = !keep;
     c->state = C_WRITE;
     conn_timeouts(c, 0, 1);
+}
+
+static int h1_stream_begin(gw_req *req, int status, const char *ctype, const char *const *headers)
+{
+    gw_conn *c = req->conn;
+    int keep = c->keep_alive && !c->peer_eof;
+
+    if (c->cur != req || c->state != C_PENDING)
+        return -EINVAL;
+    if (req->head) { /* HEAD: the head alone is the whole answer */
+        h1_respond(req, status, ctype, headers, NULL, 0);
+        return -EPIPE;
+    }
+    if (conn_write_response(c, req->minor, status, ctype, headers, NULL, 0, 0, &keep, 1) < 0)
+        return -ENOMEM;
+    c->close_after = !keep;
+    conn_release_req(c);
+    c->state = C_STREAM;
+    conn_timeouts(c, 0, 1);
+    return 0;
+}
+
+static int h1_stream_write(gw_req *req, const char *data, size_t len)
+{
+    gw_conn *c = req->conn;
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    char size[24];
+    int n, rc = 0;
+
+    if (c->state != C_STREAM || c->peer_eof)
+        return -EPIPE;
+    if (evbuffer_get_length(out) + len > GW_STREAM_MAX_UNSENT)
+        return -ENOBUFS;
+    if (req->minor >= 1) {
+        n = snprintf(size, sizeof(size), "%zx\r\n", len);
+        rc |= evbuffer_add(out, size, (size_t)n);
+    }
+    rc |= evbuffer_add(out, data, len);
+    if (req->minor >= 1)
+        rc |= evbuffer_add(out, "\r\n", 2);
+    return rc ? -ENOMEM : 0;
+}
+
+static void h1_stream_end(gw_req *req)
+{
+    gw_conn *c = req->conn;
+
+    if (c->state != C_STREAM)
+        return;
+    if (req->minor >= 1 && evbuffer_add(bufferevent_get_output(c->bev), "0\r\n\r\n", 5) < 0)
+        c->close_after = 1;
+    c->cur = NULL;
+    req_free(req);
+    c->state = C_WRITE;
+    conn_timeouts(c, 0, 1);
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+        bufferevent_trigger(c->bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+}
+
+/* `Upgrade: h2c` taken: 101, then the connection and this request (stream 1) go to the
+ * HTTP/2 server. */
+static void conn_upgrade_h2c(gw_conn *c)
+{
+    static const char sw[] = "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n"
+                             "Upgrade: h2c\r\n\r\n";
+    gw_http_server *s = c->srv;
+    struct bufferevent *bev = c->bev;
+    gw_req *r = c->cur;
+    char settings[256];
+    const char *hs = gw_req_header(r, "HTTP2-Settings");
+
+    if (!hs || strlen(hs) >= sizeof(settings)) {
+        conn_error(c, 400, "malformed HTTP2-Settings header");
+        return;
+    }
+    snprintf(settings, sizeof(settings), "%s", hs);
+    if (bufferevent_write(bev, sw, sizeof(sw) - 1) < 0) {
+        conn_error(c, 503, "the server is out of memory; retry later");
+        return;
+    }
+    c->cur = NULL;
+    conn_release_req(c);
+    bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
+    bufferevent_set_timeouts(bev, NULL, NULL);
+    bufferevent_setwatermark(bev, EV_READ, 0, 0);
+    c->bev = NULL;
+    {
+        char peer[sizeof(c->peer)];
+        int port = c->peer_port;
+
+        memcpy(peer, c->peer, sizeof(peer));
+        conn_free(c);
+        gw_h2_serve(s, bev, peer, port, 0, r, settings);
+    }
+}
+
+/* ------------------------------------------------------------------ transports on one port */
+
+static int builtin_h2_takeover(struct bufferevent *bev, const char *peer, void *arg)
+{
+    gw_h2_serve(arg, bev, peer, 0, 0, NULL, NULL); /* owns bev even when it fails */
+    return 0;
+}
+
+void gw_http_server_enable_h2(gw_http_server *srv)
+{
+    srv->h2 = 1;
+    srv->takeover = builtin_h2_takeover;
+    srv->takeover_arg = srv;
+}
+
+int gw_http_server_set_tls(gw_http_server *srv, const char *cert_file, const char *key_file,
+                           char *why, size_t whylen)
+{
+    return gw_tls_ctx_new(srv, cert_file, key_file, why, whylen);
+}
+
+unsigned gw_http_server_h2_conns(const gw_http_server *srv)
+{
+    return srv ? srv->nh2 : 0;
+}
+
+int gw_http1_start(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
+                   int tls)
+{
+    return conn_start(s, bev, peer, peer_port, tls);
 }

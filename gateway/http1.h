@@ -1,4 +1,9 @@
-/* gw_http: the gateway's HTTP/1.1 server on libevent bufferevents and http_parser.
+/* gw_http: the gateway's HTTP server on libevent bufferevents: HTTP/1.1 on llhttp (strict:
+ * no obs-fold, no bare LF, no whitespace before a colon, no Content-Length beside
+ * Transfer-Encoding), and, when enabled, HTTP/2 on nghttp2 (gw_http_server_enable_h2:
+ * prior knowledge and `Upgrade: h2c`) and TLS with ALPN h2 / http/1.1
+ * (gw_http_server_set_tls), all on the same port: the first bytes of a connection tell
+ * which. Requests of every transport are the same gw_req (req.h).
  *
  * One event_base, no threads. Each connection handles one request at a time, in order:
  * the handler is called once per complete request (headers + full body); pipelined
@@ -15,8 +20,7 @@
  *   400 malformed request, 413 body over max_body (from Content-Length before reading the
  *   body, or while a chunked body streams in; `Expect: 100-continue` gets the 413 at
  *   once), 414 request target over 65535 bytes, 417 unknown Expect, 431 headers over
- *   max_header_bytes (or over http_parser's own compiled-in limit of 80 KiB, whichever is
- *   lower), 503 too many connections or the buffer budget used up (below), 505 HTTP
+ *   max_header_bytes, 503 too many connections or the buffer budget used up (below), 505 HTTP
  *   version other than 1.x. After such an answer the server stops reading requests,
  *   half-closes and discards what the client still sends for a few seconds, so that the
  *   client reads the answer instead of a reset.
@@ -36,6 +40,8 @@
  */
 #ifndef GW_HTTP1_H
 #define GW_HTTP1_H
+
+#include "req.h"
 
 #include <stddef.h>
 
@@ -61,12 +67,6 @@ typedef struct gw_http_limits {
 } gw_http_limits;
 
 typedef struct gw_http_server gw_http_server;
-typedef struct gw_req gw_req;
-
-/* Called once per complete request. The request stays valid until gw_req_respond() or
- * until its abort callback has returned. The handler must not free the server. */
-typedef void (*gw_http_handler)(gw_req *req, void *arg);
-typedef void (*gw_req_abort_cb)(gw_req *req, void *arg);
 
 /* Hook for HTTP/2 with prior knowledge (h2c): when set, a new connection whose first 24
  * bytes are the HTTP/2 client preface "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" is handed over
@@ -74,8 +74,7 @@ typedef void (*gw_req_abort_cb)(gw_req *req, void *arg);
  * preface is still in its input buffer), no callbacks and no timeouts set, and owns it
  * from then on when it returns 0. When it returns < 0 (or no hook is set), the HTTP/1
  * server answers 505 and closes. `peer` is the client address as for gw_req_peer().
- * (The HTTP/1.1 `Upgrade: h2c` path is not offered: such requests are served as plain
- * HTTP/1.1, which RFC 9113 allows.) */
+ * gw_http_server_enable_h2() installs the built-in HTTP/2 server as this hook. */
 typedef int (*gw_http_takeover_fn)(struct bufferevent *bev, const char *peer, void *arg);
 
 /* Binds addr:port. addr: a numeric IPv4/IPv6 address, or NULL for all addresses ("::"
@@ -99,55 +98,21 @@ unsigned gw_http_server_conns(const gw_http_server *srv);
  * holds input or an unanswered request (always 0 with no connections). */
 size_t gw_http_server_buffered(const gw_http_server *srv);
 void gw_http_server_set_takeover(gw_http_server *srv, gw_http_takeover_fn fn, void *arg);
+/* Serves HTTP/2: connections starting with the client preface, HTTP/1.1 requests with
+ * `Upgrade: h2c` + `HTTP2-Settings` and no body (answered 101, the request becomes
+ * stream 1), and TLS connections whose ALPN chose h2. Other Upgrade requests are served
+ * as plain HTTP/1.1. */
+void gw_http_server_enable_h2(gw_http_server *srv);
+/* Offers TLS on the same port (a connection whose first byte is a TLS handshake record)
+ * with the PEM certificate chain and key given; ALPN offers h2 (when enabled) and
+ * http/1.1. 0, or -EINVAL with why. */
+int gw_http_server_set_tls(gw_http_server *srv, const char *cert_file, const char *key_file,
+                           char *why, size_t whylen);
+/* Open HTTP/2 connections. */
+unsigned gw_http_server_h2_conns(const gw_http_server *srv);
 /* Serves an already connected bufferevent (a socket bufferevent, or a filter such as
  * TLS after ALPN chose http/1.1); the server owns and frees it. peer may be NULL.
  * 0, or -ENOMEM / -EMFILE (over max_conns: bev is freed). */
 int gw_http_server_adopt(gw_http_server *srv, struct bufferevent *bev, const char *peer);
-
-/* ---- request accessors: valid while the request is ---- */
-
-/* "GET", "POST", "DELETE", "OPTIONS", "HEAD", ... (upper case, static storage). */
-const char *gw_req_method(const gw_req *req);
-/* The request target as sent ("/mcp?x=1"), NUL-terminated. */
-const char *gw_req_target(const gw_req *req);
-/* The path without query and fragment, not percent-decoded: "/mcp". "*" for
- * "OPTIONS *", "/" for an absolute-form target without a path. */
-const char *gw_req_path(const gw_req *req);
-/* The raw query string without '?', not decoded; "" when there is none. */
-const char *gw_req_query(const gw_req *req);
-/* The value of header `name` (case-insensitive), leading and trailing whitespace removed.
- * When the header occurs more than once this is the FIRST value: repeated headers are
- * not joined (use gw_req_header_at() to see them all). NULL when absent. */
-const char *gw_req_header(const gw_req *req, const char *name);
-/* Header i in arrival order (0-based): 0 and sets *name, *value; -ENOENT past the end. */
-int gw_req_header_at(const gw_req *req, size_t i, const char **name, const char **value);
-/* The body (chunked encoding removed); *len gets its length. Never NULL: an empty body is
- * "" with length 0. Always NUL-terminated (the NUL is not counted). */
-const char *gw_req_body(const gw_req *req, size_t *len);
-/* The client address: "127.0.0.1", "::1", or what gw_http_server_adopt() was given
- * ("unknown" when nothing). The port is in gw_req_peer_port() (0 if unknown). */
-const char *gw_req_peer(const gw_req *req);
-int gw_req_peer_port(const gw_req *req);
-/* 1 for HTTP/1.1, 0 for HTTP/1.0. */
-int gw_req_http_minor(const gw_req *req);
-/* A slot for the handler's own per-request state (NULL at first). */
-void gw_req_set_data(gw_req *req, void *data);
-void *gw_req_data(const gw_req *req);
-
-/* Registers cb to run when the connection closes (client gone, error, or server freed)
- * before the response was sent. When cb returns the request is freed; it must not be
- * responded to any more. Replaces an earlier registration; cb NULL removes it. */
-void gw_req_set_abort_cb(gw_req *req, gw_req_abort_cb cb, void *arg);
-
-/* Sends the one response to req and releases req (the pointer is invalid afterwards).
- * status 200..599 (anything else is sent as 500). content_type NULL = no Content-Type.
- * headers: NULL or a NULL-terminated list name, value, name, value, ...; names and
- * values containing CR, LF or NUL, and the framing headers Content-Length,
- * Transfer-Encoding, Date and Connection are dropped, except that
- * "Connection: close" makes the server close after this response. body may be NULL
- * when len is 0. The body is copied. For HEAD requests, and for 204/304, no body is
- * sent (HEAD still gets the Content-Length of the body given). */
-void gw_req_respond(gw_req *req, int status, const char *content_type,
-                    const char *const *headers, const char *body, size_t len);
 
 #endif

@@ -29,6 +29,9 @@ static const sf_cfg_entry cfg_table[] = {
     SF_CFG_I(gw_cfg, max_sessions_team, "1000", 1, 10000000,
              "live MCP sessions one team may hold"),
     SF_CFG_S(gw_cfg, allowed_origins, "", "extra allowed Origin values, comma-separated"),
+    SF_CFG_S(gw_cfg, tls_cert_file, "",
+             "PEM certificate chain: also serve TLS (h2 / http/1.1 by ALPN) on the port"),
+    SF_CFG_S(gw_cfg, tls_key_file, "", "PEM private key of tls_cert_file"),
 };
 
 int main(int argc, char **argv)
@@ -59,18 +62,31 @@ int main(int argc, char **argv)
     }
     lim.max_body = (size_t)ctx.cfg.max_body;
     lim.max_buffered_bytes = (size_t)ctx.cfg.max_buffered;
+    if (!(ctx.router = gw_router_new()) || gw_routes_add(&ctx) < 0) {
+        sf_error("msg=\"cannot start\" err=\"out of memory\"");
+        goto out;
+    }
     if (!(ctx.http = gw_http_server_new(ctx.d.base, ctx.cfg.listen_addr, (int)ctx.cfg.port, &lim,
-                                        gw_mcp_handle, &ctx))) {
+                                        gw_router_dispatch, ctx.router))) {
         sf_error("msg=\"cannot listen\" addr=%s port=%lld err=\"%s\"", ctx.cfg.listen_addr,
                  (long long)ctx.cfg.port, strerror(errno));
         goto out;
     }
-    sf_info("msg=\"gateway up\" url=http://%s:%d/mcp id=%s tools=%zu", ctx.cfg.listen_addr,
-            gw_http_server_port(ctx.http), ctx.id, ctx.tools.n);
+    gw_http_server_enable_h2(ctx.http);
+    if ((ctx.cfg.tls_cert_file[0] || ctx.cfg.tls_key_file[0]) &&
+        gw_http_server_set_tls(ctx.http, ctx.cfg.tls_cert_file, ctx.cfg.tls_key_file, why,
+                               sizeof(why)) < 0) {
+        sf_error("msg=\"cannot start TLS\" err=\"%s\"", why);
+        goto out;
+    }
+    sf_info("msg=\"gateway up\" url=http://%s:%d/mcp id=%s tools=%zu tls=%d h2=1",
+            ctx.cfg.listen_addr, gw_http_server_port(ctx.http), ctx.id, ctx.tools.n,
+            ctx.cfg.tls_cert_file[0] != 0);
     event_base_dispatch(ctx.d.base);
     rc = 0;
 out:
     gw_http_server_free(ctx.http);
+    gw_router_free(ctx.router);
     gw_jobs_stop(&ctx);
     sf_redis_free(ctx.redis);
     gw_tools_free(&ctx);

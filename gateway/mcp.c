@@ -6,6 +6,7 @@
 #include "sf_jsonrpc.h"
 #include "sf_log.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -379,10 +380,32 @@ static void simple(gw_req *req, int status, const char *const *headers, const ch
                    body ? strlen(body) : 0);
 }
 
+static void health(gw_req *req, void *arg)
+{
+    gw_ctx *ctx = arg;
+    int up = sf_redis_connected(ctx->redis);
+
+    simple(req, up ? 200 : 503, NULL, up ? "{\"status\":\"ok\"}" : "{\"status\":\"redis unreachable\"}");
+}
+
+static void not_found(gw_req *req, void *arg)
+{
+    simple(req, 404, NULL, "{\"error\":\"Not found: the MCP endpoint is /mcp.\"}");
+}
+
+int gw_routes_add(gw_ctx *ctx)
+{
+    if (gw_router_add(ctx->router, NULL, "/mcp", gw_mcp_handle, ctx) < 0 ||
+        gw_router_add(ctx->router, "GET", "/healthz", health, ctx) < 0)
+        return -ENOMEM;
+    gw_router_fallback(ctx->router, not_found, ctx);
+    return 0;
+}
+
 void gw_mcp_handle(gw_req *req, void *arg)
 {
     gw_ctx *ctx = arg;
-    const char *method = gw_req_method(req), *path = gw_req_path(req);
+    const char *method = gw_req_method(req);
     const char *origin = gw_req_header(req, "Origin");
     const char *pv = gw_req_header(req, "MCP-Protocol-Version");
     const char *ctype = gw_req_header(req, "Content-Type");
@@ -390,16 +413,6 @@ void gw_mcp_handle(gw_req *req, void *arg)
     static const char *const allow[] = {"Allow", "POST, DELETE", NULL};
     mcp_call *c;
 
-    if (!strcmp(path, "/healthz")) {
-        simple(req, sf_redis_connected(ctx->redis) ? 200 : 503, NULL,
-               sf_redis_connected(ctx->redis) ? "{\"status\":\"ok\"}"
-                                              : "{\"status\":\"redis unreachable\"}");
-        return;
-    }
-    if (strcmp(path, "/mcp") != 0) {
-        simple(req, 404, NULL, "{\"error\":\"Not found: the MCP endpoint is /mcp.\"}");
-        return;
-    }
     if (origin && !origin_allowed(ctx, origin)) {
         simple(req, 403, NULL, "{\"error\":\"Origin not allowed; add it to allowed_origins.\"}");
         return;

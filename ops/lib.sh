@@ -5,9 +5,9 @@ SF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # Debian packages the build, the stack and the tests need.
 SF_PACKAGES="cmake pkg-config gcc make librdkafka-dev libhiredis-dev libmsgpack-dev
-libnghttp2-dev libevent-dev libjansson-dev libhttp-parser-dev libseccomp-dev libcmocka-dev
+libnghttp2-dev libevent-dev libjansson-dev node-llhttp libseccomp-dev libcmocka-dev
 libsodium-dev libssl-dev libcurl4-openssl-dev redis-server redis-tools busybox-static
-iproute2 curl procps util-linux"
+iproute2 curl procps util-linux nghttp2-client openssl"
 
 sf_log() { printf '\033[1m[sandfleet]\033[0m %s\n' "$*" >&2; }
 sf_die() { printf '\033[1;31m[sandfleet]\033[0m %s\n' "$*" >&2; exit 1; }
@@ -76,6 +76,21 @@ sf_daemon_env() {
     export SF_STATE_DIR="$state/worker"
     export SF_AGENT_PATH="$build/worker/agent/sandfleet-agent"
     export SF_HOST_ID=${SF_HOST_ID:-host-$(hostname | tr -c 'a-z0-9\n' '-' | cut -c1-40)}
+}
+
+# sf_dev_cert DIR: a self-signed certificate for localhost / 127.0.0.1 (made once) for the
+# gateway's TLS; exports SF_TLS_CERT_FILE and SF_TLS_KEY_FILE.
+sf_dev_cert() {
+    local dir=$1
+    mkdir -p "$dir"
+    if [ ! -s "$dir/cert.pem" ] || [ ! -s "$dir/key.pem" ]; then
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 825 \
+            -subj "/CN=localhost" -addext "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1" \
+            -keyout "$dir/key.pem" -out "$dir/cert.pem" >/dev/null 2>&1 ||
+            { sf_log "could not make a dev certificate in $dir"; return 1; }
+        chmod 600 "$dir/key.pem"
+    fi
+    export SF_TLS_CERT_FILE="$dir/cert.pem" SF_TLS_KEY_FILE="$dir/key.pem"
 }
 
 sf_wait_worker() {

@@ -2,7 +2,7 @@
  * clients. Server and client share this thread: the client uses non-blocking sockets and
  * runs the event loop (EVLOOP_NONBLOCK) whenever it would wait, so every assertion runs
  * here, in order, and a deferred response or an abort is observed exactly when the
- * loop gets to it. Responses are read with http_parser in response mode. */
+ * loop gets to it. Responses are read with llhttp in response mode. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -29,7 +29,7 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <http_parser.h>
+#include <llhttp.h>
 
 #include "http1.h"
 #include "sf_log.h"
@@ -95,6 +95,20 @@ static void hang_abort(gw_req *req, void *arg)
         T.hung = NULL;
 }
 
+/* /stream: the head and "one" at once, "two" and the end from a timer ("?hold": never
+ * ends, the client's close aborts it). */
+static void stream_fire(evutil_socket_t fd, short what, void *arg)
+{
+    deferred *d = arg;
+
+    assert_int_equal(gw_req_stream_write(d->req, "data: two\n\n", 11), 0);
+    if (strcmp(gw_req_query(d->req), "hold") != 0) {
+        gw_req_stream_end(d->req);
+        event_free(d->ev);
+        free(d);
+    }
+}
+
 static void handler(gw_req *req, void *arg)
 {
     tctx *t = arg;
@@ -128,6 +142,18 @@ static void handler(gw_req *req, void *arg)
         tv.tv_sec = 0;
         tv.tv_usec = d->ms * 1000;
         d->ev = evtimer_new(t->base, deferred_fire, d);
+        evtimer_add(d->ev, &tv);
+        gw_req_set_abort_cb(req, deferred_abort, d);
+    } else if (strcmp(path, "/stream") == 0) {
+        static const char *const h[] = {"X-Stream", "1", NULL};
+        deferred *d = calloc(1, sizeof(*d));
+        struct timeval tv = {0, 20000};
+        assert_false(gw_req_streaming(req));
+        assert_int_equal(gw_req_stream_begin(req, 200, "text/event-stream", h), 0);
+        assert_true(gw_req_streaming(req));
+        assert_int_equal(gw_req_stream_write(req, "data: one\n\n", 11), 0);
+        d->req = req;
+        d->ev = evtimer_new(t->base, stream_fire, d);
         evtimer_add(d->ev, &tv);
         gw_req_set_abort_cb(req, deferred_abort, d);
     } else if (strcmp(path, "/hang") == 0) {
@@ -248,11 +274,11 @@ typedef struct cli {
     int fd;
     char buf[65536];
     size_t off, len;
-    http_parser p;
+    llhttp_t p;
     int eof;
 } cli;
 
-static int r_field(http_parser *p, const char *at, size_t len)
+static int r_field(llhttp_t *p, const char *at, size_t len)
 {
     resp *r = p->data;
     if (r->nh == 0 || r->last_value) {
@@ -268,7 +294,7 @@ static int r_field(http_parser *p, const char *at, size_t len)
     return 0;
 }
 
-static int r_value(http_parser *p, const char *at, size_t len)
+static int r_value(llhttp_t *p, const char *at, size_t len)
 {
     resp *r = p->data;
     size_t room = 511 - strlen(r->hv[r->nh - 1]);
@@ -277,14 +303,14 @@ static int r_value(http_parser *p, const char *at, size_t len)
     return 0;
 }
 
-static int r_headers_done(http_parser *p)
+static int r_headers_done(llhttp_t *p)
 {
     resp *r = p->data;
     r->status = p->status_code;
     return r->head ? 1 : 0;
 }
 
-static int r_body(http_parser *p, const char *at, size_t len)
+static int r_body(llhttp_t *p, const char *at, size_t len)
 {
     resp *r = p->data;
     if (r->blen + len + 1 > r->bcap) {
@@ -297,15 +323,14 @@ static int r_body(http_parser *p, const char *at, size_t len)
     return 0;
 }
 
-static int r_done(http_parser *p)
+static int r_done(llhttp_t *p)
 {
     resp *r = p->data;
     r->complete = 1;
-    http_parser_pause(p, 1);
-    return 0;
+    return HPE_PAUSED;
 }
 
-static const http_parser_settings resp_settings = {
+static const llhttp_settings_t resp_settings = {
     .on_header_field = r_field,
     .on_header_value = r_value,
     .on_headers_complete = r_headers_done,
@@ -431,16 +456,19 @@ static int cli_read(cli *c, resp *r, int head)
 {
     memset(r, 0, sizeof(*r));
     r->head = head;
-    http_parser_init(&c->p, HTTP_RESPONSE);
+    llhttp_init(&c->p, HTTP_RESPONSE, &resp_settings);
     c->p.data = r;
     for (;;) {
         if (c->len > 0) {
-            size_t n = http_parser_execute(&c->p, &resp_settings, c->buf + c->off, c->len);
+            llhttp_errno_t e = llhttp_execute(&c->p, c->buf + c->off, c->len);
+            size_t n = c->len;
+            if (e != HPE_OK && llhttp_get_error_pos(&c->p))
+                n = (size_t)(llhttp_get_error_pos(&c->p) - (c->buf + c->off));
             c->off += n;
             c->len -= n;
-            if (HTTP_PARSER_ERRNO(&c->p) == HPE_PAUSED)
+            if (e == HPE_PAUSED)
                 return 0;
-            if (HTTP_PARSER_ERRNO(&c->p) != HPE_OK)
+            if (e != HPE_OK)
                 return -EPROTO;
             continue;
         }
@@ -448,7 +476,7 @@ static int cli_read(cli *c, resp *r, int head)
         case 1:
             break;
         case 0:
-            http_parser_execute(&c->p, &resp_settings, NULL, 0);
+            llhttp_finish(&c->p);
             return r->complete ? 0 : -ECONNRESET;
         default:
             return -ETIMEDOUT;
@@ -519,6 +547,88 @@ static void test_get_post(void **state)
     resp_fini(&r);
     cli_close(c);
     assert_true(loop_until_conns(0, WAIT_MS));
+}
+
+static void test_stream(void **state)
+{
+    cli *c = cli_connect();
+    resp r;
+
+    /* HTTP/1.1: chunked, and the connection goes on */
+    request(c, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n", &r, 200, "data: one\n\ndata: two\n\n");
+    assert_string_equal(rh(&r, "Transfer-Encoding"), "chunked");
+    assert_string_equal(rh(&r, "Content-Type"), "text/event-stream");
+    assert_string_equal(rh(&r, "X-Stream"), "1");
+    assert_null(rh(&r, "Content-Length"));
+    resp_fini(&r);
+    request(c, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n", &r, 200, "GET /echo? ");
+    resp_fini(&r);
+    cli_close(c);
+
+    /* HTTP/1.0: the body ends with the connection */
+    c = cli_connect();
+    assert_int_equal(cli_sends(c, "GET /stream HTTP/1.0\r\n\r\n"), 0);
+    assert_int_equal(cli_read(c, &r, 0), 0);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "data: one\n\ndata: two\n\n");
+    assert_string_equal(rh(&r, "Connection"), "close");
+    resp_fini(&r);
+    cli_close(c);
+
+    /* a client that leaves mid-stream aborts the request */
+    c = cli_connect();
+    assert_int_equal(cli_sends(c, "GET /stream?hold HTTP/1.1\r\nHost: x\r\n\r\n"), 0);
+    while (c->len < 40 && cli_fill(c, WAIT_MS) == 1)
+        ;
+    cli_close(c);
+    assert_true(loop_until(&T.aborts, 1, WAIT_MS));
+    assert_true(loop_until_conns(0, WAIT_MS));
+}
+
+/* The router: exact paths, prefixes, 405 with Allow, fallback. */
+static void routed(gw_req *req, void *arg)
+{
+    gw_req_respond(req, 200, "text/plain", NULL, arg, strlen(arg));
+}
+
+static void test_router(void **state)
+{
+    gw_router *rt = gw_router_new();
+    cli *c;
+    resp r;
+
+    assert_non_null(rt);
+    assert_int_equal(gw_router_add(rt, "POST", "/mcp", routed, "mcp-post"), 0);
+    assert_int_equal(gw_router_add(rt, "DELETE", "/mcp", routed, "mcp-delete"), 0);
+    assert_int_equal(gw_router_add(rt, NULL, "/preview/", routed, "preview"), 0);
+    assert_int_equal(gw_router_add(rt, "GET", "/preview/special", routed, "special"), 0);
+    gw_http_server_free(T.srv);
+    T.srv = gw_http_server_new(T.base, "127.0.0.1", 0, NULL, gw_router_dispatch, rt);
+    assert_non_null(T.srv);
+    T.port = gw_http_server_port(T.srv);
+    c = cli_connect();
+    request(c, "POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", &r, 200, "mcp-post");
+    resp_fini(&r);
+    request(c, "DELETE /mcp HTTP/1.1\r\nHost: x\r\n\r\n", &r, 200, "mcp-delete");
+    resp_fini(&r);
+    request(c, "GET /mcp HTTP/1.1\r\nHost: x\r\n\r\n", &r, 405, NULL);
+    assert_non_null(strstr(r.body, "use POST, DELETE"));
+    assert_string_equal(rh(&r, "Allow"), "POST, DELETE");
+    resp_fini(&r);
+    request(c, "PUT /preview/a/b HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", &r, 200, "preview");
+    resp_fini(&r);
+    request(c, "GET /preview/special HTTP/1.1\r\nHost: x\r\n\r\n", &r, 200, "special");
+    resp_fini(&r);
+    request(c, "GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n", &r, 404, "{\"error\":\"Not found.\"}");
+    resp_fini(&r);
+    gw_router_fallback(rt, routed, "fallback");
+    request(c, "GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n", &r, 200, "fallback");
+    resp_fini(&r);
+    cli_close(c);
+    gw_http_server_free(T.srv);
+    T.srv = gw_http_server_new(T.base, "127.0.0.1", 0, NULL, handler, &T);
+    gw_router_free(rt);
+    gw_router_free(NULL);
 }
 
 static void test_split_packets(void **state)
@@ -779,6 +889,8 @@ static void expect_error(const char *req, int status, const char *body_part)
 
     assert_int_equal(cli_sends(c, req), 0);
     assert_int_equal(cli_read(c, &r, 0), 0);
+    if (r.status != status)
+        fprintf(stderr, "request %s: got %d %s\n", req, r.status, r.body ? r.body : "");
     assert_int_equal(r.status, status);
     assert_string_equal(rh(&r, "Connection"), "close");
     assert_string_equal(rh(&r, "Content-Type"), "application/json");
@@ -798,6 +910,18 @@ static void test_malformed(void **state)
                  "malformed HTTP request");
     expect_error("GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505, "use HTTP/1.1");
     expect_error("GET / HTTP/1.1\r\nHost: x\r\nExpect: magic\r\n\r\n", 417, "100-continue");
+    /* strict parsing (llhttp strict): request smuggling vectors are refused */
+    expect_error("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n\r\n0\r\n\r\n", 400,
+                 "malformed HTTP request");
+    expect_error("GET / HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n", 400, "line folding");
+    expect_error("GET / HTTP/1.1\nHost: x\n\n", 400, "malformed HTTP request");
+    expect_error("GET / HTTP/1.1\r\nHost: x\nX: y\r\n\r\n", 400, "malformed HTTP request");
+    expect_error("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n"
+                 "0\r\n\r\n", 400, "malformed HTTP request");
+    expect_error("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nhi", 400,
+                 "malformed HTTP request");
+    expect_error("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\nhi\r\n0\r\n\r\n", 400,
+                 "malformed HTTP request");
     /* a good request after a bad one on another connection still works */
     {
         cli *c = cli_connect();
@@ -1404,6 +1528,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_get_post, setup, teardown),
         cmocka_unit_test_setup_teardown(test_split_packets, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stream, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_router, setup, teardown),
         cmocka_unit_test_setup_teardown(test_keepalive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_http10, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pipelining, setup, teardown),

@@ -1,0 +1,714 @@
+/* http2.c: HTTP/2 on nghttp2 for the gateway's server (http1.h): connections that start
+ * with the client preface (h2c prior knowledge), HTTP/1.1 requests upgraded with
+ * `Upgrade: h2c`, and TLS connections whose ALPN chose h2. Each stream's request is a
+ * gw_req (req.h) answered whole or streamed, like an HTTP/1 one.
+ *
+ * nghttp2 is driven with mem_recv / mem_send on a bufferevent: input is fed as it comes,
+ * output is produced after each input batch and after each answer given from outside a
+ * callback. A request's header block and body count against the server's buffer budget
+ * (bytes that arrived, never declared sizes) until it is answered; a body over max_body,
+ * headers over max_header_bytes, or a full budget get 413 / 431 / 503 on that stream
+ * only. Connections without open streams close after idle_timeout_s. */
+#include "req_int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <nghttp2/nghttp2.h>
+
+#include "sf_log.h"
+
+#define H2_MAX_STREAMS 128u
+#define H2_OUT_HIGH_WM (256u << 10) /* stop producing frames while this much waits unsent */
+
+typedef struct h2_stream h2_stream;
+
+struct gw_h2_conn {
+    gw_http_server *srv;
+    gw_h2_conn *prev, *next;
+    struct bufferevent *bev;
+    nghttp2_session *ng;
+    h2_stream *streams;
+    unsigned nstreams;
+    int in_recv;          /* inside nghttp2_session_mem_recv: no sending, no freeing */
+    int dead;             /* to be freed once out of callbacks */
+    int tls;
+    int peer_port;
+    char peer[64];
+};
+
+struct h2_stream {
+    gw_h2_conn *hc;
+    h2_stream *prev, *next;
+    int32_t id;
+    gw_req *req;           /* NULL once answered (or never: refused) */
+    struct evbuffer *out;  /* response body bytes not yet framed */
+    size_t held;           /* bytes counted in the server budget */
+    size_t hdr_bytes;
+    int err;               /* status to refuse with once the request is complete */
+    const char *err_msg;
+    unsigned eof : 1, responded : 1, dispatched : 1, remote_done : 1;
+};
+
+static void h2_respond(gw_req *r, int status, const char *ctype, const char *const *headers,
+                       const char *body, size_t len);
+static int h2_stream_begin(gw_req *r, int status, const char *ctype, const char *const *headers);
+static int h2_stream_write(gw_req *r, const char *data, size_t len);
+static void h2_stream_end(gw_req *r);
+
+static const gw_req_transport h2_transport = {
+    .respond = h2_respond,
+    .stream_begin = h2_stream_begin,
+    .stream_write = h2_stream_write,
+    .stream_end = h2_stream_end,
+};
+
+static void h2_flush(gw_h2_conn *hc);
+static void h2_conn_free(gw_h2_conn *hc);
+
+/* ------------------------------------------------------------------ streams */
+
+static void stream_release(h2_stream *st)
+{
+    gw_http_server *s = st->hc->srv;
+
+    s->buffered -= st->held < s->buffered ? st->held : s->buffered;
+    st->held = 0;
+}
+
+static void stream_hold(h2_stream *st, size_t n)
+{
+    st->held += n;
+    st->hc->srv->buffered += n;
+}
+
+static h2_stream *stream_new(gw_h2_conn *hc, int32_t id)
+{
+    h2_stream *st = calloc(1, sizeof(*st));
+
+    if (!st)
+        return NULL;
+    st->hc = hc;
+    st->id = id;
+    if (!(st->out = evbuffer_new()) ||
+        !(st->req = gw_req_new(&h2_transport, st, hc->srv->lim.max_header_bytes,
+                               hc->srv->lim.max_body))) {
+        if (st->out)
+            evbuffer_free(st->out);
+        free(st);
+        return NULL;
+    }
+    st->req->peer = hc->peer;
+    st->req->peer_port = hc->peer_port;
+    st->req->proto = hc->tls ? "h2" : "h2c";
+    st->req->minor = 1;
+    st->next = hc->streams;
+    if (hc->streams)
+        hc->streams->prev = st;
+    hc->streams = st;
+    hc->nstreams++;
+    return st;
+}
+
+/* The stream is gone (closed, reset, or the connection ends): a request still waiting for
+ * its answer is aborted. */
+static void stream_free(h2_stream *st)
+{
+    gw_h2_conn *hc = st->hc;
+
+    if (st->req) {
+        gw_req_abort(st->req);
+        gw_req_free(st->req);
+        st->req = NULL;
+    }
+    stream_release(st);
+    evbuffer_free(st->out);
+    if (st->prev)
+        st->prev->next = st->next;
+    else
+        hc->streams = st->next;
+    if (st->next)
+        st->next->prev = st->prev;
+    hc->nstreams--;
+    if (hc->ng)
+        nghttp2_session_set_stream_user_data(hc->ng, st->id, NULL);
+    free(st);
+}
+
+static ssize_t data_read_cb(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t length,
+                            uint32_t *flags, nghttp2_data_source *src, void *user)
+{
+    h2_stream *st = src->ptr;
+    size_t n = evbuffer_get_length(st->out);
+
+    if (n == 0 && !st->eof)
+        return NGHTTP2_ERR_DEFERRED;
+    if (n > length)
+        n = length;
+    if (n > 0 && evbuffer_remove(st->out, buf, n) != (int)n)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    if (st->eof && evbuffer_get_length(st->out) == 0)
+        *flags |= NGHTTP2_DATA_FLAG_EOF;
+    return (ssize_t)n;
+}
+
+/* Builds the header list; names are lower-cased into `store`. */
+static int submit_head(h2_stream *st, int status, const char *ctype, const char *const *headers,
+                       int has_body, int stream, size_t len)
+{
+    gw_http_server *s = st->hc->srv;
+    nghttp2_nv nv[40];
+    char status_s[8], len_s[24], names[32][64];
+    size_t n = 0, nn = 0;
+    int has_cc = 0;
+    nghttp2_data_provider prd = {.source.ptr = st, .read_callback = data_read_cb};
+
+#define NV(nm, val)                                                                          \
+    do {                                                                                     \
+        nv[n].name = (uint8_t *)(nm);                                                        \
+        nv[n].namelen = strlen(nm);                                                          \
+        nv[n].value = (uint8_t *)(val);                                                      \
+        nv[n].valuelen = strlen(val);                                                        \
+        nv[n].flags = NGHTTP2_NV_FLAG_NONE;                                                  \
+        n++;                                                                                 \
+    } while (0)
+    snprintf(status_s, sizeof(status_s), "%d", status);
+    NV(":status", status_s);
+    NV("date", gw_http_date(&s->date_sec, s->date));
+    if (ctype && *ctype && gw_http_is_field_value(ctype))
+        NV("content-type", ctype);
+    for (size_t i = 0; headers && headers[i] && headers[i + 1] && n < 36 && nn < 32; i += 2) {
+        const char *name = headers[i], *value = headers[i + 1];
+        size_t l = strlen(name);
+
+        if (!gw_http_is_token(name) || !gw_http_is_field_value(value) || gw_http_is_framing(name) ||
+            l >= sizeof(names[0]))
+            continue;
+        for (size_t k = 0; k <= l; k++)
+            names[nn][k] = (char)((name[k] >= 'A' && name[k] <= 'Z') ? name[k] + 32 : name[k]);
+        if (!strcmp(names[nn], "cache-control"))
+            has_cc = 1;
+        NV(names[nn], value);
+        nn++;
+    }
+    if (!has_cc)
+        NV("cache-control", "no-store");
+    if (!stream && status != 204 && status != 304) {
+        snprintf(len_s, sizeof(len_s), "%zu", len);
+        NV("content-length", len_s);
+    }
+#undef NV
+    return nghttp2_submit_response(st->hc->ng, st->id, nv, n, has_body ? &prd : NULL) == 0
+               ? 0
+               : -ENOMEM;
+}
+
+/* A request this server refuses by itself (never dispatched). */
+static void stream_refuse(h2_stream *st, int status, const char *msg)
+{
+    char json[256];
+    int n = snprintf(json, sizeof(json), "{\"error\":\"%s\"}", msg);
+    static const char *const retry[] = {"Retry-After", "1", NULL};
+
+    if (st->responded)
+        return;
+    st->responded = 1;
+    if (st->req) {
+        gw_req_free(st->req);
+        st->req = NULL;
+    }
+    stream_release(st);
+    evbuffer_add(st->out, json, (size_t)n);
+    st->eof = 1;
+    sf_debug("msg=\"rejected HTTP/2 request\" status=%d peer=%s reason=\"%s\"", status,
+             st->hc->peer, msg);
+    submit_head(st, status, "application/json", status == 503 ? retry : NULL, 1, 0, (size_t)n);
+}
+
+static void stream_dispatch(h2_stream *st)
+{
+    gw_h2_conn *hc = st->hc;
+    gw_req *r = st->req;
+
+    if (st->dispatched || st->responded || !r)
+        return;
+    if (st->err) {
+        stream_refuse(st, st->err, st->err_msg);
+        return;
+    }
+    if (!r->target.p || !r->method || gw_req_split_target(r) < 0) {
+        stream_refuse(st, 400, "malformed HTTP/2 request: :method and :path are required");
+        return;
+    }
+    st->dispatched = 1;
+    r->dispatched = 1;
+    hc->srv->handler(r, hc->srv->arg);
+}
+
+/* ------------------------------------------------------------------ answers (h2 transport) */
+
+static void after_answer(gw_h2_conn *hc)
+{
+    if (!hc->in_recv)
+        h2_flush(hc);
+}
+
+static void h2_respond(gw_req *r, int status, const char *ctype, const char *const *headers,
+                       const char *body, size_t len)
+{
+    h2_stream *st = r->conn;
+    gw_h2_conn *hc = st->hc;
+    int send_body = !r->head && status != 204 && status != 304 && len > 0;
+
+    st->responded = 1;
+    st->req = NULL;
+    stream_release(st);
+    if (send_body)
+        evbuffer_add(st->out, body, len);
+    st->eof = 1;
+    if (submit_head(st, status, ctype, headers, send_body, 0, len) < 0)
+        nghttp2_submit_rst_stream(hc->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
+    gw_req_free(r);
+    after_answer(hc);
+}
+
+static int h2_stream_begin(gw_req *r, int status, const char *ctype, const char *const *headers)
+{
+    h2_stream *st = r->conn;
+
+    if (r->head) {
+        h2_respond(r, status, ctype, headers, NULL, 0);
+        return -EPIPE;
+    }
+    if (submit_head(st, status, ctype, headers, 1, 1, 0) < 0)
+        return -ENOMEM;
+    stream_release(st);
+    after_answer(st->hc);
+    return 0;
+}
+
+static int h2_stream_write(gw_req *r, const char *data, size_t len)
+{
+    h2_stream *st = r->conn;
+
+    if (st->hc->dead)
+        return -EPIPE;
+    if (evbuffer_get_length(st->out) + len > GW_STREAM_MAX_UNSENT)
+        return -ENOBUFS;
+    if (evbuffer_add(st->out, data, len) < 0)
+        return -ENOMEM;
+    nghttp2_session_resume_data(st->hc->ng, st->id);
+    after_answer(st->hc);
+    return 0;
+}
+
+static void h2_stream_end(gw_req *r)
+{
+    h2_stream *st = r->conn;
+    gw_h2_conn *hc = st->hc;
+
+    st->eof = 1;
+    st->responded = 1;
+    st->req = NULL;
+    gw_req_free(r);
+    nghttp2_session_resume_data(hc->ng, st->id);
+    after_answer(hc);
+}
+
+/* ------------------------------------------------------------------ nghttp2 callbacks */
+
+static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *user)
+{
+    gw_h2_conn *hc = user;
+    h2_stream *st;
+
+    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    if (hc->nstreams >= H2_MAX_STREAMS)
+        return nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, f->hd.stream_id,
+                                         NGHTTP2_REFUSED_STREAM) == 0
+                   ? 0
+                   : NGHTTP2_ERR_CALLBACK_FAILURE;
+    if (!(st = stream_new(hc, f->hd.stream_id)))
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    nghttp2_session_set_stream_user_data(ng, f->hd.stream_id, st);
+    return 0;
+}
+
+static const char *method_name(const uint8_t *v, size_t n)
+{
+    static const char *const known[] = {"GET", "POST", "DELETE", "PUT", "HEAD", "OPTIONS",
+                                        "PATCH", "TRACE", "CONNECT"};
+    for (size_t i = 0; i < SF_ARRAY_LEN(known); i++)
+        if (strlen(known[i]) == n && !memcmp(known[i], v, n))
+            return known[i];
+    return NULL;
+}
+
+static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t *name,
+                     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
+                     void *user)
+{
+    h2_stream *st = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
+    gw_req *r;
+    int rc = 0;
+
+    if (!st || !(r = st->req) || st->err)
+        return 0;
+    st->hdr_bytes += namelen + valuelen + 4;
+    stream_hold(st, namelen + valuelen);
+    if (st->hdr_bytes > st->hc->srv->lim.max_header_bytes) {
+        st->err = 431;
+        st->err_msg = "request headers too large";
+        return 0;
+    }
+    if (namelen > 0 && name[0] == ':') {
+        if (namelen == 7 && !memcmp(name, ":method", 7)) {
+            r->method = method_name(value, valuelen);
+            r->head = r->method && !strcmp(r->method, "HEAD");
+            if (!r->method) {
+                st->err = 501;
+                st->err_msg = "unknown request method";
+            }
+        } else if (namelen == 5 && !memcmp(name, ":path", 5)) {
+            if (r->target.len > 0 || valuelen > GW_REQ_MAX_TARGET)
+                rc = -E2BIG;
+            else
+                rc = sf_buf_append(&r->target, value, valuelen);
+        }
+    } else {
+        rc = gw_req_add_header(r, (const char *)name, namelen, (const char *)value, valuelen);
+    }
+    if (rc == -ENOMEM)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    if (rc < 0) {
+        st->err = 431;
+        st->err_msg = "request headers too large";
+    }
+    return 0;
+}
+
+static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const uint8_t *data,
+                         size_t len, void *user)
+{
+    h2_stream *st = nghttp2_session_get_stream_user_data(ng, id);
+    gw_http_server *s;
+    int rc;
+
+    if (!st || !st->req || st->err || st->responded)
+        return 0;
+    s = st->hc->srv;
+    if (st->held + len > s->lim.max_buffered_bytes) {
+        st->err = 413;
+        st->err_msg = "request too large";
+    } else if (s->buffered + len > s->lim.max_buffered_bytes) {
+        st->err = 503;
+        st->err_msg = "The server is busy with other large requests; retry in a moment.";
+    } else if ((rc = sf_buf_append(&st->req->body, data, len)) < 0) {
+        st->err = rc == -E2BIG ? 413 : 503;
+        st->err_msg = rc == -E2BIG ? "request body too large" : "the server is out of memory";
+    } else {
+        stream_hold(st, len);
+        return 0;
+    }
+    stream_release(st);
+    stream_refuse(st, st->err, st->err_msg); /* at once: the rest of the body is dropped */
+    return 0;
+}
+
+static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *user)
+{
+    h2_stream *st;
+
+    if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA)
+        return 0;
+    if (!(st = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id)))
+        return 0;
+    if (f->hd.type == NGHTTP2_HEADERS && st->req && !st->err) {
+        const char *cl = gw_req_header(st->req, "content-length");
+        int64_t v;
+
+        if (cl && sf_parse_i64(cl, 0, INT64_MAX, &v) == 0 &&
+            (uint64_t)v > st->hc->srv->lim.max_body) {
+            stream_refuse(st, 413, "request body too large");
+            return 0;
+        }
+    }
+    if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) {
+        st->remote_done = 1;
+        stream_dispatch(st);
+    }
+    return 0;
+}
+
+static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *f, void *user)
+{
+    h2_stream *st;
+
+    /* A refused request whose body still streams in: end the stream once answered. */
+    if ((f->hd.type == NGHTTP2_DATA || f->hd.type == NGHTTP2_HEADERS) &&
+        (f->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
+        (st = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id)) && !st->remote_done &&
+        !st->dispatched)
+        nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_NO_ERROR);
+    return 0;
+}
+
+static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void *user)
+{
+    h2_stream *st = nghttp2_session_get_stream_user_data(ng, id);
+
+    if (st) {
+        if (st->req && st->dispatched)
+            sf_debug("msg=\"HTTP/2 stream closed before the response\" peer=%s stream=%d",
+                     st->hc->peer, (int)id);
+        stream_free(st);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ connection */
+
+static void h2_conn_free(gw_h2_conn *hc)
+{
+    gw_http_server *s;
+
+    if (!hc)
+        return;
+    if (hc->in_recv) {
+        hc->dead = 1;
+        return;
+    }
+    s = hc->srv;
+    hc->dead = 1;
+    while (hc->streams)
+        stream_free(hc->streams);
+    if (hc->ng)
+        nghttp2_session_del(hc->ng);
+    hc->ng = NULL;
+    if (hc->bev)
+        bufferevent_free(hc->bev);
+    if (hc->prev)
+        hc->prev->next = hc->next;
+    else
+        s->h2conns = hc->next;
+    if (hc->next)
+        hc->next->prev = hc->prev;
+    s->nh2--;
+    free(hc);
+}
+
+static void h2_flush(gw_h2_conn *hc)
+{
+    struct evbuffer *out = bufferevent_get_output(hc->bev);
+
+    while (evbuffer_get_length(out) < H2_OUT_HIGH_WM) {
+        const uint8_t *data;
+        ssize_t n = nghttp2_session_mem_send(hc->ng, &data);
+
+        if (n < 0) {
+            h2_conn_free(hc);
+            return;
+        }
+        if (n == 0)
+            break;
+        if (evbuffer_add(out, data, (size_t)n) < 0) {
+            h2_conn_free(hc);
+            return;
+        }
+    }
+    if (evbuffer_get_length(out) == 0 && !nghttp2_session_want_read(hc->ng) &&
+        !nghttp2_session_want_write(hc->ng))
+        h2_conn_free(hc);
+}
+
+static void h2_read_cb(struct bufferevent *bev, void *arg)
+{
+    gw_h2_conn *hc = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    size_t n;
+
+    while ((n = evbuffer_get_length(in)) > 0 && !hc->dead) {
+        struct evbuffer_iovec v;
+        ssize_t used;
+
+        if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
+            break;
+        hc->in_recv = 1;
+        used = nghttp2_session_mem_recv(hc->ng, v.iov_base, v.iov_len);
+        hc->in_recv = 0;
+        if (used < 0) {
+            sf_debug("msg=\"HTTP/2 protocol error\" peer=%s err=\"%s\"", hc->peer,
+                     nghttp2_strerror((int)used));
+            evbuffer_drain(in, n);
+            hc->dead = 1;
+            break;
+        }
+        evbuffer_drain(in, (size_t)used);
+    }
+    if (hc->dead) {
+        hc->dead = 0;
+        /* let nghttp2 say goodbye (GOAWAY) if it wants to, then close */
+        h2_conn_free(hc);
+        return;
+    }
+    h2_flush(hc);
+}
+
+static void h2_write_cb(struct bufferevent *bev, void *arg)
+{
+    h2_flush(arg);
+}
+
+static void h2_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    gw_h2_conn *hc = arg;
+
+    if ((what & BEV_EVENT_TIMEOUT) && (what & BEV_EVENT_READING) && hc->nstreams > 0) {
+        bufferevent_enable(bev, EV_READ); /* idle only counts without open streams */
+        return;
+    }
+    h2_conn_free(hc);
+}
+
+/* base64url (RFC 4648 §5, no padding) of HTTP2-Settings. -EINVAL on a bad character. */
+static int b64url_decode(const char *in, uint8_t *out, size_t cap, size_t *outlen)
+{
+    uint32_t acc = 0;
+    int bits = 0;
+    size_t n = 0;
+
+    for (; *in && *in != '='; in++) {
+        int v;
+        char ch = *in;
+        if (ch >= 'A' && ch <= 'Z') v = ch - 'A';
+        else if (ch >= 'a' && ch <= 'z') v = ch - 'a' + 26;
+        else if (ch >= '0' && ch <= '9') v = ch - '0' + 52;
+        else if (ch == '-' || ch == '+') v = 62;
+        else if (ch == '_' || ch == '/') v = 63;
+        else return -EINVAL;
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (n >= cap)
+                return -EINVAL;
+            out[n++] = (uint8_t)(acc >> bits);
+        }
+    }
+    *outlen = n;
+    return 0;
+}
+
+int gw_h2_serve(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
+                int tls, gw_req *upgrade_req, const char *settings_b64)
+{
+    nghttp2_session_callbacks *cbs = NULL;
+    nghttp2_settings_entry iv[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, H2_MAX_STREAMS},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1u << 20},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)s->lim.max_header_bytes},
+    };
+    gw_h2_conn *hc = calloc(1, sizeof(*hc));
+    struct timeval idle = {(time_t)s->lim.idle_timeout_s, 0};
+
+    if (!hc || nghttp2_session_callbacks_new(&cbs) != 0)
+        goto fail;
+    hc->srv = s;
+    hc->bev = bev;
+    hc->tls = tls;
+    hc->peer_port = peer_port;
+    snprintf(hc->peer, sizeof(hc->peer), "%s", peer ? peer : "unknown");
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+    if (nghttp2_session_server_new(&hc->ng, cbs, hc) != 0)
+        goto fail;
+    nghttp2_session_callbacks_del(cbs);
+    cbs = NULL;
+    hc->next = s->h2conns;
+    if (s->h2conns)
+        s->h2conns->prev = hc;
+    s->h2conns = hc;
+    s->nh2++;
+    if (nghttp2_submit_settings(hc->ng, NGHTTP2_FLAG_NONE, iv, SF_ARRAY_LEN(iv)) != 0) {
+        h2_conn_free(hc);
+        if (upgrade_req)
+            gw_req_free(upgrade_req);
+        return -ENOMEM;
+    }
+    if (upgrade_req) { /* the HTTP/1.1 request becomes stream 1, half-closed (remote) */
+        uint8_t payload[192];
+        size_t plen = 0;
+        h2_stream *st = calloc(1, sizeof(*st));
+
+        if (!st || !(st->out = evbuffer_new()) ||
+            b64url_decode(settings_b64, payload, sizeof(payload), &plen) < 0 ||
+            nghttp2_session_upgrade2(hc->ng, payload, plen, upgrade_req->head, st) != 0) {
+            if (st && st->out)
+                evbuffer_free(st->out);
+            free(st);
+            gw_req_free(upgrade_req);
+            h2_conn_free(hc);
+            return -EINVAL;
+        }
+        st->hc = hc;
+        st->id = 1;
+        st->req = upgrade_req;
+        st->remote_done = 1;
+        upgrade_req->tp = &h2_transport;
+        upgrade_req->conn = st;
+        upgrade_req->proto = "h2c";
+        upgrade_req->peer = hc->peer;
+        st->next = hc->streams;
+        if (hc->streams)
+            hc->streams->prev = st;
+        hc->streams = st;
+        hc->nstreams++;
+        st->dispatched = 1;
+        upgrade_req->dispatched = 1;
+    }
+    bufferevent_setcb(bev, h2_read_cb, h2_write_cb, h2_event_cb, hc);
+    bufferevent_set_timeouts(bev, &idle, &idle);
+    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    if (upgrade_req) {
+        h2_stream *st = hc->streams;
+        hc->in_recv = 1; /* the handler may answer at once: send after it */
+        s->handler(st->req, s->arg);
+        hc->in_recv = 0;
+        if (hc->dead) {
+            hc->dead = 0;
+            h2_conn_free(hc);
+            return 0;
+        }
+    }
+    if (evbuffer_get_length(bufferevent_get_input(bev)) > 0)
+        h2_read_cb(bev, hc); /* the preface (and more) came with the connection; flushes */
+    else
+        h2_flush(hc);
+    return 0;
+
+fail:
+    if (cbs)
+        nghttp2_session_callbacks_del(cbs);
+    free(hc);
+    bufferevent_free(bev);
+    if (upgrade_req)
+        gw_req_free(upgrade_req);
+    return -ENOMEM;
+}
+
+void gw_h2_free_all(gw_http_server *s)
+{
+    while (s->h2conns)
+        h2_conn_free(s->h2conns);
+}

@@ -1,0 +1,132 @@
+/* req_int.h: what the transports (http1.c, http2.c) share about a request: its storage,
+ * the operations each transport implements, and the server-wide state they both use.
+ * Not for handlers: they see req.h only. */
+#ifndef GW_REQ_INT_H
+#define GW_REQ_INT_H
+
+#include "http1.h"
+#include "req.h"
+#include "sf_buf.h"
+#include "sf_util.h"
+
+#include <stdint.h>
+#include <time.h>
+
+struct event_base;
+struct evconnlistener;
+struct event;
+struct bufferevent;
+
+#define GW_REQ_MAX_TARGET  65535u    /* request target bytes */
+#define GW_REQ_MAX_HEADERS 256u      /* header fields per request */
+#define GW_STREAM_MAX_UNSENT (1u << 20) /* streamed bytes waiting for a slow client */
+
+typedef struct gw_hdr {
+    size_t name_off, val_off, val_len;
+} gw_hdr;
+
+typedef struct gw_req_transport {
+    void (*respond)(gw_req *r, int status, const char *ctype, const char *const *headers,
+                    const char *body, size_t len);
+    int (*stream_begin)(gw_req *r, int status, const char *ctype, const char *const *headers);
+    int (*stream_write)(gw_req *r, const char *data, size_t len);
+    void (*stream_end)(gw_req *r);
+} gw_req_transport;
+
+enum { GW_H_NONE, GW_H_FIELD, GW_H_VALUE };
+
+struct gw_req {
+    const gw_req_transport *tp;
+    void *conn;           /* the transport's connection (HTTP/1) or stream (HTTP/2) */
+    const char *method;   /* static storage */
+    const char *proto;    /* "http/1.1", "h2c", ... (static) */
+    int minor;
+    unsigned head : 1, dispatched : 1, aborting : 1, streaming : 1;
+    int hstate;           /* GW_H_*: which header piece came last (HTTP/1 only) */
+    sf_buf target;
+    char *path, *query;
+    sf_buf hdrs;          /* name '\0' value '\0' ... */
+    gw_hdr *hv;
+    size_t nh, caph;
+    sf_buf body;
+    void *data;
+    gw_req_abort_cb abort_cb;
+    void *abort_arg;
+    const char *peer;     /* the connection's, valid as long as the request */
+    int peer_port;
+    char id[32];
+};
+
+/* A request with limits for its header block and body. NULL on ENOMEM. */
+gw_req *gw_req_new(const gw_req_transport *tp, void *conn, size_t max_header_bytes,
+                   size_t max_body);
+void gw_req_free(gw_req *r);
+/* HTTP/1 header pieces as the parser hands them over: 0, -E2BIG (too many or too large),
+ * -EINVAL (a value with no name), -ENOMEM. finish ends the header being collected. */
+int gw_req_hdr_field(gw_req *r, const char *at, size_t len);
+int gw_req_hdr_value(gw_req *r, const char *at, size_t len);
+int gw_req_hdr_finish(gw_req *r);
+/* One whole header (HTTP/2). 0, -E2BIG, -ENOMEM. */
+int gw_req_add_header(gw_req *r, const char *name, size_t nlen, const char *value, size_t vlen);
+/* Splits r->target into path and query. 0, -EINVAL (not origin-, absolute- or asterisk
+ * form), -ENOMEM. */
+int gw_req_split_target(gw_req *r);
+/* The client went away: runs the abort callback (if the request was dispatched). The
+ * transport frees the request afterwards. */
+void gw_req_abort(gw_req *r);
+
+/* The server, shared by the transports (http1.c owns the listener and HTTP/1
+ * connections, http2.c its HTTP/2 connections, tls.c the TLS set-up). */
+typedef struct gw_conn gw_conn;
+typedef struct gw_h2_conn gw_h2_conn;
+typedef struct ssl_ctx_st SSL_CTX;
+typedef struct tls_pending tls_pending;
+
+struct gw_http_server {
+    struct event_base *base;
+    struct evconnlistener *lis;
+    struct event *accept_retry;
+    gw_http_limits lim;
+    gw_http_handler handler;
+    void *arg;
+    gw_http_takeover_fn takeover;
+    void *takeover_arg;
+    int h2;               /* HTTP/2 served: prior knowledge, Upgrade: h2c, ALPN h2 */
+    SSL_CTX *tls;         /* TLS offered on the same port (NULL: none) */
+    tls_pending *tls_pending; /* handshakes in flight */
+    gw_conn *conns;
+    unsigned nconns;
+    gw_h2_conn *h2conns;
+    unsigned nh2;
+    size_t buffered;      /* request bytes held by all connections */
+    int port;
+    time_t date_sec;
+    char date[40];
+};
+
+/* http2.c: serves HTTP/2 on bev (the client preface not yet read; for an upgrade, req
+ * is the HTTP/1.1 request that becomes stream 1 and settings its HTTP2-Settings). Owns
+ * bev from the call on. 0 or -ENOMEM (bev freed). */
+int gw_h2_serve(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
+                int tls, gw_req *upgrade_req, const char *settings_b64);
+void gw_h2_free_all(gw_http_server *s);
+/* tls.c: the connection's first byte was a TLS handshake: terminate TLS on it and serve
+ * what ALPN chose. Owns bev from the call on. */
+void gw_tls_accept(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port);
+int gw_tls_ctx_new(gw_http_server *s, const char *cert, const char *key, char *why, size_t n);
+void gw_tls_ctx_free(gw_http_server *s);
+/* http1.c: serves HTTP/1 on an already connected bev (after TLS chose http/1.1). */
+int gw_http1_start(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
+                   int tls);
+
+/* Response-building helpers shared by the transports. */
+int gw_http_is_token(const char *s);
+int gw_http_is_field_value(const char *s);
+int gw_http_has_token(const char *list, const char *tok);
+/* True for the headers a handler may not set (framing, hop-by-hop). */
+int gw_http_is_framing(const char *name);
+const char *gw_http_reason(int status);
+/* The IMF-fixdate for now, cached per second in buf (>= 40 bytes). */
+const char *gw_http_date(time_t *cache_sec, char *buf);
+
+#endif

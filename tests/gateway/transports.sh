@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The gateway's transports on one port, against the real stack (ctest fixture `stack`):
+# curl over HTTP/1.1, h2c by Upgrade and by prior knowledge, TLS with ALPN http/1.1 and h2;
+# h2load over h2c, TLS h2 and HTTP/1.1. Every answer is checked, not just the status.
+set -uo pipefail
+. "${SF_E2E_STATE:?}/env"
+fail=0
+ok() { printf 'ok   %s\n' "$1"; }
+bad() { printf 'FAIL %s: %s\n' "$1" "$2"; fail=1; }
+base=${SF_URL%/mcp}
+tls_url=${SF_URL/http:/https:}
+ping='{"jsonrpc":"2.0","id":7,"method":"ping"}'
+hdr=(-H "Authorization: Bearer $SF_KEY_ALPHA" -H 'Content-Type: application/json'
+     -H 'Accept: application/json, text/event-stream')
+
+# check NAME WANT_VERSION CURL_ARGS...: the ping answer and the HTTP version curl used
+check() {
+    local name=$1 want=$2 out; shift 2
+    out=$(curl -s --max-time 10 -w '\n%{http_version} %{http_code}' "$@") || { bad "$name" "curl failed"; return; }
+    case $out in
+    *'"id":7,"result":{}'*"$want 200") ok "$name" ;;
+    *) bad "$name" "got: $out" ;;
+    esac
+}
+check "HTTP/1.1" 1.1 --http1.1 "${hdr[@]}" -d "$ping" "$SF_URL"
+check "h2c prior knowledge" 2 --http2-prior-knowledge "${hdr[@]}" -d "$ping" "$SF_URL"
+check "TLS, ALPN http/1.1" 1.1 --http1.1 --cacert "$SF_TLS_CERT_FILE" "${hdr[@]}" -d "$ping" "$tls_url"
+check "TLS, ALPN h2" 2 --http2 --cacert "$SF_TLS_CERT_FILE" "${hdr[@]}" -d "$ping" "$tls_url"
+# curl --http2 offers Upgrade: h2c; a POST with a body is served as HTTP/1.1 (allowed)
+check "Upgrade offered with a body" 1.1 --http2 "${hdr[@]}" -d "$ping" "$SF_URL"
+# a GET takes the upgrade: 101, then the answer and the next request on HTTP/2
+out=$(curl -s --max-time 10 --http2 -w ' %{http_version}\n' "$base/healthz" "$base/healthz")
+[ "$out" = '{"status":"ok"} 2
+{"status":"ok"} 2' ] && ok "Upgrade: h2c (101, stream 1, then more streams)" || bad "Upgrade: h2c" "$out"
+
+# h2load: every request answered 2xx over each transport
+printf '%s' "$ping" >"$SF_STATE/ping.json"
+h2() {
+    local name=$1 out; shift
+    out=$(h2load -n 2000 -c 8 -m 4 -d "$SF_STATE/ping.json" -H "Authorization: Bearer $SF_KEY_ALPHA" \
+        -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' "$@" 2>&1)
+    if grep -q 'status codes: 2000 2xx' <<<"$out" && grep -q '2000 succeeded' <<<"$out"; then
+        ok "$name ($(grep -o '[0-9.]* req/s' <<<"$out" | head -1))"
+    else
+        bad "$name" "$(grep -E 'requests:|status codes|error' <<<"$out" | head -3)"
+    fi
+}
+h2 "h2load h2c" "$SF_URL"
+h2 "h2load TLS h2" "$tls_url"
+h2 "h2load HTTP/1.1" --h1 "$SF_URL"
+exit $fail
