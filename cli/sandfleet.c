@@ -125,6 +125,10 @@ static int keys_revoke(redisContext *rc, const char *id)
     if (!reply_ok(rc, r))
         return 1;
     freeReplyObject(r);
+    r = redisCommand(rc, "PUBLISH " SF_CH_GATEWAY " key:%s", hash); /* gateways forget it now */
+    if (!reply_ok(rc, r))
+        return 1;
+    freeReplyObject(r);
     r = redisCommand(rc, "HDEL " SF_RK_APIKEY_IDS " %s", id);
     if (!reply_ok(rc, r))
         return 1;

@@ -15,6 +15,8 @@ struct sf_redis {
     char host[256];
     int port;             /* 0 = unix socket in host */
     struct event *ev_retry;
+    void (*on_connect_fn)(void *arg);
+    void *on_connect_arg;
 };
 
 static int url_parse(const char *url, char *host, size_t hostlen, int *port)
@@ -60,6 +62,8 @@ static void on_connect(const redisAsyncContext *ac, int status)
         return;
     }
     r->connected = 1;
+    if (r->on_connect_fn)
+        r->on_connect_fn(r->on_connect_arg);
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status)
@@ -126,6 +130,14 @@ void sf_redis_free(sf_redis *r)
         redisAsyncFree(ac);
     }
     free(r);
+}
+
+void sf_redis_on_connect(sf_redis *r, void (*fn)(void *arg), void *arg)
+{
+    r->on_connect_fn = fn;
+    r->on_connect_arg = arg;
+    if (fn && r->connected)
+        fn(arg);
 }
 
 int sf_redis_connected(const sf_redis *r)

@@ -15,6 +15,8 @@ typedef struct sf_redis sf_redis;
 sf_redis *sf_redis_new(struct event_base *base, const char *url, char *why, size_t whylen);
 void sf_redis_free(sf_redis *r);
 int sf_redis_connected(const sf_redis *r);
+/* fn(arg) runs each time the connection is (re)established (e.g. to SUBSCRIBE again). */
+void sf_redis_on_connect(sf_redis *r, void (*fn)(void *arg), void *arg);
 /* Sends one command. cb(ctx, reply, priv) runs once; reply is NULL if the
  * connection dropped before the answer. -ENOTCONN when down (cb not called). */
 int sf_redis_cmd(sf_redis *r, redisCallbackFn *cb, void *priv, const char *fmt, ...);
@@ -34,6 +36,9 @@ redisContext *sf_redis_connect_sync(const char *url, char *why, size_t whylen);
 #define SF_RK_HOST "sf:host:{%s}"         /* hash {topic, capacity, running, driver, ts} */
 #define SF_RK_JOB "sf:job:{%s}"           /* SET NX guard: job processed once */
 #define SF_RK_SESSION "sf:mcpsess:{%s}"   /* MCP session -> hash {team, protocol} */
-#define SF_RK_TEAM_SESSIONS "sf:team:{%s}:sessions" /* zset session id -> expiry ms */
+#define SF_RK_TEAM_SESSIONS "sf:team:{%s}:sessions" /* zset session id -> last use ms */
+/* Pub/sub channel every gateway listens on: "key:<hash>" (an API key was revoked),
+ * "sess:<id>" (an MCP session was deleted). */
+#define SF_CH_GATEWAY "sf:gw:events"
 
 #endif

@@ -1,5 +1,16 @@
-/* auth.c: bearer API keys (keyed BLAKE2b hashes in Redis) and MCP sessions, both
- * checked in one pipelined Redis round trip. */
+/* auth.c: bearer API keys (keyed BLAKE2b hashes in Redis) and MCP sessions.
+ *
+ * Hot path: a key verified in the last key_cache_ms and a session this gateway knows are
+ * answered from memory, with no Redis round trip. A revoked key or a deleted session is
+ * announced on the Redis channel SF_CH_GATEWAY ("key:<hash>", "sess:<id>") and dropped
+ * from every gateway's memory at once; when the subscription (re)connects, both caches
+ * are emptied, since announcements may have been missed.
+ *
+ * Sessions never strand a client: a session id this team presents that Redis no longer
+ * knows (expired, evicted, lost) is recreated on the spot (the tools keep no per-session
+ * state); only a session of another team, or one the client deleted (kept as a tombstone
+ * for the session lifetime), gets 404. A team over max_sessions_team evicts its least
+ * recently used sessions when it opens a new one. */
 #include "gateway.h"
 #include "sf_auth.h"
 #include "sf_log.h"
@@ -8,6 +19,151 @@
 #include <string.h>
 #include <strings.h>
 
+#define KEY_CACHE_MAX  65536
+#define SESS_CACHE_MAX 262144
+#define TOUCH_EVERY_MS 30000 /* a used session's TTL and LRU rank are refreshed this often */
+
+typedef struct key_entry {
+    char team[SF_ID_MAX];
+    int64_t until_ms; /* monotonic */
+} key_entry;
+
+/* ------------------------------------------------------------------ caches */
+
+static void free_entry(const char *key, void *val, void *arg)
+{
+    free(val);
+}
+
+static void cache_clear(sf_map **m, size_t max)
+{
+    if (*m)
+        sf_map_foreach(*m, free_entry, NULL);
+    sf_map_free(*m);
+    *m = sf_map_new(max);
+}
+
+void gw_auth_caches_clear(gw_ctx *ctx)
+{
+    cache_clear(&ctx->key_cache, KEY_CACHE_MAX);
+    cache_clear(&ctx->sess_cache, SESS_CACHE_MAX);
+}
+
+static void key_cache_put(gw_ctx *ctx, const char *hash, const char *team)
+{
+    key_entry *e;
+
+    if (ctx->cfg.key_cache_ms <= 0 || !ctx->key_cache)
+        return;
+    if (!(e = sf_map_get(ctx->key_cache, hash))) {
+        if (sf_map_len(ctx->key_cache) >= KEY_CACHE_MAX)
+            cache_clear(&ctx->key_cache, KEY_CACHE_MAX);
+        if (!ctx->key_cache || !(e = calloc(1, sizeof(*e))))
+            return;
+        if (sf_map_put(ctx->key_cache, hash, e) < 0) {
+            free(e);
+            return;
+        }
+    }
+    snprintf(e->team, sizeof(e->team), "%s", team);
+    e->until_ms = sf_mono_ms() + ctx->cfg.key_cache_ms;
+}
+
+static const char *key_cache_get(gw_ctx *ctx, const char *hash)
+{
+    key_entry *e = ctx->key_cache ? sf_map_get(ctx->key_cache, hash) : NULL;
+
+    if (!e)
+        return NULL;
+    if (e->until_ms < sf_mono_ms()) {
+        free(sf_map_del(ctx->key_cache, hash));
+        return NULL;
+    }
+    return e->team;
+}
+
+static gw_session *sess_cache_put(gw_ctx *ctx, const char *sid, const char *team,
+                                  const char *protocol, int level)
+{
+    gw_session *s;
+
+    if (!ctx->sess_cache)
+        return NULL;
+    if (!(s = sf_map_get(ctx->sess_cache, sid))) {
+        if (sf_map_len(ctx->sess_cache) >= SESS_CACHE_MAX)
+            cache_clear(&ctx->sess_cache, SESS_CACHE_MAX);
+        if (!ctx->sess_cache || !(s = calloc(1, sizeof(*s))))
+            return NULL;
+        if (sf_map_put(ctx->sess_cache, sid, s) < 0) {
+            free(s);
+            return NULL;
+        }
+    }
+    snprintf(s->id, sizeof(s->id), "%s", sid);
+    snprintf(s->team, sizeof(s->team), "%s", team);
+    snprintf(s->protocol, sizeof(s->protocol), "%s", protocol);
+    s->level = level;
+    return s;
+}
+
+/* ------------------------------------------------------------------ announcements */
+
+static void on_announce(redisAsyncContext *ac, void *r, void *priv)
+{
+    gw_ctx *ctx = priv;
+    redisReply *rep = r;
+    const char *msg;
+
+    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 3 ||
+        rep->element[0]->type != REDIS_REPLY_STRING || strcmp(rep->element[0]->str, "message") ||
+        rep->element[2]->type != REDIS_REPLY_STRING)
+        return;
+    msg = rep->element[2]->str;
+    if (!strncmp(msg, "key:", 4) && ctx->key_cache) {
+        free(sf_map_del(ctx->key_cache, msg + 4));
+        sf_info("msg=\"API key revoked: dropped from the cache\"");
+    } else if (!strncmp(msg, "sess:", 5) && ctx->sess_cache) {
+        free(sf_map_del(ctx->sess_cache, msg + 5));
+    }
+}
+
+static void on_sub_connect(void *arg)
+{
+    gw_ctx *ctx = arg;
+
+    gw_auth_caches_clear(ctx); /* announcements may have been missed while away */
+    if (sf_redis_cmd(ctx->redis_sub, on_announce, ctx, "SUBSCRIBE " SF_CH_GATEWAY) < 0)
+        sf_warn("msg=\"cannot subscribe to the gateway channel\"");
+}
+
+int gw_auth_start(gw_ctx *ctx, char *why, size_t whylen)
+{
+    gw_auth_caches_clear(ctx);
+    if (!ctx->key_cache || !ctx->sess_cache) {
+        snprintf(why, whylen, "out of memory");
+        return -1;
+    }
+    if (!(ctx->redis_sub = sf_redis_new(ctx->d.base, ctx->cfg.common.redis_url, why, whylen)))
+        return -1;
+    sf_redis_on_connect(ctx->redis_sub, on_sub_connect, ctx);
+    return 0;
+}
+
+void gw_auth_stop(gw_ctx *ctx)
+{
+    sf_redis_free(ctx->redis_sub);
+    ctx->redis_sub = NULL;
+    if (ctx->key_cache)
+        sf_map_foreach(ctx->key_cache, free_entry, NULL);
+    if (ctx->sess_cache)
+        sf_map_foreach(ctx->sess_cache, free_entry, NULL);
+    sf_map_free(ctx->key_cache);
+    sf_map_free(ctx->sess_cache);
+    ctx->key_cache = ctx->sess_cache = NULL;
+}
+
+/* ------------------------------------------------------------------ checks */
+
 typedef struct auth_op {
     gw_ctx *ctx;
     gw_auth_cb cb;
@@ -15,51 +171,104 @@ typedef struct auth_op {
     int waiting;      /* replies still to come */
     int status;
     int has_session;
+    int sess_found, sess_deleted, sess_level;
+    char hash[SF_APIKEY_HASH_HEX];
     char team[SF_ID_MAX];
     char session_team[SF_ID_MAX];
+    char session_protocol[16];
     char session_id[SF_ID_MAX];
+    char want_protocol[16];
 } auth_op;
+
+/* The session's TTL and its rank in the team's LRU set, at most every TOUCH_EVERY_MS. */
+static void session_touch(gw_ctx *ctx, gw_session *s, int force)
+{
+    int64_t now = sf_mono_ms(), ttl = ctx->cfg.session_ttl_s;
+
+    if (!force && now - s->touched_ms < TOUCH_EVERY_MS)
+        return;
+    s->touched_ms = now;
+    sf_redis_cmd(ctx->redis, NULL, NULL, "EXPIRE " SF_RK_SESSION " %lld", s->id, (long long)ttl);
+    sf_redis_cmd(ctx->redis, NULL, NULL, "ZADD " SF_RK_TEAM_SESSIONS " %lld %s", s->team,
+                 (long long)sf_now_ms(), s->id);
+    sf_redis_cmd(ctx->redis, NULL, NULL, "PEXPIRE " SF_RK_TEAM_SESSIONS " %lld", s->team,
+                 (long long)ttl * 1000);
+}
+
+static const char *valid_protocol(const char *p)
+{
+    static const char *const versions[] = {"2025-11-25", "2025-06-18", "2025-03-26",
+                                           "2024-11-05"};
+    for (size_t i = 0; p && i < SF_ARRAY_LEN(versions); i++)
+        if (!strcmp(p, versions[i]))
+            return versions[i];
+    return versions[0];
+}
+
+/* Answers from what we know: key team, and the session (cached or just read). */
+static void auth_answer(gw_ctx *ctx, gw_auth_cb cb, void *arg, int status, const char *team,
+                        gw_session *s)
+{
+    cb(arg, status, status == 200 ? team : NULL, status == 200 ? s : NULL);
+}
 
 static void auth_finish(auth_op *op)
 {
-    if (op->status == 200 && op->has_session && strcmp(op->team, op->session_team) != 0)
-        op->status = 404;
-    if (op->status == 200 && op->has_session) { /* sessions live while they are used */
-        int64_t ttl = op->ctx->cfg.session_ttl_s;
-        sf_redis_cmd(op->ctx->redis, NULL, NULL, "EXPIRE " SF_RK_SESSION " %lld", op->session_id,
-                     (long long)ttl);
-        sf_redis_cmd(op->ctx->redis, NULL, NULL, "ZADD " SF_RK_TEAM_SESSIONS " XX %lld %s",
-                     op->team, (long long)(sf_now_ms() + ttl * 1000), op->session_id);
-        sf_redis_cmd(op->ctx->redis, NULL, NULL, "PEXPIRE " SF_RK_TEAM_SESSIONS " %lld", op->team,
-                     (long long)ttl * 1000);
+    gw_ctx *ctx = op->ctx;
+    gw_session *s = NULL;
+
+    if (op->status == 200)
+        key_cache_put(ctx, op->hash, op->team);
+    if (op->status == 200 && op->has_session) {
+        if (op->sess_found && strcmp(op->team, op->session_team) != 0) {
+            op->status = 404; /* another team's session */
+        } else if (op->sess_found && op->sess_deleted) {
+            op->status = 404; /* deleted by its client: a tombstone */
+        } else if (op->sess_found) {
+            s = sess_cache_put(ctx, op->session_id, op->team, op->session_protocol,
+                               op->sess_level);
+            if (s)
+                session_touch(ctx, s, 1);
+        } else {
+            /* Unknown here (expired, evicted): recreate it for this team. */
+            const char *proto = valid_protocol(op->want_protocol[0] ? op->want_protocol : NULL);
+            char now[24];
+
+            snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
+            sf_redis_cmd(ctx->redis, NULL, NULL,
+                         "HSET " SF_RK_SESSION " team %s protocol %s created %s recreated 1",
+                         op->session_id, op->team, proto, now);
+            s = sess_cache_put(ctx, op->session_id, op->team, proto, GW_LOG_LEVEL_DEFAULT);
+            if (s)
+                session_touch(ctx, s, 1);
+            sf_info("msg=\"session recreated\" session=%s team=%s", op->session_id, op->team);
+        }
+        if (op->status == 200 && !s)
+            op->status = 503;
     }
-    op->cb(op->arg, op->status, op->status == 200 ? op->team : NULL);
+    auth_answer(ctx, op->cb, op->arg, op->status, op->team, s);
     free(op);
 }
 
-static void copy_reply(redisReply *rep, char *dst, size_t n, int *status, int missing_status)
+static void copy_str(redisReply *rep, char *dst, size_t n)
 {
-    if (!rep) {
-        *status = 503;
-        return;
+    if (rep && rep->type == REDIS_REPLY_STRING && rep->len < n) {
+        memcpy(dst, rep->str, rep->len);
+        dst[rep->len] = '\0';
     }
-    if (rep->type != REDIS_REPLY_STRING || rep->len == 0 || rep->len >= n) {
-        if (*status == 200)
-            *status = rep->type == REDIS_REPLY_ERROR ? 503 : missing_status;
-        return;
-    }
-    memcpy(dst, rep->str, rep->len);
-    dst[rep->len] = '\0';
 }
 
 static void on_key(redisAsyncContext *ac, void *r, void *priv)
 {
     auth_op *op = priv;
-    int st = 200;
+    redisReply *rep = r;
 
-    copy_reply(r, op->team, sizeof(op->team), &st, 401);
-    if (st != 200)
-        op->status = st; /* the key's verdict wins over the session's */
+    if (!rep || rep->type == REDIS_REPLY_ERROR)
+        op->status = 503;
+    else if (rep->type != REDIS_REPLY_STRING || rep->len == 0 || rep->len >= sizeof(op->team))
+        op->status = op->status == 503 ? 503 : 401; /* the key's verdict wins */
+    else
+        copy_str(rep, op->team, sizeof(op->team));
     if (--op->waiting == 0)
         auth_finish(op);
 }
@@ -67,38 +276,67 @@ static void on_key(redisAsyncContext *ac, void *r, void *priv)
 static void on_session(redisAsyncContext *ac, void *r, void *priv)
 {
     auth_op *op = priv;
-    int st = 200;
+    redisReply *rep = r;
 
-    copy_reply(r, op->session_team, sizeof(op->session_team), &st, 404);
-    if (st != 200 && op->status == 200)
-        op->status = st;
+    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 4) {
+        if (op->status == 200)
+            op->status = 503;
+    } else if (rep->element[0]->type == REDIS_REPLY_STRING) {
+        op->sess_found = 1;
+        copy_str(rep->element[0], op->session_team, sizeof(op->session_team));
+        copy_str(rep->element[1], op->session_protocol, sizeof(op->session_protocol));
+        op->sess_deleted = rep->element[2]->type == REDIS_REPLY_STRING;
+        op->sess_level = GW_LOG_LEVEL_DEFAULT;
+        if (rep->element[3]->type == REDIS_REPLY_STRING)
+            op->sess_level = gw_log_level_parse(rep->element[3]->str);
+        if (op->sess_level < 0)
+            op->sess_level = GW_LOG_LEVEL_DEFAULT;
+    }
     if (--op->waiting == 0)
         auth_finish(op);
 }
 
-void gw_auth_check(gw_ctx *ctx, const char *authorization, const char *session_id, gw_auth_cb cb,
-                   void *arg)
+void gw_auth_check(gw_ctx *ctx, const char *authorization, const char *session_id,
+                   const char *protocol, gw_auth_cb cb, void *arg)
 {
     char hash[SF_APIKEY_HASH_HEX];
+    const char *team;
     auth_op *op;
 
     if (!authorization || strncasecmp(authorization, "Bearer ", 7) != 0) {
-        cb(arg, 401, NULL);
+        cb(arg, 401, NULL, NULL);
         return;
     }
     authorization += 7;
     while (*authorization == ' ')
         authorization++;
     if (sf_apikey_hash(ctx->auth_secret, authorization, hash) < 0) {
-        cb(arg, 401, NULL);
+        cb(arg, 401, NULL, NULL);
         return;
     }
     if (session_id && !sf_id_valid(session_id)) {
-        cb(arg, 404, NULL);
+        cb(arg, 404, NULL, NULL);
         return;
     }
+    /* The hot path: both known here. */
+    if ((team = key_cache_get(ctx, hash))) {
+        gw_session *s = session_id ? sf_map_get(ctx->sess_cache, session_id) : NULL;
+        if (!session_id) {
+            cb(arg, 200, team, NULL);
+            return;
+        }
+        if (s) {
+            if (strcmp(s->team, team) != 0) {
+                cb(arg, 404, NULL, NULL);
+                return;
+            }
+            session_touch(ctx, s, 0);
+            cb(arg, 200, team, s);
+            return;
+        }
+    }
     if (!(op = calloc(1, sizeof(*op)))) {
-        cb(arg, 503, NULL);
+        cb(arg, 503, NULL, NULL);
         return;
     }
     op->ctx = ctx;
@@ -106,51 +344,75 @@ void gw_auth_check(gw_ctx *ctx, const char *authorization, const char *session_i
     op->arg = arg;
     op->status = 200;
     op->has_session = session_id != NULL;
+    memcpy(op->hash, hash, sizeof(hash));
+    if (protocol)
+        snprintf(op->want_protocol, sizeof(op->want_protocol), "%s", protocol);
     if (session_id)
         snprintf(op->session_id, sizeof(op->session_id), "%s", session_id);
     if (sf_redis_cmd(ctx->redis, on_key, op, "HGET " SF_RK_APIKEY " team", hash) < 0) {
         free(op);
-        cb(arg, 503, NULL);
+        cb(arg, 503, NULL, NULL);
         return;
     }
     op->waiting = 1;
     if (session_id) {
-        if (sf_redis_cmd(ctx->redis, on_session, op, "HGET " SF_RK_SESSION " team", session_id) < 0)
+        if (sf_redis_cmd(ctx->redis, on_session, op,
+                         "HMGET " SF_RK_SESSION " team protocol deleted level", session_id) < 0)
             op->status = 503;
         else
             op->waiting++;
     }
 }
 
-/* ARGV: sid, team, protocol, now ms, ttl s, team limit. 1 created, 0 team at its limit.
- * The team's zset holds each session's expiry, so expired ones drop out of the count. */
+/* ------------------------------------------------------------------ create, delete, level */
+
+/* ARGV: sid, team, protocol, now ms, ttl s, team limit. Returns the number of sessions
+ * evicted to make room (least recently used first). The team's zset ranks sessions by
+ * last use; entries older than the TTL are gone already. */
 static const char lua_session_create[] =
     "local z = 'sf:team:{' .. ARGV[2] .. '}:sessions'\n"
     "local now, ttl = tonumber(ARGV[4]), tonumber(ARGV[5])\n"
-    "redis.call('ZREMRANGEBYSCORE', z, '-inf', now)\n"
-    "if redis.call('ZCARD', z) >= tonumber(ARGV[6]) then return 0 end\n"
+    "redis.call('ZREMRANGEBYSCORE', z, '-inf', now - ttl * 1000)\n"
+    "local over = redis.call('ZCARD', z) - tonumber(ARGV[6]) + 1\n"
+    "local evicted = 0\n"
+    "if over > 0 then\n"
+    "  for _, sid in ipairs(redis.call('ZRANGE', z, 0, over - 1)) do\n"
+    "    redis.call('DEL', 'sf:mcpsess:{' .. sid .. '}')\n"
+    "    evicted = evicted + 1\n"
+    "  end\n"
+    "  redis.call('ZREMRANGEBYRANK', z, 0, over - 1)\n"
+    "end\n"
     "local key = 'sf:mcpsess:{' .. ARGV[1] .. '}'\n"
     "redis.call('HSET', key, 'team', ARGV[2], 'protocol', ARGV[3], 'created', ARGV[4])\n"
     "redis.call('EXPIRE', key, ttl)\n"
-    "redis.call('ZADD', z, now + ttl * 1000, ARGV[1])\n"
+    "redis.call('ZADD', z, now, ARGV[1])\n"
     "redis.call('PEXPIRE', z, ttl * 1000)\n"
-    "return 1\n";
+    "return evicted\n";
 
 typedef struct session_op {
+    gw_ctx *ctx;
     gw_session_cb cb;
     void *arg;
     char sid[SF_ID_MAX];
+    char team[SF_ID_MAX];
+    char protocol[16];
 } session_op;
 
 static void on_session_created(redisAsyncContext *ac, void *r, void *priv)
 {
     redisReply *rep = r;
     session_op *op = priv;
-    int status = 503;
+    gw_session *s = NULL;
 
-    if (rep && rep->type == REDIS_REPLY_INTEGER)
-        status = rep->integer == 1 ? 200 : 429;
-    op->cb(op->arg, status, status == 200 ? op->sid : NULL);
+    if (rep && rep->type == REDIS_REPLY_INTEGER) {
+        if (rep->integer > 0)
+            sf_info("msg=\"sessions evicted (least recently used)\" team=%s n=%lld", op->team,
+                    (long long)rep->integer);
+        s = sess_cache_put(op->ctx, op->sid, op->team, op->protocol, GW_LOG_LEVEL_DEFAULT);
+        if (s)
+            s->touched_ms = sf_mono_ms();
+    }
+    op->cb(op->arg, s ? 200 : 503, s ? op->sid : NULL);
     free(op);
 }
 
@@ -165,8 +427,11 @@ void gw_session_create(gw_ctx *ctx, const char *team, const char *protocol, gw_s
         cb(arg, 503, NULL);
         return;
     }
+    op->ctx = ctx;
     op->cb = cb;
     op->arg = arg;
+    snprintf(op->team, sizeof(op->team), "%s", team);
+    snprintf(op->protocol, sizeof(op->protocol), "%s", protocol);
     snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
     snprintf(ttl, sizeof(ttl), "%lld", (long long)ctx->cfg.session_ttl_s);
     snprintf(limit, sizeof(limit), "%lld", (long long)ctx->cfg.max_sessions_team);
@@ -177,10 +442,22 @@ void gw_session_create(gw_ctx *ctx, const char *team, const char *protocol, gw_s
     }
 }
 
+/* The client ended it: a tombstone for the session lifetime, announced to every gateway. */
 void gw_session_delete(gw_ctx *ctx, const char *team, const char *sid)
 {
     if (!sf_id_valid(sid))
         return;
-    sf_redis_cmd(ctx->redis, NULL, NULL, "DEL " SF_RK_SESSION, sid);
+    free(sf_map_del(ctx->sess_cache, sid));
+    sf_redis_cmd(ctx->redis, NULL, NULL, "HSET " SF_RK_SESSION " team %s deleted 1", sid, team);
+    sf_redis_cmd(ctx->redis, NULL, NULL, "EXPIRE " SF_RK_SESSION " %lld", sid,
+                 (long long)ctx->cfg.session_ttl_s);
     sf_redis_cmd(ctx->redis, NULL, NULL, "ZREM " SF_RK_TEAM_SESSIONS " %s", team, sid);
+    sf_redis_cmd(ctx->redis, NULL, NULL, "PUBLISH " SF_CH_GATEWAY " sess:%s", sid);
+}
+
+void gw_session_set_level(gw_ctx *ctx, gw_session *s, int level)
+{
+    s->level = level;
+    sf_redis_cmd(ctx->redis, NULL, NULL, "HSET " SF_RK_SESSION " level %s", s->id,
+                 gw_log_level_name(level));
 }

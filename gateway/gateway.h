@@ -29,7 +29,26 @@ typedef struct gw_cfg {
     char *allowed_origins;      /* comma-separated; localhost origins are always allowed */
     char *tls_cert_file;        /* PEM chain: TLS (ALPN h2, http/1.1) on the same port */
     char *tls_key_file;
+    int64_t key_cache_ms;       /* a verified API key is trusted this long without Redis */
+    int64_t progress_interval_ms; /* a call with a progressToken hears from us this often */
+    int test_fixtures;          /* register the conformance suite's fixture tools (tests only) */
 } gw_cfg;
+
+/* MCP log levels (RFC 5424 order, as logging/setLevel names them). */
+enum { GW_LOG_DEBUG, GW_LOG_INFO, GW_LOG_NOTICE, GW_LOG_WARNING, GW_LOG_ERROR, GW_LOG_CRITICAL,
+       GW_LOG_ALERT, GW_LOG_EMERGENCY };
+#define GW_LOG_LEVEL_DEFAULT GW_LOG_INFO
+int gw_log_level_parse(const char *name); /* -1 when unknown */
+const char *gw_log_level_name(int level);
+
+/* An MCP session as this gateway knows it (cached; Redis holds the record). */
+typedef struct gw_session {
+    char id[SF_ID_MAX];
+    char team[SF_ID_MAX];
+    char protocol[16];
+    int level;             /* notifications/message at or above this level are sent */
+    int64_t touched_ms;    /* monotonic: when its TTL and LRU rank were last refreshed */
+} gw_session;
 
 typedef struct gw_ctx {
     sf_daemon d;
@@ -40,12 +59,17 @@ typedef struct gw_ctx {
     gw_http_server *http;
     gw_router *router;
     sf_redis *redis;
+    sf_redis *redis_sub;      /* subscribed to SF_CH_GATEWAY (revocations, deleted sessions) */
+    sf_map *key_cache;        /* key hash -> key_entry */
+    sf_map *sess_cache;       /* session id -> gw_session */
+    sf_map *calls;            /* "<session>|<request id>" -> mcp_call, for cancellation */
     rd_kafka_t *producer, *consumer;
     sf_kafka_pump *pump;
     sf_map *pending;          /* job id -> gw_pending */
     sf_map *team_pending;     /* team -> count of its pending calls (int *) */
     sf_toolset tools;         /* the tool schemas */
     json_t *tools_list;       /* the tools/list result, built once */
+    char *tools_list_text;    /* ...and encoded once */
 } gw_ctx;
 
 /* tools.c */
@@ -53,7 +77,9 @@ int gw_tools_load(gw_ctx *ctx, char *why, size_t whylen);
 void gw_tools_free(gw_ctx *ctx);
 
 /* jobs.c: publish a job and wait for its one final reply. */
+#define GW_TOOL_CANCEL "sf.cancel"
 typedef void (*gw_job_cb)(void *arg, const sf_reply *reply); /* reply NULL = deadline passed */
+typedef void (*gw_progress_cb)(void *arg, const json_t *chunk); /* a `progress` reply */
 typedef struct gw_pending gw_pending;
 int gw_jobs_start(gw_ctx *ctx, char *why, size_t whylen);
 void gw_jobs_stop(gw_ctx *ctx);
@@ -63,17 +89,49 @@ void gw_jobs_stop(gw_ctx *ctx);
 int gw_jobs_submit(gw_ctx *ctx, sf_job *job, int64_t wait_ms, gw_job_cb cb, void *arg,
                    gw_pending **out);
 void gw_jobs_cancel(gw_ctx *ctx, gw_pending *p);
+/* Progress replies of p's job go to cb (job->progress must have been set). */
+void gw_jobs_on_progress(gw_pending *p, gw_progress_cb cb);
+/* The job's id. */
+const char *gw_jobs_id(const gw_pending *p);
+/* Tells the platform to stop p's job: an `sf.cancel` envelope (CONTRACTS.md) on sf.jobs,
+ * keyed like the job; then forgets p (its callback never runs). 0 or -errno. */
+int gw_jobs_abandon(gw_ctx *ctx, gw_pending *p);
 
-/* auth.c: API key and MCP session checks (one Redis round trip). */
-typedef void (*gw_auth_cb)(void *arg, int status, const char *team);
-/* status: 200 ok, 401 bad/missing key, 404 unknown session, 503 Redis down. */
-void gw_auth_check(gw_ctx *ctx, const char *authorization, const char *session_id, gw_auth_cb cb,
-                   void *arg);
-/* status: 200 and the new session id, 429 the team has max_sessions_team, 503 Redis down. */
+/* auth.c: API keys and MCP sessions, cached (see auth.c). */
+int gw_auth_start(gw_ctx *ctx, char *why, size_t whylen);
+void gw_auth_stop(gw_ctx *ctx);
+void gw_auth_caches_clear(gw_ctx *ctx);
+/* status: 200 ok (sess: the session when one was named, valid until the callback returns),
+ * 401 bad/missing key, 404 another team's or a deleted session, 503 Redis down. May call
+ * cb before returning (everything known). protocol: the client's MCP-Protocol-Version
+ * (for a session recreated on the spot), or NULL. */
+typedef void (*gw_auth_cb)(void *arg, int status, const char *team, gw_session *sess);
+void gw_auth_check(gw_ctx *ctx, const char *authorization, const char *session_id,
+                   const char *protocol, gw_auth_cb cb, void *arg);
+/* status: 200 and the new session id (the team's least recently used sessions are evicted
+ * past max_sessions_team), 503 Redis down. */
 typedef void (*gw_session_cb)(void *arg, int status, const char *sid);
 void gw_session_create(gw_ctx *ctx, const char *team, const char *protocol, gw_session_cb cb,
                        void *arg);
 void gw_session_delete(gw_ctx *ctx, const char *team, const char *sid);
+void gw_session_set_level(gw_ctx *ctx, gw_session *s, int level);
+
+/* mcp.c: what a tool call running in-process (fixtures.c) may do. */
+typedef struct mcp_call mcp_call;
+/* notifications/message (sent when the session's level lets it through and the call
+ * streams). */
+void gw_call_log(mcp_call *c, int level, const char *text);
+/* notifications/progress (when the call has a progressToken). */
+void gw_call_progress(mcp_call *c, double progress, double total, const char *message);
+/* The final CallToolResult (stolen); ends the call. */
+void gw_call_result(mcp_call *c, json_t *result);
+/* Runs step `step` again after ms (one timer per call). */
+void gw_call_later(mcp_call *c, int ms, int step);
+
+/* fixtures.c: the conformance suite's tools, only with test_fixtures. */
+json_t *gw_fixtures_list(void);               /* tools/list entries */
+int gw_fixture_is(const char *name);
+void gw_fixture_step(mcp_call *c, const char *name, int step); /* step 0 starts it */
 
 /* mcp.c: POST/GET/DELETE /mcp (MCP Streamable HTTP) */
 void gw_mcp_handle(gw_req *req, void *arg);

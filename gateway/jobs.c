@@ -11,9 +11,11 @@ struct gw_pending {
     gw_ctx *ctx;
     struct event *timer;
     gw_job_cb cb;
+    gw_progress_cb progress;
     void *arg;
     char id[SF_ID_MAX];
     char team[SF_ID_MAX];
+    char sandbox[SF_ID_MAX];
 };
 
 /* Per-team count of pending calls: +1 on submit, -1 when the call ends. */
@@ -87,7 +89,14 @@ static void on_reply(void *arg, rd_kafka_message_t *msg)
         pending_free(p);
         return;
     }
-    if (r.kind == SF_REPLY_PROGRESS || !(p = sf_map_del(ctx->pending, r.id))) {
+    if (r.kind == SF_REPLY_PROGRESS) {
+        p = sf_map_get(ctx->pending, r.id);
+        if (p && p->progress && json_is_object(r.result))
+            p->progress(p->arg, r.result);
+        sf_reply_fini(&r);
+        return;
+    }
+    if (!(p = sf_map_del(ctx->pending, r.id))) {
         if (r.kind != SF_REPLY_PROGRESS)
             sf_debug("msg=\"reply for no waiting call (late or duplicate)\" job=%s", r.id);
         sf_reply_fini(&r);
@@ -110,6 +119,7 @@ int gw_jobs_start(gw_ctx *ctx, char *why, size_t whylen)
     snprintf(ctx->reply_topic, sizeof(ctx->reply_topic), SF_TOPIC_REPLY_PREFIX "%s", ctx->id);
     snprintf(group, sizeof(group), "sf-%s", ctx->id);
     if (!(ctx->pending = sf_map_new((size_t)ctx->cfg.max_pending)) ||
+        !(ctx->calls = sf_map_new((size_t)ctx->cfg.max_pending)) ||
         !(ctx->team_pending = sf_map_new((size_t)ctx->cfg.max_pending)) ||
         !(ctx->producer = sf_kafka_producer_new(&ctx->d.kafka, why, whylen)) ||
         !(ctx->consumer = sf_kafka_consumer_new(&ctx->d.kafka, group, why, whylen)))
@@ -143,6 +153,8 @@ void gw_jobs_stop(gw_ctx *ctx)
         ctx->pending = NULL;
     }
     sf_map_free(ctx->team_pending); /* empty: every pending call left its team */
+    sf_map_free(ctx->calls);        /* empty: every call unregistered when it ended */
+    ctx->calls = NULL;
     ctx->team_pending = NULL;
     sf_kafka_pump_free(ctx->pump);
     ctx->pump = NULL;
@@ -171,6 +183,7 @@ int gw_jobs_submit(gw_ctx *ctx, sf_job *job, int64_t wait_ms, gw_job_cb cb, void
     }
     p->ctx = ctx;
     memcpy(p->team, job->team, sizeof(p->team));
+    memcpy(p->sandbox, job->sandbox, sizeof(p->sandbox));
     p->cb = cb;
     p->arg = arg;
     memcpy(p->id, job->id, sizeof(p->id));
@@ -209,4 +222,47 @@ void gw_jobs_cancel(gw_ctx *ctx, gw_pending *p)
         return;
     sf_map_del(ctx->pending, p->id);
     pending_free(p);
+}
+
+void gw_jobs_on_progress(gw_pending *p, gw_progress_cb cb)
+{
+    if (p)
+        p->progress = cb;
+}
+
+const char *gw_jobs_id(const gw_pending *p)
+{
+    return p ? p->id : "";
+}
+
+int gw_jobs_abandon(gw_ctx *ctx, gw_pending *p)
+{
+    sf_job job;
+    sf_buf b;
+    int rc;
+
+    if (!p)
+        return -EINVAL;
+    sf_job_init(&job);
+    if (sf_id_new(job.id, "job_") < 0) {
+        gw_jobs_cancel(ctx, p);
+        return -EIO;
+    }
+    memcpy(job.team, p->team, sizeof(job.team));
+    memcpy(job.sandbox, p->sandbox, sizeof(job.sandbox));
+    snprintf(job.tool, sizeof(job.tool), "%s", GW_TOOL_CANCEL);
+    snprintf(job.reply, sizeof(job.reply), "%s", ctx->reply_topic);
+    job.deadline_ms = sf_now_ms() + 10000;
+    job.args = json_pack("{s:s}", "job", p->id);
+    sf_buf_init(&b, SF_MSG_MAX);
+    rc = job.args ? sf_job_encode(&job, &b) : -ENOMEM;
+    if (rc == 0)
+        rc = sf_kafka_produce(ctx->producer, SF_TOPIC_JOBS, job.sandbox[0] ? job.sandbox : job.team,
+                              b.p, b.len);
+    sf_info("msg=\"call cancelled\" job=%s cancel_job=%s team=%s sandbox=%s rc=%d", p->id, job.id,
+            job.team, job.sandbox, rc);
+    sf_buf_fini(&b);
+    sf_job_fini(&job);
+    gw_jobs_cancel(ctx, p);
+    return rc;
 }

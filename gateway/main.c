@@ -32,6 +32,13 @@ static const sf_cfg_entry cfg_table[] = {
     SF_CFG_S(gw_cfg, tls_cert_file, "",
              "PEM certificate chain: also serve TLS (h2 / http/1.1 by ALPN) on the port"),
     SF_CFG_S(gw_cfg, tls_key_file, "", "PEM private key of tls_cert_file"),
+    SF_CFG_I(gw_cfg, key_cache_ms, "10000", 0, 3600000,
+             "a verified API key is trusted this long without asking Redis (revocations "
+             "clear it at once; 0 = ask every time)"),
+    SF_CFG_I(gw_cfg, progress_interval_ms, "15000", 50, 600000,
+             "a call that asked for progress hears from the gateway at least this often"),
+    SF_CFG_B(gw_cfg, test_fixtures, "0",
+             "tests only: also serve the MCP conformance suite's fixture tools"),
 };
 
 int main(int argc, char **argv)
@@ -50,13 +57,16 @@ int main(int argc, char **argv)
     }
     if (sf_daemon_init(&ctx.d, "gateway", &ctx.cfg.common) < 0)
         goto out;
+    if (ctx.cfg.test_fixtures)
+        sf_warn("msg=\"test_fixtures is on: the conformance suite's fixture tools are served; "
+                "never use this in production\"");
     if (sf_auth_secret_load(ctx.cfg.auth_secret_file, ctx.auth_secret, why, sizeof(why)) < 0 ||
         gw_tools_load(&ctx, why, sizeof(why)) < 0) {
         sf_error("msg=\"cannot start\" err=\"%s\"", why);
         goto out;
     }
     if (!(ctx.redis = sf_redis_new(ctx.d.base, ctx.cfg.common.redis_url, why, sizeof(why))) ||
-        gw_jobs_start(&ctx, why, sizeof(why)) < 0) {
+        gw_auth_start(&ctx, why, sizeof(why)) < 0 || gw_jobs_start(&ctx, why, sizeof(why)) < 0) {
         sf_error("msg=\"cannot start\" err=\"%s\"", why);
         goto out;
     }
@@ -88,6 +98,7 @@ out:
     gw_http_server_free(ctx.http);
     gw_router_free(ctx.router);
     gw_jobs_stop(&ctx);
+    gw_auth_stop(&ctx);
     sf_redis_free(ctx.redis);
     gw_tools_free(&ctx);
     sf_daemon_fini(&ctx.d);

@@ -1,6 +1,8 @@
-/* mcp.c: MCP Streamable HTTP (JSON responses) on POST /mcp: JSON-RPC framing,
- * initialize / ping / tools/list / tools/call, sessions, and the mapping of job
- * replies to CallToolResult. */
+/* mcp.c: MCP Streamable HTTP on /mcp: JSON-RPC framing; initialize, ping, tools/list,
+ * tools/call, logging/setLevel, notifications/cancelled; sessions; answers as JSON, or as
+ * an SSE stream when a call sends notifications (progress, log messages); the mapping of
+ * job replies to CallToolResult; cancellation of running jobs (sf.cancel) when a client
+ * cancels or goes away. It never knows which transport carried a request. */
 #include "gateway.h"
 #include "sf_jobio.h"
 #include "sf_jsonrpc.h"
@@ -11,14 +13,29 @@
 #include <string.h>
 #include <strings.h>
 
-#define SERVER_VERSION "0.1.0"
+#define SERVER_VERSION "0.2.0"
 
 static const char *const protocol_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26",
                                                  "2024-11-05"};
+static const char *const log_levels[] = {"debug", "info", "notice", "warning", "error",
+                                         "critical", "alert", "emergency"};
 
-typedef struct mcp_call {
+int gw_log_level_parse(const char *name)
+{
+    for (size_t i = 0; name && i < SF_ARRAY_LEN(log_levels); i++)
+        if (!strcmp(name, log_levels[i]))
+            return (int)i;
+    return -1;
+}
+
+const char *gw_log_level_name(int level)
+{
+    return (level >= 0 && level < (int)SF_ARRAY_LEN(log_levels)) ? log_levels[level] : "info";
+}
+
+struct mcp_call {
     gw_ctx *ctx;
-    gw_req *req;           /* NULL once the client is gone */
+    gw_req *req;           /* NULL once the client is gone or answered */
     json_t *msg;           /* the JSON-RPC request */
     json_t *id;            /* its id (borrowed from msg) */
     gw_pending *pending;   /* the job we wait for */
@@ -27,10 +44,30 @@ typedef struct mcp_call {
     uint64_t t0;
     char team[SF_ID_MAX];
     char tool[SF_ID_MAX];
-} mcp_call;
+    char sid[SF_ID_MAX];   /* the session ("" without one) */
+    char job[SF_ID_MAX];
+    int level;             /* the session's log level */
+    int sse_ok;            /* the client accepts text/event-stream */
+    int streaming;         /* the SSE answer has begun */
+    json_t *progress_token; /* borrowed from msg; NULL: no progress wanted */
+    double progress;       /* the last progress value sent */
+    struct event *timer;   /* fixture steps, or the progress heartbeat */
+    int step;
+    char call_key[SF_ID_MAX + 80]; /* key in ctx->calls ("" when not registered) */
+};
+
+static void call_unregister(mcp_call *c)
+{
+    if (c->call_key[0] && c->ctx->calls && sf_map_get(c->ctx->calls, c->call_key) == c)
+        sf_map_del(c->ctx->calls, c->call_key);
+    c->call_key[0] = '\0';
+}
 
 static void call_free(mcp_call *c)
 {
+    call_unregister(c);
+    if (c->timer)
+        event_free(c->timer);
     json_decref(c->msg);
     free(c);
 }
@@ -43,6 +80,38 @@ static void respond_raw(mcp_call *c, int status, const char *const *headers, con
         gw_req_respond(c->req, status, body ? "application/json" : NULL, headers, body,
                        body ? strlen(body) : 0);
     c->req = NULL;
+}
+
+/* One SSE event carrying a JSON-RPC message. A write that fails ends the stream (the client
+ * is gone or does not read); the call then finishes without it. */
+static void sse_send(mcp_call *c, const char *json)
+{
+    sf_buf b;
+
+    if (!c->req || !c->streaming)
+        return;
+    sf_buf_init(&b, strlen(json) + 64);
+    if (sf_buf_appendf(&b, "event: message\ndata: %s\n\n", json) == 0 &&
+        gw_req_stream_write(c->req, b.p, b.len) == -ENOBUFS) {
+        sf_warn("msg=\"client reads the stream too slowly; ending it\" job=%s", c->job);
+        gw_req_stream_end(c->req);
+        c->req = NULL;
+    }
+    sf_buf_fini(&b);
+}
+
+/* Starts the SSE answer (once): from here every message of this call is an event. */
+static int sse_begin(mcp_call *c)
+{
+    const char *h[] = {"X-Request-Id", c->req ? gw_req_id(c->req) : "", NULL};
+
+    if (c->streaming)
+        return 0;
+    if (!c->req || !c->sse_ok ||
+        gw_req_stream_begin(c->req, 200, "text/event-stream", h) < 0)
+        return -1;
+    c->streaming = 1;
+    return 0;
 }
 
 static void respond_json(mcp_call *c, int status, const char *const *headers, json_t *body)
@@ -58,7 +127,14 @@ static void respond_json(mcp_call *c, int status, const char *const *headers, js
         free(id);
         status = 500;
     }
-    respond_raw(c, status, headers, text ? text : "{}");
+    if (c->streaming) {
+        sse_send(c, text ? text : "{}");
+        if (c->req)
+            gw_req_stream_end(c->req);
+        c->req = NULL;
+    } else {
+        respond_raw(c, status, headers, text ? text : "{}");
+    }
     free(text);
     json_decref(body);
 }
@@ -81,6 +157,22 @@ static void respond_rpc_result(mcp_call *c, json_t *result, const char *const *h
                            "result", result));
 }
 
+/* A result that never changes, encoded once (text): only the id is spliced in. */
+static void respond_fixed(mcp_call *c, const char *result_text)
+{
+    char *id = c->id ? json_dumps(c->id, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+    sf_buf b;
+
+    sf_buf_init(&b, strlen(result_text) + 256);
+    if (sf_buf_appendf(&b, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":%s}", id ? id : "null",
+                       result_text) == 0)
+        respond_raw(c, 200, NULL, b.p);
+    else
+        respond_raw(c, 500, NULL, "{\"error\":\"out of memory\"}");
+    sf_buf_fini(&b);
+    free(id);
+}
+
 static void respond_rpc_error(mcp_call *c, int http, int code, const char *message)
 {
     respond_json(c, http, NULL,
@@ -96,6 +188,71 @@ static void respond_tool_error(mcp_call *c, const char *message)
                        json_pack("{s:[{s:s, s:o}], s:b}", "content", "type", "text", "text",
                                  clean_string(message), "isError", 1),
                        NULL);
+}
+
+/* ---- notifications on the call's stream ---- */
+
+static void notify(mcp_call *c, const char *method, json_t *params)
+{
+    json_t *n = json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method, "params", params);
+    char *text = n ? json_dumps(n, JSON_COMPACT) : NULL;
+
+    if (text && sse_begin(c) == 0)
+        sse_send(c, text);
+    free(text);
+    json_decref(n);
+}
+
+void gw_call_log(mcp_call *c, int level, const char *text)
+{
+    if (level < c->level || !c->sse_ok || !c->req)
+        return;
+    notify(c, "notifications/message",
+           json_pack("{s:s, s:s, s:o}", "level", gw_log_level_name(level), "logger", "sandfleet",
+                     "data", clean_string(text)));
+}
+
+void gw_call_progress(mcp_call *c, double progress, double total, const char *message)
+{
+    json_t *p;
+
+    if (!c->progress_token || !c->sse_ok || !c->req)
+        return;
+    if (progress <= c->progress && c->progress > 0)
+        progress = c->progress + 1; /* progress only grows */
+    c->progress = progress;
+    p = json_pack("{s:O, s:f}", "progressToken", c->progress_token, "progress", progress);
+    if (total > 0)
+        json_object_set_new(p, "total", json_real(total));
+    if (message)
+        json_object_set_new(p, "message", clean_string(message));
+    notify(c, "notifications/progress", p);
+}
+
+static void call_done_log(mcp_call *c, int ok)
+{
+    sf_info("msg=\"call done\" tool=%s team=%s job=%s req=%s ok=%d us=%llu", c->tool, c->team,
+            c->job[0] ? c->job : "-", c->req ? gw_req_id(c->req) : "-", ok,
+            (unsigned long long)(sf_mono_us() - c->t0));
+}
+
+void gw_call_result(mcp_call *c, json_t *result)
+{
+    call_done_log(c, !json_is_true(json_object_get(result, "isError")));
+    respond_rpc_result(c, result, NULL);
+    call_free(c);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg);
+
+void gw_call_later(mcp_call *c, int ms, int step)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+
+    c->step = step;
+    if (!c->timer && !(c->timer = evtimer_new(c->ctx->d.base, on_timer, c)))
+        return;
+    evtimer_add(c->timer, &tv);
 }
 
 /* ---- tools/call ---- */
@@ -132,9 +289,39 @@ static void on_job_reply(void *arg, const sf_reply *r)
         free(text);
         respond_rpc_result(c, result, NULL);
     }
-    sf_info("msg=\"call done\" tool=%s team=%s ok=%d us=%llu", c->tool, c->team,
-            r && r->kind == SF_REPLY_RESULT, (unsigned long long)(sf_mono_us() - c->t0));
+    call_done_log(c, r && r->kind == SF_REPLY_RESULT);
     call_free(c);
+}
+
+/* A `progress` reply: an output chunk or a status message, as notifications/progress. */
+static void on_job_progress(void *arg, const json_t *chunk)
+{
+    mcp_call *c = arg;
+    const char *data = json_string_value(json_object_get(chunk, "data"));
+    const char *msg = json_string_value(json_object_get(chunk, "message"));
+
+    gw_call_progress(c, c->progress + 1, 0, data ? data : msg);
+}
+
+/* The heartbeat: a call with a progressToken hears from us at least this often. */
+static void heartbeat(mcp_call *c)
+{
+    char msg[SF_ID_MAX + 64];
+
+    snprintf(msg, sizeof(msg), "%s still running (%llu s)", c->tool,
+             (unsigned long long)((sf_mono_us() - c->t0) / 1000000));
+    gw_call_progress(c, c->progress + 1, 0, msg);
+    gw_call_later(c, (int)c->ctx->cfg.progress_interval_ms, -1);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    mcp_call *c = arg;
+
+    if (c->step < 0)
+        heartbeat(c);
+    else
+        gw_fixture_step(c, c->tool, c->step);
 }
 
 static int64_t call_wait_ms(const gw_ctx *ctx, const char *tool, json_t *args)
@@ -144,11 +331,25 @@ static int64_t call_wait_ms(const gw_ctx *ctx, const char *tool, json_t *args)
     return ctx->cfg.call_deadline_ms;
 }
 
+/* Remembers the call under its session and request id, for notifications/cancelled. */
+static void call_register(mcp_call *c)
+{
+    char *id = c->id ? json_dumps(c->id, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+
+    if (c->sid[0] && id && strlen(id) < 64 && c->ctx->calls) {
+        snprintf(c->call_key, sizeof(c->call_key), "%s|%s", c->sid, id);
+        if (sf_map_put(c->ctx->calls, c->call_key, c) < 0)
+            c->call_key[0] = '\0';
+    }
+    free(id);
+}
+
 static void tools_call(mcp_call *c, json_t *params)
 {
     gw_ctx *ctx = c->ctx;
     const char *name = json_string_value(json_object_get(params, "name"));
     json_t *args = json_object_get(params, "arguments");
+    json_t *token = json_object_get(json_object_get(params, "_meta"), "progressToken");
     char why[512];
     sf_job job;
     int rc;
@@ -156,6 +357,14 @@ static void tools_call(mcp_call *c, json_t *params)
     if (!name) {
         respond_rpc_error(c, 200, -32602, "Invalid params: 'name' (the tool name) is required.");
         goto done;
+    }
+    if (token && (json_is_string(token) || json_is_integer(token)))
+        c->progress_token = token;
+    if (ctx->cfg.test_fixtures && gw_fixture_is(name)) {
+        snprintf(c->tool, sizeof(c->tool), "%s", name);
+        call_register(c);
+        gw_fixture_step(c, name, 0);
+        return;
     }
     if (!sf_toolset_find(&ctx->tools, name)) {
         snprintf(why, sizeof(why), "Unknown tool '%.64s'; call tools/list to see the tools.", name);
@@ -175,8 +384,10 @@ static void tools_call(mcp_call *c, json_t *params)
     sf_job_init(&job);
     snprintf(job.team, sizeof(job.team), "%s", c->team);
     snprintf(job.tool, sizeof(job.tool), "%s", name);
+    snprintf(job.trace, sizeof(job.trace), "%s", c->req ? gw_req_id(c->req) : "");
     snprintf(c->tool, sizeof(c->tool), "%s", name);
     job.args = args;
+    job.progress = c->progress_token && c->sse_ok;
     if (!strcmp(name, "sandbox_create")) {
         sf_id_new(job.sandbox, "sb_");
     } else if (json_is_string(json_object_get(args, "sandbox_id"))) {
@@ -189,11 +400,23 @@ static void tools_call(mcp_call *c, json_t *params)
         snprintf(job.sandbox, sizeof(job.sandbox), "%s", sid);
     }
     rc = gw_jobs_submit(ctx, &job, call_wait_ms(ctx, name, args), on_job_reply, c, &c->pending);
-    sf_debug("msg=\"call\" job=%s tool=%s team=%s sandbox=%s rc=%d", job.id, name, c->team,
-             job.sandbox, rc);
+    snprintf(c->job, sizeof(c->job), "%s", job.id);
+    sf_debug("msg=\"call\" job=%s tool=%s team=%s sandbox=%s req=%s rc=%d", job.id, name,
+             c->team, job.sandbox, job.trace, rc);
     sf_job_fini(&job);
-    if (rc == 0)
-        return; /* on_job_reply answers */
+    if (rc == 0) { /* on_job_reply answers */
+        call_register(c);
+        if (c->progress_token && c->sse_ok) {
+            gw_jobs_on_progress(c->pending, on_job_progress);
+            if (sse_begin(c) == 0) {
+                snprintf(why, sizeof(why), "job %s started: %s", c->job, name);
+                gw_call_log(c, GW_LOG_DEBUG, why);
+                gw_call_progress(c, 0, 0, "started");
+            }
+            gw_call_later(c, (int)ctx->cfg.progress_interval_ms, -1);
+        }
+        return;
+    }
     if (rc == -EMSGSIZE)
         snprintf(why, sizeof(why), "The arguments are too large for one call (over 1 MiB "
                  "encoded); put large inputs in a file in the sandbox first, in smaller calls.");
@@ -210,6 +433,42 @@ done:
     call_free(c);
 }
 
+/* The call ends without an answer (cancelled by its client, or the client is gone): its
+ * job, if any, is told to stop. */
+static void call_cancel(mcp_call *c, const char *why)
+{
+    sf_info("msg=\"call ends unanswered\" why=%s tool=%s team=%s job=%s", why, c->tool, c->team,
+            c->job[0] ? c->job : "-");
+    if (c->pending)
+        gw_jobs_abandon(c->ctx, c->pending);
+    c->pending = NULL;
+    if (c->req) {
+        if (c->streaming)
+            gw_req_stream_end(c->req);
+        else
+            gw_req_respond(c->req, 202, NULL, NULL, NULL, 0);
+        c->req = NULL;
+    }
+    call_free(c);
+}
+
+/* notifications/cancelled: the call it names (same session) gets no answer. */
+static void cancelled(mcp_call *c, json_t *params)
+{
+    json_t *rid = json_object_get(params, "requestId");
+    char *id = rid ? json_dumps(rid, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+    char key[SF_ID_MAX + 80];
+    mcp_call *target = NULL;
+
+    if (id && c->sid[0] && strlen(id) < 64) {
+        snprintf(key, sizeof(key), "%s|%s", c->sid, id);
+        target = sf_map_get(c->ctx->calls, key);
+    }
+    free(id);
+    if (target && !strcmp(target->team, c->team))
+        call_cancel(target, "cancelled");
+}
+
 /* ---- JSON-RPC methods ---- */
 
 static void on_session(void *arg, int status, const char *sid)
@@ -218,18 +477,15 @@ static void on_session(void *arg, int status, const char *sid)
     const char *headers[3] = {"Mcp-Session-Id", sid, NULL};
 
     c->busy = 0;
-    if (status == 429)
-        respond_rpc_error(c, 429, -32000, "Your team has too many open MCP sessions; close idle "
-                                          "clients (they end their sessions) or retry later.");
-    else if (status != 200)
+    if (status != 200)
         respond_rpc_error(c, 503, -32603, "The session store is unavailable; retry shortly.");
     else
         respond_rpc_result(
             c,
-            json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion",
-                      c->protocol, "capabilities", "tools", "listChanged", 0, "serverInfo",
-                      "name", "sandfleet", "title", "sandfleet sandboxes", "version",
-                      SERVER_VERSION, "instructions",
+            json_pack("{s:s, s:{s:{s:b}, s:{}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion",
+                      c->protocol, "capabilities", "tools", "listChanged", 0, "logging",
+                      "serverInfo", "name", "sandfleet", "title", "sandfleet sandboxes",
+                      "version", SERVER_VERSION, "instructions",
                       "Create a sandbox with sandbox_create, then pass its id to sandbox_exec "
                       "and the other tools. Kill it with sandbox_kill when done."),
             headers);
@@ -249,13 +505,29 @@ static void initialize(mcp_call *c, json_t *params)
     gw_session_create(c->ctx, c->team, c->protocol, on_session, c);
 }
 
+static void set_level(mcp_call *c, json_t *params, gw_session *s)
+{
+    int level = gw_log_level_parse(json_string_value(json_object_get(params, "level")));
+
+    if (level < 0) {
+        respond_rpc_error(c, 200, -32602, "Invalid params: 'level' must be one of debug, info, "
+                                          "notice, warning, error, critical, alert, emergency.");
+        return;
+    }
+    if (s)
+        gw_session_set_level(c->ctx, s, level);
+    respond_fixed(c, "{}");
+}
+
 /* c->msg was parsed and checked by sf_rpc_parse (c->id is its id). */
-static void dispatch(mcp_call *c, const sf_rpc_msg *rpc)
+static void dispatch(mcp_call *c, const sf_rpc_msg *rpc, gw_session *s)
 {
     const char *method = rpc->method;
     json_t *params = rpc->params;
 
     if (rpc->kind != SF_RPC_REQUEST) { /* a notification, or a response to us */
+        if (rpc->kind == SF_RPC_NOTIFICATION && !strcmp(method, "notifications/cancelled"))
+            cancelled(c, params);
         respond_raw(c, 202, NULL, NULL);
         call_free(c);
         return;
@@ -269,9 +541,11 @@ static void dispatch(mcp_call *c, const sf_rpc_msg *rpc)
         return;
     }
     if (!strcmp(method, "ping"))
-        respond_rpc_result(c, json_object(), NULL);
+        respond_fixed(c, "{}");
     else if (!strcmp(method, "tools/list"))
-        respond_rpc_result(c, json_incref(c->ctx->tools_list), NULL);
+        respond_fixed(c, c->ctx->tools_list_text);
+    else if (!strcmp(method, "logging/setLevel"))
+        set_level(c, params, s);
     else {
         char why[160];
         snprintf(why, sizeof(why), "Method not found: '%.64s'.", method);
@@ -289,11 +563,14 @@ static void on_abort(gw_req *req, void *arg)
     c->req = NULL;
     if (c->busy)
         return; /* the Redis callback frees it */
-    gw_jobs_cancel(c->ctx, c->pending);
+    if (c->pending || c->timer) {
+        call_cancel(c, "client_gone");
+        return;
+    }
     call_free(c);
 }
 
-static void on_auth(void *arg, int status, const char *team)
+static void on_auth(void *arg, int status, const char *team, gw_session *sess)
 {
     mcp_call *c = arg;
     sf_rpc_msg rpc;
@@ -313,8 +590,9 @@ static void on_auth(void *arg, int status, const char *team)
             "Bearer realm=\"sandfleet\", error=\"invalid_token\", error_description=\"Send a "
             "valid sandfleet API key as Authorization: Bearer sf_live_...\"",
             NULL};
-        sf_info("msg=\"API key refused\" peer=%s authorization=%s", gw_req_peer(c->req),
-                gw_req_header(c->req, "Authorization") ? "invalid" : "missing");
+        sf_info("msg=\"API key refused\" peer=%s authorization=%s req=%s", gw_req_peer(c->req),
+                gw_req_header(c->req, "Authorization") ? "invalid" : "missing",
+                gw_req_id(c->req));
         respond_raw(c, 401, h,
                     "{\"error\":\"Missing or invalid API key: send Authorization: Bearer "
                     "sf_live_... (create one with: sandfleet keys create --team NAME).\"}");
@@ -322,8 +600,9 @@ static void on_auth(void *arg, int status, const char *team)
         return;
     }
     if (status == 404) {
-        respond_rpc_error(c, 404, -32001, "Session not found: it expired or was deleted; "
-                                          "send initialize again without Mcp-Session-Id.");
+        respond_rpc_error(c, 404, -32001, "Session not found: it was deleted, or belongs to "
+                                          "another team; send initialize again without "
+                                          "Mcp-Session-Id.");
         call_free(c);
         return;
     }
@@ -334,6 +613,10 @@ static void on_auth(void *arg, int status, const char *team)
         return;
     }
     snprintf(c->team, sizeof(c->team), "%s", team);
+    if (sess) {
+        snprintf(c->sid, sizeof(c->sid), "%s", sess->id);
+        c->level = sess->level;
+    }
     if (!strcmp(gw_req_method(c->req), "DELETE")) {
         gw_session_delete(c->ctx, c->team, gw_req_header(c->req, "Mcp-Session-Id"));
         respond_raw(c, 204, NULL, NULL);
@@ -349,7 +632,7 @@ static void on_auth(void *arg, int status, const char *team)
         call_free(c);
         return;
     }
-    dispatch(c, &rpc);
+    dispatch(c, &rpc, sess);
 }
 
 static int origin_allowed(const gw_ctx *ctx, const char *origin)
@@ -458,7 +741,9 @@ void gw_mcp_handle(gw_req *req, void *arg)
     c->req = req;
     c->t0 = sf_mono_us();
     c->busy = 1;
+    c->level = GW_LOG_LEVEL_DEFAULT;
+    c->sse_ok = accept && strcasestr(accept, "text/event-stream") != NULL;
     gw_req_set_abort_cb(req, on_abort, c);
     gw_auth_check(ctx, gw_req_header(req, "Authorization"), gw_req_header(req, "Mcp-Session-Id"),
-                  on_auth, c);
+                  pv, on_auth, c);
 }

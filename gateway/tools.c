@@ -1,5 +1,49 @@
-/* tools.c: the tools/list result, built once from the tool catalogue. */
+/* tools.c: the tools/list result, built once from the tool catalogue (and encoded once:
+ * tools/list answers splice only the request id into the same text). Every tool declares
+ * an outputSchema describing the structuredContent of its results. */
 #include "gateway.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The structuredContent of each tool's results (what the scheduler and worker reply). Fields
+ * that every result carries are required; the rest may come and go between versions. */
+static const struct {
+    const char *tool, *schema;
+} output_schemas[] = {
+    {"sandbox_create",
+     "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"name\":{\"type\":"
+     "\"string\"},\"status\":{\"type\":\"string\"}},\"required\":[\"id\",\"status\"]}"},
+    {"sandbox_exec",
+     "{\"type\":\"object\",\"properties\":{\"stdout\":{\"type\":\"string\"},\"stderr\":{\"type\":"
+     "\"string\"},\"exit_code\":{\"type\":\"integer\"},\"truncated\":{\"type\":\"boolean\"},"
+     "\"stdout_bytes\":{\"type\":\"integer\"},\"stderr_bytes\":{\"type\":\"integer\"},"
+     "\"timed_out\":{\"type\":\"boolean\"},\"duration_ms\":{\"type\":\"integer\"}},"
+     "\"required\":[\"stdout\",\"stderr\",\"exit_code\"]}"},
+    {"sandbox_info",
+     "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"name\":{\"type\":"
+     "\"string\"},\"status\":{\"type\":\"string\"},\"template\":{\"type\":\"string\"},"
+     "\"metadata\":{\"type\":\"object\"},\"created_at\":{\"type\":\"string\"},"
+     "\"last_active_at\":{\"type\":\"string\"},\"resources\":{\"type\":\"object\"}},"
+     "\"required\":[\"id\",\"status\"]}"},
+    {"sandbox_list",
+     "{\"type\":\"object\",\"properties\":{\"sandboxes\":{\"type\":\"array\",\"items\":{\"type\":"
+     "\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"status\":{\"type\":\"string\"}},"
+     "\"required\":[\"id\",\"status\"]}},\"count\":{\"type\":\"integer\"}},"
+     "\"required\":[\"sandboxes\"]}"},
+    {"sandbox_kill",
+     "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"status\":{\"type\":"
+     "\"string\"}},\"required\":[\"id\",\"status\"]}"},
+};
+
+/* Tools without a specific schema still promise an object. */
+static json_t *output_schema(const char *tool)
+{
+    for (size_t i = 0; i < SF_ARRAY_LEN(output_schemas); i++)
+        if (!strcmp(tool, output_schemas[i].tool))
+            return json_loads(output_schemas[i].schema, 0, NULL);
+    return json_pack("{s:s}", "type", "object");
+}
 
 /* The inputSchema clients see: the file without its catalogue-only keys. */
 static json_t *input_schema(const json_t *file)
@@ -23,9 +67,16 @@ int gw_tools_load(gw_ctx *ctx, char *why, size_t whylen)
     for (size_t i = 0; i < ctx->tools.n; i++) {
         const json_t *s = ctx->tools.tools[i].schema;
         json_t *ann = json_object_get(s, "x-annotations");
-        json_t *tool = json_pack("{s:s, s:O, s:o}", "name", ctx->tools.tools[i].name,
+        json_t *tool = json_pack("{s:s, s:O, s:o, s:o}", "name", ctx->tools.tools[i].name,
                                  "description", json_object_get(s, "description"), "inputSchema",
-                                 input_schema(s));
+                                 input_schema(s), "outputSchema",
+                                 output_schema(ctx->tools.tools[i].name));
+        if (!tool) {
+            snprintf(why, whylen, "tool %s: cannot build its tools/list entry",
+                     ctx->tools.tools[i].name);
+            json_decref(list);
+            return -1;
+        }
         if (ann) {
             json_object_set(tool, "annotations", ann);
             if (json_object_get(ann, "title"))
@@ -33,8 +84,18 @@ int gw_tools_load(gw_ctx *ctx, char *why, size_t whylen)
         }
         json_array_append_new(list, tool);
     }
+    if (ctx->cfg.test_fixtures) {
+        json_t *fx = gw_fixtures_list();
+        json_array_extend(list, fx);
+        json_decref(fx);
+    }
     ctx->tools_list = json_pack("{s:o}", "tools", list);
-    return ctx->tools_list ? 0 : -1;
+    ctx->tools_list_text = ctx->tools_list ? json_dumps(ctx->tools_list, JSON_COMPACT) : NULL;
+    if (!ctx->tools_list_text) {
+        snprintf(why, whylen, "cannot encode the tool list");
+        return -1;
+    }
+    return 0;
 }
 
 void gw_tools_free(gw_ctx *ctx)
@@ -42,4 +103,6 @@ void gw_tools_free(gw_ctx *ctx)
     sf_toolset_fini(&ctx->tools);
     json_decref(ctx->tools_list);
     ctx->tools_list = NULL;
+    free(ctx->tools_list_text);
+    ctx->tools_list_text = NULL;
 }
