@@ -32,7 +32,27 @@ typedef struct gw_cfg {
     int64_t key_cache_ms;       /* a verified API key is trusted this long without Redis */
     int64_t progress_interval_ms; /* a call with a progressToken hears from us this often */
     int test_fixtures;          /* register the conformance suite's fixture tools (tests only) */
+    int access_log;             /* one info line per request */
+    int64_t max_conns;
+    int64_t max_conns_per_addr;
+    int64_t max_buffered_per_addr;
+    int64_t header_timeout_ms;
+    int64_t body_timeout_ms;
+    int64_t body_min_rate;
 } gw_cfg;
+
+/* Counters for /metrics (metrics.c). */
+#define GW_M_METHODS 4
+#define GW_M_STATUSES 17
+#define GW_M_BUCKETS 15
+typedef struct gw_metrics {
+    unsigned long long requests[GW_M_METHODS][GW_M_STATUSES];
+    unsigned long long aborted;
+    unsigned long long latency[GW_M_BUCKETS + 1];
+    double latency_sum_ms;
+    unsigned long long unauthorized;  /* 401s */
+    unsigned long long calls_refused; /* calls refused: too many in flight */
+} gw_metrics;
 
 /* MCP log levels (RFC 5424 order, as logging/setLevel names them). */
 enum { GW_LOG_DEBUG, GW_LOG_INFO, GW_LOG_NOTICE, GW_LOG_WARNING, GW_LOG_ERROR, GW_LOG_CRITICAL,
@@ -70,6 +90,7 @@ typedef struct gw_ctx {
     sf_toolset tools;         /* the tool schemas */
     json_t *tools_list;       /* the tools/list result, built once */
     char *tools_list_text;    /* ...and encoded once */
+    gw_metrics metrics;
 } gw_ctx;
 
 /* tools.c */
@@ -133,8 +154,15 @@ json_t *gw_fixtures_list(void);               /* tools/list entries */
 int gw_fixture_is(const char *name);
 void gw_fixture_step(mcp_call *c, const char *name, int step); /* step 0 starts it */
 
+/* metrics.c */
+void gw_metrics_start(gw_ctx *ctx);           /* observes ctx->http */
+int gw_metrics_routes(gw_ctx *ctx);           /* /healthz, /readyz, /metrics */
+void gw_metrics_kafka_error(const char *topic, const char *err);
+
 /* mcp.c: POST/GET/DELETE /mcp (MCP Streamable HTTP) */
 void gw_mcp_handle(gw_req *req, void *arg);
+/* The head check (http1.h): a body for /mcp is read only with a valid API key. */
+void gw_mcp_head_check(gw_req *req, void *arg);
 /* The gateway's routes on ctx->router (mcp.c): /mcp, /healthz; 0 or -ENOMEM. */
 int gw_routes_add(gw_ctx *ctx);
 

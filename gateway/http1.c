@@ -50,6 +50,7 @@
 #include "req_int.h"
 #include "sf_buf.h"
 #include "sf_log.h"
+#include "sf_map.h"
 
 #define GW_HTTP_MAX_TARGET    GW_REQ_MAX_TARGET
 #define GW_HTTP_INPUT_HIGH_WM (256u << 10) /* pipelined bytes buffered while a request runs */
@@ -63,6 +64,7 @@ static const char h2_preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 enum conn_state {
     C_SNIFF,   /* first bytes: HTTP/2 preface or HTTP/1 */
     C_READ,    /* parsing a request */
+    C_HEADCHECK, /* the head check decides whether the body may come */
     C_PENDING, /* the handler owns the request */
     C_STREAM,  /* the handler streams the response (chunked) */
     C_WRITE,   /* response queued, waiting for the output buffer to drain */
@@ -82,9 +84,13 @@ struct gw_conn {
     const char *err_msg;
     size_t hdr_bytes;
     unsigned keep_alive : 1, in_body : 1, peer_eof : 1, close_after : 1;
-    unsigned head_paused : 1, want_continue : 1, h2c_upgrade : 1, tls : 1;
+    unsigned head_paused : 1, want_continue : 1, h2c_upgrade : 1, tls : 1, head_checked : 1;
+    unsigned parsing : 1;
+    gw_addr *addr;         /* the client address's counts (NULL once handed over) */
+    struct event *deadline_ev; /* header / body deadline (408) */
+    int deadline_kind;     /* 0 none, 1 headers, 2 body */
     size_t req_bytes;      /* raw bytes parsed for the current request (budget) */
-    size_t body_left;      /* Content-Length body bytes not parsed yet, reserved (budget) */
+    size_t body_left;      /* Content-Length body bytes not parsed yet (not reserved) */
     size_t held;           /* this connection's share of srv->buffered */
     const char *exec_base; /* start of the bytes llhttp_execute() is parsing */
     char prev_tail;        /* the last byte parsed before exec_base */
@@ -99,7 +105,7 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg);
 static void conn_parse(gw_conn *c);
 static void conn_upgrade_h2c(gw_conn *c);
 static int conn_start(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
-                      int tls);
+                      int tls, gw_addr *addr);
 
 static const char busy_msg[] = "The server is busy with other large requests; retry in a moment.";
 
@@ -126,7 +132,21 @@ static void conn_timeouts(gw_conn *c, int rd, int wr)
 static size_t conn_held(const gw_conn *c)
 {
     size_t in = c->bev ? evbuffer_get_length(bufferevent_get_input(c->bev)) : 0;
-    return c->req_bytes + (in > c->body_left ? in : c->body_left);
+    return c->req_bytes + in; /* only bytes that arrived */
+}
+
+void gw_budget_add(gw_http_server *s, gw_addr *a, size_t n)
+{
+    s->buffered += n;
+    if (a)
+        a->buffered += n;
+}
+
+void gw_budget_sub(gw_http_server *s, gw_addr *a, size_t n)
+{
+    s->buffered -= n < s->buffered ? n : s->buffered;
+    if (a)
+        a->buffered -= n < a->buffered ? n : a->buffered;
 }
 
 /* Brings this connection's share of the server total up to date. */
@@ -134,8 +154,53 @@ static void conn_account(gw_conn *c)
 {
     size_t now = conn_held(c);
 
-    c->srv->buffered = c->srv->buffered - c->held + now;
+    if (now > c->held)
+        gw_budget_add(c->srv, c->addr, now - c->held);
+    else
+        gw_budget_sub(c->srv, c->addr, c->held - now);
     c->held = now;
+}
+
+static const char addr_busy_msg[] =
+    "This client address holds too many connections or request bytes; retry in a moment.";
+
+static int addr_over(const gw_conn *c)
+{
+    return c->addr && c->addr->buffered > c->srv->lim.max_buffered_per_addr;
+}
+
+/* ------------------------------------------------------------------ deadlines */
+
+static void conn_error(gw_conn *c, int status, const char *msg);
+
+static void conn_deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+    gw_conn *c = arg;
+    int kind = c->deadline_kind;
+
+    c->deadline_kind = 0;
+    if (c->state != C_SNIFF && c->state != C_READ && c->state != C_HEADCHECK)
+        return;
+    if (c->bev)
+        evbuffer_drain(bufferevent_get_input(c->bev),
+                       evbuffer_get_length(bufferevent_get_input(c->bev)));
+    sf_info("msg=\"request too slow: 408\" peer=%s part=%s", c->peer,
+            kind == 2 ? "body" : "headers");
+    conn_error(c, 408, kind == 2 ? "request body not received in time; send it at once"
+                                 : "request headers not received in time; send them at once");
+}
+
+static void conn_deadline(gw_conn *c, int kind, uint64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+
+    if (!c->deadline_ev && !(c->deadline_ev = evtimer_new(c->srv->base, conn_deadline_cb, c)))
+        return;
+    c->deadline_kind = kind;
+    if (kind)
+        evtimer_add(c->deadline_ev, &tv);
+    else
+        evtimer_del(c->deadline_ev);
 }
 
 /* The current request is over (answered or rejected): its bytes are released. */
@@ -179,12 +244,14 @@ static void h1_respond(gw_req *r, int status, const char *ctype, const char *con
 static int h1_stream_begin(gw_req *r, int status, const char *ctype, const char *const *headers);
 static int h1_stream_write(gw_req *r, const char *data, size_t len);
 static void h1_stream_end(gw_req *r);
+static void h1_head_verdict(gw_req *r, int status, const char *msg);
 
 static const gw_req_transport h1_transport = {
     .respond = h1_respond,
     .stream_begin = h1_stream_begin,
     .stream_write = h1_stream_write,
     .stream_end = h1_stream_end,
+    .head_verdict = h1_head_verdict,
 };
 
 static gw_req *req_new(gw_conn *c)
@@ -192,6 +259,7 @@ static gw_req *req_new(gw_conn *c)
     gw_req *r = gw_req_new(&h1_transport, c, c->srv->lim.max_header_bytes, c->srv->lim.max_body);
 
     if (r) {
+        r->srv = c->srv;
         r->peer = c->peer;
         r->peer_port = c->peer_port;
         r->proto = c->tls ? "http/1.1+tls" : "http/1.1";
@@ -234,6 +302,7 @@ static int on_message_begin(llhttp_t *p)
     c->head_paused = 0;
     c->want_continue = 0;
     c->h2c_upgrade = 0;
+    c->head_checked = 0;
     c->body_left = 0;
     c->cur = req_new(c);
     if (!c->cur)
@@ -354,9 +423,12 @@ static int on_headers_complete(llhttp_t *p)
         c->want_continue = has_body && r->minor >= 1;
     }
     c->in_body = 1;
-    if (has_body) { /* conn_body_start() checks the budget, then reads on */
+    conn_deadline(c, 0, 0);
+    if (has_body) { /* conn_body_start() checks the head and the budget, then reads on */
+        uint64_t size = (p->flags & F_CHUNKED) ? s->lim.max_body : p->content_length;
         c->body_left = (p->flags & F_CHUNKED) ? 0 : (size_t)p->content_length;
         c->head_paused = 1;
+        conn_deadline(c, 2, s->lim.body_timeout_ms + size * 1000 / s->lim.body_min_rate);
         return HPE_PAUSED;
     }
     return 0;
@@ -368,18 +440,20 @@ static int on_body(llhttp_t *p, const char *at, size_t len)
     gw_http_server *s = c->srv;
     int rc;
 
+    /* Body bytes were counted in s->buffered when they were read (nothing is reserved):
+     * refuse once this request alone, its address, or the total is over its budget. */
     if (p->flags & F_CHUNKED) {
-        /* Chunked data was counted in s->buffered when it was read (nothing is reserved):
-         * refuse once this request alone or the total is over the budget. */
         size_t own = c->req_bytes + (size_t)(at + len - c->exec_base);
 
         if (own > s->lim.max_buffered_bytes)
             return conn_fail(c, 413, budget_too_large(c));
-        if (s->buffered > s->lim.max_buffered_bytes)
-            return conn_fail(c, 503, budget_busy(c));
     } else {
         c->body_left -= len < c->body_left ? len : c->body_left;
     }
+    if (addr_over(c))
+        return conn_fail(c, 429, addr_busy_msg);
+    if (s->buffered > s->lim.max_buffered_bytes)
+        return conn_fail(c, 503, budget_busy(c));
     rc = sf_buf_append(&c->cur->body, at, len);
 
     if (rc == -E2BIG)
@@ -412,7 +486,7 @@ static const llhttp_settings_t gw_parser_settings = {
  * out of memory). Returns 0, or -ENOMEM when the output could not be queued whole. */
 static int conn_write_response(gw_conn *c, int minor, int status, const char *ctype,
                                const char *const *headers, const char *body, size_t len,
-                               int send_body, int *keep, int stream)
+                               int send_body, int *keep, int stream, const char *rid)
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
     int no_len = status == 204 || status == 304;
@@ -448,6 +522,8 @@ static int conn_write_response(gw_conn *c, int minor, int status, const char *ct
     }
     if (!has_cc)
         rc |= sf_buf_append(&h, "Cache-Control: no-store\r\n", 25);
+    if (rid)
+        rc |= sf_buf_appendf(&h, "X-Request-Id: %s\r\n", rid);
     if (stream) {
         if (minor >= 1)
             rc |= sf_buf_append(&h, "Transfer-Encoding: chunked\r\n", 28);
@@ -485,6 +561,8 @@ static int conn_write_response(gw_conn *c, int minor, int status, const char *ct
 static void conn_error(gw_conn *c, int status, const char *msg)
 {
     static const char *const retry_after[] = {"Retry-After", "1", NULL};
+    static const char *const www_auth[] = {
+        "WWW-Authenticate", "Bearer realm=\"sandfleet\", error=\"invalid_token\"", NULL};
     char size[32], text[160], json[256];
     int keep = 0, minor = 1;
 
@@ -502,16 +580,22 @@ static void conn_error(gw_conn *c, int status, const char *msg)
     }
     if (c->cur) {
         minor = c->cur->minor;
+        if (c->cur->in_headcheck)
+            gw_req_abort(c->cur); /* the pending check forgets it */
         req_free(c->cur);
         c->cur = NULL;
     }
+    conn_deadline(c, 0, 0);
+    gw_http_count_refusal(c->srv, status);
     sf_debug("msg=\"rejected HTTP request\" status=%d peer=%s reason=\"%s\"", status, c->peer, msg);
     snprintf(json, sizeof(json), "{\"error\":\"%s\"}", msg);
     conn_release_req(c);
-    /* every 503 the server sends by itself is worth retrying soon */
+    /* every 503 and 429 the server sends by itself is worth retrying soon */
     if (conn_write_response(c, minor, status, "application/json",
-                            status == 503 ? retry_after : NULL, json, strlen(json), 1, &keep,
-                            0) < 0)
+                            (status == 503 || status == 429) ? retry_after
+                            : status == 401                  ? www_auth
+                                                             : NULL,
+                            json, strlen(json), 1, &keep, 0, NULL) < 0)
         bufferevent_trigger(c->bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
     c->close_after = 1;
     c->state = C_WRITE;
@@ -550,8 +634,13 @@ static void conn_free(gw_conn *c)
         c->cur = NULL;
         req_free(r);
     }
-    s->buffered -= c->held;
+    gw_budget_sub(s, c->addr, c->held);
     c->held = 0;
+    if (c->addr)
+        gw_addr_release(s, c->addr);
+    c->addr = NULL;
+    if (c->deadline_ev)
+        event_free(c->deadline_ev);
     if (c->linger_ev)
         event_free(c->linger_ev);
     if (c->bev)
@@ -582,6 +671,15 @@ static void conn_body_start(gw_conn *c)
     if (c->req_bytes + c->body_left > s->lim.max_buffered_bytes) {
         status = 413;
         msg = budget_too_large(c);
+    } else if (s->head_check && !c->head_checked) {
+        /* the key is checked before any body byte is accepted */
+        c->state = C_HEADCHECK;
+        c->cur->in_headcheck = 1;
+        s->head_check(c->cur, s->head_check_arg);
+        return;
+    } else if (addr_over(c)) {
+        status = 429;
+        msg = addr_busy_msg;
     } else if (s->buffered > s->lim.max_buffered_bytes) {
         status = 503;
         msg = budget_busy(c);
@@ -595,6 +693,25 @@ static void conn_body_start(gw_conn *c)
     }
 }
 
+static void h1_head_verdict(gw_req *r, int status, const char *msg)
+{
+    gw_conn *c = r->conn;
+
+    if (c->state != C_HEADCHECK || c->cur != r)
+        return;
+    if (status) {
+        evbuffer_drain(bufferevent_get_input(c->bev),
+                       evbuffer_get_length(bufferevent_get_input(c->bev)));
+        conn_error(c, status, msg ? msg : gw_http_reason(status));
+        return;
+    }
+    c->head_checked = 1;
+    c->state = C_READ;
+    conn_body_start(c);
+    if (c->state == C_READ && !c->parsing)
+        conn_parse(c); /* the check answered later: read the body that waited */
+}
+
 static void conn_dispatch(gw_conn *c)
 {
     gw_req *r = c->cur;
@@ -604,13 +721,25 @@ static void conn_dispatch(gw_conn *c)
         conn_error(c, 500, "internal error: request state out of order");
         return;
     }
+    conn_deadline(c, 0, 0);
     r->dispatched = 1;
     c->state = C_PENDING;
     conn_timeouts(c, 0, 0);
     c->srv->handler(r, c->srv->arg);
 }
 
+static int conn_parse_loop(gw_conn *c);
+
 static void conn_parse(gw_conn *c)
+{
+    if (!c->cur && !c->deadline_kind && evbuffer_get_length(bufferevent_get_input(c->bev)) > 0)
+        conn_deadline(c, 1, c->srv->lim.header_timeout_ms); /* a request begins: headers due */
+    c->parsing = 1;
+    if (conn_parse_loop(c) == 0) /* 1: c is gone (the h2c upgrade took the connection) */
+        c->parsing = 0;
+}
+
+static int conn_parse_loop(gw_conn *c)
 {
     struct evbuffer *in = bufferevent_get_input(c->bev);
 
@@ -626,7 +755,7 @@ static void conn_parse(gw_conn *c)
             v.iov_base = evbuffer_pullup(in, (ev_ssize_t)v.iov_len);
             if (!v.iov_base) {
                 conn_error(c, 503, "the server is out of memory; retry later");
-                return;
+                return 0;
             }
         }
         c->exec_base = v.iov_base;
@@ -643,7 +772,7 @@ static void conn_parse(gw_conn *c)
                 conn_body_start(c);
             } else if (c->h2c_upgrade && c->cur) {
                 conn_upgrade_h2c(c); /* c is gone: HTTP/2 owns the connection */
-                return;
+                return 1;
             } else {
                 conn_dispatch(c);
             }
@@ -652,10 +781,11 @@ static void conn_parse(gw_conn *c)
         if (e != HPE_OK) {
             evbuffer_drain(in, evbuffer_get_length(in));
             conn_parse_error(c, e);
-            return;
+            return 0;
         }
         conn_consumed(c, n);
     }
+    return 0;
 }
 
 /* The response is out and the connection stays: parse what the client sent meanwhile. */
@@ -718,14 +848,16 @@ static void conn_sniff(gw_conn *c)
         struct bufferevent *bev = c->bev;
         char peer[sizeof(c->peer)];
         int port = c->peer_port;
+        gw_addr *addr = c->addr;
 
         memcpy(peer, c->peer, sizeof(peer));
         bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
         bufferevent_set_timeouts(bev, NULL, NULL);
         bufferevent_setwatermark(bev, EV_READ, 0, 0);
         c->bev = NULL;
+        c->addr = NULL;
         conn_free(c);
-        gw_tls_accept(s, bev, peer, port);
+        gw_tls_accept(s, bev, peer, port, addr);
         return;
     }
     if (!p || memcmp(p, h2_preface, m) != 0) {
@@ -735,6 +867,25 @@ static void conn_sniff(gw_conn *c)
     }
     if (m < H2_PREFACE_LEN)
         return; /* so far it looks like the preface: wait for the rest */
+    if (s->h2) { /* the built-in HTTP/2 server: the address's counts move with it */
+        struct bufferevent *bev = c->bev;
+        char peer[sizeof(c->peer)];
+        int port = c->peer_port, tls = c->tls;
+        gw_addr *addr = c->addr;
+
+        memcpy(peer, c->peer, sizeof(peer));
+        bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
+        bufferevent_set_timeouts(bev, NULL, NULL);
+        bufferevent_setwatermark(bev, EV_READ, 0, 0);
+        conn_account(c);
+        gw_budget_sub(s, c->addr, c->held); /* the input now belongs to HTTP/2 */
+        c->held = 0;
+        c->bev = NULL;
+        c->addr = NULL;
+        conn_free(c);
+        gw_h2_serve(s, bev, peer, port, tls, addr, NULL, NULL);
+        return;
+    }
     if (s->takeover) {
         struct bufferevent *bev = c->bev;
 
@@ -812,16 +963,19 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
 }
 
 static int conn_start(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
-                      int tls)
+                      int tls, gw_addr *addr)
 {
     gw_conn *c = calloc(1, sizeof(*c));
 
     if (!c) {
         bufferevent_free(bev);
+        if (addr)
+            gw_addr_release(s, addr);
         return -ENOMEM;
     }
     c->srv = s;
     c->bev = bev;
+    c->addr = addr;
     llhttp_init(&c->parser, HTTP_REQUEST, &gw_parser_settings);
     c->parser.data = c;
     snprintf(c->peer, sizeof(c->peer), "%s", peer ? peer : "unknown");
@@ -836,6 +990,7 @@ static int conn_start(gw_http_server *s, struct bufferevent *bev, const char *pe
     bufferevent_setcb(bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
     bufferevent_setwatermark(bev, EV_READ, 0, GW_HTTP_INPUT_HIGH_WM);
     conn_timeouts(c, 1, 1);
+    conn_deadline(c, 1, s->lim.header_timeout_ms); /* a new connection owes us a request */
     if (bufferevent_enable(bev, EV_READ | EV_WRITE) < 0) {
         conn_free(c);
         return -ENOMEM;
@@ -869,36 +1024,59 @@ static void peer_name(const struct sockaddr *sa, char *out, size_t outlen, int *
     }
 }
 
+/* Refuses a connection before any byte is read, with a fixed answer. */
+static void refuse_conn(evutil_socket_t fd, int status, const char *body)
+{
+    char msg[512];
+    int n = snprintf(msg, sizeof(msg),
+                     "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nCache-Control: no-store\r\n"
+                     "Retry-After: 1\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
+                     status, gw_http_reason(status), strlen(body), body);
+
+    if (n > 0 && send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+        sf_debug("msg=\"could not send the refusal\" err=\"%s\"", strerror(errno));
+    evutil_closesocket(fd);
+}
+
 static void srv_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
                           int salen, void *arg)
 {
-#define BUSY_BODY "{\"error\":\"the server has too many connections open; retry later\"}"
-    static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                               "Cache-Control: no-store\r\nConnection: close\r\nContent-Length: ";
-    char msg[sizeof(busy) + sizeof(BUSY_BODY) + 32];
-    int mlen;
     gw_http_server *s = arg;
     struct bufferevent *bev;
     char peer[INET6_ADDRSTRLEN + 8];
     int port, one = 1;
+    gw_addr *addr;
 
     if (s->nconns + s->nh2 >= s->lim.max_conns) {
-        mlen = snprintf(msg, sizeof(msg), "%s%zu\r\n\r\n%s", busy, sizeof(BUSY_BODY) - 1, BUSY_BODY);
-        if (mlen > 0 && send(fd, msg, (size_t)mlen, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-            sf_debug("msg=\"could not send 503\" err=\"%s\"", strerror(errno));
+        s->stats.refused[GW_REFUSE_503]++;
         sf_warn("msg=\"connection refused: max_conns reached\" max_conns=%u", s->lim.max_conns);
+        refuse_conn(fd, 503, "{\"error\":\"the server has too many connections open; retry later\"}");
+        return;
+    }
+    peer_name(salen > 0 ? sa : NULL, peer, sizeof(peer), &port);
+    if (!(addr = gw_addr_get(s, peer))) {
         evutil_closesocket(fd);
         return;
     }
+    if (addr->conns >= s->lim.max_conns_per_addr) {
+        s->stats.refused[GW_REFUSE_429]++;
+        if (addr->conns == s->lim.max_conns_per_addr) /* once per burst, not per connection */
+            sf_warn("msg=\"connections refused: too many from one address\" peer=%s max=%u", peer,
+                    s->lim.max_conns_per_addr);
+        refuse_conn(fd, 429, "{\"error\":\"too many connections from your address; close some, "
+                             "then retry\"}");
+        return;
+    }
+    addr->conns++;
     if (sa && (sa->sa_family == AF_INET || sa->sa_family == AF_INET6))
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     bev = bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (!bev) {
         evutil_closesocket(fd);
+        gw_addr_release(s, addr);
         return;
     }
-    peer_name(salen > 0 ? sa : NULL, peer, sizeof(peer), &port);
-    conn_start(s, bev, peer, port, 0);
+    conn_start(s, bev, peer, port, 0, addr);
 }
 
 static void srv_accept_retry_cb(evutil_socket_t fd, short what, void *arg)
@@ -952,6 +1130,19 @@ gw_http_server *gw_http_server_new(struct event_base *base, const char *addr, in
         s->lim.max_conns = GW_HTTP_DEFAULT_MAX_CONNS;
     if (!s->lim.idle_timeout_s)
         s->lim.idle_timeout_s = GW_HTTP_DEFAULT_IDLE_TIMEOUT_S;
+    if (!s->lim.max_conns_per_addr)
+        s->lim.max_conns_per_addr = GW_HTTP_DEFAULT_MAX_CONNS_PER_ADDR;
+    if (!s->lim.header_timeout_ms)
+        s->lim.header_timeout_ms = GW_HTTP_DEFAULT_HEADER_TIMEOUT_MS;
+    if (!s->lim.body_timeout_ms)
+        s->lim.body_timeout_ms = GW_HTTP_DEFAULT_BODY_TIMEOUT_MS;
+    if (!s->lim.body_min_rate)
+        s->lim.body_min_rate = GW_HTTP_DEFAULT_BODY_MIN_RATE;
+    if (!(s->addrs = sf_map_new(1u << 20))) {
+        free(s);
+        errno = ENOMEM;
+        return NULL;
+    }
     if (!s->lim.max_buffered_bytes) {
         /* room for one largest request, its head and a full input buffer */
         size_t one = s->lim.max_body + s->lim.max_header_bytes + GW_HTTP_INPUT_HIGH_WM;
@@ -959,6 +1150,12 @@ gw_http_server *gw_http_server_new(struct event_base *base, const char *addr, in
         s->lim.max_buffered_bytes = GW_HTTP_DEFAULT_MAX_BUFFERED;
         if (one > s->lim.max_buffered_bytes && one > s->lim.max_body) /* (and no wrap) */
             s->lim.max_buffered_bytes = one;
+    }
+    if (!s->lim.max_buffered_per_addr) {
+        size_t one = s->lim.max_body + s->lim.max_header_bytes + GW_HTTP_INPUT_HIGH_WM;
+        s->lim.max_buffered_per_addr = s->lim.max_buffered_bytes / 4;
+        if (s->lim.max_buffered_per_addr < one)
+            s->lim.max_buffered_per_addr = one;
     }
     if (port < 0)
         return s;
@@ -1031,6 +1228,7 @@ void gw_http_server_free(gw_http_server *srv)
         evconnlistener_free(srv->lis);
     if (srv->accept_retry)
         event_free(srv->accept_retry);
+    sf_map_free(srv->addrs); /* empty: every connection released its address */
     free(srv);
 }
 
@@ -1059,11 +1257,18 @@ int gw_http_server_adopt(gw_http_server *srv, struct bufferevent *bev, const cha
 {
     if (!srv || !bev)
         return -EINVAL;
+    gw_addr *addr;
+
     if (srv->nconns + srv->nh2 >= srv->lim.max_conns) {
         bufferevent_free(bev);
         return -EMFILE;
     }
-    return conn_start(srv, bev, peer, 0, 0);
+    if (!(addr = gw_addr_get(srv, peer))) {
+        bufferevent_free(bev);
+        return -ENOMEM;
+    }
+    addr->conns++;
+    return conn_start(srv, bev, peer, 0, 0, addr);
 }
 
 /* ------------------------------------------------------------------ answers (h1 transport) */
@@ -1081,7 +1286,7 @@ static void h1_respond(gw_req *req, int status, const char *content_type,
     }
     keep = c->keep_alive && !c->peer_eof;
     if (conn_write_response(c, req->minor, status, content_type, headers, body, len, !req->head,
-                            &keep, 0) < 0)
+                            &keep, 0, req->id) < 0)
         bufferevent_trigger(c->bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
     c->cur = NULL;
     req_free(req);
@@ -1102,7 +1307,7 @@ static int h1_stream_begin(gw_req *req, int status, const char *ctype, const cha
         h1_respond(req, status, ctype, headers, NULL, 0);
         return -EPIPE;
     }
-    if (conn_write_response(c, req->minor, status, ctype, headers, NULL, 0, 0, &keep, 1) < 0)
+    if (conn_write_response(c, req->minor, status, ctype, headers, NULL, 0, 0, &keep, 1, req->id) < 0)
         return -ENOMEM;
     c->close_after = !keep;
     conn_release_req(c);
@@ -1174,30 +1379,81 @@ static void conn_upgrade_h2c(gw_conn *c)
     bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
     bufferevent_set_timeouts(bev, NULL, NULL);
     bufferevent_setwatermark(bev, EV_READ, 0, 0);
+    gw_budget_sub(s, c->addr, c->held);
+    c->held = 0;
     c->bev = NULL;
     {
         char peer[sizeof(c->peer)];
         int port = c->peer_port;
+        gw_addr *addr = c->addr;
 
+        c->addr = NULL;
         memcpy(peer, c->peer, sizeof(peer));
         conn_free(c);
-        gw_h2_serve(s, bev, peer, port, 0, r, settings);
+        gw_h2_serve(s, bev, peer, port, 0, addr, r, settings);
     }
 }
 
 /* ------------------------------------------------------------------ transports on one port */
 
-static int builtin_h2_takeover(struct bufferevent *bev, const char *peer, void *arg)
-{
-    gw_h2_serve(arg, bev, peer, 0, 0, NULL, NULL); /* owns bev even when it fails */
-    return 0;
-}
-
 void gw_http_server_enable_h2(gw_http_server *srv)
 {
     srv->h2 = 1;
-    srv->takeover = builtin_h2_takeover;
-    srv->takeover_arg = srv;
+}
+
+void gw_http_server_set_head_check(gw_http_server *srv, gw_http_head_check_fn fn, void *arg)
+{
+    srv->head_check = fn;
+    srv->head_check_arg = arg;
+}
+
+void gw_http_server_set_observer(gw_http_server *srv, gw_http_observer_fn fn, void *arg)
+{
+    srv->observer = fn;
+    srv->observer_arg = arg;
+}
+
+const gw_http_stats *gw_http_server_stats(const gw_http_server *srv)
+{
+    return &srv->stats;
+}
+
+void gw_http_count_refusal(gw_http_server *s, int status)
+{
+    static const int codes[] = {400, 408, 413, 429, 431, 503};
+    for (size_t i = 0; i < SF_ARRAY_LEN(codes); i++)
+        if (codes[i] == status)
+            s->stats.refused[i]++;
+}
+
+gw_addr *gw_addr_get(gw_http_server *s, const char *peer)
+{
+    gw_addr *a;
+
+    if (!peer)
+        peer = "unknown";
+    if ((a = sf_map_get(s->addrs, peer)))
+        return a;
+    if (!(a = calloc(1, sizeof(*a))))
+        return NULL;
+    snprintf(a->key, sizeof(a->key), "%s", peer);
+    if (sf_map_put(s->addrs, a->key, a) < 0) {
+        free(a);
+        return NULL;
+    }
+    return a;
+}
+
+void gw_addr_release(gw_http_server *s, gw_addr *a)
+{
+    if (!a)
+        return;
+    if (a->conns > 0)
+        a->conns--;
+    if (a->conns == 0) {
+        sf_map_del(s->addrs, a->key);
+        free(a);
+    }
 }
 
 int gw_http_server_set_tls(gw_http_server *srv, const char *cert_file, const char *key_file,
@@ -1212,7 +1468,7 @@ unsigned gw_http_server_h2_conns(const gw_http_server *srv)
 }
 
 int gw_http1_start(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
-                   int tls)
+                   int tls, gw_addr *addr)
 {
-    return conn_start(s, bev, peer, peer_port, tls);
+    return conn_start(s, bev, peer, peer_port, tls, addr);
 }

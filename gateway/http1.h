@@ -25,14 +25,21 @@
  *   half-closes and discards what the client still sends for a few seconds, so that the
  *   client reads the answer instead of a reset.
  *
+ * Hardening (before any authentication): a connection's first request line and headers must
+ * arrive within header_timeout_ms in total (not an idle timer that each byte resets), and
+ * a body within body_timeout_ms plus its size at body_min_rate, else 408; one client
+ * address may hold max_conns_per_addr connections and max_buffered_per_addr request
+ * bytes, else 429 with Retry-After; with a head check (gw_http_server_set_head_check) the
+ * key is checked before any body byte is accepted.
+ *
  * Buffer budget (max_buffered_bytes) caps the request bytes all connections together
  * hold, counted as received on the wire (head + body, chunk framing included): unparsed
  * input (pipelined requests too), the request being read, and requests the handler has
  * not answered yet. Parsed bytes belong to their request and are released when it is
  * answered, refused or aborted; discarded input is released at once. A request with a
- * body that would take the total over the budget gets 503 with `Retry-After: 1` (then the
- * close above): a Content-Length body is reserved whole when its head is in, before any
- * of it is read (before `100 Continue`); a chunked body is checked as its data arrives.
+ * body that takes the total over the budget gets 503 with `Retry-After: 1` (then the
+ * close above), checked as its bytes arrive: nothing is reserved for bytes that have not
+ * come, so declared sizes cannot use up the budget.
  * A request that could not fit even on an idle server gets 413 instead. Requests without
  * a body are never refused by the budget: their head is bounded by max_header_bytes.
  * Input already read is counted before it is checked, so the total can exceed the budget
@@ -53,6 +60,10 @@ struct bufferevent;
 #define GW_HTTP_DEFAULT_MAX_CONNS        1024u
 #define GW_HTTP_DEFAULT_IDLE_TIMEOUT_S   60u
 #define GW_HTTP_DEFAULT_MAX_BUFFERED     ((size_t)256 << 20) /* 256 MiB, all connections */
+#define GW_HTTP_DEFAULT_MAX_CONNS_PER_ADDR 256u
+#define GW_HTTP_DEFAULT_HEADER_TIMEOUT_MS 10000u
+#define GW_HTTP_DEFAULT_BODY_TIMEOUT_MS   10000u
+#define GW_HTTP_DEFAULT_BODY_MIN_RATE     (1u << 20) /* bytes/s a body must at least arrive at */
 
 /* A zero field means "use the default above". */
 typedef struct gw_http_limits {
@@ -64,6 +75,13 @@ typedef struct gw_http_limits {
     size_t max_buffered_bytes; /* request bytes all connections together may hold (see the
                                   budget above); the default is raised when one request of
                                   max_body + max_header_bytes (+ 256 KiB) is larger */
+    unsigned max_conns_per_addr;  /* open connections from one client address; more: 429 */
+    size_t max_buffered_per_addr; /* request bytes one client address may hold; more: 429
+                                     (default: a quarter of max_buffered_bytes, at least one
+                                     largest request) */
+    unsigned header_timeout_ms;   /* total time for a request line and headers: then 408 */
+    unsigned body_timeout_ms;     /* total time for a body: this plus its size at */
+    size_t body_min_rate;         /* body_min_rate bytes/s (chunked: max_body); then 408 */
 } gw_http_limits;
 
 typedef struct gw_http_server gw_http_server;
@@ -110,6 +128,23 @@ int gw_http_server_set_tls(gw_http_server *srv, const char *cert_file, const cha
                            char *why, size_t whylen);
 /* Open HTTP/2 connections. */
 unsigned gw_http_server_h2_conns(const gw_http_server *srv);
+/* Checks a request with a body from its head alone, before any of the body is accepted
+ * (budget, 100 Continue): fn must call gw_req_head_verdict() once, now or later; until
+ * then no body byte is read. A client that leaves first runs the request's abort callback
+ * (set one to cancel a pending check). HTTP/1 only (HTTP/2 bodies are flow-controlled). */
+typedef void (*gw_http_head_check_fn)(gw_req *req, void *arg);
+void gw_http_server_set_head_check(gw_http_server *srv, gw_http_head_check_fn fn, void *arg);
+
+/* Counters of what the server refused by itself, for metrics. */
+typedef struct gw_http_stats {
+    unsigned long long refused[6]; /* 400, 408, 413, 429, 431, 503 (GW_REFUSE_*) */
+} gw_http_stats;
+enum { GW_REFUSE_400, GW_REFUSE_408, GW_REFUSE_413, GW_REFUSE_429, GW_REFUSE_431, GW_REFUSE_503 };
+const gw_http_stats *gw_http_server_stats(const gw_http_server *srv);
+/* Called once per request when its answer is queued (status) or it was aborted (status 0
+ * = the client left), for access logs and metrics. */
+typedef void (*gw_http_observer_fn)(gw_req *req, int status, void *arg);
+void gw_http_server_set_observer(gw_http_server *srv, gw_http_observer_fn fn, void *arg);
 /* Serves an already connected bufferevent (a socket bufferevent, or a filter such as
  * TLS after ALPN chose http/1.1); the server owns and frees it. peer may be NULL.
  * 0, or -ENOMEM / -EMFILE (over max_conns: bev is freed). */

@@ -40,6 +40,7 @@ struct gw_h2_conn {
     int dead;             /* to be freed once out of callbacks */
     int tls;
     int peer_port;
+    gw_addr *addr;        /* the client address's counts */
     char peer[64];
 };
 
@@ -76,16 +77,14 @@ static void h2_conn_free(gw_h2_conn *hc);
 
 static void stream_release(h2_stream *st)
 {
-    gw_http_server *s = st->hc->srv;
-
-    s->buffered -= st->held < s->buffered ? st->held : s->buffered;
+    gw_budget_sub(st->hc->srv, st->hc->addr, st->held);
     st->held = 0;
 }
 
 static void stream_hold(h2_stream *st, size_t n)
 {
     st->held += n;
-    st->hc->srv->buffered += n;
+    gw_budget_add(st->hc->srv, st->hc->addr, n);
 }
 
 static h2_stream *stream_new(gw_h2_conn *hc, int32_t id)
@@ -104,6 +103,7 @@ static h2_stream *stream_new(gw_h2_conn *hc, int32_t id)
         free(st);
         return NULL;
     }
+    st->req->srv = hc->srv;
     st->req->peer = hc->peer;
     st->req->peer_port = hc->peer_port;
     st->req->proto = hc->tls ? "h2" : "h2c";
@@ -160,7 +160,7 @@ static ssize_t data_read_cb(nghttp2_session *ng, int32_t id, uint8_t *buf, size_
 
 /* Builds the header list; names are lower-cased into `store`. */
 static int submit_head(h2_stream *st, int status, const char *ctype, const char *const *headers,
-                       int has_body, int stream, size_t len)
+                       int has_body, int stream, size_t len, const char *rid)
 {
     gw_http_server *s = st->hc->srv;
     nghttp2_nv nv[40];
@@ -199,6 +199,8 @@ static int submit_head(h2_stream *st, int status, const char *ctype, const char 
     }
     if (!has_cc)
         NV("cache-control", "no-store");
+    if (rid)
+        NV("x-request-id", rid);
     if (!stream && status != 204 && status != 304) {
         snprintf(len_s, sizeof(len_s), "%zu", len);
         NV("content-length", len_s);
@@ -215,10 +217,12 @@ static void stream_refuse(h2_stream *st, int status, const char *msg)
     char json[256];
     int n = snprintf(json, sizeof(json), "{\"error\":\"%s\"}", msg);
     static const char *const retry[] = {"Retry-After", "1", NULL};
+    int wants_retry = status == 503 || status == 429;
 
     if (st->responded)
         return;
     st->responded = 1;
+    gw_http_count_refusal(st->hc->srv, status);
     if (st->req) {
         gw_req_free(st->req);
         st->req = NULL;
@@ -228,7 +232,7 @@ static void stream_refuse(h2_stream *st, int status, const char *msg)
     st->eof = 1;
     sf_debug("msg=\"rejected HTTP/2 request\" status=%d peer=%s reason=\"%s\"", status,
              st->hc->peer, msg);
-    submit_head(st, status, "application/json", status == 503 ? retry : NULL, 1, 0, (size_t)n);
+    submit_head(st, status, "application/json", wants_retry ? retry : NULL, 1, 0, (size_t)n, NULL);
 }
 
 static void stream_dispatch(h2_stream *st)
@@ -272,7 +276,7 @@ static void h2_respond(gw_req *r, int status, const char *ctype, const char *con
     if (send_body)
         evbuffer_add(st->out, body, len);
     st->eof = 1;
-    if (submit_head(st, status, ctype, headers, send_body, 0, len) < 0)
+    if (submit_head(st, status, ctype, headers, send_body, 0, len, r->id) < 0)
         nghttp2_submit_rst_stream(hc->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
     gw_req_free(r);
     after_answer(hc);
@@ -286,7 +290,7 @@ static int h2_stream_begin(gw_req *r, int status, const char *ctype, const char 
         h2_respond(r, status, ctype, headers, NULL, 0);
         return -EPIPE;
     }
-    if (submit_head(st, status, ctype, headers, 1, 1, 0) < 0)
+    if (submit_head(st, status, ctype, headers, 1, 1, 0, r->id) < 0)
         return -ENOMEM;
     stream_release(st);
     after_answer(st->hc);
@@ -407,6 +411,9 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
     if (st->held + len > s->lim.max_buffered_bytes) {
         st->err = 413;
         st->err_msg = "request too large";
+    } else if (st->hc->addr && st->hc->addr->buffered + len > s->lim.max_buffered_per_addr) {
+        st->err = 429;
+        st->err_msg = "This client address holds too many request bytes; retry in a moment.";
     } else if (s->buffered + len > s->lim.max_buffered_bytes) {
         st->err = 503;
         st->err_msg = "The server is busy with other large requests; retry in a moment.";
@@ -494,6 +501,8 @@ static void h2_conn_free(gw_h2_conn *hc)
     hc->ng = NULL;
     if (hc->bev)
         bufferevent_free(hc->bev);
+    gw_addr_release(s, hc->addr);
+    hc->addr = NULL;
     if (hc->prev)
         hc->prev->next = hc->next;
     else
@@ -607,7 +616,7 @@ static int b64url_decode(const char *in, uint8_t *out, size_t cap, size_t *outle
 }
 
 int gw_h2_serve(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
-                int tls, gw_req *upgrade_req, const char *settings_b64)
+                int tls, gw_addr *addr, gw_req *upgrade_req, const char *settings_b64)
 {
     nghttp2_session_callbacks *cbs = NULL;
     nghttp2_settings_entry iv[] = {
@@ -622,6 +631,8 @@ int gw_h2_serve(gw_http_server *s, struct bufferevent *bev, const char *peer, in
         goto fail;
     hc->srv = s;
     hc->bev = bev;
+    hc->addr = addr;
+    addr = NULL; /* released with hc from here */
     hc->tls = tls;
     hc->peer_port = peer_port;
     snprintf(hc->peer, sizeof(hc->peer), "%s", peer ? peer : "unknown");
@@ -666,6 +677,7 @@ int gw_h2_serve(gw_http_server *s, struct bufferevent *bev, const char *peer, in
         st->req = upgrade_req;
         st->remote_done = 1;
         upgrade_req->tp = &h2_transport;
+        upgrade_req->srv = s;
         upgrade_req->conn = st;
         upgrade_req->proto = "h2c";
         upgrade_req->peer = hc->peer;
@@ -700,6 +712,10 @@ int gw_h2_serve(gw_http_server *s, struct bufferevent *bev, const char *peer, in
 fail:
     if (cbs)
         nghttp2_session_callbacks_del(cbs);
+    if (hc && hc->addr)
+        gw_addr_release(s, hc->addr);
+    else if (addr)
+        gw_addr_release(s, addr);
     free(hc);
     bufferevent_free(bev);
     if (upgrade_req)

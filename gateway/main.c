@@ -39,6 +39,19 @@ static const sf_cfg_entry cfg_table[] = {
              "a call that asked for progress hears from the gateway at least this often"),
     SF_CFG_B(gw_cfg, test_fixtures, "0",
              "tests only: also serve the MCP conformance suite's fixture tools"),
+    SF_CFG_B(gw_cfg, access_log, "1", "log one line per request (request id, status, job id)"),
+    SF_CFG_I(gw_cfg, max_conns, "4096", 16, 1000000, "open connections (503 past it)"),
+    SF_CFG_I(gw_cfg, max_conns_per_addr, "256", 1, 1000000,
+             "open connections from one client address (429 past it)"),
+    SF_CFG_I(gw_cfg, max_buffered_per_addr, "0", 0, 68719476736LL,
+             "request bytes one client address may hold (429 past it; 0 = a quarter of "
+             "max_buffered, at least one largest request)"),
+    SF_CFG_I(gw_cfg, header_timeout_ms, "10000", 100, 600000,
+             "a request's line and headers must arrive within this (408)"),
+    SF_CFG_I(gw_cfg, body_timeout_ms, "10000", 100, 600000,
+             "a body must arrive within this plus its size at body_min_rate (408)"),
+    SF_CFG_I(gw_cfg, body_min_rate, "1048576", 1024, 1073741824,
+             "slowest body upload accepted, bytes per second"),
 };
 
 int main(int argc, char **argv)
@@ -57,6 +70,7 @@ int main(int argc, char **argv)
     }
     if (sf_daemon_init(&ctx.d, "gateway", &ctx.cfg.common) < 0)
         goto out;
+    ctx.d.kafka.on_delivery_error = gw_metrics_kafka_error;
     if (ctx.cfg.test_fixtures)
         sf_warn("msg=\"test_fixtures is on: the conformance suite's fixture tools are served; "
                 "never use this in production\"");
@@ -72,6 +86,12 @@ int main(int argc, char **argv)
     }
     lim.max_body = (size_t)ctx.cfg.max_body;
     lim.max_buffered_bytes = (size_t)ctx.cfg.max_buffered;
+    lim.max_conns = (unsigned)ctx.cfg.max_conns;
+    lim.max_conns_per_addr = (unsigned)ctx.cfg.max_conns_per_addr;
+    lim.max_buffered_per_addr = (size_t)ctx.cfg.max_buffered_per_addr;
+    lim.header_timeout_ms = (unsigned)ctx.cfg.header_timeout_ms;
+    lim.body_timeout_ms = (unsigned)ctx.cfg.body_timeout_ms;
+    lim.body_min_rate = (size_t)ctx.cfg.body_min_rate;
     if (!(ctx.router = gw_router_new()) || gw_routes_add(&ctx) < 0) {
         sf_error("msg=\"cannot start\" err=\"out of memory\"");
         goto out;
@@ -83,6 +103,8 @@ int main(int argc, char **argv)
         goto out;
     }
     gw_http_server_enable_h2(ctx.http);
+    gw_http_server_set_head_check(ctx.http, gw_mcp_head_check, &ctx);
+    gw_metrics_start(&ctx);
     if ((ctx.cfg.tls_cert_file[0] || ctx.cfg.tls_key_file[0]) &&
         gw_http_server_set_tls(ctx.http, ctx.cfg.tls_cert_file, ctx.cfg.tls_key_file, why,
                                sizeof(why)) < 0) {

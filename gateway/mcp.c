@@ -103,12 +103,10 @@ static void sse_send(mcp_call *c, const char *json)
 /* Starts the SSE answer (once): from here every message of this call is an event. */
 static int sse_begin(mcp_call *c)
 {
-    const char *h[] = {"X-Request-Id", c->req ? gw_req_id(c->req) : "", NULL};
-
     if (c->streaming)
         return 0;
     if (!c->req || !c->sse_ok ||
-        gw_req_stream_begin(c->req, 200, "text/event-stream", h) < 0)
+        gw_req_stream_begin(c->req, 200, "text/event-stream", NULL) < 0)
         return -1;
     c->streaming = 1;
     return 0;
@@ -401,6 +399,10 @@ static void tools_call(mcp_call *c, json_t *params)
     }
     rc = gw_jobs_submit(ctx, &job, call_wait_ms(ctx, name, args), on_job_reply, c, &c->pending);
     snprintf(c->job, sizeof(c->job), "%s", job.id);
+    if (c->req)
+        gw_req_set_job(c->req, job.id);
+    if (rc == -EDQUOT || rc == -E2BIG)
+        ctx->metrics.calls_refused++;
     sf_debug("msg=\"call\" job=%s tool=%s team=%s sandbox=%s req=%s rc=%d", job.id, name,
              c->team, job.sandbox, job.trace, rc);
     sf_job_fini(&job);
@@ -585,6 +587,7 @@ static void on_auth(void *arg, int status, const char *team, gw_session *sess)
         return;
     }
     if (status == 401) {
+        c->ctx->metrics.unauthorized++;
         static const char *const h[] = {
             "WWW-Authenticate",
             "Bearer realm=\"sandfleet\", error=\"invalid_token\", error_description=\"Send a "
@@ -663,14 +666,6 @@ static void simple(gw_req *req, int status, const char *const *headers, const ch
                    body ? strlen(body) : 0);
 }
 
-static void health(gw_req *req, void *arg)
-{
-    gw_ctx *ctx = arg;
-    int up = sf_redis_connected(ctx->redis);
-
-    simple(req, up ? 200 : 503, NULL, up ? "{\"status\":\"ok\"}" : "{\"status\":\"redis unreachable\"}");
-}
-
 static void not_found(gw_req *req, void *arg)
 {
     simple(req, 404, NULL, "{\"error\":\"Not found: the MCP endpoint is /mcp.\"}");
@@ -679,10 +674,57 @@ static void not_found(gw_req *req, void *arg)
 int gw_routes_add(gw_ctx *ctx)
 {
     if (gw_router_add(ctx->router, NULL, "/mcp", gw_mcp_handle, ctx) < 0 ||
-        gw_router_add(ctx->router, "GET", "/healthz", health, ctx) < 0)
+        gw_metrics_routes(ctx) < 0)
         return -ENOMEM;
     gw_router_fallback(ctx->router, not_found, ctx);
     return 0;
+}
+
+/* ---- the head check: the key before any body ---- */
+
+typedef struct head_op {
+    gw_ctx *ctx;
+    gw_req *req; /* NULL once the client left */
+} head_op;
+
+static void head_abort(gw_req *req, void *arg)
+{
+    ((head_op *)arg)->req = NULL; /* the key lookup finishes alone */
+}
+
+static void head_checked(void *arg, int status, const char *team, gw_session *sess)
+{
+    head_op *op = arg;
+
+    if (op->req) {
+        if (status == 401)
+            op->ctx->metrics.unauthorized++;
+        gw_req_head_verdict(op->req, status == 200 ? 0 : status,
+                            status == 401 ? "Missing or invalid API key: send Authorization: "
+                                            "Bearer sf_live_... before the body"
+                                          : "The platform's state store is unreachable; retry "
+                                            "in a few seconds.");
+    }
+    free(op);
+}
+
+void gw_mcp_head_check(gw_req *req, void *arg)
+{
+    gw_ctx *ctx = arg;
+    head_op *op;
+
+    if (strcmp(gw_req_path(req), "/mcp") != 0) {
+        gw_req_head_verdict(req, 0, NULL);
+        return;
+    }
+    if (!(op = calloc(1, sizeof(*op)))) {
+        gw_req_head_verdict(req, 503, "The server is out of memory; retry.");
+        return;
+    }
+    op->ctx = ctx;
+    op->req = req;
+    gw_req_set_abort_cb(req, head_abort, op);
+    gw_auth_check(ctx, gw_req_header(req, "Authorization"), NULL, NULL, head_checked, op);
 }
 
 void gw_mcp_handle(gw_req *req, void *arg)

@@ -27,6 +27,7 @@ gw_req *gw_req_new(const gw_req_transport *tp, void *conn, size_t max_header_byt
     r->proto = "http/1.1";
     r->minor = 1;
     r->peer = "unknown";
+    r->t0_us = sf_mono_us();
     sf_buf_init(&r->target, GW_REQ_MAX_TARGET);
     sf_buf_init(&r->hdrs, max_header_bytes + 2 * GW_REQ_MAX_HEADERS + 2);
     sf_buf_init(&r->body, max_body);
@@ -178,10 +179,46 @@ int gw_req_split_target(gw_req *r)
 
 void gw_req_abort(gw_req *r)
 {
-    if (r && r->dispatched && r->abort_cb && !r->aborting) {
+    if (!r || r->aborting)
+        return;
+    if (r->dispatched)
+        gw_http_observe(r, 0);
+    if ((r->dispatched || r->in_headcheck) && r->abort_cb) {
         r->aborting = 1;
         r->abort_cb(r, r->abort_arg);
     }
+}
+
+void gw_http_observe(gw_req *r, int status)
+{
+    if (r->srv && r->srv->observer)
+        r->srv->observer(r, status, r->srv->observer_arg);
+}
+
+void gw_req_head_verdict(gw_req *req, int status, const char *msg)
+{
+    if (!req || !req->in_headcheck)
+        return;
+    req->in_headcheck = 0;
+    req->abort_cb = NULL;
+    req->abort_arg = NULL;
+    if (req->tp->head_verdict)
+        req->tp->head_verdict(req, status, msg);
+}
+
+void gw_req_set_job(gw_req *req, const char *job)
+{
+    snprintf(req->job, sizeof(req->job), "%s", job ? job : "");
+}
+
+const char *gw_req_job(const gw_req *req)
+{
+    return req->job;
+}
+
+unsigned long long gw_req_elapsed_us(const gw_req *req)
+{
+    return (unsigned long long)(sf_mono_us() - req->t0_us);
 }
 
 /* ------------------------------------------------------------------ HTTP helpers */
@@ -358,6 +395,8 @@ void gw_req_respond(gw_req *req, int status, const char *content_type,
     }
     if (!body)
         len = 0;
+    req->status = status;
+    gw_http_observe(req, status);
     req->tp->respond(req, status, content_type, headers, body, len);
 }
 
@@ -370,6 +409,7 @@ int gw_req_stream_begin(gw_req *req, int status, const char *content_type,
         return -EINVAL;
     if (status < 200 || status > 599 || status == 204 || status == 304)
         return -EINVAL;
+    req->status = status;
     rc = req->tp->stream_begin(req, status, content_type, headers);
     if (rc == 0)
         req->streaming = 1;
@@ -389,6 +429,7 @@ void gw_req_stream_end(gw_req *req)
 {
     if (!answerable(req, 1, "gw_req_stream_end"))
         return;
+    gw_http_observe(req, req->status);
     req->tp->stream_end(req);
 }
 

@@ -31,17 +31,26 @@ typedef struct gw_req_transport {
     int (*stream_begin)(gw_req *r, int status, const char *ctype, const char *const *headers);
     int (*stream_write)(gw_req *r, const char *data, size_t len);
     void (*stream_end)(gw_req *r);
+    void (*head_verdict)(gw_req *r, int status, const char *msg); /* NULL: no head checks */
 } gw_req_transport;
+
+/* One client address: its open connections and buffered request bytes (per server). */
+typedef struct gw_addr {
+    unsigned conns;
+    size_t buffered;
+    char key[48];
+} gw_addr;
 
 enum { GW_H_NONE, GW_H_FIELD, GW_H_VALUE };
 
 struct gw_req {
     const gw_req_transport *tp;
+    struct gw_http_server *srv;
     void *conn;           /* the transport's connection (HTTP/1) or stream (HTTP/2) */
     const char *method;   /* static storage */
     const char *proto;    /* "http/1.1", "h2c", ... (static) */
     int minor;
-    unsigned head : 1, dispatched : 1, aborting : 1, streaming : 1;
+    unsigned head : 1, dispatched : 1, aborting : 1, streaming : 1, in_headcheck : 1;
     int hstate;           /* GW_H_*: which header piece came last (HTTP/1 only) */
     sf_buf target;
     char *path, *query;
@@ -55,6 +64,9 @@ struct gw_req {
     const char *peer;     /* the connection's, valid as long as the request */
     int peer_port;
     char id[32];
+    char job[SF_ID_MAX];  /* the job it started, for the access log ("" none) */
+    uint64_t t0_us;       /* monotonic: when it was created */
+    int status;           /* the status answered (streams: when they began) */
 };
 
 /* A request with limits for its header block and body. NULL on ENOMEM. */
@@ -99,6 +111,12 @@ struct gw_http_server {
     gw_h2_conn *h2conns;
     unsigned nh2;
     size_t buffered;      /* request bytes held by all connections */
+    struct sf_map *addrs; /* client address -> gw_addr */
+    gw_http_head_check_fn head_check;
+    void *head_check_arg;
+    gw_http_observer_fn observer;
+    void *observer_arg;
+    gw_http_stats stats;
     int port;
     time_t date_sec;
     char date[40];
@@ -108,16 +126,28 @@ struct gw_http_server {
  * is the HTTP/1.1 request that becomes stream 1 and settings its HTTP2-Settings). Owns
  * bev from the call on. 0 or -ENOMEM (bev freed). */
 int gw_h2_serve(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
-                int tls, gw_req *upgrade_req, const char *settings_b64);
+                int tls, gw_addr *addr, gw_req *upgrade_req, const char *settings_b64);
 void gw_h2_free_all(gw_http_server *s);
 /* tls.c: the connection's first byte was a TLS handshake: terminate TLS on it and serve
  * what ALPN chose. Owns bev from the call on. */
-void gw_tls_accept(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port);
+void gw_tls_accept(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
+                   gw_addr *addr);
 int gw_tls_ctx_new(gw_http_server *s, const char *cert, const char *key, char *why, size_t n);
 void gw_tls_ctx_free(gw_http_server *s);
 /* http1.c: serves HTTP/1 on an already connected bev (after TLS chose http/1.1). */
 int gw_http1_start(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
-                   int tls);
+                   int tls, gw_addr *addr);
+/* Client addresses (http1.c): get (created with 0 connections) and release one
+ * connection's hold (freed when nothing is left). NULL on ENOMEM. */
+gw_addr *gw_addr_get(gw_http_server *s, const char *peer);
+void gw_addr_release(gw_http_server *s, gw_addr *a);
+/* Moves n request bytes in (+) or out (-) of the server's and the address's counts. */
+void gw_budget_add(gw_http_server *s, gw_addr *a, size_t n);
+void gw_budget_sub(gw_http_server *s, gw_addr *a, size_t n);
+/* Counts a request the server refused by itself. */
+void gw_http_count_refusal(gw_http_server *s, int status);
+/* Called by req.c when a request is answered (whole or end of stream) or aborted. */
+void gw_http_observe(gw_req *r, int status);
 
 /* Response-building helpers shared by the transports. */
 int gw_http_is_token(const char *s);

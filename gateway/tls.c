@@ -26,6 +26,7 @@ struct tls_pending {
     struct tls_pending *prev, *next;
     struct bufferevent *bev;
     int peer_port;
+    gw_addr *addr;
     char peer[64];
 };
 
@@ -98,6 +99,7 @@ void gw_tls_ctx_free(gw_http_server *s)
         tls_pending *p = s->tls_pending;
         s->tls_pending = p->next;
         bufferevent_free(p->bev);
+        gw_addr_release(s, p->addr);
         free(p);
     }
     if (s->tls)
@@ -118,6 +120,7 @@ static void tls_event_cb(struct bufferevent *bev, short what, void *arg)
         sf_debug("msg=\"TLS handshake failed\" peer=%s err=\"%s\"", p->peer,
                  e ? ERR_reason_error_string(e) : ((what & BEV_EVENT_TIMEOUT) ? "timeout" : "eof"));
         bufferevent_free(bev);
+        gw_addr_release(s, p->addr);
         free(p);
         return;
     }
@@ -125,13 +128,14 @@ static void tls_event_cb(struct bufferevent *bev, short what, void *arg)
     bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
     bufferevent_set_timeouts(bev, NULL, NULL);
     if (alen == 2 && !memcmp(alpn, "h2", 2) && s->h2)
-        gw_h2_serve(s, bev, p->peer, p->peer_port, 1, NULL, NULL);
+        gw_h2_serve(s, bev, p->peer, p->peer_port, 1, p->addr, NULL, NULL);
     else
-        gw_http1_start(s, bev, p->peer, p->peer_port, 1);
+        gw_http1_start(s, bev, p->peer, p->peer_port, 1, p->addr);
     free(p);
 }
 
-void gw_tls_accept(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port)
+void gw_tls_accept(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
+                   gw_addr *addr)
 {
     tls_pending *p = calloc(1, sizeof(*p));
     SSL *ssl = s->tls ? SSL_new(s->tls) : NULL;
@@ -149,6 +153,7 @@ void gw_tls_accept(gw_http_server *s, struct bufferevent *bev, const char *peer,
     bev = NULL; /* owned by the filter now */
     p->srv = s;
     p->bev = tb;
+    p->addr = addr;
     p->peer_port = peer_port;
     snprintf(p->peer, sizeof(p->peer), "%s", peer ? peer : "unknown");
     p->next = s->tls_pending;
@@ -168,4 +173,5 @@ fail:
     free(p);
     if (bev)
         bufferevent_free(bev);
+    gw_addr_release(s, addr);
 }

@@ -631,6 +631,157 @@ static void test_router(void **state)
     gw_router_free(NULL);
 }
 
+static void expect_error(const char *req, int status, const char *body_part);
+
+/* Total deadlines: headers and bodies must arrive in time, however they trickle. */
+static void test_deadlines(void **state)
+{
+    gw_http_limits lim = {.header_timeout_ms = 300, .body_timeout_ms = 300, .body_min_rate = MIB};
+    int64_t t0;
+    cli *c;
+    resp r;
+
+    server_stop();
+    server_start(&lim);
+    /* half a head, then silence */
+    expect_error("GET /echo HTTP/1.1\r\nHo", 408, "request headers not received in time");
+    /* a head trickling in a byte every 20 ms: the deadline is total, not reset per byte */
+    c = cli_connect();
+    t0 = now_ms();
+    for (const char *p = "GET /echo HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                         "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+         *p && c->len == 0; p++) {
+        cli_send(c, p, 1);
+        cli_fill(c, 20);
+    }
+    assert_int_equal(cli_read(c, &r, 0), 0);
+    assert_int_equal(r.status, 408);
+    assert_true(now_ms() - t0 < 2000);
+    resp_fini(&r);
+    cli_close(c);
+    /* a body that does not come */
+    expect_error("POST /len HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc", 408,
+                 "request body not received in time");
+    /* an idle keep-alive connection is not a slow request: it gets no 408 */
+    c = cli_connect();
+    request(c, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n", &r, 200, "GET /echo? ");
+    resp_fini(&r);
+    assert_int_equal(cli_fill(c, 500), -1); /* nothing from the server for 500 ms */
+    request(c, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n", &r, 200, "GET /echo? ");
+    resp_fini(&r);
+    cli_close(c);
+    assert_int_equal(gw_http_server_stats(T.srv)->refused[GW_REFUSE_408], 3);
+}
+
+/* One client address: at most max_conns_per_addr connections (then 429 at once). */
+static void test_addr_caps(void **state)
+{
+    gw_http_limits lim = {.max_conns_per_addr = 2};
+    cli *a, *b, *c;
+    resp r;
+
+    server_stop();
+    server_start(&lim);
+    a = cli_connect();
+    request(a, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n", &r, 200, NULL);
+    resp_fini(&r);
+    b = cli_connect();
+    request(b, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n", &r, 200, NULL);
+    resp_fini(&r);
+    c = cli_connect();
+    assert_int_equal(cli_read(c, &r, 0), 0);
+    assert_int_equal(r.status, 429);
+    assert_string_equal(rh(&r, "Retry-After"), "1");
+    assert_non_null(strstr(r.body, "too many connections from your address"));
+    resp_fini(&r);
+    cli_close(c);
+    cli_close(a);
+    assert_true(loop_until_conns(1, WAIT_MS));
+    c = cli_connect();
+    request(c, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n", &r, 200, NULL);
+    resp_fini(&r);
+    cli_close(c);
+    cli_close(b);
+    assert_true(loop_until_conns(0, WAIT_MS));
+}
+
+/* The head check decides before any body byte is accepted. */
+static int checks;
+static struct event *check_ev;
+static gw_req *check_req;
+
+static void check_later(evutil_socket_t fd, short what, void *arg)
+{
+    gw_req *req = check_req;
+    check_req = NULL;
+    gw_req_head_verdict(req, 0, NULL);
+}
+
+static void check_abort(gw_req *req, void *arg)
+{
+    evtimer_del(check_ev);
+    check_req = NULL;
+    T.aborts++;
+}
+
+static void head_check(gw_req *req, void *arg)
+{
+    const char *key = gw_req_header(req, "X-Key");
+
+    checks++;
+    if (!key || strcmp(key, "good") != 0) {
+        gw_req_head_verdict(req, 401, "missing or invalid key");
+        return;
+    }
+    check_req = req; /* good: answered from a timer, as a Redis lookup would */
+    gw_req_set_abort_cb(req, check_abort, NULL);
+    {
+        struct timeval tv = {0, strcmp(gw_req_path(req), "/slowcheck") ? 10000 : 500000};
+        evtimer_add(check_ev, &tv);
+    }
+}
+
+static void test_head_check(void **state)
+{
+    char head[160];
+    cli *c;
+    resp r;
+
+    check_ev = evtimer_new(T.base, check_later, NULL);
+    gw_http_server_set_head_check(T.srv, head_check, NULL);
+    /* a bad key: 401 on the head alone; the 1 MiB it declared never counts */
+    c = cli_connect();
+    snprintf(head, sizeof(head), "POST /len HTTP/1.1\r\nHost: x\r\nContent-Length: %u\r\n\r\n", MIB);
+    assert_int_equal(cli_sends(c, head), 0);
+    assert_int_equal(cli_read(c, &r, 0), 0);
+    assert_int_equal(r.status, 401);
+    assert_non_null(rh(&r, "WWW-Authenticate"));
+    resp_fini(&r);
+    assert_true(gw_http_server_buffered(T.srv) < 1024);
+    cli_close(c);
+    /* a good key: checked later, then the body is read */
+    c = cli_connect();
+    request(c, "POST /len HTTP/1.1\r\nHost: x\r\nX-Key: good\r\nContent-Length: 5\r\n\r\nhello", &r, 200,
+            "5");
+    resp_fini(&r);
+    /* requests without a body are not checked here (their handler authenticates) */
+    request(c, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n", &r, 200, NULL);
+    resp_fini(&r);
+    assert_int_equal(checks, 2);
+    cli_close(c);
+    /* a client that leaves while its check runs: the check is told, nothing leaks */
+    c = cli_connect();
+    assert_int_equal(cli_sends(c, "POST /slowcheck HTTP/1.1\r\nHost: x\r\nX-Key: good\r\n"
+                                  "Content-Length: 5\r\n\r\n"), 0);
+    assert_true(loop_until(&checks, 3, WAIT_MS));
+    cli_close(c);
+    assert_true(loop_until(&T.aborts, 1, WAIT_MS));
+    assert_true(loop_until_conns(0, WAIT_MS));
+    assert_int_equal(gw_http_server_buffered(T.srv), 0);
+    event_free(check_ev);
+    checks = 0;
+}
+
 static void test_split_packets(void **state)
 {
     /* a request trickling in byte by byte parses the same */
@@ -1323,15 +1474,21 @@ static void test_budget(void **state)
     assert_int_equal(T.last_body_len, big);
     assert_int_equal(gw_http_server_buffered(T.srv), ahead + big);
 
-    /* B: another 700 KiB does not fit: 503 on its head alone, before the body (and
-     * instead of 100 Continue) */
+    /* B: another 700 KiB does not fit. Nothing is reserved for bytes that have not come
+     * (a declared size alone cannot use up the budget): B gets 100 Continue, then 503 as
+     * its body arrives */
     b = cli_connect();
     assert_int_equal(cli_sends(b, "POST /len HTTP/1.1\r\nHost: x\r\nContent-Length: 716800\r\n"
                                   "Expect: 100-continue\r\n\r\n"),
                      0);
+    assert_int_equal(cli_read(b, &r, 0), 0);
+    assert_int_equal(r.status, 100);
+    resp_fini(&r);
+    assert_true(gw_http_server_buffered(T.srv) < ahead + big + 1024); /* only B's head */
+    assert_int_equal(cli_send(b, body, big), 0);
     expect_busy(b);
     cli_close(b);
-    assert_int_equal(gw_http_server_buffered(T.srv), ahead + big); /* B's bytes released */
+    assert_true(loop_until_buffered(ahead + big, WAIT_MS)); /* B's bytes released */
 
     /* the same with the body sent right behind the head */
     b = cli_connect();
@@ -1442,10 +1599,10 @@ static void test_budget_pipelined(void **state)
     assert_int_equal(T.handled, 1);
 
     q = cli_connect();
-    send_post(q, "/len", NULL, big);
+    send_post(q, "/len", body, big);
     expect_busy(q);
     cli_close(q);
-    assert_int_equal(gw_http_server_buffered(T.srv), sizeof(first) - 1 + second + piped);
+    assert_true(loop_until_buffered(sizeof(first) - 1 + second + piped, WAIT_MS));
 
     /* answering the first request lets the pipelined one run; then 900 KiB fits */
     gw_req_respond(T.hung, 200, "text/plain", NULL, "done", 4);
@@ -1530,6 +1687,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_split_packets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(test_router, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deadlines, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_addr_caps, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_head_check, setup, teardown),
         cmocka_unit_test_setup_teardown(test_keepalive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_http10, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pipelining, setup, teardown),

@@ -48,4 +48,23 @@ h2() {
 h2 "h2load h2c" "$SF_URL"
 h2 "h2load TLS h2" "$tls_url"
 h2 "h2load HTTP/1.1" --h1 "$SF_URL"
+# observability on the same port: readiness, Prometheus metrics, the access log
+out=$(curl -s -w ' %{http_code}' "$base/readyz")
+[ "$out" = '{"status":"ready","redis":true,"kafka":true} 200' ] && ok "/readyz" || bad "/readyz" "$out"
+out=$(curl -s "$base/metrics")
+if grep -q '^sandfleet_gateway_requests_total{method="POST",status="200"} [1-9]' <<<"$out" &&
+    grep -q '^sandfleet_gateway_request_duration_seconds_count [1-9]' <<<"$out" &&
+    grep -q '^sandfleet_gateway_jobs_in_flight ' <<<"$out" && grep -q '^sandfleet_gateway_refused_total{reason="timeout"}' <<<"$out"; then
+    ok "/metrics"
+else
+    bad "/metrics" "$(head -5 <<<"$out")"
+fi
+list='{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"sandbox_list","arguments":{}}}'
+rid=$(curl -s -D - -o /dev/null --http2-prior-knowledge "${hdr[@]}" -d "$list" "$SF_URL" | tr -d '\r' |
+      awk 'tolower($1)=="x-request-id:"{print $2}')
+for _ in $(seq 1 50); do
+    line=$(grep "msg=access req=$rid " "$SF_STATE/logs/gateway.log" 2>/dev/null) && break
+    sleep 0.05
+done
+[[ $line == *"status=200 proto=h2c"*" job=job_"* ]] && ok "access log: request id, protocol, job id" || bad "access log" "rid=$rid line=$line"
 exit $fail

@@ -1,0 +1,85 @@
+// Attacks from a second loopback address (127.0.0.2) while a good client on 127.0.0.1 keeps
+// calling through the official SDK: slow headers, trickling large bodies (with no key, and
+// with a valid key), a 20 MiB body, request smuggling shapes. Every good call must succeed;
+// the attackers get 401, 408, 413, 429 or 400. The e2e stack sets header and body
+// deadlines of 2 s and a body rate of 16 MiB/s, so the 408s come within seconds.
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { connect, call, env, url } from '../e2e/lib.mjs';
+
+const target = new URL(url);
+const port = Number(target.port);
+const good = await connect(env.SF_KEY_ALPHA, 'good-client');
+after(async () => { await good.close(); });
+
+// Opens a connection from 127.0.0.2, sends `head`, then `trickle` one byte every 100 ms;
+// resolves with the status line the server answered (or 'closed' / 'error').
+function attacker(head, trickle = '') {
+  return new Promise((resolve) => {
+    const s = net.connect({ host: '127.0.0.1', port, localAddress: '127.0.0.2' });
+    let got = '', timer, i = 0, done = false;
+    const finish = (v) => { if (!done) { done = true; clearInterval(timer); s.destroy(); resolve(v); } };
+    s.on('connect', () => {
+      if (head) s.write(head);
+      if (trickle) timer = setInterval(() => { if (i < trickle.length) s.write(trickle[i++]); }, 100);
+    });
+    s.on('data', (d) => {
+      got += d.toString();
+      const m = got.match(/^HTTP\/1\.1 (\d{3})/);
+      if (m) finish(Number(m[1]));
+    });
+    s.on('error', () => finish('error'));
+    s.on('close', () => finish('closed'));
+    setTimeout(() => finish('timeout'), 30000);
+  });
+}
+
+// The good client calls in a loop while `attack` runs; every call must succeed.
+async function whileAttacked(attack) {
+  let stop = false, calls = 0;
+  const loop = (async () => {
+    while (!stop) {
+      const r = await call(good, 'sandbox_list');
+      assert.equal(r.isError, false, r.text);
+      calls++;
+    }
+  })();
+  const results = await attack();
+  stop = true;
+  await loop;
+  assert.ok(calls > 0);
+  return results;
+}
+
+const tally = (xs) => xs.reduce((m, x) => ((m[x] = (m[x] ?? 0) + 1), m), {});
+
+test('1,030 slow-header connections: 429 past the per-address cap, 408 for the rest', async () => {
+  const results = await whileAttacked(() =>
+    Promise.all(Array.from({ length: 1030 }, () => attacker('POST /mcp HTTP/1.1\r\nHost: x\r\n', 'X-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'))));
+  const t = tally(results);
+  assert.equal(t[429], 1030 - 256, JSON.stringify(t));
+  assert.equal(t[408], 256, JSON.stringify(t));
+});
+
+test('30 connections declaring 10 MiB bodies and trickling them: 401 without a key, 408 with one', async () => {
+  const head = (auth) => `POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
+    `Accept: application/json\r\n${auth}Content-Length: 10485760\r\n\r\n`;
+  const results = await whileAttacked(() => Promise.all([
+    ...Array.from({ length: 30 }, () => attacker(head(''), '{"jsonrpc":"2.0"')),
+    ...Array.from({ length: 30 }, () => attacker(head(`Authorization: Bearer ${env.SF_KEY_ALPHA}\r\n`), '{"jsonrpc":"2.0"')),
+  ]));
+  assert.deepEqual(tally(results.slice(0, 30)), { 401: 30 });
+  assert.deepEqual(tally(results.slice(30)), { 408: 30 });
+});
+
+test('a 20 MiB body is refused before it is read (413); smuggling shapes get 400', async () => {
+  const results = await whileAttacked(() => Promise.all([
+    attacker(`POST /mcp HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${env.SF_KEY_ALPHA}\r\nContent-Length: 20971520\r\n\r\n`),
+    attacker('POST /mcp HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n\r\n0\r\n\r\n'),
+    attacker('POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n'),
+    attacker('GET /mcp HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n'),
+    attacker('GET /mcp HTTP/1.1\nHost: x\n\n'),
+  ]));
+  assert.deepEqual(results, [413, 400, 400, 400, 400]);
+});
