@@ -7,7 +7,7 @@ SF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SF_PACKAGES="cmake pkg-config gcc make librdkafka-dev libhiredis-dev libmsgpack-dev
 libnghttp2-dev libevent-dev libjansson-dev node-llhttp libseccomp-dev libcmocka-dev
 libsodium-dev libssl-dev libcurl4-openssl-dev redis-server redis-tools busybox-static
-iproute2 curl procps util-linux nghttp2-client openssl"
+iproute2 curl procps util-linux nghttp2-client openssl e2fsprogs"
 
 sf_log() { printf '\033[1m[sandfleet]\033[0m %s\n' "$*" >&2; }
 sf_die() { printf '\033[1;31m[sandfleet]\033[0m %s\n' "$*" >&2; exit 1; }

@@ -250,6 +250,27 @@ static int kill_members(const char *dir)
     return n;
 }
 
+/* v1 has no cgroup.kill: the group is frozen first, so that none of the pids read
+ * can exit (and be reused by an unrelated process) before its signal, nor fork;
+ * the thaw then lets them die. Without a freezer hierarchy this is read-then-kill. */
+static void kill_v1(const wk_cgroup *cg, int c)
+{
+    const char *fz = cg->dir[WK_CG_FREEZER];
+    char st[32];
+
+    if (!fz[0] || write_str(fz, "freezer.state", "FROZEN") < 0) {
+        kill_members(cg->dir[c]);
+        return;
+    }
+    for (int i = 0; i < 500; i++) { /* FREEZING -> FROZEN takes a few ms */
+        if (read_str(fz, "freezer.state", st, sizeof(st)) < 0 || !strncmp(st, "FROZEN", 6))
+            break;
+        nanosleep(&(struct timespec){.tv_nsec = 2 * 1000 * 1000}, NULL);
+    }
+    kill_members(fz); /* the freezer group holds the same tasks */
+    write_str(fz, "freezer.state", "THAWED");
+}
+
 void wk_cgroup_thaw(const wk_cgroup *cg)
 {
     const char *fz = cg->v2 ? cg->dir[0] : cg->dir[WK_CG_FREEZER];
@@ -277,7 +298,7 @@ int wk_cgroup_destroy(wk_cgroup *cg)
             if (cg->v2)
                 write_str(cg->dir[c], "cgroup.kill", "1");
             else
-                kill_members(cg->dir[c]);
+                kill_v1(cg, c);
             if (rmdir(cg->dir[c]) == 0 || errno == ENOENT)
                 break;
             if (errno != EBUSY || tries == 1000) {

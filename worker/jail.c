@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -84,8 +86,8 @@ static void measure_host(const wk_host_cfg *c, wk_host_res *res)
 }
 
 /* Kills what a previous worker run left under state_dir: every sandboxes/<id>/
- * (its cgroups' processes, the cgroups, the directory) and unfinished template
- * builds. */
+ * (its cgroups' processes, the cgroups, its disk, the directory) and unfinished
+ * template builds. */
 static void host_cleanup(const char *state_dir)
 {
     char dir[WK_PATH_MAX], path[WK_PATH_MAX];
@@ -104,14 +106,58 @@ static void host_cleanup(const char *state_dir)
         /* Its agent exits when the old worker's socket end closes, which ends
          * the pid namespace; the cgroup sweep catches anything still there. */
         wk_cgroup_lookup(&cg, e->d_name);
-        if ((rc = wk_cgroup_destroy(&cg)) < 0)
-            sf_error("msg=\"cannot remove a leftover sandbox cgroup\" sandbox=%s err=%d", e->d_name, rc);
-        if ((rc = wk_rmtree(path)) < 0)
+        if ((rc = wk_teardown_run(&cg, path, 0)) != 0 && (rc = wk_rmtree(path)) < 0)
             sf_error("msg=\"cannot remove a leftover sandbox\" dir=%s err=%d", path, rc);
         else
             sf_info("msg=\"removed a leftover sandbox\" sandbox=%s", e->d_name);
     }
     closedir(d);
+}
+
+/* The worker's own mount namespace (once per process, before any thread starts):
+ * the sandboxes' disks are mounted there, out of the host's sight, and vanish with
+ * the worker if it dies. Host mounts still propagate in. */
+static int private_mounts(const char **why)
+{
+    static int done;
+
+    if (done)
+        return 0;
+    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0) {
+        int rc = -errno;
+        *why = rc == -EINVAL ? "The jail driver must start before the worker's threads (it "
+                               "enters a mount namespace of its own)."
+                             : "The jail driver cannot create its mount namespace; run the "
+                               "worker as root.";
+        return rc;
+    }
+    done = 1;
+    return 0;
+}
+
+static void fill_work(void *arg)
+{
+    wk_driver *d = arg;
+    int rc = wk_disk_pool_fill(d->state_dir, d->defaults.disk_mib, d->defaults.inodes,
+                               d->pool_images);
+    if (rc < 0)
+        sf_warn("msg=\"cannot format spare sandbox disks; creates will format their own\" "
+                "err=%d", rc);
+}
+
+static void fill_done(void *arg)
+{
+    wk_driver *d = arg;
+    d->pool_filling = 0;
+}
+
+/* Tops the pool of formatted default disks up, on the thread pool. */
+static void pool_refill(wk_driver *d)
+{
+    if (d->pool_images == 0 || d->pool_filling)
+        return;
+    if (wk_pool_run(d->pool, fill_work, fill_done, d) == 0)
+        d->pool_filling = 1;
 }
 
 static int jail_host_init(const wk_host_cfg *c, wk_driver **out, const char **why)
@@ -159,6 +205,7 @@ static int jail_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
     d->defaults = c->defaults;
     d->uid_base = c->uid_base;
     d->nofile = c->nofile;
+    d->pool_images = c->pool_images;
     d->teardown_stop = c->teardown_stop;
     copy_str(d->host_id, sizeof(d->host_id), c->host_id);
     copy_str(d->state_dir, sizeof(d->state_dir), c->state_dir);
@@ -167,6 +214,8 @@ static int jail_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
         rc = -ENAMETOOLONG;
         goto fail;
     }
+    if ((rc = private_mounts(why)) < 0)
+        goto fail;
     host_cleanup(d->state_dir);
     sb_path(path, sizeof(path), d->state_dir, NULL);
     if ((rc = wk_mkdir_p(path, 0700)) < 0) {
@@ -174,9 +223,10 @@ static int jail_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
         goto fail;
     }
     if ((rc = wk_template_ensure(d->state_dir, why)) < 0 || (rc = wk_cgroup_host_init(why)) < 0 ||
-        (rc = wk_seccomp_prog(&prog, why)) < 0)
+        (rc = wk_seccomp_prog(&prog, why)) < 0 || (rc = wk_disk_host_init(d->state_dir, why)) < 0)
         goto fail;
     measure_host(c, &d->res);
+    pool_refill(d);
     sf_info("msg=\"jail driver ready\" state_dir=%s cgroup=%s uid_base=%u mem_mib=%llu "
             "vcpu_milli=%llu disk_mib=%llu", d->state_dir, wk_cgroup_is_v2() ? "v2" : "v1",
             d->uid_base, (unsigned long long)d->res.mem_mib,
@@ -282,6 +332,9 @@ static void create_work(void *arg)
     if ((rc = wk_sbdir_create(sb->sbdir, sb->host_uid, &why)) < 0)
         goto fail;
     dir_made = 1;
+    if ((rc = wk_disk_attach(d->state_dir, sb->sbdir, sb->lim.disk_mib, sb->lim.inodes,
+                             sb->host_uid, &why)) < 0)
+        goto fail;
     if ((rc = wk_cgroup_create(&sb->cg, sb->id, (uint64_t)sb->lim.memory_mib << 20,
                                (int)sb->lim.pids_max, &why)) < 0)
         goto fail;
@@ -318,9 +371,10 @@ fail:
     if (sv[0] >= 0)
         close(sv[0]);
     wk_spawn_kill(&sb->pidfd);
-    wk_cgroup_destroy(&sb->cg);
     if (dir_made)
-        wk_rmtree(sb->sbdir);
+        wk_teardown_run(&sb->cg, sb->sbdir, 0);
+    else
+        wk_cgroup_destroy(&sb->cg);
     if (sb->slot_fd >= 0) {
         close(sb->slot_fd);
         sb->slot_fd = -1;
@@ -351,6 +405,7 @@ static void create_done(void *arg)
         return;
     }
     sb->sock = -1;
+    pool_refill(d);
     if (sb->create_rc < 0) {
         int rc = sb->create_rc;
         const char *why = sb->create_why;
@@ -393,7 +448,7 @@ static int jail_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, 
     sb->drv = d;
     sb->base = d->base;
     sb->lim = lim;
-    sb->pidfd = sb->slot_fd = sb->sock = -1;
+    sb->pidfd = sb->slot_fd = sb->sock = sb->td_pidfd = -1;
     sb->cg.fd = -1;
     sb->create_cb = cb;
     sb->create_arg = arg;
@@ -412,22 +467,11 @@ static void jail_limits(const wk_sandbox *sb, wk_limits *out)
 
 /* ---- kill ----------------------------------------------------------------- */
 
-/* Off the loop: the cgroups and the sandbox's directory go. */
+/* Fallback when no teardown child can start: the same steps on the thread pool. */
 static void teardown_work(void *arg)
 {
     wk_sandbox *sb = arg;
-    int rc;
-
-    sb->teardown_rc = 0;
-    if ((rc = wk_cgroup_destroy(&sb->cg)) < 0) {
-        sf_error("msg=\"cannot remove the sandbox cgroups\" sandbox=%s err=%d", sb->id, rc);
-        sb->teardown_rc = rc;
-    }
-    if ((rc = wk_rmtree(sb->sbdir)) < 0) {
-        sf_error("msg=\"cannot remove the sandbox directory\" sandbox=%s dir=%s err=%d", sb->id,
-                 sb->sbdir, rc);
-        sb->teardown_rc = rc;
-    }
+    sb->teardown_rc = wk_teardown_run(&sb->cg, sb->sbdir, 0);
 }
 
 static void teardown_done(void *arg)
@@ -437,16 +481,41 @@ static void teardown_done(void *arg)
     void *cb_arg = sb->kill_arg;
     int rc = sb->teardown_rc;
 
+    if (rc != 0)
+        sf_error("msg=\"sandbox teardown incomplete; the next start removes the rest\" "
+                 "sandbox=%s step=%d", sb->id, rc);
     if (sb->slot_fd >= 0) {
-        close(sb->slot_fd);
+        close(sb->slot_fd); /* the uid range is free again: nothing of it is left */
         sb->slot_fd = -1;
     }
     sf_info("msg=\"sandbox torn down\" sandbox=%s rc=%d", sb->id, rc);
     sb_unlink(sb->drv, sb);
     sb->depth--;
     if (cb)
-        cb(cb_arg, rc);
+        cb(cb_arg, rc == 0 ? 0 : -EIO);
     wk_sandbox_release(sb);
+}
+
+/* The teardown child ended. */
+static void on_teardown_exit(evutil_socket_t fd, short what, void *arg)
+{
+    wk_sandbox *sb = arg;
+    siginfo_t si;
+
+    memset(&si, 0, sizeof(si));
+    if (waitid(P_PIDFD, (id_t)sb->td_pidfd, &si, WEXITED | WNOHANG) < 0) {
+        if (errno == EINTR)
+            return;
+        si.si_code = 0; /* ECHILD: reaped elsewhere; its result is unknown */
+    } else if (si.si_pid == 0) {
+        return; /* not yet (a spurious wake-up) */
+    }
+    event_free(sb->ev_td);
+    sb->ev_td = NULL;
+    close(sb->td_pidfd);
+    sb->td_pidfd = -1;
+    sb->teardown_rc = si.si_code == CLD_EXITED ? si.si_status : 4;
+    teardown_done(sb);
 }
 
 /* The init is gone: the kernel has ended every process of the pid namespace. */
@@ -479,6 +548,27 @@ static void teardown_start(wk_sandbox *sb)
             return;
         }
     }
+    if (wk_teardown_spawn(&sb->cg, sb->sbdir, sb->drv->teardown_stop, &sb->td_pidfd) == 0) {
+        if ((sb->ev_td = event_new(sb->base, sb->td_pidfd, EV_READ | EV_PERSIST, on_teardown_exit,
+                                   sb)) && event_add(sb->ev_td, NULL) == 0)
+            return;
+        /* cannot watch it: let it finish, wait for it here */
+        if (sb->ev_td)
+            event_free(sb->ev_td);
+        sb->ev_td = NULL;
+        {
+            siginfo_t si;
+            memset(&si, 0, sizeof(si));
+            while (waitid(P_PIDFD, (id_t)sb->td_pidfd, &si, WEXITED) < 0 && errno == EINTR)
+                ;
+            close(sb->td_pidfd);
+            sb->td_pidfd = -1;
+            sb->teardown_rc = si.si_code == CLD_EXITED ? si.si_status : 4;
+            teardown_done(sb);
+            return;
+        }
+    }
+    sf_warn("msg=\"no teardown child; tearing down on a pool thread\" sandbox=%s", sb->id);
     if (wk_pool_run(sb->drv->pool, teardown_work, teardown_done, sb) < 0) {
         teardown_work(sb);
         teardown_done(sb);

@@ -8,16 +8,19 @@
  * locks vanish with it.
  *
  * state_dir/sandboxes/<id>/ (owned by the sandbox's root, 0700):
- *   upper/   overlay upper layer; root/ (0700), tmp/ (1777), home/, run/ are
+ *   disk.img the sandbox's ext4 image (jail_disk.c)
+ *   fs/      its mount point (in the worker's mount namespace); on it:
+ *     upper/ overlay upper layer; root/ (0700), tmp/ (1777), home/, run/ are
  *            pre-created here so they belong to the sandbox's root, while the
  *            template's other directories stay host root's (read-only inside)
- *   work/    overlay work directory
+ *     work/  overlay work directory
  *   rootfs/  overlay mount point (only inside the sandbox's mount namespace) */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -89,13 +92,27 @@ out:
     return rc;
 }
 
+/* The per-sandbox directory on the host: mount points only. */
+static const char *const sb_dirs[] = {WK_DISK_MOUNT, "rootfs"};
+
+/* The writable layer on the sandbox's own disk, owned by its root. */
 static const struct {
     const char *name;
     mode_t mode;
-} sb_dirs[] = {
-    {"upper", 0755},      {"work", 0700},      {"rootfs", 0755},    {"upper/root", 0700},
+} layer_dirs[] = {
+    {"upper", 0755},      {"work", 0700},       {"upper/root", 0700},
     {"upper/tmp", 01777}, {"upper/home", 0755}, {"upper/run", 0755},
 };
+
+int wk_layer_dirs(int fsfd, uint32_t host_uid)
+{
+    for (size_t i = 0; i < sizeof(layer_dirs) / sizeof(layer_dirs[0]); i++)
+        if (mkdirat(fsfd, layer_dirs[i].name, 0700) < 0 ||
+            fchownat(fsfd, layer_dirs[i].name, host_uid, host_uid, AT_SYMLINK_NOFOLLOW) < 0 ||
+            fchmodat(fsfd, layer_dirs[i].name, layer_dirs[i].mode, 0) < 0)
+            return -errno;
+    return 0;
+}
 
 int wk_sbdir_create(const char *sbdir, uint32_t host_uid, const char **why)
 {
@@ -111,9 +128,7 @@ int wk_sbdir_create(const char *sbdir, uint32_t host_uid, const char **why)
         fchown(fd, host_uid, host_uid) < 0)
         goto fail;
     for (size_t i = 0; i < sizeof(sb_dirs) / sizeof(sb_dirs[0]); i++)
-        if (mkdirat(fd, sb_dirs[i].name, 0700) < 0 ||
-            fchownat(fd, sb_dirs[i].name, host_uid, host_uid, AT_SYMLINK_NOFOLLOW) < 0 ||
-            fchmodat(fd, sb_dirs[i].name, sb_dirs[i].mode, 0) < 0)
+        if (mkdirat(fd, sb_dirs[i], 0755) < 0)
             goto fail;
     close(fd);
     return 0;
@@ -126,16 +141,54 @@ fail:
     return rc;
 }
 
+/* The directories between the root of a removal and where it is, as (dev, ino):
+ * climbing back through ".." must arrive exactly where the walk came down from,
+ * or the walk stops (a directory renamed meanwhile could otherwise lead it out of
+ * the tree). Costs 16 bytes per level, not a descriptor. */
+typedef struct walk_stack {
+    struct {
+        dev_t dev;
+        ino_t ino;
+    } *v;
+    size_t n, cap;
+} walk_stack;
+
+#define WALK_DEPTH_MAX (1u << 22)
+
+static int stack_push(walk_stack *s, const struct stat *st)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 64;
+        void *v;
+        if (cap > WALK_DEPTH_MAX || !(v = realloc(s->v, cap * sizeof(*s->v))))
+            return -ENOMEM;
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n].dev = st->st_dev;
+    s->v[s->n].ino = st->st_ino;
+    s->n++;
+    return 0;
+}
+
 /* Empties the directory open at fd (closed here). Walks down into non-empty
- * subdirectories and back up through "..", so depth costs no descriptors:
- * a sandbox may leave trees deeper than PATH_MAX. */
+ * subdirectories and back up through "..", so depth costs no descriptors: a
+ * sandbox may leave trees deeper than PATH_MAX. Never crosses into another file
+ * system. */
 static int empty_dir(int fd)
 {
-    int depth = 0, rc = 0;
+    walk_stack stack = {0};
+    struct stat st;
+    int rc = 0;
 
+    if (fstat(fd, &st) < 0) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
     for (;;) {
         struct dirent *e;
-        int down = -1, dfd = dup(fd);
+        int down = -1, dfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
         DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
 
         if (!d) {
@@ -146,6 +199,7 @@ static int empty_dir(int fd)
         }
         while ((e = readdir(d))) {
             const char *n = e->d_name;
+            struct stat cst;
             if (n[0] == '.' && (n[1] == '\0' || (n[1] == '.' && n[2] == '\0')))
                 continue;
             if (unlinkat(fd, n, 0) == 0 || errno == ENOENT)
@@ -160,8 +214,18 @@ static int empty_dir(int fd)
                 rc = -errno;
                 break;
             }
-            if ((down = openat(fd, n, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+            if ((down = openat(fd, n, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
                 rc = -errno;
+            } else if (fstat(down, &cst) < 0 || cst.st_dev != st.st_dev) {
+                rc = cst.st_dev != st.st_dev ? -EXDEV : -errno; /* a mount point: not ours */
+                close(down);
+                down = -1;
+            } else if ((rc = stack_push(&stack, &st)) < 0) {
+                close(down);
+                down = -1;
+            } else {
+                st = cst;
+            }
             break;
         }
         closedir(d);
@@ -170,23 +234,30 @@ static int empty_dir(int fd)
         if (down >= 0) {
             close(fd);
             fd = down;
-            depth++;
             continue;
         }
-        if (depth == 0)
+        if (stack.n == 0)
             break;
         /* This level is empty: go up; the parent's rescan removes it. */
         down = openat(fd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         close(fd);
-        if (down < 0)
-            return -errno;
         fd = down;
-        depth--;
+        if (fd < 0) {
+            rc = -errno;
+            break;
+        }
+        stack.n--;
+        if (fstat(fd, &st) < 0 || st.st_dev != stack.v[stack.n].dev ||
+            st.st_ino != stack.v[stack.n].ino) {
+            rc = -ESTALE; /* moved while we walked: stop rather than leave the tree */
+            break;
+        }
     }
-    close(fd);
+    if (fd >= 0)
+        close(fd);
+    free(stack.v);
     return rc;
 }
-
 int wk_rmtree(const char *path)
 {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), rc;

@@ -72,13 +72,39 @@ void wk_cgroup_lookup(wk_cgroup *cg, const char *id);
 /* Claims a free uid range: flock on WK_UID_LOCK_DIR/<first uid>.lock, kept
  * while the sandbox lives (the kernel drops it if the worker dies). */
 int wk_slot_acquire(uint32_t uid_base, uint32_t *host_uid, int *lock_fd);
-/* Creates state_dir/sandboxes/<id>/{upper,work,rootfs}, upper/{root,tmp,home,run}
- * owned by host_uid (sandbox root). -EEXIST when the id is in use. */
+/* Creates state_dir/sandboxes/<id>/ (owned by host_uid, the sandbox's root) with its
+ * mount points fs/ and rootfs/. -EEXIST when the id is in use. */
 int wk_sbdir_create(const char *sbdir, uint32_t host_uid, const char **why);
 /* Removes a directory tree without following symlinks, any depth, O(1) fds. */
 int wk_rmtree(const char *path);
 /* Creates path and its missing parents with mode (existing ones untouched). */
 int wk_mkdir_p(const char *path, mode_t mode);
+
+/* Creates the writable layer's directories (upper/{root,tmp,home,run}, work) on the
+ * sandbox's disk open at fsfd, owned by host_uid. */
+int wk_layer_dirs(int fsfd, uint32_t host_uid);
+
+/* ---- jail_disk.c ---- */
+#define WK_DISK_IMAGE "disk.img"      /* in the sandbox's directory */
+#define WK_DISK_MOUNT "fs"            /* its mount point there */
+/* Checks mkfs.ext4 and /dev/loop-control; empties state_dir/images (an earlier run's
+ * images may be half written). */
+int wk_disk_host_init(const char *state_dir, const char **why);
+/* Formats images of this shape into state_dir/images until `want` are ready. Blocking. */
+int wk_disk_pool_fill(const char *state_dir, uint32_t disk_mib, uint64_t inodes, unsigned want);
+/* Puts an image of the shape at sbdir/disk.img (from the pool, else formatted now),
+ * mounts it at sbdir/fs and creates the layer's directories. Blocking. On failure
+ * nothing of it is left. */
+int wk_disk_attach(const char *state_dir, const char *sbdir, uint32_t disk_mib, uint64_t inodes,
+                   uint32_t host_uid, const char **why);
+
+/* ---- jail_teardown.c ---- */
+/* The teardown steps (cgroups, unmount, files), in the calling process: 0 or the
+ * number of the first step that failed. */
+int wk_teardown_run(wk_cgroup *cg, const char *sbdir, int stop_halfway);
+/* The same in a child process `sf-teardown`; *pidfd (close-on-exec) reports its exit,
+ * whose status is wk_teardown_run's result. */
+int wk_teardown_spawn(wk_cgroup *cg, const char *sbdir, int stop_halfway, int *pidfd);
 
 /* ---- jail_seccomp.c ---- */
 /* The deny-list as a BPF program, compiled on first use and kept. */
@@ -114,6 +140,8 @@ struct wk_driver {
     wk_limits defaults;
     uint32_t uid_base;
     uint32_t nofile;
+    uint32_t pool_images;
+    int pool_filling;         /* a pool refill is queued or running */
     int teardown_stop;
     wk_host_res res;
     wk_sandbox *all;          /* every sandbox from create until its teardown ended */
@@ -132,6 +160,8 @@ struct wk_sandbox {
     pid_t pid;
     int pidfd;
     struct event *ev_exit;    /* the init's pidfd, while a kill waits for it */
+    int td_pidfd;             /* the teardown child's pidfd */
+    struct event *ev_td;
     int slot_fd;
     uint32_t host_uid;
     wk_cgroup cg;

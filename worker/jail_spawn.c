@@ -10,7 +10,7 @@
  *                                           layers; becomes root of its userns;
  *                                           unshare(CLONE_NEWCGROUP); overlay
  *                                           (lower = template,
- *                                           upper/work = sandbox dir) on rootfs;
+ *                                           upper/work = the sandbox's disk) on rootfs;
  *                                           /proc, /dev (tmpfs + bound device
  *                                           nodes, devpts, shm), agent bound
  *                                           read-only; hostname; lo up;
@@ -365,8 +365,9 @@ int wk_spawn(const wk_spawn_args *a, pid_t *pid_out, int *pidfd_out, const char 
     memset(&c, 0, sizeof(c));
     for (int i = 0; i < WK_CG_N; i++)
         c.tasks[i] = -1;
-    if (path_join(c.lower, a->lower, NULL) < 0 || path_join(c.upper, a->sbdir, "upper") < 0 ||
-        path_join(c.work, a->sbdir, "work") < 0) {
+    if (path_join(c.lower, a->lower, NULL) < 0 ||
+        path_join(c.upper, a->sbdir, WK_DISK_MOUNT "/upper") < 0 ||
+        path_join(c.work, a->sbdir, WK_DISK_MOUNT "/work") < 0) {
         rc = -ENAMETOOLONG;
         *why = "state_dir is too long; use a shorter path.";
         goto out;

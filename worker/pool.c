@@ -25,6 +25,7 @@ struct wk_pool {
     int stopping;
     int pending;               /* queued + running + done-not-yet-run (loop thread) */
     int nthreads;
+    int want;                  /* threads to start at the first item */
     pthread_t threads[POOL_THREADS_MAX];
     int efd;
     struct event *ev;
@@ -111,9 +112,7 @@ wk_pool *wk_pool_new(struct event_base *base, int nthreads)
         !(p->ev = event_new(base, p->efd, EV_READ | EV_PERSIST, on_wake, p)) ||
         event_add(p->ev, NULL) < 0)
         goto fail;
-    for (; p->nthreads < nthreads; p->nthreads++)
-        if (pthread_create(&p->threads[p->nthreads], NULL, thread_main, p) != 0)
-            goto fail;
+    p->want = nthreads;
     return p;
 fail:
     wk_pool_free(p);
@@ -128,6 +127,15 @@ int wk_pool_run(wk_pool *p, wk_pool_fn work, wk_pool_fn done, void *arg)
 {
     item *it;
 
+    /* Threads start with the first item: until then the process stays single-threaded
+     * (a driver's host_init may need that, e.g. to enter a mount namespace of its own). */
+    for (; p->nthreads < p->want; p->nthreads++)
+        if (pthread_create(&p->threads[p->nthreads], NULL, thread_main, p) != 0) {
+            if (p->nthreads == 0)
+                return -EAGAIN;
+            p->want = p->nthreads;
+            break;
+        }
     if (!(it = calloc(1, sizeof(*it))))
         return -ENOMEM;
     it->work = work;

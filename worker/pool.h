@@ -12,10 +12,12 @@ typedef struct wk_pool wk_pool;
 
 typedef void (*wk_pool_fn)(void *arg);
 
-/* nthreads 1..16. NULL when out of memory or threads cannot start. */
+/* nthreads 1..16, started at the first wk_pool_run (so that the process is still
+ * single-threaded until then). NULL when out of memory. */
 wk_pool *wk_pool_new(struct event_base *base, int nthreads);
 /* Queues work(arg) then done(arg) (either may be NULL); loop thread only (also from
- * a done callback, even during wk_pool_free). 0 or -ENOMEM. */
+ * a done callback, even during wk_pool_free). 0, -ENOMEM, or -EAGAIN when no
+ * thread can start. */
 int wk_pool_run(wk_pool *p, wk_pool_fn work, wk_pool_fn done, void *arg);
 /* Items queued or running and not yet done (loop thread only). */
 int wk_pool_pending(const wk_pool *p);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -238,6 +239,47 @@ static int cgroup_pids(wk_sandbox *sb, pid_t *pids, int max)
     fclose(f);
     return n;
 }
+
+/* The loop device the sandbox's disk is mounted from (from our mountinfo), or "". */
+static void disk_device(const wk_sandbox *sb, char *dev, size_t n)
+{
+    char line[4096], mnt[WK_PATH_MAX + 8];
+    FILE *f = fopen("/proc/self/mountinfo", "r");
+
+    dev[0] = '\0';
+    snprintf(mnt, sizeof(mnt), " %s/fs ", sb->sbdir);
+    while (f && fgets(line, sizeof(line), f)) {
+        char *dash = strstr(line, " - ext4 ");
+        if (!strstr(line, mnt) || !dash)
+            continue;
+        if (sscanf(dash + 8, "%63s", dev) != 1)
+            dev[0] = '\0';
+    }
+    if (f)
+        fclose(f);
+}
+
+/* Whether a loop device still has a backing file whose path contains `needle`. */
+static int loop_backs(const char *dev, const char *needle)
+{
+    char path[128], buf[WK_PATH_MAX] = "";
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/sys/block/%s/loop/backing_file", strrchr(dev, '/') + 1);
+    if (!(f = fopen(path, "r")))
+        return 0;
+    if (!fgets(buf, sizeof(buf), f))
+        buf[0] = '\0';
+    fclose(f);
+    return strstr(buf, needle) != NULL;
+}
+
+/* Polls cond for up to 10 s (the kernel releases a detached loop device by itself). */
+#define WAIT_FOR(cond)                                                                        \
+    do {                                                                                      \
+        for (int w_ = 0; w_ < 1000 && !(cond); w_++)                                          \
+            usleep(10000);                                                                    \
+    } while (0)
 
 /* ---- fixture ------------------------------------------------------------- */
 
@@ -838,6 +880,191 @@ static void test_kill_leaves_nothing_behind(void **state)
     fclose(f);
 }
 
+/* The sandbox's disk is a filesystem of its own: writing past its size or its
+ * inode count fails inside with ENOSPC, and the image file never allocates more
+ * than its size. */
+static void test_disk_and_inode_quota(void **state)
+{
+    wk_limits small = {.disk_mib = 64, .inodes = 4096};
+    char id[64], img[WK_PATH_MAX + 16];
+    wk_sandbox *sb = create_lim(&small, id, sizeof(id));
+    struct stat st;
+    run r;
+
+    sh(sb, "dd if=/dev/zero of=/root/big bs=1M count=100 2>&1; echo rc=$?; df -k / | tail -1", &r);
+    assert_non_null(strstr(r.out, "No space left on device"));
+    assert_non_null(strstr(r.out, "rc=1"));
+    run_free(&r);
+    snprintf(img, sizeof(img), "%s/" WK_DISK_IMAGE, sb->sbdir);
+    assert_int_equal(stat(img, &st), 0);
+    assert_int_equal(st.st_size, 64ll << 20);
+    assert_true((long long)st.st_blocks * 512 <= 64ll << 20);
+    sh(sb, "rm /root/big; mkdir /root/many && cd /root/many && i=0; "
+           "while [ $i -lt 5000 ]; do touch f$i 2>/dev/null || break; i=$((i+1)); done; echo made=$i", &r);
+    {
+        const char *m = strstr(r.out, "made=");
+        if (!m)
+            fail_msg("out=%s err=%s", r.out, r.err);
+        assert_true(atoi(m + 5) < 4096);
+    }
+    run_free(&r);
+    sh(sb, "rm -rf /root/many && echo ok > /root/after && cat /root/after", &r);
+    assert_string_equal(r.out, "ok\n"); /* space comes back */
+    run_free(&r);
+    assert_int_equal(stat(img, &st), 0);
+    assert_true((long long)st.st_blocks * 512 <= 64ll << 20);
+    kill_wait(sb);
+}
+
+/* The teardown runs in a child process: stopped half-way, the worker's loop goes on
+ * serving other sandboxes; continued, it leaves nothing (directory, image, mount,
+ * loop device, cgroups). */
+static void test_teardown_in_a_child_can_be_stopped(void **state)
+{
+    char ida[64], idb[64], dir[WK_PATH_MAX], dev[64], line[256], cg[WK_CG_N][256];
+    wk_sandbox *a = create(ida, sizeof(ida)), *b = create(idb, sizeof(idb));
+    int done = 0;
+    pid_t td = 0;
+    FILE *f;
+    run r;
+
+    sh(a, "mkdir -p /root/t && cd /root/t && for i in $(seq 2000); do mkdir d$i; : > d$i/f; done", &r);
+    run_free(&r);
+    snprintf(dir, sizeof(dir), "%s", a->sbdir);
+    memcpy(cg, a->cg.dir, sizeof(cg));
+    disk_device(a, dev, sizeof(dev));
+    assert_true(dev[0] != '\0');
+    assert_true(loop_backs(dev, ida));
+    drv->teardown_stop = 1; /* read when the teardown starts */
+    ops->kill(a, on_killed, &done);
+    /* the child appears once the pid namespace is gone */
+    for (int i = 0; i < 1000 && !td; i++) {
+        wk_sandbox *s;
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        for (s = drv->all; s && strcmp(s->id, ida) != 0; s = s->next)
+            ;
+        if (s && s->td_pidfd >= 0) {
+            char fdinfo[64];
+            snprintf(fdinfo, sizeof(fdinfo), "/proc/self/fdinfo/%d", s->td_pidfd);
+            f = fopen(fdinfo, "r");
+            while (f && fgets(line, sizeof(line), f))
+                if (!strncmp(line, "Pid:", 4))
+                    td = (pid_t)atoi(line + 4);
+            if (f)
+                fclose(f);
+        }
+        if (!td)
+            usleep(5000);
+    }
+    drv->teardown_stop = 0;
+    assert_true(td > 0);
+    {
+        char statp[64], st[512] = "";
+        snprintf(statp, sizeof(statp), "/proc/%d/stat", (int)td);
+        for (int i = 0; i < 1000; i++) {
+            f = fopen(statp, "r");
+            assert_non_null(f);
+            assert_non_null(fgets(st, sizeof(st), f));
+            fclose(f);
+            if (strstr(st, ") T "))
+                break;
+            usleep(5000);
+        }
+        assert_non_null(strstr(st, "(sf-teardown) T ")); /* stopped half-way */
+    }
+    /* half-way: the cgroups are gone, the disk is not */
+    assert_true(path_exists(dir));
+    for (int c = 0; c < WK_CG_N; c++)
+        if (cg[c][0])
+            assert_false(path_exists(cg[c]));
+    for (int i = 0; i < 3; i++) { /* the loop serves the other sandbox meanwhile */
+        sh(b, "echo served", &r);
+        assert_string_equal(r.out, "served\n");
+        run_free(&r);
+    }
+    assert_int_equal(done, 0);
+    assert_int_equal(kill(td, SIGCONT), 0);
+    while (!done)
+        assert_true(event_base_loop(base, EVLOOP_ONCE) == 0);
+    assert_false(path_exists(dir));
+    WAIT_FOR(!loop_backs(dev, ida));
+    assert_false(loop_backs(dev, ida));
+    f = fopen("/proc/self/mountinfo", "r");
+    assert_non_null(f);
+    while (fgets(line, sizeof(line), f))
+        if (strstr(line, ida))
+            fail_msg("mount left behind: %s", line);
+    fclose(f);
+    kill_wait(b);
+}
+
+/* Formatted disks wait in state_dir/images; a create takes one and the pool refills. */
+static void test_disk_pool_refills(void **state)
+{
+    char dir[128], id[64];
+    wk_sandbox *sb;
+    int ready = 0;
+
+    snprintf(dir, sizeof(dir), "%s/images", state_dir);
+    for (int i = 0; i < 500 && ready < 2; i++) {
+        struct dirent *e;
+        DIR *d = opendir(dir);
+        ready = 0;
+        while (d && (e = readdir(d)))
+            ready += strstr(e->d_name, ".ready-") != NULL;
+        if (d)
+            closedir(d);
+        if (ready < 2) {
+            event_base_loop(base, EVLOOP_NONBLOCK);
+            usleep(10000);
+        }
+    }
+    assert_int_equal(ready, 2);
+    sb = create(id, sizeof(id));
+    kill_wait(sb);
+}
+
+/* wk_rmtree: trees deeper than PATH_MAX go; a file system mounted inside is not
+ * entered. */
+static void test_rmtree_depth_and_mounts(void **state)
+{
+    char root[128], p[WK_PATH_MAX];
+    int fd;
+
+    snprintf(root, sizeof(root), "%s/rmtree", state_dir);
+    assert_int_equal(mkdir(root, 0700), 0);
+    fd = open(root, O_RDONLY | O_DIRECTORY);
+    assert_true(fd >= 0);
+    for (int i = 0; i < 3000; i++) { /* 3000 levels x 3 bytes > PATH_MAX */
+        int next;
+        assert_int_equal(mkdirat(fd, "dd", 0700), 0);
+        next = openat(fd, "dd", O_RDONLY | O_DIRECTORY);
+        assert_true(next >= 0);
+        close(fd);
+        fd = next;
+    }
+    close(fd);
+    assert_int_equal(wk_rmtree(root), 0);
+    assert_false(path_exists(root));
+    /* a mount inside: not emptied, the removal says so */
+    assert_int_equal(mkdir(root, 0700), 0);
+    snprintf(p, sizeof(p), "%s/m", root);
+    assert_int_equal(mkdir(p, 0700), 0);
+    assert_int_equal(mount("tmpfs", p, "tmpfs", 0, "size=1m"), 0);
+    snprintf(p, sizeof(p), "%s/m/keep", root);
+    fd = open(p, O_WRONLY | O_CREAT, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+    {
+        int rc = wk_rmtree(root); /* EBUSY (the mount point) or EXDEV */
+        assert_true(rc == -EBUSY || rc == -EXDEV);
+    }
+    assert_true(path_exists(p));
+    snprintf(p, sizeof(p), "%s/m", root);
+    assert_int_equal(umount2(p, MNT_DETACH), 0);
+    assert_int_equal(wk_rmtree(root), 0);
+}
+
 static void test_create_times(void **state)
 {
     double total = 0, worst = 0;
@@ -943,6 +1170,10 @@ int main(void)
         cmocka_unit_test(test_kill_fails_pending_execs),
         cmocka_unit_test(test_kill_from_inside_a_callback),
         cmocka_unit_test(test_kill_leaves_nothing_behind),
+        cmocka_unit_test(test_disk_and_inode_quota),
+        cmocka_unit_test(test_teardown_in_a_child_can_be_stopped),
+        cmocka_unit_test(test_disk_pool_refills),
+        cmocka_unit_test(test_rmtree_depth_and_mounts),
         cmocka_unit_test(test_create_times),
         cmocka_unit_test(test_host_cleanup_after_a_worker_crash),
     };
