@@ -263,7 +263,7 @@ static void jail_host_fini(wk_driver *d)
     ev = event_new(d->base, -1, EV_PERSIST, on_fini_tick, NULL);
     if (ev)
         event_add(ev, &tick);
-    while (d->n_all > 0 && sf_mono_ms() < deadline && ev) {
+    while ((d->n_all > 0 || d->pool_filling) && sf_mono_ms() < deadline && ev) {
         event_base_loop(d->base, EVLOOP_ONCE);
         for (wk_sandbox *sb = d->all; sb; sb = sb->next)
             if (!sb->killed && sb->bev)
@@ -271,7 +271,7 @@ static void jail_host_fini(wk_driver *d)
     }
     if (ev)
         event_free(ev);
-    if (d->n_all > 0) {
+    if (d->n_all > 0 || d->pool_filling) {
         /* d stays allocated: their late callbacks still reach it */
         sf_warn("msg=\"sandboxes still tearing down at exit; the next start removes them\" "
                 "count=%d", d->n_all);
