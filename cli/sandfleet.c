@@ -4,7 +4,9 @@
  *   sandfleet keys revoke KEY_ID
  *   sandfleet hosts                             worker hosts, heartbeat age, load
  *   sandfleet sandboxes [--team T]              sandboxes of every team (admin view)
+ *   sandfleet secrets ...                       team secrets (cli/secrets.c)
  * Redis and the key-hash secret come from SF_REDIS_URL and SF_AUTH_SECRET_FILE. */
+#include "secrets.h"
 #include "sf_auth.h"
 #include "sf_redis.h"
 #include "sf_util.h"
@@ -19,6 +21,7 @@ static const char usage[] =
     "       sandfleet keys revoke KEY_ID\n"
     "       sandfleet hosts\n"
     "       sandfleet sandboxes [--team TEAM]\n"
+    "       sandfleet secrets create|rotate|list|delete ... (sandfleet secrets --help)\n"
     "environment: SF_REDIS_URL (default redis://127.0.0.1:6379),\n"
     "             SF_AUTH_SECRET_FILE (default /var/lib/sandfleet/auth.key)\n";
 
@@ -206,6 +209,8 @@ int main(int argc, char **argv)
     int ret, is_hosts = argc == 2 && !strcmp(argv[1], "hosts");
     int is_sandboxes = argc >= 2 && !strcmp(argv[1], "sandboxes");
 
+    if (argc >= 2 && !strcmp(argv[1], "secrets"))
+        return cli_secrets(argc - 1, argv + 1);
     if (!is_hosts && !is_sandboxes && (argc < 3 || strcmp(argv[1], "keys") != 0)) {
         int help = argc == 2 && !strcmp(argv[1], "--help");
         fputs(usage, help ? stdout : stderr);

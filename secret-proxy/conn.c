@@ -1,0 +1,1188 @@
+/* One sandbox connection through the proxy.
+ *
+ * Transparent (nftables redirected it; SO_ORIGINAL_DST is where it was going): the first
+ * bytes say what it is. A TLS ClientHello: its SNI must resolve to the original address;
+ * the TLS is terminated (deployment CA) when a secret bound to the sandbox may go to that
+ * name, tunnelled otherwise. An HTTP request: every request's Host must resolve to the
+ * original address. Anything else (or silence for sniff_timeout_ms): plain TCP judged by
+ * the address alone.
+ * Explicit (HTTP_PROXY): absolute-form requests (each judged and routed by its URL, whose
+ * host must equal the Host header) and CONNECT host:port (judged by name, then sniffed like
+ * a transparent connection whose SNI / Host must equal the CONNECT host).
+ *
+ * HTTP requests are parsed (http_parser), judged one by one, and written out again with
+ * placeholders swapped; responses are framed (to know when an upstream may be switched)
+ * and relayed as they came. Each upstream connection is one network-log entry; each
+ * refused request is one more. */
+#include "proxy.h"
+#include "sf_log.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
+#include <http_parser.h>
+#include <linux/netfilter_ipv4.h>
+#include <openssl/err.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define HIGH_WATER (256 * 1024)
+#define SNIFF_MAX (16 * 1024 + 5)
+#define FIFO_MAX 64 /* requests in flight on one connection */
+
+enum { ST_SNIFF, ST_HTTP, ST_TUNNEL, ST_CLOSING };
+
+struct sp_conn {
+    sp_ctx *ctx;
+    sp_sandbox *sb;
+    sp_conn *next, *prev;
+    int explicit_proxy;
+    int state;
+    struct bufferevent *cl, *up;
+    struct event *ev_sniff;
+    struct event *ev_close;   /* terminated TLS: waits for the socket's output to drain */
+    int64_t close_deadline;
+    int shut;
+    sp_rq *rq;
+    /* where the connection goes */
+    uint32_t dst_ip;          /* transparent: original destination; CONNECT: chosen address */
+    int dst_port;
+    int fixed;                /* bound to dst (transparent or CONNECT) */
+    char name[SP_NAME_MAX];   /* SNI / CONNECT host ("" none) */
+    int tls_term;             /* the client side is terminated TLS */
+    /* the current upstream */
+    char up_name[SP_NAME_MAX];
+    uint32_t up_ip;
+    int up_port;
+    int up_connected;
+    /* HTTP */
+    http_parser req, rsp;
+    sp_head head;
+    int in_msg;               /* a request head has been accepted, its body may follow */
+    int head_ready, msg_done; /* set by the parser callbacks (paused) */
+    int awaiting;             /* a decision or upstream switch is under way */
+    char method[24];
+    char path_host[SP_NAME_MAX];
+    int req_port;
+    const char *path;
+    int http_minor, chunked, upgrade, keepalive, client_done;
+    int busy;                 /* inside http_process (no re-entry) */
+    uint32_t want_ip;         /* the judged target of the request being decided */
+    size_t head_left;         /* bytes of the current request head not yet parsed */
+    int deferred;             /* a refusal waits for the responses owed before it */
+    int def_status, def_port;
+    uint32_t def_ip;
+    char def_host[SP_NAME_MAX];
+    const char *def_reason;
+    uint8_t fifo[FIFO_MAX];   /* 1 = HEAD, for each request whose response is owed */
+    int fifo_head, pending;
+    sf_buf out;
+    /* the current log entry */
+    int64_t ts_ms;
+    uint64_t up_b, down_b;
+    int secret, foreign;
+    const char *proto;
+};
+
+static http_parser_settings req_settings, rsp_settings;
+
+static void switch_or_write(sp_conn *c, const char *name, uint32_t ip, int port);
+
+static void conn_free(sp_conn *c);
+static void http_process(sp_conn *c);
+static void tunnel_start(sp_conn *c);
+
+/* ---------- logging ---------- */
+
+static void ip_text(uint32_t ip, char buf[16])
+{
+    struct in_addr a = {htonl(ip)};
+    inet_ntop(AF_INET, &a, buf, 16);
+}
+
+static void log_entry(sp_conn *c, const char *host, uint32_t ip, int port, const char *verdict,
+                      const char *reason, uint64_t up, uint64_t down, int secret)
+{
+    char ipt[16] = "";
+    sf_netlog_entry e = {.ts_ms = c->ts_ms, .host = host, .ip = ipt, .port = port,
+                         .verdict = verdict, .proto = c->proto, .up = up, .down = down,
+                         .secret = secret, .reason = reason};
+
+    if (ip)
+        ip_text(ip, ipt);
+    if (!host || !*host)
+        e.host = ipt;
+    sp_netlog(c->ctx, c->sb->id, &e);
+}
+
+/* Ends the current upstream's entry (if any) and drops the upstream. */
+static void upstream_end(sp_conn *c, const char *verdict, const char *reason)
+{
+    if (!c->up)
+        return;
+    if (!reason && c->foreign)
+        reason = "a placeholder was sent unchanged to a host its secret is not allowed for";
+    log_entry(c, c->up_name, c->up_ip, c->up_port, verdict, reason ? reason : "", c->up_b,
+              c->down_b, c->secret);
+    bufferevent_free(c->up);
+    c->up = NULL;
+    c->up_connected = 0;
+    c->up_b = c->down_b = 0;
+    c->secret = c->foreign = 0;
+    c->ts_ms = sf_now_ms();
+}
+
+/* ---------- closing ---------- */
+
+static void on_closing_event(struct bufferevent *bev, short what, void *arg);
+
+static void on_discard(struct bufferevent *bev, void *arg)
+{
+    evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+}
+
+/* The answer is out: half-close and read until the client closes (2 s at most), so that
+ * unread request bytes do not turn our FIN into a reset that destroys the answer. */
+static void on_flushed(struct bufferevent *bev, void *arg)
+{
+    sp_conn *c = arg;
+
+    if (evbuffer_get_length(bufferevent_get_output(bev)) != 0)
+        return;
+    shutdown(bufferevent_getfd(bev), SHUT_WR);
+    on_discard(bev, c);
+    bufferevent_setcb(bev, on_discard, NULL, on_closing_event, c);
+    bufferevent_set_timeouts(bev, &(struct timeval){2, 0}, NULL);
+    bufferevent_enable(bev, EV_READ);
+}
+
+static void on_closing_event(struct bufferevent *bev, short what, void *arg)
+{
+    conn_free(arg);
+}
+
+static size_t client_queued(sp_conn *c)
+{
+    struct bufferevent *u = bufferevent_get_underlying(c->cl);
+
+    return evbuffer_get_length(bufferevent_get_output(c->cl)) +
+           (u ? evbuffer_get_length(bufferevent_get_output(u)) : 0);
+}
+
+/* Terminated TLS: once the socket's output is empty, half-close and discard what the
+ * sandbox still sends until it closes (as on_flushed does for plain connections). */
+static void on_close_poll(evutil_socket_t unused, short what, void *arg)
+{
+    sp_conn *c = arg;
+    struct bufferevent *u = bufferevent_get_underlying(c->cl);
+    int fd = bufferevent_getfd(u ? u : c->cl);
+    char buf[4096];
+    ssize_t n;
+
+    if (!c->shut) {
+        if (client_queued(c) > 0 && sf_mono_ms() < c->close_deadline)
+            return;
+        shutdown(fd, SHUT_WR);
+        c->shut = 1;
+        c->close_deadline = sf_mono_ms() + 2000;
+    }
+    while ((n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0)
+        ;
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) || sf_mono_ms() > c->close_deadline)
+        conn_free(c);
+}
+
+/* Sends what is queued to the client, then closes. */
+static void close_after_flush(sp_conn *c)
+{
+    upstream_end(c, "allowed", NULL);
+    c->state = ST_CLOSING;
+    if (c->ev_sniff)
+        event_del(c->ev_sniff);
+    sp_resolve_cancel(c->rq);
+    c->rq = NULL;
+    if (client_queued(c) == 0) {
+        conn_free(c);
+        return;
+    }
+    bufferevent_disable(c->cl, EV_READ);
+    if (c->tls_term) { /* the filter hands its bytes on at once: watch the socket's side */
+        c->close_deadline = sf_mono_ms() + 10000;
+        bufferevent_setcb(c->cl, NULL, NULL, on_closing_event, c);
+        if ((c->ev_close = event_new(c->ctx->d.base, -1, EV_PERSIST, on_close_poll, c)))
+            event_add(c->ev_close, &(struct timeval){0, 5000});
+        else
+            conn_free(c);
+        return;
+    }
+    bufferevent_setwatermark(c->cl, EV_WRITE, 0, 0);
+    bufferevent_setcb(c->cl, NULL, on_flushed, on_closing_event, c);
+    bufferevent_set_timeouts(c->cl, NULL, &(struct timeval){10, 0});
+}
+
+static void refuse(sp_conn *c, int status, const char *host, uint32_t ip, int port,
+                   const char *reason)
+{
+    char body[600];
+
+    if (c->state == ST_HTTP && c->pending > 0 && c->up && !c->deferred) {
+        /* pipelined behind requests still being answered: answer in order */
+        if (status != 502)
+            log_entry(c, host, ip, port, "blocked", reason, 0, 0, 0);
+        c->deferred = 1;
+        c->def_status = status;
+        c->def_ip = ip;
+        c->def_port = port;
+        c->def_reason = reason;
+        snprintf(c->def_host, sizeof(c->def_host), "%s", host ? host : "");
+        c->awaiting = 1;
+        return;
+    }
+    const char *st = status == 403 ? "Forbidden" : status == 400 ? "Bad Request"
+                   : status == 431 ? "Request Header Fields Too Large"
+                   : status == 502 ? "Bad Gateway" : "Service Unavailable";
+    int n;
+
+    if (status == 403) {
+        char ipt[16] = "";
+        if (ip)
+            ip_text(ip, ipt);
+        n = snprintf(body, sizeof(body), "sandfleet: egress to %s:%d is not allowed for this "
+                     "sandbox (%s); add the host to allow_out with sandbox_update if it should "
+                     "be reachable.\n", host && *host ? host : ipt, port, reason);
+        if (!c->deferred)
+            log_entry(c, host, ip, port, "blocked", reason, 0, 0, 0);
+    } else {
+        n = snprintf(body, sizeof(body), "sandfleet: the proxy refused this request: %s.\n",
+                     reason);
+        if (status != 502 && !c->deferred)
+            log_entry(c, host, ip, port, "blocked", reason, 0, 0, 0);
+    }
+    if (n >= (int)sizeof(body))
+        n = (int)sizeof(body) - 1;
+    if (c->state != ST_SNIFF || c->explicit_proxy)
+        evbuffer_add_printf(bufferevent_get_output(c->cl),
+                            "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d"
+                            "\r\nConnection: close\r\nX-Sandfleet-Proxy: refused\r\n\r\n%s",
+                            status, st, n, body);
+    close_after_flush(c);
+}
+
+/* Blocks a connection that never spoke HTTP (TLS, raw TCP): logged, closed. */
+static void block_silent(sp_conn *c, const char *host, uint32_t ip, int port, const char *reason)
+{
+    log_entry(c, host, ip, port, "blocked", reason, 0, 0, 0);
+    evbuffer_drain(bufferevent_get_input(c->cl), evbuffer_get_length(bufferevent_get_input(c->cl)));
+    close_after_flush(c);
+}
+
+/* ---------- relaying with back-pressure ---------- */
+
+static void on_drained(struct bufferevent *bev, void *arg);
+
+/* Moved data into dst's output: stop reading src while dst is backed up. */
+static void pressure(sp_conn *c, struct bufferevent *src, struct bufferevent *dst)
+{
+    if (evbuffer_get_length(bufferevent_get_output(dst)) >= HIGH_WATER) {
+        bufferevent_disable(src, EV_READ);
+        bufferevent_setwatermark(dst, EV_WRITE, HIGH_WATER / 2, HIGH_WATER);
+    }
+}
+
+static void on_drained(struct bufferevent *bev, void *arg)
+{
+    sp_conn *c = arg;
+    struct bufferevent *src = bev == c->cl ? c->up : c->cl;
+
+    if (c->state == ST_CLOSING)
+        return;
+    bufferevent_setwatermark(bev, EV_WRITE, 0, 0);
+    if (src && !(c->state == ST_HTTP && src == c->cl && c->awaiting))
+        bufferevent_enable(src, EV_READ);
+}
+
+/* ---------- upstream ---------- */
+
+static void on_up_read(struct bufferevent *bev, void *arg);
+static void on_up_event(struct bufferevent *bev, short what, void *arg);
+
+static int upstream_open(sp_conn *c, const char *name, uint32_t ip, int port, int tls)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(ip)};
+    struct event_base *base = c->ctx->d.base;
+    struct timeval ct = {c->ctx->cfg.proxy_connect_timeout_ms / 1000,
+                         (c->ctx->cfg.proxy_connect_timeout_ms % 1000) * 1000};
+
+    snprintf(c->up_name, sizeof(c->up_name), "%s", name ? name : "");
+    c->up_ip = ip;
+    c->up_port = port;
+    c->up_connected = 0;
+    if (tls) {
+        SSL *ssl = sp_tls_client(c->ctx->tls, name);
+        if (!ssl)
+            return -ENOMEM;
+        c->up = bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
+                                               BEV_OPT_CLOSE_ON_FREE);
+    } else {
+        c->up = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+    }
+    if (!c->up)
+        return -ENOMEM;
+    http_parser_init(&c->rsp, HTTP_RESPONSE);
+    c->rsp.data = c;
+    bufferevent_setcb(c->up, on_up_read, on_drained, on_up_event, c);
+    bufferevent_set_timeouts(c->up, NULL, &ct);
+    if (bufferevent_socket_connect(c->up, (struct sockaddr *)&a, sizeof(a)) < 0) {
+        bufferevent_free(c->up);
+        c->up = NULL;
+        return -ECONNREFUSED;
+    }
+    bufferevent_enable(c->up, EV_READ | EV_WRITE);
+    return 0;
+}
+
+static void set_idle(sp_conn *c, struct bufferevent *bev)
+{
+    struct timeval t = {c->ctx->cfg.proxy_idle_timeout_ms / 1000,
+                        (c->ctx->cfg.proxy_idle_timeout_ms % 1000) * 1000};
+    bufferevent_set_timeouts(bev, &t, &t);
+}
+
+static const char *ssl_reason(struct bufferevent *bev)
+{
+    unsigned long e = bufferevent_get_openssl_error(bev);
+    static char buf[160];
+
+    if (!e)
+        return NULL;
+    snprintf(buf, sizeof(buf), "TLS: %s", ERR_reason_error_string(e) ? ERR_reason_error_string(e)
+                                                                       : "handshake failed");
+    return buf;
+}
+
+static void on_up_event(struct bufferevent *bev, short what, void *arg)
+{
+    sp_conn *c = arg;
+
+    if (what & BEV_EVENT_CONNECTED) {
+        c->up_connected = 1;
+        set_idle(c, bev);
+        return;
+    }
+    if (!c->up_connected) { /* connect or upstream TLS handshake failed */
+        const char *why = (what & BEV_EVENT_TIMEOUT) ? "connection timed out"
+                        : ssl_reason(bev) ? ssl_reason(bev) : "connection refused";
+        upstream_end(c, "failed", why);
+        if (c->state == ST_HTTP)
+            refuse(c, 502, c->up_name, c->up_ip, c->up_port, why);
+        else
+            close_after_flush(c);
+        return;
+    }
+    if (c->state == ST_HTTP && (what & BEV_EVENT_EOF)) {
+        if (evbuffer_get_length(bufferevent_get_input(bev))) {
+            on_up_read(bev, c);
+            if (c->up != bev)
+                return;
+        }
+        http_parser_execute(&c->rsp, &rsp_settings, NULL, 0); /* ends read-until-close */
+        if (HTTP_PARSER_ERRNO(&c->rsp) == HPE_PAUSED)
+            http_parser_pause(&c->rsp, 0);
+    }
+    upstream_end(c, "allowed", NULL);
+    if (c->state == ST_HTTP && c->pending == 0 && c->deferred)
+        refuse(c, c->def_status, c->def_host, c->def_ip, c->def_port, c->def_reason);
+    else if (c->state != ST_HTTP || c->pending > 0 || c->client_done)
+        close_after_flush(c);
+    else if (c->awaiting && !c->rq && c->want_ip)
+        switch_or_write(c, c->path_host, c->want_ip, c->req_port);
+}
+
+/* ---------- client side ---------- */
+
+static void on_cl_read(struct bufferevent *bev, void *arg);
+
+static void on_cl_event(struct bufferevent *bev, short what, void *arg)
+{
+    sp_conn *c = arg;
+
+    if (what & BEV_EVENT_EOF) {
+        if (c->state == ST_TUNNEL && c->up) {
+            /* half-close: let the upstream answer what it has; closed when it ends */
+            bufferevent_disable(c->cl, EV_READ);
+            c->client_done = 1;
+            if (c->up_connected)
+                shutdown(bufferevent_getfd(c->up), SHUT_WR);
+            return;
+        }
+        if (c->state == ST_HTTP && c->pending > 0) {
+            c->client_done = 1;
+            bufferevent_disable(c->cl, EV_READ);
+            return;
+        }
+    }
+    conn_free(c);
+}
+
+static void on_sniff_timeout(evutil_socket_t fd, short what, void *arg);
+
+void sp_conn_accept(sp_sandbox *sb, evutil_socket_t fd, int explicit_proxy)
+{
+    sp_ctx *ctx = sb->ctx;
+    sp_conn *c;
+    struct sockaddr_in dst;
+    socklen_t dl = sizeof(dst);
+
+    if (sb->dead || sb->conns_n >= ctx->cfg.proxy_max_conns || !(c = calloc(1, sizeof(*c)))) {
+        sf_warn("msg=\"connection refused: too many\" sandbox=%s conns=%d", sb->id, sb->conns_n);
+        close(fd);
+        return;
+    }
+    if (!explicit_proxy) {
+        if (getsockopt(fd, SOL_IP, SO_ORIGINAL_DST, &dst, &dl) < 0) {
+            free(c);
+            close(fd);
+            return;
+        }
+        c->dst_ip = ntohl(dst.sin_addr.s_addr);
+        c->dst_port = ntohs(dst.sin_port);
+        c->fixed = 1;
+    }
+    c->ctx = ctx;
+    c->sb = sp_sandbox_ref(sb);
+    c->explicit_proxy = explicit_proxy;
+    c->ts_ms = sf_now_ms();
+    c->proto = "tcp";
+    sp_head_init(&c->head);
+    sf_buf_init(&c->out, SP_HEAD_MAX * 2);
+    c->next = sb->conns;
+    if (sb->conns)
+        sb->conns->prev = c;
+    sb->conns = c;
+    sb->conns_n++;
+    if (!(c->cl = bufferevent_socket_new(ctx->d.base, fd, BEV_OPT_CLOSE_ON_FREE))) {
+        close(fd);
+        conn_free(c);
+        return;
+    }
+    bufferevent_setcb(c->cl, on_cl_read, on_drained, on_cl_event, c);
+    set_idle(c, c->cl);
+    if (explicit_proxy) {
+        c->state = ST_HTTP;
+        c->proto = "http";
+        http_parser_init(&c->req, HTTP_REQUEST);
+        c->req.data = c;
+    } else {
+        struct timeval t = {ctx->cfg.proxy_sniff_timeout_ms / 1000,
+                            (ctx->cfg.proxy_sniff_timeout_ms % 1000) * 1000};
+        c->state = ST_SNIFF;
+        if ((c->ev_sniff = evtimer_new(ctx->d.base, on_sniff_timeout, c)))
+            evtimer_add(c->ev_sniff, &t);
+    }
+    bufferevent_enable(c->cl, EV_READ | EV_WRITE);
+}
+
+static void conn_free(sp_conn *c)
+{
+    sp_sandbox *sb = c->sb;
+
+    if (c->up)
+        upstream_end(c, "allowed", NULL);
+    sp_resolve_cancel(c->rq);
+    if (c->ev_sniff)
+        event_free(c->ev_sniff);
+    if (c->ev_close)
+        event_free(c->ev_close);
+    if (c->cl)
+        bufferevent_free(c->cl);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        sb->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    sb->conns_n--;
+    sp_head_fini(&c->head);
+    sf_buf_fini(&c->out);
+    free(c);
+    sp_sandbox_unref(sb);
+}
+
+void sp_conn_close_all(sp_sandbox *sb)
+{
+    while (sb->conns)
+        conn_free(sb->conns);
+}
+
+/* ---------- tunnels ---------- */
+
+static void tunnel_start(sp_conn *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->cl);
+
+    c->state = ST_TUNNEL;
+    if (evbuffer_get_length(in)) {
+        c->up_b += evbuffer_get_length(in);
+        evbuffer_add_buffer(bufferevent_get_output(c->up), in);
+    }
+    bufferevent_enable(c->cl, EV_READ);
+}
+
+/* Connects to dst and tunnels (the sniffed bytes go first). */
+static void tunnel_to(sp_conn *c, const char *name, uint32_t ip, int port)
+{
+    if (upstream_open(c, name, ip, port, 0) < 0) {
+        log_entry(c, name, ip, port, "failed", "cannot connect", 0, 0, 0);
+        close_after_flush(c);
+        return;
+    }
+    tunnel_start(c);
+}
+
+/* ---------- TLS: terminate or tunnel ---------- */
+
+static void on_term_event(struct bufferevent *bev, short what, void *arg)
+{
+    sp_conn *c = arg;
+
+    if (what & BEV_EVENT_CONNECTED)
+        return; /* the sandbox accepted our certificate */
+    if (!(what & BEV_EVENT_EOF) && c->state == ST_HTTP && !c->in_msg && !c->pending) {
+        const char *why = ssl_reason(bev);
+        log_entry(c, c->name, c->dst_ip, c->dst_port, "failed",
+                  why ? why : "TLS handshake with the sandbox failed", 0, 0, 0);
+    }
+    on_cl_event(bev, what, arg);
+}
+
+/* Terminates the client's TLS with a certificate for c->name; HTTP follows. */
+static void terminate(sp_conn *c)
+{
+    SSL *ssl = sp_tls_server(c->ctx->tls, c->name);
+    struct bufferevent *f;
+
+    if (!ssl || !(f = bufferevent_openssl_filter_new(c->ctx->d.base, c->cl, ssl,
+                                                     BUFFEREVENT_SSL_ACCEPTING,
+                                                     BEV_OPT_CLOSE_ON_FREE))) {
+        if (ssl)
+            SSL_free(ssl);
+        log_entry(c, c->name, c->dst_ip, c->dst_port, "failed", "cannot mint a certificate", 0,
+                  0, 0);
+        close_after_flush(c);
+        return;
+    }
+    c->cl = f; /* the filter owns the socket's bufferevent now */
+    c->tls_term = 1;
+    c->state = ST_HTTP;
+    c->proto = "https";
+    http_parser_init(&c->req, HTTP_REQUEST);
+    c->req.data = c;
+    bufferevent_setcb(f, on_cl_read, on_drained, on_term_event, c);
+    set_idle(c, f);
+    bufferevent_enable(f, EV_READ | EV_WRITE);
+}
+
+/* The connection's name and address are settled and allowed: TLS goes on. */
+static void tls_allowed(sp_conn *c)
+{
+    if (c->name[0] && c->ctx->tls && sp_sandbox_has_secret_for(c->sb, c->name))
+        terminate(c);
+    else
+        tunnel_to(c, c->name, c->dst_ip, c->dst_port);
+}
+
+static void on_sni_resolved(void *arg, const sp_addrs *a)
+{
+    sp_conn *c = arg;
+    const char *reason;
+
+    c->rq = NULL;
+    if (!sp_addrs_has(a, c->dst_ip)) {
+        block_silent(c, c->name, c->dst_ip, c->dst_port,
+                     a->err ? "the TLS server name does not resolve"
+                            : "the TLS server name does not match the destination address");
+        return;
+    }
+    if (!sp_decide(&c->ctx->policy, c->sb->rules, c->name, c->dst_ip, &reason)) {
+        block_silent(c, c->name, c->dst_ip, c->dst_port, reason);
+        return;
+    }
+    tls_allowed(c);
+}
+
+static void sniffed_tls(sp_conn *c, const char *sni)
+{
+    const char *reason;
+
+    c->proto = "tls";
+    if (c->explicit_proxy) { /* after CONNECT: c->name is the CONNECT host, already allowed */
+        if (*sni && strcasecmp(sni, c->name) != 0) {
+            block_silent(c, sni, c->dst_ip, c->dst_port,
+                         "the TLS server name does not match the CONNECT host");
+            return;
+        }
+        tls_allowed(c);
+        return;
+    }
+    if (!*sni) {
+        if (!sp_decide(&c->ctx->policy, c->sb->rules, NULL, c->dst_ip, &reason)) {
+            block_silent(c, NULL, c->dst_ip, c->dst_port, reason);
+            return;
+        }
+        tunnel_to(c, NULL, c->dst_ip, c->dst_port);
+        return;
+    }
+    snprintf(c->name, sizeof(c->name), "%s", sni);
+    c->rq = sp_resolve(c->ctx->resolver, c->name, on_sni_resolved, c);
+}
+
+static void sniffed_raw(sp_conn *c)
+{
+    const char *reason;
+
+    c->proto = "tcp";
+    if (c->explicit_proxy) { /* after CONNECT: judged by name already */
+        tunnel_to(c, c->name, c->dst_ip, c->dst_port);
+        return;
+    }
+    if (!sp_decide(&c->ctx->policy, c->sb->rules, NULL, c->dst_ip, &reason)) {
+        block_silent(c, NULL, c->dst_ip, c->dst_port, reason);
+        return;
+    }
+    tunnel_to(c, NULL, c->dst_ip, c->dst_port);
+}
+
+static void on_sniff_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    sp_conn *c = arg;
+
+    if (c->state == ST_SNIFF && !c->rq)
+        sniffed_raw(c); /* a protocol where the server speaks first */
+}
+
+static int looks_http(const unsigned char *p, size_t n)
+{
+    size_t i = 0;
+
+    while (i < n && i < 16 && p[i] >= 'A' && p[i] <= 'Z')
+        i++;
+    return i > 0 && (i == n || (i < n && p[i] == ' '));
+}
+
+static void sniff(sp_conn *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->cl);
+    size_t n = evbuffer_get_length(in);
+    unsigned char *p;
+    char sni[SP_NAME_MAX];
+    int rc;
+
+    if (n == 0 || c->rq)
+        return;
+    p = evbuffer_pullup(in, (ev_ssize_t)(n < SNIFF_MAX ? n : SNIFF_MAX));
+    if (p[0] == 0x16) {
+        rc = sp_tls_sni(p, n < SNIFF_MAX ? n : SNIFF_MAX, sni);
+        if (rc == -EAGAIN && n < SNIFF_MAX)
+            return;
+        event_del(c->ev_sniff);
+        if (rc == 0) {
+            sniffed_tls(c, sni);
+            return;
+        }
+    } else if (looks_http(p, n < 16 ? n : 16)) {
+        if (n < 17 && !memchr(p, ' ', n))
+            return; /* wait for the whole method */
+        event_del(c->ev_sniff);
+        c->state = ST_HTTP;
+        c->proto = "http";
+        http_parser_init(&c->req, HTTP_REQUEST);
+        c->req.data = c;
+        http_process(c);
+        return;
+    }
+    event_del(c->ev_sniff);
+    sniffed_raw(c);
+}
+
+static void on_cl_read(struct bufferevent *bev, void *arg)
+{
+    sp_conn *c = arg;
+
+    switch (c->state) {
+    case ST_SNIFF:
+        sniff(c);
+        break;
+    case ST_HTTP:
+        http_process(c);
+        break;
+    case ST_TUNNEL:
+        if (c->up) {
+            c->up_b += evbuffer_get_length(bufferevent_get_input(bev));
+            evbuffer_add_buffer(bufferevent_get_output(c->up), bufferevent_get_input(bev));
+            pressure(c, c->cl, c->up);
+        }
+        break;
+    default:
+        evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+    }
+}
+
+/* A response is complete. 1 when the upstream (or the connection) went away. */
+static int after_response(sp_conn *c)
+{
+    if (c->pending > 0)
+        return 0;
+    if (c->deferred) {
+        refuse(c, c->def_status, c->def_host, c->def_ip, c->def_port, c->def_reason);
+        return 1;
+    }
+    if (c->client_done) {
+        close_after_flush(c);
+        return 1;
+    }
+    if (c->awaiting && !c->rq && c->want_ip) { /* an upstream switch was waiting */
+        switch_or_write(c, c->path_host, c->want_ip, c->req_port);
+        return 1;
+    }
+    bufferevent_enable(c->cl, EV_READ);
+    if (!c->busy && !c->awaiting)
+        http_process(c);
+    return c->state != ST_HTTP;
+}
+
+static void on_up_read(struct bufferevent *bev, void *arg)
+{
+    sp_conn *c = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+
+    if (c->state == ST_TUNNEL || c->state == ST_SNIFF) {
+        c->down_b += evbuffer_get_length(in);
+        evbuffer_add_buffer(bufferevent_get_output(c->cl), in);
+        pressure(c, c->up, c->cl);
+        return;
+    }
+    if (c->state != ST_HTTP)
+        return;
+    /* HTTP: frame the responses, relay the bytes as they are */
+    while (evbuffer_get_length(in) && c->up == bev) {
+        struct evbuffer_iovec v;
+        size_t used;
+        if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
+            break;
+        used = http_parser_execute(&c->rsp, &rsp_settings, v.iov_base, v.iov_len);
+        c->down_b += used;
+        evbuffer_remove_buffer(in, bufferevent_get_output(c->cl), used);
+        if (HTTP_PARSER_ERRNO(&c->rsp) != HPE_OK) {
+            if (HTTP_PARSER_ERRNO(&c->rsp) == HPE_PAUSED) {
+                http_parser_pause(&c->rsp, 0);
+                if (after_response(c))
+                    return;
+                continue;
+            }
+            /* the upstream broke HTTP (or spoke after "Connection: close"): stop here */
+            evbuffer_drain(in, evbuffer_get_length(in));
+            upstream_end(c, "allowed", NULL);
+            close_after_flush(c);
+            return;
+        }
+    }
+    if (c->state == ST_HTTP && c->up)
+        pressure(c, c->up, c->cl);
+}
+
+/* ---------- HTTP requests ---------- */
+
+static void http_bad(sp_conn *c, int status, const char *why)
+{
+    refuse(c, status, c->path_host, 0, c->req_port, why);
+}
+
+static void write_head(sp_conn *c);
+static void decide_request(sp_conn *c);
+static void connect_established(sp_conn *c);
+
+static void switch_or_write(sp_conn *c, const char *name, uint32_t ip, int port)
+{
+    if (c->up && (c->up_ip != ip || c->up_port != port || strcmp(c->up_name, name))) {
+        if (c->pending > 0)
+            return; /* resumed when the last owed response is complete */
+        upstream_end(c, "allowed", NULL);
+    }
+    if (!c->up && upstream_open(c, name, ip, port, c->tls_term) < 0) {
+        refuse(c, 502, name, ip, port, "cannot connect to the upstream");
+        return;
+    }
+    write_head(c);
+}
+
+static void on_req_resolved(void *arg, const sp_addrs *a)
+{
+    sp_conn *c = arg;
+    const char *host = c->path_host, *reason = "no such name";
+    uint32_t ip = 0;
+    int ok = 0;
+
+    c->rq = NULL;
+    if (c->fixed) {
+        /* the destination is settled: the name must resolve to it */
+        if (!sp_addrs_has(a, c->dst_ip)) {
+            refuse(c, 403, host, c->dst_ip, c->req_port,
+                   a->err ? "the Host header does not resolve"
+                          : "the Host header does not match the destination address");
+            return;
+        }
+        ip = c->dst_ip;
+        ok = sp_decide(&c->ctx->policy, c->sb->rules, host, ip, &reason);
+    } else {
+        for (int i = 0; i < a->n && !ok; i++) {
+            ip = a->ip[i];
+            ok = sp_decide(&c->ctx->policy, c->sb->rules, host, ip, &reason);
+        }
+        if (a->n == 0) {
+            const char *why = a->err == -EAGAIN ? "the name could not be resolved; retry"
+                                                : "the name does not resolve";
+            log_entry(c, host, 0, c->req_port, "failed", why, 0, 0, 0);
+            refuse(c, 502, host, 0, c->req_port, why);
+            return;
+        }
+    }
+    if (!ok) {
+        refuse(c, 403, host, ip, c->req_port, reason);
+        return;
+    }
+    if (!strcmp(c->method, "CONNECT")) {
+        c->dst_ip = ip;
+        connect_established(c);
+        return;
+    }
+    c->want_ip = ip;
+    switch_or_write(c, host, ip, c->req_port);
+}
+
+static void write_head(sp_conn *c)
+{
+    int injected = 0, foreign = 0;
+
+    sf_buf_reset(&c->out);
+    if (sp_head_write(&c->out, c->method, c->path, c->http_minor, &c->head, c->sb, c->path_host,
+                      &injected, &foreign) < 0) {
+        http_bad(c, 431, "the request head is too large");
+        return;
+    }
+    if (foreign && c->ctx->cfg.proxy_refuse_unmatched) {
+        sodium_memzero(c->out.p, c->out.len);
+        refuse(c, 403, c->path_host, c->up_ip, c->req_port,
+               "the request carries a secret placeholder for a host that secret is not "
+               "allowed for");
+        return;
+    }
+    if (foreign)
+        sf_info("msg=\"placeholder sent unchanged to a host its secret is not allowed for\" "
+                "sandbox=%s host=%s", c->sb->id, c->path_host);
+    c->secret |= injected > 0;
+    c->foreign |= foreign > 0;
+    c->up_b += c->out.len;
+    bufferevent_write(c->up, c->out.p, c->out.len);
+    if (injected)
+        sodium_memzero(c->out.p, c->out.len);
+    c->fifo[(c->fifo_head + c->pending) % FIFO_MAX] = !strcmp(c->method, "HEAD");
+    c->pending++;
+    c->awaiting = 0;
+    c->want_ip = 0;
+    if (c->upgrade) { /* WebSocket and friends: bytes both ways from here on */
+        evbuffer_drain(bufferevent_get_input(c->cl), c->head_left);
+        c->head_left = 0;
+        tunnel_start(c);
+        return;
+    }
+    http_parser_pause(&c->req, 0);
+    if (!c->busy)
+        http_process(c);
+}
+
+/* A whole request head is parsed: work out where it goes. */
+static void decide_request(sp_conn *c)
+{
+    const char *host_hdr = sp_head_get(&c->head, "host"), *te;
+    const char *url = c->head.url.p ? c->head.url.p : "";
+    char hh[SP_NAME_MAX];
+    int hp = 0, def_port = c->fixed ? c->dst_port : 80;
+
+    c->awaiting = 1;
+    c->req_port = def_port;
+    snprintf(c->path_host, sizeof(c->path_host), "%s", c->name);
+    if ((te = sp_head_get(&c->head, "transfer-encoding")) &&
+        (strcasecmp(te, "chunked") || sp_head_get(&c->head, "content-length"))) {
+        http_bad(c, 400, "only 'Transfer-Encoding: chunked', without Content-Length, is "
+                         "accepted");
+        return;
+    }
+    if (!strcmp(c->method, "CONNECT")) {
+        if (!c->explicit_proxy || c->fixed ||
+            sp_hostport(url, strlen(url), c->path_host, &c->req_port, 443) < 0) {
+            http_bad(c, 400, "CONNECT takes host:port and only on the proxy port");
+            return;
+        }
+        c->proto = "tls";
+        c->rq = sp_resolve(c->ctx->resolver, c->path_host, on_req_resolved, c);
+        return;
+    }
+    if (!strncasecmp(url, "http://", 7)) {
+        if (sp_url_split(url, c->path_host, &c->req_port, &c->path) < 0) {
+            http_bad(c, 400, "the request URL is not a valid http:// URL");
+            return;
+        }
+        if (c->fixed && (strcasecmp(c->path_host, c->name[0] ? c->name : c->path_host) ||
+                         c->req_port != def_port)) {
+            refuse(c, 403, c->path_host, c->dst_ip, c->req_port,
+                   "the request URL does not match the connection's destination");
+            return;
+        }
+    } else if (c->explicit_proxy && !c->fixed) {
+        http_bad(c, 400, "requests to the proxy need an absolute http:// URL (use HTTP_PROXY) "
+                         "or CONNECT");
+        return;
+    } else if (url[0] != '/' && strcmp(url, "*")) {
+        http_bad(c, 400, "the request target must start with /");
+        return;
+    } else {
+        c->path = url;
+        if (!host_hdr || sp_hostport(host_hdr, strlen(host_hdr), c->path_host, &c->req_port,
+                                     def_port) < 0) {
+            http_bad(c, 400, "a valid Host header is required");
+            return;
+        }
+        host_hdr = NULL; /* it named the target itself */
+    }
+    if (host_hdr) {
+        if (sp_hostport(host_hdr, strlen(host_hdr), hh, &hp, c->req_port) < 0 ||
+            strcmp(hh, c->path_host) || hp != c->req_port) {
+            refuse(c, 403, c->path_host, 0, c->req_port,
+                   "the Host header does not match the request URL");
+            return;
+        }
+    }
+    if (c->fixed && c->name[0] && strcmp(c->path_host, c->name)) {
+        refuse(c, 403, c->path_host, c->dst_ip, c->req_port,
+               c->tls_term ? "the Host header does not match the TLS server name"
+                           : "the Host header does not match the CONNECT host");
+        return;
+    }
+    if (c->fixed && c->req_port != c->dst_port) {
+        refuse(c, 403, c->path_host, c->dst_ip, c->req_port,
+               "the Host header's port does not match the destination port");
+        return;
+    }
+    c->rq = sp_resolve(c->ctx->resolver, c->path_host, on_req_resolved, c);
+}
+
+/* After CONNECT was judged: answer 200 and sniff what the sandbox sends. */
+static void connect_established(sp_conn *c)
+{
+    evbuffer_drain(bufferevent_get_input(c->cl), c->head_left); /* the head's last byte */
+    c->head_left = 0;
+    evbuffer_add_printf(bufferevent_get_output(c->cl),
+                        "HTTP/1.1 200 Connection established\r\n\r\n");
+    c->state = ST_SNIFF;
+    c->fixed = 1;
+    c->awaiting = 0;
+    snprintf(c->name, sizeof(c->name), "%s", c->path_host);
+    c->dst_port = c->req_port;
+    if (c->ev_sniff || (c->ev_sniff = evtimer_new(c->ctx->d.base, on_sniff_timeout, c))) {
+        struct timeval t = {c->ctx->cfg.proxy_sniff_timeout_ms / 1000,
+                            (c->ctx->cfg.proxy_sniff_timeout_ms % 1000) * 1000};
+        evtimer_add(c->ev_sniff, &t);
+    }
+    sniff(c);
+}
+
+static void http_process_loop(sp_conn *c);
+
+static void http_process(sp_conn *c)
+{
+    c->busy = 1;
+    http_process_loop(c);
+    if (c->state == ST_HTTP) {
+        c->busy = 0;
+        if (c->up)
+            pressure(c, c->cl, c->up);
+    }
+}
+
+static void http_process_loop(sp_conn *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->cl);
+
+    while (c->state == ST_HTTP && !c->awaiting && !c->client_done && evbuffer_get_length(in)) {
+        struct evbuffer_iovec v;
+        size_t used;
+        if (!c->in_msg) {
+            struct evbuffer_ptr end = evbuffer_search(in, "\r\n\r\n", 4, NULL);
+            size_t hl;
+            const char *why;
+            if (end.pos < 0) {
+                if (evbuffer_get_length(in) > SP_HEAD_MAX)
+                    http_bad(c, 431, "the request head is larger than 32 KiB");
+                return;
+            }
+            hl = (size_t)end.pos + 4;
+            if (hl > SP_HEAD_MAX) {
+                http_bad(c, 431, "the request head is larger than 32 KiB");
+                return;
+            }
+            if (sp_head_prescan((const char *)evbuffer_pullup(in, (ev_ssize_t)hl), hl, &why) <
+                0) {
+                http_bad(c, 400, why);
+                return;
+            }
+            if (c->pending >= FIFO_MAX) {
+                bufferevent_disable(c->cl, EV_READ); /* resumed as responses complete */
+                return;
+            }
+            c->in_msg = 1;
+            c->head_left = hl;
+        }
+        if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
+            return;
+        used = http_parser_execute(&c->req, &req_settings, v.iov_base, v.iov_len);
+        evbuffer_drain(in, used);
+        c->head_left = used >= c->head_left ? 0 : c->head_left - used;
+        if (HTTP_PARSER_ERRNO(&c->req) == HPE_PAUSED) {
+            if (c->msg_done) {
+                c->msg_done = 0;
+                c->in_msg = 0;
+                http_parser_pause(&c->req, 0);
+                continue;
+            }
+            if (c->head_ready) {
+                c->head_ready = 0;
+                if (c->head.too_big) {
+                    http_bad(c, 431, "the request has too many or too large headers");
+                    return;
+                }
+                decide_request(c);
+            }
+            continue;
+        }
+        if (HTTP_PARSER_ERRNO(&c->req) != HPE_OK) {
+            http_bad(c, 400, http_errno_description(HTTP_PARSER_ERRNO(&c->req)));
+            return;
+        }
+    }
+}
+
+/* ---------- parser callbacks ---------- */
+
+static int rq_begin(http_parser *p)
+{
+    sp_conn *c = p->data;
+
+    sp_head_reset(&c->head);
+    return 0;
+}
+
+static int rq_url(http_parser *p, const char *at, size_t n)
+{
+    sp_conn *c = p->data;
+
+    if (sf_buf_append(&c->head.url, at, n) < 0)
+        c->head.too_big = 1;
+    return 0;
+}
+
+static int rq_field(http_parser *p, const char *at, size_t n)
+{
+    sp_head_field(&((sp_conn *)p->data)->head, at, n);
+    return 0;
+}
+
+static int rq_value(http_parser *p, const char *at, size_t n)
+{
+    sp_head_value(&((sp_conn *)p->data)->head, at, n);
+    return 0;
+}
+
+static int rq_headers_done(http_parser *p)
+{
+    sp_conn *c = p->data;
+
+    sp_head_end(&c->head);
+    snprintf(c->method, sizeof(c->method), "%s", http_method_str(p->method));
+    c->http_minor = p->http_minor > 1 ? 1 : p->http_minor;
+    c->chunked = (p->flags & F_CHUNKED) != 0;
+    c->upgrade = p->upgrade && p->method != HTTP_CONNECT;
+    c->keepalive = http_should_keep_alive(p);
+    c->head_ready = 1;
+    http_parser_pause(p, 1);
+    return 0;
+}
+
+static int rq_body(http_parser *p, const char *at, size_t n)
+{
+    sp_conn *c = p->data;
+
+    if (!c->up)
+        return 0;
+    if (c->chunked)
+        evbuffer_add_printf(bufferevent_get_output(c->up), "%zx\r\n", n);
+    bufferevent_write(c->up, at, n);
+    if (c->chunked)
+        bufferevent_write(c->up, "\r\n", 2);
+    c->up_b += n;
+    return 0;
+}
+
+static int rq_done(http_parser *p)
+{
+    sp_conn *c = p->data;
+
+    if (c->up && c->chunked)
+        bufferevent_write(c->up, "0\r\n\r\n", 5);
+    if (!c->keepalive)
+        c->client_done = 1;
+    c->msg_done = 1;
+    http_parser_pause(p, 1);
+    return 0;
+}
+
+static int rs_headers_done(http_parser *p)
+{
+    sp_conn *c = p->data;
+
+    if (p->status_code / 100 == 1)
+        return 0;
+    return c->pending > 0 && c->fifo[c->fifo_head] ? 1 : 0; /* HEAD: no body */
+}
+
+static int rs_done(http_parser *p)
+{
+    sp_conn *c = p->data;
+
+    if (p->status_code / 100 == 1 || c->pending == 0)
+        return 0; /* interim response */
+    c->fifo_head = (c->fifo_head + 1) % FIFO_MAX;
+    c->pending--;
+    http_parser_pause(p, 1); /* on_up_read acts on it (the upstream may go away) */
+    return 0;
+}
+
+__attribute__((constructor)) static void settings_init(void)
+{
+    req_settings.on_message_begin = rq_begin;
+    req_settings.on_url = rq_url;
+    req_settings.on_header_field = rq_field;
+    req_settings.on_header_value = rq_value;
+    req_settings.on_headers_complete = rq_headers_done;
+    req_settings.on_body = rq_body;
+    req_settings.on_message_complete = rq_done;
+    rsp_settings.on_headers_complete = rs_headers_done;
+    rsp_settings.on_message_complete = rs_done;
+}

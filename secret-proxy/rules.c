@@ -1,0 +1,247 @@
+/* Egress decisions. Precedence: reserved addresses never; the platform's own and private
+ * ranges only when an allow_out IP/CIDR covers the address; then a matching allow_out
+ * name wins; then the longest matching IP/CIDR of allow_out and deny_out (a tie goes to
+ * deny); then the platform default. */
+#include "proxy.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+    const char *cidr;
+    int reserved; /* 1: never reachable; 0: only when explicitly allowed */
+} special[] = {
+    {"0.0.0.0/8", 1},      {"127.0.0.0/8", 1},    {"224.0.0.0/4", 1},   {"240.0.0.0/4", 1},
+    {"10.0.0.0/8", 0},     {"172.16.0.0/12", 0},  {"192.168.0.0/16", 0}, {"169.254.0.0/16", 0},
+    {"100.64.0.0/10", 0},
+};
+
+int sp_cidr_parse(const char *s, sp_cidr *out)
+{
+    char buf[32];
+    const char *slash = strchr(s, '/');
+    int64_t prefix = 32;
+    struct in_addr a;
+    size_t n = slash ? (size_t)(slash - s) : strlen(s);
+
+    if (n == 0 || n >= sizeof(buf))
+        return -EINVAL;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    if (inet_pton(AF_INET, buf, &a) != 1)
+        return -EINVAL;
+    if (slash && sf_parse_i64(slash + 1, 0, 32, &prefix) < 0)
+        return -EINVAL;
+    out->prefix = (int)prefix;
+    out->mask = prefix ? 0xffffffffu << (32 - prefix) : 0;
+    out->net = ntohl(a.s_addr) & out->mask;
+    return 0;
+}
+
+static int cidr_has(const sp_cidr *c, uint32_t ip)
+{
+    return (ip & c->mask) == c->net;
+}
+
+sp_rules *sp_rules_ref(sp_rules *r)
+{
+    if (r)
+        r->refs++;
+    return r;
+}
+
+void sp_rules_unref(sp_rules *r)
+{
+    if (!r || --r->refs > 0)
+        return;
+    for (size_t i = 0; i < r->names_n; i++)
+        free(r->names[i]);
+    free(r->names);
+    free(r->allow);
+    free(r->deny);
+    free(r);
+}
+
+static int is_name(const char *s)
+{
+    if (!*s || strlen(s) > 253)
+        return 0;
+    for (const char *p = s; *p; p++)
+        if (!isalnum((unsigned char)*p) && *p != '-' && *p != '.' && *p != '_')
+            return 0;
+    return s[0] != '.' && s[strlen(s) - 1] != '.' && !strstr(s, "..");
+}
+
+int sp_rules_parse(const json_t *allow, const json_t *deny, sp_rules **out, char *why,
+                   size_t whylen)
+{
+    size_t na = json_array_size(allow), nd = json_array_size(deny), i;
+    sp_rules *r;
+    json_t *v;
+
+    if ((allow && !json_is_array(allow)) || (deny && !json_is_array(deny))) {
+        snprintf(why, whylen, "allow_out and deny_out must be arrays of strings.");
+        return -EINVAL;
+    }
+    if (na + nd > SP_RULES_MAX) {
+        snprintf(why, whylen, "allow_out and deny_out hold at most %d entries together.",
+                 SP_RULES_MAX);
+        return -EINVAL;
+    }
+    if (!(r = calloc(1, sizeof(*r))) || !(r->names = calloc(na + 1, sizeof(char *))) ||
+        !(r->allow = calloc(na + 1, sizeof(sp_cidr))) ||
+        !(r->deny = calloc(nd + 1, sizeof(sp_cidr)))) {
+        r->refs = 1;
+        sp_rules_unref(r);
+        return -ENOMEM;
+    }
+    r->refs = 1;
+    json_array_foreach(allow, i, v) {
+        const char *s = json_string_value(v);
+        char low[SP_NAME_MAX];
+        size_t k;
+        if (!s || strlen(s) >= sizeof(low))
+            goto bad_allow;
+        for (k = 0; s[k]; k++)
+            low[k] = (char)tolower((unsigned char)s[k]);
+        low[k] = '\0';
+        if (sp_cidr_parse(low, &r->allow[r->allow_n]) == 0) {
+            r->allow_n++;
+        } else if (is_name(low[0] == '*' && low[1] == '.' ? low + 2 : low) &&
+                   (low[0] != '*' || low[1] == '.') && strchr(low, '.')) {
+            if (!(r->names[r->names_n] = strdup(low)))
+                goto nomem;
+            r->names_n++;
+        } else {
+            goto bad_allow;
+        }
+        continue;
+    bad_allow:
+        snprintf(why, whylen, "allow_out[%zu] must be a domain (api.example.com), a '*.' "
+                 "wildcard (*.example.com), an IPv4 address or an IPv4 CIDR (10.0.0.0/8).", i);
+        sp_rules_unref(r);
+        return -EINVAL;
+    }
+    json_array_foreach(deny, i, v) {
+        const char *s = json_string_value(v);
+        if (!s || sp_cidr_parse(s, &r->deny[r->deny_n]) < 0) {
+            snprintf(why, whylen, "deny_out[%zu] must be an IPv4 address or CIDR (e.g. "
+                     "0.0.0.0/0); deny_out takes no domain names.", i);
+            sp_rules_unref(r);
+            return -EINVAL;
+        }
+        r->deny_n++;
+    }
+    *out = r;
+    return 0;
+nomem:
+    sp_rules_unref(r);
+    return -ENOMEM;
+}
+
+int sp_policy_add_platform(sp_policy *p, const char *list, char *why, size_t whylen)
+{
+    char *copy = strdup(list ? list : ""), *save = NULL, *tok;
+    int rc = 0;
+
+    if (!copy)
+        return -ENOMEM;
+    for (tok = strtok_r(copy, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+        sp_cidr c, *n;
+        if (sp_cidr_parse(tok, &c) < 0) {
+            snprintf(why, whylen, "platform_addrs entry '%.60s' is not an IPv4 address or CIDR.",
+                     tok);
+            rc = -EINVAL;
+            break;
+        }
+        if (!(n = realloc(p->platform, (p->platform_n + 1) * sizeof(*n)))) {
+            rc = -ENOMEM;
+            break;
+        }
+        p->platform = n;
+        p->platform[p->platform_n++] = c;
+    }
+    free(copy);
+    return rc;
+}
+
+int sp_policy_add_host_addrs(sp_policy *p)
+{
+    struct ifaddrs *ifa, *i;
+    char buf[64], why[128];
+
+    if (getifaddrs(&ifa) < 0)
+        return -errno;
+    for (i = ifa; i; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET)
+            continue;
+        inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, buf, sizeof(buf));
+        sp_policy_add_platform(p, buf, why, sizeof(why));
+    }
+    freeifaddrs(ifa);
+    return 0;
+}
+
+void sp_policy_fini(sp_policy *p)
+{
+    free(p->platform);
+    p->platform = NULL;
+    p->platform_n = 0;
+}
+
+static int allow_ip_covers(const sp_rules *r, uint32_t ip)
+{
+    for (size_t i = 0; r && i < r->allow_n; i++)
+        if (cidr_has(&r->allow[i], ip))
+            return 1;
+    return 0;
+}
+
+int sp_decide(const sp_policy *p, const sp_rules *r, const char *name, uint32_t ip,
+              const char **reason)
+{
+    sp_cidr c;
+    int best_allow = -1, best_deny = -1;
+
+    for (size_t i = 0; i < SF_ARRAY_LEN(special); i++) {
+        sp_cidr_parse(special[i].cidr, &c);
+        if (!cidr_has(&c, ip))
+            continue;
+        if (special[i].reserved) {
+            *reason = "reserved or loopback address";
+            return 0;
+        }
+        if (!allow_ip_covers(r, ip)) {
+            *reason = "private address (allow it with an IP or CIDR in allow_out)";
+            return 0;
+        }
+    }
+    for (size_t i = 0; i < p->platform_n; i++)
+        if (cidr_has(&p->platform[i], ip) && !allow_ip_covers(r, ip)) {
+            *reason = "address of the platform itself";
+            return 0;
+        }
+    if (name && r)
+        for (size_t i = 0; i < r->names_n; i++)
+            if (sf_secret_host_match(r->names[i], name)) {
+                *reason = "allow_out name";
+                return 1;
+            }
+    for (size_t i = 0; r && i < r->allow_n; i++)
+        if (cidr_has(&r->allow[i], ip) && r->allow[i].prefix > best_allow)
+            best_allow = r->allow[i].prefix;
+    for (size_t i = 0; r && i < r->deny_n; i++)
+        if (cidr_has(&r->deny[i], ip) && r->deny[i].prefix > best_deny)
+            best_deny = r->deny[i].prefix;
+    if (best_allow >= 0 || best_deny >= 0) {
+        *reason = best_allow > best_deny ? "allow_out address" : "deny_out";
+        return best_allow > best_deny;
+    }
+    *reason = p->default_allow ? "default allow" : "not in allow_out (default deny)";
+    return p->default_allow;
+}

@@ -1,0 +1,157 @@
+/* sp_upstream: the test "internet" for the secret-proxy suites, run inside the upstream
+ * network namespace. HTTP on --http PORT and HTTPS on --https PORT (certificate and key
+ * given), answering every request "ok\n" (or a 302 for /redirect?to=URL) and appending
+ * one JSON line per request to --log FILE: {"to": local address, "tls": bool, "method",
+ * "uri", "headers": {...}}. A UDP socket on --udp PORT logs {"udp": bytes} per datagram
+ * (to prove nothing reached an outside resolver). Never answers with request headers, so
+ * a swapped secret is only ever visible in the log, never to the sandbox. */
+#include <sys/queue.h>
+#include <arpa/inet.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent_ssl.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <sys/queue.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <openssl/ssl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static FILE *logfp;
+static SSL_CTX *sslctx;
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+    int tls = arg != NULL;
+    struct evhttp_connection *conn = evhttp_request_get_connection(req);
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(conn);
+    struct sockaddr_in local;
+    socklen_t ll = sizeof(local);
+    char to[32] = "?";
+    json_t *o = json_object(), *h = json_object();
+    struct evkeyval *kv;
+    const char *uri = evhttp_request_get_uri(req), *to_url;
+    struct evbuffer *out = evbuffer_new();
+    char *line;
+
+    if (getsockname(bufferevent_getfd(bev), (struct sockaddr *)&local, &ll) == 0)
+        inet_ntop(AF_INET, &local.sin_addr, to, sizeof(to));
+    TAILQ_FOREACH(kv, evhttp_request_get_input_headers(req), next)
+        json_object_set_new(h, kv->key, json_string(kv->value));
+    json_object_set_new(o, "to", json_string(to));
+    json_object_set_new(o, "tls", json_boolean(tls));
+    json_object_set_new(o, "method", json_string(
+        evhttp_request_get_command(req) == EVHTTP_REQ_GET ? "GET"
+        : evhttp_request_get_command(req) == EVHTTP_REQ_POST ? "POST" : "OTHER"));
+    json_object_set_new(o, "uri", json_string(uri));
+    json_object_set_new(o, "body_len", json_integer(
+        (json_int_t)evbuffer_get_length(evhttp_request_get_input_buffer(req))));
+    json_object_set_new(o, "headers", h);
+    line = json_dumps(o, JSON_COMPACT);
+    fprintf(logfp, "%s\n", line);
+    fflush(logfp);
+    free(line);
+    json_decref(o);
+    if (!strncmp(uri, "/redirect?to=", 13)) {
+        to_url = uri + 13;
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Location", to_url);
+        evhttp_send_reply(req, 302, "Found", NULL);
+    } else {
+        evbuffer_add(out, "ok\n", 3);
+        evhttp_send_reply(req, 200, "OK", out);
+    }
+    evbuffer_free(out);
+}
+
+static struct bufferevent *ssl_bev(struct event_base *base, void *arg)
+{
+    return bufferevent_openssl_socket_new(base, -1, SSL_new(sslctx), BUFFEREVENT_SSL_ACCEPTING,
+                                          BEV_OPT_CLOSE_ON_FREE);
+}
+
+static void on_udp(evutil_socket_t fd, short what, void *arg)
+{
+    char buf[2048];
+    ssize_t n = recv(fd, buf, sizeof(buf), 0);
+
+    if (n >= 0) {
+        fprintf(logfp, "{\"udp\": %zd}\n", n);
+        fflush(logfp);
+    }
+}
+
+static void on_term(evutil_socket_t fd, short what, void *arg)
+{
+    event_base_loopexit(arg, NULL);
+}
+
+int main(int argc, char **argv)
+{
+    struct event_base *base = event_base_new();
+    const char *cert = NULL, *key = NULL;
+    int http = 0, https = 0, udp = 0;
+    struct event *ev_udp = NULL, *ev_term;
+    struct evhttp *h1 = NULL, *h2 = NULL;
+
+    signal(SIGPIPE, SIG_IGN);
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--http"))
+            http = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--https"))
+            https = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--udp"))
+            udp = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--cert"))
+            cert = argv[i + 1];
+        else if (!strcmp(argv[i], "--key"))
+            key = argv[i + 1];
+        else if (!strcmp(argv[i], "--log") && !(logfp = fopen(argv[i + 1], "a")))
+            return 1;
+    }
+    if (!logfp)
+        logfp = stdout;
+    if (http) {
+        h1 = evhttp_new(base);
+        evhttp_set_gencb(h1, on_request, NULL);
+        if (evhttp_bind_socket(h1, "0.0.0.0", (uint16_t)http) < 0)
+            return 1;
+    }
+    if (https) {
+        sslctx = SSL_CTX_new(TLS_server_method());
+        if (SSL_CTX_use_certificate_chain_file(sslctx, cert) != 1 ||
+            SSL_CTX_use_PrivateKey_file(sslctx, key, SSL_FILETYPE_PEM) != 1)
+            return 1;
+        h2 = evhttp_new(base);
+        evhttp_set_bevcb(h2, ssl_bev, NULL);
+        evhttp_set_gencb(h2, on_request, (void *)1);
+        if (evhttp_bind_socket(h2, "0.0.0.0", (uint16_t)https) < 0)
+            return 1;
+    }
+    if (udp) {
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)udp)};
+        int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+        if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+            return 1;
+        ev_udp = event_new(base, fd, EV_READ | EV_PERSIST, on_udp, NULL);
+        event_add(ev_udp, NULL);
+    }
+    ev_term = evsignal_new(base, SIGTERM, on_term, base);
+    event_add(ev_term, NULL);
+    event_base_dispatch(base);
+    if (h1)
+        evhttp_free(h1);
+    if (h2)
+        evhttp_free(h2);
+    if (ev_udp)
+        event_free(ev_udp);
+    event_free(ev_term);
+    SSL_CTX_free(sslctx);
+    event_base_free(base);
+    return 0;
+}
