@@ -8,6 +8,8 @@ SF_PACKAGES="cmake pkg-config gcc make librdkafka-dev libhiredis-dev libmsgpack-
 libnghttp2-dev libevent-dev libjansson-dev node-llhttp libseccomp-dev libcmocka-dev
 libsodium-dev libssl-dev libcurl4-openssl-dev redis-server redis-tools busybox-static
 iproute2 curl procps util-linux nghttp2-client openssl e2fsprogs"
+# the secret-proxy: nftables in each sandbox's namespace, its HTTP parser
+SF_PACKAGES="$SF_PACKAGES nftables libhttp-parser-dev"
 
 sf_log() { printf '\033[1m[sandfleet]\033[0m %s\n' "$*" >&2; }
 sf_die() { printf '\033[1;31m[sandfleet]\033[0m %s\n' "$*" >&2; exit 1; }
@@ -76,6 +78,10 @@ sf_daemon_env() {
     export SF_STATE_DIR="$state/worker"
     export SF_AGENT_PATH="$build/worker/agent/sandfleet-agent"
     export SF_HOST_ID=${SF_HOST_ID:-host-$(hostname | tr -c 'a-z0-9\n' '-' | cut -c1-40)}
+    # the secret-proxy and the CLI (secrets); the proxy's control socket for the worker
+    export SF_SECRETS_KEY_FILE=${SF_SECRETS_KEY_FILE:-$state/secrets.key}
+    export SF_PROXY_CONTROL_SOCKET=$state/proxy.sock
+    export SF_PROXY_CA_CERT_FILE=$state/egress-ca.pem SF_PROXY_CA_KEY_FILE=$state/egress-ca.key
 }
 
 # sf_dev_cert DIR: a self-signed certificate for localhost / 127.0.0.1 (made once) for the
@@ -125,6 +131,8 @@ sf_stack_start() {
     fi
     export SF_PORT=$gw_port
     sf_daemon_env "$state" "$build"
+    sf_spawn "$state" secret-proxy "$build/secret-proxy/sandfleet-secret-proxy"
+    sf_wait 10 "the secret-proxy" test -S "$SF_PROXY_CONTROL_SOCKET" || return 1
     sf_spawn "$state" scheduler "$build/scheduler/sandfleet-scheduler"
     sf_spawn "$state" worker "$build/worker/sandfleet-worker"
     sf_spawn "$state" gateway "$build/gateway/sandfleet-gateway"
@@ -135,6 +143,8 @@ SF_URL=http://127.0.0.1:$gw_port/mcp
 SF_REDIS_URL=$SF_REDIS_URL
 SF_KAFKA_BROKERS=$SF_KAFKA_BROKERS
 SF_AUTH_SECRET_FILE=$SF_AUTH_SECRET_FILE
+SF_SECRETS_KEY_FILE=$SF_SECRETS_KEY_FILE
+SF_PROXY_CONTROL_SOCKET=$SF_PROXY_CONTROL_SOCKET
 SF_BUILD=$build
 SF_STATE=$state
 ENV
@@ -150,7 +160,7 @@ sf_stack_ready() {
 
 sf_stack_stop() { # the daemons first (in parallel: each takes ~2 s to leave Kafka), then Kafka and Redis
     local state=$1 group name pid i
-    for group in "gateway worker scheduler" "kafka redis"; do
+    for group in "gateway worker scheduler secret-proxy" "kafka redis"; do
         for name in $group; do
             [ -f "$state/pids/$name" ] && kill -TERM "$(cat "$state/pids/$name")" 2>/dev/null || true
         done

@@ -165,6 +165,8 @@ static void on_flushed(struct bufferevent *bev, void *arg)
 
 static void on_closing_event(struct bufferevent *bev, short what, void *arg)
 {
+    if (what & BEV_EVENT_CONNECTED)
+        return;
     conn_free(arg);
 }
 
@@ -641,7 +643,8 @@ static void sniffed_tls(sp_conn *c, const char *sni)
         return;
     }
     snprintf(c->name, sizeof(c->name), "%s", sni);
-    c->rq = sp_resolve(c->ctx->resolver, c->name, on_sni_resolved, c);
+    if (!(c->rq = sp_resolve(c->ctx->resolver, c->name, on_sni_resolved, c)))
+        close_after_flush(c); /* out of memory */
 }
 
 static void sniffed_raw(sp_conn *c)
@@ -932,7 +935,8 @@ static void decide_request(sp_conn *c)
             return;
         }
         c->proto = "tls";
-        c->rq = sp_resolve(c->ctx->resolver, c->path_host, on_req_resolved, c);
+        if (!(c->rq = sp_resolve(c->ctx->resolver, c->path_host, on_req_resolved, c)))
+            refuse(c, 503, c->path_host, 0, c->req_port, "the proxy is out of memory");
         return;
     }
     if (!strncasecmp(url, "http://", 7)) {
@@ -981,7 +985,8 @@ static void decide_request(sp_conn *c)
                "the Host header's port does not match the destination port");
         return;
     }
-    c->rq = sp_resolve(c->ctx->resolver, c->path_host, on_req_resolved, c);
+    if (!(c->rq = sp_resolve(c->ctx->resolver, c->path_host, on_req_resolved, c)))
+        refuse(c, 503, c->path_host, 0, c->req_port, "the proxy is out of memory");
 }
 
 /* After CONNECT was judged: answer 200 and sniff what the sandbox sends. */

@@ -150,6 +150,10 @@ void sp_dns_on_read(evutil_socket_t fd, short what, void *arg)
         d->from = from;
         d->sb = sp_sandbox_ref(sb);
         sb->dns_pending++;
-        sp_resolve(sb->ctx->resolver, d->name, on_resolved, d);
+        if (!sp_resolve(sb->ctx->resolver, d->name, on_resolved, d)) {
+            sb->dns_pending--;
+            sp_sandbox_unref(sb);
+            free(d);
+        }
     }
 }

@@ -97,8 +97,9 @@ typedef struct sp_rq sp_rq;
 sp_resolver *sp_resolver_new(struct event_base *base, const char *resolv_conf,
                              const char *hosts_file, char *why, size_t whylen);
 void sp_resolver_free(sp_resolver *r);
-/* Calls cb once: at once (returning NULL) for a cached or literal name, later otherwise
- * (returning a handle that sp_resolve_cancel() can stop). name is lower-case. */
+/* Calls cb once, always later from the event loop (never from inside this call), with
+ * the addresses (cached, literal or looked up). Returns a handle that sp_resolve_cancel()
+ * can stop, or NULL when out of memory (cb is then never called). name is lower-case. */
 sp_rq *sp_resolve(sp_resolver *r, const char *name, sp_resolve_cb cb, void *arg);
 void sp_resolve_cancel(sp_rq *rq);
 int sp_addrs_has(const sp_addrs *a, uint32_t ip);

@@ -26,6 +26,9 @@ typedef struct cache_ent {
 
 struct sp_rq {
     sp_resolver *r;
+    struct event *ev;     /* answers known at once are delivered from the loop */
+    sp_addrs a;
+    int in_call;
     sp_resolve_cb cb;
     void *arg;
     int cancelled;
@@ -106,6 +109,30 @@ static void cache_put(sp_resolver *r, const char *name, const sp_addrs *a)
     e->expires_ms = sf_mono_ms() + (int64_t)a->ttl * 1000;
 }
 
+static void on_deferred(evutil_socket_t fd, short what, void *arg)
+{
+    sp_rq *rq = arg;
+
+    if (!rq->cancelled)
+        rq->cb(rq->arg, &rq->a);
+    event_free(rq->ev);
+    free(rq);
+}
+
+/* Delivers a to the caller from the event loop, never from inside sp_resolve(). */
+static void deliver(sp_rq *rq, const sp_addrs *a)
+{
+    rq->a = *a;
+    if (rq->in_call) {
+        event_active(rq->ev, EV_TIMEOUT, 1);
+        return;
+    }
+    event_free(rq->ev);
+    if (!rq->cancelled)
+        rq->cb(rq->arg, a);
+    free(rq);
+}
+
 static void on_evdns(int result, struct evutil_addrinfo *res, void *arg)
 {
     sp_rq *rq = arg;
@@ -129,44 +156,41 @@ static void on_evdns(int result, struct evutil_addrinfo *res, void *arg)
     }
     if (res)
         evutil_freeaddrinfo(res);
-    if (!rq->cancelled)
-        rq->cb(rq->arg, &a);
-    free(rq);
+    deliver(rq, &a);
 }
 
 sp_rq *sp_resolve(sp_resolver *r, const char *name, sp_resolve_cb cb, void *arg)
 {
+    struct evutil_addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
     struct in_addr lit;
     cache_ent *e;
-    sp_rq *rq;
-    sp_addrs a = {.n = 0, .ttl = TTL_MIN};
+    sp_rq *rq = calloc(1, sizeof(*rq));
+    sp_addrs a = {.n = 0, .ttl = TTL_MIN, .err = -ENOENT};
 
-    if (inet_pton(AF_INET, name, &lit) == 1) {
-        a.ip[0] = ntohl(lit.s_addr);
-        a.n = 1;
-        cb(arg, &a);
+    if (!rq)
         return NULL;
-    }
-    if ((e = sf_map_get(r->cache, name)) && e->expires_ms > sf_mono_ms()) {
-        cb(arg, &e->a);
-        return NULL;
-    }
-    if (!(rq = calloc(1, sizeof(*rq))) ||
-        snprintf(rq->name, sizeof(rq->name), "%s", name) >= (int)sizeof(rq->name)) {
+    if (!(rq->ev = evtimer_new(r->base, on_deferred, rq))) {
         free(rq);
-        a.err = -ENOENT;
-        cb(arg, &a);
         return NULL;
     }
     rq->r = r;
     rq->cb = cb;
     rq->arg = arg;
-    {
-        struct evutil_addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
-        /* Answered at once (hosts file, failure): on_evdns has run and freed rq. */
-        if (!evdns_getaddrinfo(r->dns, name, NULL, &hints, on_evdns, rq))
-            return NULL;
+    rq->in_call = 1;
+    if (inet_pton(AF_INET, name, &lit) == 1) {
+        a.ip[0] = ntohl(lit.s_addr);
+        a.n = 1;
+        a.err = 0;
+        deliver(rq, &a);
+    } else if ((e = sf_map_get(r->cache, name)) && e->expires_ms > sf_mono_ms()) {
+        deliver(rq, &e->a);
+    } else if (snprintf(rq->name, sizeof(rq->name), "%s", name) >= (int)sizeof(rq->name)) {
+        deliver(rq, &a);
+    } else {
+        /* answered at once (hosts file, failure): on_evdns defers through rq->ev */
+        evdns_getaddrinfo(r->dns, name, NULL, &hints, on_evdns, rq);
     }
+    rq->in_call = 0;
     return rq;
 }
 

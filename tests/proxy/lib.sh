@@ -93,10 +93,12 @@ sp_world_down() {
     local state=$1 name pid i
     [ -f "$state/world" ] || return 0
     sp_world_vars "$state"
+    for name in proxy upstream redis; do # all at once, then wait for each
+        [ -f "$state/pids/$name" ] && kill -TERM "$(cat "$state/pids/$name")" 2>/dev/null
+    done
     for name in proxy upstream redis; do
         [ -f "$state/pids/$name" ] || continue
         pid=$(cat "$state/pids/$name")
-        kill -TERM "$pid" 2>/dev/null
         for ((i = 0; i < 100; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
         kill -KILL "$pid" 2>/dev/null
         rm -f "$state/pids/$name"
