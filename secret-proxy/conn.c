@@ -24,6 +24,7 @@
 #include <event2/bufferevent_ssl.h>
 #include <http_parser.h>
 #include <linux/netfilter_ipv4.h>
+#include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -375,7 +376,10 @@ static void on_up_event(struct bufferevent *bev, short what, void *arg)
     sp_conn *c = arg;
 
     if (what & BEV_EVENT_CONNECTED) {
+        int one = 1;
+        struct bufferevent *u = bufferevent_get_underlying(bev);
         c->up_connected = 1;
+        setsockopt(bufferevent_getfd(u ? u : bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         set_idle(c, bev);
         return;
     }
@@ -458,6 +462,7 @@ void sp_conn_accept(sp_sandbox *sb, evutil_socket_t fd, int explicit_proxy)
         c->dst_port = ntohs(dst.sin_port);
         c->fixed = 1;
     }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){1}, sizeof(int)); /* we write whole answers */
     c->ctx = ctx;
     c->sb = sp_sandbox_ref(sb);
     c->explicit_proxy = explicit_proxy;
@@ -476,6 +481,7 @@ void sp_conn_accept(sp_sandbox *sb, evutil_socket_t fd, int explicit_proxy)
         return;
     }
     bufferevent_setcb(c->cl, on_cl_read, on_drained, on_cl_event, c);
+    bufferevent_setwatermark(c->cl, EV_READ, 0, HIGH_WATER); /* bounded while we decide */
     set_idle(c, c->cl);
     if (explicit_proxy) {
         c->state = ST_HTTP;
@@ -588,6 +594,7 @@ static void terminate(sp_conn *c)
     http_parser_init(&c->req, HTTP_REQUEST);
     c->req.data = c;
     bufferevent_setcb(f, on_cl_read, on_drained, on_term_event, c);
+    bufferevent_setwatermark(f, EV_READ, 0, HIGH_WATER);
     set_idle(c, f);
     bufferevent_enable(f, EV_READ | EV_WRITE);
 }

@@ -45,6 +45,7 @@ sp_world_up() {
     local state=$1 build=$2 redis_port
     sp_world_vars "$state"
     SP_STATE=$state SP_BUILD=$build
+    mkdir -p "$state/logs" "$state/pids"
     cat >"$state/world" <<W
 SP_STATE=$state
 SP_BUILD=$build
@@ -60,10 +61,14 @@ W
     for a in 10 20 30 40 53; do ip -n "$SP_UPNS" addr add "$SP_NET.$a/24" dev "$SP_VETH_U"; done
     ip -n "$SP_UPNS" link set "$SP_VETH_U" up
     sp_test_ca "$state" || return 1
+    local uplog=(--log "$state/upstream.jsonl")
+    [ "${SP_BENCH:-0}" = 1 ] && uplog=() # the benchmark's upstream logs nothing
     ip netns exec "$SP_UPNS" "$build/tests/proxy/sp_upstream" --http 80 --https 443 --udp 53 \
-        --cert "$state/up.pem" --key "$state/up.key" --log "$state/upstream.jsonl" \
+        --cert "$state/up.pem" --key "$state/up.key" "${uplog[@]}" \
         >>"$state/logs/upstream.log" 2>&1 &
     echo $! >"$state/pids/upstream"
+    sf_wait 10 "the upstream servers" ip netns exec "$SP_UPNS" bash -c 'exec 3<>/dev/tcp/127.0.0.1/443' ||
+        return 1
     # Redis
     redis_port=$(sf_free_port)
     sf_spawn "$state" redis redis-server --bind 127.0.0.1 --port "$redis_port" --dir "$state" \
@@ -78,7 +83,7 @@ W
     SF_PROXY_CONTROL_SOCKET=$state/proxy.sock SF_PROXY_CA_CERT_FILE=$state/egress-ca.pem \
         SF_PROXY_CA_KEY_FILE=$state/egress-ca.key SF_PROXY_UPSTREAM_CA_FILE=$state/up-ca.pem \
         SF_PROXY_HOSTS_FILE=$state/hosts SF_PROXY_RESOLV_CONF=$state/resolv.conf \
-        SF_SECRET_REFRESH_MS=200 SF_LOG_LEVEL=debug \
+        SF_SECRET_REFRESH_MS=200 SF_LOG_LEVEL=${SP_LOG_LEVEL:-debug} \
         sf_spawn "$state" proxy "$build/secret-proxy/sandfleet-secret-proxy"
     sf_wait 10 "the secret-proxy" test -S "$state/proxy.sock" || return 1
     cat >>"$state/world" <<W

@@ -4,7 +4,8 @@
  * one JSON line per request to --log FILE: {"to": local address, "tls": bool, "method",
  * "uri", "headers": {...}}. A UDP socket on --udp PORT logs {"udp": bytes} per datagram
  * (to prove nothing reached an outside resolver). Never answers with request headers, so
- * a swapped secret is only ever visible in the log, never to the sandbox. */
+ * a swapped secret is only ever visible in the log, never to the sandbox. Without --log
+ * nothing is logged (benchmarks). */
 #include <sys/queue.h>
 #include <arpa/inet.h>
 #include <event2/buffer.h>
@@ -15,6 +16,7 @@
 #include <sys/queue.h>
 #include <jansson.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/ssl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -53,10 +55,11 @@ static void on_request(struct evhttp_request *req, void *arg)
     json_object_set_new(o, "body_len", json_integer(
         (json_int_t)evbuffer_get_length(evhttp_request_get_input_buffer(req))));
     json_object_set_new(o, "headers", h);
-    line = json_dumps(o, JSON_COMPACT);
-    fprintf(logfp, "%s\n", line);
-    fflush(logfp);
-    free(line);
+    if (logfp && (line = json_dumps(o, JSON_COMPACT))) { /* no --log: no log (benchmarks) */
+        fprintf(logfp, "%s\n", line);
+        fflush(logfp);
+        free(line);
+    }
     json_decref(o);
     if (!strncmp(uri, "/redirect?to=", 13)) {
         to_url = uri + 13;
@@ -80,10 +83,22 @@ static void on_udp(evutil_socket_t fd, short what, void *arg)
     char buf[2048];
     ssize_t n = recv(fd, buf, sizeof(buf), 0);
 
-    if (n >= 0) {
+    if (n >= 0 && logfp) {
         fprintf(logfp, "{\"udp\": %zd}\n", n);
         fflush(logfp);
     }
+}
+
+/* Listens on port; accepted sockets inherit TCP_NODELAY (answers are not held back). */
+static int bind_nodelay(struct evhttp *h, int port)
+{
+    struct evhttp_bound_socket *b = evhttp_bind_socket_with_handle(h, "0.0.0.0", (uint16_t)port);
+    int one = 1;
+
+    if (!b)
+        return -1;
+    setsockopt(evhttp_bound_socket_get_fd(b), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return 0;
 }
 
 static void on_term(evutil_socket_t fd, short what, void *arg)
@@ -114,12 +129,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--log") && !(logfp = fopen(argv[i + 1], "a")))
             return 1;
     }
-    if (!logfp)
-        logfp = stdout;
     if (http) {
         h1 = evhttp_new(base);
         evhttp_set_gencb(h1, on_request, NULL);
-        if (evhttp_bind_socket(h1, "0.0.0.0", (uint16_t)http) < 0)
+        if (bind_nodelay(h1, http) < 0)
             return 1;
     }
     if (https) {
@@ -130,7 +143,7 @@ int main(int argc, char **argv)
         h2 = evhttp_new(base);
         evhttp_set_bevcb(h2, ssl_bev, NULL);
         evhttp_set_gencb(h2, on_request, (void *)1);
-        if (evhttp_bind_socket(h2, "0.0.0.0", (uint16_t)https) < 0)
+        if (bind_nodelay(h2, https) < 0)
             return 1;
     }
     if (udp) {
