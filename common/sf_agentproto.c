@@ -11,7 +11,9 @@
 
 enum {
     K_OP, K_ID, K_V, K_CMD, K_CWD, K_ENV, K_TIMEOUT, K_CAP, K_EXIT, K_TIMED_OUT,
-    K_TRUNCATED, K_MS, K_OUT, K_OUT_TOTAL, K_ERR, K_ERR_TOTAL, K_MSG, K_COUNT
+    K_TRUNCATED, K_MS, K_OUT, K_OUT_TOTAL, K_ERR, K_ERR_TOTAL, K_MSG,
+    K_NOW, K_SEED, K_NAME, /* ping, for a VM agent (restored from a snapshot) */
+    K_COUNT
 };
 
 #define BIT(k) (1u << (k))
@@ -38,6 +40,9 @@ static const struct {
     [K_ERR] = {"err", "missing key 'err'", "'err' must be binary of at most 262144 bytes"},
     [K_ERR_TOTAL] = {"err_total", "missing key 'err_total'", "'err_total' must be an unsigned integer not below the length of 'err'"},
     [K_MSG] = {"msg", "missing key 'msg'", "'msg' must be a non-empty string without NUL bytes, at most 4096 bytes"},
+    [K_NOW] = {"now", "missing key 'now'", "'now' must be an unsigned integer (Unix time in nanoseconds)"},
+    [K_SEED] = {"seed", "missing key 'seed'", "'seed' must be binary of 16 to 256 bytes"},
+    [K_NAME] = {"name", "missing key 'name'", "'name' must be a hostname of 1 to 63 bytes ([a-z0-9_-])"},
 };
 
 static const struct {
@@ -45,7 +50,8 @@ static const struct {
     unsigned required;
     unsigned allowed;
 } ops[] = {
-    [SF_AP_PING] = {"ping", BIT(K_OP) | BIT(K_ID), BIT(K_OP) | BIT(K_ID)},
+    [SF_AP_PING] = {"ping", BIT(K_OP) | BIT(K_ID),
+                    BIT(K_OP) | BIT(K_ID) | BIT(K_NOW) | BIT(K_SEED) | BIT(K_NAME)},
     [SF_AP_PONG] = {"pong", BIT(K_OP) | BIT(K_ID) | BIT(K_V), BIT(K_OP) | BIT(K_ID) | BIT(K_V)},
     [SF_AP_EXEC] = {"exec",
                     BIT(K_OP) | BIT(K_ID) | BIT(K_CMD) | BIT(K_TIMEOUT) | BIT(K_CAP),
@@ -88,12 +94,29 @@ static int env_entry_ok(const char *s, size_t n)
     return eq && eq != s && !memchr(s, '\0', n);
 }
 
+/* A hostname the agent may set: what sandbox ids are. */
+static int name_ok(const char *s, size_t n)
+{
+    if (n == 0 || n > SF_AP_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_' ||
+              s[i] == '-'))
+            return 0;
+    return 1;
+}
+
 static int validate(const sf_ap_msg *m, const char **why)
 {
     size_t n;
 
     switch (m->op) {
     case SF_AP_PING:
+        if (m->seed_len && (m->seed_len < SF_AP_SEED_MIN || m->seed_len > SF_AP_SEED_MAX || !m->seed))
+            return set_why(why, keys[K_SEED].bad, -EINVAL);
+        if (m->name && !name_ok(m->name, strlen(m->name)))
+            return set_why(why, keys[K_NAME].bad, -EINVAL);
+        return 0;
     case SF_AP_PONG:
         return 0;
     case SF_AP_EXEC:
@@ -186,6 +209,7 @@ static void pack_body(msgpack_packer *pk, const sf_ap_msg *m)
 
     switch (m->op) {
     case SF_AP_PING:
+        n += (m->now_ns != 0) + (m->seed_len > 0) + (m->name != NULL);
         break;
     case SF_AP_PONG:
         n += 1;
@@ -205,6 +229,12 @@ static void pack_body(msgpack_packer *pk, const sf_ap_msg *m)
     pack_u64(pk, K_ID, m->id);
     switch (m->op) {
     case SF_AP_PING:
+        if (m->now_ns)
+            pack_u64(pk, K_NOW, m->now_ns);
+        if (m->seed_len)
+            pack_bin(pk, K_SEED, m->seed, m->seed_len);
+        if (m->name)
+            pack_cstr(pk, K_NAME, m->name);
         break;
     case SF_AP_PONG:
         pack_u64(pk, K_V, m->version);
@@ -466,6 +496,20 @@ static int decode_map(const msgpack_object *root, sf_ap_msg *m, const char **why
             return set_why(why, keys[K_MSG].bad, -EBADMSG);
         need += v[K_MSG]->via.str.size + 1;
     }
+    if (v[K_NOW] && (get_uint(v[K_NOW], UINT64_MAX, &m->now_ns) < 0 || m->now_ns == 0))
+        return set_why(why, keys[K_NOW].bad, -EBADMSG);
+    if (v[K_SEED]) {
+        if (v[K_SEED]->type != MSGPACK_OBJECT_BIN || v[K_SEED]->via.bin.size < SF_AP_SEED_MIN ||
+            v[K_SEED]->via.bin.size > SF_AP_SEED_MAX)
+            return set_why(why, keys[K_SEED].bad, -EBADMSG);
+        need += v[K_SEED]->via.bin.size + 1;
+    }
+    if (v[K_NAME]) {
+        if (v[K_NAME]->type != MSGPACK_OBJECT_STR ||
+            !name_ok(v[K_NAME]->via.str.ptr, v[K_NAME]->via.str.size))
+            return set_why(why, keys[K_NAME].bad, -EBADMSG);
+        need += v[K_NAME]->via.str.size + 1;
+    }
 
     /* Copy the strings out of the msgpack zone: pointer array first (aligned). */
     a.p = malloc(need ? need : 1);
@@ -498,6 +542,12 @@ static int decode_map(const msgpack_object *root, sf_ap_msg *m, const char **why
     }
     if (v[K_MSG])
         m->msg = arena_str(&a, v[K_MSG]->via.str.ptr, v[K_MSG]->via.str.size);
+    if (v[K_SEED]) {
+        m->seed_len = v[K_SEED]->via.bin.size;
+        m->seed = arena_str(&a, v[K_SEED]->via.bin.ptr, m->seed_len);
+    }
+    if (v[K_NAME])
+        m->name = arena_str(&a, v[K_NAME]->via.str.ptr, v[K_NAME]->via.str.size);
     return 0;
 }
 

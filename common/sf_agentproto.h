@@ -21,13 +21,17 @@
 #define SF_AP_HDR_LEN 4
 #define SF_AP_FRAME_MAX (1u << 20)       /* payload bytes, header excluded */
 #define SF_AP_AGENT_FD 3                 /* the agent's end of the socketpair */
+#define SF_AP_VIRTIO_PORT "org.sandfleet.agent" /* the virtio-serial port in a microVM */
 #define SF_AP_ENV_MAX 256                /* entries in exec.env */
 #define SF_AP_CAP_MIN 2                  /* exec.cap bounds (bytes per stream) */
 #define SF_AP_CAP_MAX (256u * 1024)
 #define SF_AP_MSG_MAX 4096               /* error.msg bytes */
+#define SF_AP_SEED_MIN 16                /* ping.seed bytes */
+#define SF_AP_SEED_MAX 256
+#define SF_AP_NAME_MAX 63                /* ping.name bytes */
 
 typedef enum sf_ap_op {
-    SF_AP_PING = 1, /* worker -> agent: {op, id} */
+    SF_AP_PING = 1, /* worker -> agent: {op, id, now?, seed?, name?} */
     SF_AP_PONG,     /* agent -> worker: {op, id, v} */
     SF_AP_EXEC,     /* worker -> agent: {op, id, cmd, timeout_ms, cap, cwd?, env?} */
     SF_AP_RESULT,   /* agent -> worker: {op, id, exit, timed_out, truncated, ms,
@@ -41,6 +45,12 @@ typedef enum sf_ap_op {
 typedef struct sf_ap_msg {
     sf_ap_op op;
     uint32_t id;
+    /* ping (optional: a VM agent restored from a snapshot sets its clock,
+     * reseeds its kernel's random generator and takes the sandbox's name) */
+    uint64_t now_ns;         /* 0 = absent; else Unix time in nanoseconds */
+    const char *seed;        /* seed_len bytes (SF_AP_SEED_MIN..MAX), or absent (0) */
+    size_t seed_len;
+    const char *name;        /* hostname ([a-z0-9_-]{1,63}) or NULL */
     /* pong */
     uint32_t version;
     /* exec */

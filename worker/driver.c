@@ -4,9 +4,11 @@
 #include <string.h>
 
 #include "jail.h"
+#include "qemu.h"
 
 static const wk_driver_ops *const drivers[] = {
     &wk_jail_driver,
+    &wk_qemu_driver,
 };
 
 const wk_driver_ops *wk_driver_find(const char *name)
@@ -19,5 +21,5 @@ const wk_driver_ops *wk_driver_find(const char *name)
 
 const char *wk_driver_names(void)
 {
-    return "jail";
+    return "jail, qemu";
 }

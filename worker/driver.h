@@ -60,6 +60,10 @@ typedef struct wk_host_cfg {
     uint32_t reserve_vcpu_milli; /* host CPU kept for the platform's own daemons */
     uint32_t cpu_overcommit_pct; /* sum of vcpu_milli allowed, in % of the real CPU (>= 100) */
     uint32_t nofile;           /* open files per sandbox process (RLIMIT_NOFILE) */
+    /* qemu */
+    const char *vm_dir;        /* guests and template snapshots (shared by the workers of a
+                                  host); NULL or "" = state_dir/vm */
+    uint32_t vm_save_after_ms; /* a VM paused this long is saved to disk (0 = never) */
     /* jail */
     uint32_t uid_base;         /* first host uid mapped into sandboxes (65536 each) */
     uint32_t pool_images;      /* formatted disk images kept ready */

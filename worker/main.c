@@ -14,7 +14,11 @@ static const sf_cfg_entry cfg_table[] = {
     SF_CFG_S(wk_cfg, host_id, "", "this host's id ([a-z0-9_-]); empty = from the hostname"),
     SF_CFG_S(wk_cfg, state_dir, "/var/lib/sandfleet/worker", "sandboxes and templates live here"),
     SF_CFG_S(wk_cfg, agent_path, "", "the static sandfleet-agent binary; empty = beside this one"),
-    SF_CFG_S(wk_cfg, driver, "jail", "isolation driver: jail"),
+    SF_CFG_S(wk_cfg, driver, "jail", "isolation driver: jail (namespaces) or qemu (microVMs)"),
+    SF_CFG_S(wk_cfg, vm_dir, "", "qemu: guests and template snapshots, shared by this host's "
+                                 "workers; empty = state_dir/vm"),
+    SF_CFG_I(wk_cfg, vm_save_after_ms, "300000", 0, 86400000LL,
+             "qemu: a VM paused this long is saved to disk and its memory freed (0 = never)"),
     SF_CFG_I(wk_cfg, capacity, "64", 1, 100000,
              "sandboxes this host runs at most (fewer when its resources say so)"),
     SF_CFG_I(wk_cfg, memory_mib, "512", 64, 1048576,
@@ -200,6 +204,8 @@ int main(int argc, char **argv)
         .uid_base = (uint32_t)ctx.cfg.uid_base,
         .pool_images = (uint32_t)ctx.cfg.pool_images,
         .teardown_stop = ctx.cfg.teardown_stop,
+        .vm_dir = ctx.cfg.vm_dir,
+        .vm_save_after_ms = (uint32_t)ctx.cfg.vm_save_after_ms,
     };
     if (ctx.ops->host_init(&hc, &ctx.drv, &dwhy) < 0) {
         sf_error("msg=\"%s driver cannot start\" why=\"%s\"", ctx.ops->name, dwhy ? dwhy : "");

@@ -37,6 +37,8 @@ typedef struct wk_cfg {
     int64_t pool_images;
     int64_t pool_threads;
     int teardown_stop;
+    char *vm_dir;           /* qemu */
+    int64_t vm_save_after_ms;
 } wk_cfg;
 
 /* What the heartbeat thread publishes; written by the loop thread. */

@@ -1,7 +1,8 @@
-/* sandfleet-agent: the guest agent, pid 1 of every jail sandbox.
+/* sandfleet-agent: the guest agent, pid 1 of every sandbox.
  *
  * It talks to the worker over the socket at fd 3 (SF_AP_AGENT_FD; in the jail
- * the worker's socketpair), frames as in common/sf_agentproto.h, runs each
+ * the worker's socketpair) or, when fd 3 is not a socket, over the microVM's
+ * virtio-serial port (agent_vm.c), frames as in common/sf_agentproto.h, runs each
  * `exec` as /bin/sh -c CMD in its own process group (stdin /dev/null, stdout
  * and stderr through pipes kept head+tail by sf_cap), kills the group when the
  * timeout passes, and reaps every child of the sandbox (it is init). When the
@@ -25,6 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "agent_int.h"
 #include "sf_agentproto.h"
 #include "sf_buf.h"
 #include "sf_cap.h"
@@ -58,6 +60,9 @@ static int n_orphans;
 static sf_buf inq, outq;
 static int sock = SF_AP_AGENT_FD;
 static int devnull = -1;
+static int vm;              /* the channel is a virtio-serial port */
+static int unplugged;       /* vm: the host side is not connected (read gave EOF) */
+#define REPLUG_POLL_MS 100  /* vm: how often an unplugged port is tried again */
 
 static const char *const default_env[] = {
     "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -407,6 +412,8 @@ static void handle_frame(const char *payload, size_t len)
     switch (m.op) {
     case SF_AP_PING: {
         sf_ap_msg pong = {.op = SF_AP_PONG, .id = m.id, .version = SF_AP_VERSION};
+        if (m.now_ns || m.seed_len || m.name)
+            agent_vm_ping(&m);
         send_msg(&pong);
         break;
     }
@@ -459,7 +466,13 @@ static int flush_sock(void)
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            return errno == EAGAIN ? 0 : -1;
+            if (errno == EAGAIN)
+                return 0;
+            if (vm && errno == ENODEV) { /* the host side went away: see main() */
+                unplugged = 1;
+                return 0;
+            }
+            return -1;
         }
         sf_buf_consume(&outq, (size_t)n);
     }
@@ -475,8 +488,12 @@ int main(void)
     sigset_t mask;
     int sfd;
 
-    if (fstat(sock, &st) < 0 || !S_ISSOCK(st.st_mode))
-        die("fd 3 must be the worker's socket (run by the sandfleet worker)");
+    if (fstat(sock, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+        if ((sock = agent_vm_open()) < 0)
+            die("fd 3 must be the worker's socket, or the virtio-serial port "
+                SF_AP_VIRTIO_PORT " must exist (run by the sandfleet worker)");
+        vm = 1;
+    }
     fcntl(sock, F_SETFD, FD_CLOEXEC);
     /* Not dumpable: the sandbox's processes (no CAP_SYS_PTRACE) cannot open
      * /proc/1/mem and friends. Commands become dumpable again at exec. */
@@ -500,8 +517,12 @@ int main(void)
         int64_t now = sf_mono_ms(), next = -1;
         int n = 0, timeout;
 
-        pfd[n] = (struct pollfd){.fd = sock, .events = POLLIN | (outq.len ? POLLOUT : 0)};
+        /* An unplugged port polls as POLLHUP at once: leave it out and retry it. */
+        pfd[n] = (struct pollfd){.fd = unplugged ? -1 : sock,
+                                 .events = POLLIN | (outq.len ? POLLOUT : 0)};
         owner[n++] = NULL;
+        if (unplugged)
+            next = now + REPLUG_POLL_MS;
         pfd[n] = (struct pollfd){.fd = sfd, .events = POLLIN};
         owner[n++] = NULL;
         for (int i = 0; i < JOBS_MAX; i++) {
@@ -530,9 +551,18 @@ int main(void)
                 continue;
             die("poll failed");
         }
-        if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR))
-            if (read_sock() < 0)
-                _exit(0); /* worker gone: ending init ends the sandbox */
+        if (unplugged || (pfd[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+            if (read_sock() < 0) {
+                if (!vm)
+                    _exit(0); /* worker gone: ending init ends the sandbox */
+                /* The VM's host side went away (the worker ends the VM when it is
+                 * done with it): drop the half-read frame and wait for a peer. */
+                unplugged = 1;
+                sf_buf_consume(&inq, inq.len);
+            } else {
+                unplugged = 0;
+            }
+        }
         for (int i = 2; i < n; i++) {
             if (!pfd[i].revents)
                 continue;
@@ -563,7 +593,7 @@ int main(void)
         }
         reap();
         check_timeouts(sf_mono_ms());
-        if (outq.len && flush_sock() < 0)
+        if (outq.len && !unplugged && flush_sock() < 0)
             _exit(0);
     }
 }

@@ -1,0 +1,465 @@
+/* The worker's end of an agent connection: see agent_link.h. */
+#include "agent_link.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sf_agentproto.h"
+#include "sf_log.h"
+#include "sf_util.h"
+
+#define TIMEOUT_DEFAULT 60000u
+#define CAP_DEFAULT 32768u
+
+#define ERR_GONE                                                                                  \
+    "The sandbox's agent stopped answering (its connection closed); kill this sandbox and "      \
+    "create a new one."
+#define ERR_BAD "The sandbox's agent sent an invalid message; kill this sandbox and create a new one."
+#define ERR_NO_ANSWER                                                                             \
+    "The sandbox did not answer within the command's timeout; it may be overloaded: retry, or "   \
+    "kill and recreate it."
+#define ERR_PING_LATE "The sandbox's agent did not answer its ping in time."
+#define ERR_PING_VERSION                                                                          \
+    "The sandbox's agent speaks another protocol version; rebuild sandfleet-agent with the "      \
+    "worker."
+
+typedef struct req {
+    struct req *next, *prev;
+    wk_alink *l;
+    uint32_t id;
+    int ping;
+    wk_exec_cb exec_cb;
+    wk_alink_ping_cb ping_cb;
+    void *arg;
+    struct event *timer;
+    uint64_t deadline_ms;  /* monotonic; when held: the time that was left */
+    const char *error;     /* set: the request can only fail (link down when queued) */
+} req;
+
+struct wk_alink {
+    struct event_base *base;
+    struct bufferevent *bev;
+    char name[64];
+    const char *down;      /* non-NULL once the link is down: the error for requests */
+    req *reqs;
+    int n_reqs;
+    uint32_t next_id;
+    int held;
+    wk_alink_down_cb on_down;
+    void *down_arg;
+    int depth;             /* > 0 while callbacks of this link run */
+    int freed;
+};
+
+static void release(wk_alink *l)
+{
+    if (l->freed && l->depth == 0)
+        free(l);
+}
+
+static void req_unlink(wk_alink *l, req *r)
+{
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        l->reqs = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    l->n_reqs--;
+}
+
+static void req_link(wk_alink *l, req *r)
+{
+    r->prev = NULL;
+    r->next = l->reqs;
+    if (l->reqs)
+        l->reqs->prev = r;
+    l->reqs = r;
+    l->n_reqs++;
+}
+
+static void req_free(req *r)
+{
+    if (r->timer)
+        event_free(r->timer);
+    free(r);
+}
+
+/* Runs the request's callback once (unless the link was freed) and frees it. */
+static void req_complete(wk_alink *l, req *r, const wk_exec_result *res, int rc, const char *why)
+{
+    req_unlink(l, r);
+    l->depth++;
+    if (!l->freed) {
+        if (r->ping)
+            r->ping_cb(r->arg, rc, why);
+        else
+            r->exec_cb(r->arg, res);
+    }
+    l->depth--;
+    req_free(r);
+}
+
+static void req_fail(wk_alink *l, req *r, const char *error)
+{
+    wk_exec_result res = {.exit_code = -1, .error = r->error ? r->error : error};
+    req_complete(l, r, &res, -EPIPE, res.error);
+}
+
+static void fail_all(wk_alink *l, const char *error)
+{
+    while (l->reqs && !l->freed)
+        req_fail(l, l->reqs, error);
+}
+
+static void detach(wk_alink *l)
+{
+    if (l->bev) {
+        bufferevent_free(l->bev);
+        l->bev = NULL;
+    }
+}
+
+static void go_down(wk_alink *l, const char *error, const char *detail)
+{
+    if (l->down)
+        return;
+    l->down = error;
+    sf_warn("msg=\"agent link down\" sandbox=%s why=\"%s\"", l->name, detail);
+    detach(l);
+    l->depth++;
+    fail_all(l, error);
+    if (l->on_down && !l->freed)
+        l->on_down(l->down_arg, error);
+    l->depth--;
+}
+
+static req *req_find(wk_alink *l, uint32_t id)
+{
+    for (req *r = l->reqs; r; r = r->next)
+        if (r->id == id)
+            return r;
+    return NULL;
+}
+
+static void handle_msg(wk_alink *l, const sf_ap_msg *m)
+{
+    wk_exec_result res = {0};
+    req *r;
+
+    if (m->op != SF_AP_RESULT && m->op != SF_AP_ERROR && m->op != SF_AP_PONG) {
+        go_down(l, ERR_BAD, "the agent sent a request-type frame");
+        return;
+    }
+    if (!(r = req_find(l, m->id)) || r->error || r->ping != (m->op == SF_AP_PONG)) {
+        /* late (its deadline passed) or never asked */
+        sf_debug("msg=\"agent reply without a request\" sandbox=%s id=%u op=%s", l->name, m->id,
+                 sf_ap_op_name(m->op));
+        return;
+    }
+    if (m->op == SF_AP_PONG) {
+        if (m->version != SF_AP_VERSION)
+            req_complete(l, r, NULL, -EPROTO, ERR_PING_VERSION);
+        else
+            req_complete(l, r, NULL, 0, NULL);
+        return;
+    }
+    if (m->op == SF_AP_ERROR) {
+        res.exit_code = -1;
+        res.error = m->msg;
+    } else {
+        res.exit_code = m->exit_code;
+        res.timed_out = m->timed_out;
+        res.out = m->out;
+        res.out_len = m->out_len;
+        res.out_total = m->out_total;
+        res.err = m->err;
+        res.err_len = m->err_len;
+        res.err_total = m->err_total;
+        res.truncated = m->truncated;
+        res.duration_ms = m->duration_ms;
+    }
+    req_complete(l, r, &res, 0, NULL);
+}
+
+static void on_read(struct bufferevent *bev, void *arg)
+{
+    wk_alink *l = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+
+    l->depth++;
+    while (l->bev == bev && !l->freed) {
+        unsigned char hdr[SF_AP_HDR_LEN];
+        const char *why = NULL;
+        size_t flen;
+        sf_ap_msg m;
+        unsigned char *p;
+
+        if (evbuffer_copyout(in, hdr, sizeof(hdr)) < (ev_ssize_t)sizeof(hdr))
+            break;
+        if (sf_ap_frame_check(hdr, sizeof(hdr), &flen, &why) < 0) {
+            go_down(l, ERR_BAD, why);
+            break;
+        }
+        flen = SF_AP_HDR_LEN + ((size_t)hdr[0] << 24 | (size_t)hdr[1] << 16 |
+                                (size_t)hdr[2] << 8 | hdr[3]);
+        if (evbuffer_get_length(in) < flen)
+            break;
+        if (!(p = evbuffer_pullup(in, (ev_ssize_t)flen))) {
+            go_down(l, ERR_BAD, "out of memory");
+            break;
+        }
+        if (sf_ap_decode(p + SF_AP_HDR_LEN, flen - SF_AP_HDR_LEN, &m, &why) < 0) {
+            go_down(l, ERR_BAD, why);
+            break;
+        }
+        evbuffer_drain(in, flen);
+        handle_msg(l, &m);
+        sf_ap_msg_fini(&m);
+    }
+    l->depth--;
+    release(l);
+}
+
+static void on_event(struct bufferevent *bev, short what, void *arg)
+{
+    wk_alink *l = arg;
+
+    (void)bev;
+    if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
+        return;
+    l->depth++;
+    go_down(l, ERR_GONE, what & BEV_EVENT_EOF ? "EOF on the agent connection"
+                                              : "error on the agent connection");
+    l->depth--;
+    release(l);
+}
+
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    req *r = arg;
+    wk_alink *l = r->l;
+    uint32_t id = r->id;
+    int stalled = !r->error && !l->down;
+
+    (void)fd;
+    (void)what;
+    l->depth++;
+    if (stalled) {
+        sf_warn("msg=\"agent request passed its deadline unanswered\" sandbox=%s id=%u", l->name,
+                id);
+        /* The owner first: it may end the link (answering this request with its own
+         * words, e.g. that it stopped the VM). */
+        if (l->on_down && !l->freed)
+            l->on_down(l->down_arg, r->ping ? ERR_PING_LATE : ERR_NO_ANSWER);
+    }
+    if (!l->freed && (r = req_find(l, id))) {
+        if (r->ping)
+            req_complete(l, r, NULL, -ETIMEDOUT, r->error ? r->error : ERR_PING_LATE);
+        else
+            req_fail(l, r, ERR_NO_ANSWER);
+    }
+    l->depth--;
+    release(l);
+}
+
+static void arm(req *r, uint64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    evtimer_add(r->timer, &tv);
+}
+
+static int attach(wk_alink *l, int fd)
+{
+    if (evutil_make_socket_nonblocking(fd) < 0 ||
+        !(l->bev = bufferevent_socket_new(l->base, fd, BEV_OPT_CLOSE_ON_FREE))) {
+        close(fd);
+        return -ENOMEM;
+    }
+    bufferevent_setcb(l->bev, on_read, NULL, on_event, l);
+    if (bufferevent_enable(l->bev, EV_READ | EV_WRITE) < 0) {
+        detach(l);
+        return -EIO;
+    }
+    return 0;
+}
+
+wk_alink *wk_alink_new(struct event_base *base, int fd, const char *name)
+{
+    wk_alink *l = calloc(1, sizeof(*l));
+
+    if (!l) {
+        close(fd);
+        return NULL;
+    }
+    l->base = base;
+    snprintf(l->name, sizeof(l->name), "%s", name ? name : "?");
+    if (attach(l, fd) < 0) {
+        free(l);
+        return NULL;
+    }
+    return l;
+}
+
+void wk_alink_on_down(wk_alink *l, wk_alink_down_cb cb, void *arg)
+{
+    l->on_down = cb;
+    l->down_arg = arg;
+}
+
+/* Queues r with m (encoded now) and its deadline. */
+static int submit(wk_alink *l, req *r, sf_ap_msg *m, uint64_t deadline_ms)
+{
+    const char *why = NULL;
+    sf_buf b;
+    int rc;
+
+    if (l->n_reqs >= WK_ALINK_EXECS_MAX)
+        return -EBUSY;
+    if (++l->next_id == 0)
+        l->next_id = 1;
+    r->l = l;
+    r->id = l->next_id;
+    if (!(r->timer = evtimer_new(l->base, on_deadline, r)))
+        return -ENOMEM;
+    if (l->down) { /* answered from the loop, not from inside this call */
+        r->error = l->down;
+        arm(r, 0);
+        req_link(l, r);
+        return 0;
+    }
+    m->id = r->id;
+    sf_buf_init(&b, SF_AP_HDR_LEN + SF_AP_FRAME_MAX);
+    rc = sf_ap_encode(&b, m, &why);
+    if (rc == 0 && bufferevent_write(l->bev, b.p, b.len) < 0)
+        rc = -ENOMEM;
+    sf_buf_fini(&b);
+    if (rc < 0) {
+        event_free(r->timer);
+        r->timer = NULL;
+        return rc == -EMSGSIZE ? -E2BIG : rc;
+    }
+    if (l->held) {
+        r->deadline_ms = deadline_ms; /* the time left, counted from the release */
+    } else {
+        arm(r, deadline_ms);
+        r->deadline_ms = (uint64_t)sf_mono_ms() + deadline_ms;
+    }
+    req_link(l, r);
+    return 0;
+}
+
+int wk_alink_ping(wk_alink *l, uint64_t now_ns, const void *seed, size_t seed_len,
+                  const char *name, uint32_t timeout_ms, wk_alink_ping_cb cb, void *arg)
+{
+    sf_ap_msg m = {.op = SF_AP_PING, .now_ns = now_ns, .seed = seed, .seed_len = seed_len,
+                   .name = name};
+    req *r;
+    int rc;
+
+    if (!l || !cb || (seed_len && (seed_len < SF_AP_SEED_MIN || seed_len > SF_AP_SEED_MAX)))
+        return -EINVAL;
+    if (!(r = calloc(1, sizeof(*r))))
+        return -ENOMEM;
+    r->ping = 1;
+    r->ping_cb = cb;
+    r->arg = arg;
+    if ((rc = submit(l, r, &m, timeout_ms ? timeout_ms : TIMEOUT_DEFAULT)) < 0)
+        req_free(r);
+    return rc == -E2BIG ? -EINVAL : rc;
+}
+
+int wk_alink_exec(wk_alink *l, const wk_exec_req *req_in, wk_exec_cb cb, void *arg)
+{
+    sf_ap_msg m = {.op = SF_AP_EXEC};
+    size_t env_n = 0;
+    req *r;
+    int rc;
+
+    if (!l || !req_in || !req_in->command || !req_in->command[0] || !cb)
+        return -EINVAL;
+    while (req_in->env && req_in->env[env_n])
+        if (++env_n > SF_AP_ENV_MAX)
+            return -E2BIG;
+    m.cmd = req_in->command;
+    m.cwd = req_in->cwd && req_in->cwd[0] ? req_in->cwd : NULL;
+    m.env = (const char *const *)req_in->env;
+    m.env_n = env_n;
+    m.timeout_ms = req_in->timeout_ms ? req_in->timeout_ms : TIMEOUT_DEFAULT;
+    m.cap = req_in->cap_bytes ? req_in->cap_bytes : CAP_DEFAULT;
+    if (m.cap > SF_AP_CAP_MAX)
+        m.cap = SF_AP_CAP_MAX;
+    if (m.cap < SF_AP_CAP_MIN)
+        m.cap = SF_AP_CAP_MIN;
+    if (!(r = calloc(1, sizeof(*r))))
+        return -ENOMEM;
+    r->exec_cb = cb;
+    r->arg = arg;
+    if ((rc = submit(l, r, &m, (uint64_t)m.timeout_ms + WK_ALINK_GRACE_MS)) < 0)
+        req_free(r);
+    return rc;
+}
+
+int wk_alink_pending(const wk_alink *l)
+{
+    return l ? l->n_reqs : 0;
+}
+
+void wk_alink_hold(wk_alink *l, int hold)
+{
+    uint64_t now = (uint64_t)sf_mono_ms();
+
+    if (!l || l->held == !!hold)
+        return;
+    l->held = !!hold;
+    for (req *r = l->reqs; r; r = r->next) {
+        if (r->error)
+            continue; /* answered from the loop at once anyway */
+        if (hold) {
+            evtimer_del(r->timer);
+            r->deadline_ms = r->deadline_ms > now ? r->deadline_ms - now : 0;
+        } else {
+            arm(r, r->deadline_ms);
+            r->deadline_ms += now;
+        }
+    }
+}
+
+int wk_alink_rebind(wk_alink *l, int fd)
+{
+    detach(l);
+    l->down = NULL;
+    return attach(l, fd);
+}
+
+void wk_alink_close(wk_alink *l, const char *error)
+{
+    if (!l)
+        return;
+    detach(l);
+    if (!l->down)
+        l->down = error;
+    l->depth++;
+    fail_all(l, error);
+    l->depth--;
+    release(l);
+}
+
+void wk_alink_free(wk_alink *l)
+{
+    if (!l || l->freed)
+        return;
+    l->freed = 1;
+    detach(l);
+    while (l->reqs) {
+        req *r = l->reqs;
+        req_unlink(l, r);
+        req_free(r);
+    }
+    release(l);
+}

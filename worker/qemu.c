@@ -1,0 +1,383 @@
+/* The qemu driver's operations (driver.h, `wk_qemu_driver`): host set-up (the
+ * guest and the template snapshot, see qemu_template.c), resources, and the
+ * per-sandbox operations of qemu_vm.c. Paused VMs go to disk after save_after_ms,
+ * or sooner while the host's available memory is low. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+#include <x86intrin.h>
+
+#include "qemu.h"
+#include "qemu_int.h"
+#include "sf_log.h"
+#include "sf_util.h"
+
+/* The template root filesystem, built by template.c (declared in jail_int.h, which
+ * also defines the jail's own struct wk_driver). */
+int wk_template_ensure(const char *state_dir, const char **why);
+int wk_template_path(const char *state_dir, char *buf, size_t n);
+
+#define QEMU_BIN "/usr/bin/qemu-system-x86_64"
+#define QEMU_IMG "/usr/bin/qemu-img"
+#define CREATE_TIMEOUT_MS 60000
+#define FINI_WAIT_MS 20000
+#define PRESSURE_TICK_MS 2000
+#define VM_OVERHEAD_MIB 64 /* QEMU's own memory beside the guest's (TCG: ~45 MiB seen) */
+
+static int copy_str(char *dst, size_t n, const char *src)
+{
+    size_t len = src ? strlen(src) : 0;
+    if (len >= n)
+        return -ENAMETOOLONG;
+    memcpy(dst, src ? src : "", len + 1);
+    return 0;
+}
+
+static uint64_t meminfo_kib(const char *key)
+{
+    char line[256];
+    size_t klen = strlen(key);
+    unsigned long long v = 0;
+    FILE *f = fopen("/proc/meminfo", "re");
+
+    while (f && fgets(line, sizeof(line), f))
+        if (!strncmp(line, key, klen) && line[klen] == ':') {
+            sscanf(line + klen + 1, "%llu", &v);
+            break;
+        }
+    if (f)
+        fclose(f);
+    return v;
+}
+
+/* Hardware virtualization: the CPU flag, and /dev/kvm usable. (These build hosts
+ * have a /dev/kvm without vmx/svm whose guests crash: TCG there.) */
+static int kvm_usable(void)
+{
+    char line[8192];
+    int flag = 0, fd;
+    FILE *f = fopen("/proc/cpuinfo", "re");
+
+    while (f && !flag && fgets(line, sizeof(line), f))
+        if (!strncmp(line, "flags", 5) && (strstr(line, " vmx") || strstr(line, " svm")))
+            flag = 1;
+    if (f)
+        fclose(f);
+    if (!flag || (fd = open("/dev/kvm", O_RDWR | O_CLOEXEC)) < 0)
+        return 0;
+    close(fd);
+    return 1;
+}
+
+/* The host's TSC rate (kHz, rounded to a MHz so it is stable between runs): a TCG
+ * guest's TSC runs at it, and the guest must not calibrate (see the kernel line). */
+static uint32_t tsc_khz(void)
+{
+    struct timespec a, b, nap = {0, 100 * 1000 * 1000};
+    uint64_t t0, t1, ns;
+
+    clock_gettime(CLOCK_MONOTONIC_RAW, &a);
+    t0 = __rdtsc();
+    nanosleep(&nap, NULL);
+    t1 = __rdtsc();
+    clock_gettime(CLOCK_MONOTONIC_RAW, &b);
+    ns = (uint64_t)(b.tv_sec - a.tv_sec) * 1000000000u + (uint64_t)(b.tv_nsec - a.tv_nsec);
+    if (!ns)
+        return 0;
+    return (uint32_t)(((t1 - t0) * 1000000u / ns + 500) / 1000 * 1000);
+}
+
+static void measure_host(const wk_host_cfg *c, wk_driver *d)
+{
+    uint64_t share = c->host_share_pct ? c->host_share_pct : 100;
+    uint64_t mem_mib = meminfo_kib("MemTotal") / 1024, cpu;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    struct statvfs sv;
+
+    mem_mib = mem_mib > c->reserve_mem_mib ? mem_mib - c->reserve_mem_mib : 0;
+    d->res.mem_mib = mem_mib * share / 100;
+    cpu = (uint64_t)(ncpu > 0 ? ncpu : 1) * 1000;
+    cpu = cpu > c->reserve_vcpu_milli ? cpu - c->reserve_vcpu_milli : 100;
+    d->res.vcpu_milli =
+        cpu * share / 100 * (c->cpu_overcommit_pct ? c->cpu_overcommit_pct : 100) / 100;
+    d->res.disk_mib = 0;
+    if (statvfs(c->state_dir, &sv) == 0)
+        d->res.disk_mib = (uint64_t)sv.f_bavail * sv.f_frsize / (1 << 20) * share / 100;
+    /* Each VM also costs QEMU's own memory: count it in the slots. */
+    d->res.slots = (uint32_t)(d->res.mem_mib / (d->defaults.memory_mib + VM_OVERHEAD_MIB));
+    if (d->res.slots == 0)
+        d->res.slots = 1;
+}
+
+/* A previous run's VMs died with it (PDEATHSIG): their directories go. */
+static void host_cleanup(const char *sb_dir)
+{
+    struct dirent *e;
+    DIR *dir = opendir(sb_dir);
+
+    while (dir && (e = readdir(dir))) {
+        char path[WK_QEMU_PATH_MAX + 400];
+        const char *names[] = {"disk.qcow2", "mem.state", "qemu.log"};
+
+        if (!sf_id_valid(e->d_name))
+            continue;
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+            snprintf(path, sizeof(path), "%s/%.64s/%s", sb_dir, e->d_name, names[i]);
+            unlink(path);
+        }
+        snprintf(path, sizeof(path), "%s/%.64s", sb_dir, e->d_name);
+        if (rmdir(path) == 0)
+            sf_info("msg=\"removed a leftover sandbox\" sandbox=%s", e->d_name);
+        else
+            sf_error("msg=\"cannot remove a leftover sandbox\" dir=%s errno=%d", path, errno);
+    }
+    if (dir)
+        closedir(dir);
+}
+
+/* Saves the longest-paused VM to disk while available memory is low. */
+static void on_pressure_tick(evutil_socket_t fd, short what, void *arg)
+{
+    wk_driver *d = arg;
+    wk_sandbox *oldest = NULL;
+    int64_t age = -1;
+    uint64_t avail;
+
+    if (!d->vms)
+        return;
+    avail = meminfo_kib("MemAvailable") / 1024;
+    if (avail >= d->save_below_mib)
+        return;
+    for (wk_sandbox *sb = d->vms; sb; sb = wk_qvm_next(sb)) {
+        int64_t ms = wk_qvm_paused_ms(sb);
+        if (ms > age) {
+            age = ms;
+            oldest = sb;
+        }
+    }
+    if (oldest && wk_qvm_save(oldest, NULL, NULL) == 0)
+        sf_info("msg=\"memory is low: a paused sandbox goes to disk\" sandbox=%s avail_mib=%llu",
+                wk_qvm_id(oldest), (unsigned long long)avail);
+}
+
+/* worker/vm/build-guest, as the build lays it out: beside sandfleet-worker (vm/), or
+ * beside the agent's folder (<build>/worker/agent/../vm/). */
+static int find_builder(const char *agent, char *buf, size_t n)
+{
+    ssize_t len = readlink("/proc/self/exe", buf, n - 32);
+    char *slash;
+
+    if (len > 0) {
+        buf[len] = '\0';
+        if ((slash = strrchr(buf, '/'))) {
+            snprintf(slash + 1, 32, "vm/build-guest");
+            if (access(buf, X_OK) == 0)
+                return 0;
+        }
+    }
+    if (strlen(agent) + 32 > n)
+        return -ENAMETOOLONG;
+    snprintf(buf, n, "%s", agent);
+    if ((slash = strrchr(buf, '/')))
+        *slash = '\0';
+    if ((slash = strrchr(buf, '/')))
+        snprintf(slash + 1, 32, "vm/build-guest");
+    return access(buf, X_OK) == 0 ? 0 : -ENOENT;
+}
+
+static int qemu_host_init(const wk_host_cfg *c, wk_driver **out, const char **why)
+{
+    char rootfs[WK_QEMU_PATH_MAX];
+    const char *env;
+    wk_driver *d;
+    int rc;
+
+    *why = NULL;
+    if (!c || !c->base || !c->pool) {
+        *why = "The qemu driver needs the worker's event loop and thread pool.";
+        return -EINVAL;
+    }
+    if (!c->state_dir || c->state_dir[0] != '/' || strlen(c->state_dir) > 1024) {
+        *why = "state_dir must be an absolute path of at most 1024 bytes.";
+        return -EINVAL;
+    }
+    if (!c->agent_path || access(c->agent_path, X_OK) < 0) {
+        *why = "agent_path must name the built sandfleet-agent binary.";
+        return -EINVAL;
+    }
+    if (c->defaults.memory_mib < 64 || c->defaults.pids_max < 8 || c->defaults.disk_mib < 64) {
+        *why = "The qemu driver needs at least 64 MiB of memory, 8 processes and 64 MiB of disk "
+               "per sandbox.";
+        return -EINVAL;
+    }
+    if (geteuid() != 0) {
+        *why = "The qemu driver needs root (network namespaces, tap devices); run the worker as "
+               "root.";
+        return -EPERM;
+    }
+    if (access(QEMU_BIN, X_OK) < 0 || access(QEMU_IMG, X_OK) < 0) {
+        *why = "QEMU is not installed; install qemu-system-x86 and qemu-utils.";
+        return -ENOENT;
+    }
+    if (!(d = calloc(1, sizeof(*d)))) {
+        *why = "The worker is out of memory.";
+        return -ENOMEM;
+    }
+    d->base = c->base;
+    d->pool = c->pool;
+    d->defaults = c->defaults;
+    d->create_timeout_ms = CREATE_TIMEOUT_MS;
+    d->save_after_ms = c->vm_save_after_ms;
+    copy_str(d->cfg.qemu, sizeof(d->cfg.qemu), QEMU_BIN);
+    copy_str(d->cfg.qemu_img, sizeof(d->cfg.qemu_img), QEMU_IMG);
+    env = c->vm_dir && c->vm_dir[0] ? c->vm_dir : NULL;
+    if ((env ? copy_str(d->cfg.vm_dir, sizeof(d->cfg.vm_dir), env)
+             : snprintf(d->cfg.vm_dir, sizeof(d->cfg.vm_dir), "%s/vm", c->state_dir) < 0) < 0 ||
+        snprintf(d->cfg.sb_dir, sizeof(d->cfg.sb_dir), "%s/qemu", c->state_dir) < 0 ||
+        d->cfg.vm_dir[0] != '/') {
+        rc = -EINVAL;
+        *why = "vm_dir must be an absolute path.";
+        goto fail;
+    }
+    if ((rc = find_builder(c->agent_path, d->cfg.builder, sizeof(d->cfg.builder))) < 0) {
+        *why = "worker/vm/build-guest is not beside sandfleet-worker (in its vm/ folder); "
+               "rebuild the worker.";
+        goto fail;
+    }
+    d->cfg.kvm = kvm_usable();
+    d->cfg.tsc_khz = d->cfg.kvm ? 0 : tsc_khz();
+    if (!d->cfg.kvm && d->cfg.tsc_khz < 100000) {
+        rc = -EIO;
+        *why = "Cannot measure the host's TSC rate, which a TCG guest needs.";
+        goto fail;
+    }
+    mkdir(c->state_dir, 0700);
+    if (mkdir(d->cfg.sb_dir, 0700) < 0 && errno != EEXIST) {
+        rc = -errno;
+        *why = "Cannot create state_dir/qemu; check that state_dir is writable by root.";
+        goto fail;
+    }
+    host_cleanup(d->cfg.sb_dir);
+    if ((rc = wk_template_ensure(c->state_dir, why)) < 0)
+        goto fail;
+    if (wk_template_path(c->state_dir, rootfs, sizeof(rootfs)) < 0) {
+        rc = -ENAMETOOLONG;
+        *why = "state_dir is too long; use a shorter path.";
+        goto fail;
+    }
+    if ((rc = wk_qtpl_ensure(&d->cfg, rootfs, c->agent_path, d->defaults.memory_mib, 1,
+                             d->defaults.pids_max, d->defaults.disk_mib, &d->tpl, why)) < 0)
+        goto fail;
+    measure_host(c, d);
+    d->save_below_mib = (uint32_t)(meminfo_kib("MemTotal") / 1024 / 10);
+    if (d->save_below_mib < 512)
+        d->save_below_mib = 512;
+    {
+        struct timeval tick = {PRESSURE_TICK_MS / 1000, 0};
+        if (!(d->ev_pressure = event_new(d->base, -1, EV_PERSIST, on_pressure_tick, d)) ||
+            event_add(d->ev_pressure, &tick) < 0) {
+            rc = -ENOMEM;
+            *why = "The worker is out of memory.";
+            goto fail;
+        }
+    }
+    sf_info("msg=\"qemu driver ready\" accel=%s template=%s vm_mem_mib=%u slots=%u "
+            "save_after_ms=%u", d->cfg.kvm ? "kvm" : "tcg", d->tpl.dir, d->tpl.memory_mib,
+            d->res.slots, d->save_after_ms);
+    *out = d;
+    return 0;
+fail:
+    if (d->ev_pressure)
+        event_free(d->ev_pressure);
+    free(d);
+    return rc;
+}
+
+static void qemu_host_res(const wk_driver *d, wk_host_res *res)
+{
+    *res = d->res;
+}
+
+static void on_fini_tick(evutil_socket_t fd, short what, void *arg)
+{
+}
+
+static void qemu_host_fini(wk_driver *d)
+{
+    struct timeval tick = {0, 50 * 1000};
+    int64_t deadline = sf_mono_ms() + FINI_WAIT_MS;
+    struct event *ev;
+
+    if (!d)
+        return;
+    if (d->ev_pressure)
+        event_free(d->ev_pressure);
+    d->ev_pressure = NULL;
+    for (wk_sandbox *sb = d->vms, *next; sb; sb = next) {
+        next = wk_qvm_next(sb);
+        wk_qvm_kill(sb, NULL, NULL);
+    }
+    ev = event_new(d->base, -1, EV_PERSIST, on_fini_tick, NULL);
+    if (ev)
+        event_add(ev, &tick);
+    while (d->n_vms > 0 && sf_mono_ms() < deadline && ev)
+        event_base_loop(d->base, EVLOOP_ONCE);
+    if (ev)
+        event_free(ev);
+    if (d->n_vms > 0) {
+        sf_warn("msg=\"VMs still tearing down at exit; the next start removes them\" count=%d",
+                d->n_vms);
+        return; /* d stays allocated: their late callbacks still reach it */
+    }
+    free(d);
+}
+
+static int qemu_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, void *arg)
+{
+    wk_create_req r = *req;
+
+    if (!req->id || !sf_id_valid(req->id) || !cb)
+        return -EINVAL;
+    if (!r.limits.memory_mib)
+        r.limits.memory_mib = d->defaults.memory_mib;
+    if (!r.limits.vcpu_milli)
+        r.limits.vcpu_milli = d->defaults.vcpu_milli;
+    if (!r.limits.pids_max)
+        r.limits.pids_max = d->defaults.pids_max;
+    if (!r.limits.disk_mib)
+        r.limits.disk_mib = d->defaults.disk_mib;
+    if (!r.limits.inodes)
+        r.limits.inodes = d->defaults.inodes;
+    /* The VM's size is its template's: memory up to it is enforced inside the guest
+     * (its cgroup), the disk is the template's, one vCPU is at most one core. */
+    if (r.limits.memory_mib > d->tpl.memory_mib || r.limits.memory_mib < 16 ||
+        r.limits.disk_mib > d->tpl.disk_mib || r.limits.pids_max < 8 ||
+        r.limits.vcpu_milli > 1000 * d->tpl.vcpus)
+        return -EINVAL;
+    r.limits.disk_mib = d->tpl.disk_mib;
+    return wk_qvm_create(d, &r, cb, arg);
+}
+
+static void qemu_limits(const wk_sandbox *sb, wk_limits *out)
+{
+    wk_qvm_limits(sb, out);
+}
+
+const wk_driver_ops wk_qemu_driver = {
+    .name = "qemu",
+    .host_init = qemu_host_init,
+    .host_res = qemu_host_res,
+    .host_fini = qemu_host_fini,
+    .create = qemu_create,
+    .limits = qemu_limits,
+    .exec = wk_qvm_exec,
+    .kill = wk_qvm_kill,
+};

@@ -1,0 +1,167 @@
+/* Internal interfaces of the qemu driver's modules (the rest of the worker uses
+ * driver.h, through wk_qemu_driver in qemu.h).
+ *   qemu_qmp.c       asynchronous QMP client (libevent)
+ *   qemu_spawn.c     starting a QEMU process: its network namespace and tap, its
+ *                    disk, its fds; the argv (shared by template boot and restore)
+ *   qemu_template.c  the guest (worker/vm/build-guest) and the template snapshot
+ *   qemu_vm.c        one microVM: restore, pause, resume, save to disk, load, kill
+ *   qemu.c           the driver's operations table (driver.h)
+ * Loop thread only, except where said otherwise. */
+#ifndef WK_QEMU_INT_H
+#define WK_QEMU_INT_H
+
+#include <event2/event.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "agent_link.h"
+#include "driver.h"
+#include "pool.h"
+
+#define WK_QEMU_PATH_MAX 4096
+#define WK_QMP_LINE_MAX (1u << 20)     /* longest monitor line QEMU may send */
+#define WK_QEMU_AGENT_FD 3             /* fds of the QEMU process */
+#define WK_QEMU_QMP_FD 4
+#define WK_QEMU_TAP_FD 5
+#define WK_QEMU_INCOMING_FD 6
+#define WK_QEMU_INCOMING_URI "fd:6"    /* = WK_QEMU_INCOMING_FD */
+#define WK_QEMU_TAP_NAME "tap0"        /* in the sandbox's network namespace */
+
+/* ---- qemu_qmp.c ----------------------------------------------------------- */
+typedef struct wk_qmp wk_qmp;
+/* ret: the command's "return" (borrowed; JSON null when it had none), or NULL and err
+ * (QEMU's error text, or the connection's) */
+typedef void (*wk_qmp_cb)(void *arg, json_t *ret, const char *err);
+/* An event (data may be NULL); event == NULL: the connection closed. */
+typedef void (*wk_qmp_event_cb)(void *arg, const char *event, json_t *data);
+
+/* Takes fd (a connected stream socket to QEMU's monitor); negotiates capabilities
+ * by itself. NULL when out of memory (fd not closed then). */
+wk_qmp *wk_qmp_new(struct event_base *base, int fd, wk_qmp_event_cb on_event, void *arg);
+/* Queues a command; args (stolen, may be NULL) become "arguments"; pass_fd >= 0 is
+ * duplicated and passed along (SCM_RIGHTS, for getfd). cb may be NULL. -EPIPE when
+ * the connection closed, -ENOMEM. */
+int wk_qmp_cmd(wk_qmp *q, const char *cmd, json_t *args, int pass_fd, wk_qmp_cb cb, void *arg);
+/* Closes; pending callbacks are dropped unanswered. NULL-safe, also from a callback. */
+void wk_qmp_free(wk_qmp *q);
+/* Arguments of migrate-set-capabilities for every migration here: RAM blocks that
+ * are shared files are not copied (x-ignore-shared: the template's RAM file is the
+ * memory), and MIGRATION events report the end. */
+json_t *wk_qmp_caps(void);
+
+/* ---- qemu_spawn.c --------------------------------------------------------- */
+typedef struct wk_qemu_host wk_qemu_host; /* the driver's host-wide state (qemu.c) */
+
+/* What a QEMU process needs beside its argv. */
+typedef struct wk_qspawn {
+    const char *const *argv;   /* argv[0]: the QEMU binary; fds as WK_QEMU_*_FD */
+    int agent_fd, qmp_fd;      /* become fds 3 and 4 */
+    int incoming_fd;           /* becomes fd 6, or -1 */
+    int netns_fd;              /* join this network namespace; -1 = a new one */
+    int tap;                   /* create WK_QEMU_TAP_NAME there, as fd 5 */
+    const char *log_path;      /* QEMU's stderr (appended) */
+    const char *copy_from;     /* if set: copy it to copy_to (created, O_EXCL) first */
+    const char *copy_to;
+} wk_qspawn;
+
+/* Clones the child (new network namespace unless netns_fd), which sets itself up
+ * and execs QEMU; returns at once. *report: read end of a pipe (non-blocking) that
+ * gives EOF when QEMU was exec'd, or the failure (wk_qspawn_report). The child dies
+ * with the worker (PDEATHSIG). 0 or -errno + *why. */
+int wk_qspawn_start(const wk_qspawn *a, pid_t *pid, int *pidfd, int *report, const char **why);
+/* After *report is readable: 0 exec'd, -EAGAIN not yet, else the child's -errno + *why. */
+int wk_qspawn_report(int report, const char **why);
+/* SIGKILL through the pidfd and reap (QEMU ends at once: a few ms); closes it. */
+void wk_qspawn_kill(int *pidfd);
+/* Reaps an exited child (non-blocking); its exit status or -1. */
+int wk_qspawn_reap(int pidfd);
+
+/* ---- the template (qemu_template.c) ---------------------------------------- */
+typedef struct wk_qtpl {
+    char guest[WK_QEMU_PATH_MAX];   /* vm_dir/guest/<id>: vmlinuz, initrd.img, rootfs.img */
+    char dir[WK_QEMU_PATH_MAX];     /* vm_dir/templates/<key> */
+    char key[40];
+    char append[512];               /* kernel command line */
+    uint32_t memory_mib, vcpus, pids_max;
+    uint32_t disk_mib;
+} wk_qtpl;
+
+/* How every QEMU of this host is started (qemu.c fills it at host init). */
+typedef struct wk_qemu_cfg {
+    char qemu[WK_QEMU_PATH_MAX];    /* qemu-system-x86_64 */
+    char qemu_img[WK_QEMU_PATH_MAX];
+    char vm_dir[WK_QEMU_PATH_MAX];  /* guests and template snapshots (shared by workers) */
+    char sb_dir[WK_QEMU_PATH_MAX];  /* state_dir/qemu: one directory per sandbox */
+    char builder[WK_QEMU_PATH_MAX]; /* worker/vm/build-guest */
+    int kvm;                        /* /dev/kvm usable with hardware virtualization */
+    uint32_t tsc_khz;               /* the host's TSC rate (TCG guests calibrate nothing) */
+} wk_qemu_cfg;
+
+enum { WK_QARGS_BOOT, WK_QARGS_RESTORE, WK_QARGS_LOAD };
+
+/* The argv of one QEMU (NULL-terminated; free with wk_qargs_free). mode BOOT boots
+ * the template (its RAM file shared, so the file is the snapshot's memory); RESTORE
+ * maps the template's RAM privately (copy-on-write) and waits for the device state
+ * (-incoming defer); LOAD the same, for a sandbox saved to disk. disk: the VM's
+ * qcow2; console: the serial log or NULL. */
+char **wk_qargs(const wk_qemu_cfg *c, const wk_qtpl *t, int mode, const char *disk,
+                const char *console);
+void wk_qargs_free(char **argv);
+
+/* Builds (blocking: tens of seconds under TCG) or finds the template snapshot for
+ * the given shape; fills *t. Runs worker/vm/build-guest for the guest. Serialized
+ * between workers of one host by a lock file. 0 or -errno + *why. */
+int wk_qtpl_ensure(const wk_qemu_cfg *c, const char *rootfs, const char *agent,
+                   uint32_t memory_mib, uint32_t vcpus, uint32_t pids_max, uint32_t disk_mib,
+                   wk_qtpl *t, const char **why);
+/* Files of a template snapshot. */
+#define WK_QTPL_RAM "ram"        /* guest memory (the RAM file, holes where zero) */
+#define WK_QTPL_STATE "state"    /* device state (migration stream, RAM excluded) */
+#define WK_QTPL_DISK "disk.qcow2" /* the disk as the template left it (backing: rootfs.img) */
+#define WK_QTPL_BLANK "blank.qcow2" /* an empty overlay of disk.qcow2: each sandbox's copy */
+
+/* ---- the driver's host-wide state (qemu.c) --------------------------------- */
+struct wk_driver {
+    struct event_base *base;
+    wk_pool *pool;
+    wk_qemu_cfg cfg;
+    wk_qtpl tpl;
+    wk_limits defaults;          /* every field set */
+    wk_host_res res;
+    uint32_t create_timeout_ms;  /* restore until the agent answered */
+    uint32_t save_after_ms;      /* a VM paused this long is saved to disk (0 = never) */
+    uint32_t save_below_mib;     /* ... and sooner while MemAvailable is under this */
+    struct event *ev_pressure;
+    wk_sandbox *vms;             /* every sandbox not yet freed */
+    int n_vms;
+};
+
+/* ---- qemu_vm.c: one microVM ------------------------------------------------ */
+typedef void (*wk_qvm_cb)(void *arg, int rc, const char *why);
+
+/* driver.h's create, exec, limits and kill for one VM. */
+int wk_qvm_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, void *arg);
+int wk_qvm_exec(wk_sandbox *sb, const wk_exec_req *req, wk_exec_cb cb, void *arg);
+void wk_qvm_limits(const wk_sandbox *sb, wk_limits *out);
+void wk_qvm_kill(wk_sandbox *sb, wk_kill_cb cb, void *arg);
+/* Pause (QMP stop: memory stays, the guest's clock stands still), resume (cont, then a
+ * ping sets the guest's clock), save (pause, then the whole VM state to the sandbox's
+ * mem.state and QEMU quits: no memory held). An exec on a paused or saved VM resumes it
+ * first. cb(arg, 0, NULL) once the state is reached (inside the call when it already
+ * is), or an error. -ESRCH (killed), -EIO (the VM died), -EAGAIN (still starting),
+ * -EBUSY (save: commands are running), -ENOMEM. */
+int wk_qvm_pause(wk_sandbox *sb, wk_qvm_cb cb, void *arg);
+int wk_qvm_resume(wk_sandbox *sb, wk_qvm_cb cb, void *arg);
+int wk_qvm_save(wk_sandbox *sb, wk_qvm_cb cb, void *arg);
+/* "starting", "running", "paused", "saved", ... */
+const char *wk_qvm_state(const wk_sandbox *sb);
+/* How long it has been paused in memory (ms), or -1. */
+int64_t wk_qvm_paused_ms(const wk_sandbox *sb);
+/* Its QEMU process, or 0 when none runs (saved to disk). */
+pid_t wk_qvm_pid(const wk_sandbox *sb);
+const char *wk_qvm_id(const wk_sandbox *sb);
+/* The next VM in the driver's list (d->vms). */
+wk_sandbox *wk_qvm_next(const wk_sandbox *sb);
+
+#endif

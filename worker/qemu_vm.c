@@ -1,0 +1,1023 @@
+/* One microVM sandbox: its QEMU process, monitor (QMP) and agent link, and the
+ * moves between its states, all driven by events on the worker's loop (nothing
+ * here waits: QEMU and the guest answer through sockets and the pidfd).
+ *
+ *   STARTING --pong--> RUNNING --stop--> PAUSED --migrate+quit--> SAVED
+ *                         ^                 |                       |
+ *                         +--cont+ping------+                       |
+ *                         +--spawn+incoming+cont+ping---------------+
+ *   any --QEMU exits / guest hangs--> DEAD (execs fail; kill cleans up)
+ *
+ * Callers ask for a state (pause, resume, save, or an exec that needs RUNNING):
+ * each request is a waiter; the VM moves one step at a time towards the oldest
+ * waiter's state and answers each waiter when its state is reached. A kill
+ * answers every waiter at once and tears down off the loop. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "qemu_int.h"
+#include "sf_log.h"
+#include "sf_util.h"
+
+#define ERR_KILLED "The sandbox was killed while the command ran."
+#define ERR_DEAD                                                                                  \
+    "The sandbox's VM stopped (its QEMU process ended); kill this sandbox and create a new one."
+#define ERR_HUNG                                                                                  \
+    "The sandbox's VM stopped answering and was stopped at the command's deadline; kill this "    \
+    "sandbox and create a new one."
+#define ERR_NOMEM "The worker is out of memory."
+#define PING_TIMEOUT_MS 30000 /* a resumed or loaded guest answers in well under a second */
+
+enum { VM_STARTING, VM_RUNNING, VM_PAUSING, VM_PAUSED, VM_RESUMING, VM_SAVING, VM_SAVED,
+       VM_LOADING, VM_DEAD };
+
+static const char *const state_name[] = {
+    [VM_STARTING] = "starting", [VM_RUNNING] = "running", [VM_PAUSING] = "pausing",
+    [VM_PAUSED] = "paused",     [VM_RESUMING] = "resuming", [VM_SAVING] = "saving",
+    [VM_SAVED] = "saved",       [VM_LOADING] = "loading",  [VM_DEAD] = "dead",
+};
+
+/* What a waiter wants: a stable state. */
+enum { WANT_RUNNING, WANT_PAUSED, WANT_SAVED };
+
+typedef struct waiter {
+    struct waiter *next;
+    int want;
+    wk_qvm_cb cb;           /* pause/resume/save */
+    void *arg;
+    /* an exec waiting for RUNNING: its request, copied */
+    wk_exec_cb exec_cb;
+    char *command, *cwd;
+    char **env;
+    uint32_t timeout_ms, cap_bytes;
+} waiter;
+
+struct wk_sandbox {
+    wk_driver *d;
+    wk_sandbox *next, *prev;    /* d->vms */
+    char id[64];
+    char dir[WK_QEMU_PATH_MAX];
+    wk_limits lim;
+    int st;
+    pid_t pid;
+    int pidfd;
+    struct event *ev_exit;
+    int report;                 /* the spawn's report pipe, until QEMU is known to run */
+    int netns;                  /* its network namespace (kept while saved to disk) */
+    wk_qmp *qmp;
+    wk_alink *link;
+    struct event *ev_timer;     /* create deadline; then the save-to-disk delay */
+    struct event *ev_kick;      /* runs advance() from the loop */
+    int save_fd;                /* the state file while saving */
+    int quitting;               /* SAVING: QEMU was told to quit */
+    waiter *w_head, *w_tail;
+    char *setup_cmd;            /* limits that differ from the template's, applied at create */
+    wk_create_cb create_cb;
+    void *create_arg;
+    wk_kill_cb kill_cb;
+    void *kill_arg;
+    int killed;
+    const char *dead_why;       /* DEAD: what every later call is told */
+    int depth;                  /* > 0 while callbacks run or the teardown is under way */
+    uint64_t t0_us;
+    int64_t paused_at_ms;
+};
+
+static void advance(wk_sandbox *sb);
+static void on_kick(evutil_socket_t fd, short what, void *arg);
+static void fail_vm(wk_sandbox *sb, const char *why, const char *detail);
+
+/* ---- small things ---------------------------------------------------------- */
+
+const char *wk_qvm_state(const wk_sandbox *sb)
+{
+    return sb ? state_name[sb->st] : "?";
+}
+
+pid_t wk_qvm_pid(const wk_sandbox *sb)
+{
+    return sb && sb->pidfd >= 0 ? sb->pid : 0;
+}
+
+wk_sandbox *wk_qvm_next(const wk_sandbox *sb)
+{
+    return sb->next;
+}
+
+const char *wk_qvm_id(const wk_sandbox *sb)
+{
+    return sb ? sb->id : NULL;
+}
+
+void wk_qvm_limits(const wk_sandbox *sb, wk_limits *out)
+{
+    *out = sb->lim;
+}
+
+static int path_in(const wk_sandbox *sb, char *buf, size_t n, const char *name)
+{
+    int r = snprintf(buf, n, "%s/%s", sb->dir, name);
+    return r < 0 || (size_t)r >= n ? -ENAMETOOLONG : 0;
+}
+
+static void vm_release(wk_sandbox *sb)
+{
+    if (!sb->killed || sb->depth > 0)
+        return;
+    if (sb->prev)
+        sb->prev->next = sb->next;
+    else
+        sb->d->vms = sb->next;
+    if (sb->next)
+        sb->next->prev = sb->prev;
+    sb->d->n_vms--;
+    if (sb->ev_kick)
+        event_free(sb->ev_kick);
+    free(sb->setup_cmd);
+    free(sb);
+}
+
+static void waiter_free(waiter *w)
+{
+    for (size_t i = 0; w->env && w->env[i]; i++)
+        free(w->env[i]);
+    free(w->env);
+    free(w->command);
+    free(w->cwd);
+    free(w);
+}
+
+/* Answers waiter w with rc/why (an exec waiter gets an error result or runs). */
+static void waiter_fire(wk_sandbox *sb, waiter *w, int rc, const char *why)
+{
+    if (w->exec_cb) {
+        if (rc < 0) {
+            wk_exec_result res = {.exit_code = -1, .error = why};
+            w->exec_cb(w->arg, &res);
+        } else {
+            const wk_exec_req req = {.command = w->command, .cwd = w->cwd,
+                                     .env = (const char *const *)w->env,
+                                     .timeout_ms = w->timeout_ms, .cap_bytes = w->cap_bytes};
+            if (wk_alink_exec(sb->link, &req, w->exec_cb, w->arg) < 0) {
+                wk_exec_result res = {.exit_code = -1, .error = ERR_NOMEM};
+                w->exec_cb(w->arg, &res);
+            }
+        }
+    } else if (w->cb) {
+        w->cb(w->arg, rc, why);
+    }
+    waiter_free(w);
+}
+
+/* Answers, in order, the leading waiters that state st satisfies. */
+static void fire_reached(wk_sandbox *sb)
+{
+    int want = sb->st == VM_RUNNING ? WANT_RUNNING
+               : sb->st == VM_PAUSED ? WANT_PAUSED
+               : sb->st == VM_SAVED  ? WANT_SAVED
+                                     : -1;
+
+    sb->depth++;
+    while (sb->w_head && !sb->killed) {
+        waiter *w = sb->w_head;
+        /* a saved VM is paused too */
+        if (!(w->want == want || (w->want == WANT_PAUSED && want == WANT_SAVED)))
+            break;
+        sb->w_head = w->next;
+        if (!sb->w_head)
+            sb->w_tail = NULL;
+        waiter_fire(sb, w, 0, NULL);
+    }
+    sb->depth--;
+}
+
+static void fail_waiters(wk_sandbox *sb, const char *why)
+{
+    sb->depth++;
+    while (sb->w_head) {
+        waiter *w = sb->w_head;
+        sb->w_head = w->next;
+        if (!sb->w_head)
+            sb->w_tail = NULL;
+        waiter_fire(sb, w, -EIO, why);
+    }
+    sb->depth--;
+}
+
+static void add_waiter(wk_sandbox *sb, waiter *w)
+{
+    if (sb->w_tail)
+        sb->w_tail->next = w;
+    else
+        sb->w_head = w;
+    sb->w_tail = w;
+}
+
+static int set_timer(wk_sandbox *sb, uint64_t ms, event_callback_fn fn)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+
+    if (sb->ev_timer)
+        event_free(sb->ev_timer);
+    if (!(sb->ev_timer = evtimer_new(sb->d->base, fn, sb)))
+        return -ENOMEM;
+    return evtimer_add(sb->ev_timer, &tv) < 0 ? -ENOMEM : 0;
+}
+
+static void clear_timer(wk_sandbox *sb)
+{
+    if (sb->ev_timer) {
+        event_free(sb->ev_timer);
+        sb->ev_timer = NULL;
+    }
+}
+
+/* Drops the process's monitor and agent connections and events (not the pidfd). */
+static void drop_conns(wk_sandbox *sb)
+{
+    wk_qmp_free(sb->qmp);
+    sb->qmp = NULL;
+    wk_alink_free(sb->link);
+    sb->link = NULL;
+    if (sb->save_fd >= 0) {
+        close(sb->save_fd);
+        sb->save_fd = -1;
+    }
+}
+
+/* ---- the QEMU process -------------------------------------------------------- */
+
+static void on_exit_ev(evutil_socket_t fd, short what, void *arg);
+static void on_qmp_event(void *arg, const char *event, json_t *data);
+static void on_link_down(void *arg, const char *why);
+
+/* Starts QEMU in mode (RESTORE or LOAD) with the given incoming state file; sets up
+ * the monitor and agent connections. */
+static int start_qemu(wk_sandbox *sb, int mode, const char *state_path, const char **why)
+{
+    char disk[WK_QEMU_PATH_MAX], log[WK_QEMU_PATH_MAX], blank[WK_QEMU_PATH_MAX];
+    int ag[2] = {-1, -1}, mon[2] = {-1, -1}, in = -1, rc;
+    const wk_driver *d = sb->d;
+    char **argv = NULL;
+    wk_qspawn sp;
+
+    if (path_in(sb, disk, sizeof(disk), "disk.qcow2") < 0 ||
+        path_in(sb, log, sizeof(log), "qemu.log") < 0 ||
+        snprintf(blank, sizeof(blank), "%s/%s", d->tpl.dir, WK_QTPL_BLANK) >= (int)sizeof(blank)) {
+        *why = "The worker's state_dir is too long; use a shorter path.";
+        return -ENAMETOOLONG;
+    }
+    if (!(argv = wk_qargs(&d->cfg, &d->tpl, mode, disk, NULL))) {
+        *why = ERR_NOMEM;
+        return -ENOMEM;
+    }
+    if ((in = open(state_path, O_RDONLY | O_CLOEXEC)) < 0) {
+        rc = -errno;
+        *why = mode == WK_QARGS_RESTORE
+                   ? "The template snapshot is missing; restart the worker to rebuild it."
+                   : "The sandbox's saved state is missing; kill it and create a new one.";
+        goto out;
+    }
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ag) < 0 ||
+        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, mon) < 0) {
+        rc = -errno;
+        *why = "The worker is out of file descriptors; raise its limit (ulimit -n).";
+        goto out;
+    }
+    sp = (wk_qspawn){.argv = (const char *const *)argv, .agent_fd = ag[1], .qmp_fd = mon[1],
+                     .incoming_fd = in, .netns_fd = sb->netns, .tap = 1, .log_path = log,
+                     .copy_from = mode == WK_QARGS_RESTORE ? blank : NULL,
+                     .copy_to = mode == WK_QARGS_RESTORE ? disk : NULL};
+    if ((rc = wk_qspawn_start(&sp, &sb->pid, &sb->pidfd, &sb->report, why)) < 0)
+        goto out;
+    if (!(sb->ev_exit = event_new(d->base, sb->pidfd, EV_READ | EV_PERSIST, on_exit_ev, sb)) ||
+        event_add(sb->ev_exit, NULL) < 0 ||
+        !(sb->qmp = wk_qmp_new(d->base, mon[0], on_qmp_event, sb))) {
+        rc = -ENOMEM;
+        *why = ERR_NOMEM;
+        goto out; /* the caller kills the process */
+    }
+    mon[0] = -1;
+    sb->link = wk_alink_new(d->base, ag[0], sb->id);
+    ag[0] = -1;
+    if (!sb->link) {
+        rc = -ENOMEM;
+        *why = ERR_NOMEM;
+        goto out;
+    }
+    wk_alink_on_down(sb->link, on_link_down, sb);
+    rc = 0;
+out:
+    for (int i = 0; i < 2; i++) {
+        if (ag[i] >= 0)
+            close(ag[i]);
+        if (mon[i] >= 0)
+            close(mon[i]);
+    }
+    if (in >= 0)
+        close(in);
+    wk_qargs_free(argv);
+    return rc;
+}
+
+/* The process is gone (reaped): its connections go with it. */
+static void process_gone(wk_sandbox *sb)
+{
+    if (sb->ev_exit) {
+        event_free(sb->ev_exit);
+        sb->ev_exit = NULL;
+    }
+    if (sb->pidfd >= 0) {
+        close(sb->pidfd);
+        sb->pidfd = -1;
+    }
+    if (sb->report >= 0) {
+        close(sb->report);
+        sb->report = -1;
+    }
+    drop_conns(sb);
+}
+
+static void on_exit_ev(evutil_socket_t fd, short what, void *arg)
+{
+    wk_sandbox *sb = arg;
+    const char *why = NULL;
+    char detail[160];
+    int status = wk_qspawn_reap(sb->pidfd), spawn_rc = -EAGAIN;
+
+    if (status < 0)
+        return; /* not exited yet (spurious) */
+    if (sb->report >= 0)
+        spawn_rc = wk_qspawn_report(sb->report, &why);
+    sb->depth++;
+    process_gone(sb);
+    if (sb->st == VM_SAVING && sb->quitting) { /* saved to disk and told to quit */
+        sb->quitting = 0;
+        sb->st = VM_SAVED;
+        sf_info("msg=\"sandbox saved to disk\" sandbox=%s ms=%llu", sb->id,
+                (unsigned long long)((sf_mono_us() - sb->t0_us) / 1000));
+        fire_reached(sb);
+        advance(sb);
+    } else if (!sb->killed) {
+        snprintf(detail, sizeof(detail), "QEMU exited (status %d) while %s%s%s", status,
+                 state_name[sb->st], spawn_rc < 0 && spawn_rc != -EAGAIN ? ": " : "",
+                 spawn_rc < 0 && spawn_rc != -EAGAIN && why ? why : "");
+        fail_vm(sb, spawn_rc < 0 && spawn_rc != -EAGAIN && why ? why : ERR_DEAD, detail);
+    }
+    sb->depth--;
+    vm_release(sb);
+}
+
+/* The VM cannot go on: its process is killed, every waiter and exec fails with why. */
+static void fail_vm(wk_sandbox *sb, const char *why, const char *detail)
+{
+    int was = sb->st;
+
+    if (sb->st == VM_DEAD)
+        return;
+    sf_warn("msg=\"sandbox VM failed\" sandbox=%s state=%s why=\"%s\"", sb->id, state_name[was],
+            detail ? detail : why);
+    sb->st = VM_DEAD;
+    sb->dead_why = why;
+    clear_timer(sb);
+    sb->depth++;
+    if (sb->pidfd >= 0)
+        syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0); /* reaped by on_exit_ev */
+    if (sb->link)
+        wk_alink_close(sb->link, why);
+    if (was == VM_STARTING && sb->create_cb) {
+        wk_create_cb cb = sb->create_cb;
+        sb->create_cb = NULL;
+        cb(sb->create_arg, NULL, -EIO, why);
+        /* the create failed: nobody else holds sb; tear it down */
+        wk_qvm_kill(sb, NULL, NULL);
+    }
+    fail_waiters(sb, why);
+    sb->depth--;
+}
+
+static void on_link_down(void *arg, const char *why)
+{
+    wk_sandbox *sb = arg;
+
+    /* A request missed its deadline (the guest hangs) or the agent's connection broke:
+     * this VM is of no further use. */
+    sb->depth++;
+    fail_vm(sb, sb->st == VM_STARTING ? "The sandbox's VM did not come up in time; the host may "
+                                        "be overloaded: retry sandbox_create."
+                                      : ERR_HUNG,
+            why);
+    sb->depth--;
+    vm_release(sb);
+}
+
+/* ---- create (restore from the template) -------------------------------------- */
+
+static void on_created_ping(void *arg, int rc, const char *why);
+
+static void on_setup_done(void *arg, const wk_exec_result *res)
+{
+    wk_sandbox *sb = arg;
+    wk_create_cb cb;
+
+    if (sb->st != VM_STARTING || sb->killed)
+        return;
+    if (res->error || res->exit_code != 0) {
+        fail_vm(sb, "The sandbox's limits could not be applied inside its VM; retry "
+                    "sandbox_create.", res->error ? res->error : "the setup command failed");
+        return;
+    }
+    clear_timer(sb);
+    sb->st = VM_RUNNING;
+    sf_info("msg=\"sandbox created\" sandbox=%s driver=qemu pid=%d create_us=%llu", sb->id,
+            (int)sb->pid, (unsigned long long)(sf_mono_us() - sb->t0_us));
+    cb = sb->create_cb;
+    sb->create_cb = NULL;
+    sb->depth++;
+    cb(sb->create_arg, sb, 0, NULL);
+    sb->depth--;
+    if (!sb->killed) {
+        fire_reached(sb);
+        advance(sb);
+    }
+    vm_release(sb);
+}
+
+static void on_created_ping(void *arg, int rc, const char *why)
+{
+    wk_sandbox *sb = arg;
+    char ns[64];
+    wk_exec_result ok = {0};
+
+    if (sb->st != VM_STARTING || sb->killed)
+        return;
+    if (rc < 0) {
+        fail_vm(sb, rc == -ETIMEDOUT ? "The sandbox's VM did not come up in time; the host may "
+                                       "be overloaded: retry sandbox_create."
+                                     : why,
+                why);
+        return;
+    }
+    /* QEMU runs (the guest answered): its network namespace is the sandbox's. */
+    if (sb->report >= 0) {
+        close(sb->report);
+        sb->report = -1;
+    }
+    snprintf(ns, sizeof(ns), "/proc/%d/ns/net", (int)sb->pid);
+    if (sb->netns < 0 && (sb->netns = open(ns, O_RDONLY | O_CLOEXEC)) < 0) {
+        fail_vm(sb, "The sandbox's network namespace vanished while it started; retry "
+                    "sandbox_create.", "cannot open the QEMU process's netns");
+        return;
+    }
+    if (sb->setup_cmd) {
+        wk_exec_req req = {.command = sb->setup_cmd, .timeout_ms = 10000};
+        if (wk_alink_exec(sb->link, &req, on_setup_done, sb) < 0)
+            fail_vm(sb, ERR_NOMEM, "cannot queue the setup command");
+        return;
+    }
+    on_setup_done(sb, &ok);
+}
+
+static void on_qmp_failed_step(void *arg, json_t *ret, const char *err)
+{
+    wk_sandbox *sb = arg;
+
+    if (!err || sb->killed || sb->st == VM_DEAD)
+        return;
+    sb->depth++;
+    fail_vm(sb, sb->st == VM_STARTING ? "QEMU could not restore the template snapshot; the "
+                                        "template may be damaged: restart the worker to rebuild it."
+                                      : "QEMU refused to change the VM's state; kill this sandbox "
+                                        "and create a new one.",
+            err);
+    sb->depth--;
+    vm_release(sb);
+}
+
+static void on_create_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    wk_sandbox *sb = arg;
+
+    sb->depth++;
+    fail_vm(sb, "The sandbox's VM did not come up in time; the host may be overloaded: retry "
+                "sandbox_create.", "create deadline passed");
+    sb->depth--;
+    vm_release(sb);
+}
+
+/* The incoming side: take the device state from fd 6 (RAM: the template's file). */
+static int incoming(wk_sandbox *sb)
+{
+    json_t *caps = wk_qmp_caps();
+
+    if (wk_qmp_cmd(sb->qmp, "migrate-set-capabilities", caps, -1, on_qmp_failed_step, sb) < 0 ||
+        wk_qmp_cmd(sb->qmp, "migrate-incoming",
+                   json_pack("{s:s}", "uri", WK_QEMU_INCOMING_URI), -1,
+                   on_qmp_failed_step, sb) < 0)
+        return -ENOMEM;
+    return 0;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int wk_qvm_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, void *arg)
+{
+    unsigned char seed[32];
+    char state[WK_QEMU_PATH_MAX];
+    const char *why = NULL;
+    wk_sandbox *sb;
+    int rc;
+
+    if (!(sb = calloc(1, sizeof(*sb))))
+        return -ENOMEM;
+    sb->d = d;
+    sb->pidfd = sb->report = sb->netns = sb->save_fd = -1;
+    sb->st = VM_STARTING;
+    sb->t0_us = sf_mono_us();
+    snprintf(sb->id, sizeof(sb->id), "%s", req->id);
+    sb->lim = req->limits;
+    if (!(sb->ev_kick = evtimer_new(d->base, on_kick, sb))) {
+        free(sb);
+        return -ENOMEM;
+    }
+    if (snprintf(sb->dir, sizeof(sb->dir), "%s/%s", d->cfg.sb_dir, req->id) >= (int)sizeof(sb->dir) ||
+        snprintf(state, sizeof(state), "%s/%s", d->tpl.dir, WK_QTPL_STATE) >= (int)sizeof(state)) {
+        event_free(sb->ev_kick);
+        free(sb);
+        return -ENAMETOOLONG;
+    }
+    if (sb->lim.memory_mib < d->tpl.memory_mib || sb->lim.pids_max != d->tpl.pids_max) {
+        if (asprintf(&sb->setup_cmd,
+                     "echo %u > /sys/fs/cgroup/sandbox/pids.max && echo %llu > "
+                     "/sys/fs/cgroup/sandbox/memory.max",
+                     sb->lim.pids_max, (unsigned long long)sb->lim.memory_mib << 20) < 0) {
+            event_free(sb->ev_kick);
+            free(sb);
+            return -ENOMEM;
+        }
+    }
+    if (mkdir(sb->dir, 0700) < 0) {
+        rc = errno == EEXIST ? -EEXIST : -errno;
+        event_free(sb->ev_kick);
+        free(sb->setup_cmd);
+        free(sb);
+        return rc;
+    }
+    sb->next = d->vms;
+    if (d->vms)
+        d->vms->prev = sb;
+    d->vms = sb;
+    d->n_vms++;
+    sb->create_cb = cb;
+    sb->create_arg = arg;
+    if (getrandom(seed, sizeof(seed), GRND_NONBLOCK) != (ssize_t)sizeof(seed)) {
+        rc = -EIO;
+        why = "The host's random generator is not ready; retry in a moment.";
+        goto fail;
+    }
+    if ((rc = start_qemu(sb, WK_QARGS_RESTORE, state, &why)) < 0 || (rc = incoming(sb)) < 0 ||
+        (rc = wk_alink_ping(sb->link, now_ns(), seed, sizeof(seed), sb->id,
+                            d->create_timeout_ms, on_created_ping, sb)) < 0 ||
+        (rc = set_timer(sb, d->create_timeout_ms, on_create_deadline)) < 0) {
+        if (!why)
+            why = ERR_NOMEM;
+        goto fail;
+    }
+    return 0;
+fail:
+    sf_error("msg=\"sandbox create failed\" sandbox=%s rc=%d why=\"%s\"", sb->id, rc, why);
+    /* Nothing was answered yet: the caller sees rc; tear down what exists. */
+    sb->create_cb = NULL;
+    sb->st = VM_DEAD;
+    wk_qvm_kill(sb, NULL, NULL);
+    return rc;
+}
+
+/* ---- pause, resume, save, load ---------------------------------------------- */
+
+static void on_paused(void *arg, json_t *ret, const char *err);
+static void on_resumed_ping(void *arg, int rc, const char *why);
+
+static void on_save_timer(evutil_socket_t fd, short what, void *arg)
+{
+    wk_sandbox *sb = arg;
+
+    clear_timer(sb);
+    if (sb->st != VM_PAUSED || sb->w_head)
+        return;
+    sf_info("msg=\"paused sandbox goes to disk\" sandbox=%s", sb->id);
+    wk_qvm_save(sb, NULL, NULL);
+}
+
+static void on_paused(void *arg, json_t *ret, const char *err)
+{
+    wk_sandbox *sb = arg;
+
+    if (sb->st != VM_PAUSING || sb->killed)
+        return;
+    if (err) {
+        on_qmp_failed_step(sb, NULL, err);
+        return;
+    }
+    wk_alink_hold(sb->link, 1);
+    sb->st = VM_PAUSED;
+    sb->paused_at_ms = sf_mono_ms();
+    if (sb->d->save_after_ms)
+        set_timer(sb, sb->d->save_after_ms, on_save_timer);
+    sb->depth++;
+    fire_reached(sb);
+    advance(sb);
+    sb->depth--;
+    vm_release(sb);
+}
+
+static void on_resumed_ping(void *arg, int rc, const char *why)
+{
+    wk_sandbox *sb = arg;
+
+    if ((sb->st != VM_RESUMING && sb->st != VM_LOADING) || sb->killed)
+        return;
+    if (rc < 0) {
+        fail_vm(sb, ERR_HUNG, why);
+        return;
+    }
+    if (sb->st == VM_LOADING) {
+        char path[WK_QEMU_PATH_MAX];
+        if (path_in(sb, path, sizeof(path), "mem.state") == 0)
+            unlink(path); /* a file of tens of MiB: unlinking it is quick */
+        sf_info("msg=\"sandbox loaded from disk\" sandbox=%s ms=%llu", sb->id,
+                (unsigned long long)((sf_mono_us() - sb->t0_us) / 1000));
+    }
+    sb->st = VM_RUNNING;
+    sb->depth++;
+    fire_reached(sb);
+    advance(sb);
+    sb->depth--;
+    vm_release(sb);
+}
+
+static void on_continued(void *arg, json_t *ret, const char *err)
+{
+    wk_sandbox *sb = arg;
+
+    if ((sb->st != VM_RESUMING && sb->st != VM_LOADING) || sb->killed)
+        return;
+    if (err) {
+        on_qmp_failed_step(sb, NULL, err);
+        return;
+    }
+    wk_alink_hold(sb->link, 0);
+    /* The guest's clock stood still while it was stopped: the ping sets it. */
+    if (wk_alink_ping(sb->link, now_ns(), NULL, 0, NULL, PING_TIMEOUT_MS, on_resumed_ping, sb) < 0)
+        fail_vm(sb, ERR_NOMEM, "cannot queue the ping");
+}
+
+static void on_migrate_started(void *arg, json_t *ret, const char *err)
+{
+    on_qmp_failed_step(arg, ret, err);
+}
+
+static void on_qmp_event(void *arg, const char *event, json_t *data)
+{
+    wk_sandbox *sb = arg;
+    const char *status;
+
+    if (!event || sb->killed)
+        return; /* the monitor closed: the pidfd tells why */
+    if (strcmp(event, "MIGRATION") != 0)
+        return;
+    status = json_string_value(json_object_get(data, "status"));
+    if (!status)
+        return;
+    sb->depth++;
+    if (!strcmp(status, "failed")) {
+        fail_vm(sb, sb->st == VM_SAVING ? "Saving the paused sandbox to disk failed; kill it and "
+                                          "create a new one."
+                                        : "QEMU could not load the sandbox's state; kill it and "
+                                          "create a new one.",
+                "migration failed");
+    } else if (!strcmp(status, "completed") && sb->st == VM_SAVING && !sb->quitting) {
+        sb->quitting = 1;
+        if (sb->save_fd >= 0) {
+            close(sb->save_fd);
+            sb->save_fd = -1;
+        }
+        /* The state is on disk: QEMU may go (on_exit_ev finishes the save). */
+        wk_alink_free(sb->link);
+        sb->link = NULL;
+        if (wk_qmp_cmd(sb->qmp, "quit", NULL, -1, NULL, NULL) < 0)
+            syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
+    } else if (!strcmp(status, "completed") && sb->st == VM_LOADING) {
+        if (wk_qmp_cmd(sb->qmp, "cont", NULL, -1, on_continued, sb) < 0)
+            fail_vm(sb, ERR_NOMEM, "cannot queue cont");
+    }
+    sb->depth--;
+    vm_release(sb);
+}
+
+static void start_save(wk_sandbox *sb)
+{
+    char path[WK_QEMU_PATH_MAX];
+    json_t *caps;
+
+    clear_timer(sb);
+    sb->t0_us = sf_mono_us();
+    if (path_in(sb, path, sizeof(path), "mem.state") < 0 ||
+        (sb->save_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0) {
+        fail_vm(sb, "The paused sandbox could not be saved to disk (no room under the worker's "
+                    "state_dir?); kill it and create a new one.", "cannot create mem.state");
+        return;
+    }
+    sb->st = VM_SAVING;
+    caps = wk_qmp_caps();
+    if (wk_qmp_cmd(sb->qmp, "migrate-set-capabilities", caps, -1, on_qmp_failed_step, sb) < 0 ||
+        wk_qmp_cmd(sb->qmp, "migrate-set-parameters",
+                   json_pack("{s:I}", "max-bandwidth", (json_int_t)1 << 40), -1,
+                   on_qmp_failed_step, sb) < 0 ||
+        wk_qmp_cmd(sb->qmp, "getfd", json_pack("{s:s}", "fdname", "save"), sb->save_fd,
+                   on_qmp_failed_step, sb) < 0 ||
+        wk_qmp_cmd(sb->qmp, "migrate", json_pack("{s:s}", "uri", "fd:save"), -1,
+                   on_migrate_started, sb) < 0)
+        fail_vm(sb, ERR_NOMEM, "cannot queue the save");
+}
+
+static void start_load(wk_sandbox *sb)
+{
+    char path[WK_QEMU_PATH_MAX];
+    const char *why = NULL;
+    int rc;
+
+    sb->t0_us = sf_mono_us();
+    sb->st = VM_LOADING;
+    if (path_in(sb, path, sizeof(path), "mem.state") < 0 ||
+        (rc = start_qemu(sb, WK_QARGS_LOAD, path, &why)) < 0 || incoming(sb) < 0) {
+        fail_vm(sb, why ? why : ERR_NOMEM, "cannot start QEMU to load the sandbox");
+        return;
+    }
+    wk_alink_hold(sb->link, 1); /* until cont: the guest cannot answer before */
+    if (wk_alink_ping(sb->link, now_ns(), NULL, 0, NULL, PING_TIMEOUT_MS, on_resumed_ping, sb) < 0)
+        fail_vm(sb, ERR_NOMEM, "cannot queue the ping");
+}
+
+/* Moves one step towards what the oldest waiter wants (from a stable state). */
+static void advance(wk_sandbox *sb)
+{
+    int want;
+
+    if (sb->killed || !sb->w_head)
+        return;
+    if (sb->st == VM_DEAD) {
+        fail_waiters(sb, sb->dead_why ? sb->dead_why : ERR_DEAD);
+        return;
+    }
+    if (sb->st != VM_RUNNING && sb->st != VM_PAUSED && sb->st != VM_SAVED)
+        return; /* a move is under way; its end calls us again */
+    fire_reached(sb);
+    if (sb->killed || !sb->w_head)
+        return;
+    want = sb->w_head->want;
+    switch (sb->st) {
+    case VM_RUNNING: /* want PAUSED or SAVED: stop first */
+        sb->st = VM_PAUSING;
+        if (wk_qmp_cmd(sb->qmp, "stop", NULL, -1, on_paused, sb) < 0)
+            fail_vm(sb, ERR_NOMEM, "cannot queue stop");
+        break;
+    case VM_PAUSED:
+        clear_timer(sb);
+        if (want == WANT_SAVED) {
+            start_save(sb);
+        } else { /* RUNNING */
+            sb->st = VM_RESUMING;
+            if (wk_qmp_cmd(sb->qmp, "cont", NULL, -1, on_continued, sb) < 0)
+                fail_vm(sb, ERR_NOMEM, "cannot queue cont");
+        }
+        break;
+    case VM_SAVED: /* want RUNNING */
+        start_load(sb);
+        break;
+    }
+}
+
+static void on_kick(evutil_socket_t fd, short what, void *arg)
+{
+    wk_sandbox *sb = arg;
+
+    sb->depth++;
+    advance(sb);
+    sb->depth--;
+    vm_release(sb);
+}
+
+/* advance() from the loop: callers are never answered inside their call. */
+static void kick(wk_sandbox *sb)
+{
+    static const struct timeval zero = {0, 0};
+    evtimer_add(sb->ev_kick, &zero);
+}
+
+static int request(wk_sandbox *sb, int want, wk_qvm_cb cb, void *arg)
+{
+    waiter *w;
+
+    if (!sb)
+        return -EINVAL;
+    if (sb->killed)
+        return -ESRCH;
+    if (sb->st == VM_DEAD || sb->st == VM_STARTING)
+        return sb->st == VM_DEAD ? -EIO : -EAGAIN;
+    if (!(w = calloc(1, sizeof(*w))))
+        return -ENOMEM;
+    w->want = want;
+    w->cb = cb;
+    w->arg = arg;
+    add_waiter(sb, w);
+    kick(sb);
+    return 0;
+}
+
+int wk_qvm_pause(wk_sandbox *sb, wk_qvm_cb cb, void *arg)
+{
+    return request(sb, WANT_PAUSED, cb, arg);
+}
+
+int wk_qvm_resume(wk_sandbox *sb, wk_qvm_cb cb, void *arg)
+{
+    return request(sb, WANT_RUNNING, cb, arg);
+}
+
+int wk_qvm_save(wk_sandbox *sb, wk_qvm_cb cb, void *arg)
+{
+    if (sb && sb->link && wk_alink_pending(sb->link) > 0)
+        return -EBUSY; /* commands run: it stays in memory */
+    return request(sb, WANT_SAVED, cb, arg);
+}
+
+int64_t wk_qvm_paused_ms(const wk_sandbox *sb)
+{
+    return sb && sb->st == VM_PAUSED ? sf_mono_ms() - sb->paused_at_ms : -1;
+}
+
+/* ---- exec -------------------------------------------------------------------- */
+
+int wk_qvm_exec(wk_sandbox *sb, const wk_exec_req *req, wk_exec_cb cb, void *arg)
+{
+    size_t env_n = 0;
+    waiter *w;
+
+    if (!sb || !req || !req->command || !req->command[0] || !cb)
+        return -EINVAL;
+    if (sb->killed)
+        return -ESRCH;
+    if (sb->st == VM_RUNNING && !sb->w_head)
+        return wk_alink_exec(sb->link, req, cb, arg);
+    /* Paused, saved or moving: the exec waits for RUNNING (and asks for it); dead: it
+     * is told so from the loop. */
+    while (req->env && req->env[env_n])
+        if (++env_n > 256)
+            return -E2BIG;
+    if (!(w = calloc(1, sizeof(*w))) || !(w->command = strdup(req->command)) ||
+        (req->cwd && !(w->cwd = strdup(req->cwd))) ||
+        !(w->env = calloc(env_n + 1, sizeof(char *)))) {
+        if (w)
+            waiter_free(w);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < env_n; i++)
+        if (!(w->env[i] = strdup(req->env[i]))) {
+            waiter_free(w);
+            return -ENOMEM;
+        }
+    w->want = WANT_RUNNING;
+    w->exec_cb = cb;
+    w->arg = arg;
+    w->timeout_ms = req->timeout_ms;
+    w->cap_bytes = req->cap_bytes;
+    add_waiter(sb, w);
+    kick(sb);
+    return 0;
+}
+
+/* ---- kill -------------------------------------------------------------------- */
+
+typedef struct teardown {
+    wk_sandbox *sb;
+    char dir[WK_QEMU_PATH_MAX];
+    int rc;
+} teardown;
+
+static void rm_dir_work(void *arg)
+{
+    teardown *t = arg;
+    const char *names[] = {"disk.qcow2", "mem.state", "qemu.log"};
+    char path[WK_QEMU_PATH_MAX + 32];
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", t->dir, names[i]);
+        if (unlink(path) < 0 && errno != ENOENT)
+            t->rc = -errno;
+    }
+    if (rmdir(t->dir) < 0 && errno != ENOENT)
+        t->rc = -errno;
+}
+
+static void rm_dir_done(void *arg)
+{
+    teardown *t = arg;
+    wk_sandbox *sb = t->sb;
+
+    if (t->rc < 0)
+        sf_error("msg=\"cannot remove the sandbox's files\" sandbox=%s dir=%s rc=%d", sb->id,
+                 t->dir, t->rc);
+    else
+        sf_info("msg=\"sandbox torn down\" sandbox=%s", sb->id);
+    if (sb->kill_cb)
+        sb->kill_cb(sb->kill_arg, t->rc);
+    free(t);
+    sb->depth--;
+    vm_release(sb);
+}
+
+/* The process is gone: its network namespace (and the tap in it) go now, the files on
+ * the pool. */
+static void teardown_files(wk_sandbox *sb)
+{
+    teardown *t;
+
+    process_gone(sb);
+    if (sb->netns >= 0) {
+        close(sb->netns);
+        sb->netns = -1;
+    }
+    if (!(t = calloc(1, sizeof(*t)))) {
+        if (sb->kill_cb)
+            sb->kill_cb(sb->kill_arg, -ENOMEM);
+        sb->depth--;
+        vm_release(sb);
+        return;
+    }
+    t->sb = sb;
+    snprintf(t->dir, sizeof(t->dir), "%s", sb->dir);
+    if (wk_pool_run(sb->d->pool, rm_dir_work, rm_dir_done, t) < 0) {
+        rm_dir_work(t); /* out of memory: do it here, rather than leave files behind */
+        rm_dir_done(t);
+    }
+}
+
+static void on_killed_exit(evutil_socket_t fd, short what, void *arg)
+{
+    wk_sandbox *sb = arg;
+
+    if (wk_qspawn_reap(sb->pidfd) < 0)
+        return; /* not yet */
+    teardown_files(sb);
+}
+
+void wk_qvm_kill(wk_sandbox *sb, wk_kill_cb cb, void *arg)
+{
+    if (!sb || sb->killed)
+        return;
+    sf_info("msg=\"sandbox kill\" sandbox=%s state=%s", sb->id, state_name[sb->st]);
+    sb->killed = 1;
+    sb->kill_cb = cb;
+    sb->kill_arg = arg;
+    sb->depth++; /* held until the teardown ends */
+    clear_timer(sb);
+    if (sb->link)
+        wk_alink_close(sb->link, ERR_KILLED);
+    fail_waiters(sb, ERR_KILLED);
+    if (sb->create_cb) {
+        wk_create_cb ccb = sb->create_cb;
+        sb->create_cb = NULL;
+        ccb(sb->create_arg, NULL, -ECANCELED, "The sandbox was killed while it started.");
+    }
+    drop_conns(sb);
+    if (sb->pidfd < 0) { /* no process (saved to disk, or never started) */
+        teardown_files(sb);
+        return;
+    }
+    syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
+    if (sb->ev_exit)
+        event_free(sb->ev_exit);
+    if ((sb->ev_exit = event_new(sb->d->base, sb->pidfd, EV_READ | EV_PERSIST, on_killed_exit,
+                                 sb)) &&
+        event_add(sb->ev_exit, NULL) == 0)
+        return;
+    wk_qspawn_kill(&sb->pidfd); /* out of memory: reap here (QEMU dies at once) */
+    teardown_files(sb);
+}
