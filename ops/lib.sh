@@ -10,6 +10,8 @@ libsodium-dev libssl-dev libcurl4-openssl-dev redis-server redis-tools busybox-s
 iproute2 curl procps util-linux nghttp2-client openssl e2fsprogs"
 # the secret-proxy: nftables in each sandbox's namespace, its HTTP parser
 SF_PACKAGES="$SF_PACKAGES nftables libhttp-parser-dev"
+# the qemu driver: QEMU, qemu-img, and what worker/vm/build-guest uses
+SF_PACKAGES="$SF_PACKAGES qemu-system-x86 qemu-utils kmod cpio"
 
 sf_log() { printf '\033[1m[sandfleet]\033[0m %s\n' "$*" >&2; }
 sf_die() { printf '\033[1;31m[sandfleet]\033[0m %s\n' "$*" >&2; exit 1; }
@@ -147,6 +149,7 @@ SF_SECRETS_KEY_FILE=$SF_SECRETS_KEY_FILE
 SF_PROXY_CONTROL_SOCKET=$SF_PROXY_CONTROL_SOCKET
 SF_BUILD=$build
 SF_STATE=$state
+SF_DRIVER=${SF_DRIVER:-jail}
 ENV
 }
 

@@ -399,7 +399,7 @@ int wk_qtpl_ensure(const wk_qemu_cfg *c, const char *rootfs, const char *agent,
         *why = "worker/vm/build-guest printed no guest directory.";
         return -EIO;
     }
-    snprintf(t->guest, sizeof(t->guest), "%s", out);
+    memcpy(t->guest, out, strlen(out) + 1);
     if (c->kvm)
         n = snprintf(t->append, sizeof(t->append),
                      "console=ttyS0 panic=-1 loglevel=4 pci=off init_on_free=1 sf.pids=%u",

@@ -12,6 +12,8 @@ export const env = Object.fromEntries(
     return [l.slice(0, i), l.slice(i + 1)];
   }));
 export const url = env.SF_URL;
+// The isolation driver of the stack's worker: 'jail' or 'qemu' (the suites run on both).
+export const driver = env.SF_DRIVER ?? 'jail';
 
 export async function connect(key, name = 'sandfleet-e2e') {
   const transport = new StreamableHTTPClientTransport(new URL(url), {
