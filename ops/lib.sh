@@ -102,8 +102,24 @@ sf_dev_cert() {
 }
 
 sf_wait_worker() {
-    sf_wait 20 "the worker's heartbeat" \
-        sh -c "redis-cli -u '$SF_REDIS_URL' zscore sf:hosts '$SF_HOST_ID' | grep -q ." 
+    # The qemu driver builds its guest and template snapshot on its first start (about a
+    # minute under TCG; cached in /var/cache/sandfleet/vm after that).
+    local secs=20
+    if [ "${SF_DRIVER:-jail}" = qemu ]; then
+        secs=900
+        sf_log "worker on the qemu driver: the first start builds the microVM template (about a minute)"
+    fi
+    local i
+    for ((i = 0; i < secs * 20; i++)); do
+        redis-cli -u "$SF_REDIS_URL" zscore sf:hosts "$SF_HOST_ID" 2>/dev/null | grep -q . && return 0
+        if [ -n "${state:-}" ] && ! sf_alive "$state" worker; then
+            sf_log "the worker exited while starting; see $state/logs/worker.log"
+            return 1
+        fi
+        sleep 0.05
+    done
+    sf_log "timed out waiting for the worker's heartbeat"
+    return 1
 }
 
 # sf_stack_start STATE BUILD GW_PORT: Redis, the embedded broker (unless SF_REDIS_URL /

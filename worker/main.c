@@ -15,8 +15,8 @@ static const sf_cfg_entry cfg_table[] = {
     SF_CFG_S(wk_cfg, state_dir, "/var/lib/sandfleet/worker", "sandboxes and templates live here"),
     SF_CFG_S(wk_cfg, agent_path, "", "the static sandfleet-agent binary; empty = beside this one"),
     SF_CFG_S(wk_cfg, driver, "jail", "isolation driver: jail (namespaces) or qemu (microVMs)"),
-    SF_CFG_S(wk_cfg, vm_dir, "", "qemu: guests and template snapshots, shared by this host's "
-                                 "workers; empty = state_dir/vm"),
+    SF_CFG_S(wk_cfg, vm_dir, "/var/cache/sandfleet/vm",
+             "qemu: guests and template snapshots, shared by this host's workers"),
     SF_CFG_I(wk_cfg, vm_save_after_ms, "300000", 0, 86400000LL,
              "qemu: a VM paused this long is saved to disk and its memory freed (0 = never)"),
     SF_CFG_I(wk_cfg, capacity, "64", 1, 100000,
