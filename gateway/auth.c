@@ -460,4 +460,6 @@ void gw_session_set_level(gw_ctx *ctx, gw_session *s, int level)
     s->level = level;
     sf_redis_cmd(ctx->redis, NULL, NULL, "HSET " SF_RK_SESSION " level %s", s->id,
                  gw_log_level_name(level));
+    /* the other gateways (and threads) read it again from Redis */
+    sf_redis_cmd(ctx->redis, NULL, NULL, "PUBLISH " SF_CH_GATEWAY " sess:%s", s->id);
 }

@@ -12,6 +12,8 @@
 
 #include <jansson.h>
 
+typedef struct gw_team_table gw_team_table;
+
 typedef struct gw_cfg {
     sf_common_cfg common;
     char *listen_addr;
@@ -39,20 +41,25 @@ typedef struct gw_cfg {
     int64_t header_timeout_ms;
     int64_t body_timeout_ms;
     int64_t body_min_rate;
+    int64_t threads;            /* event-loop threads (0 = one per core) */
 } gw_cfg;
 
 /* Counters for /metrics (metrics.c). */
 #define GW_M_METHODS 4
 #define GW_M_STATUSES 17
 #define GW_M_BUCKETS 15
+/* Written by the instance's own thread, read by any (relaxed atomics: GW_COUNT). */
 typedef struct gw_metrics {
     unsigned long long requests[GW_M_METHODS][GW_M_STATUSES];
     unsigned long long aborted;
     unsigned long long latency[GW_M_BUCKETS + 1];
-    double latency_sum_ms;
+    unsigned long long latency_sum_us;
     unsigned long long unauthorized;  /* 401s */
     unsigned long long calls_refused; /* calls refused: too many in flight */
+    unsigned long long refused[6];    /* the HTTP server's own refusals (gw_http_stats) */
+    unsigned long long sessions, jobs, conns_h1, conns_h2; /* gauges, refreshed each second */
 } gw_metrics;
+#define GW_COUNT(x) __atomic_fetch_add(&(x), 1, __ATOMIC_RELAXED)
 
 /* MCP log levels (RFC 5424 order, as logging/setLevel names them). */
 enum { GW_LOG_DEBUG, GW_LOG_INFO, GW_LOG_NOTICE, GW_LOG_WARNING, GW_LOG_ERROR, GW_LOG_CRITICAL,
@@ -86,18 +93,25 @@ typedef struct gw_ctx {
     rd_kafka_t *producer, *consumer;
     sf_kafka_pump *pump;
     sf_map *pending;          /* job id -> gw_pending */
-    sf_map *team_pending;     /* team -> count of its pending calls (int *) */
+    gw_team_table *teams;     /* team -> its pending calls, shared by every thread */
+    gw_team_table *own_teams; /* set when this instance made its own */
     sf_toolset tools;         /* the tool schemas */
     json_t *tools_list;       /* the tools/list result, built once */
     char *tools_list_text;    /* ...and encoded once */
     gw_metrics metrics;
+    struct event *metrics_tick;
+    struct gw_ctx *peers;     /* every instance of this process (one per thread) */
+    int npeers, index;
 } gw_ctx;
 
 /* tools.c */
 int gw_tools_load(gw_ctx *ctx, char *why, size_t whylen);
 void gw_tools_free(gw_ctx *ctx);
 
-/* jobs.c: publish a job and wait for its one final reply. */
+/* jobs.c: publish a job and wait for its one final reply. The per-team count of calls in
+ * flight is one table for the process (gw_team_table, thread-safe). */
+gw_team_table *gw_team_table_new(size_t max);
+void gw_team_table_free(gw_team_table *t);
 #define GW_TOOL_CANCEL "sf.cancel"
 typedef void (*gw_job_cb)(void *arg, const sf_reply *reply); /* reply NULL = deadline passed */
 typedef void (*gw_progress_cb)(void *arg, const json_t *chunk); /* a `progress` reply */
@@ -156,6 +170,7 @@ void gw_fixture_step(mcp_call *c, const char *name, int step); /* step 0 starts 
 
 /* metrics.c */
 void gw_metrics_start(gw_ctx *ctx);           /* observes ctx->http */
+void gw_metrics_stop(gw_ctx *ctx);
 int gw_metrics_routes(gw_ctx *ctx);           /* /healthz, /readyz, /metrics */
 void gw_metrics_kafka_error(const char *topic, const char *err);
 

@@ -30,6 +30,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +107,7 @@ static void conn_parse(gw_conn *c);
 static void conn_upgrade_h2c(gw_conn *c);
 static int conn_start(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
                       int tls, gw_addr *addr);
+static gw_addr *addr_take(gw_http_server *s, const char *peer, unsigned max, int *full);
 
 static const char busy_msg[] = "The server is busy with other large requests; retry in a moment.";
 
@@ -138,15 +140,15 @@ static size_t conn_held(const gw_conn *c)
 void gw_budget_add(gw_http_server *s, gw_addr *a, size_t n)
 {
     s->buffered += n;
-    if (a)
-        a->buffered += n;
+    if (a && n)
+        __atomic_fetch_add(&a->buffered, n, __ATOMIC_RELAXED);
 }
 
 void gw_budget_sub(gw_http_server *s, gw_addr *a, size_t n)
 {
     s->buffered -= n < s->buffered ? n : s->buffered;
-    if (a)
-        a->buffered -= n < a->buffered ? n : a->buffered;
+    if (a && n)
+        __atomic_fetch_sub(&a->buffered, n, __ATOMIC_RELAXED);
 }
 
 /* Brings this connection's share of the server total up to date. */
@@ -166,7 +168,8 @@ static const char addr_busy_msg[] =
 
 static int addr_over(const gw_conn *c)
 {
-    return c->addr && c->addr->buffered > c->srv->lim.max_buffered_per_addr;
+    return c->addr && __atomic_load_n(&c->addr->buffered, __ATOMIC_RELAXED) >
+                          c->srv->lim.max_buffered_per_addr;
 }
 
 /* ------------------------------------------------------------------ deadlines */
@@ -549,7 +552,7 @@ static int conn_write_response(gw_conn *c, int minor, int status, const char *ct
     rc = evbuffer_add(out, h.p, h.len);
     sf_buf_fini(&h);
     if (rc == 0 && send_body && !no_len && len > 0)
-        rc = evbuffer_add(out, body, len);
+        rc = gw_body_add(out, c->cur, body, len);
     if (rc < 0) {
         *keep = 0;
         return -ENOMEM;
@@ -1044,7 +1047,7 @@ static void srv_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct s
     gw_http_server *s = arg;
     struct bufferevent *bev;
     char peer[INET6_ADDRSTRLEN + 8];
-    int port, one = 1;
+    int port, one = 1, full;
     gw_addr *addr;
 
     if (s->nconns + s->nh2 >= s->lim.max_conns) {
@@ -1054,20 +1057,18 @@ static void srv_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct s
         return;
     }
     peer_name(salen > 0 ? sa : NULL, peer, sizeof(peer), &port);
-    if (!(addr = gw_addr_get(s, peer))) {
-        evutil_closesocket(fd);
-        return;
-    }
-    if (addr->conns >= s->lim.max_conns_per_addr) {
+    if (!(addr = addr_take(s, peer, s->lim.max_conns_per_addr, &full))) {
+        if (!full) {
+            evutil_closesocket(fd);
+            return;
+        }
         s->stats.refused[GW_REFUSE_429]++;
-        if (addr->conns == s->lim.max_conns_per_addr) /* once per burst, not per connection */
-            sf_warn("msg=\"connections refused: too many from one address\" peer=%s max=%u", peer,
-                    s->lim.max_conns_per_addr);
+        sf_debug("msg=\"connection refused: too many from one address\" peer=%s max=%u", peer,
+                 s->lim.max_conns_per_addr);
         refuse_conn(fd, 429, "{\"error\":\"too many connections from your address; close some, "
                              "then retry\"}");
         return;
     }
-    addr->conns++;
     if (sa && (sa->sa_family == AF_INET || sa->sa_family == AF_INET6))
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     bev = bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE);
@@ -1138,11 +1139,12 @@ gw_http_server *gw_http_server_new(struct event_base *base, const char *addr, in
         s->lim.body_timeout_ms = GW_HTTP_DEFAULT_BODY_TIMEOUT_MS;
     if (!s->lim.body_min_rate)
         s->lim.body_min_rate = GW_HTTP_DEFAULT_BODY_MIN_RATE;
-    if (!(s->addrs = sf_map_new(1u << 20))) {
+    if (!(s->own_addrs = gw_addr_table_new())) {
         free(s);
         errno = ENOMEM;
         return NULL;
     }
+    s->addrs = s->own_addrs;
     if (!s->lim.max_buffered_bytes) {
         /* room for one largest request, its head and a full input buffer */
         size_t one = s->lim.max_body + s->lim.max_header_bytes + GW_HTTP_INPUT_HIGH_WM;
@@ -1186,7 +1188,8 @@ gw_http_server *gw_http_server_new(struct event_base *base, const char *addr, in
                 continue;
             s->lis = evconnlistener_new_bind(base, srv_accept_cb, s,
                                              LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC |
-                                                 LEV_OPT_REUSEABLE,
+                                                 LEV_OPT_REUSEABLE |
+                                                 (s->lim.reuse_port ? LEV_OPT_REUSEABLE_PORT : 0),
                                              1024, ai->ai_addr, (int)ai->ai_addrlen);
             if (!s->lis)
                 err = errno ? errno : EADDRINUSE;
@@ -1228,7 +1231,7 @@ void gw_http_server_free(gw_http_server *srv)
         evconnlistener_free(srv->lis);
     if (srv->accept_retry)
         event_free(srv->accept_retry);
-    sf_map_free(srv->addrs); /* empty: every connection released its address */
+    gw_addr_table_free(srv->own_addrs);
     free(srv);
 }
 
@@ -1267,7 +1270,6 @@ int gw_http_server_adopt(gw_http_server *srv, struct bufferevent *bev, const cha
         bufferevent_free(bev);
         return -ENOMEM;
     }
-    addr->conns++;
     return conn_start(srv, bev, peer, 0, 0, addr);
 }
 
@@ -1426,34 +1428,88 @@ void gw_http_count_refusal(gw_http_server *s, int status)
             s->stats.refused[i]++;
 }
 
-gw_addr *gw_addr_get(gw_http_server *s, const char *peer)
-{
-    gw_addr *a;
+struct gw_addr_table {
+    pthread_mutex_t mu;
+    sf_map *map;
+};
 
-    if (!peer)
-        peer = "unknown";
-    if ((a = sf_map_get(s->addrs, peer)))
-        return a;
-    if (!(a = calloc(1, sizeof(*a))))
+gw_addr_table *gw_addr_table_new(void)
+{
+    gw_addr_table *t = calloc(1, sizeof(*t));
+
+    if (!t)
         return NULL;
-    snprintf(a->key, sizeof(a->key), "%s", peer);
-    if (sf_map_put(s->addrs, a->key, a) < 0) {
-        free(a);
+    if (!(t->map = sf_map_new(1u << 20)) || pthread_mutex_init(&t->mu, NULL) != 0) {
+        sf_map_free(t->map);
+        free(t);
         return NULL;
     }
+    return t;
+}
+
+void gw_addr_table_free(gw_addr_table *t)
+{
+    if (!t)
+        return;
+    sf_map_free(t->map); /* empty: every connection released its address */
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+}
+
+void gw_http_server_share_addrs(gw_http_server *srv, gw_addr_table *t)
+{
+    if (t)
+        srv->addrs = t;
+}
+
+/* Takes one connection's hold on the address (created when new); NULL when the address
+ * already has max connections (*full set) or on ENOMEM. */
+static gw_addr *addr_take(gw_http_server *s, const char *peer, unsigned max, int *full)
+{
+    gw_addr_table *t = s->addrs;
+    gw_addr *a;
+
+    *full = 0;
+    pthread_mutex_lock(&t->mu);
+    if (!(a = sf_map_get(t->map, peer ? peer : "unknown"))) {
+        if ((a = calloc(1, sizeof(*a)))) {
+            snprintf(a->key, sizeof(a->key), "%s", peer ? peer : "unknown");
+            if (sf_map_put(t->map, a->key, a) < 0) {
+                free(a);
+                a = NULL;
+            }
+        }
+    }
+    if (a && a->conns >= max) {
+        *full = a->conns == max ? 1 : 2;
+        a = NULL;
+    } else if (a) {
+        a->conns++;
+    }
+    pthread_mutex_unlock(&t->mu);
     return a;
+}
+
+gw_addr *gw_addr_get(gw_http_server *s, const char *peer)
+{
+    int full;
+    return addr_take(s, peer, UINT32_MAX, &full);
 }
 
 void gw_addr_release(gw_http_server *s, gw_addr *a)
 {
+    gw_addr_table *t = s->addrs;
+
     if (!a)
         return;
+    pthread_mutex_lock(&t->mu);
     if (a->conns > 0)
         a->conns--;
     if (a->conns == 0) {
-        sf_map_del(s->addrs, a->key);
+        sf_map_del(t->map, a->key);
         free(a);
     }
+    pthread_mutex_unlock(&t->mu);
 }
 
 int gw_http_server_set_tls(gw_http_server *srv, const char *cert_file, const char *key_file,

@@ -82,7 +82,14 @@ typedef struct gw_http_limits {
     unsigned header_timeout_ms;   /* total time for a request line and headers: then 408 */
     unsigned body_timeout_ms;     /* total time for a body: this plus its size at */
     size_t body_min_rate;         /* body_min_rate bytes/s (chunked: max_body); then 408 */
+    unsigned reuse_port;          /* 1: SO_REUSEPORT, so several servers (threads) share it */
 } gw_http_limits;
+
+/* Per-client-address counts (connections, buffered bytes) that several servers (one per
+ * thread) share, so the per-address caps hold for the whole process. Thread-safe. */
+typedef struct gw_addr_table gw_addr_table;
+gw_addr_table *gw_addr_table_new(void);
+void gw_addr_table_free(gw_addr_table *t); /* after every server that shares it */
 
 typedef struct gw_http_server gw_http_server;
 
@@ -116,6 +123,9 @@ unsigned gw_http_server_conns(const gw_http_server *srv);
  * holds input or an unanswered request (always 0 with no connections). */
 size_t gw_http_server_buffered(const gw_http_server *srv);
 void gw_http_server_set_takeover(gw_http_server *srv, gw_http_takeover_fn fn, void *arg);
+/* Counts client addresses in t (shared with other servers) instead of its own table; call
+ * before the first connection. */
+void gw_http_server_share_addrs(gw_http_server *srv, gw_addr_table *t);
 /* Serves HTTP/2: connections starting with the client preface, HTTP/1.1 requests with
  * `Upgrade: h2c` + `HTTP2-Settings` and no body (answered 101, the request becomes
  * stream 1), and TLS connections whose ALPN chose h2. Other Upgrade requests are served

@@ -274,7 +274,7 @@ static void h2_respond(gw_req *r, int status, const char *ctype, const char *con
     st->req = NULL;
     stream_release(st);
     if (send_body)
-        evbuffer_add(st->out, body, len);
+        gw_body_add(st->out, r, body, len);
     st->eof = 1;
     if (submit_head(st, status, ctype, headers, send_body, 0, len, r->id) < 0)
         nghttp2_submit_rst_stream(hc->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
@@ -411,7 +411,8 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
     if (st->held + len > s->lim.max_buffered_bytes) {
         st->err = 413;
         st->err_msg = "request too large";
-    } else if (st->hc->addr && st->hc->addr->buffered + len > s->lim.max_buffered_per_addr) {
+    } else if (st->hc->addr && __atomic_load_n(&st->hc->addr->buffered, __ATOMIC_RELAXED) + len >
+                                   s->lim.max_buffered_per_addr) {
         st->err = 429;
         st->err_msg = "This client address holds too many request bytes; retry in a moment.";
     } else if (s->buffered + len > s->lim.max_buffered_bytes) {

@@ -4,6 +4,7 @@
 #include "gateway.h"
 #include "sf_log.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,31 +19,68 @@ struct gw_pending {
     char sandbox[SF_ID_MAX];
 };
 
-/* Per-team count of pending calls: +1 on submit, -1 when the call ends. */
+/* Per-team count of pending calls, for the whole process (every thread's instance):
+ * +1 on submit, -1 when the call ends. */
+struct gw_team_table {
+    pthread_mutex_t mu;
+    sf_map *map; /* team -> int * */
+};
+
+gw_team_table *gw_team_table_new(size_t max)
+{
+    gw_team_table *t = calloc(1, sizeof(*t));
+
+    if (t && (!(t->map = sf_map_new(max)) || pthread_mutex_init(&t->mu, NULL) != 0)) {
+        sf_map_free(t->map);
+        free(t);
+        t = NULL;
+    }
+    return t;
+}
+
+void gw_team_table_free(gw_team_table *t)
+{
+    if (!t)
+        return;
+    sf_map_free(t->map); /* empty: every pending call left its team */
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+}
+
 static int team_enter(gw_ctx *ctx, const char *team)
 {
-    int *n = sf_map_get(ctx->team_pending, team);
+    gw_team_table *t = ctx->teams;
+    int *n, rc = 0;
 
-    if (n && *n >= ctx->cfg.max_pending_team)
-        return -EDQUOT;
-    if (!n) {
+    pthread_mutex_lock(&t->mu);
+    n = sf_map_get(t->map, team);
+    if (n && *n >= ctx->cfg.max_pending_team) {
+        rc = -EDQUOT;
+    } else if (!n) {
         if (!(n = calloc(1, sizeof(*n))))
-            return -ENOMEM;
-        if (sf_map_put(ctx->team_pending, team, n) < 0) {
+            rc = -ENOMEM;
+        else if (sf_map_put(t->map, team, n) < 0) {
             free(n);
-            return -E2BIG;
+            n = NULL;
+            rc = -E2BIG;
         }
     }
-    (*n)++;
-    return 0;
+    if (rc == 0)
+        (*n)++;
+    pthread_mutex_unlock(&t->mu);
+    return rc;
 }
 
 static void team_leave(gw_ctx *ctx, const char *team)
 {
-    int *n = sf_map_get(ctx->team_pending, team);
+    gw_team_table *t = ctx->teams;
+    int *n;
 
+    pthread_mutex_lock(&t->mu);
+    n = sf_map_get(t->map, team);
     if (n && --*n <= 0)
-        free(sf_map_del(ctx->team_pending, team));
+        free(sf_map_del(t->map, team));
+    pthread_mutex_unlock(&t->mu);
 }
 
 static void pending_free(gw_pending *p)
@@ -120,7 +158,8 @@ int gw_jobs_start(gw_ctx *ctx, char *why, size_t whylen)
     snprintf(group, sizeof(group), "sf-%s", ctx->id);
     if (!(ctx->pending = sf_map_new((size_t)ctx->cfg.max_pending)) ||
         !(ctx->calls = sf_map_new((size_t)ctx->cfg.max_pending)) ||
-        !(ctx->team_pending = sf_map_new((size_t)ctx->cfg.max_pending)) ||
+        !(ctx->teams || (ctx->teams = ctx->own_teams = gw_team_table_new(
+                             (size_t)ctx->cfg.max_pending))) ||
         !(ctx->producer = sf_kafka_producer_new(&ctx->d.kafka, why, whylen)) ||
         !(ctx->consumer = sf_kafka_consumer_new(&ctx->d.kafka, group, why, whylen)))
         return -1;
@@ -152,10 +191,10 @@ void gw_jobs_stop(gw_ctx *ctx)
         sf_map_free(ctx->pending);
         ctx->pending = NULL;
     }
-    sf_map_free(ctx->team_pending); /* empty: every pending call left its team */
+    gw_team_table_free(ctx->own_teams);
+    ctx->own_teams = ctx->teams = NULL;
     sf_map_free(ctx->calls);        /* empty: every call unregistered when it ended */
     ctx->calls = NULL;
-    ctx->team_pending = NULL;
     sf_kafka_pump_free(ctx->pump);
     ctx->pump = NULL;
     sf_kafka_consumer_free(ctx->consumer);

@@ -4,8 +4,13 @@
 #include "sf_log.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <event2/thread.h>
 
 static const sf_cfg_entry cfg_table[] = {
     SF_COMMON_CFG_ENTRIES(gw_cfg),
@@ -52,78 +57,150 @@ static const sf_cfg_entry cfg_table[] = {
              "a body must arrive within this plus its size at body_min_rate (408)"),
     SF_CFG_I(gw_cfg, body_min_rate, "1048576", 1024, 1073741824,
              "slowest body upload accepted, bytes per second"),
+    SF_CFG_I(gw_cfg, threads, "0", 0, 64, "event-loop threads (0 = one per core)"),
 };
+
+/* One event loop per thread, each a whole gateway instance (its own Redis connections,
+ * Kafka producer, reply topic and HTTP server on the shared port with SO_REUSEPORT); the
+ * kernel spreads connections over them. Instance 0 runs on the main thread and owns the
+ * signals. */
+static int instance_start(gw_ctx *ctx, int *port, gw_addr_table *addrs, char *why, size_t n)
+{
+    gw_http_limits lim = {0};
+
+    ctx->d.kafka.on_delivery_error = gw_metrics_kafka_error;
+    if (sf_auth_secret_load(ctx->cfg.auth_secret_file, ctx->auth_secret, why, n) < 0 ||
+        gw_tools_load(ctx, why, n) < 0 ||
+        !(ctx->redis = sf_redis_new(ctx->d.base, ctx->cfg.common.redis_url, why, n)) ||
+        gw_auth_start(ctx, why, n) < 0 || gw_jobs_start(ctx, why, n) < 0)
+        return -1;
+    lim.max_body = (size_t)ctx->cfg.max_body;
+    lim.max_buffered_bytes = (size_t)ctx->cfg.max_buffered;
+    lim.max_conns = (unsigned)ctx->cfg.max_conns;
+    lim.max_conns_per_addr = (unsigned)ctx->cfg.max_conns_per_addr;
+    lim.max_buffered_per_addr = (size_t)ctx->cfg.max_buffered_per_addr;
+    lim.header_timeout_ms = (unsigned)ctx->cfg.header_timeout_ms;
+    lim.body_timeout_ms = (unsigned)ctx->cfg.body_timeout_ms;
+    lim.body_min_rate = (size_t)ctx->cfg.body_min_rate;
+    lim.reuse_port = 1;
+    if (!(ctx->router = gw_router_new()) || gw_routes_add(ctx) < 0) {
+        snprintf(why, n, "out of memory");
+        return -1;
+    }
+    if (!(ctx->http = gw_http_server_new(ctx->d.base, ctx->cfg.listen_addr, *port, &lim,
+                                         gw_router_dispatch, ctx->router))) {
+        snprintf(why, n, "cannot listen on %s port %d: %s", ctx->cfg.listen_addr, *port,
+                 strerror(errno));
+        return -1;
+    }
+    *port = gw_http_server_port(ctx->http); /* port 0: the others take the same one */
+    gw_http_server_share_addrs(ctx->http, addrs);
+    gw_http_server_enable_h2(ctx->http);
+    gw_http_server_set_head_check(ctx->http, gw_mcp_head_check, ctx);
+    gw_metrics_start(ctx);
+    if ((ctx->cfg.tls_cert_file[0] || ctx->cfg.tls_key_file[0]) &&
+        gw_http_server_set_tls(ctx->http, ctx->cfg.tls_cert_file, ctx->cfg.tls_key_file, why,
+                               n) < 0)
+        return -1;
+    return 0;
+}
+
+static void instance_stop(gw_ctx *ctx)
+{
+    gw_metrics_stop(ctx);
+    gw_http_server_free(ctx->http);
+    gw_router_free(ctx->router);
+    gw_jobs_stop(ctx);
+    gw_auth_stop(ctx);
+    sf_redis_free(ctx->redis);
+    gw_tools_free(ctx);
+    sf_daemon_fini(&ctx->d);
+}
+
+static void *instance_run(void *arg)
+{
+    gw_ctx *ctx = arg;
+    event_base_dispatch(ctx->d.base);
+    return NULL;
+}
 
 int main(int argc, char **argv)
 {
-    static gw_ctx ctx;
+    static gw_cfg cfg;
+    gw_ctx *ctxs = NULL;
+    pthread_t *threads = NULL;
+    gw_addr_table *addrs = NULL;
+    gw_team_table *teams = NULL;
     char why[512];
-    gw_http_limits lim = {0};
-    int rc = 1;
+    int rc = 1, n, started = 0, port;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
 
     switch (sf_config_main(argc, argv, "sandfleet-gateway", cfg_table, SF_ARRAY_LEN(cfg_table),
-                           &ctx.cfg)) {
+                           &cfg)) {
     case 1:
         return 0;
     case -1:
         return 2;
     }
-    if (sf_daemon_init(&ctx.d, "gateway", &ctx.cfg.common) < 0)
+    n = cfg.threads > 0 ? (int)cfg.threads : (int)(cores > 0 ? (cores < 64 ? cores : 64) : 1);
+    if (evthread_use_pthreads() < 0 || !(ctxs = calloc((size_t)n, sizeof(*ctxs))) ||
+        !(threads = calloc((size_t)n, sizeof(*threads))) || !(addrs = gw_addr_table_new()) ||
+        !(teams = gw_team_table_new((size_t)cfg.max_pending))) {
+        fprintf(stderr, "sandfleet-gateway: out of memory\n");
         goto out;
-    ctx.d.kafka.on_delivery_error = gw_metrics_kafka_error;
-    if (ctx.cfg.test_fixtures)
+    }
+    for (int i = 0; i < n; i++) {
+        ctxs[i].cfg = cfg; /* the strings are shared, read-only, freed once below */
+        ctxs[i].peers = ctxs;
+        ctxs[i].npeers = n;
+        ctxs[i].index = i;
+        ctxs[i].teams = teams;
+        if (sf_daemon_init(&ctxs[i].d, "gateway", &ctxs[i].cfg.common) < 0)
+            goto out;
+        started = i + 1;
+        if (i > 0) { /* signals belong to instance 0 */
+            event_free(ctxs[i].d.ev_int);
+            event_free(ctxs[i].d.ev_term);
+            ctxs[i].d.ev_int = ctxs[i].d.ev_term = NULL;
+        }
+    }
+    event_del(ctxs[0].d.ev_int); /* (re)install instance 0's handlers last */
+    event_del(ctxs[0].d.ev_term);
+    event_add(ctxs[0].d.ev_int, NULL);
+    event_add(ctxs[0].d.ev_term, NULL);
+    if (cfg.test_fixtures)
         sf_warn("msg=\"test_fixtures is on: the conformance suite's fixture tools are served; "
                 "never use this in production\"");
-    if (sf_auth_secret_load(ctx.cfg.auth_secret_file, ctx.auth_secret, why, sizeof(why)) < 0 ||
-        gw_tools_load(&ctx, why, sizeof(why)) < 0) {
-        sf_error("msg=\"cannot start\" err=\"%s\"", why);
-        goto out;
-    }
-    if (!(ctx.redis = sf_redis_new(ctx.d.base, ctx.cfg.common.redis_url, why, sizeof(why))) ||
-        gw_auth_start(&ctx, why, sizeof(why)) < 0 || gw_jobs_start(&ctx, why, sizeof(why)) < 0) {
-        sf_error("msg=\"cannot start\" err=\"%s\"", why);
-        goto out;
-    }
-    lim.max_body = (size_t)ctx.cfg.max_body;
-    lim.max_buffered_bytes = (size_t)ctx.cfg.max_buffered;
-    lim.max_conns = (unsigned)ctx.cfg.max_conns;
-    lim.max_conns_per_addr = (unsigned)ctx.cfg.max_conns_per_addr;
-    lim.max_buffered_per_addr = (size_t)ctx.cfg.max_buffered_per_addr;
-    lim.header_timeout_ms = (unsigned)ctx.cfg.header_timeout_ms;
-    lim.body_timeout_ms = (unsigned)ctx.cfg.body_timeout_ms;
-    lim.body_min_rate = (size_t)ctx.cfg.body_min_rate;
-    if (!(ctx.router = gw_router_new()) || gw_routes_add(&ctx) < 0) {
-        sf_error("msg=\"cannot start\" err=\"out of memory\"");
-        goto out;
-    }
-    if (!(ctx.http = gw_http_server_new(ctx.d.base, ctx.cfg.listen_addr, (int)ctx.cfg.port, &lim,
-                                        gw_router_dispatch, ctx.router))) {
-        sf_error("msg=\"cannot listen\" addr=%s port=%lld err=\"%s\"", ctx.cfg.listen_addr,
-                 (long long)ctx.cfg.port, strerror(errno));
-        goto out;
-    }
-    gw_http_server_enable_h2(ctx.http);
-    gw_http_server_set_head_check(ctx.http, gw_mcp_head_check, &ctx);
-    gw_metrics_start(&ctx);
-    if ((ctx.cfg.tls_cert_file[0] || ctx.cfg.tls_key_file[0]) &&
-        gw_http_server_set_tls(ctx.http, ctx.cfg.tls_cert_file, ctx.cfg.tls_key_file, why,
-                               sizeof(why)) < 0) {
-        sf_error("msg=\"cannot start TLS\" err=\"%s\"", why);
-        goto out;
-    }
-    sf_info("msg=\"gateway up\" url=http://%s:%d/mcp id=%s tools=%zu tls=%d h2=1",
-            ctx.cfg.listen_addr, gw_http_server_port(ctx.http), ctx.id, ctx.tools.n,
-            ctx.cfg.tls_cert_file[0] != 0);
-    event_base_dispatch(ctx.d.base);
+    port = (int)cfg.port;
+    for (int i = 0; i < n; i++)
+        if (instance_start(&ctxs[i], &port, addrs, why, sizeof(why)) < 0) {
+            sf_error("msg=\"cannot start\" err=\"%s\"", why);
+            goto out;
+        }
+    for (int i = 1; i < n; i++)
+        if (pthread_create(&threads[i], NULL, instance_run, &ctxs[i]) != 0) {
+            sf_error("msg=\"cannot start an event-loop thread\"");
+            for (int j = 1; j < i; j++) {
+                event_base_loopexit(ctxs[j].d.base, NULL);
+                pthread_join(threads[j], NULL);
+            }
+            goto out;
+        }
+    sf_info("msg=\"gateway up\" url=http://%s:%d/mcp id=%s tools=%zu tls=%d h2=1 threads=%d",
+            cfg.listen_addr, port, ctxs[0].id, ctxs[0].tools.n, cfg.tls_cert_file[0] != 0, n);
+    event_base_dispatch(ctxs[0].d.base);
+    for (int i = 1; i < n; i++)
+        event_base_loopexit(ctxs[i].d.base, NULL);
+    for (int i = 1; i < n; i++)
+        pthread_join(threads[i], NULL);
     rc = 0;
 out:
-    gw_http_server_free(ctx.http);
-    gw_router_free(ctx.router);
-    gw_jobs_stop(&ctx);
-    gw_auth_stop(&ctx);
-    sf_redis_free(ctx.redis);
-    gw_tools_free(&ctx);
-    sf_daemon_fini(&ctx.d);
-    sf_config_free(cfg_table, SF_ARRAY_LEN(cfg_table), &ctx.cfg);
+    for (int i = 0; i < started; i++)
+        instance_stop(&ctxs[i]);
+    gw_addr_table_free(addrs);
+    gw_team_table_free(teams);
+    free(threads);
+    free(ctxs);
+    sf_config_free(cfg_table, SF_ARRAY_LEN(cfg_table), &cfg);
     return rc;
 }

@@ -155,19 +155,27 @@ static void respond_rpc_result(mcp_call *c, json_t *result, const char *const *h
                            "result", result));
 }
 
-/* A result that never changes, encoded once (text): only the id is spliced in. */
+/* A result that never changes, encoded once (result_text, alive while the gateway runs):
+ * only the id is spliced in, and the result is sent without being copied. */
 static void respond_fixed(mcp_call *c, const char *result_text)
 {
-    char *id = c->id ? json_dumps(c->id, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
-    sf_buf b;
+    static const char head[] = "{\"jsonrpc\":\"2.0\",\"id\":", mid[] = ",\"result\":", tail[] = "}";
+    char idnum[32], *id = NULL;
+    gw_piece pieces[5];
 
-    sf_buf_init(&b, strlen(result_text) + 256);
-    if (sf_buf_appendf(&b, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":%s}", id ? id : "null",
-                       result_text) == 0)
-        respond_raw(c, 200, NULL, b.p);
-    else
-        respond_raw(c, 500, NULL, "{\"error\":\"out of memory\"}");
-    sf_buf_fini(&b);
+    if (!c->req)
+        return;
+    if (json_is_integer(c->id))
+        snprintf(idnum, sizeof(idnum), "%" JSON_INTEGER_FORMAT, json_integer_value(c->id));
+    else if (!(id = c->id ? json_dumps(c->id, JSON_ENCODE_ANY | JSON_COMPACT) : NULL))
+        snprintf(idnum, sizeof(idnum), "null");
+    pieces[0] = (gw_piece){head, sizeof(head) - 1, 1};
+    pieces[1] = (gw_piece){id ? id : idnum, strlen(id ? id : idnum), 0};
+    pieces[2] = (gw_piece){mid, sizeof(mid) - 1, 1};
+    pieces[3] = (gw_piece){result_text, strlen(result_text), 1};
+    pieces[4] = (gw_piece){tail, 1, 1};
+    gw_req_respond_pieces(c->req, 200, "application/json", NULL, pieces, 5);
+    c->req = NULL;
     free(id);
 }
 
@@ -402,7 +410,7 @@ static void tools_call(mcp_call *c, json_t *params)
     if (c->req)
         gw_req_set_job(c->req, job.id);
     if (rc == -EDQUOT || rc == -E2BIG)
-        ctx->metrics.calls_refused++;
+        GW_COUNT(ctx->metrics.calls_refused);
     sf_debug("msg=\"call\" job=%s tool=%s team=%s sandbox=%s req=%s rc=%d", job.id, name,
              c->team, job.sandbox, job.trace, rc);
     sf_job_fini(&job);
@@ -454,21 +462,60 @@ static void call_cancel(mcp_call *c, const char *why)
     call_free(c);
 }
 
-/* notifications/cancelled: the call it names (same session) gets no answer. */
+/* A cancellation looked for on another instance (event-loop thread) of this process. */
+typedef struct cancel_msg {
+    gw_ctx *ctx;
+    char key[SF_ID_MAX + 80];
+    char team[SF_ID_MAX];
+} cancel_msg;
+
+static int cancel_here(gw_ctx *ctx, const char *key, const char *team)
+{
+    mcp_call *target = ctx->calls ? sf_map_get(ctx->calls, key) : NULL;
+
+    if (!target || strcmp(target->team, team) != 0)
+        return 0;
+    call_cancel(target, "cancelled");
+    return 1;
+}
+
+static void cancel_on_peer(evutil_socket_t fd, short what, void *arg)
+{
+    cancel_msg *m = arg;
+
+    cancel_here(m->ctx, m->key, m->team);
+    free(m);
+}
+
+/* notifications/cancelled: the call it names (same session) gets no answer, on whichever
+ * thread of this gateway runs it. */
 static void cancelled(mcp_call *c, json_t *params)
 {
     json_t *rid = json_object_get(params, "requestId");
     char *id = rid ? json_dumps(rid, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
     char key[SF_ID_MAX + 80];
-    mcp_call *target = NULL;
+    gw_ctx *ctx = c->ctx;
 
-    if (id && c->sid[0] && strlen(id) < 64) {
-        snprintf(key, sizeof(key), "%s|%s", c->sid, id);
-        target = sf_map_get(c->ctx->calls, key);
+    if (!id || !c->sid[0] || strlen(id) >= 64) {
+        free(id);
+        return;
     }
+    snprintf(key, sizeof(key), "%s|%s", c->sid, id);
     free(id);
-    if (target && !strcmp(target->team, c->team))
-        call_cancel(target, "cancelled");
+    if (cancel_here(ctx, key, c->team))
+        return;
+    for (int i = 0; i < ctx->npeers; i++) {
+        cancel_msg *m;
+        struct timeval now = {0, 0};
+
+        if (&ctx->peers[i] == ctx || !(m = calloc(1, sizeof(*m))))
+            continue;
+        m->ctx = &ctx->peers[i];
+        snprintf(m->key, sizeof(m->key), "%s", key);
+        snprintf(m->team, sizeof(m->team), "%s", c->team);
+        if (event_base_once(m->ctx->d.base, -1, EV_TIMEOUT, cancel_on_peer, m, &now) < 0)
+            free(m);
+    }
 }
 
 /* ---- JSON-RPC methods ---- */
@@ -587,7 +634,7 @@ static void on_auth(void *arg, int status, const char *team, gw_session *sess)
         return;
     }
     if (status == 401) {
-        c->ctx->metrics.unauthorized++;
+        GW_COUNT(c->ctx->metrics.unauthorized);
         static const char *const h[] = {
             "WWW-Authenticate",
             "Bearer realm=\"sandfleet\", error=\"invalid_token\", error_description=\"Send a "
@@ -698,7 +745,7 @@ static void head_checked(void *arg, int status, const char *team, gw_session *se
 
     if (op->req) {
         if (status == 401)
-            op->ctx->metrics.unauthorized++;
+            GW_COUNT(op->ctx->metrics.unauthorized);
         gw_req_head_verdict(op->req, status == 200 ? 0 : status,
                             status == 401 ? "Missing or invalid API key: send Authorization: "
                                             "Bearer sf_live_... before the body"

@@ -10,6 +10,8 @@
 
 #include "sf_log.h"
 
+#include <event2/buffer.h>
+
 /* ------------------------------------------------------------------ storage */
 
 gw_req *gw_req_new(const gw_req_transport *tp, void *conn, size_t max_header_bytes,
@@ -398,6 +400,35 @@ void gw_req_respond(gw_req *req, int status, const char *content_type,
     req->status = status;
     gw_http_observe(req, status);
     req->tp->respond(req, status, content_type, headers, body, len);
+}
+
+void gw_req_respond_pieces(gw_req *req, int status, const char *content_type,
+                           const char *const *headers, const gw_piece *pieces, size_t npieces)
+{
+    size_t total = 0;
+
+    if (!answerable(req, 0, "gw_req_respond_pieces"))
+        return;
+    for (size_t i = 0; i < npieces; i++)
+        total += pieces[i].n;
+    req->status = status;
+    req->pieces = pieces;
+    req->npieces = npieces;
+    gw_http_observe(req, status);
+    req->tp->respond(req, status, content_type, headers, NULL, total);
+}
+
+int gw_body_add(struct evbuffer *out, const gw_req *req, const char *body, size_t len)
+{
+    int rc = 0;
+
+    if (body)
+        return evbuffer_add(out, body, len);
+    for (size_t i = 0; req && i < req->npieces && rc == 0; i++)
+        rc = req->pieces[i].ref ? evbuffer_add_reference(out, req->pieces[i].p, req->pieces[i].n,
+                                                         NULL, NULL)
+                                : evbuffer_add(out, req->pieces[i].p, req->pieces[i].n);
+    return rc;
 }
 
 int gw_req_stream_begin(gw_req *req, int status, const char *content_type,

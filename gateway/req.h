@@ -65,6 +65,17 @@ void gw_req_set_abort_cb(gw_req *req, gw_req_abort_cb cb, void *arg);
 void gw_req_respond(gw_req *req, int status, const char *content_type,
                     const char *const *headers, const char *body, size_t len);
 
+/* The same with the body in pieces; a piece with `ref` set is sent from where it is, not
+ * copied, so it must stay valid and unchanged while the server runs (static data, or data
+ * built once at start, like an encoded tools/list). */
+typedef struct gw_piece {
+    const char *p;
+    size_t n;
+    int ref;
+} gw_piece;
+void gw_req_respond_pieces(gw_req *req, int status, const char *content_type,
+                           const char *const *headers, const gw_piece *pieces, size_t npieces);
+
 /* Streams the response: the head goes out now (no Content-Length; HTTP/1.1 uses chunked
  * encoding), each write sends one piece at once, end finishes the response and releases
  * req. 0, or -EPIPE (the client is gone: the abort callback has run or runs soon),

@@ -13,6 +13,7 @@
 #include <time.h>
 
 struct event_base;
+struct evbuffer;
 struct evconnlistener;
 struct event;
 struct bufferevent;
@@ -67,6 +68,8 @@ struct gw_req {
     char job[SF_ID_MAX];  /* the job it started, for the access log ("" none) */
     uint64_t t0_us;       /* monotonic: when it was created */
     int status;           /* the status answered (streams: when they began) */
+    const gw_piece *pieces; /* gw_req_respond_pieces: the body, while respond runs */
+    size_t npieces;
 };
 
 /* A request with limits for its header block and body. NULL on ENOMEM. */
@@ -111,7 +114,8 @@ struct gw_http_server {
     gw_h2_conn *h2conns;
     unsigned nh2;
     size_t buffered;      /* request bytes held by all connections */
-    struct sf_map *addrs; /* client address -> gw_addr */
+    gw_addr_table *addrs; /* client address -> gw_addr (maybe shared with other servers) */
+    gw_addr_table *own_addrs;
     gw_http_head_check_fn head_check;
     void *head_check_arg;
     gw_http_observer_fn observer;
@@ -137,8 +141,8 @@ void gw_tls_ctx_free(gw_http_server *s);
 /* http1.c: serves HTTP/1 on an already connected bev (after TLS chose http/1.1). */
 int gw_http1_start(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
                    int tls, gw_addr *addr);
-/* Client addresses (http1.c): get (created with 0 connections) and release one
- * connection's hold (freed when nothing is left). NULL on ENOMEM. */
+/* Client addresses (http1.c): take one connection's hold on an address (created when
+ * new) and release it (freed when no connection is left). NULL on ENOMEM. */
 gw_addr *gw_addr_get(gw_http_server *s, const char *peer);
 void gw_addr_release(gw_http_server *s, gw_addr *a);
 /* Moves n request bytes in (+) or out (-) of the server's and the address's counts. */
@@ -148,6 +152,9 @@ void gw_budget_sub(gw_http_server *s, gw_addr *a, size_t n);
 void gw_http_count_refusal(gw_http_server *s, int status);
 /* Called by req.c when a request is answered (whole or end of stream) or aborted. */
 void gw_http_observe(gw_req *r, int status);
+
+/* Appends a response body to out: body, or else req's pieces (referenced when asked). */
+int gw_body_add(struct evbuffer *out, const gw_req *req, const char *body, size_t len);
 
 /* Response-building helpers shared by the transports. */
 int gw_http_is_token(const char *s);

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# tests/bench/gateway.sh [N]: the gateway against two baselines in one run, with h2load at 64
+# connections (N requests per row, default 20000): the official MCP TypeScript SDK server
+# (stateful, JSON responses; HTTP/1.1 only) and nginx returning a static body of the same
+# size to POSTs. Rows: tools/list and ping over HTTP/1.1 and h2c, and sandbox_exec `true`
+# through the whole pipeline (gateway only: the baselines run no sandboxes). Prints req/s,
+# p50 and p99 (from h2load's per-request log) and the ratios gateway/SDK and gateway/nginx.
+# Uses build/; starts and stops its own stack (access log off, log level warn).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$root/ops/lib.sh"
+n=${1:-20000}
+c=64
+command -v h2load >/dev/null || sf_die "h2load is missing: apt-get install nghttp2-client"
+command -v nginx >/dev/null || { apt-get install -y -qq nginx-light >/dev/null 2>&1 || sf_die "nginx is missing: apt-get install nginx-light"; }
+[ -d "$root/tests/e2e/node_modules/@modelcontextprotocol/sdk" ] ||
+    (cd "$root/tests/e2e" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) || sf_die "npm ci failed"
+
+state=$(mktemp -d /tmp/sf-gwbench.XXXXXX)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+    [ -f "$state/nginx.pid" ] && kill "$(cat "$state/nginx.pid")" 2>/dev/null
+    "$root/tests/integration/stack" down "$state" "$root/build" >/dev/null
+    rm -rf "$state"
+}
+trap cleanup EXIT
+export SF_TEAM_SANDBOX_LIMIT=1000 SF_MAX_PENDING_TEAM=100000 SF_MAX_SESSIONS_TEAM=1000
+export SF_ACCESS_LOG=0 SF_LOG_LEVEL=warn SF_MAX_CONNS_PER_ADDR=4096
+"$root/tests/integration/stack" up "$state" "$root/build" >/dev/null || sf_die "the stack failed to start"
+. "$state/env"
+gw=$SF_URL
+hdr=(-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream')
+
+# A session on the gateway, and the tools/list body every server will send.
+init='{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}'
+sid=$(curl -s -D - -o /dev/null "${hdr[@]}" -H "Authorization: Bearer $SF_KEY_ALPHA" -d "$init" "$gw" |
+      tr -d '\r' | awk 'tolower($1)=="mcp-session-id:"{print $2}')
+[ -n "$sid" ] || sf_die "no session from the gateway"
+printf '%s' '{"jsonrpc":"2.0","id":1,"method":"tools/list"}' >"$state/list.json"
+printf '%s' '{"jsonrpc":"2.0","id":1,"method":"ping"}' >"$state/ping.json"
+curl -s "${hdr[@]}" -H "Authorization: Bearer $SF_KEY_ALPHA" -H "Mcp-Session-Id: $sid" \
+    -d @"$state/list.json" "$gw" >"$state/list.response"
+node -e 'const r=JSON.parse(require("fs").readFileSync(process.argv[1]));require("fs").writeFileSync(process.argv[2],JSON.stringify(r.result))' \
+    "$state/list.response" "$state/tools.json"
+sb=$(curl -s "${hdr[@]}" -H "Authorization: Bearer $SF_KEY_ALPHA" -H "Mcp-Session-Id: $sid" \
+    -d '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sandbox_create","arguments":{"name":"bench"}}}' "$gw" |
+    grep -o '"id":"sb_[a-z0-9]*"' | head -1 | cut -d'"' -f4)
+[ -n "$sb" ] || sf_die "could not create a sandbox"
+printf '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sandbox_exec","arguments":{"sandbox_id":"%s","command":"true"}}}' "$sb" >"$state/exec.json"
+
+# The SDK server (HTTP/1.1), with its own session.
+node "$root/tests/bench/sdk_server.mjs" "$state/tools.json" "$state/sdk.port" >"$state/sdk.log" 2>&1 &
+pids+=($!)
+sf_wait 20 "the SDK server" test -s "$state/sdk.port" || sf_die "the SDK server did not start"
+sdk="http://127.0.0.1:$(cat "$state/sdk.port")/mcp"
+sdk_sid=$(curl -s -D - -o /dev/null "${hdr[@]}" -d "$init" "$sdk" | tr -d '\r' | awk 'tolower($1)=="mcp-session-id:"{print $2}')
+[ -n "$sdk_sid" ] || sf_die "no session from the SDK server"
+
+# nginx: the same tools/list answer as a static body to POSTs, HTTP/1.1 and h2c.
+np1=$(sf_free_port) np2=$(sf_free_port)
+mkdir -p "$state/www"
+cp "$state/list.response" "$state/www/list.json"
+cat >"$state/nginx.conf" <<NGX
+worker_processes $(nproc);
+pid $state/nginx.pid;
+error_log $state/nginx.err warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $state/nb; proxy_temp_path $state/np; fastcgi_temp_path $state/nf;
+    uwsgi_temp_path $state/nu; scgi_temp_path $state/ns;
+    keepalive_requests 1000000;
+    server { listen 127.0.0.1:$np1; listen 127.0.0.1:$np2 http2;
+             # a POST to a static file is a 405 inside nginx: error_page turns it into the file
+             location = /mcp { default_type application/json; root $state/www;
+                               error_page 405 =200 /list.json; try_files /list.json =404; }
+             location = /list.json { default_type application/json; root $state/www; } }
+}
+NGX
+nginx -c "$state/nginx.conf" -e "$state/nginx.err" || sf_die "nginx did not start ($state/nginx.err)"
+sf_wait 10 nginx curl -sf -d x "http://127.0.0.1:$np1/mcp" || sf_die "nginx does not answer"
+cmp -s <(curl -s -d x "http://127.0.0.1:$np1/mcp") "$state/list.response" ||
+    sf_die "nginx's body differs from the gateway's tools/list answer"
+
+# run LABEL URL BODY PROTO [headers...]: one h2load row; prints "req/s p50_ms p99_ms"
+run() {
+    local label=$1 url=$2 bodyf=$3 proto=$4 log="$state/h2load.log"; shift 4
+    local args=(-n "$n" -c "$c" -m 1 -d "$bodyf" "${hdr[@]}" --log-file="$log")
+    [ "$proto" = h1 ] && args+=(--h1)
+    rm -f "$log"
+    local out rps
+    out=$(h2load "${args[@]}" "$@" "$url" 2>&1)
+    rps=$(grep -o 'finished in [^,]*, [0-9.]* req/s' <<<"$out" | awk '{print $(NF-1)}')
+    if ! grep -q "status codes: $n 2xx" <<<"$out"; then
+        printf '%-34s %s\n' "$label" "FAILED: $(grep -E 'status codes|requests:' <<<"$out" | tr '\n' ' ')" >&2
+        echo "0 0 0"
+        return
+    fi
+    sort -n -k3 "$log" | awk -v n="$(wc -l <"$log")" '
+        NR==int(n*0.50+0.5){p50=$3} NR==int(n*0.99+0.5){p99=$3}
+        END{printf "%s %.2f %.2f\n", "'"$rps"'", p50/1000, p99/1000}'
+}
+
+gwh=(-H "Authorization: Bearer $SF_KEY_ALPHA" -H "Mcp-Session-Id: $sid" -H "MCP-Protocol-Version: 2025-06-18")
+sdkh=(-H "Mcp-Session-Id: $sdk_sid" -H "MCP-Protocol-Version: 2025-06-18")
+declare -A R
+for proto in h1 h2c; do
+    for op in list ping; do
+        R[gw_${op}_$proto]=$(run "gateway $op $proto" "$gw" "$state/$op.json" "$proto" "${gwh[@]}")
+    done
+    R[nginx_list_$proto]=$(run "nginx list $proto" "http://127.0.0.1:$([ $proto = h1 ] && echo $np1 || echo $np2)/mcp" "$state/list.json" "$proto")
+done
+for op in list ping; do R[sdk_${op}_h1]=$(run "sdk $op h1" "$sdk" "$state/$op.json" h1 "${sdkh[@]}"); done
+ne=$((n / 4))
+R[gw_exec_h1]=$(n=$ne; run "gateway exec h1" "$gw" "$state/exec.json" h1 "${gwh[@]}")
+R[gw_exec_h2c]=$(n=$ne; run "gateway exec h2c" "$gw" "$state/exec.json" h2c "${gwh[@]}")
+
+printf '\ngateway vs the official MCP SDK server vs nginx (static body of the same size)\n'
+printf 'h2load -c %d -m 1, %d requests per row (exec: %d); %d cores; p50/p99 per request\n\n' "$c" "$n" "$ne" "$(nproc)"
+printf '| server | operation | proto | req/s | p50 ms | p99 ms |\n| --- | --- | --- | ---: | ---: | ---: |\n'
+row() { local v=(${R[$1]}); printf '| %s | %s | %s | %s | %s | %s |\n' "$2" "$3" "$4" "${v[0]}" "${v[1]}" "${v[2]}"; }
+for proto in h1 h2c; do
+    row gw_list_$proto gateway tools/list $proto
+    row nginx_list_$proto nginx "static body" $proto
+    row gw_ping_$proto gateway ping $proto
+done
+row sdk_list_h1 "SDK server" tools/list h1
+row sdk_ping_h1 "SDK server" ping h1
+row gw_exec_h1 gateway "sandbox_exec true" h1
+row gw_exec_h2c gateway "sandbox_exec true" h2c
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.2fx", a / b; else printf "n/a" }'; }
+g1=(${R[gw_list_h1]}) g2=(${R[gw_list_h2c]}) s1=(${R[sdk_list_h1]}) x1=(${R[nginx_list_h1]}) x2=(${R[nginx_list_h2c]})
+gp=(${R[gw_ping_h1]}) sp=(${R[sdk_ping_h1]})
+printf '\nratios (req/s): tools/list gateway/SDK h1 %s (h2c gateway vs SDK h1: %s), ping gateway/SDK h1 %s;\n' \
+    "$(ratio "${g1[0]}" "${s1[0]}")" "$(ratio "${g2[0]}" "${s1[0]}")" "$(ratio "${gp[0]}" "${sp[0]}")"
+printf '                tools/list gateway/nginx h1 %s, h2c %s\n' "$(ratio "${g1[0]}" "${x1[0]}")" "$(ratio "${g2[0]}" "${x2[0]}")"
+printf 'goals: >= 25x SDK, >= 0.8x nginx on tools/list, p99 <= 5 ms\n'
