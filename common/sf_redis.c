@@ -167,6 +167,11 @@ int sf_redis_cmdargv(sf_redis *r, redisCallbackFn *cb, void *priv, int argc, con
                                                                                    : -ENOTCONN;
 }
 
+int sf_redis_is_oom(const redisReply *rep)
+{
+    return rep && rep->type == REDIS_REPLY_ERROR && rep->str && !strncmp(rep->str, "OOM ", 4);
+}
+
 redisContext *sf_redis_connect_sync(const char *url, char *why, size_t whylen)
 {
     char host[256];

@@ -23,6 +23,14 @@ int sf_redis_cmd(sf_redis *r, redisCallbackFn *cb, void *priv, const char *fmt, 
 int sf_redis_cmdargv(sf_redis *r, redisCallbackFn *cb, void *priv, int argc, const char **argv,
                      const size_t *argvlen);
 
+/* Redis runs with maxmemory and noeviction: when it is full it refuses writes that would
+ * grow it with an "OOM ..." error (also from inside scripts). True for such a reply. */
+int sf_redis_is_oom(const redisReply *rep);
+/* What a caller whose write was refused that way is told. */
+#define SF_MSG_PLATFORM_FULL                                                                   \
+    "The platform is full (its state store reached its memory limit); kill sandboxes you "    \
+    "no longer need and retry, or ask the operator to raise the Redis maxmemory."
+
 /* Blocking connection for tools (CLI, tests). NULL with why. */
 redisContext *sf_redis_connect_sync(const char *url, char *why, size_t whylen);
 
@@ -31,6 +39,9 @@ redisContext *sf_redis_connect_sync(const char *url, char *why, size_t whylen);
 #define SF_RK_APIKEY_IDS "sf:apikeys"     /* hash: key id -> hash-hex */
 #define SF_RK_SANDBOX "sf:sb:{%s}"        /* sandbox id -> hash (record) */
 #define SF_RK_TEAM_SANDBOXES "sf:team:{%s}:sandboxes" /* set of sandbox ids */
+#define SF_RK_TEAM_RETIRED "sf:team:{%s}:retired" /* zset: retired sandbox id -> ms */
+#define SF_RK_TEAM_RES "sf:team:{%s}:res"   /* hash: what placement reserved for the team */
+#define SF_RK_TEAM_LIMITS "sf:team:{%s}:limits" /* hash: the operator's per-team limits */
 #define SF_RK_HOST_SANDBOXES "sf:host:{%s}:sandboxes" /* set of sandbox ids placed there */
 #define SF_RK_HOSTS "sf:hosts"            /* zset host id -> last heartbeat ms */
 #define SF_RK_HOST "sf:host:{%s}"         /* hash {topic, capacity, running, driver, ts} */

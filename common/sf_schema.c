@@ -173,6 +173,8 @@ static int is_annotation(const char *k)
 {
     static const char *const ignored[] = {"description", "title", "default", "examples",
                                           "$schema", "$id", "$comment"};
+    if (strcmp(k, "x-maxBytes") == 0) /* our one enforced extension */
+        return 0;
     if (strncmp(k, "x-", 2) == 0)
         return 1;
     for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++)
@@ -481,6 +483,7 @@ static int check_string(vctx *v, const json_t *s, const json_t *x)
     const char *str = json_string_value(x);
     size_t bytes = json_string_length(x), chars = utf8_chars(str, bytes);
     json_int_t minl = count_kw(s, "minLength"), maxl = count_kw(s, "maxLength");
+    json_int_t maxb = count_kw(s, "x-maxBytes");
     const json_t *pat = json_object_get(s, "pattern");
 
     if (minl >= 0 && (json_int_t)chars < minl)
@@ -489,6 +492,9 @@ static int check_string(vctx *v, const json_t *s, const json_t *x)
     if (maxl >= 0 && (json_int_t)chars > maxl)
         return vfail(v, "must be at most %" JSON_INTEGER_FORMAT " character%s long.", maxl,
                      maxl == 1 ? "" : "s");
+    if (maxb >= 0 && (json_int_t)bytes > maxb)
+        return vfail(v, "must be at most %" JSON_INTEGER_FORMAT " byte%s long in UTF-8 (got %zu).",
+                     maxb, maxb == 1 ? "" : "s", bytes);
     if (json_is_string(pat)) {
         int rc = rx_match(json_string_value(pat), str, bytes);
         if (rc == -ENOMEM)
@@ -726,7 +732,7 @@ static int check_type_kw(cctx *c, const json_t *t)
 static int check(cctx *c, const json_t *s, int depth)
 {
     static const char *const counts[] = {"minLength", "maxLength", "minItems", "maxItems",
-                                         "maxProperties", "minProperties"};
+                                         "maxProperties", "minProperties", "x-maxBytes"};
     static const char *const bounds[] = {"minimum", "maximum", "exclusiveMinimum",
                                          "exclusiveMaximum"};
     const json_t *props = json_object_get(s, "properties");

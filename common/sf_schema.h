@@ -11,11 +11,13 @@
  *   minimum, maximum, exclusiveMinimum, exclusiveMaximum  (numbers, draft 6+ form)
  *   minLength, maxLength  (counted in Unicode code points of the UTF-8 text, as JSON
  *                   Schema specifies; jansson only hands out valid UTF-8)
+ *   x-maxBytes      sandfleet's one enforced extension: the most bytes a string may take
+ *                   in UTF-8 (stored strings are bounded in bytes; clients ignore x- keys)
  *   pattern         a POSIX extended regular expression (<regex.h>), unanchored like in
  *                   JSON Schema; compiled on first use and cached. ECMA-only escapes such
  *                   as \d are refused by sf_schema_check() (write [0-9]).
  * Ignored (annotations): description, title, default, examples, $schema, $id, $comment and
- * every key that starts with "x-". Anything else is an unsupported keyword:
+ * every other key that starts with "x-". Anything else is an unsupported keyword:
  * sf_schema_check() fails on it, sf_schema_validate() ignores it.
  * Boolean schemas are accepted: true accepts everything, false nothing.
  *

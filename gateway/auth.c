@@ -368,8 +368,11 @@ void gw_auth_check(gw_ctx *ctx, const char *authorization, const char *session_i
 
 /* ARGV: sid, team, protocol, now ms, ttl s, team limit. Returns the number of sessions
  * evicted to make room (least recently used first). The team's zset ranks sessions by
- * last use; entries older than the TTL are gone already. */
+ * last use; entries older than the TTL are gone already. Declared (shebang, no allow-oom)
+ * so a full Redis refuses it whole: a script without flags may grow Redis past maxmemory
+ * once its first write (the ZREMRANGEBYSCORE) ran. */
 static const char lua_session_create[] =
+    "#!lua\n"
     "local z = 'sf:team:{' .. ARGV[2] .. '}:sessions'\n"
     "local now, ttl = tonumber(ARGV[4]), tonumber(ARGV[5])\n"
     "redis.call('ZREMRANGEBYSCORE', z, '-inf', now - ttl * 1000)\n"
@@ -412,7 +415,7 @@ static void on_session_created(redisAsyncContext *ac, void *r, void *priv)
         if (s)
             s->touched_ms = sf_mono_ms();
     }
-    op->cb(op->arg, s ? 200 : 503, s ? op->sid : NULL);
+    op->cb(op->arg, s ? 200 : sf_redis_is_oom(rep) ? 507 : 503, s ? op->sid : NULL);
     free(op);
 }
 

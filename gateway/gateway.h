@@ -144,7 +144,7 @@ typedef void (*gw_auth_cb)(void *arg, int status, const char *team, gw_session *
 void gw_auth_check(gw_ctx *ctx, const char *authorization, const char *session_id,
                    const char *protocol, gw_auth_cb cb, void *arg);
 /* status: 200 and the new session id (the team's least recently used sessions are evicted
- * past max_sessions_team), 503 Redis down. */
+ * past max_sessions_team), 503 Redis down, 507 Redis full (at its maxmemory). */
 typedef void (*gw_session_cb)(void *arg, int status, const char *sid);
 void gw_session_create(gw_ctx *ctx, const char *team, const char *protocol, gw_session_cb cb,
                        void *arg);

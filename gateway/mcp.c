@@ -526,7 +526,9 @@ static void on_session(void *arg, int status, const char *sid)
     const char *headers[3] = {"Mcp-Session-Id", sid, NULL};
 
     c->busy = 0;
-    if (status != 200)
+    if (status == 507)
+        respond_rpc_error(c, 507, -32603, SF_MSG_PLATFORM_FULL);
+    else if (status != 200)
         respond_rpc_error(c, 503, -32603, "The session store is unavailable; retry shortly.");
     else
         respond_rpc_result(

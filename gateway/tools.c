@@ -29,7 +29,8 @@ static const struct {
     {"sandbox_list",
      "{\"type\":\"object\",\"properties\":{\"sandboxes\":{\"type\":\"array\",\"items\":{\"type\":"
      "\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"status\":{\"type\":\"string\"}},"
-     "\"required\":[\"id\",\"status\"]}},\"count\":{\"type\":\"integer\"}},"
+     "\"required\":[\"id\",\"status\"]}},\"count\":{\"type\":\"integer\"},"
+     "\"next_cursor\":{\"type\":\"string\"}},"
      "\"required\":[\"sandboxes\"]}"},
     {"sandbox_kill",
      "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"status\":{\"type\":"

@@ -134,9 +134,12 @@ sf_stack_start() {
         # test stacks are throwaway.
         local persist=no
         [ "${SF_REDIS_PERSIST:-0}" = 1 ] && persist=yes
+        # Bounded: at maxmemory Redis refuses writes that would grow it (noeviction: it
+        # never drops a key) and sandfleet answers "the platform is full".
         sf_spawn "$state" redis redis-server --bind 127.0.0.1 --port "$redis_port" \
             --dir "$state/redis" --save '' --appendonly "$persist" --appendfsync everysec \
-            --protected-mode yes
+            --protected-mode yes --maxmemory "${SF_REDIS_MAXMEMORY:-1gb}" \
+            --maxmemory-policy noeviction
         export SF_REDIS_URL="redis://127.0.0.1:$redis_port"
         sf_wait 10 redis redis-cli -p "$redis_port" ping || return 1
     fi

@@ -11,6 +11,18 @@ static const sf_cfg_entry cfg_table[] = {
     SF_CFG_I(sch_cfg, host_dead_ms, "60000", 1000, 86400000,
              "a host silent this long is removed and its sandboxes marked lost"),
     SF_CFG_I(sch_cfg, team_sandbox_limit, "100", 1, 1000000, "sandboxes one team may have"),
+    SF_CFG_I(sch_cfg, team_host_share_pct, "50", 1, 100,
+             "share (%) of one host's sandboxes, memory and CPU a team may hold"),
+    SF_CFG_I(sch_cfg, team_fleet_share_pct, "50", 1, 100,
+             "share (%) of all live hosts' sandboxes, memory and CPU a team may hold"),
+    SF_CFG_I(sch_cfg, sandbox_memory_mib, "512", 16, 1048576, "memory of a new sandbox (MiB)"),
+    SF_CFG_I(sch_cfg, sandbox_vcpu_milli, "1000", 10, 256000,
+             "CPU of a new sandbox (thousandths of a vCPU)"),
+    SF_CFG_I(sch_cfg, sandbox_disk_mib, "2048", 0, 16777216,
+             "disk of a new sandbox (MiB; 0 = the worker's default)"),
+    SF_CFG_I(sch_cfg, sandbox_inodes, "0", 0, 1000000000,
+             "inodes of a new sandbox (0 = the worker's default)"),
+    SF_CFG_I(sch_cfg, sandbox_pids_max, "256", 8, 1000000, "processes of a new sandbox"),
     SF_CFG_S(sch_cfg, schemas_dir, "schemas/tools", "folder of the tool JSON Schemas"),
 };
 

@@ -3,6 +3,7 @@
 #include "sf_jobio.h"
 #include "sf_log.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +44,12 @@ void sch_forward(sch_call *c, const char *host)
     if (rc == 0)
         rc = sf_kafka_produce(c->ctx->producer, topic, c->job.sandbox, b.p, b.len);
     sf_buf_fini(&b);
+    if (rc == -E2BIG) { /* what the scheduler adds (host, limits) pushed it past the limit */
+        sch_reply_error(c, SF_ERR_INVALID, "The arguments are too large for one call (over "
+                        "1 MiB encoded); put large inputs in a file in the sandbox first, in "
+                        "smaller calls.");
+        return;
+    }
     if (rc < 0) {
         sch_reply_error(c, SF_ERR_UNAVAILABLE,
                         "The platform could not hand the call to the sandbox's host; retry in a "
@@ -128,7 +135,7 @@ void sch_on_job(void *arg, sf_job *job, sf_kafka_ticket tk)
     if (bind_sandbox(c) < 0)
         return;
     if (!strcmp(c->job.tool, "sandbox_create"))
-        sch_store_create(c);
+        sch_place_create(c);
     else if (!strcmp(c->job.tool, "sandbox_list"))
         sch_store_list(c);
     else if (!strcmp(c->job.tool, "sandbox_info"))

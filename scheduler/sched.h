@@ -14,6 +14,13 @@ typedef struct sch_cfg {
     int64_t host_ttl_ms;        /* a host is live while its heartbeat is younger than this */
     int64_t host_dead_ms;       /* ...and removed, its sandboxes lost, after this long */
     int64_t team_sandbox_limit; /* sandboxes per team */
+    int64_t team_host_share_pct;  /* a team holds at most this share of one host... */
+    int64_t team_fleet_share_pct; /* ...and of all live hosts together */
+    int64_t sandbox_memory_mib;   /* the shape of a new sandbox (args.limits) */
+    int64_t sandbox_vcpu_milli;
+    int64_t sandbox_disk_mib;     /* 0: the worker's default */
+    int64_t sandbox_inodes;       /* 0: the worker's default */
+    int64_t sandbox_pids_max;
     char *schemas_dir;          /* tool schemas: arguments are checked here too */
 } sch_cfg;
 
@@ -42,8 +49,13 @@ void sch_reply_result(sch_call *c, json_t *result); /* steals result */
 void sch_forward(sch_call *c, const char *host);
 void sch_call_done(sch_call *c);
 
+#define SCH_MSG_REDIS_DOWN "The platform's state store is unreachable; retry in a few seconds."
+
+/* place.c: sandbox_create (limits, fair share, host choice, reservation); finishes the
+ * call. */
+void sch_place_create(sch_call *c);
+
 /* store.c: Redis-backed tools; each finishes the call. */
-void sch_store_create(sch_call *c);
 void sch_store_list(sch_call *c);
 void sch_store_info(sch_call *c);
 void sch_store_route(sch_call *c);

@@ -8,61 +8,39 @@
 #include <string.h>
 #include <time.h>
 
-/* ARGV: now, host_ttl, id, team, name, template, metadata, team_limit, timeout_s */
-static const char lua_create[] =
-    "local sbkey = 'sf:sb:{' .. ARGV[3] .. '}'\n"
-    "local old = redis.call('HMGET', sbkey, 'team', 'host', 'state')\n"
-    "if old[1] then\n"
-    "  if old[1] == ARGV[4] and (old[3] == 'creating' or old[3] == 'running') then\n"
-    "    return {'ok', old[2]}\n"  /* the same create, redelivered */
-    "  end\n"
-    "  return {'conflict', ''}\n"
-    "end\n"
-    "local teamkey = 'sf:team:{' .. ARGV[4] .. '}:sandboxes'\n"
-    "if redis.call('SCARD', teamkey) >= tonumber(ARGV[8]) then return {'quota', ''} end\n"
-    "local live = redis.call('ZRANGEBYSCORE', 'sf:hosts', tonumber(ARGV[1]) - tonumber(ARGV[2]), "
-    "'+inf')\n"
-    "local best, bestfree = nil, 0\n"
-    "for _, h in ipairs(live) do\n"
-    "  local v = redis.call('HMGET', 'sf:host:{' .. h .. '}', 'capacity', 'running')\n"
-    "  local free = (tonumber(v[1]) or 0) - (tonumber(v[2]) or 0)\n"
-    "  if free > bestfree then best, bestfree = h, free end\n"
-    "end\n"
-    "if not best then\n"
-    "  if #live == 0 then return {'nohost', ''} end\n"
-    "  return {'full', ''}\n"
-    "end\n"
-    "redis.call('HSET', sbkey, 'id', ARGV[3], 'team', ARGV[4], 'host', best, 'state', "
-    "'creating', 'name', ARGV[5], 'template', ARGV[6], 'metadata', ARGV[7], 'created', ARGV[1], "
-    "'last_active', ARGV[1], 'timeout_seconds', ARGV[9])\n"
-    "redis.call('SADD', teamkey, ARGV[3])\n"
-    "redis.call('SADD', 'sf:host:{' .. best .. '}:sandboxes', ARGV[3])\n"
-    "redis.call('HINCRBY', 'sf:host:{' .. best .. '}', 'running', 1)\n"
-    "return {'ok', best}\n";
-
-/* ARGV: team, metadata filter (JSON object). Returns a JSON array of records. */
+/* One page of the team's live sandboxes, oldest first (created, then id). ARGV: team,
+ * metadata filter (JSON object), cursor created, cursor id, limit. Only the page's
+ * records are read whole. Returns JSON {items: [records], more: bool}. */
 static const char lua_list[] =
-    "local ids = redis.call('SMEMBERS', 'sf:team:{' .. ARGV[1] .. '}:sandboxes')\n"
+    "#!lua flags=no-writes\n"
+    "local team, ccur, icur, limit = ARGV[1], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])\n"
     "local filter = cjson.decode(ARGV[2])\n"
-    "local out = {}\n"
-    "for _, id in ipairs(ids) do\n"
-    "  local r = redis.call('HGETALL', 'sf:sb:{' .. id .. '}')\n"
-    "  if #r > 0 then\n"
-    "    local rec = {}\n"
-    "    for i = 1, #r, 2 do rec[r[i]] = r[i + 1] end\n"
-    "    local ok = rec.team == ARGV[1]\n"
-    "    if ok and next(filter) ~= nil then\n"
-    "      local md = cjson.decode(rec.metadata or '{}')\n"
-    "      for k, v in pairs(filter) do if md[k] ~= v then ok = false end end\n"
-    "    end\n"
-    "    if ok then table.insert(out, rec) end\n"
+    "local rows = {}\n"
+    "for _, id in ipairs(redis.call('SMEMBERS', 'sf:team:{' .. team .. '}:sandboxes')) do\n"
+    "  local v = redis.call('HMGET', 'sf:sb:{' .. id .. '}', 'team', 'created', 'metadata')\n"
+    "  local ok = v[1] == team\n"
+    "  if ok and next(filter) ~= nil then\n"
+    "    local md = cjson.decode(v[3] or '{}')\n"
+    "    for k, want in pairs(filter) do if md[k] ~= want then ok = false end end\n"
+    "  end\n"
+    "  local c = tonumber(v[2]) or 0\n"
+    "  if ok and (c > ccur or (c == ccur and id > icur)) then\n"
+    "    table.insert(rows, {c = c, id = id})\n"
     "  end\n"
     "end\n"
-    "if #out == 0 then return '[]' end\n"
-    "return cjson.encode(out)\n";
+    "table.sort(rows, function(a, b) return a.c < b.c or (a.c == b.c and a.id < b.id) end)\n"
+    "local out = {}\n"
+    "for i = 1, math.min(#rows, limit) do\n"
+    "  local r = redis.call('HGETALL', 'sf:sb:{' .. rows[i].id .. '}')\n"
+    "  local rec = {}\n"
+    "  for j = 1, #r, 2 do rec[r[j]] = r[j + 1] end\n"
+    "  out[i] = rec\n"
+    "end\n"
+    "return cjson.encode({items = out, more = #rows > limit})\n";
 
 /* ARGV: sandbox, team, now, host_ttl. Returns {verdict, host}. */
 static const char lua_route[] =
+    "#!lua flags=no-writes\n"
     "local v = redis.call('HMGET', 'sf:sb:{' .. ARGV[1] .. '}', 'team', 'host', 'state')\n"
     "if not v[1] or v[1] ~= ARGV[2] then return {'none', ''} end\n"
     "if v[3] == 'killed' or v[3] == 'failed' or v[3] == 'lost' then return {v[3], v[2]} end\n"
@@ -72,8 +50,6 @@ static const char lua_route[] =
     "end\n"
     "return {'ok', v[2]}\n";
 
-static const char msg_redis_down[] =
-    "The platform's state store is unreachable; retry in a few seconds.";
 
 static void not_found(sch_call *c)
 {
@@ -134,97 +110,105 @@ static json_t *record_view(json_t *rec)
     return v;
 }
 
-static void on_create(redisAsyncContext *ac, void *r, void *priv)
+/* A page's reply stays well inside one Kafka message (SF_MSG_MAX): records are added
+ * while their JSON fits this budget, and the page ends early (with next_cursor) when the
+ * next one would not. msgpack is never larger than compact JSON for these values. */
+#define LIST_REPLY_BUDGET (768 * 1024)
+#define LIST_LIMIT_DEFAULT 50
+
+/* Cursor text: "<created ms>.<id>" of the last sandbox of the previous page. */
+static int cursor_parse(const char *s, char created[24], char id[SF_ID_MAX])
 {
-    redisReply *rep = r;
-    sch_call *c = priv;
-    const char *verdict, *host;
+    const char *dot = s ? strchr(s, '.') : NULL;
+    int64_t ms;
 
-    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {
-        sf_error("msg=\"create script failed\" job=%s err=\"%s\"", c->job.id,
-                 rep && rep->type == REDIS_REPLY_ERROR ? rep->str : "no reply");
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, msg_redis_down);
-        return;
-    }
-    verdict = rep->element[0]->str;
-    host = rep->element[1]->str;
-    if (!strcmp(verdict, "ok"))
-        sch_forward(c, host);
-    else if (!strcmp(verdict, "conflict"))
-        sch_reply_error(c, SF_ERR_INVALID, "A sandbox with that id exists or existed; let the "
-                                           "platform choose the id of a new sandbox.");
-    else if (!strcmp(verdict, "quota"))
-        sch_reply_error(c, SF_ERR_LIMIT,
-                        "Sandbox quota reached. Pause or kill a sandbox, or retry later.");
-    else if (!strcmp(verdict, "full"))
-        sch_reply_error(c, SF_ERR_UNAVAILABLE,
-                        "Every worker host is at capacity. Kill a sandbox, or retry later.");
-    else
-        sch_reply_error(c, SF_ERR_UNAVAILABLE,
-                        "No worker host is available right now; retry in a few seconds.");
-}
-
-void sch_store_create(sch_call *c)
-{
-    json_t *a = c->job.args;
-    const char *name = json_string_value(json_object_get(a, "name"));
-    const char *tmpl = json_string_value(json_object_get(a, "from_template"));
-    json_t *md = json_object_get(a, "metadata");
-    char now[24], ttl[24], limit[24], timeout[24], *md_text;
-    int rc;
-
-    if (tmpl && strcmp(tmpl, "base") != 0) {
-        char text[256];
-        snprintf(text, sizeof(text),
-                 "Template '%.64s' does not exist; omit from_template to use 'base'.", tmpl);
-        sch_reply_error(c, SF_ERR_NOT_FOUND, text);
-        return;
-    }
-    md_text = json_is_object(md) ? json_dumps(md, JSON_COMPACT) : NULL;
-    snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
-    snprintf(ttl, sizeof(ttl), "%lld", (long long)c->ctx->cfg.host_ttl_ms);
-    snprintf(limit, sizeof(limit), "%lld", (long long)c->ctx->cfg.team_sandbox_limit);
-    snprintf(timeout, sizeof(timeout), "%lld",
-             (long long)json_integer_value(json_object_get(a, "timeout_seconds")));
-    rc = sf_redis_cmd(c->ctx->redis, on_create, c,
-                      "EVAL %s 0 %s %s %s %s %s %s %s %s %s", lua_create, now, ttl,
-                      c->job.sandbox, c->job.team, name ? name : "", "base",
-                      md_text ? md_text : "{}", limit, timeout);
-    free(md_text);
-    if (rc < 0)
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, msg_redis_down);
+    if (!dot || (size_t)(dot - s) >= 24 || strlen(dot + 1) >= SF_ID_MAX)
+        return -EINVAL;
+    memcpy(created, s, (size_t)(dot - s));
+    created[dot - s] = '\0';
+    snprintf(id, SF_ID_MAX, "%s", dot + 1);
+    if (sf_parse_i64(created, 0, INT64_MAX, &ms) < 0 || !sf_id_valid(id))
+        return -EINVAL;
+    return 0;
 }
 
 static void on_list(redisAsyncContext *ac, void *r, void *priv)
 {
     redisReply *rep = r;
     sch_call *c = priv;
-    json_t *arr, *out, *rec;
-    size_t i;
+    json_t *page, *items, *out, *rec, *last = NULL;
+    size_t i, bytes = 0;
+    int more;
 
     if (!rep || rep->type != REDIS_REPLY_STRING ||
-        !(arr = json_loadb(rep->str, rep->len, 0, NULL))) {
+        !(page = json_loadb(rep->str, rep->len, 0, NULL))) {
         sf_error("msg=\"list script failed\" job=%s err=\"%s\"", c->job.id,
                  rep && rep->type == REDIS_REPLY_ERROR ? rep->str : "no reply");
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, msg_redis_down);
+        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
         return;
     }
+    items = json_object_get(page, "items"); /* {} when empty: Lua cannot tell the two apart */
+    more = json_is_true(json_object_get(page, "more"));
     out = json_array();
-    json_array_foreach(arr, i, rec) json_array_append_new(out, record_view(rec));
-    json_decref(arr);
-    sch_reply_result(c, json_pack("{s:o, s:i}", "sandboxes", out, "count", (int)i));
+    json_array_foreach(items, i, rec) {
+        json_t *v = record_view(rec);
+        size_t n = json_dumpb(v, NULL, 0, JSON_COMPACT) + 1;
+        if (bytes + n > LIST_REPLY_BUDGET && json_array_size(out) > 0) {
+            json_decref(v);
+            more = 1;
+            break;
+        }
+        bytes += n;
+        json_array_append_new(out, v);
+        last = rec;
+    }
+    {
+        json_t *res = json_pack("{s:o, s:I}", "sandboxes", out, "count",
+                                (json_int_t)json_array_size(out));
+        if (more && last) {
+            char cur[24 + SF_ID_MAX + 1];
+            snprintf(cur, sizeof(cur), "%s.%s",
+                     json_string_value(json_object_get(last, "created")) ?: "0",
+                     json_string_value(json_object_get(last, "id")) ?: "");
+            json_object_set_new(res, "next_cursor", json_string(cur));
+        }
+        json_decref(page);
+        sch_reply_result(c, res);
+    }
 }
 
 void sch_store_list(sch_call *c)
 {
-    json_t *md = json_object_get(c->job.args, "metadata");
-    char *filter = json_is_object(md) ? json_dumps(md, JSON_COMPACT) : NULL;
-    int rc = sf_redis_cmd(c->ctx->redis, on_list, c, "EVAL %s 0 %s %s", lua_list, c->job.team,
-                          filter ? filter : "{}");
+    json_t *a = c->job.args, *md = json_object_get(a, "metadata");
+    const char *cursor = json_string_value(json_object_get(a, "cursor"));
+    json_int_t limit = json_integer_value(json_object_get(a, "limit"));
+    char created[24] = "-1", id[SF_ID_MAX] = "", lim[24], *filter;
+    int rc;
 
+    if (cursor && cursor_parse(cursor, created, id) < 0) {
+        sch_reply_error(c, SF_ERR_INVALID, "Argument 'cursor' is not a cursor sandbox_list "
+                                           "gave; pass the next_cursor of the previous page, "
+                                           "or omit it for the first page.");
+        return;
+    }
+    snprintf(lim, sizeof(lim), "%lld", (long long)(limit > 0 ? limit : LIST_LIMIT_DEFAULT));
+    filter = json_is_object(md) ? json_dumps(md, JSON_COMPACT) : NULL;
+    rc = sf_redis_cmd(c->ctx->redis, on_list, c, "EVAL %s 0 %s %s %s %s %s", lua_list,
+                      c->job.team, filter ? filter : "{}", created, id, lim);
     free(filter);
     if (rc < 0)
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, msg_redis_down);
+        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+}
+
+/* A record's integer field (a string in Redis), or the fallback field, or 0. */
+static int64_t field_i64(json_t *rec, const char *name, const char *fallback)
+{
+    int64_t n = 0;
+
+    if (sf_parse_i64(json_string_value(json_object_get(rec, name)), 0, INT64_MAX, &n) < 0 &&
+        fallback)
+        sf_parse_i64(json_string_value(json_object_get(rec, fallback)), 0, INT64_MAX, &n);
+    return n;
 }
 
 static void on_info(redisAsyncContext *ac, void *r, void *priv)
@@ -235,7 +219,7 @@ static void on_info(redisAsyncContext *ac, void *r, void *priv)
     const char *team;
 
     if (!rep || rep->type != REDIS_REPLY_ARRAY) {
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, msg_redis_down);
+        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
         return;
     }
     rec = json_object();
@@ -250,12 +234,16 @@ static void on_info(redisAsyncContext *ac, void *r, void *priv)
     }
     view = record_view(rec);
     {
-        int64_t mem = 0, pids = 0;
-        sf_parse_i64(json_string_value(json_object_get(rec, "memory_mib")), 0, INT64_MAX, &mem);
-        sf_parse_i64(json_string_value(json_object_get(rec, "pids_max")), 0, INT64_MAX, &pids);
-        json_object_set_new(view, "resources",
-                            json_pack("{s:i, s:I, s:I}", "vcpu", 1, "memory_mib", (json_int_t)mem,
-                                      "pids_max", (json_int_t)pids));
+        /* What the worker applied, else what placement reserved. */
+        int64_t mem = field_i64(rec, "memory_mib", "res_mem_mib");
+        int64_t vcpu = field_i64(rec, "vcpu_milli", "res_vcpu_milli");
+        json_t *res = json_object();
+        json_object_set_new(res, "vcpu", json_real((double)vcpu / 1000.0));
+        json_object_set_new(res, "memory_mib", json_integer(mem));
+        json_object_set_new(res, "pids_max", json_integer(field_i64(rec, "pids_max", NULL)));
+        if (json_object_get(rec, "disk_mib"))
+            json_object_set_new(res, "disk_mib", json_integer(field_i64(rec, "disk_mib", NULL)));
+        json_object_set_new(view, "resources", res);
         json_object_set_new(view, "driver",
                             json_string(json_string_value(json_object_get(rec, "driver")) ?: ""));
         json_object_set_new(view, "network",
@@ -272,7 +260,7 @@ void sch_store_info(sch_call *c)
         return;
     }
     if (sf_redis_cmd(c->ctx->redis, on_info, c, "HGETALL " SF_RK_SANDBOX, c->job.sandbox) < 0)
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, msg_redis_down);
+        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
 }
 
 static void on_route(redisAsyncContext *ac, void *r, void *priv)
@@ -283,7 +271,7 @@ static void on_route(redisAsyncContext *ac, void *r, void *priv)
     char text[256];
 
     if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, msg_redis_down);
+        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
         return;
     }
     verdict = rep->element[0]->str;
@@ -328,7 +316,7 @@ void sch_store_route(sch_call *c)
     snprintf(ttl, sizeof(ttl), "%lld", (long long)c->ctx->cfg.host_ttl_ms);
     if (sf_redis_cmd(c->ctx->redis, on_route, c, "EVAL %s 0 %s %s %s %s", lua_route,
                      c->job.sandbox, c->job.team, now, ttl) < 0)
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, msg_redis_down);
+        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
 }
 
 static void on_reaped(redisAsyncContext *ac, void *r, void *priv)

@@ -8,6 +8,7 @@
  * from the loop through an atomic. */
 #include "worker.h"
 #include "sf_log.h"
+#include "sf_records.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -20,35 +21,30 @@
 static pthread_mutex_t beat_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t beat_cv;
 
-/* One beat over the thread's connection: 0, or -1 when the connection is broken. */
-static int beat_once(wk_ctx *ctx, redisContext *rc)
+/* One beat over the thread's connection: 0, or -1 when the connection is broken. It
+ * lands even when Redis is at its maxmemory (sf_records): a full Redis must not make a
+ * live host look dead. */
+static int beat_once(wk_ctx *ctx, redisContext *conn)
 {
-    char ts[24], cap[24], running[24], mem[24], vcpu[24], key[128], ttl[24];
-    redisReply *rep;
-    int ok = 1;
+    int64_t now = sf_now_ms();
+    char ts[24], cap[24], running[24], mem[24], vcpu[24], err[256];
+    const char *kv[] = {"id", ctx->host_id, "topic", ctx->topic, "driver", ctx->ops->name,
+                        "version", WK_VERSION, "ts", ts, "running", running, "capacity", cap,
+                        "mem_mib", mem, "vcpu_milli", vcpu};
+    int rc;
 
-    snprintf(ts, sizeof(ts), "%lld", (long long)sf_now_ms());
+    snprintf(ts, sizeof(ts), "%lld", (long long)now);
     snprintf(cap, sizeof(cap), "%lld", (long long)ctx->capacity);
     snprintf(running, sizeof(running), "%d", atomic_load(&ctx->beat.running));
     snprintf(mem, sizeof(mem), "%llu", (unsigned long long)ctx->res.mem_mib);
     snprintf(vcpu, sizeof(vcpu), "%llu", (unsigned long long)ctx->res.vcpu_milli);
-    snprintf(ttl, sizeof(ttl), "%lld", (long long)ctx->cfg.heartbeat_ms * 10);
-    snprintf(key, sizeof(key), SF_RK_HOST, ctx->host_id);
-    redisAppendCommand(rc, "HSET %s id %s topic %s driver %s version %s ts %s running %s "
-                       "capacity %s mem_mib %s vcpu_milli %s", key, ctx->host_id, ctx->topic,
-                       ctx->ops->name, WK_VERSION, ts, running, cap, mem, vcpu);
-    redisAppendCommand(rc, "PEXPIRE %s %s", key, ttl);
-    redisAppendCommand(rc, "ZADD " SF_RK_HOSTS " %s %s", ts, ctx->host_id);
-    for (int i = 0; i < 3; i++) {
-        if (redisGetReply(rc, (void **)&rep) != REDIS_OK || !rep)
-            return -1;
-        if (rep->type == REDIS_REPLY_ERROR) {
-            if (ok)
-                sf_warn("msg=\"heartbeat write failed\" err=\"%s\"", rep->str);
-            ok = 0;
-        }
-        freeReplyObject(rep);
-    }
+    rc = sf_records_heartbeat_sync(conn, ctx->host_id, now,
+                                   ctx->cfg.heartbeat_ms * 10, SF_ARRAY_LEN(kv), kv, err,
+                                   sizeof(err));
+    if (rc == -EIO)
+        return -1;
+    if (rc < 0)
+        sf_warn("msg=\"heartbeat write failed\" err=\"%s\"", rc == -EPROTO ? err : "bad field");
     return 0;
 }
 

@@ -165,7 +165,7 @@ static void on_created(void *arg, wk_sandbox *sb, int rc, const char *why)
     json_t *a = c->job.args;
     const char *name = json_string_value(json_object_get(a, "name"));
     json_int_t timeout_s = json_integer_value(json_object_get(a, "timeout_seconds"));
-    char key[128], mem[24], pids[24], vcpu[24], disk[24];
+    char mem[24], pids[24], vcpu[24], disk[24];
 
     b->create = NULL;
     if (rc < 0) {
@@ -198,19 +198,18 @@ static void on_created(void *arg, wk_sandbox *sb, int rc, const char *why)
         if ((b->ev_timeout = evtimer_new(ctx->d.base, on_lifetime_over, b)))
             evtimer_add(b->ev_timeout, &tv);
     }
-    snprintf(key, sizeof(key), SF_RK_SANDBOX, b->id);
     snprintf(mem, sizeof(mem), "%u", b->lim.memory_mib);
     snprintf(vcpu, sizeof(vcpu), "%u", b->lim.vcpu_milli);
     snprintf(disk, sizeof(disk), "%u", b->lim.disk_mib);
     snprintf(pids, sizeof(pids), "%u", b->lim.pids_max);
-    sf_redis_cmd(ctx->redis, wk_redis_logged, NULL,
-                 "HSET %s state running driver %s memory_mib %s vcpu_milli %s disk_mib %s "
-                 "pids_max %s", key, ctx->ops->name, mem, vcpu, disk, pids);
-    /* In its sets again, in case start-up reconciliation ran between placement and now. */
-    sf_redis_cmd(ctx->redis, wk_redis_logged, NULL, "SADD " SF_RK_TEAM_SANDBOXES " %s", b->team,
-                 b->id);
-    sf_redis_cmd(ctx->redis, wk_redis_logged, NULL, "SADD " SF_RK_HOST_SANDBOXES " %s",
-                 ctx->host_id, b->id);
+    {
+        /* state=running and back in its sets, only while the record is live (lands even
+         * when Redis is full, never re-creates a record that is gone). */
+        const char *kv[] = {"driver", ctx->ops->name, "memory_mib", mem, "vcpu_milli", vcpu,
+                            "disk_mib", disk, "pids_max", pids};
+        sf_records_started(ctx->redis, b->id, ctx->host_id, SF_ARRAY_LEN(kv), kv,
+                           wk_redis_logged, NULL);
+    }
     sf_info("msg=\"sandbox created\" sandbox=%s team=%s job=%s", b->id, b->team, c->job.id);
     reply_result(c, create_result(b, name));
 }
@@ -361,7 +360,6 @@ static void on_exec_done(void *arg, const wk_exec_result *res)
 {
     wk_call *c = arg;
     json_t *r;
-    char key[128], now[24];
 
     if (res->error) {
         reply_error(c, SF_ERR_UNAVAILABLE, res->error);
@@ -378,9 +376,7 @@ static void on_exec_done(void *arg, const wk_exec_result *res)
     json_object_set_new(r, "duration_ms", json_integer(res->duration_ms));
     if (res->oom_killed)
         json_object_set_new(r, "oom_killed", json_true());
-    snprintf(key, sizeof(key), SF_RK_SANDBOX, c->job.sandbox);
-    snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
-    sf_redis_cmd(c->ctx->redis, wk_redis_logged, NULL, "HSET %s last_active %s", key, now);
+    sf_records_touch(c->ctx->redis, c->job.sandbox, sf_now_ms(), wk_redis_logged, NULL);
     sf_debug("msg=\"exec done\" job=%s sandbox=%s exit=%d ms=%u", c->job.id, c->job.sandbox,
              res->exit_code, res->duration_ms);
     reply_result(c, r);
@@ -511,6 +507,14 @@ static void on_guard(redisAsyncContext *ac, void *r, void *priv)
     redisReply *rep = r;
     wk_call *c = priv;
 
+    if (sf_redis_is_oom(rep) && !strcmp(c->job.tool, "sandbox_kill")) {
+        dispatch(c); /* Redis is full: a kill frees room, and runs twice harmlessly */
+        return;
+    }
+    if (sf_redis_is_oom(rep)) {
+        refuse(c, SF_ERR_LIMIT, SF_MSG_PLATFORM_FULL);
+        return;
+    }
     if (!rep || rep->type == REDIS_REPLY_ERROR) {
         refuse(c, SF_ERR_UNAVAILABLE,
                "The platform's state store is unreachable; retry in a few seconds.");

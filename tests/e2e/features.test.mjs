@@ -74,7 +74,9 @@ test('the team quota is enforced with an actionable error (the e2e stack allows 
   }
   const over = await call(beta, 'sandbox_create', {});
   assert.equal(over.isError, true);
-  assert.equal(over.text, 'Sandbox quota reached. Pause or kill a sandbox, or retry later.');
+  assert.equal(over.text, 'Sandbox quota reached: your team may have 8 sandboxes. Kill sandboxes '
+    + 'you no longer need (sandbox_list, then sandbox_kill), then retry, or ask the operator for a '
+    + 'higher limit.');
   await call(beta, 'sandbox_kill', { sandbox_id: ids.pop() });
   const again = await call(beta, 'sandbox_create', {});
   assert.equal(again.isError, false, again.text);

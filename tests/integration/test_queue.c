@@ -189,6 +189,77 @@ int main(void)
         sf_job_fini(&j);
     }
 
+    /* 7. A create reaches its host with the shape placement chose (args.limits, from the
+     * scheduler's sandbox_* settings: 512 MiB, the e2e stack's 500 milli-vCPU, 2048 MiB
+     * disk, no inodes: the worker's default); a producer cannot choose the shape itself. */
+    {
+        rd_kafka_t *hostc;
+        char sid[SF_ID_MAX], gid[SF_ID_MAX];
+        int found = 0;
+        int64_t until;
+
+        produce_job("job_shape0", "sandbox_create",
+                    json_pack("{s:{s:i}}", "limits", "memory_mib", 999999));
+        await_reply("job_shape0", &r);
+        CHECK(r.kind == SF_REPLY_ERROR && strstr(r.message, "Unknown argument 'limits'"),
+              "limits from a producer refused: %s", r.message ? r.message : "");
+        sf_reply_fini(&r);
+
+        sf_id_new(gid, "qh_");
+        CHECK((hostc = sf_kafka_consumer_new(&s, gid, why, sizeof(why))), "%s", why);
+        CHECK(sf_kafka_assign_all(hostc, producer, SF_TOPIC_HOST_PREFIX "e2e-host",
+                                  RD_KAFKA_OFFSET_BEGINNING, 5000) == 0, "assign host topic");
+        sf_id_new(sid, "sb_");
+        {
+            sf_job j;
+            sf_buf b2;
+            sf_job_init(&j);
+            snprintf(j.id, sizeof(j.id), "job_shape1");
+            snprintf(j.team, sizeof(j.team), "batch");
+            snprintf(j.tool, sizeof(j.tool), "sandbox_create");
+            snprintf(j.sandbox, sizeof(j.sandbox), "%s", sid);
+            snprintf(j.reply, sizeof(j.reply), "%s", topic);
+            j.deadline_ms = sf_now_ms() + 30000;
+            j.args = json_object();
+            sf_buf_init(&b2, SF_MSG_MAX);
+            CHECK(sf_job_encode(&j, &b2) == 0, "encode");
+            CHECK(sf_kafka_produce(producer, SF_TOPIC_JOBS, j.sandbox, b2.p, b2.len) == 0, "p");
+            sf_buf_fini(&b2);
+            sf_job_fini(&j);
+        }
+        until = sf_mono_ms() + 30000;
+        while (!found && sf_mono_ms() < until) {
+            rd_kafka_message_t *m = rd_kafka_consumer_poll(hostc, 100);
+            sf_job fj;
+            const char *jwhy;
+            if (!m)
+                continue;
+            if (!m->err && sf_job_decode(m->payload, m->len, &fj, &jwhy) == 0) {
+                if (!strcmp(fj.sandbox, sid)) {
+                    json_t *l = json_object_get(fj.args, "limits");
+                    CHECK(json_integer_value(json_object_get(l, "memory_mib")) == 512 &&
+                              json_integer_value(json_object_get(l, "vcpu_milli")) == 500 &&
+                              json_integer_value(json_object_get(l, "pids_max")) == 256 &&
+                              json_integer_value(json_object_get(l, "disk_mib")) == 2048 &&
+                              !json_object_get(l, "inodes") && !strcmp(fj.host, "e2e-host"),
+                          "the forwarded create carries the shape");
+                    found = 1;
+                }
+                sf_job_fini(&fj);
+            }
+            rd_kafka_message_destroy(m);
+        }
+        CHECK(found, "the create reached sf.host.e2e-host within 30 s");
+        sf_kafka_consumer_free(hostc);
+        await_reply("job_shape1", &r);
+        CHECK(r.kind == SF_REPLY_RESULT, "create answered");
+        sf_reply_fini(&r);
+        produce_job("job_shape2", "sandbox_kill", json_pack("{s:s}", "sandbox_id", sid));
+        await_reply("job_shape2", &r);
+        sf_reply_fini(&r);
+        printf("ok - a create reaches its host with args.limits; producers cannot set them\n");
+    }
+
     /* 6. An unknown tool. */
     produce_job("job_batch3", "sandbox_teleport", json_object());
     await_reply("job_batch3", &r);
@@ -199,6 +270,6 @@ int main(void)
 
     sf_kafka_consumer_free(consumer);
     sf_kafka_producer_free(producer);
-    printf("5 passed, 0 failed\n");
+    printf("6 passed, 0 failed\n");
     return 0;
 }

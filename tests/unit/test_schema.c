@@ -198,6 +198,24 @@ static void test_strings(void **state)
     ok(S, "{\"s2\":1}");
 }
 
+/* x-maxBytes bounds what is stored, in bytes of UTF-8, on top of maxLength. */
+static void test_max_bytes(void **state)
+{
+    const char *S = "{\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":4,"
+                    "\"x-maxBytes\":4},\"m\":{\"type\":\"object\",\"propertyNames\":"
+                    "{\"x-maxBytes\":2},\"additionalProperties\":{\"x-maxBytes\":3}}}}";
+    ok(S, "{\"s\":\"abcd\"}");
+    ok(S, "{\"s\":\"h\u00e9l\"}"); /* 3 characters, 4 bytes */
+    bad(S, "{\"s\":\"h\u00e9ll\"}", "Argument 's' must be at most 4 bytes long in UTF-8 (got 5).");
+    bad(S, "{\"s\":\"\u65e5\u672c\"}", "Argument 's' must be at most 4 bytes long in UTF-8 (got 6).");
+    ok(S, "{\"m\":{\"ab\":\"xyz\"}}");
+    bad(S, "{\"m\":{\"abc\":\"x\"}}",
+        "Key 'abc' in argument 'm' must be at most 2 bytes long in UTF-8 (got 3).");
+    bad(S, "{\"m\":{\"a\":\"wxyz\"}}", "Argument 'm.a' must be at most 3 bytes long in UTF-8 (got 4).");
+    bad_schema("{\"x-maxBytes\":\"big\"}",
+               "Schema error at the top level: 'x-maxBytes' must be a non-negative integer.");
+}
+
 static void test_pattern(void **state)
 {
     const char *S = "{\"properties\":{\"p\":{\"type\":\"string\",\"pattern\":\"b+c\"},"
@@ -416,6 +434,7 @@ int main(void)
         cmocka_unit_test(test_exec_schema), cmocka_unit_test(test_types),
         cmocka_unit_test(test_integer_vs_number), cmocka_unit_test(test_numbers),
         cmocka_unit_test(test_enum_const), cmocka_unit_test(test_strings),
+        cmocka_unit_test(test_max_bytes),
         cmocka_unit_test(test_pattern), cmocka_unit_test(test_arrays),
         cmocka_unit_test(test_objects), cmocka_unit_test(test_depth),
         cmocka_unit_test(test_check), cmocka_unit_test(test_why_buffer),
