@@ -45,11 +45,12 @@ test('worker killed during an exec', async () => {
 test('a host that stopped heartbeating is removed and its sandboxes are lost', async () => {
   const redis = (...args) => execFileSync('redis-cli', ['-u', env.SF_REDIS_URL, ...args]).toString().trim();
   const ghost = 'sb_ghostofahost';
-  redis('ZADD', 'sf:hosts', String(Date.now() - 3600e3), 'ghost-host');
   redis('HSET', `sf:sb:{${ghost}}`, 'id', ghost, 'team', 'alpha', 'host', 'ghost-host', 'state', 'running',
     'created', String(Date.now()), 'last_active', String(Date.now()));
   redis('SADD', 'sf:team:{alpha}:sandboxes', ghost);
   redis('SADD', 'sf:host:{ghost-host}:sandboxes', ghost);
+  // The host last: a reaper run between these writes must not see it without its sandbox.
+  redis('ZADD', 'sf:hosts', String(Date.now() - 3600e3), 'ghost-host');
   // The scheduler's reaper runs every host_ttl_ms (5 s).
   let status;
   for (let i = 0; i < 40 && status !== 'lost'; i++) {
