@@ -322,6 +322,16 @@ typedef struct vctx {
     size_t whylen;
 } vctx;
 
+/* Bytes of key to quote: at most 64, never half a UTF-8 character. */
+static int quoted_len(const char *key)
+{
+    size_t n = strnlen(key, 64);
+
+    while (n > 0 && ((unsigned char)key[n] & 0xc0) == 0x80)
+        n--;
+    return (int)n;
+}
+
 static int vfail(vctx *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int vfail(vctx *v, const char *fmt, ...)
 {
@@ -330,9 +340,10 @@ static int vfail(vctx *v, const char *fmt, ...)
     va_list ap;
 
     if (v->key && v->p.len)
-        snprintf(label, sizeof(label), "Key '%.64s' in argument '%s'", v->key, v->p.s);
+        snprintf(label, sizeof(label), "Key '%.*s' in argument '%s'", quoted_len(v->key), v->key,
+                 v->p.s);
     else if (v->key)
-        snprintf(label, sizeof(label), "Argument name '%.64s'", v->key);
+        snprintf(label, sizeof(label), "Argument name '%.*s'", quoted_len(v->key), v->key);
     else if (v->p.len)
         snprintf(label, sizeof(label), "Argument '%s'", v->p.s);
     else

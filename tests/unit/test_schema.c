@@ -212,6 +212,13 @@ static void test_max_bytes(void **state)
     bad(S, "{\"m\":{\"abc\":\"x\"}}",
         "Key 'abc' in argument 'm' must be at most 2 bytes long in UTF-8 (got 3).");
     bad(S, "{\"m\":{\"a\":\"wxyz\"}}", "Argument 'm.a' must be at most 3 bytes long in UTF-8 (got 4).");
+    /* a long key is quoted up to 64 bytes, never cut inside a character */
+    bad(S, "{\"m\":{\"a\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9"
+           "\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9"
+           "\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\":\"x\"}}",
+        "Key 'a\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9"
+        "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9' in argument 'm' "
+        "must be at most 2 bytes long in UTF-8 (got 67).");
     bad_schema("{\"x-maxBytes\":\"big\"}",
                "Schema error at the top level: 'x-maxBytes' must be a non-negative integer.");
 }
