@@ -1,0 +1,36 @@
+/* cli.h: what the sandfleet CLI's command modules share.
+ * Each command is a function `int cli_NAME(int argc, char **argv)` (argv[0] is the
+ * command's own name) returning the process exit status: 0 ok, 1 failed, 2 bad usage.
+ * main.c holds the dispatch table; one module per command group. */
+#ifndef SF_CLI_H
+#define SF_CLI_H
+
+#include <hiredis/hiredis.h>
+#include <stddef.h>
+
+/* Commands (one module each). */
+int cli_keys(int argc, char **argv);       /* keys.c */
+int cli_hosts(int argc, char **argv);      /* hosts.c */
+int cli_sandboxes(int argc, char **argv);  /* hosts.c */
+
+/* A setting: the environment variable `name` if set and not empty, else the same name
+ * in the env file that ops/run writes ($SF_HOME/env, SF_HOME default /var/lib/sandfleet),
+ * else def. The returned string lives until exit. */
+const char *cli_setting(const char *name, const char *def);
+/* The value after `name` in argv (e.g. "--team"), or NULL. */
+const char *cli_opt(int argc, char **argv, const char *name);
+/* True when `name` appears in argv. */
+int cli_flag(int argc, char **argv, const char *name);
+/* True when argv asks for help (-h or --help). */
+int cli_wants_help(int argc, char **argv);
+
+/* The admin commands' Redis (SF_REDIS_URL); NULL after printing why. */
+redisContext *cli_redis(void);
+/* 1 for a usable reply; else prints the error, frees r and returns 0. */
+int cli_reply_ok(redisContext *rc, redisReply *r);
+
+#define CLI_DEFAULT_HOME "/var/lib/sandfleet"
+#define CLI_DEFAULT_REDIS "redis://127.0.0.1:6379"
+#define CLI_DEFAULT_URL "http://127.0.0.1:8080/mcp"
+
+#endif

@@ -1,0 +1,47 @@
+/* sandfleet: the command-line tool. main() only dispatches: one module per command
+ * group (keys.c, hosts.c, ...), each `int cli_NAME(int argc, char **argv)`. */
+#include "cli.h"
+#include "secrets.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct cli_cmd {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} cli_cmd;
+
+static const cli_cmd commands[] = {
+    {"keys", cli_keys, "keys create --team TEAM | list [--team TEAM] | revoke KEY_ID"},
+    {"hosts", cli_hosts, "hosts                        worker hosts: heartbeat, driver, load"},
+    {"sandboxes", cli_sandboxes, "sandboxes [--team TEAM]      every team's sandboxes (admin)"},
+    {"secrets", cli_secrets, "secrets create|rotate|list|delete ...   team secrets (cli/secrets.c)"},
+};
+
+static void usage(FILE *f)
+{
+    fputs("usage: sandfleet COMMAND [ARGS]   (sandfleet COMMAND --help for details)\n", f);
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        fprintf(f, "  sandfleet %s\n", commands[i].summary);
+    fputs("settings: SF_REDIS_URL, SF_AUTH_SECRET_FILE, SF_URL (secrets: SF_SECRETS_KEY_FILE)\n"
+          "          from the environment, else from\n"
+          "          $SF_HOME/env (written by ops/run; SF_HOME default " CLI_DEFAULT_HOME ")\n",
+          f);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+                      !strcmp(argv[1], "help"))) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; argc >= 2 && i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].run(argc - 1, argv + 1);
+    if (argc >= 2)
+        fprintf(stderr, "sandfleet: unknown command '%s'.\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
