@@ -12,6 +12,7 @@
 int cli_keys(int argc, char **argv);       /* keys.c */
 int cli_hosts(int argc, char **argv);      /* hosts.c */
 int cli_sandboxes(int argc, char **argv);  /* hosts.c */
+int cli_mcp_stdio(int argc, char **argv);  /* stdio.c */
 
 /* A setting: the environment variable `name` if set and not empty, else the same name
  * in the env file that ops/run writes ($SF_HOME/env, SF_HOME default /var/lib/sandfleet),

@@ -17,6 +17,7 @@ static const cli_cmd commands[] = {
     {"hosts", cli_hosts, "hosts                        worker hosts: heartbeat, driver, load"},
     {"sandboxes", cli_sandboxes, "sandboxes [--team TEAM]      every team's sandboxes (admin)"},
     {"secrets", cli_secrets, "secrets create|rotate|list|delete ...   team secrets (cli/secrets.c)"},
+    {"mcp-stdio", cli_mcp_stdio, "mcp-stdio [URL]              stdio MCP server forwarding to the gateway"},
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,199 @@
+// `sandfleet mcp-stdio` against the real stack, driven by the official SDK's stdio client
+// transport (how Claude Desktop and other stdio-only clients start it): the same tools as
+// over HTTP, create / exec / kill, progress when the gateway streams it, cancellation, and
+// readable errors for a wrong key, a missing key and a stopped gateway (one this suite
+// starts, stops and starts again on the same port).
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { createServer } from 'node:net';
+import { resolve, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { env, url, connect } from './lib.mjs';
+import { bridge, finish, sandfleetBin, waitFor, alive } from './bridge.mjs';
+
+const bin = sandfleetBin(env.SF_BUILD);
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+const http = await connect(env.SF_KEY_ALPHA);
+after(() => http.close());
+
+const call = async (client, name, args, opts = {}) => {
+  const r = await client.callTool({ name, arguments: args }, undefined, { timeout: 120000, ...opts });
+  return { r, s: r.structuredContent, text: (r.content ?? []).map((c) => c.text).join('') };
+};
+
+// Does the gateway stream a call that asks for progress (SSE), or answer with JSON?
+async function gatewayStreams(sandbox_id) {
+  const headers = { Authorization: `Bearer ${env.SF_KEY_ALPHA}`, 'Content-Type': 'application/json',
+    Accept: 'application/json, text/event-stream' };
+  const init = await fetch(url, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', id: 1,
+    method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {},
+      clientInfo: { name: 'probe', version: '1' } } }) });
+  await init.text();
+  const sid = init.headers.get('mcp-session-id');
+  const res = await fetch(url, { method: 'POST',
+    headers: { ...headers, ...(sid ? { 'Mcp-Session-Id': sid } : {}) },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'sandbox_exec',
+      arguments: { sandbox_id, command: 'echo probe' }, _meta: { progressToken: 'probe' } } }) });
+  await res.text();
+  return (res.headers.get('content-type') ?? '').startsWith('text/event-stream');
+}
+
+test('the same tools as over HTTP; create, exec (with progress once the gateway streams), kill', async (t) => {
+  const b = bridge(bin, url, env.SF_KEY_ALPHA);
+  await b.client.connect(b.transport);
+  assert.deepEqual((await b.client.listTools()).tools, (await http.listTools()).tools);
+
+  const created = await call(b.client, 'sandbox_create', { name: 'stdio', metadata: { suite: 'stdio' } });
+  assert.equal(created.r.isError, false, created.text);
+  const id = created.s.id;
+  assert.match(id, /^sb_[a-z0-9]+$/);
+
+  const msgs = [];
+  const inner = b.transport.onmessage;
+  b.transport.onmessage = (m) => { msgs.push(m); inner(m); };
+  const ex = await call(b.client, 'sandbox_exec',
+    { sandbox_id: id, command: 'for i in 1 2 3; do echo line$i; sleep 0.1; done; echo oops >&2; exit 3' },
+    { onprogress: () => {} });
+  assert.equal(ex.s.stdout, 'line1\nline2\nline3\n');
+  assert.equal(ex.s.stderr, 'oops\n');
+  assert.equal(ex.s.exit_code, 3);
+  const progress = msgs.filter((m) => m.method === 'notifications/progress');
+  if (await gatewayStreams(id)) {
+    assert.ok(progress.length > 0, 'the gateway streams progress: the bridge relays it');
+  } else {
+    t.diagnostic('the gateway answers with JSON (no progress streaming yet): no progress expected');
+    assert.equal(progress.length, 0);
+  }
+
+  const killed = await call(b.client, 'sandbox_kill', { sandbox_id: id });
+  assert.equal(killed.r.isError, false, killed.text);
+  assert.equal(killed.s.status, 'killed');
+  const later = await call(b.client, 'sandbox_exec', { sandbox_id: id, command: 'true' });
+  assert.equal(later.r.isError, true);
+  assert.match(later.text, /was killed/);
+  await finish(b);
+});
+
+test('a cancelled call is forwarded to the gateway and dropped; the bridge goes on', async () => {
+  const b = bridge(bin, url, env.SF_KEY_ALPHA);
+  await b.client.connect(b.transport);
+  const { s } = await call(b.client, 'sandbox_create', { name: 'stdio-cancel' });
+  const ac = new AbortController();
+  const long = call(b.client, 'sandbox_exec', { sandbox_id: s.id, command: 'sleep 30' },
+    { signal: ac.signal });
+  await waitFor('the call to reach the gateway', () => /-> tools\/call/.test(b.stderr));
+  ac.abort('the test cancels it');
+  await assert.rejects(long);
+  await waitFor('the cancellation to be forwarded',
+    () => /notifications\/cancelled: HTTP 202/.test(b.stderr));
+  await waitFor('the cancelled exchange to be dropped',
+    () => /dropping the cancelled tools\/call/.test(b.stderr));
+  const list = await call(b.client, 'sandbox_list', {});
+  assert.ok(list.s.sandboxes.some((x) => x.id === s.id));
+  await call(b.client, 'sandbox_kill', { sandbox_id: s.id });
+  await finish(b);
+});
+
+test('a wrong key and a missing key: the client shows a sentence that names the problem', async () => {
+  const wrong = bridge(bin, url, 'sf_live_' + 'x'.repeat(32));
+  await assert.rejects(wrong.client.connect(wrong.transport), /refused the API key \(HTTP 401\)/);
+  assert.match(wrong.stderr, /refused the API key \(HTTP 401\): .*API key/);
+  await finish(wrong);
+
+  const none = bridge(bin, url, undefined);
+  await assert.rejects(none.client.connect(none.transport), /SANDFLEET_API_KEY is not set/);
+  assert.match(none.stderr, /SANDFLEET_API_KEY is not set/);
+  await finish(none);
+});
+
+async function freePort() {
+  const srv = createServer();
+  await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+  const { port } = srv.address();
+  await new Promise((r) => srv.close(r));
+  return port;
+}
+
+// A gateway of our own beside the stack's (same Redis and Kafka), so it can be stopped.
+function startGateway(port) {
+  const g = spawn(resolve(env.SF_BUILD, 'gateway/sandfleet-gateway'), [], {
+    env: { ...process.env, SF_PORT: String(port), SF_REDIS_URL: env.SF_REDIS_URL,
+      SF_KAFKA_BROKERS: env.SF_KAFKA_BROKERS, SF_AUTH_SECRET_FILE: env.SF_AUTH_SECRET_FILE,
+      SF_SCHEMAS_DIR: resolve(root, 'schemas/tools'), SF_LOG_LEVEL: 'warn' },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  g.log = '';
+  g.stderr.on('data', (d) => { g.log += d; });
+  g.done = new Promise((r) => g.on('exit', r));
+  return g;
+}
+
+async function gatewayUp(port) {
+  await waitFor('the gateway to answer', async () => {
+    try { return (await fetch(`http://127.0.0.1:${port}/healthz`)).ok; } catch { return false; }
+  }, 30000);
+}
+
+async function stopGateway(g) {
+  g.kill('SIGTERM');
+  await g.done;
+  assert.doesNotMatch(g.log, /AddressSanitizer|LeakSanitizer|runtime error:/, g.log);
+}
+
+test('a stopped gateway: a readable error per call, the bridge stays, and goes on when it is back', async () => {
+  const port = await freePort();
+  const gwUrl = `http://127.0.0.1:${port}/mcp`;
+
+  const early = bridge(bin, gwUrl, env.SF_KEY_ALPHA);
+  await assert.rejects(early.client.connect(early.transport),
+    /Cannot reach the sandfleet gateway at .*; start it \(ops\/run\) or fix the URL/);
+  assert.match(early.stderr, /Cannot reach the sandfleet gateway/);
+  await finish(early);
+
+  let g = startGateway(port);
+  await gatewayUp(port);
+  const b = bridge(bin, gwUrl, env.SF_KEY_ALPHA);
+  await b.client.connect(b.transport);
+  assert.equal((await call(b.client, 'sandbox_list', {})).r.isError, false);
+
+  await stopGateway(g);
+  await assert.rejects(call(b.client, 'sandbox_list', {}), /Cannot reach the sandfleet gateway/);
+  assert.ok(alive(b.transport.pid), 'the bridge is still running');
+  await assert.rejects(call(b.client, 'sandbox_list', {}), /Cannot reach the sandfleet gateway/);
+
+  g = startGateway(port);
+  await gatewayUp(port);
+  const again = await call(b.client, 'sandbox_list', {});
+  assert.equal(again.r.isError, false, again.text);
+  await finish(b);
+  await stopGateway(g);
+});
+
+// Does the gateway speak HTTP/2 without TLS (h2c, prior knowledge)?
+async function speaksH2c(u) {
+  const { connect: h2connect } = await import('node:http2');
+  return new Promise((done) => {
+    const s = h2connect(new URL(u).origin);
+    const end = (v) => { s.destroy(); done(v); };
+    s.on('error', () => end(false));
+    s.setTimeout(5000, () => end(false));
+    const req = s.request({ ':path': '/healthz' });
+    req.on('response', (h) => end(h[':status'] === 200));
+    req.on('error', () => end(false));
+    req.end();
+  });
+}
+
+test('--http2: h2c when the gateway serves it, else a sentence saying to drop the flag', async (t) => {
+  const b = bridge(bin, url, env.SF_KEY_ALPHA, { args: ['-v', '--http2'] });
+  if (await speaksH2c(url)) {
+    await b.client.connect(b.transport);
+    assert.equal((await call(b.client, 'sandbox_list', {})).r.isError, false);
+  } else {
+    t.diagnostic('the gateway speaks HTTP/1.1 only: checking the refusal');
+    await assert.rejects(b.client.connect(b.transport),
+      /did not answer over HTTP\/2 without TLS .*drop --http2/);
+  }
+  await finish(b);
+});
