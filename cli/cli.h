@@ -13,6 +13,10 @@ int cli_keys(int argc, char **argv);       /* keys.c */
 int cli_hosts(int argc, char **argv);      /* hosts.c */
 int cli_sandboxes(int argc, char **argv);  /* hosts.c */
 int cli_mcp_stdio(int argc, char **argv);  /* stdio.c */
+int cli_connect(int argc, char **argv);    /* connect.c */
+
+/* argv[0] of the program (main.c sets it). */
+extern const char *cli_program;
 
 /* A setting: the environment variable `name` if set and not empty, else the same name
  * in the env file that ops/run writes ($SF_HOME/env, SF_HOME default /var/lib/sandfleet),

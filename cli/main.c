@@ -18,6 +18,8 @@ static const cli_cmd commands[] = {
     {"sandboxes", cli_sandboxes, "sandboxes [--team TEAM]      every team's sandboxes (admin)"},
     {"secrets", cli_secrets, "secrets create|rotate|list|delete ...   team secrets (cli/secrets.c)"},
     {"mcp-stdio", cli_mcp_stdio, "mcp-stdio [URL]              stdio MCP server forwarding to the gateway"},
+    {"connect", cli_connect, "connect CLIENT [--write]     configure an MCP client (claude-code, claude-desktop,\n"
+                             "                                         cursor, vscode, windsurf, codex)"},
 };
 
 static void usage(FILE *f)
@@ -31,8 +33,11 @@ static void usage(FILE *f)
           f);
 }
 
+const char *cli_program;
+
 int main(int argc, char **argv)
 {
+    cli_program = argv[0];
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
                       !strcmp(argv[1], "help"))) {
         usage(stdout);

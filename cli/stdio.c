@@ -745,12 +745,14 @@ static void on_done(void *arg, CURLcode result)
 {
     req *r = arg;
     bridge *b = r->b;
-    long status = 0;
+    long status = 0, version = 0;
     char why[600];
 
     curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
-    debug(b, "%s: HTTP %ld%s%s", r->method, status, result == CURLE_OK ? "" : ", ",
-          result == CURLE_OK ? "" : curl_easy_strerror(result));
+    curl_easy_getinfo(r->easy, CURLINFO_HTTP_VERSION, &version);
+    debug(b, "%s: HTTP%s %ld%s%s", r->method,
+          version == CURL_HTTP_VERSION_2_0 ? "/2" : version == CURL_HTTP_VERSION_1_1 ? "/1.1" : "",
+          status, result == CURLE_OK ? "" : ", ", result == CURLE_OK ? "" : curl_easy_strerror(result));
     if (r->kind == K_GET) {
         get_done(r, result, status);
         return;
@@ -903,6 +905,13 @@ static void start(req *r)
     curl_easy_setopt(e, CURLOPT_USERAGENT, "sandfleet-mcp-stdio/1");
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, b->http_version);
+    if (b->http_version == CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE) {
+        /* libcurl 7.88.1 (Debian 12) fails the second request on a reused h2c
+         * prior-knowledge connection ("Error in the HTTP2 framing layer"), whatever the
+         * server: one connection per request. HTTP/2 over TLS reuses and multiplexes. */
+        curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
+        curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
+    }
     curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);

@@ -86,7 +86,7 @@ test('a cancelled call is forwarded to the gateway and dropped; the bridge goes 
   ac.abort('the test cancels it');
   await assert.rejects(long);
   await waitFor('the cancellation to be forwarded',
-    () => /notifications\/cancelled: HTTP 202/.test(b.stderr));
+    () => /notifications\/cancelled: HTTP\/1.1 202/.test(b.stderr));
   await waitFor('the cancelled exchange to be dropped',
     () => /dropping the cancelled tools\/call/.test(b.stderr));
   const list = await call(b.client, 'sandbox_list', {});
@@ -185,15 +185,24 @@ async function speaksH2c(u) {
   });
 }
 
-test('--http2: h2c when the gateway serves it, else a sentence saying to drop the flag', async (t) => {
-  const b = bridge(bin, url, env.SF_KEY_ALPHA, { args: ['-v', '--http2'] });
-  if (await speaksH2c(url)) {
-    await b.client.connect(b.transport);
-    assert.equal((await call(b.client, 'sandbox_list', {})).r.isError, false);
-  } else {
-    t.diagnostic('the gateway speaks HTTP/1.1 only: checking the refusal');
-    await assert.rejects(b.client.connect(b.transport),
-      /did not answer over HTTP\/2 without TLS .*drop --http2/);
+test('HTTP/2: h2c with --http2, and over TLS (ALPN) with --cacert, when the gateway serves them', async (t) => {
+  const tls = env.SF_TLS_CERT_FILE;
+  const cases = [['h2c', url, ['-v', '--http2']]];
+  if (tls) cases.push(['TLS', url.replace(/^http:/, 'https:'), ['-v', '--cacert', tls]]);
+  else t.diagnostic('the stack serves no TLS: only h2c checked');
+  const h2c = await speaksH2c(url);
+  for (const [name, u, args] of cases) {
+    const b = bridge(bin, u, env.SF_KEY_ALPHA, { args });
+    if (name === 'h2c' && !h2c) {
+      t.diagnostic('the gateway speaks HTTP/1.1 only without TLS: checking the refusal');
+      await assert.rejects(b.client.connect(b.transport),
+        /did not answer over HTTP\/2 without TLS .*drop --http2/);
+    } else {
+      await b.client.connect(b.transport);
+      for (let i = 0; i < 3; i++) // several calls: connections reused (TLS) or not (h2c)
+        assert.equal((await call(b.client, 'sandbox_list', {})).r.isError, false);
+      assert.match(b.stderr, /tools\/call: HTTP\/2 200/, `${name}: the calls went over HTTP/2`);
+    }
+    await finish(b);
   }
-  await finish(b);
 });
