@@ -4,6 +4,7 @@
 #include "secrets.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct cli_cmd {
@@ -35,9 +36,23 @@ static void usage(FILE *f)
 
 const char *cli_program;
 
+/* Settings the stack's env file provides (ops/run writes $SF_HOME/env) become environment
+ * variables when unset, so every command module (cli_setting or getenv) sees them. */
+static void settings_from_env_file(void)
+{
+    static const char *const names[] = {"SF_REDIS_URL", "SF_AUTH_SECRET_FILE", "SF_URL",
+                                        "SF_SECRETS_KEY_FILE", "SF_PROXY_CONTROL_SOCKET"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const char *v = cli_setting(names[i], NULL);
+        if (v && !getenv(names[i]))
+            setenv(names[i], v, 0);
+    }
+}
+
 int main(int argc, char **argv)
 {
     cli_program = argv[0];
+    settings_from_env_file();
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
                       !strcmp(argv[1], "help"))) {
         usage(stdout);
