@@ -27,7 +27,7 @@ export function bridge(bin, url, key, { args = ['-v'] } = {}) {
   return b;
 }
 
-export async function waitFor(what, cond, ms = 10000) {
+export async function waitFor(what, cond, ms = 30000) { // generous: CI machines are shared
   const end = Date.now() + ms;
   for (;;) {
     const v = await cond();
