@@ -143,7 +143,8 @@ static void host_cleanup(const char *sb_dir)
         closedir(dir);
 }
 
-/* Saves the longest-paused VM to disk while available memory is low. */
+/* Saves the longest-paused VM to disk while available memory is low; marks the template
+ * as in use hourly (so no other worker of this host prunes it). */
 static void on_pressure_tick(evutil_socket_t fd, short what, void *arg)
 {
     wk_driver *d = arg;
@@ -151,6 +152,10 @@ static void on_pressure_tick(evutil_socket_t fd, short what, void *arg)
     int64_t age = -1;
     uint64_t avail;
 
+    if (sf_mono_ms() - d->touched_ms > 3600 * 1000) {
+        wk_qtpl_touch(&d->tpl);
+        d->touched_ms = sf_mono_ms();
+    }
     if (!d->vms)
         return;
     avail = meminfo_kib("MemAvailable") / 1024;
@@ -277,6 +282,7 @@ static int qemu_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
                              d->defaults.pids_max, d->defaults.disk_mib, &d->tpl, why)) < 0)
         goto fail;
     measure_host(c, d);
+    d->touched_ms = sf_mono_ms();
     d->save_below_mib = (uint32_t)(meminfo_kib("MemTotal") / 1024 / 10);
     if (d->save_below_mib < 512)
         d->save_below_mib = 512;

@@ -27,6 +27,9 @@
 #define WK_QEMU_INCOMING_FD 6
 #define WK_QEMU_INCOMING_URI "fd:6"    /* = WK_QEMU_INCOMING_FD */
 #define WK_QEMU_TAP_NAME "tap0"        /* in the sandbox's network namespace */
+/* The VM's link: tap0 in the namespace is 169.254.78.1/30, the guest's eth0 169.254.78.2
+ * with its default route and resolver via .1 (worker/vm/init, build-guest). */
+#define WK_QEMU_NET_HOST 0xa9fe4e01u   /* 169.254.78.1 */
 
 /* ---- qemu_qmp.c ----------------------------------------------------------- */
 typedef struct wk_qmp wk_qmp;
@@ -115,6 +118,10 @@ void wk_qargs_free(char **argv);
 int wk_qtpl_ensure(const wk_qemu_cfg *c, const char *rootfs, const char *agent,
                    uint32_t memory_mib, uint32_t vcpus, uint32_t pids_max, uint32_t disk_mib,
                    wk_qtpl *t, const char **why);
+/* Marks the template and its guest as in use now (host init does; then hourly). */
+void wk_qtpl_touch(const wk_qtpl *t);
+#define WK_QTPL_KEEP_S (24 * 3600) /* a template or guest no worker marked this long goes
+                                      (when a new one is built) */
 /* Files of a template snapshot. */
 #define WK_QTPL_RAM "ram"        /* guest memory (the RAM file, holes where zero) */
 #define WK_QTPL_STATE "state"    /* device state (migration stream, RAM excluded) */
@@ -132,7 +139,8 @@ struct wk_driver {
     uint32_t create_timeout_ms;  /* restore until the agent answered */
     uint32_t save_after_ms;      /* a VM paused this long is saved to disk (0 = never) */
     uint32_t save_below_mib;     /* ... and sooner while MemAvailable is under this */
-    struct event *ev_pressure;
+    struct event *ev_pressure;   /* memory-pressure tick (and the hourly template touch) */
+    int64_t touched_ms;
     wk_sandbox *vms;             /* every sandbox not yet freed */
     int n_vms;
 };

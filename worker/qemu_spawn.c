@@ -19,7 +19,9 @@
 #include <linux/close_range.h>
 #include <linux/if_tun.h>
 #include <linux/sched.h>
+#include <arpa/inet.h>
 #include <net/if.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -73,6 +75,23 @@ static int if_up(int s, const char *name)
         return -1;
     ifr.ifr_flags |= IFF_UP;
     return ioctl(s, SIOCSIFFLAGS, &ifr);
+}
+
+/* The netns side of the VM's link (the guest is .2 with its default route via .1; see
+ * WK_QEMU_NET_*): the egress proxy's listeners answer the guest there. */
+static int set_addr(int s, const char *name)
+{
+    struct ifreq ifr;
+    struct sockaddr_in *sin = (struct sockaddr_in *)(void *)&ifr.ifr_addr;
+
+    memset(&ifr, 0, sizeof(ifr));
+    memcpy(ifr.ifr_name, name, strlen(name) + 1);
+    sin->sin_family = AF_INET;
+    sin->sin_addr.s_addr = htonl(WK_QEMU_NET_HOST);
+    if (ioctl(s, SIOCSIFADDR, &ifr) < 0)
+        return -1;
+    sin->sin_addr.s_addr = htonl(0xfffffffcu); /* /30 */
+    return ioctl(s, SIOCSIFNETMASK, &ifr);
 }
 
 static int make_tap(void)
@@ -143,7 +162,8 @@ static __attribute__((noreturn)) void child_main(const wk_qspawn *a, int err_w, 
     if ((s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0 || if_up(s, "lo") < 0)
         child_fail(err_w, ST_LO);
     if (a->tap) {
-        if ((fds[2] = make_tap()) < 0 || if_up(s, WK_QEMU_TAP_NAME) < 0)
+        if ((fds[2] = make_tap()) < 0 || set_addr(s, WK_QEMU_TAP_NAME) < 0 ||
+            if_up(s, WK_QEMU_TAP_NAME) < 0)
             child_fail(err_w, ST_TAP);
     }
     close(s);

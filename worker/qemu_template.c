@@ -14,6 +14,7 @@
  *   ready        written last: the template is complete
  * Workers of one host share vm_dir; a lock file serializes builds. Blocking: host
  * init only (its own event loop drives QMP and the agent). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -358,6 +359,58 @@ static int rmtree_cmd(const char *path)
     return run(argv, NULL, 0);
 }
 
+/* Marks the template and its guest as in use (mtime = now): workers do it at start and
+ * hourly, and prune() keeps what was marked within WK_QTPL_KEEP_S. */
+void wk_qtpl_touch(const wk_qtpl *t)
+{
+    char path[WK_QEMU_PATH_MAX];
+
+    if (pathf(path, sizeof(path), "%s/%s", t->dir, "ready") == 0)
+        utimensat(AT_FDCWD, path, NULL, 0);
+    if (pathf(path, sizeof(path), "%s/%s", t->guest, "id") == 0)
+        utimensat(AT_FDCWD, path, NULL, 0);
+}
+
+static int stale(const char *dir, const char *mark, time_t now)
+{
+    char path[WK_QEMU_PATH_MAX];
+    struct stat st;
+
+    if (pathf(path, sizeof(path), "%s/%s", dir, mark) < 0)
+        return 0;
+    if (stat(path, &st) < 0 && stat(dir, &st) < 0)
+        return 0;
+    return now - st.st_mtime > WK_QTPL_KEEP_S;
+}
+
+/* Removes templates and guests no worker of this host marked for WK_QTPL_KEEP_S (they
+ * are rebuilt whenever an input changes: the agent, the kernel, the shape...). Under
+ * the templates lock. */
+static void prune(const wk_qemu_cfg *c, const wk_qtpl *t)
+{
+    static const char *const kinds[] = {"templates", "guest"};
+    time_t now = time(NULL);
+
+    for (size_t k = 0; k < 2; k++) {
+        char dir[WK_QEMU_PATH_MAX], path[WK_QEMU_PATH_MAX];
+        struct dirent *e;
+        DIR *d;
+
+        if (pathf(dir, sizeof(dir), "%s/%s", c->vm_dir, kinds[k]) < 0 || !(d = opendir(dir)))
+            continue;
+        while ((e = readdir(d))) {
+            if (e->d_name[0] == '.' || pathf(path, sizeof(path), "%s/%s", dir, e->d_name) < 0 ||
+                !strcmp(path, k == 0 ? t->dir : t->guest) ||
+                !stale(path, k == 0 ? "ready" : "id", now))
+                continue;
+            if (rmtree_cmd(path) == 0)
+                sf_info("msg=\"removed an unused VM %s\" dir=%s", k == 0 ? "template" : "guest",
+                        path);
+        }
+        closedir(d);
+    }
+}
+
 static int qemu_id(const char *qemu, char *buf, size_t n)
 {
     struct stat st;
@@ -426,8 +479,10 @@ int wk_qtpl_ensure(const wk_qemu_cfg *c, const char *rootfs, const char *agent,
         *why = "vm_dir is too long; use a shorter path.";
         return -ENAMETOOLONG;
     }
-    if (stat(path, &st) == 0)
+    if (stat(path, &st) == 0) {
+        wk_qtpl_touch(t);
         return 0;
+    }
 
     /* Not built yet: one builder at a time per host. */
     if (pathf(tmp, sizeof(tmp), "%s/%s", c->vm_dir, "templates") < 0 || mkdir_p(tmp) < 0 ||
@@ -438,9 +493,11 @@ int wk_qtpl_ensure(const wk_qemu_cfg *c, const char *rootfs, const char *agent,
         goto out;
     }
     if (stat(path, &st) == 0) { /* another worker built it meanwhile */
+        wk_qtpl_touch(t);
         rc = 0;
         goto out;
     }
+    prune(c, t);
     if (pathf(tmp, sizeof(tmp), "%s.%s", t->dir, "tmp") < 0) {
         rc = -ENAMETOOLONG;
         *why = "vm_dir is too long; use a shorter path.";

@@ -91,6 +91,7 @@ struct wk_sandbox {
     const char *dead_why;       /* DEAD: what every later call is told */
     int depth;                  /* > 0 while callbacks run or the teardown is under way */
     uint64_t t0_us;
+    uint64_t spawned_us, loaded_us; /* create: QEMU started, device state loaded */
     int64_t paused_at_ms;
 };
 
@@ -440,8 +441,10 @@ static void on_setup_done(void *arg, const wk_exec_result *res)
     }
     clear_timer(sb);
     sb->st = VM_RUNNING;
-    sf_info("msg=\"sandbox created\" sandbox=%s driver=qemu pid=%d create_us=%llu", sb->id,
-            (int)sb->pid, (unsigned long long)(sf_mono_us() - sb->t0_us));
+    sf_info("msg=\"sandbox created\" sandbox=%s driver=qemu pid=%d create_us=%llu spawn_us=%llu "
+            "loaded_us=%llu", sb->id, (int)sb->pid, (unsigned long long)(sf_mono_us() - sb->t0_us),
+            (unsigned long long)(sb->spawned_us - sb->t0_us),
+            (unsigned long long)(sb->loaded_us ? sb->loaded_us - sb->t0_us : 0));
     cb = sb->create_cb;
     sb->create_cb = NULL;
     sb->depth++;
@@ -591,7 +594,9 @@ int wk_qvm_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, void 
         why = "The host's random generator is not ready; retry in a moment.";
         goto fail;
     }
-    if ((rc = start_qemu(sb, WK_QARGS_RESTORE, state, &why)) < 0 || (rc = incoming(sb)) < 0 ||
+    rc = start_qemu(sb, WK_QARGS_RESTORE, state, &why);
+    sb->spawned_us = sf_mono_us();
+    if (rc < 0 || (rc = incoming(sb)) < 0 ||
         (rc = wk_alink_ping(sb->link, now_ns(), seed, sizeof(seed), sb->id,
                             d->create_timeout_ms, on_created_ping, sb)) < 0 ||
         (rc = set_timer(sb, d->create_timeout_ms, on_create_deadline)) < 0) {
@@ -723,6 +728,8 @@ static void on_qmp_event(void *arg, const char *event, json_t *data)
         sb->link = NULL;
         if (wk_qmp_cmd(sb->qmp, "quit", NULL, -1, NULL, NULL) < 0)
             syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
+    } else if (!strcmp(status, "completed") && sb->st == VM_STARTING) {
+        sb->loaded_us = sf_mono_us();
     } else if (!strcmp(status, "completed") && sb->st == VM_LOADING) {
         if (wk_qmp_cmd(sb->qmp, "cont", NULL, -1, on_continued, sb) < 0)
             fail_vm(sb, ERR_NOMEM, "cannot queue cont");

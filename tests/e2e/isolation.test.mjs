@@ -3,6 +3,8 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect, call, sh, env, driver } from './lib.mjs';
 import { readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { networkInterfaces } from 'node:os';
 
 const client = await connect(env.SF_KEY_ALPHA);
 let id, other;
@@ -43,11 +45,35 @@ test('writing /bin fails, writing /tmp works', async () => {
   assert.equal(tmp.stdout, 'data\n');
 });
 
-test('the network has only lo (a VM: lo and its NIC, with no route anywhere)', async () => {
+test('the network reaches nothing (a VM: only its link into its own namespace)', async () => {
   const r = await sh(client, id, 'cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d " "');
-  assert.equal(r.stdout.trim(), driver === 'qemu' ? 'lo\neth0' : 'lo');
-  const routes = await sh(client, id, 'tail -n +2 /proc/net/route');
-  assert.equal(routes.stdout, '', 'no route');
+  const routes = await sh(client, id, 'tail -n +2 /proc/net/route | cut -f1,2,3');
+  if (driver === 'qemu') {
+    // eth0 (169.254.78.2) and a default route via 169.254.78.1, tap0 in the sandbox's own
+    // network namespace: where the egress proxy listens, with no link to the host.
+    assert.equal(r.stdout.trim(), 'lo\neth0');
+    assert.match(routes.stdout, /^eth0\t00000000\t014EFEA9$/m, 'default route via 169.254.78.1');
+  } else {
+    assert.equal(r.stdout.trim(), 'lo');
+    assert.equal(routes.stdout, '', 'no route');
+  }
+  // A server on every address of this host is not reachable from the sandbox.
+  let reached = 0;
+  const server = createServer((sock) => { reached++; sock.destroy(); });
+  await new Promise((res) => server.listen(0, '0.0.0.0', res));
+  const port = server.address().port;
+  const hostIps = Object.values(networkInterfaces()).flat()
+    .filter((a) => a.family === 'IPv4' && !a.internal).map((a) => a.address);
+  try {
+    for (const ip of hostIps) {
+      const c = await sh(client, id, `nc -w 2 ${ip} ${port} </dev/null && echo CONNECTED || echo blocked`,
+        { timeout_ms: 10000 });
+      assert.equal(c.stdout.trim(), 'blocked', `${ip}:${port} must not be reachable`);
+    }
+    assert.equal(reached, 0);
+  } finally {
+    server.close();
+  }
 });
 
 test('a fork bomb is contained by the pids limit and the sandbox survives', async () => {
