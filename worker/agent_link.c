@@ -405,6 +405,12 @@ int wk_alink_exec(wk_alink *l, const wk_exec_req *req_in, wk_exec_cb cb, void *a
     return rc;
 }
 
+void wk_alink_set_name(wk_alink *l, const char *name)
+{
+    if (l)
+        snprintf(l->name, sizeof(l->name), "%s", name ? name : "?");
+}
+
 int wk_alink_pending(const wk_alink *l)
 {
     return l ? l->n_reqs : 0;

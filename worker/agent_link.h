@@ -46,6 +46,9 @@ int wk_alink_ping(wk_alink *l, uint64_t now_ns, const void *seed, size_t seed_le
  * link is down the request fails from the loop with the link's error. */
 int wk_alink_exec(wk_alink *l, const wk_exec_req *req, wk_exec_cb cb, void *arg);
 
+/* The name in its log lines (a sandbox id). */
+void wk_alink_set_name(wk_alink *l, const char *name);
+
 /* Requests waiting for their answer. */
 int wk_alink_pending(const wk_alink *l);
 

@@ -64,6 +64,7 @@ typedef struct wk_host_cfg {
     const char *vm_dir;        /* guests and template snapshots (shared by the workers of a
                                   host); NULL or "" = state_dir/vm */
     uint32_t vm_save_after_ms; /* a VM paused this long is saved to disk (0 = never) */
+    uint32_t vm_pool;          /* VMs kept restored ahead of time for the next creates */
     /* jail */
     uint32_t uid_base;         /* first host uid mapped into sandboxes (65536 each) */
     uint32_t pool_images;      /* formatted disk images kept ready */

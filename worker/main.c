@@ -19,6 +19,8 @@ static const sf_cfg_entry cfg_table[] = {
              "qemu: guests and template snapshots, shared by this host's workers"),
     SF_CFG_I(wk_cfg, vm_save_after_ms, "300000", 0, 86400000LL,
              "qemu: a VM paused this long is saved to disk and its memory freed (0 = never)"),
+    SF_CFG_I(wk_cfg, vm_pool, "1", 0, 64,
+             "qemu: VMs kept restored ahead of time, so a create only hands one out"),
     SF_CFG_I(wk_cfg, capacity, "64", 1, 100000,
              "sandboxes this host runs at most (fewer when its resources say so)"),
     SF_CFG_I(wk_cfg, memory_mib, "512", 64, 1048576,
@@ -206,6 +208,7 @@ int main(int argc, char **argv)
         .teardown_stop = ctx.cfg.teardown_stop,
         .vm_dir = ctx.cfg.vm_dir,
         .vm_save_after_ms = (uint32_t)ctx.cfg.vm_save_after_ms,
+        .vm_pool = (uint32_t)ctx.cfg.vm_pool,
     };
     if (ctx.ops->host_init(&hc, &ctx.drv, &dwhy) < 0) {
         sf_error("msg=\"%s driver cannot start\" why=\"%s\"", ctx.ops->name, dwhy ? dwhy : "");

@@ -111,8 +111,13 @@ static void measure_host(const wk_host_cfg *c, wk_driver *d)
     d->res.disk_mib = 0;
     if (statvfs(c->state_dir, &sv) == 0)
         d->res.disk_mib = (uint64_t)sv.f_bavail * sv.f_frsize / (1 << 20) * share / 100;
-    /* Each VM also costs QEMU's own memory: count it in the slots. */
-    d->res.slots = (uint32_t)(d->res.mem_mib / (d->defaults.memory_mib + VM_OVERHEAD_MIB));
+    /* Each VM also costs QEMU's own memory: count it in the slots, and the pool's VMs
+     * are not the sandboxes' to use. */
+    {
+        uint64_t vm = d->defaults.memory_mib + VM_OVERHEAD_MIB, pool = d->pool_target * vm;
+        d->res.mem_mib = d->res.mem_mib > pool ? d->res.mem_mib - pool : 0;
+        d->res.slots = (uint32_t)(d->res.mem_mib / vm);
+    }
     if (d->res.slots == 0)
         d->res.slots = 1;
 }
@@ -127,7 +132,7 @@ static void host_cleanup(const char *sb_dir)
         char path[WK_QEMU_PATH_MAX + 400];
         const char *names[] = {"disk.qcow2", "mem.state", "qemu.log"};
 
-        if (!sf_id_valid(e->d_name))
+        if (!sf_id_valid(e->d_name) && strncmp(e->d_name, ".pool-", 6) != 0)
             continue;
         for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
             snprintf(path, sizeof(path), "%s/%.64s/%s", sb_dir, e->d_name, names[i]);
@@ -241,6 +246,7 @@ static int qemu_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
     d->defaults = c->defaults;
     d->create_timeout_ms = CREATE_TIMEOUT_MS;
     d->save_after_ms = c->vm_save_after_ms;
+    d->pool_target = c->vm_pool;
     copy_str(d->cfg.qemu, sizeof(d->cfg.qemu), QEMU_BIN);
     copy_str(d->cfg.qemu_img, sizeof(d->cfg.qemu_img), QEMU_IMG);
     env = c->vm_dir && c->vm_dir[0] ? c->vm_dir : NULL;
@@ -295,14 +301,19 @@ static int qemu_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
             goto fail;
         }
     }
+    if ((rc = wk_qpool_start(d)) < 0) {
+        *why = "The worker is out of memory.";
+        goto fail;
+    }
     sf_info("msg=\"qemu driver ready\" accel=%s template=%s vm_mem_mib=%u slots=%u "
-            "save_after_ms=%u", d->cfg.kvm ? "kvm" : "tcg", d->tpl.dir, d->tpl.memory_mib,
-            d->res.slots, d->save_after_ms);
+            "save_after_ms=%u pool=%u", d->cfg.kvm ? "kvm" : "tcg", d->tpl.dir,
+            d->tpl.memory_mib, d->res.slots, d->save_after_ms, d->pool_target);
     *out = d;
     return 0;
 fail:
     if (d->ev_pressure)
         event_free(d->ev_pressure);
+    wk_qpool_stop(d);
     free(d);
     return rc;
 }
@@ -327,6 +338,7 @@ static void qemu_host_fini(wk_driver *d)
     if (d->ev_pressure)
         event_free(d->ev_pressure);
     d->ev_pressure = NULL;
+    wk_qpool_stop(d);
     for (wk_sandbox *sb = d->vms, *next; sb; sb = next) {
         next = wk_qvm_next(sb);
         wk_qvm_kill(sb, NULL, NULL);

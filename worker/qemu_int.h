@@ -141,9 +141,14 @@ struct wk_driver {
     uint32_t save_below_mib;     /* ... and sooner while MemAvailable is under this */
     struct event *ev_pressure;   /* memory-pressure tick (and the hourly template touch) */
     int64_t touched_ms;
-    wk_sandbox *vms;             /* every sandbox not yet freed */
+    wk_sandbox *vms;             /* every VM not yet freed (sandboxes and the pool's) */
     int n_vms;
+    uint32_t pool_target;        /* VMs kept restored and warmed up for the next creates */
+    uint32_t pool_seq;
+    struct event *ev_pool;
 };
+
+#define WK_QPOOL_RETRY_MS 10000  /* after a pool VM failed to come up */
 
 /* ---- qemu_vm.c: one microVM ------------------------------------------------ */
 typedef void (*wk_qvm_cb)(void *arg, int rc, const char *why);
@@ -169,6 +174,15 @@ int64_t wk_qvm_paused_ms(const wk_sandbox *sb);
 /* Its QEMU process, or 0 when none runs (saved to disk). */
 pid_t wk_qvm_pid(const wk_sandbox *sb);
 const char *wk_qvm_id(const wk_sandbox *sb);
+/* Its directory: sb_dir/<id>, or sb_dir/.pool-<n> when it came from the pool. */
+const char *wk_qvm_dir(const wk_sandbox *sb);
+/* The pool: VMs restored ahead of time (under sb_dir/.pool-<n>) so that a create only
+ * pings one. start: arms the refill (host init); set: a new target (0
+ * kills the idle ones: tests); ready: how many wait; stop: no more refills (fini). */
+int wk_qpool_start(wk_driver *d);
+void wk_qpool_set(wk_driver *d, uint32_t target);
+int wk_qpool_ready(const wk_driver *d);
+void wk_qpool_stop(wk_driver *d);
 /* The next VM in the driver's list (d->vms). */
 wk_sandbox *wk_qvm_next(const wk_sandbox *sb);
 

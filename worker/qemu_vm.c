@@ -40,12 +40,12 @@
 #define PING_TIMEOUT_MS 30000 /* a resumed or loaded guest answers in well under a second */
 
 enum { VM_STARTING, VM_RUNNING, VM_PAUSING, VM_PAUSED, VM_RESUMING, VM_SAVING, VM_SAVED,
-       VM_LOADING, VM_DEAD };
+       VM_LOADING, VM_DEAD, VM_POOLED };
 
 static const char *const state_name[] = {
     [VM_STARTING] = "starting", [VM_RUNNING] = "running", [VM_PAUSING] = "pausing",
     [VM_PAUSED] = "paused",     [VM_RESUMING] = "resuming", [VM_SAVING] = "saving",
-    [VM_SAVED] = "saved",       [VM_LOADING] = "loading",  [VM_DEAD] = "dead",
+    [VM_SAVED] = "saved",       [VM_LOADING] = "loading",  [VM_DEAD] = "dead",      [VM_POOLED] = "pooled",
 };
 
 /* What a waiter wants: a stable state. */
@@ -88,6 +88,8 @@ struct wk_sandbox {
     wk_kill_cb kill_cb;
     void *kill_arg;
     int killed;
+    int pooled;                 /* restored ahead of time for the next create (not a sandbox
+                                   yet): VM_STARTING while it warms up, then VM_POOLED */
     const char *dead_why;       /* DEAD: what every later call is told */
     int depth;                  /* > 0 while callbacks run or the teardown is under way */
     uint64_t t0_us;
@@ -96,6 +98,7 @@ struct wk_sandbox {
 };
 
 static void advance(wk_sandbox *sb);
+static void pool_schedule(wk_driver *d, uint32_t ms);
 static void on_kick(evutil_socket_t fd, short what, void *arg);
 static void fail_vm(wk_sandbox *sb, const char *why, const char *detail);
 
@@ -114,6 +117,11 @@ pid_t wk_qvm_pid(const wk_sandbox *sb)
 wk_sandbox *wk_qvm_next(const wk_sandbox *sb)
 {
     return sb->next;
+}
+
+const char *wk_qvm_dir(const wk_sandbox *sb)
+{
+    return sb ? sb->dir : NULL;
 }
 
 const char *wk_qvm_id(const wk_sandbox *sb)
@@ -380,15 +388,47 @@ static void on_exit_ev(evutil_socket_t fd, short what, void *arg)
     vm_release(sb);
 }
 
+/* The last line QEMU wrote to its log (its own account of a failure), or "". */
+static void qemu_said(const wk_sandbox *sb, char *buf, size_t n)
+{
+    char path[WK_QEMU_PATH_MAX], tail[512];
+    ssize_t got = 0;
+    int fd;
+
+    buf[0] = '\0';
+    if (path_in(sb, path, sizeof(path), "qemu.log") < 0 ||
+        (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return;
+    if (lseek(fd, -(off_t)(sizeof(tail) - 1), SEEK_END) < 0)
+        lseek(fd, 0, SEEK_SET);
+    got = read(fd, tail, sizeof(tail) - 1);
+    close(fd);
+    if (got <= 0)
+        return;
+    tail[got] = '\0';
+    while (got > 0 && (tail[got - 1] == '\n' || tail[got - 1] == '\r'))
+        tail[--got] = '\0';
+    {
+        char *line = strrchr(tail, '\n');
+        line = line ? line + 1 : tail;
+        for (char *c = line; *c; c++)
+            if (*c == '"' || (unsigned char)*c < 0x20)
+                *c = '\'';
+        snprintf(buf, n, "%.200s", line);
+    }
+}
+
 /* The VM cannot go on: its process is killed, every waiter and exec fails with why. */
 static void fail_vm(wk_sandbox *sb, const char *why, const char *detail)
 {
     int was = sb->st;
+    char said[256];
 
     if (sb->st == VM_DEAD)
         return;
-    sf_warn("msg=\"sandbox VM failed\" sandbox=%s state=%s why=\"%s\"", sb->id, state_name[was],
-            detail ? detail : why);
+    qemu_said(sb, said, sizeof(said));
+    sf_warn("msg=\"sandbox VM failed\" sandbox=%s state=%s why=\"%s\" qemu_log=\"%s\"", sb->id,
+            state_name[was], detail ? detail : why, said);
     sb->st = VM_DEAD;
     sb->dead_why = why;
     clear_timer(sb);
@@ -402,6 +442,10 @@ static void fail_vm(wk_sandbox *sb, const char *why, const char *detail)
         sb->create_cb = NULL;
         cb(sb->create_arg, NULL, -EIO, why);
         /* the create failed: nobody else holds sb; tear it down */
+        wk_qvm_kill(sb, NULL, NULL);
+    } else if (sb->pooled) { /* nobody's sandbox yet: it just goes, and the pool waits */
+        sb->pooled = 0;
+        pool_schedule(sb->d, WK_QPOOL_RETRY_MS);
         wk_qvm_kill(sb, NULL, NULL);
     }
     fail_waiters(sb, why);
@@ -440,6 +484,13 @@ static void on_setup_done(void *arg, const wk_exec_result *res)
         return;
     }
     clear_timer(sb);
+    if (sb->pooled) { /* warmed up: it waits for a create */
+        sb->st = VM_POOLED;
+        sf_debug("msg=\"VM ready in the pool\" dir=%s us=%llu", sb->dir,
+                 (unsigned long long)(sf_mono_us() - sb->t0_us));
+        pool_schedule(sb->d, 0);
+        return;
+    }
     sb->st = VM_RUNNING;
     sf_info("msg=\"sandbox created\" sandbox=%s driver=qemu pid=%d create_us=%llu spawn_us=%llu "
             "loaded_us=%llu", sb->id, (int)sb->pid, (unsigned long long)(sf_mono_us() - sb->t0_us),
@@ -539,46 +590,48 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-int wk_qvm_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, void *arg)
+/* The limits the template does not have already, as one command in the guest. */
+static int make_setup(wk_sandbox *sb)
 {
-    unsigned char seed[32];
-    char state[WK_QEMU_PATH_MAX];
-    const char *why = NULL;
-    wk_sandbox *sb;
+    const wk_qtpl *t = &sb->d->tpl;
+
+    free(sb->setup_cmd);
+    sb->setup_cmd = NULL;
+    if (sb->lim.memory_mib >= t->memory_mib && sb->lim.pids_max == t->pids_max)
+        return 0;
+    return asprintf(&sb->setup_cmd,
+                    "echo %u > /sys/fs/cgroup/sandbox/pids.max && echo %llu > "
+                    "/sys/fs/cgroup/sandbox/memory.max",
+                    sb->lim.pids_max, (unsigned long long)sb->lim.memory_mib << 20) < 0
+               ? -ENOMEM
+               : 0;
+}
+
+/* A VM record under sb_dir/<name> (its directory made), in d's list. */
+static int vm_new(wk_driver *d, const char *name, wk_sandbox **out)
+{
+    wk_sandbox *sb = calloc(1, sizeof(*sb));
     int rc;
 
-    if (!(sb = calloc(1, sizeof(*sb))))
+    if (!sb)
         return -ENOMEM;
     sb->d = d;
     sb->pidfd = sb->report = sb->netns = sb->save_fd = -1;
     sb->st = VM_STARTING;
     sb->t0_us = sf_mono_us();
-    snprintf(sb->id, sizeof(sb->id), "%s", req->id);
-    sb->lim = req->limits;
+    snprintf(sb->id, sizeof(sb->id), "%s", name);
     if (!(sb->ev_kick = evtimer_new(d->base, on_kick, sb))) {
         free(sb);
         return -ENOMEM;
     }
-    if (snprintf(sb->dir, sizeof(sb->dir), "%s/%s", d->cfg.sb_dir, req->id) >= (int)sizeof(sb->dir) ||
-        snprintf(state, sizeof(state), "%s/%s", d->tpl.dir, WK_QTPL_STATE) >= (int)sizeof(state)) {
+    if (snprintf(sb->dir, sizeof(sb->dir), "%s/%s", d->cfg.sb_dir, name) >= (int)sizeof(sb->dir)) {
         event_free(sb->ev_kick);
         free(sb);
         return -ENAMETOOLONG;
     }
-    if (sb->lim.memory_mib < d->tpl.memory_mib || sb->lim.pids_max != d->tpl.pids_max) {
-        if (asprintf(&sb->setup_cmd,
-                     "echo %u > /sys/fs/cgroup/sandbox/pids.max && echo %llu > "
-                     "/sys/fs/cgroup/sandbox/memory.max",
-                     sb->lim.pids_max, (unsigned long long)sb->lim.memory_mib << 20) < 0) {
-            event_free(sb->ev_kick);
-            free(sb);
-            return -ENOMEM;
-        }
-    }
     if (mkdir(sb->dir, 0700) < 0) {
         rc = errno == EEXIST ? -EEXIST : -errno;
         event_free(sb->ev_kick);
-        free(sb->setup_cmd);
         free(sb);
         return rc;
     }
@@ -587,31 +640,180 @@ int wk_qvm_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, void 
         d->vms->prev = sb;
     d->vms = sb;
     d->n_vms++;
-    sb->create_cb = cb;
-    sb->create_arg = arg;
-    if (getrandom(seed, sizeof(seed), GRND_NONBLOCK) != (ssize_t)sizeof(seed)) {
-        rc = -EIO;
-        why = "The host's random generator is not ready; retry in a moment.";
-        goto fail;
+    *out = sb;
+    return 0;
+}
+
+/* Restores the template into sb; the ping (clock, entropy, name) ends it. */
+static int vm_restore(wk_sandbox *sb, const char **why)
+{
+    wk_driver *d = sb->d;
+    unsigned char seed[32];
+    char state[WK_QEMU_PATH_MAX];
+    int rc;
+
+    if (snprintf(state, sizeof(state), "%s/%s", d->tpl.dir, WK_QTPL_STATE) >= (int)sizeof(state)) {
+        *why = "vm_dir is too long; use a shorter path.";
+        return -ENAMETOOLONG;
     }
-    rc = start_qemu(sb, WK_QARGS_RESTORE, state, &why);
+    if (getrandom(seed, sizeof(seed), GRND_NONBLOCK) != (ssize_t)sizeof(seed)) {
+        *why = "The host's random generator is not ready; retry in a moment.";
+        return -EIO;
+    }
+    rc = start_qemu(sb, WK_QARGS_RESTORE, state, why);
     sb->spawned_us = sf_mono_us();
     if (rc < 0 || (rc = incoming(sb)) < 0 ||
-        (rc = wk_alink_ping(sb->link, now_ns(), seed, sizeof(seed), sb->id,
+        (rc = wk_alink_ping(sb->link, now_ns(), seed, sizeof(seed), sb->pooled ? "pool" : sb->id,
                             d->create_timeout_ms, on_created_ping, sb)) < 0 ||
         (rc = set_timer(sb, d->create_timeout_ms, on_create_deadline)) < 0) {
-        if (!why)
-            why = ERR_NOMEM;
-        goto fail;
+        if (!*why)
+            *why = ERR_NOMEM;
+        return rc;
     }
     return 0;
-fail:
-    sf_error("msg=\"sandbox create failed\" sandbox=%s rc=%d why=\"%s\"", sb->id, rc, why);
-    /* Nothing was answered yet: the caller sees rc; tear down what exists. */
-    sb->create_cb = NULL;
-    sb->st = VM_DEAD;
-    wk_qvm_kill(sb, NULL, NULL);
-    return rc;
+}
+
+/* Hands a warmed-up pool VM to a create: a ping gives it the clock, fresh entropy and
+ * the sandbox's name (the pool's own ping ran the same code in the guest, so this one is
+ * quick). Its directory keeps its pool name: QEMU reopens its disk by path (when it
+ * saves the VM to disk, for one). */
+static int vm_take(wk_sandbox *sb, const wk_create_req *req, wk_create_cb cb, void *arg)
+{
+    unsigned char seed[32];
+    int rc;
+
+    if (getrandom(seed, sizeof(seed), GRND_NONBLOCK) != (ssize_t)sizeof(seed))
+        return -EIO;
+    sf_info("msg=\"pool VM becomes a sandbox\" sandbox=%s dir=%s", req->id, sb->dir);
+    snprintf(sb->id, sizeof(sb->id), "%s", req->id);
+    wk_alink_set_name(sb->link, sb->id);
+    sb->lim = req->limits;
+    sb->pooled = 0;
+    sb->st = VM_STARTING;
+    sb->t0_us = sb->spawned_us = sf_mono_us();
+    sb->loaded_us = 0;
+    sb->create_cb = cb;
+    sb->create_arg = arg;
+    if ((rc = make_setup(sb)) < 0 ||
+        (rc = wk_alink_ping(sb->link, now_ns(), seed, sizeof(seed), sb->id,
+                            sb->d->create_timeout_ms, on_created_ping, sb)) < 0 ||
+        (rc = set_timer(sb, sb->d->create_timeout_ms, on_create_deadline)) < 0) {
+        /* answered by the caller: this VM is of no use now */
+        sb->create_cb = NULL;
+        fail_vm(sb, ERR_NOMEM, "cannot hand out a pool VM");
+        return rc;
+    }
+    pool_schedule(sb->d, 0);
+    return 0;
+}
+
+int wk_qvm_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, void *arg)
+{
+    const char *why = NULL;
+    wk_sandbox *sb;
+    int rc;
+
+    for (sb = d->vms; sb; sb = sb->next)
+        if (sb->pooled && sb->st == VM_POOLED && !sb->killed)
+            return vm_take(sb, req, cb, arg);
+    if ((rc = vm_new(d, req->id, &sb)) < 0)
+        return rc;
+    sb->lim = req->limits;
+    sb->create_cb = cb;
+    sb->create_arg = arg;
+    if ((rc = make_setup(sb)) < 0 || (rc = vm_restore(sb, &why)) < 0) {
+        sf_error("msg=\"sandbox create failed\" sandbox=%s rc=%d why=\"%s\"", sb->id, rc,
+                 why ? why : ERR_NOMEM);
+        /* Nothing was answered yet: the caller sees rc; tear down what exists. */
+        sb->create_cb = NULL;
+        sb->st = VM_DEAD;
+        wk_qvm_kill(sb, NULL, NULL);
+        return rc;
+    }
+    return 0;
+}
+
+/* ---- the pool of VMs restored ahead of time --------------------------------- */
+
+static void on_pool_timer(evutil_socket_t fd, short what, void *arg)
+{
+    wk_driver *d = arg;
+    int ready = 0, filling = 0;
+    const char *why = NULL;
+    wk_sandbox *sb;
+    char name[32];
+    int rc;
+
+    for (sb = d->vms; sb; sb = sb->next)
+        if (sb->pooled && !sb->killed) {
+            ready += sb->st == VM_POOLED;
+            filling += sb->st == VM_STARTING;
+        }
+    /* One restore at a time: the pool fills in the background, never in a burst. */
+    if (filling || ready >= (int)d->pool_target)
+        return;
+    snprintf(name, sizeof(name), ".pool-%u", ++d->pool_seq);
+    if ((rc = vm_new(d, name, &sb)) < 0) {
+        sf_warn("msg=\"cannot start a pool VM\" rc=%d", rc);
+        pool_schedule(d, WK_QPOOL_RETRY_MS);
+        return;
+    }
+    sb->pooled = 1;
+    sb->lim = d->defaults;
+    if ((rc = vm_restore(sb, &why)) < 0) {
+        sf_warn("msg=\"cannot start a pool VM\" rc=%d why=\"%s\"", rc, why ? why : "");
+        sb->pooled = 0;
+        sb->st = VM_DEAD;
+        wk_qvm_kill(sb, NULL, NULL);
+        pool_schedule(d, WK_QPOOL_RETRY_MS);
+    }
+}
+
+static void pool_schedule(wk_driver *d, uint32_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+
+    if (!d->pool_target || !d->ev_pool)
+        return;
+    if (ms == 0 || !evtimer_pending(d->ev_pool, NULL))
+        evtimer_add(d->ev_pool, &tv);
+}
+
+int wk_qpool_start(wk_driver *d)
+{
+    if (!(d->ev_pool = evtimer_new(d->base, on_pool_timer, d)))
+        return -ENOMEM;
+    pool_schedule(d, 0);
+    return 0;
+}
+
+void wk_qpool_set(wk_driver *d, uint32_t target)
+{
+    d->pool_target = target;
+    for (wk_sandbox *sb = d->vms, *next; sb; sb = next) {
+        next = sb->next;
+        if (sb->pooled && !sb->killed && target == 0) {
+            sb->pooled = 0;
+            wk_qvm_kill(sb, NULL, NULL);
+        }
+    }
+    pool_schedule(d, 0);
+}
+
+int wk_qpool_ready(const wk_driver *d)
+{
+    int n = 0;
+    for (const wk_sandbox *sb = d->vms; sb; sb = sb->next)
+        n += sb->pooled && sb->st == VM_POOLED && !sb->killed;
+    return n;
+}
+
+void wk_qpool_stop(wk_driver *d)
+{
+    if (d->ev_pool)
+        event_free(d->ev_pool);
+    d->ev_pool = NULL;
+    d->pool_target = 0;
 }
 
 /* ---- pause, resume, save, load ---------------------------------------------- */

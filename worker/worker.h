@@ -39,6 +39,7 @@ typedef struct wk_cfg {
     int teardown_stop;
     char *vm_dir;           /* qemu */
     int64_t vm_save_after_ms;
+    int64_t vm_pool;
 } wk_cfg;
 
 /* What the heartbeat thread publishes; written by the loop thread. */

@@ -3,7 +3,8 @@
  * driver costs by itself.
  *
  * Rows: create (jail: clone + agent ping; qemu: restore of the template snapshot until
- * the agent answered), exec `true` round trip, and for qemu pause (QMP stop), resume
+ * the agent answered, and the CPU that costs; qemu from its pool of VMs restored ahead of
+ * time: a ping), exec `true` round trip, and for qemu pause (QMP stop), resume
  * (cont + clock ping), save to disk (stop + migrate + QEMU exits) and resume from disk
  * (new QEMU + load + cont + ping); p50/p99 in ms and the ratio to the jail's p50. Then
  * resident memory: per running sandbox (RSS, and what is private to it: the rest is
@@ -133,11 +134,47 @@ static double vm_op(int (*fn)(wk_sandbox *, wk_qvm_cb, void *), wk_sandbox *sb)
     return (double)(sf_mono_us() - t0) / 1000.0;
 }
 
+static void wait_pool(wk_driver *d)
+{
+    struct timeval tick = {0, 5 * 1000};
+    while (wk_qpool_ready(d) < 1) {
+        event_base_loopexit(base, &tick);
+        event_base_dispatch(base);
+    }
+}
+
 static void kill_wait(const wk_driver_ops *ops, wk_sandbox *sb)
 {
     done d = {0};
     ops->kill(sb, on_killed, &d);
     spin_until(&d.done);
+}
+
+/* CPU time a process's threads have run (ns, /proc/<pid>/task/<tid>/schedstat): what a
+ * restore costs by itself, whatever else the host runs. */
+static double cpu_ms(pid_t pid)
+{
+    char path[128];
+    unsigned long long ns, sum = 0;
+    struct dirent *e;
+    DIR *d;
+
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    if (!(d = opendir(path)))
+        return 0;
+    while ((e = readdir(d))) {
+        FILE *f;
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/%d/task/%.16s/schedstat", (int)pid, e->d_name);
+        if (!(f = fopen(path, "re")))
+            continue;
+        if (fscanf(f, "%llu", &ns) == 1)
+            sum += ns;
+        fclose(f);
+    }
+    closedir(d);
+    return (double)sum / 1e6;
 }
 
 /* ---- statistics ------------------------------------------------------------ */
@@ -242,7 +279,7 @@ static wk_driver *host(const wk_driver_ops *ops, wk_pool *pool, const char *stat
                       .host_share_pct = 100, .reserve_mem_mib = 1024, .reserve_vcpu_milli = 500,
                       .cpu_overcommit_pct = 1000, .nofile = 4096, .uid_base = 3000000,
                       .pool_images = 4, .vm_dir = vm_dir ? vm_dir : "/var/cache/sandfleet/vm",
-                      .vm_save_after_ms = 0};
+                      .vm_save_after_ms = 0, .vm_pool = 0};
 
     mkdir(state_dir, 0700);
     if (ops->host_init(&hc, &drv, &why) < 0) {
@@ -259,7 +296,7 @@ int main(int argc, char **argv)
     char jdir[128], qdir[128];
     wk_driver *jd, *qd;
     wk_pool *pool;
-    row r[9];
+    row r[11];
     double *v;
     int nv = 2 * (n < 5 ? 5 : n);
 
@@ -276,8 +313,8 @@ int main(int argc, char **argv)
     pool = wk_pool_new(base, 2);
     jd = host(J, pool, jdir);
     qd = host(Q, pool, qdir);
-    v = calloc((size_t)nv * 9, sizeof(double));
-    for (int i = 0; i < 9; i++)
+    v = calloc((size_t)nv * 11, sizeof(double));
+    for (int i = 0; i < 11; i++)
         r[i] = (row){NULL, v + (size_t)i * nv, 0};
     r[0].label = "jail: create (clone + agent ping)";
     r[1].label = "qemu: create (snapshot restore + agent ping)";
@@ -287,8 +324,12 @@ int main(int argc, char **argv)
     r[5].label = "qemu: resume (cont + clock ping)";
     r[6].label = "qemu: save to disk (stop, migrate, QEMU exits)";
     r[7].label = "qemu: resume from disk (new QEMU, load, ping)";
+    r[8].label = "qemu: create, CPU time of its QEMU (load-free)";
+    r[9].label = "qemu: create from the pool (ping a restored VM)";
 
-    /* create, and exec on the sandbox just made, then kill (untimed) */
+    /* create (the qemu driver restoring each: no pool), exec on the sandbox just made,
+     * then kill (untimed) */
+    wk_qpool_set(qd, 0);
     for (int i = 0; i < n; i++) {
         wk_sandbox *j, *q;
         double ms;
@@ -297,6 +338,7 @@ int main(int argc, char **argv)
         r[0].v[r[0].n++] = ms;
         q = create(Q, qd, &ms, NULL);
         r[1].v[r[1].n++] = ms;
+        r[8].v[r[8].n++] = cpu_ms(wk_qvm_pid(q));
         for (int k = 0; k < 5; k++) {
             r[2].v[r[2].n++ % nv] = exec_true(J, j);
             r[3].v[r[3].n++ % nv] = exec_true(Q, q);
@@ -304,6 +346,17 @@ int main(int argc, char **argv)
         kill_wait(J, j);
         kill_wait(Q, q);
     }
+    /* create from the pool: each time a VM waits in it (the refill untimed) */
+    wk_qpool_set(qd, 1);
+    for (int i = 0; i < n; i++) {
+        wk_sandbox *q;
+        double ms;
+        wait_pool(qd);
+        q = create(Q, qd, &ms, NULL);
+        r[9].v[r[9].n++] = ms;
+        kill_wait(Q, q);
+    }
+    wk_qpool_set(qd, 0);
     if (r[2].n > nv)
         r[2].n = nv;
     if (r[3].n > nv)
@@ -328,10 +381,17 @@ int main(int argc, char **argv)
            "p50/jail");
     print_row(&r[0], 0);
     print_row(&r[1], q(&r[0], 0.5));
+    print_row(&r[9], q(&r[0], 0.5));
     print_row(&r[2], 0);
     print_row(&r[3], q(&r[2], 0.5));
-    for (int i = 4; i < 8; i++)
+    for (int i = 4; i < 9; i++)
         print_row(&r[i], 0);
+    {
+        double load[3] = {0};
+        if (getloadavg(load, 3) == 3)
+            printf("(host load average during the run: %.1f %.1f %.1f on %ld CPUs)\n", load[0],
+                   load[1], load[2], sysconf(_SC_NPROCESSORS_ONLN));
+    }
 
     /* resident memory: 4 idle sandboxes of each, after a command ran in each */
     {

@@ -162,6 +162,20 @@ static void on_killed(void *arg, int rc)
     o->rc = rc;
 }
 
+/* Runs the loop until the pool holds n ready VMs. */
+static void wait_pool(int n)
+{
+    int64_t deadline = sf_mono_ms() + 120000;
+    struct timeval tick = {0, 20 * 1000};
+
+    while (wk_qpool_ready(drv) < n) {
+        if (sf_mono_ms() > deadline)
+            fail_msg("the pool did not fill within 120 s");
+        event_base_loopexit(base, &tick);
+        event_base_dispatch(base);
+    }
+}
+
 static void kill_wait(wk_sandbox *sb)
 {
     op o = {0};
@@ -176,15 +190,16 @@ static int exists(const char *path)
     return lstat(path, &st) == 0;
 }
 
-/* The pid of the QEMU process whose command line names this sandbox's disk (0: none). */
-static pid_t qemu_pid_of(const char *id)
+/* The pid of the QEMU process whose command line names the disk in VM directory dir
+ * (0: none). */
+static pid_t qemu_pid_of(const char *dir)
 {
-    char want[512], path[64], buf[8192];
+    char want[600], path[64], buf[8192];
     struct dirent *e;
     DIR *d = opendir("/proc");
     pid_t found = 0;
 
-    snprintf(want, sizeof(want), "/qemu/%s/disk.qcow2", id);
+    snprintf(want, sizeof(want), "%s/disk.qcow2", dir);
     while (d && !found && (e = readdir(d))) {
         int fd;
         ssize_t n;
@@ -356,7 +371,7 @@ static void test_save_load(void **state)
     assert_string_equal(wk_qvm_state(sb), "saved");
     assert_int_equal(wk_qvm_pid(sb), 0);
     assert_true(kill(qpid, 0) < 0 && errno == ESRCH); /* the process is gone */
-    snprintf(path, sizeof(path), "%s/qemu/%s/mem.state", state_dir, id);
+    snprintf(path, sizeof(path), "%s/mem.state", wk_qvm_dir(sb));
     assert_true(exists(path));
     snprintf(cmd, sizeof(cmd), "cat /root/f; kill -0 %ld && echo alive; date +%%s", pid);
     sh(sb, cmd, &r); /* loads it */
@@ -397,13 +412,30 @@ static void test_kill_leaves_nothing(void **state)
         assert_int_equal(system(cmd), 0);
         assert_false(exists("/sys/class/net/" WK_QEMU_TAP_NAME));
     }
-    snprintf(dir, sizeof(dir), "%s/qemu/%s", state_dir, id);
+    snprintf(dir, sizeof(dir), "%s", wk_qvm_dir(sb));
     assert_true(exists(dir));
     kill_wait(sb);
     assert_true(kill(qpid, 0) < 0 && errno == ESRCH);
-    assert_int_equal(procs_in_netns(ns), 0);
+    assert_int_equal(procs_in_netns(ns), 0); /* the namespace, and its tap, are gone */
     assert_false(exists(dir));
-    assert_int_equal(qemu_pid_of(id), 0);
+    assert_int_equal(qemu_pid_of(dir), 0);
+    {
+        /* nothing else either: only the pool's VM is left in the driver's directory */
+        struct dirent *e;
+        char sb_dir[300];
+        int left = 0;
+        DIR *d;
+        snprintf(sb_dir, sizeof(sb_dir), "%s/qemu", state_dir);
+        assert_non_null(d = opendir(sb_dir));
+        while ((e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+                if (strncmp(e->d_name, ".pool-", 6))
+                    fail_msg("left behind: %s/%s", sb_dir, e->d_name);
+                left++;
+            }
+        closedir(d);
+        assert_true(left <= 1);
+    }
 }
 
 /* A guest that stops answering is stopped at the command's deadline, and the
@@ -441,15 +473,18 @@ static void test_hung_guest(void **state)
  * another VM of this driver is answered meanwhile; after SIGCONT the create ends. */
 static void test_stopped_restore(void **state)
 {
-    char id[64], id2[64];
-    wk_sandbox *a = create(id, sizeof(id));
+    char id[64], id2[64], dir2[400];
+    wk_sandbox *a;
     created c;
     pid_t qpid = 0;
     run r;
 
+    wk_qpool_set(drv, 0); /* every create restores now */
+    a = create(id, sizeof(id));
     next_id(id2, sizeof(id2));
     create_start(id2, &c);
-    for (int i = 0; i < 500 && !(qpid = qemu_pid_of(id2)); i++) {
+    snprintf(dir2, sizeof(dir2), "%s/qemu/%s", state_dir, id2);
+    for (int i = 0; i < 500 && !(qpid = qemu_pid_of(dir2)); i++) {
         struct timespec ts = {0, 2 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
@@ -468,6 +503,40 @@ static void test_stopped_restore(void **state)
         kill_wait(c.sb);
     }
     kill_wait(a);
+    wk_qpool_set(drv, 1);
+}
+
+/* The pool: a VM restored ahead of time becomes the next sandbox (its directory, name,
+ * clock and entropy its own), and the pool fills again. */
+static void test_pool(void **state)
+{
+    char id[64], id2[64], dir[512];
+    wk_sandbox *a, *b;
+    run r, r2;
+
+    wait_pool(1);
+    a = create(id, sizeof(id));
+    assert_int_equal(wk_qpool_ready(drv), 0); /* it was the pool's */
+    snprintf(dir, sizeof(dir), "%s/disk.qcow2", wk_qvm_dir(a));
+    assert_true(exists(dir));
+    assert_non_null(strstr(dir, "/.pool-"));
+    sh(a, "hostname; date +%s; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'", &r);
+    {
+        char host[64], rnd[64];
+        long t;
+        assert_int_equal(sscanf(r.out, "%63s %ld %63s", host, &t, rnd), 3);
+        assert_string_equal(host, id);
+        assert_true(labs(t - (long)time(NULL)) <= 5);
+    }
+    wait_pool(1); /* refilled */
+    b = create(id2, sizeof(id2));
+    sh(b, "head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'", &r2);
+    assert_non_null(strstr(r.out, "\n"));
+    assert_null(strstr(r.out, r2.out)); /* two pool VMs, two generator states */
+    run_free(&r);
+    run_free(&r2);
+    kill_wait(a);
+    kill_wait(b);
 }
 
 /* ---- setup ---------------------------------------------------------------- */
@@ -490,7 +559,7 @@ static int host_up(void)
                                     .pids_max = 256, .inodes = 262144},
                        .host_share_pct = 100, .reserve_mem_mib = 1024,
                        .reserve_vcpu_milli = 500, .cpu_overcommit_pct = 1000, .nofile = 4096,
-                       .vm_dir = vm_dir, .vm_save_after_ms = 0};
+                       .vm_dir = vm_dir, .vm_save_after_ms = 0, .vm_pool = 1};
     mkdir(state_dir, 0700);
     if ((rc = ops->host_init(&hc, &drv, &why)) < 0) {
         fprintf(stderr, "qemu host_init failed: %d %s\n", rc, why ? why : "");
@@ -528,6 +597,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_kill_leaves_nothing),
         cmocka_unit_test(test_hung_guest),
         cmocka_unit_test(test_stopped_restore),
+        cmocka_unit_test(test_pool),
     };
 
     if (geteuid() != 0) {
