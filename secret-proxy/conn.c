@@ -925,6 +925,7 @@ static void decide_request(sp_conn *c)
     const char *url = c->head.url.p ? c->head.url.p : "";
     char hh[SP_NAME_MAX];
     int hp = 0, def_port = c->fixed ? c->dst_port : 80;
+    sp_addrs known;
 
     c->awaiting = 1;
     c->req_port = def_port;
@@ -990,6 +991,12 @@ static void decide_request(sp_conn *c)
     if (c->fixed && c->req_port != c->dst_port) {
         refuse(c, 403, c->path_host, c->dst_ip, c->req_port,
                "the Host header's port does not match the destination port");
+        return;
+    }
+    /* Known at once (keep-alive requests to the same host): judged now. Safe here: this
+     * path answers or writes before it could close, so c outlives the call. */
+    if (sp_resolve_peek(c->ctx->resolver, c->path_host, &known) == 0) {
+        on_req_resolved(c, &known);
         return;
     }
     if (!(c->rq = sp_resolve(c->ctx->resolver, c->path_host, on_req_resolved, c)))

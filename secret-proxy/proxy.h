@@ -102,6 +102,9 @@ void sp_resolver_free(sp_resolver *r);
  * can stop, or NULL when out of memory (cb is then never called). name is lower-case. */
 sp_rq *sp_resolve(sp_resolver *r, const char *name, sp_resolve_cb cb, void *arg);
 void sp_resolve_cancel(sp_rq *rq);
+/* The answer without waiting when it is known (IPv4 literal, fresh cache entry with
+ * addresses): 0 and *a, else -ENOENT. */
+int sp_resolve_peek(sp_resolver *r, const char *name, sp_addrs *a);
 int sp_addrs_has(const sp_addrs *a, uint32_t ip);
 
 /* ---- sandboxes (sandbox.c) ---- */

@@ -194,6 +194,25 @@ sp_rq *sp_resolve(sp_resolver *r, const char *name, sp_resolve_cb cb, void *arg)
     return rq;
 }
 
+int sp_resolve_peek(sp_resolver *r, const char *name, sp_addrs *a)
+{
+    struct in_addr lit;
+    cache_ent *e;
+
+    if (inet_pton(AF_INET, name, &lit) == 1) {
+        memset(a, 0, sizeof(*a));
+        a->ip[0] = ntohl(lit.s_addr);
+        a->n = 1;
+        a->ttl = TTL_MIN;
+        return 0;
+    }
+    if ((e = sf_map_get(r->cache, name)) && e->expires_ms > sf_mono_ms() && e->a.n > 0) {
+        *a = e->a;
+        return 0;
+    }
+    return -ENOENT;
+}
+
 void sp_resolve_cancel(sp_rq *rq)
 {
     if (rq)
