@@ -17,6 +17,7 @@
 #define CTL_CLIENTS_MAX 64
 
 typedef struct ctl_client {
+    struct ctl_client *next, *prev; /* open connections, closed at stop */
     sp_ctx *ctx;
     int fd;
     struct event *ev;
@@ -30,6 +31,7 @@ typedef struct ctl_req {
 } ctl_req;
 
 static int clients_n;
+static ctl_client *clients;
 
 static void client_unref(ctl_client *c)
 {
@@ -44,6 +46,12 @@ static void client_close(ctl_client *c)
     if (c->dead)
         return;
     c->dead = 1;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        clients = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
     event_free(c->ev);
     close(c->fd);
     client_unref(c);
@@ -198,7 +206,12 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
         close(fd);
         clients_n--;
         free(c);
+        return;
     }
+    c->next = clients;
+    if (clients)
+        clients->prev = c;
+    clients = c;
 }
 
 int sp_ctl_start(sp_ctx *ctx, char *why, size_t whylen)
@@ -232,6 +245,8 @@ int sp_ctl_start(sp_ctx *ctx, char *why, size_t whylen)
 
 void sp_ctl_stop(sp_ctx *ctx)
 {
+    while (clients)
+        client_close(clients); /* requests still waiting keep their client until answered */
     if (ctx->ctl) {
         evconnlistener_free(ctx->ctl);
         ctx->ctl = NULL;

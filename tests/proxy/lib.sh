@@ -86,6 +86,14 @@ W
         SF_SECRET_REFRESH_MS=200 SF_LOG_LEVEL=${SP_LOG_LEVEL:-debug} \
         sf_spawn "$state" proxy "$build/secret-proxy/sandfleet-secret-proxy"
     sf_wait 10 "the secret-proxy" test -S "$state/proxy.sock" || return 1
+    # a second proxy with the other settings: the reference's default-allow semantics and
+    # placeholders to foreign hosts refused instead of passed on
+    SF_PROXY_CONTROL_SOCKET=$state/proxy2.sock SF_PROXY_CA_CERT_FILE=$state/egress-ca.pem \
+        SF_PROXY_CA_KEY_FILE=$state/egress-ca.key SF_PROXY_UPSTREAM_CA_FILE=$state/up-ca.pem \
+        SF_PROXY_HOSTS_FILE=$state/hosts SF_PROXY_RESOLV_CONF=$state/resolv.conf \
+        SF_EGRESS_DEFAULT=allow SF_PROXY_REFUSE_UNMATCHED=1 SF_LOG_LEVEL=${SP_LOG_LEVEL:-debug} \
+        sf_spawn "$state" proxy2 "$build/secret-proxy/sandfleet-secret-proxy"
+    sf_wait 10 "the second secret-proxy" test -S "$state/proxy2.sock" || return 1
     cat >>"$state/world" <<W
 SF_REDIS_URL=$SF_REDIS_URL
 SF_SECRETS_KEY_FILE=$SF_SECRETS_KEY_FILE
@@ -98,10 +106,10 @@ sp_world_down() {
     local state=$1 name pid i
     [ -f "$state/world" ] || return 0
     sp_world_vars "$state"
-    for name in proxy upstream redis; do # all at once, then wait for each
+    for name in proxy proxy2 upstream redis; do # all at once, then wait for each
         [ -f "$state/pids/$name" ] && kill -TERM "$(cat "$state/pids/$name")" 2>/dev/null
     done
-    for name in proxy upstream redis; do
+    for name in proxy proxy2 upstream redis; do
         [ -f "$state/pids/$name" ] || continue
         pid=$(cat "$state/pids/$name")
         for ((i = 0; i < 100; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
