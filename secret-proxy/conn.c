@@ -10,7 +10,7 @@
  * host must equal the Host header) and CONNECT host:port (judged by name, then sniffed like
  * a transparent connection whose SNI / Host must equal the CONNECT host).
  *
- * HTTP requests are parsed (http_parser), judged one by one, and written out again with
+ * HTTP requests are parsed (llhttp, strict), judged one by one, and written out again with
  * placeholders swapped; responses are framed (to know when an upstream may be switched)
  * and relayed as they came. Each upstream connection is one network-log entry; each
  * refused request is one more. */
@@ -22,7 +22,7 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
-#include <http_parser.h>
+#include <llhttp.h>
 #include <linux/netfilter_ipv4.h>
 #include <netinet/tcp.h>
 #include <openssl/err.h>
@@ -64,7 +64,7 @@ struct sp_conn {
     int up_port;
     int up_connected;
     /* HTTP */
-    http_parser req, rsp;
+    llhttp_t req, rsp;
     sp_head head;
     int in_msg;               /* a request head has been accepted, its body may follow */
     int head_ready, msg_done; /* set by the parser callbacks (paused) */
@@ -92,7 +92,16 @@ struct sp_conn {
     const char *proto;
 };
 
-static http_parser_settings req_settings, rsp_settings;
+static llhttp_settings_t req_settings, rsp_settings;
+
+/* Feeds n bytes to p: how many it took (all, or up to where it paused or failed). */
+static size_t feed(llhttp_t *p, const char *at, size_t n, llhttp_errno_t *err)
+{
+    *err = llhttp_execute(p, at, n);
+    if (*err == HPE_OK)
+        return n;
+    return llhttp_get_error_pos(p) ? (size_t)(llhttp_get_error_pos(p) - at) : 0;
+}
 
 static void switch_or_write(sp_conn *c, const char *name, uint32_t ip, int port);
 
@@ -339,7 +348,7 @@ static int upstream_open(sp_conn *c, const char *name, uint32_t ip, int port, in
     }
     if (!c->up)
         return -ENOMEM;
-    http_parser_init(&c->rsp, HTTP_RESPONSE);
+    llhttp_init(&c->rsp, HTTP_RESPONSE, &rsp_settings);
     c->rsp.data = c;
     bufferevent_setcb(c->up, on_up_read, on_drained, on_up_event, c);
     bufferevent_set_timeouts(c->up, NULL, &ct);
@@ -399,9 +408,8 @@ static void on_up_event(struct bufferevent *bev, short what, void *arg)
             if (c->up != bev)
                 return;
         }
-        http_parser_execute(&c->rsp, &rsp_settings, NULL, 0); /* ends read-until-close */
-        if (HTTP_PARSER_ERRNO(&c->rsp) == HPE_PAUSED)
-            http_parser_pause(&c->rsp, 0);
+        if (llhttp_finish(&c->rsp) == HPE_PAUSED) /* ends read-until-close */
+            llhttp_resume(&c->rsp);
     }
     upstream_end(c, "allowed", NULL);
     if (c->state == ST_HTTP && c->pending == 0 && c->deferred)
@@ -486,7 +494,7 @@ void sp_conn_accept(sp_sandbox *sb, evutil_socket_t fd, int explicit_proxy)
     if (explicit_proxy) {
         c->state = ST_HTTP;
         c->proto = "http";
-        http_parser_init(&c->req, HTTP_REQUEST);
+        llhttp_init(&c->req, HTTP_REQUEST, &req_settings);
         c->req.data = c;
     } else {
         struct timeval t = {ctx->cfg.proxy_sniff_timeout_ms / 1000,
@@ -591,7 +599,7 @@ static void terminate(sp_conn *c)
     c->tls_term = 1;
     c->state = ST_HTTP;
     c->proto = "https";
-    http_parser_init(&c->req, HTTP_REQUEST);
+    llhttp_init(&c->req, HTTP_REQUEST, &req_settings);
     c->req.data = c;
     bufferevent_setcb(f, on_cl_read, on_drained, on_term_event, c);
     bufferevent_setwatermark(f, EV_READ, 0, HIGH_WATER);
@@ -713,7 +721,7 @@ static void sniff(sp_conn *c)
         event_del(c->ev_sniff);
         c->state = ST_HTTP;
         c->proto = "http";
-        http_parser_init(&c->req, HTTP_REQUEST);
+        llhttp_init(&c->req, HTTP_REQUEST, &req_settings);
         c->req.data = c;
         http_process(c);
         return;
@@ -784,15 +792,16 @@ static void on_up_read(struct bufferevent *bev, void *arg)
     /* HTTP: frame the responses, relay the bytes as they are */
     while (evbuffer_get_length(in) && c->up == bev) {
         struct evbuffer_iovec v;
+        llhttp_errno_t err;
         size_t used;
         if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
             break;
-        used = http_parser_execute(&c->rsp, &rsp_settings, v.iov_base, v.iov_len);
+        used = feed(&c->rsp, v.iov_base, v.iov_len, &err);
         c->down_b += used;
         evbuffer_remove_buffer(in, bufferevent_get_output(c->cl), used);
-        if (HTTP_PARSER_ERRNO(&c->rsp) != HPE_OK) {
-            if (HTTP_PARSER_ERRNO(&c->rsp) == HPE_PAUSED) {
-                http_parser_pause(&c->rsp, 0);
+        if (err != HPE_OK) {
+            if (err == HPE_PAUSED) {
+                llhttp_resume(&c->rsp);
                 if (after_response(c))
                     return;
                 continue;
@@ -913,7 +922,7 @@ static void write_head(sp_conn *c)
         tunnel_start(c);
         return;
     }
-    http_parser_pause(&c->req, 0);
+    llhttp_resume(&c->req);
     if (!c->busy)
         http_process(c);
 }
@@ -1042,6 +1051,7 @@ static void http_process_loop(sp_conn *c)
 
     while (c->state == ST_HTTP && !c->awaiting && !c->client_done && evbuffer_get_length(in)) {
         struct evbuffer_iovec v;
+        llhttp_errno_t err;
         size_t used;
         if (!c->in_msg) {
             struct evbuffer_ptr end = evbuffer_search(in, "\r\n\r\n", 4, NULL);
@@ -1071,14 +1081,14 @@ static void http_process_loop(sp_conn *c)
         }
         if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
             return;
-        used = http_parser_execute(&c->req, &req_settings, v.iov_base, v.iov_len);
+        used = feed(&c->req, v.iov_base, v.iov_len, &err);
         evbuffer_drain(in, used);
         c->head_left = used >= c->head_left ? 0 : c->head_left - used;
-        if (HTTP_PARSER_ERRNO(&c->req) == HPE_PAUSED) {
+        if (err == HPE_PAUSED) {
             if (c->msg_done) {
                 c->msg_done = 0;
                 c->in_msg = 0;
-                http_parser_pause(&c->req, 0);
+                llhttp_resume(&c->req);
                 continue;
             }
             if (c->head_ready) {
@@ -1091,8 +1101,9 @@ static void http_process_loop(sp_conn *c)
             }
             continue;
         }
-        if (HTTP_PARSER_ERRNO(&c->req) != HPE_OK) {
-            http_bad(c, 400, http_errno_description(HTTP_PARSER_ERRNO(&c->req)));
+        if (err != HPE_OK) {
+            http_bad(c, 400, llhttp_get_error_reason(&c->req) ? llhttp_get_error_reason(&c->req)
+                                                               : "the request is not valid HTTP/1.1");
             return;
         }
     }
@@ -1100,7 +1111,7 @@ static void http_process_loop(sp_conn *c)
 
 /* ---------- parser callbacks ---------- */
 
-static int rq_begin(http_parser *p)
+static int rq_begin(llhttp_t *p)
 {
     sp_conn *c = p->data;
 
@@ -1108,7 +1119,7 @@ static int rq_begin(http_parser *p)
     return 0;
 }
 
-static int rq_url(http_parser *p, const char *at, size_t n)
+static int rq_url(llhttp_t *p, const char *at, size_t n)
 {
     sp_conn *c = p->data;
 
@@ -1117,34 +1128,33 @@ static int rq_url(http_parser *p, const char *at, size_t n)
     return 0;
 }
 
-static int rq_field(http_parser *p, const char *at, size_t n)
+static int rq_field(llhttp_t *p, const char *at, size_t n)
 {
     sp_head_field(&((sp_conn *)p->data)->head, at, n);
     return 0;
 }
 
-static int rq_value(http_parser *p, const char *at, size_t n)
+static int rq_value(llhttp_t *p, const char *at, size_t n)
 {
     sp_head_value(&((sp_conn *)p->data)->head, at, n);
     return 0;
 }
 
-static int rq_headers_done(http_parser *p)
+static int rq_headers_done(llhttp_t *p)
 {
     sp_conn *c = p->data;
 
     sp_head_end(&c->head);
-    snprintf(c->method, sizeof(c->method), "%s", http_method_str(p->method));
+    snprintf(c->method, sizeof(c->method), "%s", llhttp_method_name((llhttp_method_t)p->method));
     c->http_minor = p->http_minor > 1 ? 1 : p->http_minor;
     c->chunked = (p->flags & F_CHUNKED) != 0;
-    c->upgrade = p->upgrade && p->method != HTTP_CONNECT;
-    c->keepalive = http_should_keep_alive(p);
+    c->upgrade = llhttp_get_upgrade(p) && p->method != HTTP_CONNECT;
+    c->keepalive = llhttp_should_keep_alive(p);
     c->head_ready = 1;
-    http_parser_pause(p, 1);
-    return 0;
+    return HPE_PAUSED;
 }
 
-static int rq_body(http_parser *p, const char *at, size_t n)
+static int rq_body(llhttp_t *p, const char *at, size_t n)
 {
     sp_conn *c = p->data;
 
@@ -1159,7 +1169,7 @@ static int rq_body(http_parser *p, const char *at, size_t n)
     return 0;
 }
 
-static int rq_done(http_parser *p)
+static int rq_done(llhttp_t *p)
 {
     sp_conn *c = p->data;
 
@@ -1168,11 +1178,10 @@ static int rq_done(http_parser *p)
     if (!c->keepalive)
         c->client_done = 1;
     c->msg_done = 1;
-    http_parser_pause(p, 1);
-    return 0;
+    return HPE_PAUSED;
 }
 
-static int rs_headers_done(http_parser *p)
+static int rs_headers_done(llhttp_t *p)
 {
     sp_conn *c = p->data;
 
@@ -1181,7 +1190,7 @@ static int rs_headers_done(http_parser *p)
     return c->pending > 0 && c->fifo[c->fifo_head] ? 1 : 0; /* HEAD: no body */
 }
 
-static int rs_done(http_parser *p)
+static int rs_done(llhttp_t *p)
 {
     sp_conn *c = p->data;
 
@@ -1189,12 +1198,13 @@ static int rs_done(http_parser *p)
         return 0; /* interim response */
     c->fifo_head = (c->fifo_head + 1) % FIFO_MAX;
     c->pending--;
-    http_parser_pause(p, 1); /* on_up_read acts on it (the upstream may go away) */
-    return 0;
+    return HPE_PAUSED; /* on_up_read acts on it (the upstream may go away) */
 }
 
 __attribute__((constructor)) static void settings_init(void)
 {
+    llhttp_settings_init(&req_settings);
+    llhttp_settings_init(&rsp_settings);
     req_settings.on_message_begin = rq_begin;
     req_settings.on_url = rq_url;
     req_settings.on_header_field = rq_field;

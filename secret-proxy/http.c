@@ -1,4 +1,4 @@
-/* Request heads: collected from http_parser callbacks into a bounded list, checked, and
+/* Request heads: collected from llhttp callbacks into a bounded list, checked, and
  * written out again (never forwarded raw), so what the upstream reads is exactly what the
  * proxy parsed and judged. Placeholders are swapped here. */
 #include "proxy.h"

@@ -146,28 +146,28 @@ nomem:
 
 int sp_policy_add_platform(sp_policy *p, const char *list, char *why, size_t whylen)
 {
-    char *copy = strdup(list ? list : ""), *save = NULL, *tok;
-    int rc = 0;
+    const char *at = list ? list : "";
 
-    if (!copy)
-        return -ENOMEM;
-    for (tok = strtok_r(copy, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
-        sp_cidr c, *n;
-        if (sp_cidr_parse(tok, &c) < 0) {
-            snprintf(why, whylen, "platform_addrs entry '%.60s' is not an IPv4 address or CIDR.",
-                     tok);
-            rc = -EINVAL;
-            break;
+    while (*at) {
+        size_t n = strcspn(at, ", ");
+        char tok[64];
+        sp_cidr c, *grown;
+        if (n == 0) {
+            at++;
+            continue;
         }
-        if (!(n = realloc(p->platform, (p->platform_n + 1) * sizeof(*n)))) {
-            rc = -ENOMEM;
-            break;
+        if (n >= sizeof(tok) || (memcpy(tok, at, n), tok[n] = '\0', sp_cidr_parse(tok, &c) < 0)) {
+            snprintf(why, whylen, "platform_addrs entry '%.*s' is not an IPv4 address or CIDR.",
+                     (int)(n < 60 ? n : 60), at);
+            return -EINVAL;
         }
-        p->platform = n;
+        if (!(grown = realloc(p->platform, (p->platform_n + 1) * sizeof(*grown))))
+            return -ENOMEM;
+        p->platform = grown;
         p->platform[p->platform_n++] = c;
+        at += n;
     }
-    free(copy);
-    return rc;
+    return 0;
 }
 
 int sp_policy_add_host_addrs(sp_policy *p)

@@ -2,38 +2,38 @@
  * byte picks the parser, the rest is its input:
  *   0  TLS ClientHello (sp_tls_sni)
  *   1  DNS query (sp_dns_parse_query, then sp_dns_answer)
- *   2  HTTP request head: sp_head_prescan, http_parser into sp_head, then the Host and
+ *   2  HTTP request head: sp_head_prescan, llhttp into sp_head, then the Host and
  *      URL splitting the proxy does (sp_hostport, sp_url_split)
  *   3  rules: JSON {"allow_out": [...], "deny_out": [...]} (sp_rules_parse, sp_decide)
  * Its corpus (tests/proxy/corpus) replays as the ctest case fuzz_proxy_corpus. */
 #include "proxy.h"
 
-#include <http_parser.h>
+#include <llhttp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static int on_url(http_parser *p, const char *at, size_t n)
+static int on_url(llhttp_t *p, const char *at, size_t n)
 {
     sf_buf_append(&((sp_head *)p->data)->url, at, n);
     return 0;
 }
 
-static int on_field(http_parser *p, const char *at, size_t n)
+static int on_field(llhttp_t *p, const char *at, size_t n)
 {
     sp_head_field(p->data, at, n);
     return 0;
 }
 
-static int on_value(http_parser *p, const char *at, size_t n)
+static int on_value(llhttp_t *p, const char *at, size_t n)
 {
     sp_head_value(p->data, at, n);
     return 0;
 }
 
-static int on_done(http_parser *p)
+static int on_done(llhttp_t *p)
 {
     sp_head_end(p->data);
     return 0;
@@ -41,9 +41,8 @@ static int on_done(http_parser *p)
 
 static void head(const uint8_t *d, size_t n)
 {
-    http_parser_settings s = {.on_url = on_url, .on_header_field = on_field,
-                              .on_header_value = on_value, .on_headers_complete = on_done};
-    http_parser p;
+    llhttp_settings_t s;
+    llhttp_t p;
     sp_head h;
     const char *why, *host, *path;
     char name[SP_NAME_MAX];
@@ -52,9 +51,14 @@ static void head(const uint8_t *d, size_t n)
     if (sp_head_prescan((const char *)d, n, &why) < 0)
         return;
     sp_head_init(&h);
-    http_parser_init(&p, HTTP_REQUEST);
+    llhttp_settings_init(&s);
+    s.on_url = on_url;
+    s.on_header_field = on_field;
+    s.on_header_value = on_value;
+    s.on_headers_complete = on_done;
+    llhttp_init(&p, HTTP_REQUEST, &s);
     p.data = &h;
-    http_parser_execute(&p, &s, (const char *)d, n);
+    llhttp_execute(&p, (const char *)d, n);
     if ((host = sp_head_get(&h, "host")))
         sp_hostport(host, strlen(host), name, &port, 80);
     if (h.url.p) {
