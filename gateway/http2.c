@@ -8,7 +8,10 @@
  * callback. A request's header block and body count against the server's buffer budget
  * (bytes that arrived, never declared sizes) until it is answered; a body over max_body,
  * headers over max_header_bytes, or a full budget get 413 / 431 / 503 on that stream
- * only. Connections without open streams close after idle_timeout_s. */
+ * only. A request still arriving has a total deadline as on HTTP/1 (headers within
+ * header_timeout_ms; all of it within that plus body_timeout_ms plus its bytes at
+ * body_min_rate): past it, 408 and the stream is reset. Connections without open
+ * streams close after idle_timeout_s. */
 #include "req_int.h"
 
 #include <errno.h>
@@ -41,6 +44,7 @@ struct gw_h2_conn {
     int tls;
     int peer_port;
     gw_addr *addr;        /* the client address's counts */
+    struct event *sweep;  /* checks the deadlines of requests still arriving */
     char peer[64];
 };
 
@@ -55,6 +59,7 @@ struct h2_stream {
     int err;               /* status to refuse with once the request is complete */
     const char *err_msg;
     unsigned eof : 1, responded : 1, dispatched : 1, remote_done : 1;
+    int64_t t0_ms;         /* monotonic: when its headers began */
 };
 
 static void h2_respond(gw_req *r, int status, const char *ctype, const char *const *headers,
@@ -95,6 +100,7 @@ static h2_stream *stream_new(gw_h2_conn *hc, int32_t id)
         return NULL;
     st->hc = hc;
     st->id = id;
+    st->t0_ms = sf_mono_ms();
     if (!(st->out = evbuffer_new()) ||
         !(st->req = gw_req_new(&h2_transport, st, hc->srv->lim.max_header_bytes,
                                hc->srv->lim.max_body))) {
@@ -481,6 +487,29 @@ static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void 
     return 0;
 }
 
+/* Requests still arriving have total deadlines, as on HTTP/1: headers within
+ * header_timeout_ms, the whole request within that plus body_timeout_ms plus the bytes
+ * so far at body_min_rate; past it the stream gets 408 and is reset. */
+static void h2_sweep_cb(evutil_socket_t fd, short what, void *arg)
+{
+    gw_h2_conn *hc = arg;
+    const gw_http_limits *l = &hc->srv->lim;
+    int64_t now = sf_mono_ms();
+    int refused = 0;
+
+    for (h2_stream *st = hc->streams; st; st = st->next) {
+        int64_t due = st->t0_ms + l->header_timeout_ms + l->body_timeout_ms +
+                      (int64_t)(st->held * 1000 / l->body_min_rate);
+        if (st->dispatched || st->responded || !st->req || now <= due)
+            continue;
+        sf_info("msg=\"request too slow: 408\" peer=%s stream=%d proto=h2", hc->peer, (int)st->id);
+        stream_refuse(st, 408, "request not received in time; send it at once");
+        refused = 1;
+    }
+    if (refused)
+        h2_flush(hc);
+}
+
 /* ------------------------------------------------------------------ connection */
 
 static void h2_conn_free(gw_h2_conn *hc)
@@ -495,6 +524,9 @@ static void h2_conn_free(gw_h2_conn *hc)
     }
     s = hc->srv;
     hc->dead = 1;
+    if (hc->sweep)
+        event_free(hc->sweep);
+    hc->sweep = NULL;
     while (hc->streams)
         stream_free(hc->streams);
     if (hc->ng)
@@ -692,6 +724,10 @@ int gw_h2_serve(gw_http_server *s, struct bufferevent *bev, const char *peer, in
     }
     bufferevent_setcb(bev, h2_read_cb, h2_write_cb, h2_event_cb, hc);
     bufferevent_set_timeouts(bev, &idle, &idle);
+    if ((hc->sweep = event_new(s->base, -1, EV_PERSIST, h2_sweep_cb, hc))) {
+        struct timeval half = {0, 250000};
+        event_add(hc->sweep, &half);
+    }
     bufferevent_enable(bev, EV_READ | EV_WRITE);
     if (upgrade_req) {
         h2_stream *st = hc->streams;

@@ -1,11 +1,12 @@
 // Attacks from a second loopback address (127.0.0.2) while a good client on 127.0.0.1 keeps
 // calling through the official SDK: slow headers, trickling large bodies (with no key, and
 // with a valid key), a 20 MiB body, request smuggling shapes. Every good call must succeed;
-// the attackers get 401, 408, 413, 429 or 400. The e2e stack sets header and body
+// the attackers get 401, 408, 413, 429 or 400 (HTTP/2 too). The e2e stack sets header and body
 // deadlines of 2 s and a body rate of 16 MiB/s, so the 408s come within seconds.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
+import http2 from 'node:http2';
 import { connect, call, env, url } from '../e2e/lib.mjs';
 
 const target = new URL(url);
@@ -82,4 +83,25 @@ test('a 20 MiB body is refused before it is read (413); smuggling shapes get 400
     attacker('GET /mcp HTTP/1.1\nHost: x\n\n'),
   ]));
   assert.deepEqual(results, [413, 400, 400, 400, 400]);
+});
+
+test('an HTTP/2 stream whose body never ends gets 408 (total deadline), the connection lives on', async () => {
+  const session = http2.connect(`http://127.0.0.1:${port}`, { localAddress: '127.0.0.2' });
+  const status = (stream) => new Promise((resolve) => {
+    stream.on('response', (h) => resolve(h[':status']));
+    stream.on('error', () => resolve('error'));
+  });
+  const slow = session.request({ ':method': 'POST', ':path': '/mcp', authorization: `Bearer ${env.SF_KEY_ALPHA}`,
+    'content-type': 'application/json', accept: 'application/json' });
+  slow.write('{"jsonrpc":'); // and never the rest
+  const t0 = Date.now();
+  const results = await whileAttacked(async () => [await status(slow)]);
+  assert.deepEqual(results, [408]);
+  assert.ok(Date.now() - t0 < 15000);
+  // the same connection still serves a complete request
+  const ok = session.request({ ':method': 'POST', ':path': '/mcp', authorization: `Bearer ${env.SF_KEY_ALPHA}`,
+    'content-type': 'application/json', accept: 'application/json' });
+  ok.end(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }));
+  assert.equal(await status(ok), 200);
+  session.close();
 });
