@@ -23,6 +23,11 @@
 #define SESS_CACHE_MAX 262144
 #define TOUCH_EVERY_MS 30000 /* a used session's TTL and LRU rank are refreshed this often */
 
+/* Bumped (process-wide) whenever a session is deleted here: a session cached by any
+ * thread before the bump is checked against Redis again, so a DELETE answered on one
+ * thread is seen at once by the others (other processes learn it over pub/sub). */
+static unsigned long sess_gen;
+
 typedef struct key_entry {
     char team[SF_ID_MAX];
     int64_t until_ms; /* monotonic */
@@ -103,6 +108,7 @@ static gw_session *sess_cache_put(gw_ctx *ctx, const char *sid, const char *team
     snprintf(s->team, sizeof(s->team), "%s", team);
     snprintf(s->protocol, sizeof(s->protocol), "%s", protocol);
     s->level = level;
+    s->gen = __atomic_load_n(&sess_gen, __ATOMIC_ACQUIRE);
     return s;
 }
 
@@ -321,6 +327,8 @@ void gw_auth_check(gw_ctx *ctx, const char *authorization, const char *session_i
     /* The hot path: both known here. */
     if ((team = key_cache_get(ctx, hash))) {
         gw_session *s = session_id ? sf_map_get(ctx->sess_cache, session_id) : NULL;
+        if (s && s->gen != __atomic_load_n(&sess_gen, __ATOMIC_ACQUIRE))
+            s = NULL; /* a session was deleted since: ask Redis */
         if (!session_id) {
             cb(arg, 200, team, NULL);
             return;
@@ -445,13 +453,41 @@ void gw_session_create(gw_ctx *ctx, const char *team, const char *protocol, gw_s
     }
 }
 
-/* The client ended it: a tombstone for the session lifetime, announced to every gateway. */
-void gw_session_delete(gw_ctx *ctx, const char *team, const char *sid)
+typedef struct delete_op {
+    void (*cb)(void *arg, int ok);
+    void *arg;
+} delete_op;
+
+static void on_deleted(redisAsyncContext *ac, void *r, void *priv)
 {
-    if (!sf_id_valid(sid))
+    delete_op *op = priv;
+    redisReply *rep = r;
+
+    __atomic_fetch_add(&sess_gen, 1, __ATOMIC_RELEASE); /* after the tombstone is written */
+    op->cb(op->arg, rep && rep->type == REDIS_REPLY_INTEGER);
+    free(op);
+}
+
+/* The client ended it: a tombstone for the session lifetime, announced to every gateway;
+ * cb runs once the tombstone is written. */
+void gw_session_delete(gw_ctx *ctx, const char *team, const char *sid,
+                       void (*cb)(void *arg, int ok), void *arg)
+{
+    delete_op *op;
+
+    if (!sf_id_valid(sid) || !(op = calloc(1, sizeof(*op)))) {
+        cb(arg, 0);
         return;
+    }
+    op->cb = cb;
+    op->arg = arg;
     free(sf_map_del(ctx->sess_cache, sid));
-    sf_redis_cmd(ctx->redis, NULL, NULL, "HSET " SF_RK_SESSION " team %s deleted 1", sid, team);
+    if (sf_redis_cmd(ctx->redis, on_deleted, op, "HSET " SF_RK_SESSION " team %s deleted 1", sid,
+                     team) < 0) {
+        free(op);
+        cb(arg, 0);
+        return;
+    }
     sf_redis_cmd(ctx->redis, NULL, NULL, "EXPIRE " SF_RK_SESSION " %lld", sid,
                  (long long)ctx->cfg.session_ttl_s);
     sf_redis_cmd(ctx->redis, NULL, NULL, "ZREM " SF_RK_TEAM_SESSIONS " %s", team, sid);

@@ -75,6 +75,7 @@ typedef struct gw_session {
     char protocol[16];
     int level;             /* notifications/message at or above this level are sent */
     int64_t touched_ms;    /* monotonic: when its TTL and LRU rank were last refreshed */
+    unsigned long gen;     /* the deletion generation it was read at (auth.c) */
 } gw_session;
 
 typedef struct gw_ctx {
@@ -148,7 +149,8 @@ void gw_auth_check(gw_ctx *ctx, const char *authorization, const char *session_i
 typedef void (*gw_session_cb)(void *arg, int status, const char *sid);
 void gw_session_create(gw_ctx *ctx, const char *team, const char *protocol, gw_session_cb cb,
                        void *arg);
-void gw_session_delete(gw_ctx *ctx, const char *team, const char *sid);
+void gw_session_delete(gw_ctx *ctx, const char *team, const char *sid,
+                       void (*cb)(void *arg, int ok), void *arg);
 void gw_session_set_level(gw_ctx *ctx, gw_session *s, int level);
 
 /* mcp.c: what a tool call running in-process (fixtures.c) may do. */

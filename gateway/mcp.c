@@ -621,6 +621,18 @@ static void on_abort(gw_req *req, void *arg)
     call_free(c);
 }
 
+static void on_deleted(void *arg, int ok)
+{
+    mcp_call *c = arg;
+
+    c->busy = 0;
+    if (ok)
+        respond_raw(c, 204, NULL, NULL);
+    else
+        respond_rpc_error(c, 503, -32603, "The session store is unavailable; retry shortly.");
+    call_free(c);
+}
+
 static void on_auth(void *arg, int status, const char *team, gw_session *sess)
 {
     mcp_call *c = arg;
@@ -670,9 +682,8 @@ static void on_auth(void *arg, int status, const char *team, gw_session *sess)
         c->level = sess->level;
     }
     if (!strcmp(gw_req_method(c->req), "DELETE")) {
-        gw_session_delete(c->ctx, c->team, gw_req_header(c->req, "Mcp-Session-Id"));
-        respond_raw(c, 204, NULL, NULL);
-        call_free(c);
+        c->busy = 1; /* answered when the tombstone is written */
+        gw_session_delete(c->ctx, c->team, gw_req_header(c->req, "Mcp-Session-Id"), on_deleted, c);
         return;
     }
     body = gw_req_body(c->req, &len);
