@@ -15,10 +15,9 @@ const cli = (...args) => execFileSync(`${env.SF_BUILD}/cli/sandfleet`, args,
   { env: { ...process.env, SF_REDIS_URL: env.SF_REDIS_URL, SF_AUTH_SECRET_FILE: env.SF_AUTH_SECRET_FILE } })
   .toString().trim();
 
-// A team of its own, with the operator's per-team limits (sf:team:{T}:limits).
-async function team(name, limits = {}) {
-  const flat = Object.entries(limits).flat().map(String);
-  if (flat.length) redis('hset', `sf:team:{${name}}:limits`, ...flat);
+// A team of its own, with the operator's per-team limits (sandfleet teams limits).
+async function team(name, limits = []) {
+  if (limits.length) cli('teams', 'limits', name, ...limits);
   return connect(cli('keys', 'create', '--team', name), name);
 }
 
@@ -87,7 +86,7 @@ test('oversized names and metadata are refused, naming the field; the largest al
 });
 
 test('sandbox_list pages over 201 sandboxes: every id exactly once, cursor round trip, limit bounds', async () => {
-  const bulk = await team('bulk', { sandboxes: 250, host_share_pct: 100, fleet_share_pct: 100 });
+  const bulk = await team('bulk', ['--sandboxes', '250', '--host-share', '100', '--fleet-share', '100']);
   const create = (n, metadata) => pool(n, 8, async (i) => {
     const r = await call(bulk, 'sandbox_create', { name: `p${i}`, metadata: metadata(i) });
     assert.equal(r.isError, false, r.text);

@@ -19,7 +19,8 @@ after(() => beta.close());
 test('team A creating in a loop stops at its share; team B can still create', async () => {
   // The operator gives team greedy a large quota but a 3% share of the fleet (the e2e
   // stack's one host), so the share, not the quota, stops it.
-  redis('hset', 'sf:team:{greedy}:limits', 'sandboxes', '1000', 'fleet_share_pct', '3', 'host_share_pct', '3');
+  const shown = cli('teams', 'limits', 'greedy', '--sandboxes', '1000', '--fleet-share', '3', '--host-share', '3');
+  assert.match(shown, /^team greedy\nlimits: sandboxes=1000 host_share_pct=3 fleet_share_pct=3\nholds: 0 sandboxes/);
   const greedy = await connect(cli('keys', 'create', '--team', 'greedy'), 'greedy');
   const share = Math.floor(host('capacity') * 3 / 100);
   assert.ok(share >= 2, `capacity ${host('capacity')} gives a share of ${share}`);
@@ -37,7 +38,8 @@ test('team A creating in a loop stops at its share; team B can still create', as
     + 'across all hosts, shared with other teams). Kill sandboxes you no longer need '
     + '(sandbox_list, then sandbox_kill), then retry.');
   assert.equal(host('res_count'), reservedBefore + share, 'each placement reserved on the host');
-  assert.equal(redis('hget', 'sf:team:{greedy}:res', 'n'), String(share));
+  assert.match(cli('teams', 'show', 'greedy'),
+    new RegExp(`holds: ${share} sandboxes, ${share * 64} MiB, ${(share * 0.1).toFixed(1)} vCPUs\n  on ${env.SF_HOST_ID}: ${share} sandboxes`));
 
   // Another team is not affected.
   const b = await call(beta, 'sandbox_create', { name: 'still-room' });
@@ -54,6 +56,8 @@ test('team A creating in a loop stops at its share; team B can still create', as
   for (const id of ids) await call(greedy, 'sandbox_kill', { sandbox_id: id });
   await call(beta, 'sandbox_kill', { sandbox_id: b.structured.id });
   assert.equal(redis('exists', 'sf:team:{greedy}:res'), '0', 'nothing left reserved for the team');
+  cli('teams', 'limits', 'greedy', '--sandboxes', 'default', '--fleet-share', 'default', '--host-share', 'default');
+  assert.match(cli('teams', 'show', 'greedy'), /limits: sandboxes=default host_share_pct=default fleet_share_pct=default/);
   const until = Date.now() + 20000;
   while (host('res_count') !== reservedBefore && Date.now() < until)
     await new Promise((r) => setTimeout(r, 100));

@@ -20,7 +20,7 @@ after(() => execFileSync(stack, ['stop-worker', env.SF_STATE, env.SF_BUILD, seco
 
 test('a team is spread over the hosts and stops at its share of each', async () => {
   // 3 % of each host, the fleet share left whole: the per-host share decides.
-  redis('hset', 'sf:team:{spread}:limits', 'sandboxes', '100', 'host_share_pct', '3', 'fleet_share_pct', '100');
+  cli('teams', 'limits', 'spread', '--sandboxes', '100', '--host-share', '3', '--fleet-share', '100');
   const spread = await connect(cli('keys', 'create', '--team', 'spread'), 'spread');
   const beta = await connect(env.SF_KEY_BETA, 'beta');
   const hosts = [env.SF_HOST_ID, second];
