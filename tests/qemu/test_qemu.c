@@ -506,6 +506,69 @@ static void test_stopped_restore(void **state)
     wk_qpool_set(drv, 1);
 }
 
+/* Runs the loop until the VM is in state st. */
+static void wait_state(wk_sandbox *sb, const char *st)
+{
+    int64_t deadline = sf_mono_ms() + 120000;
+    struct timeval tick = {0, 20 * 1000};
+
+    while (strcmp(wk_qvm_state(sb), st) != 0) {
+        if (sf_mono_ms() > deadline)
+            fail_msg("the VM did not become %s within 120 s (it is %s)", st, wk_qvm_state(sb));
+        event_base_loopexit(base, &tick);
+        event_base_dispatch(base);
+    }
+}
+
+/* A VM paused longer than save_after_ms goes to disk by itself (its QEMU ends); an exec
+ * brings it back. */
+static void test_save_after(void **state)
+{
+    char id[64];
+    wk_sandbox *sb = create(id, sizeof(id));
+    pid_t qpid = wk_qvm_pid(sb);
+    op o = {0};
+    run r;
+
+    drv->save_after_ms = 300;
+    sh(sb, "echo before > /tmp/mark", &r);
+    run_free(&r);
+    assert_int_equal(wk_qvm_pause(sb, on_op, &o), 0);
+    loop_until(&o.done, 60);
+    wait_state(sb, "saved");
+    assert_true(kill(qpid, 0) < 0 && errno == ESRCH);
+    sh(sb, "cat /tmp/mark", &r);
+    assert_string_equal(r.out, "before\n");
+    run_free(&r);
+    drv->save_after_ms = 0;
+    kill_wait(sb);
+}
+
+/* While the host's available memory is under save_below_mib, paused VMs go to disk (the
+ * longest-paused first, one per tick); running ones stay. */
+static void test_memory_pressure(void **state)
+{
+    char id[64], id2[64], id3[64];
+    wk_sandbox *a = create(id, sizeof(id)), *b = create(id2, sizeof(id2)),
+               *c = create(id3, sizeof(id3));
+    uint32_t saved_below = drv->save_below_mib;
+    op o = {0};
+
+    assert_int_equal(wk_qvm_pause(a, on_op, &o), 0);
+    loop_until(&o.done, 60);
+    o.done = 0;
+    assert_int_equal(wk_qvm_pause(b, on_op, &o), 0);
+    loop_until(&o.done, 60);
+    drv->save_below_mib = UINT32_MAX; /* "memory is low" from now on */
+    wait_state(a, "saved");
+    wait_state(b, "saved");
+    assert_string_equal(wk_qvm_state(c), "running");
+    drv->save_below_mib = saved_below;
+    kill_wait(a);
+    kill_wait(b);
+    kill_wait(c);
+}
+
 /* The pool: a VM restored ahead of time becomes the next sandbox (its directory, name,
  * clock and entropy its own), and the pool fills again. */
 static void test_pool(void **state)
@@ -598,6 +661,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_hung_guest),
         cmocka_unit_test(test_stopped_restore),
         cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_save_after),
+        cmocka_unit_test(test_memory_pressure),
     };
 
     if (geteuid() != 0) {
