@@ -671,8 +671,14 @@ int main(int argc, char **argv)
     }
     if (argc > 1 && !strcmp(argv[1], "--template")) {
         int rc = host_up();
-        if (rc == 0)
+        if (rc == 0) {
             group_teardown(NULL);
+        } else if (state_dir[0]) {
+            char cmd[600];
+            snprintf(cmd, sizeof(cmd), "rm -rf '%s'", state_dir);
+            if (system(cmd) != 0)
+                fprintf(stderr, "cannot remove %s\n", state_dir);
+        }
         return rc == 0 ? 0 : 1;
     }
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
