@@ -28,6 +28,7 @@ int wk_template_path(const char *state_dir, char *buf, size_t n);
 #define QEMU_BIN "/usr/bin/qemu-system-x86_64"
 #define QEMU_IMG "/usr/bin/qemu-img"
 #define CREATE_TIMEOUT_MS 60000
+#define MOVE_TIMEOUT_MS 120000 /* pause, resume, save to disk, load: seconds at most */
 #define FINI_WAIT_MS 20000
 #define PRESSURE_TICK_MS 2000
 #define VM_OVERHEAD_MIB 64 /* QEMU's own memory beside the guest's (TCG: ~45 MiB seen) */
@@ -245,6 +246,7 @@ static int qemu_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
     d->pool = c->pool;
     d->defaults = c->defaults;
     d->create_timeout_ms = CREATE_TIMEOUT_MS;
+    d->move_timeout_ms = MOVE_TIMEOUT_MS;
     d->save_after_ms = c->vm_save_after_ms;
     d->pool_target = c->vm_pool;
     copy_str(d->cfg.qemu, sizeof(d->cfg.qemu), QEMU_BIN);

@@ -137,6 +137,7 @@ struct wk_driver {
     wk_limits defaults;          /* every field set */
     wk_host_res res;
     uint32_t create_timeout_ms;  /* restore until the agent answered */
+    uint32_t move_timeout_ms;    /* pause, resume, save to disk, load */
     uint32_t save_after_ms;      /* a VM paused this long is saved to disk (0 = never) */
     uint32_t save_below_mib;     /* ... and sooner while MemAvailable is under this */
     struct event *ev_pressure;   /* memory-pressure tick (and the hourly template touch) */

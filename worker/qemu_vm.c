@@ -373,6 +373,7 @@ static void on_exit_ev(evutil_socket_t fd, short what, void *arg)
     process_gone(sb);
     if (sb->st == VM_SAVING && sb->quitting) { /* saved to disk and told to quit */
         sb->quitting = 0;
+        clear_timer(sb);
         sb->st = VM_SAVED;
         sf_info("msg=\"sandbox saved to disk\" sandbox=%s ms=%llu", sb->id,
                 (unsigned long long)((sf_mono_us() - sb->t0_us) / 1000));
@@ -818,6 +819,27 @@ void wk_qpool_stop(wk_driver *d)
 
 /* ---- pause, resume, save, load ---------------------------------------------- */
 
+static void on_move_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    wk_sandbox *sb = arg;
+
+    sb->depth++;
+    fail_vm(sb, "The sandbox's VM did not answer while it was paused, resumed or saved; kill "
+                "this sandbox and create a new one.", "move deadline passed");
+    sb->depth--;
+    vm_release(sb);
+}
+
+/* Enters a move (pausing, resuming, saving, loading): it must end within
+ * d->move_timeout_ms (a QEMU that stopped answering its monitor would hold every caller
+ * forever). */
+static void move_to(wk_sandbox *sb, int st)
+{
+    sb->st = st;
+    if (set_timer(sb, sb->d->move_timeout_ms, on_move_deadline) < 0)
+        sf_warn("msg=\"no deadline for a VM move (out of memory)\" sandbox=%s", sb->id);
+}
+
 static void on_paused(void *arg, json_t *ret, const char *err);
 static void on_resumed_ping(void *arg, int rc, const char *why);
 
@@ -845,6 +867,7 @@ static void on_paused(void *arg, json_t *ret, const char *err)
     wk_alink_hold(sb->link, 1);
     sb->st = VM_PAUSED;
     sb->paused_at_ms = sf_mono_ms();
+    clear_timer(sb);
     if (sb->d->save_after_ms)
         set_timer(sb, sb->d->save_after_ms, on_save_timer);
     sb->depth++;
@@ -871,6 +894,7 @@ static void on_resumed_ping(void *arg, int rc, const char *why)
         sf_info("msg=\"sandbox loaded from disk\" sandbox=%s ms=%llu", sb->id,
                 (unsigned long long)((sf_mono_us() - sb->t0_us) / 1000));
     }
+    clear_timer(sb);
     sb->st = VM_RUNNING;
     sb->depth++;
     fire_reached(sb);
@@ -953,7 +977,7 @@ static void start_save(wk_sandbox *sb)
                     "state_dir?); kill it and create a new one.", "cannot create mem.state");
         return;
     }
-    sb->st = VM_SAVING;
+    move_to(sb, VM_SAVING);
     caps = wk_qmp_caps();
     if (wk_qmp_cmd(sb->qmp, "migrate-set-capabilities", caps, -1, on_qmp_failed_step, sb) < 0 ||
         wk_qmp_cmd(sb->qmp, "migrate-set-parameters",
@@ -973,7 +997,7 @@ static void start_load(wk_sandbox *sb)
     int rc;
 
     sb->t0_us = sf_mono_us();
-    sb->st = VM_LOADING;
+    move_to(sb, VM_LOADING);
     if (path_in(sb, path, sizeof(path), "mem.state") < 0 ||
         (rc = start_qemu(sb, WK_QARGS_LOAD, path, &why)) < 0 || incoming(sb) < 0) {
         fail_vm(sb, why ? why : ERR_NOMEM, "cannot start QEMU to load the sandbox");
@@ -1003,7 +1027,7 @@ static void advance(wk_sandbox *sb)
     want = sb->w_head->want;
     switch (sb->st) {
     case VM_RUNNING: /* want PAUSED or SAVED: stop first */
-        sb->st = VM_PAUSING;
+        move_to(sb, VM_PAUSING);
         if (wk_qmp_cmd(sb->qmp, "stop", NULL, -1, on_paused, sb) < 0)
             fail_vm(sb, ERR_NOMEM, "cannot queue stop");
         break;
@@ -1012,7 +1036,7 @@ static void advance(wk_sandbox *sb)
         if (want == WANT_SAVED) {
             start_save(sb);
         } else { /* RUNNING */
-            sb->st = VM_RESUMING;
+            move_to(sb, VM_RESUMING);
             if (wk_qmp_cmd(sb->qmp, "cont", NULL, -1, on_continued, sb) < 0)
                 fail_vm(sb, ERR_NOMEM, "cannot queue cont");
         }

@@ -569,6 +569,32 @@ static void test_memory_pressure(void **state)
     kill_wait(c);
 }
 
+/* A pause that QEMU never answers (its process stopped) fails at the move's deadline:
+ * the caller is answered, the VM is stopped, later calls are told. */
+static void test_stuck_pause(void **state)
+{
+    char id[64];
+    wk_sandbox *sb = create(id, sizeof(id));
+    pid_t qpid = wk_qvm_pid(sb);
+    uint32_t saved = drv->move_timeout_ms;
+    op o = {0};
+    run r;
+
+    drv->move_timeout_ms = 1000;
+    assert_int_equal(kill(qpid, SIGSTOP), 0);
+    assert_int_equal(wk_qvm_pause(sb, on_op, &o), 0);
+    loop_until(&o.done, 60);
+    assert_true(o.rc < 0);
+    assert_string_equal(wk_qvm_state(sb), "dead");
+    exec_start(sb, "true", 1000, &r);
+    loop_until(&r.done, 10);
+    assert_non_null(r.error);
+    run_free(&r);
+    drv->move_timeout_ms = saved;
+    kill_wait(sb);
+    assert_true(kill(qpid, 0) < 0 && errno == ESRCH);
+}
+
 /* The pool: a VM restored ahead of time becomes the next sandbox (its directory, name,
  * clock and entropy its own), and the pool fills again. */
 static void test_pool(void **state)
@@ -663,6 +689,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_save_after),
         cmocka_unit_test(test_memory_pressure),
+        cmocka_unit_test(test_stuck_pause),
     };
 
     if (geteuid() != 0) {
