@@ -12,7 +12,9 @@
  * for the session lifetime), gets 404. A team over max_sessions_team evicts its least
  * recently used sessions when it opens a new one. */
 #include "gateway.h"
+#include "oauth.h"
 #include "sf_auth.h"
+#include "sf_oauth.h"
 #include "sf_log.h"
 
 #include <stdlib.h>
@@ -184,7 +186,12 @@ typedef struct auth_op {
     char session_protocol[16];
     char session_id[SF_ID_MAX];
     char want_protocol[16];
+    int is_token;     /* an OAuth access token, not an API key (never cached) */
+    char why[200];    /* the 401's sentence */
 } auth_op;
+
+#define WHY_BAD_KEY "The API key is not valid: it is mistyped, or it was revoked."
+#define WHY_NOT_A_KEY "That is neither a sandfleet API key (sf_live_...) nor an access token."
 
 /* The session's TTL and its rank in the team's LRU set, at most every TOUCH_EVERY_MS. */
 static void session_touch(gw_ctx *ctx, gw_session *s, int force)
@@ -213,9 +220,10 @@ static const char *valid_protocol(const char *p)
 
 /* Answers from what we know: key team, and the session (cached or just read). */
 static void auth_answer(gw_ctx *ctx, gw_auth_cb cb, void *arg, int status, const char *team,
-                        gw_session *s)
+                        gw_session *s, const char *why)
 {
-    cb(arg, status, status == 200 ? team : NULL, status == 200 ? s : NULL);
+    cb(arg, status, status == 200 ? team : NULL, status == 200 ? s : NULL,
+       status == 401 ? (why && *why ? why : WHY_BAD_KEY) : NULL);
 }
 
 static void auth_finish(auth_op *op)
@@ -223,7 +231,7 @@ static void auth_finish(auth_op *op)
     gw_ctx *ctx = op->ctx;
     gw_session *s = NULL;
 
-    if (op->status == 200)
+    if (op->status == 200 && !op->is_token)
         key_cache_put(ctx, op->hash, op->team);
     if (op->status == 200 && op->has_session) {
         if (op->sess_found && strcmp(op->team, op->session_team) != 0) {
@@ -252,7 +260,7 @@ static void auth_finish(auth_op *op)
         if (op->status == 200 && !s)
             op->status = 503;
     }
-    auth_answer(ctx, op->cb, op->arg, op->status, op->team, s);
+    auth_answer(ctx, op->cb, op->arg, op->status, op->team, s, op->why);
     free(op);
 }
 
@@ -302,26 +310,74 @@ static void on_session(redisAsyncContext *ac, void *r, void *priv)
         auth_finish(op);
 }
 
+static void on_token_checked(void *arg, int status, const char *team, const char *detail)
+{
+    auth_op *op = arg;
+
+    if (status == 200)
+        snprintf(op->team, sizeof(op->team), "%s", team);
+    else if (status == 401 && op->status != 503)
+        op->status = 401, snprintf(op->why, sizeof(op->why), "%s", detail ? detail : "");
+    else
+        op->status = 503;
+    if (--op->waiting == 0)
+        auth_finish(op);
+}
+
+static void auth_check_token(gw_ctx *ctx, const char *token, const char *session_id,
+                             const char *protocol, const char *resource, gw_auth_cb cb,
+                             void *arg)
+{
+    auth_op *op = calloc(1, sizeof(*op));
+
+    if (!op) {
+        cb(arg, 503, NULL, NULL, NULL);
+        return;
+    }
+    op->ctx = ctx;
+    op->cb = cb;
+    op->arg = arg;
+    op->status = 200;
+    op->is_token = 1;
+    op->has_session = session_id != NULL;
+    if (protocol)
+        snprintf(op->want_protocol, sizeof(op->want_protocol), "%s", protocol);
+    if (session_id)
+        snprintf(op->session_id, sizeof(op->session_id), "%s", session_id);
+    op->waiting = 1 + (session_id != NULL);
+    if (session_id && sf_redis_cmd(ctx->redis, on_session, op,
+                                   "HMGET " SF_RK_SESSION " team protocol deleted level",
+                                   session_id) < 0) {
+        op->status = 503;
+        op->waiting--;
+    }
+    gw_oauth_token_check(ctx, token, resource, on_token_checked, op);
+}
+
 void gw_auth_check(gw_ctx *ctx, const char *authorization, const char *session_id,
-                   const char *protocol, gw_auth_cb cb, void *arg)
+                   const char *protocol, const char *resource, gw_auth_cb cb, void *arg)
 {
     char hash[SF_APIKEY_HASH_HEX];
     const char *team;
     auth_op *op;
 
     if (!authorization || strncasecmp(authorization, "Bearer ", 7) != 0) {
-        cb(arg, 401, NULL, NULL);
+        cb(arg, 401, NULL, NULL, NULL);
         return;
     }
     authorization += 7;
     while (*authorization == ' ')
         authorization++;
-    if (sf_apikey_hash(ctx->auth_secret, authorization, hash) < 0) {
-        cb(arg, 401, NULL, NULL);
+    if (session_id && !sf_id_valid(session_id)) {
+        cb(arg, 404, NULL, NULL, NULL);
         return;
     }
-    if (session_id && !sf_id_valid(session_id)) {
-        cb(arg, 404, NULL, NULL);
+    if (!strncmp(authorization, SF_OAUTH_AT_PREFIX, strlen(SF_OAUTH_AT_PREFIX))) {
+        auth_check_token(ctx, authorization, session_id, protocol, resource, cb, arg);
+        return;
+    }
+    if (sf_apikey_hash(ctx->auth_secret, authorization, hash) < 0) {
+        cb(arg, 401, NULL, NULL, WHY_NOT_A_KEY);
         return;
     }
     /* The hot path: both known here. */
@@ -330,21 +386,21 @@ void gw_auth_check(gw_ctx *ctx, const char *authorization, const char *session_i
         if (s && s->gen != __atomic_load_n(&sess_gen, __ATOMIC_ACQUIRE))
             s = NULL; /* a session was deleted since: ask Redis */
         if (!session_id) {
-            cb(arg, 200, team, NULL);
+            cb(arg, 200, team, NULL, NULL);
             return;
         }
         if (s) {
             if (strcmp(s->team, team) != 0) {
-                cb(arg, 404, NULL, NULL);
+                cb(arg, 404, NULL, NULL, NULL);
                 return;
             }
             session_touch(ctx, s, 0);
-            cb(arg, 200, team, s);
+            cb(arg, 200, team, s, NULL);
             return;
         }
     }
     if (!(op = calloc(1, sizeof(*op)))) {
-        cb(arg, 503, NULL, NULL);
+        cb(arg, 503, NULL, NULL, NULL);
         return;
     }
     op->ctx = ctx;
@@ -359,7 +415,7 @@ void gw_auth_check(gw_ctx *ctx, const char *authorization, const char *session_i
         snprintf(op->session_id, sizeof(op->session_id), "%s", session_id);
     if (sf_redis_cmd(ctx->redis, on_key, op, "HGET " SF_RK_APIKEY " team", hash) < 0) {
         free(op);
-        cb(arg, 503, NULL, NULL);
+        cb(arg, 503, NULL, NULL, NULL);
         return;
     }
     op->waiting = 1;

@@ -31,6 +31,9 @@ typedef struct gw_cfg {
     char *allowed_origins;      /* comma-separated; localhost origins are always allowed */
     char *tls_cert_file;        /* PEM chain: TLS (ALPN h2, http/1.1) on the same port */
     char *tls_key_file;
+    char *public_url;           /* how clients reach us (OAuth issuer, resource); "" = from Host */
+    int64_t oauth_access_ttl_s; /* OAuth access token lifetime */
+    int64_t oauth_refresh_ttl_s; /* OAuth refresh token (and grant) lifetime */
     int64_t key_cache_ms;       /* a verified API key is trusted this long without Redis */
     int64_t progress_interval_ms; /* a call with a progressToken hears from us this often */
     int test_fixtures;          /* register the conformance suite's fixture tools (tests only) */
@@ -138,12 +141,15 @@ int gw_auth_start(gw_ctx *ctx, char *why, size_t whylen);
 void gw_auth_stop(gw_ctx *ctx);
 void gw_auth_caches_clear(gw_ctx *ctx);
 /* status: 200 ok (sess: the session when one was named, valid until the callback returns),
- * 401 bad/missing key, 404 another team's or a deleted session, 503 Redis down. May call
- * cb before returning (everything known). protocol: the client's MCP-Protocol-Version
- * (for a session recreated on the spot), or NULL. */
-typedef void (*gw_auth_cb)(void *arg, int status, const char *team, gw_session *sess);
+ * 401 bad/missing credentials (why: NULL when none was sent, else a sentence saying what is
+ * wrong with the API key or OAuth access token), 404 another team's or a deleted session,
+ * 503 Redis down. May call cb before returning (everything known). protocol: the client's
+ * MCP-Protocol-Version (for a session recreated on the spot), or NULL. resource: the MCP
+ * endpoint an OAuth access token must have been issued for (oauth.h). */
+typedef void (*gw_auth_cb)(void *arg, int status, const char *team, gw_session *sess,
+                           const char *why);
 void gw_auth_check(gw_ctx *ctx, const char *authorization, const char *session_id,
-                   const char *protocol, gw_auth_cb cb, void *arg);
+                   const char *protocol, const char *resource, gw_auth_cb cb, void *arg);
 /* status: 200 and the new session id (the team's least recently used sessions are evicted
  * past max_sessions_team), 503 Redis down, 507 Redis full (at its maxmemory). */
 typedef void (*gw_session_cb)(void *arg, int status, const char *sid);

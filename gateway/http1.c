@@ -564,10 +564,19 @@ static int conn_write_response(gw_conn *c, int minor, int status, const char *ct
 static void conn_error(gw_conn *c, int status, const char *msg)
 {
     static const char *const retry_after[] = {"Retry-After", "1", NULL};
-    static const char *const www_auth[] = {
+    static const char *const www_auth_bare[] = {
         "WWW-Authenticate", "Bearer realm=\"sandfleet\", error=\"invalid_token\"", NULL};
-    char size[32], text[160], json[256];
+    char size[32], text[160], json[512], challenge[768];
+    const char *www_auth_dyn[] = {"WWW-Authenticate", challenge, NULL};
+    const char *const *www_auth = www_auth_bare;
     int keep = 0, minor = 1;
+
+    int had_auth = c->cur && gw_req_header(c->cur, "Authorization") != NULL;
+
+    if (status == 401 && c->cur && c->srv->challenge) {
+        c->srv->challenge(c->cur, msg, challenge, sizeof(challenge), c->srv->challenge_arg);
+        www_auth = www_auth_dyn;
+    }
 
     if (!msg) {
         if (status == 413) {
@@ -591,7 +600,11 @@ static void conn_error(gw_conn *c, int status, const char *msg)
     conn_deadline(c, 0, 0);
     gw_http_count_refusal(c->srv, status);
     sf_debug("msg=\"rejected HTTP request\" status=%d peer=%s reason=\"%s\"", status, c->peer, msg);
-    snprintf(json, sizeof(json), "{\"error\":\"%s\"}", msg);
+    if (status == 401) /* RFC 6750: the error code, and the sentence a person reads */
+        snprintf(json, sizeof(json), "{\"error\":\"%s\",\"error_description\":\"%s\"}",
+                 had_auth ? "invalid_token" : "unauthorized", msg);
+    else
+        snprintf(json, sizeof(json), "{\"error\":\"%s\"}", msg);
     conn_release_req(c);
     /* every 503 and 429 the server sends by itself is worth retrying soon */
     if (conn_write_response(c, minor, status, "application/json",
@@ -1401,6 +1414,12 @@ static void conn_upgrade_h2c(gw_conn *c)
 void gw_http_server_enable_h2(gw_http_server *srv)
 {
     srv->h2 = 1;
+}
+
+void gw_http_server_set_challenge(gw_http_server *srv, gw_http_challenge_fn fn, void *arg)
+{
+    srv->challenge = fn;
+    srv->challenge_arg = arg;
 }
 
 void gw_http_server_set_head_check(gw_http_server *srv, gw_http_head_check_fn fn, void *arg)

@@ -144,6 +144,10 @@ unsigned gw_http_server_h2_conns(const gw_http_server *srv);
  * (set one to cancel a pending check). HTTP/1 only (HTTP/2 bodies are flow-controlled). */
 typedef void (*gw_http_head_check_fn)(gw_req *req, void *arg);
 void gw_http_server_set_head_check(gw_http_server *srv, gw_http_head_check_fn fn, void *arg);
+/* Builds the WWW-Authenticate value of a 401 the server sends by itself (a head check's
+ * verdict), from the request and the verdict's message. Without one: a bare Bearer. */
+typedef void (*gw_http_challenge_fn)(gw_req *req, const char *msg, char *out, size_t n, void *arg);
+void gw_http_server_set_challenge(gw_http_server *srv, gw_http_challenge_fn fn, void *arg);
 
 /* Counters of what the server refused by itself, for metrics. */
 typedef struct gw_http_stats {

@@ -386,6 +386,10 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t 
                 st->err = 501;
                 st->err_msg = "unknown request method";
             }
+        } else if (namelen == 10 && !memcmp(name, ":authority", 10)) {
+            rc = gw_req_header(r, "host") ? 0 /* RFC 9113 8.3.1: Host wins */
+                                          : gw_req_add_header(r, "host", 4, (const char *)value,
+                                                              valuelen);
         } else if (namelen == 5 && !memcmp(name, ":path", 5)) {
             if (r->target.len > 0 || valuelen > GW_REQ_MAX_TARGET)
                 rc = -E2BIG;

@@ -1,5 +1,6 @@
 /* sandfleet-gateway: parse config, build objects, run the loop, tear down. */
 #include "gateway.h"
+#include "oauth.h"
 #include "sf_auth.h"
 #include "sf_log.h"
 
@@ -37,6 +38,11 @@ static const sf_cfg_entry cfg_table[] = {
     SF_CFG_S(gw_cfg, tls_cert_file, "",
              "PEM certificate chain: also serve TLS (h2 / http/1.1 by ALPN) on the port"),
     SF_CFG_S(gw_cfg, tls_key_file, "", "PEM private key of tls_cert_file"),
+    SF_CFG_S(gw_cfg, public_url, "",
+             "the URL clients reach this gateway at (OAuth issuer; default: from each request)"),
+    SF_CFG_I(gw_cfg, oauth_access_ttl_s, "3600", 60, 86400, "OAuth access token lifetime (s)"),
+    SF_CFG_I(gw_cfg, oauth_refresh_ttl_s, "2592000", 3600, 31536000,
+             "OAuth refresh token lifetime (s); each use rotates it"),
     SF_CFG_I(gw_cfg, key_cache_ms, "10000", 0, 3600000,
              "a verified API key is trusted this long without asking Redis (revocations "
              "clear it at once; 0 = ask every time)"),
@@ -97,6 +103,7 @@ static int instance_start(gw_ctx *ctx, int *port, gw_addr_table *addrs, char *wh
     gw_http_server_share_addrs(ctx->http, addrs);
     gw_http_server_enable_h2(ctx->http);
     gw_http_server_set_head_check(ctx->http, gw_mcp_head_check, ctx);
+    gw_http_server_set_challenge(ctx->http, gw_oauth_challenge_fn, ctx);
     gw_metrics_start(ctx);
     if ((ctx->cfg.tls_cert_file[0] || ctx->cfg.tls_key_file[0]) &&
         gw_http_server_set_tls(ctx->http, ctx->cfg.tls_cert_file, ctx->cfg.tls_key_file, why,

@@ -4,6 +4,7 @@
  * job replies to CallToolResult; cancellation of running jobs (sf.cancel) when a client
  * cancels or goes away. It never knows which transport carried a request. */
 #include "gateway.h"
+#include "oauth.h"
 #include "sf_jobio.h"
 #include "sf_jsonrpc.h"
 #include "sf_log.h"
@@ -633,7 +634,8 @@ static void on_deleted(void *arg, int ok)
     call_free(c);
 }
 
-static void on_auth(void *arg, int status, const char *team, gw_session *sess)
+static void on_auth(void *arg, int status, const char *team, gw_session *sess,
+                    const char *why_401)
 {
     mcp_call *c = arg;
     sf_rpc_msg rpc;
@@ -648,18 +650,23 @@ static void on_auth(void *arg, int status, const char *team, gw_session *sess)
         return;
     }
     if (status == 401) {
+        char challenge[768];
+        const char *h[] = {"WWW-Authenticate", challenge, NULL};
+        json_t *answer;
+        char *text;
+
         GW_COUNT(c->ctx->metrics.unauthorized);
-        static const char *const h[] = {
-            "WWW-Authenticate",
-            "Bearer realm=\"sandfleet\", error=\"invalid_token\", error_description=\"Send a "
-            "valid sandfleet API key as Authorization: Bearer sf_live_...\"",
-            NULL};
-        sf_info("msg=\"API key refused\" peer=%s authorization=%s req=%s", gw_req_peer(c->req),
-                gw_req_header(c->req, "Authorization") ? "invalid" : "missing",
-                gw_req_id(c->req));
-        respond_raw(c, 401, h,
-                    "{\"error\":\"Missing or invalid API key: send Authorization: Bearer "
-                    "sf_live_... (create one with: sandfleet keys create --team NAME).\"}");
+        gw_oauth_challenge(c->ctx, c->req, why_401, challenge, sizeof(challenge));
+        sf_info("msg=\"credentials refused\" peer=%s authorization=%s req=%s", gw_req_peer(c->req),
+                why_401 ? "invalid" : "missing", gw_req_id(c->req));
+        /* the body says what the header says, for clients that show bodies */
+        answer = json_pack("{s:s, s:s}", "error", why_401 ? "invalid_token" : "unauthorized",
+                           "error_description",
+                           why_401 ? why_401 : GW_WHY_MISSING_CREDENTIALS);
+        text = answer ? json_dumps(answer, JSON_COMPACT) : NULL;
+        respond_raw(c, 401, h, text ? text : "{\"error\":\"unauthorized\"}");
+        free(text);
+        json_decref(answer);
         call_free(c);
         return;
     }
@@ -734,7 +741,7 @@ static void not_found(gw_req *req, void *arg)
 int gw_routes_add(gw_ctx *ctx)
 {
     if (gw_router_add(ctx->router, NULL, "/mcp", gw_mcp_handle, ctx) < 0 ||
-        gw_metrics_routes(ctx) < 0)
+        gw_metrics_routes(ctx) < 0 || gw_oauth_routes(ctx) < 0)
         return -ENOMEM;
     gw_router_fallback(ctx->router, not_found, ctx);
     return 0;
@@ -752,16 +759,17 @@ static void head_abort(gw_req *req, void *arg)
     ((head_op *)arg)->req = NULL; /* the key lookup finishes alone */
 }
 
-static void head_checked(void *arg, int status, const char *team, gw_session *sess)
+static void head_checked(void *arg, int status, const char *team, gw_session *sess,
+                         const char *why_401)
 {
     head_op *op = arg;
 
     if (op->req) {
         if (status == 401)
             GW_COUNT(op->ctx->metrics.unauthorized);
+        /* the transport adds WWW-Authenticate (gw_oauth_challenge_fn) */
         gw_req_head_verdict(op->req, status == 200 ? 0 : status,
-                            status == 401 ? "Missing or invalid API key: send Authorization: "
-                                            "Bearer sf_live_... before the body"
+                            status == 401 ? (why_401 ? why_401 : GW_WHY_MISSING_CREDENTIALS)
                                           : "The platform's state store is unreachable; retry "
                                             "in a few seconds.");
     }
@@ -771,6 +779,7 @@ static void head_checked(void *arg, int status, const char *team, gw_session *se
 void gw_mcp_head_check(gw_req *req, void *arg)
 {
     gw_ctx *ctx = arg;
+    char resource[300];
     head_op *op;
 
     if (strcmp(gw_req_path(req), "/mcp") != 0) {
@@ -784,7 +793,9 @@ void gw_mcp_head_check(gw_req *req, void *arg)
     op->ctx = ctx;
     op->req = req;
     gw_req_set_abort_cb(req, head_abort, op);
-    gw_auth_check(ctx, gw_req_header(req, "Authorization"), NULL, NULL, head_checked, op);
+    gw_oauth_resource(ctx, req, resource, sizeof(resource));
+    gw_auth_check(ctx, gw_req_header(req, "Authorization"), NULL, NULL, resource, head_checked,
+                  op);
 }
 
 void gw_mcp_handle(gw_req *req, void *arg)
@@ -796,6 +807,7 @@ void gw_mcp_handle(gw_req *req, void *arg)
     const char *ctype = gw_req_header(req, "Content-Type");
     const char *accept = gw_req_header(req, "Accept");
     static const char *const allow[] = {"Allow", "POST, DELETE", NULL};
+    char resource[300];
     mcp_call *c;
 
     if (origin && !origin_allowed(ctx, origin)) {
@@ -846,6 +858,7 @@ void gw_mcp_handle(gw_req *req, void *arg)
     c->level = GW_LOG_LEVEL_DEFAULT;
     c->sse_ok = accept && strcasestr(accept, "text/event-stream") != NULL;
     gw_req_set_abort_cb(req, on_abort, c);
+    gw_oauth_resource(ctx, req, resource, sizeof(resource));
     gw_auth_check(ctx, gw_req_header(req, "Authorization"), gw_req_header(req, "Mcp-Session-Id"),
-                  pv, on_auth, c);
+                  pv, resource, on_auth, c);
 }

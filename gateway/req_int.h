@@ -118,6 +118,8 @@ struct gw_http_server {
     gw_addr_table *own_addrs;
     gw_http_head_check_fn head_check;
     void *head_check_arg;
+    gw_http_challenge_fn challenge;
+    void *challenge_arg;
     gw_http_observer_fn observer;
     void *observer_arg;
     gw_http_stats stats;

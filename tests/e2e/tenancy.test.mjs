@@ -50,7 +50,7 @@ test('no key, a malformed key, an unknown key -> 401 with WWW-Authenticate', asy
     const r = await post(init, h);
     assert.equal(r.status, 401, JSON.stringify(h));
     assert.match(r.headers.get('www-authenticate') ?? '', /^Bearer /);
-    assert.match(r.json.error, /API key/);
+    assert.match(r.json.error_description, /API key/); // the sentence a person reads (RFC 6750 code in .error)
   }
 });
 

@@ -1,0 +1,46 @@
+/* oauth.h: the gateway's OAuth 2.1 authorization server (the MCP authorization spec):
+ * protected resource metadata (RFC 9728), authorization server metadata (RFC 8414),
+ * dynamic client registration (RFC 7591), authorization code + PKCE S256 only, resource
+ * indicators (RFC 8707), short-lived access tokens and rotating refresh tokens (hashed in
+ * Redis, bound to the team and to the API key that signed in), revocation (RFC 7009).
+ * The sign-in page (oauth_page.c) takes a team API key. */
+#ifndef GW_OAUTH_H
+#define GW_OAUTH_H
+
+#include "gateway.h"
+
+#define GW_WHY_MISSING_CREDENTIALS                                                            \
+    "Authentication required: send a sandfleet API key as Authorization: Bearer sf_live_... "  \
+    "(create one with: sandfleet keys create --team NAME), or sign in with OAuth."
+
+/* Adds the /.well-known/... and /oauth/... routes. 0 or -ENOMEM. */
+int gw_oauth_routes(gw_ctx *ctx);
+
+/* The URL this gateway is reached at, without a trailing slash ("http://127.0.0.1:8080"):
+ * public_url when set, else the request's scheme and Host. */
+void gw_oauth_base(gw_ctx *ctx, gw_req *req, char *out, size_t n);
+/* The MCP endpoint as a resource indicator: base + "/mcp". */
+void gw_oauth_resource(gw_ctx *ctx, gw_req *req, char *out, size_t n);
+/* The WWW-Authenticate value of a 401 to req: the OAuth challenge with resource_metadata,
+ * and error="invalid_token" plus why as error_description when why is not NULL (a key or
+ * token was sent but refused). */
+void gw_oauth_challenge(gw_ctx *ctx, gw_req *req, const char *why, char *out, size_t n);
+/* For the transports' own 401s (gw_http_server_set_challenge). */
+void gw_oauth_challenge_fn(gw_req *req, const char *msg, char *out, size_t n, void *arg);
+
+/* An access token's grant, for auth.c: cb(arg, 200, team, key_hash) when the token is valid
+ * for resource, else cb(arg, 401, NULL, why) with a sentence saying why, or 503. */
+typedef void (*gw_token_cb)(void *arg, int status, const char *team, const char *detail);
+void gw_oauth_token_check(gw_ctx *ctx, const char *token, const char *resource, gw_token_cb cb,
+                          void *arg);
+
+/* oauth_page.c: the sign-in page (HTML, no script). client_name and the others are plain
+ * text (escaped here); error NULL or a sentence shown above the form. */
+char *gw_oauth_page(const char *client_name, const char *redirect_host, const char *csrf,
+                    const char *error);
+char *gw_oauth_error_page(const char *title, const char *sentence);
+/* The headers every page carries (no framing, no caching, no referrer), NULL-terminated
+ * name/value pairs; cookie NULL or a Set-Cookie value. */
+const char *const *gw_oauth_page_headers(const char *cookie);
+
+#endif
