@@ -107,12 +107,12 @@ test('a cancelled call is forwarded to the gateway and dropped; the bridge goes 
 test('a wrong key and a missing key: the client shows a sentence that names the problem', async () => {
   const wrong = bridge(bin, url, 'sf_live_' + 'x'.repeat(32));
   await assert.rejects(wrong.client.connect(wrong.transport), /refused the API key \(HTTP 401\)/);
-  assert.match(wrong.stderr, /refused the API key \(HTTP 401\): .*API key/);
+  await waitFor('the sentence on stderr', () => /refused the API key \(HTTP 401\): .*API key/.test(wrong.stderr));
   await finish(wrong);
 
   const none = bridge(bin, url, undefined);
   await assert.rejects(none.client.connect(none.transport), /SANDFLEET_API_KEY is not set/);
-  assert.match(none.stderr, /SANDFLEET_API_KEY is not set/);
+  await waitFor('the sentence on stderr', () => /SANDFLEET_API_KEY is not set/.test(none.stderr));
   await finish(none);
 });
 
@@ -157,7 +157,7 @@ test('a stopped gateway: a readable error per call, the bridge stays, and goes o
   const early = bridge(bin, gwUrl, env.SF_KEY_ALPHA);
   await assert.rejects(early.client.connect(early.transport),
     /Cannot reach the sandfleet gateway at .*; start it \(ops\/run\) or fix the URL/);
-  assert.match(early.stderr, /Cannot reach the sandfleet gateway/);
+  await waitFor('the sentence on stderr', () => /Cannot reach the sandfleet gateway/.test(early.stderr));
   await finish(early);
 
   let g = startGateway(port);

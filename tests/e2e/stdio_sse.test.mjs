@@ -58,7 +58,7 @@ test('a stream the server closes mid-call is resumed with Last-Event-ID', async 
   assert.equal(r.content[0].text, 'polled');
   assert.deepEqual(progressOf(msgs), [1, 2]);
   assert.ok(seen.resumes > resumes, 'the bridge resumed with a GET and Last-Event-ID');
-  assert.match(b.stderr, /resuming the answer stream of tools\/call/);
+  await waitFor('the resumption on stderr', () => /resuming the answer stream of tools\/call/.test(b.stderr));
   await finish(b);
 });
 
@@ -101,7 +101,7 @@ test('a session the server forgot is re-opened and the call retried', async () =
   const r = await b.client.callTool({ name: 'big', arguments: { n: 3 } });
   assert.equal(r.content[0].text, 'xxx');
   assert.equal(seen.initializes, inits + 1, 'one new initialize');
-  assert.match(b.stderr, /lost the session; a new one is open/);
+  await waitFor('the note on stderr', () => /lost the session; a new one is open/.test(b.stderr));
   await finish(b);
 });
 
@@ -125,7 +125,7 @@ test('bad lines from the client are answered and the next message goes through',
   let out = '', err = '';
   p.stdout.on('data', (d) => { out += d; });
   p.stderr.on('data', (d) => { err += d; });
-  const exited = new Promise((r) => p.on('exit', r));
+  const exited = new Promise((r) => p.on('close', r)); // exited, and stdout/stderr read to the end
   p.stdin.write('this is not json\n\n   \n');
   p.stdin.write(`${JSON.stringify({ jsonrpc: '2.0', id: 'i', method: 'initialize', params: {
     protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '1' } } })}\r\n`);
