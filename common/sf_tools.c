@@ -9,10 +9,142 @@
 
 #define TOOLS_MAX 64
 
+/* sf.cancel (CONTRACTS.md): routed like a worker tool, never listed, never answered. */
+static const char cancel_schema[] =
+    "{\"title\": \"" SF_TOOL_CANCEL "\", \"description\": \"Cancel a running call.\","
+    " \"type\": \"object\","
+    " \"properties\": {\"job\": {\"type\": \"string\", \"minLength\": 1, \"maxLength\": 63},"
+    "   \"sandbox_id\": {\"type\": \"string\", \"minLength\": 1, \"maxLength\": 63}},"
+    " \"required\": [\"job\"], \"additionalProperties\": false,"
+    " \"x-sandfleet\": {\"runs\": \"worker\", \"sandbox\": \"existing\"}}";
+
 static int json_file(const struct dirent *d)
 {
     size_t n = strlen(d->d_name);
     return n > 5 && !strcmp(d->d_name + n - 5, ".json");
+}
+
+static void tool_fini(sf_tool *t)
+{
+    free(t->name);
+    free(t->wait_arg);
+    for (size_t i = 0; i < t->nclaims; i++)
+        free(t->claims[i]);
+    json_decref(t->schema);
+    json_decref(t->output);
+    memset(t, 0, sizeof(*t));
+}
+
+static int enum_of(const json_t *v, const char *const *names, size_t n, int *out)
+{
+    const char *s = json_string_value(v);
+
+    for (size_t i = 0; s && i < n; i++)
+        if (!strcmp(s, names[i])) {
+            *out = (int)i;
+            return 0;
+        }
+    return -1;
+}
+
+/* The x-sandfleet block (sf_tools.h) into t. -1 with why. */
+static int parse_decl(sf_tool *t, const json_t *x, char *why, size_t whylen)
+{
+    static const char *const runs[] = {"gateway", "scheduler", "worker"};
+    static const char *const sandbox[] = {"none", "new", "existing"};
+    const json_t *props = json_object_get(t->schema, "properties");
+    const char *key;
+    json_t *v;
+    int e;
+
+    if (!json_is_object(x)) {
+        snprintf(why, whylen, "'x-sandfleet' (where the tool runs) is missing or not an object");
+        return -1;
+    }
+    t->sandbox = json_object_get(props, "sandbox_id") ? SF_SB_EXISTING : SF_SB_NONE;
+    json_object_foreach((json_t *)x, key, v) {
+        if (!strcmp(key, "runs")) {
+            if (enum_of(v, runs, 3, &e) < 0)
+                goto bad;
+            t->runs = (sf_runs)e;
+        } else if (!strcmp(key, "sandbox")) {
+            if (enum_of(v, sandbox, 3, &e) < 0)
+                goto bad;
+            t->sandbox = (sf_tool_sandbox)e;
+        } else if (!strcmp(key, "resume")) {
+            if (!json_is_boolean(v))
+                goto bad;
+            t->resume = json_is_true(v);
+        } else if (!strcmp(key, "wait")) {
+            const char *arg = json_string_value(json_object_get(v, "arg"));
+            json_t *d = json_object_get(v, "default"), *m = json_object_get(v, "max");
+            if (!arg || !json_is_integer(d) || !json_is_integer(m) || json_integer_value(d) < 1 ||
+                json_integer_value(m) < json_integer_value(d) || json_object_size(v) != 3 ||
+                !json_is_object(json_object_get(props, arg)))
+                goto bad;
+            t->wait_arg = strdup(arg);
+            t->wait_default_ms = json_integer_value(d);
+            t->wait_max_ms = json_integer_value(m);
+        } else if (!strcmp(key, "claim_check")) {
+            size_t i;
+            json_t *a;
+            if (!json_is_array(v) || json_array_size(v) > SF_TOOL_CLAIMS_MAX)
+                goto bad;
+            json_array_foreach(v, i, a) {
+                const char *s = json_string_value(a);
+                if (!s || !json_is_object(json_object_get(props, s)))
+                    goto bad;
+                t->claims[t->nclaims++] = strdup(s);
+            }
+        } else if (!strcmp(key, "output")) {
+            char swhy[256];
+            if (!json_is_object(v) || sf_schema_check(v, swhy, sizeof(swhy)) < 0)
+                goto bad;
+            t->output = json_incref(v);
+        } else {
+            snprintf(why, whylen, "unknown key 'x-sandfleet.%s' (runs, sandbox, wait, resume, "
+                     "claim_check, output)", key);
+            return -1;
+        }
+    }
+    if (!json_object_get(x, "runs")) {
+        snprintf(why, whylen, "'x-sandfleet.runs' is required (gateway, scheduler or worker)");
+        return -1;
+    }
+    if (t->sandbox == SF_SB_EXISTING && !json_object_get(props, "sandbox_id")) {
+        snprintf(why, whylen, "a tool on an existing sandbox needs a 'sandbox_id' argument");
+        return -1;
+    }
+    if (!t->output)
+        t->output = json_pack("{s:s}", "type", "object");
+    return 0;
+bad:
+    snprintf(why, whylen, "'x-sandfleet.%s' has a wrong value (see schemas/README.md)", key);
+    return -1;
+}
+
+/* Takes s (a loaded schema file) as tool t. -1 with why. */
+static int tool_init(sf_tool *t, json_t *s, int internal, char *why, size_t whylen)
+{
+    const char *name = json_string_value(json_object_get(s, "title"));
+    char swhy[256];
+
+    memset(t, 0, sizeof(*t));
+    t->schema = s;
+    t->internal = internal;
+    if (!name) {
+        snprintf(why, whylen, "'title' (the tool name) is missing");
+        return -1;
+    }
+    /* The catalogue-only block is checked here; the validator skips x- keys. */
+    if (sf_schema_check(s, swhy, sizeof(swhy)) < 0) {
+        snprintf(why, whylen, "%s", swhy);
+        return -1;
+    }
+    t->name = strdup(name);
+    if (!t->name)
+        return -1;
+    return parse_decl(t, json_object_get(s, "x-sandfleet"), why, whylen);
 }
 
 int sf_toolset_load(sf_toolset *set, const char *dir, char *why, size_t whylen)
@@ -25,30 +157,48 @@ int sf_toolset_load(sf_toolset *set, const char *dir, char *why, size_t whylen)
         snprintf(why, whylen, "Cannot read the tool schemas in %s; set schemas_dir.", dir);
         return -EINVAL;
     }
-    if (n == 0 || n > TOOLS_MAX || !(set->tools = calloc((size_t)n, sizeof(sf_tool)))) {
+    if (n == 0 || n > TOOLS_MAX || !(set->tools = calloc((size_t)n + 1, sizeof(sf_tool)))) {
         snprintf(why, whylen, "%s must hold 1 to %d tool schemas.", dir, TOOLS_MAX);
         goto out;
     }
     for (int i = 0; i < n; i++) {
-        char path[4096], swhy[256];
+        char path[4096], twhy[384];
         json_error_t jerr;
         json_t *s;
-        const char *name;
 
         snprintf(path, sizeof(path), "%s/%s", dir, ents[i]->d_name);
         if (!(s = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr))) {
             snprintf(why, whylen, "%s:%d: %s", path, jerr.line, jerr.text);
             goto out;
         }
-        name = json_string_value(json_object_get(s, "title"));
-        if (!name || sf_schema_check(s, swhy, sizeof(swhy)) < 0) {
-            snprintf(why, whylen, "%s: %s", path,
-                     name ? swhy : "'title' (the tool name) is missing");
-            json_decref(s);
+        if (tool_init(&set->tools[set->n], s, 0, twhy, sizeof(twhy)) < 0) {
+            snprintf(why, whylen, "%s: %s", path, twhy);
+            tool_fini(&set->tools[set->n]);
             goto out;
         }
-        set->tools[set->n].name = strdup(name);
-        set->tools[set->n].schema = s;
+        if (sf_toolset_find(set, set->tools[set->n].name)) {
+            snprintf(why, whylen, "%s: a tool named '%s' is declared twice", path,
+                     set->tools[set->n].name);
+            tool_fini(&set->tools[set->n]);
+            goto out;
+        }
+        set->n++;
+    }
+    if (sf_toolset_find(set, SF_TOOL_CANCEL)) {
+        snprintf(why, whylen, "%s: a tool named '%s' is declared twice (it is built in)", dir,
+                 SF_TOOL_CANCEL);
+        goto out;
+    }
+    {
+        char twhy[384];
+        json_t *s = json_loads(cancel_schema, 0, NULL);
+        if (!s || tool_init(&set->tools[set->n], s, 1, twhy, sizeof(twhy)) < 0) {
+            snprintf(why, whylen, "the built-in %s declaration: %s", SF_TOOL_CANCEL,
+                     s ? twhy : "out of memory");
+            if (s)
+                tool_fini(&set->tools[set->n]);
+            goto out;
+        }
         set->n++;
     }
     rc = 0;
@@ -63,17 +213,15 @@ out:
 
 void sf_toolset_fini(sf_toolset *set)
 {
-    for (size_t i = 0; i < set->n; i++) {
-        free(set->tools[i].name);
-        json_decref(set->tools[i].schema);
-    }
+    for (size_t i = 0; i < set->n; i++)
+        tool_fini(&set->tools[i]);
     free(set->tools);
     memset(set, 0, sizeof(*set));
 }
 
 const sf_tool *sf_toolset_find(const sf_toolset *set, const char *name)
 {
-    for (size_t i = 0; i < set->n; i++)
+    for (size_t i = 0; name && i < set->n; i++)
         if (!strcmp(set->tools[i].name, name))
             return &set->tools[i];
     return NULL;
@@ -87,6 +235,30 @@ int64_t sf_exec_timeout_ms(const json_t *args)
     if (ms <= 0)
         return SF_EXEC_TIMEOUT_DEFAULT_MS;
     return ms > SF_EXEC_TIMEOUT_MAX_MS ? SF_EXEC_TIMEOUT_MAX_MS : ms;
+}
+
+int64_t sf_tool_wait_ms(const sf_tool *t, const json_t *args, int64_t base_ms, int64_t margin_ms)
+{
+    const json_t *v;
+    json_int_t ms;
+
+    if (!t || !t->wait_arg)
+        return base_ms;
+    v = json_object_get(args, t->wait_arg);
+    ms = json_is_integer(v) ? json_integer_value(v) : 0;
+    if (ms <= 0)
+        ms = t->wait_default_ms;
+    if (ms > t->wait_max_ms)
+        ms = t->wait_max_ms;
+    return ms + margin_ms;
+}
+
+int sf_tool_claimable(const sf_tool *t, const char *arg)
+{
+    for (size_t i = 0; t && i < t->nclaims; i++)
+        if (!strcmp(t->claims[i], arg))
+            return 1;
+    return 0;
 }
 
 const char *sf_msg_no_sandbox(char *buf, size_t n, const char *id)
@@ -106,4 +278,38 @@ int sf_toolset_validate(const sf_toolset *set, const char *name, const json_t *a
         return -ENOENT;
     }
     return sf_schema_validate(t->schema, args, why, whylen) < 0 ? -EINVAL : 0;
+}
+
+const sf_tool_handler *sf_tool_handler_find(const sf_tool_handler *h, size_t n, const char *name)
+{
+    for (size_t i = 0; name && i < n; i++)
+        if (!strcmp(h[i].name, name))
+            return &h[i];
+    return NULL;
+}
+
+int sf_toolset_check_handlers(const sf_toolset *set, sf_runs where, const sf_tool_handler *h,
+                              size_t n, char *why, size_t whylen)
+{
+    static const char *const names[] = {"gateway", "scheduler", "worker"};
+
+    for (size_t i = 0; i < set->n; i++) {
+        const sf_tool *t = &set->tools[i];
+        if (t->runs == where && !sf_tool_handler_find(h, n, t->name)) {
+            snprintf(why, whylen, "tool %s declares runs: %s, but this %s has no handler for it; "
+                     "deploy the matching build of every daemon", t->name, names[where],
+                     names[where]);
+            return -EINVAL;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        const sf_tool *t = sf_toolset_find(set, h[i].name);
+        if (!t || t->runs != where) {
+            snprintf(why, whylen, "this %s handles %s, which the tool schemas do not declare to "
+                     "run here; point schemas_dir at this build's schemas", names[where],
+                     h[i].name);
+            return -EINVAL;
+        }
+    }
+    return 0;
 }

@@ -26,7 +26,7 @@ static const sf_cfg_entry cfg_table[] = {
     SF_CFG_I(gw_cfg, call_deadline_ms, "30000", 100, 3600000,
              "how long a call waits for its answer"),
     SF_CFG_I(gw_cfg, exec_deadline_margin_ms, "15000", 100, 3600000,
-             "sandbox_exec waits its timeout_ms plus this for its answer"),
+             "a tool with a wait argument (sandbox_exec: timeout_ms) waits it plus this"),
     SF_CFG_I(gw_cfg, max_pending, "10000", 1, 10000000, "calls waiting for answers at once"),
     SF_CFG_I(gw_cfg, max_pending_team, "1000", 1, 10000000,
              "calls one team may have waiting at once"),

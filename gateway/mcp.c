@@ -331,12 +331,6 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         gw_fixture_step(c, c->tool, c->step);
 }
 
-static int64_t call_wait_ms(const gw_ctx *ctx, const char *tool, json_t *args)
-{
-    if (!strcmp(tool, "sandbox_exec"))
-        return sf_exec_timeout_ms(args) + ctx->cfg.exec_deadline_margin_ms;
-    return ctx->cfg.call_deadline_ms;
-}
 
 /* Remembers the call under its session and request id, for notifications/cancelled. */
 static void call_register(mcp_call *c)
@@ -357,6 +351,7 @@ static void tools_call(mcp_call *c, json_t *params)
     const char *name = json_string_value(json_object_get(params, "name"));
     json_t *args = json_object_get(params, "arguments");
     json_t *token = json_object_get(json_object_get(params, "_meta"), "progressToken");
+    const sf_tool *tool;
     char why[512];
     sf_job job;
     int rc;
@@ -373,7 +368,7 @@ static void tools_call(mcp_call *c, json_t *params)
         gw_fixture_step(c, name, 0);
         return;
     }
-    if (!sf_toolset_find(&ctx->tools, name)) {
+    if (!(tool = sf_toolset_find(&ctx->tools, name)) || tool->internal) {
         snprintf(why, sizeof(why), "Unknown tool '%.64s'; call tools/list to see the tools.", name);
         respond_rpc_error(c, 200, -32602, why);
         goto done;
@@ -395,7 +390,7 @@ static void tools_call(mcp_call *c, json_t *params)
     snprintf(c->tool, sizeof(c->tool), "%s", name);
     job.args = args;
     job.progress = c->progress_token && c->sse_ok;
-    if (!strcmp(name, "sandbox_create")) {
+    if (tool->sandbox == SF_SB_NEW) {
         sf_id_new(job.sandbox, "sb_");
     } else if (json_is_string(json_object_get(args, "sandbox_id"))) {
         const char *sid = json_string_value(json_object_get(args, "sandbox_id"));
@@ -406,7 +401,10 @@ static void tools_call(mcp_call *c, json_t *params)
         }
         snprintf(job.sandbox, sizeof(job.sandbox), "%s", sid);
     }
-    rc = gw_jobs_submit(ctx, &job, call_wait_ms(ctx, name, args), on_job_reply, c, &c->pending);
+    rc = gw_jobs_submit(ctx, &job,
+                        sf_tool_wait_ms(tool, args, ctx->cfg.call_deadline_ms,
+                                        ctx->cfg.exec_deadline_margin_ms),
+                        on_job_reply, c, &c->pending);
     snprintf(c->job, sizeof(c->job), "%s", job.id);
     if (c->req)
         gw_req_set_job(c->req, job.id);

@@ -1,50 +1,11 @@
 /* tools.c: the tools/list result, built once from the tool catalogue (and encoded once:
  * tools/list answers splice only the request id into the same text). Every tool declares
- * an outputSchema describing the structuredContent of its results. */
+ * an outputSchema describing the structuredContent of its results (x-sandfleet.output in its
+ * schema file); internal messages (sf.cancel) are not tools and are not listed. */
 #include "gateway.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-/* The structuredContent of each tool's results (what the scheduler and worker reply). Fields
- * that every result carries are required; the rest may come and go between versions. */
-static const struct {
-    const char *tool, *schema;
-} output_schemas[] = {
-    {"sandbox_create",
-     "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"name\":{\"type\":"
-     "\"string\"},\"status\":{\"type\":\"string\"}},\"required\":[\"id\",\"status\"]}"},
-    {"sandbox_exec",
-     "{\"type\":\"object\",\"properties\":{\"stdout\":{\"type\":\"string\"},\"stderr\":{\"type\":"
-     "\"string\"},\"exit_code\":{\"type\":\"integer\"},\"truncated\":{\"type\":\"boolean\"},"
-     "\"stdout_bytes\":{\"type\":\"integer\"},\"stderr_bytes\":{\"type\":\"integer\"},"
-     "\"timed_out\":{\"type\":\"boolean\"},\"duration_ms\":{\"type\":\"integer\"}},"
-     "\"required\":[\"stdout\",\"stderr\",\"exit_code\"]}"},
-    {"sandbox_info",
-     "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"name\":{\"type\":"
-     "\"string\"},\"status\":{\"type\":\"string\"},\"template\":{\"type\":\"string\"},"
-     "\"metadata\":{\"type\":\"object\"},\"created_at\":{\"type\":\"string\"},"
-     "\"last_active_at\":{\"type\":\"string\"},\"resources\":{\"type\":\"object\"}},"
-     "\"required\":[\"id\",\"status\"]}"},
-    {"sandbox_list",
-     "{\"type\":\"object\",\"properties\":{\"sandboxes\":{\"type\":\"array\",\"items\":{\"type\":"
-     "\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"status\":{\"type\":\"string\"}},"
-     "\"required\":[\"id\",\"status\"]}},\"count\":{\"type\":\"integer\"},"
-     "\"next_cursor\":{\"type\":\"string\"}},"
-     "\"required\":[\"sandboxes\"]}"},
-    {"sandbox_kill",
-     "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"status\":{\"type\":"
-     "\"string\"}},\"required\":[\"id\",\"status\"]}"},
-};
-
-/* Tools without a specific schema still promise an object. */
-static json_t *output_schema(const char *tool)
-{
-    for (size_t i = 0; i < SF_ARRAY_LEN(output_schemas); i++)
-        if (!strcmp(tool, output_schemas[i].tool))
-            return json_loads(output_schemas[i].schema, 0, NULL);
-    return json_pack("{s:s}", "type", "object");
-}
 
 /* The inputSchema clients see: the file without its catalogue-only keys. */
 static json_t *input_schema(const json_t *file)
@@ -55,6 +16,7 @@ static json_t *input_schema(const json_t *file)
     json_object_del(s, "title");
     json_object_del(s, "description");
     json_object_del(s, "x-annotations");
+    json_object_del(s, "x-sandfleet");
     return s;
 }
 
@@ -64,14 +26,20 @@ int gw_tools_load(gw_ctx *ctx, char *why, size_t whylen)
 
     if (sf_toolset_load(&ctx->tools, ctx->cfg.schemas_dir, why, whylen) < 0)
         return -1;
+    /* No tool runs in the gateway itself yet: a schema that says so is a deployment error. */
+    if (sf_toolset_check_handlers(&ctx->tools, SF_RUNS_GATEWAY, NULL, 0, why, whylen) < 0)
+        return -1;
     list = json_array();
     for (size_t i = 0; i < ctx->tools.n; i++) {
         const json_t *s = ctx->tools.tools[i].schema;
         json_t *ann = json_object_get(s, "x-annotations");
-        json_t *tool = json_pack("{s:s, s:O, s:o, s:o}", "name", ctx->tools.tools[i].name,
-                                 "description", json_object_get(s, "description"), "inputSchema",
-                                 input_schema(s), "outputSchema",
-                                 output_schema(ctx->tools.tools[i].name));
+        json_t *tool;
+
+        if (ctx->tools.tools[i].internal)
+            continue;
+        tool = json_pack("{s:s, s:O, s:o, s:O}", "name", ctx->tools.tools[i].name, "description",
+                         json_object_get(s, "description"), "inputSchema", input_schema(s),
+                         "outputSchema", ctx->tools.tools[i].output);
         if (!tool) {
             snprintf(why, whylen, "tool %s: cannot build its tools/list entry",
                      ctx->tools.tools[i].name);

@@ -41,7 +41,8 @@ int main(int argc, char **argv)
     }
     if (sf_daemon_init(&ctx.d, "scheduler", &ctx.cfg.common) < 0)
         goto out;
-    if (sf_toolset_load(&ctx.tools, ctx.cfg.schemas_dir, why, sizeof(why)) < 0) {
+    if (sf_toolset_load(&ctx.tools, ctx.cfg.schemas_dir, why, sizeof(why)) < 0 ||
+        sch_route_check(&ctx.tools, why, sizeof(why)) < 0) {
         sf_error("msg=\"cannot load the tool schemas\" err=\"%s\"", why);
         goto out;
     }

@@ -7,15 +7,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Tools the scheduler answers itself, and tools that go to the sandbox's host. */
-static const char *const host_tools[] = {
-    "sandbox_exec", "sandbox_kill", "sandbox_files_read", "sandbox_files_write",
-    "sandbox_files_list", "sandbox_files_download_dir", "sandbox_pause", "sandbox_resume",
-    "sandbox_preview_url", "sandbox_network_log", "sandbox_computer",
+/* The tools that run here (x-sandfleet.runs = scheduler), by name; every other tool runs on
+ * the sandbox's host (runs = worker) and is routed there. */
+typedef void (*sch_handler)(sch_call *c);
+#define H(name, fn) {name, (void (*)(void))(fn)}
+static const sf_tool_handler handlers[] = {
+    H("sandbox_create", sch_place_create),
+    H("sandbox_list", sch_store_list),
+    H("sandbox_info", sch_store_info),
 };
+#undef H
+
+int sch_route_check(const sf_toolset *tools, char *why, size_t whylen)
+{
+    return sf_toolset_check_handlers(tools, SF_RUNS_SCHEDULER, handlers, SF_ARRAY_LEN(handlers),
+                                     why, whylen);
+}
 
 void sch_reply_error(sch_call *c, const char *code, const char *message)
 {
+    if (c->silent) { /* an internal message (sf.cancel): never answered */
+        sf_debug("msg=\"internal job dropped\" job=%s tool=%s code=%s", c->job.id, c->job.tool,
+                 code);
+        sch_call_done(c);
+        return;
+    }
     if (sf_jobio_error(c->ctx->producer, &c->job, code, message) < 0)
         sf_error("msg=\"cannot produce reply\" job=%s topic=%s", c->job.id, c->job.reply);
     sf_info("msg=\"job failed\" job=%s tool=%s team=%s code=%s", c->job.id, c->job.tool,
@@ -68,23 +84,15 @@ void sch_call_done(sch_call *c)
     free(c);
 }
 
-static int is_host_tool(const char *tool)
-{
-    for (size_t i = 0; i < SF_ARRAY_LEN(host_tools); i++)
-        if (!strcmp(tool, host_tools[i]))
-            return 1;
-    return 0;
-}
-
 /* The sandbox a job acts on is args.sandbox_id; batch producers may leave the envelope's
  * `sandbox` empty, but may not make it disagree. A new sandbox gets its id here if the
  * producer did not choose one. -1 when the call was answered. */
-static int bind_sandbox(sch_call *c)
+static int bind_sandbox(sch_call *c, const sf_tool *t)
 {
     const char *sid = json_string_value(json_object_get(c->job.args, "sandbox_id"));
     char text[256];
 
-    if (!strcmp(c->job.tool, "sandbox_create")) {
+    if (t->sandbox == SF_SB_NEW) {
         if (!c->job.sandbox[0])
             sf_id_new(c->job.sandbox, "sb_");
         return 0;
@@ -109,6 +117,7 @@ void sch_on_job(void *arg, sf_job *job, sf_kafka_ticket tk)
 {
     sch_ctx *ctx = arg;
     sch_call *c = calloc(1, sizeof(*c));
+    const sf_tool *t;
     char why[512];
 
     if (!c) {
@@ -128,25 +137,29 @@ void sch_on_job(void *arg, sf_job *job, sf_kafka_ticket tk)
                         "The call waited in the queue past its deadline; retry it.");
         return;
     }
+    t = sf_toolset_find(&ctx->tools, c->job.tool);
+    c->silent = t && t->internal;
     if (sf_toolset_validate(&ctx->tools, c->job.tool, c->job.args, why, sizeof(why)) < 0) {
         sch_reply_error(c, SF_ERR_INVALID, why);
         return;
     }
-    if (bind_sandbox(c) < 0)
+    if (bind_sandbox(c, t) < 0)
         return;
-    if (!strcmp(c->job.tool, "sandbox_create"))
-        sch_place_create(c);
-    else if (!strcmp(c->job.tool, "sandbox_list"))
-        sch_store_list(c);
-    else if (!strcmp(c->job.tool, "sandbox_info"))
-        sch_store_info(c);
-    else if (is_host_tool(c->job.tool)) {
-        if (!c->job.sandbox[0])
-            sch_reply_error(c, SF_ERR_INVALID, "Argument 'sandbox_id' is required.");
-        else
-            sch_store_route(c);
-    } else {
-        snprintf(why, sizeof(why), "Tool '%.64s' is not routed by this scheduler.", c->job.tool);
-        sch_reply_error(c, SF_ERR_INTERNAL, why);
+    if (t->sandbox == SF_SB_EXISTING && !c->job.sandbox[0]) {
+        sch_reply_error(c, SF_ERR_INVALID, "Argument 'sandbox_id' is required.");
+        return;
     }
+    switch (t->runs) {
+    case SF_RUNS_SCHEDULER:
+        ((sch_handler)sf_tool_handler_find(handlers, SF_ARRAY_LEN(handlers), t->name)->fn)(c);
+        return;
+    case SF_RUNS_WORKER:
+        sch_store_route(c);
+        return;
+    case SF_RUNS_GATEWAY:
+        break;
+    }
+    snprintf(why, sizeof(why), "Tool '%.64s' runs in the gateway only; call it over MCP.",
+             c->job.tool);
+    sch_reply_error(c, SF_ERR_INVALID, why);
 }

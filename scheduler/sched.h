@@ -39,9 +39,12 @@ typedef struct sch_call {
     sch_ctx *ctx;
     sf_job job;
     sf_kafka_ticket ticket;
+    int silent;             /* an internal message (sf.cancel): no reply, ever */
 } sch_call;
 
 /* route.c */
+/* 0 when every tool declared to run in the scheduler has a handler here (and back). */
+int sch_route_check(const sf_toolset *tools, char *why, size_t whylen);
 void sch_on_job(void *arg, sf_job *job, sf_kafka_ticket tk);
 void sch_on_bad(void *arg, const rd_kafka_message_t *msg, const char *why);
 void sch_reply_error(sch_call *c, const char *code, const char *message);

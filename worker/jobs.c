@@ -453,14 +453,82 @@ static void do_exec(wk_call *c, wk_box *b)
                     "The sandbox did not accept the command; retry, or create a new sandbox.");
 }
 
+/* Answered at once: the record says `killing` until the teardown ends. Also for a sandbox
+ * this host no longer holds (b NULL). */
+static void do_kill(wk_call *c, wk_box *b)
+{
+    if (b)
+        wk_box_kill(b, "killed");
+    else
+        record_retire(c->ctx, c->job.sandbox, "killed", 0);
+    reply_result(c, json_pack("{s:s, s:s}", "id", c->job.sandbox, "status", "killed"));
+}
+
+/* The tools that run here (x-sandfleet.runs = worker). A handler gets the call and the
+ * sandbox: running for tools on an existing sandbox (except sandbox_kill, which also gets
+ * sandboxes being created or killed, and NULL); NULL for the others. */
+typedef void (*wk_handler)(wk_call *c, wk_box *b);
+static void create_handler(wk_call *c, wk_box *b)
+{
+    do_create(c);
+}
+#define H(name, fn) {name, (void (*)(void))(fn)}
+static const sf_tool_handler handlers[] = {
+    H("sandbox_create", create_handler),
+    H("sandbox_kill", do_kill),
+    H("sandbox_exec", do_exec),
+};
+#undef H
+
+/* What this worker must handle: the tools that run on a sandbox's host, and the host's half
+ * of the tools that make a sandbox (placed by the scheduler, started here). */
+static int runs_here(const sf_tool *t)
+{
+    return !t->internal && (t->runs == SF_RUNS_WORKER || t->sandbox == SF_SB_NEW);
+}
+
+int wk_jobs_check(const sf_toolset *tools, char *why, size_t whylen)
+{
+    for (size_t i = 0; i < SF_ARRAY_LEN(handlers); i++) {
+        const sf_tool *t = sf_toolset_find(tools, handlers[i].name);
+        if (!t || !runs_here(t)) {
+            snprintf(why, whylen, "this worker handles %s, which the tool schemas do not declare "
+                     "to run on a host; point schemas_dir at this build's schemas",
+                     handlers[i].name);
+            return -EINVAL;
+        }
+    }
+    for (size_t i = 0; i < tools->n; i++)
+        if (runs_here(&tools->tools[i]) &&
+            !sf_tool_handler_find(handlers, SF_ARRAY_LEN(handlers), tools->tools[i].name)) {
+            snprintf(why, whylen, "tool %s declares runs: worker, but this worker has no handler "
+                     "for it; deploy the matching build of every daemon", tools->tools[i].name);
+            return -EINVAL;
+        }
+    return 0;
+}
+
 static void dispatch(wk_call *c)
 {
     wk_ctx *ctx = c->ctx;
+    const sf_tool *t = sf_toolset_find(&ctx->tools, c->job.tool);
+    const sf_tool_handler *h = sf_tool_handler_find(handlers, SF_ARRAY_LEN(handlers), c->job.tool);
     char text[256];
     wk_box *b;
 
-    if (!strcmp(c->job.tool, "sandbox_create")) {
-        do_create(c);
+    if (t && t->internal) { /* sf.cancel: never answered */
+        sf_debug("msg=\"internal job\" job=%s tool=%s", c->job.id, c->job.tool);
+        call_done(c);
+        return;
+    }
+    if (!t || !h) {
+        snprintf(text, sizeof(text), "Tool '%.64s' is not available on this host; retry after "
+                 "the platform's upgrade finished.", c->job.tool);
+        reply_error(c, SF_ERR_INVALID, text);
+        return;
+    }
+    if (t->sandbox != SF_SB_EXISTING) {
+        ((wk_handler)h->fn)(c, NULL);
         return;
     }
     b = sf_map_get(ctx->sandboxes, c->job.sandbox);
@@ -471,12 +539,7 @@ static void dispatch(wk_call *c)
         return;
     }
     if (!strcmp(c->job.tool, "sandbox_kill")) {
-        /* Answered at once: the record says `killing` until the teardown ends. */
-        if (b)
-            wk_box_kill(b, "killed");
-        else
-            record_retire(ctx, c->job.sandbox, "killed", 0);
-        reply_result(c, json_pack("{s:s, s:s}", "id", c->job.sandbox, "status", "killed"));
+        do_kill(c, b);
         return;
     }
     if (!b) {
@@ -494,12 +557,7 @@ static void dispatch(wk_call *c)
         reply_error(c, SF_ERR_UNAVAILABLE, text);
         return;
     }
-    if (!strcmp(c->job.tool, "sandbox_exec")) {
-        do_exec(c, b);
-        return;
-    }
-    snprintf(text, sizeof(text), "Tool '%.64s' is not available on this host yet.", c->job.tool);
-    reply_error(c, SF_ERR_INVALID, text);
+    ((wk_handler)h->fn)(c, b);
 }
 
 static void on_guard(redisAsyncContext *ac, void *r, void *priv)

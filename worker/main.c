@@ -15,6 +15,7 @@ static const sf_cfg_entry cfg_table[] = {
     SF_CFG_S(wk_cfg, state_dir, "/var/lib/sandfleet/worker", "sandboxes and templates live here"),
     SF_CFG_S(wk_cfg, agent_path, "", "the static sandfleet-agent binary; empty = beside this one"),
     SF_CFG_S(wk_cfg, driver, "jail", "isolation driver: jail (namespaces) or qemu (microVMs)"),
+    SF_CFG_S(wk_cfg, schemas_dir, "schemas/tools", "folder of the tool JSON Schemas"),
     SF_CFG_S(wk_cfg, vm_dir, "/var/cache/sandfleet/vm",
              "qemu: guests and template snapshots, shared by this host's workers"),
     SF_CFG_I(wk_cfg, vm_save_after_ms, "300000", 0, 86400000LL,
@@ -177,6 +178,11 @@ int main(int argc, char **argv)
     }
     if (sf_daemon_init(&ctx.d, "worker", &ctx.cfg.common) < 0 || pick_host_id(&ctx) < 0)
         goto out;
+    if (sf_toolset_load(&ctx.tools, ctx.cfg.schemas_dir, why, sizeof(why)) < 0 ||
+        wk_jobs_check(&ctx.tools, why, sizeof(why)) < 0) {
+        sf_error("msg=\"cannot load the tool schemas\" err=\"%s\"", why);
+        goto out;
+    }
     if (!(ctx.ops = wk_driver_find(ctx.cfg.driver))) {
         sf_error("msg=\"unknown driver; set driver to one this build has\" driver=%s has=\"%s\"",
                  ctx.cfg.driver, wk_driver_names());
@@ -265,6 +271,7 @@ out:
     sf_kafka_consumer_free(ctx.consumer);
     sf_kafka_producer_free(ctx.producer);
     sf_map_free(ctx.sandboxes);
+    sf_toolset_fini(&ctx.tools);
     sf_daemon_fini(&ctx.d);
     sf_config_free(cfg_table, SF_ARRAY_LEN(cfg_table), &ctx.cfg);
     return rc;

@@ -11,6 +11,7 @@
 #include "sf_jobio.h"
 #include "sf_map.h"
 #include "sf_redis.h"
+#include "sf_tools.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -21,6 +22,7 @@ typedef struct wk_cfg {
     char *state_dir;
     char *agent_path;
     char *driver;           /* "jail" */
+    char *schemas_dir;      /* the tool schemas (what runs here, and how) */
     int64_t capacity;       /* sandboxes this host runs at most (also bounded by resources) */
     int64_t memory_mib;     /* per sandbox, when the scheduler sends no limits */
     int64_t vcpu_milli;
@@ -63,6 +65,7 @@ typedef struct wk_ctx {
     rd_kafka_t *producer, *consumer;
     sf_jobq *jobq;
     sf_map *sandboxes;      /* id -> wk_box, from create until the teardown ended */
+    sf_toolset tools;       /* the tool catalogue */
     struct event *ev_check; /* asks Redis which sandboxes the platform still knows */
     pthread_t beat_thread;
     int beat_started;
@@ -89,6 +92,8 @@ typedef struct wk_box {
 } wk_box;
 
 /* jobs.c */
+/* 0 when this worker handles exactly the tools the catalogue declares to run on a host. */
+int wk_jobs_check(const sf_toolset *tools, char *why, size_t whylen);
 void wk_on_job(void *arg, sf_job *job, sf_kafka_ticket tk);
 void wk_on_bad(void *arg, const rd_kafka_message_t *msg, const char *why);
 /* Starts the kill of a sandbox (any state); the record becomes end_state when the

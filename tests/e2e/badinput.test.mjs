@@ -30,6 +30,12 @@ test('unknown tool -> error naming the tool', async () => {
     (e) => e.code === -32602 && /Unknown tool 'sandbox_teleport'.*tools\/list/.test(e.message));
 });
 
+test('the internal cancel message cannot be called as a tool', async () => {
+  await assert.rejects(
+    client.callTool({ name: 'sf.cancel', arguments: { job: 'job_x' } }),
+    (e) => e.code === -32602 && /Unknown tool 'sf.cancel'/.test(e.message));
+});
+
 test('wrong argument types -> actionable error naming the field', async () => {
   const r = await call(client, 'sandbox_exec', { sandbox_id: 'sb_x', command: 'true', timeout_ms: 'soon' });
   assert.equal(r.isError, true);

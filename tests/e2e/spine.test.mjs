@@ -17,6 +17,11 @@ test('tools/list serves the schemas with annotations', async () => {
   assert.equal(byName.sandbox_info.annotations.readOnlyHint, true);
   assert.deepEqual(byName.sandbox_exec.inputSchema.required, ['sandbox_id', 'command']);
   assert.equal(byName.sandbox_exec.inputSchema.type, 'object');
+  // x-sandfleet (where a tool runs) stays inside the platform; its output schema is served
+  assert.equal(byName.sandbox_exec.inputSchema['x-sandfleet'], undefined);
+  assert.deepEqual(byName.sandbox_exec.outputSchema.required, ['stdout', 'stderr', 'exit_code']);
+  for (const t of tools) assert.equal(t.outputSchema.type, 'object', t.name);
+  assert.equal(byName['sf.cancel'], undefined, 'the internal cancel message is not a tool');
 });
 
 test('create, exec, truncate, timeout, kill', async (t) => {
