@@ -1,15 +1,45 @@
 #include "sf_daemon.h"
 #include "sf_log.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static void *watchdog(void *arg)
+{
+    int64_t ms = (int64_t)(intptr_t)arg;
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+    sf_error("msg=\"shutdown deadline passed; exiting now\" deadline_ms=%lld", (long long)ms);
+    _exit(1);
+    return NULL;
+}
 
 static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
 {
     sf_daemon *d = arg;
-    sf_info("msg=\"stopping\" signal=%d", (int)sig);
-    event_base_loopexit(d->base, NULL);
+    pthread_t t;
+
+    if (d->stopping) {
+        sf_warn("msg=\"second stop signal: exiting at once\" signal=%d", (int)sig);
+        _exit(1);
+    }
+    d->stopping = 1;
+    sf_info("msg=\"stopping\" signal=%d deadline_ms=%lld", (int)sig,
+            (long long)d->shutdown_deadline_ms);
+    if (pthread_create(&t, NULL, watchdog, (void *)(intptr_t)d->shutdown_deadline_ms) == 0)
+        pthread_detach(t);
+    if (d->on_stop)
+        d->on_stop(d->on_stop_arg);
+    else
+        event_base_loopexit(d->base, NULL);
 }
 
 static void log_delivery_error(const char *topic, const char *err)
@@ -41,6 +71,7 @@ int sf_daemon_init(sf_daemon *d, const char *component, const sf_common_cfg *c)
     d->kafka.session_timeout_ms = (int)c->kafka_session_timeout_ms;
     d->kafka.linger_ms = 0;
     d->kafka.on_delivery_error = log_delivery_error;
+    d->shutdown_deadline_ms = c->shutdown_deadline_ms;
     return 0;
 }
 

@@ -16,6 +16,7 @@ typedef struct sf_common_cfg {
     char *log_level;
     int64_t kafka_fetch_wait_ms;
     int64_t kafka_session_timeout_ms;
+    int64_t shutdown_deadline_ms;
 } sf_common_cfg;
 
 #define SF_COMMON_CFG_ENTRIES(st)                                                              \
@@ -28,15 +29,27 @@ typedef struct sf_common_cfg {
     {"kafka_fetch_wait_ms", SF_CFG_INT, offsetof(st, common.kafka_fetch_wait_ms), "2", 1,      \
      10000, "Kafka fetch.wait.max.ms (1-10 for the embedded broker)"},                         \
     {"kafka_session_timeout_ms", SF_CFG_INT, offsetof(st, common.kafka_session_timeout_ms),   \
-     "6000", 1000, 300000, "Kafka session.timeout.ms"}
+     "3000", 1000, 300000,                                                                     \
+     "Kafka session.timeout.ms: a dead member's partitions move to the others after this"},    \
+    {"shutdown_deadline_ms", SF_CFG_INT, offsetof(st, common.shutdown_deadline_ms), "9000",    \
+     500, 600000,                                                                              \
+     "after SIGTERM the daemon exits within this, even when Kafka or Redis is gone"}
 
 typedef struct sf_daemon {
     struct event_base *base;
     struct event *ev_int, *ev_term;
     sf_kafka_settings kafka;
+    int64_t shutdown_deadline_ms;
+    int stopping;                 /* a stop signal arrived */
+    /* Called (instead of leaving the loop at once) by the first SIGINT/SIGTERM, for a
+     * daemon that drains first; it ends the loop itself. NULL: the loop ends at once. */
+    void (*on_stop)(void *arg);
+    void *on_stop_arg;
 } sf_daemon;
 
-/* 0 or -1 (message printed). */
+/* 0 or -1 (message printed). The first SIGINT/SIGTERM starts the stop (on_stop, else the
+ * loop ends) and a watchdog that ends the process after shutdown_deadline_ms whatever is
+ * still waiting (a broker or Redis that is gone); a second signal ends it at once. */
 int sf_daemon_init(sf_daemon *d, const char *component, const sf_common_cfg *c);
 void sf_daemon_fini(sf_daemon *d);
 

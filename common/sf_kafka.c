@@ -1,4 +1,5 @@
 #include "sf_kafka.h"
+#include "sf_util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -71,16 +72,30 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *parts, void *opaque)
 {
     consumer_hooks *h = opaque;
+    int coop = !strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE");
+    rd_kafka_error_t *e = NULL;
 
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
-        rd_kafka_assign(rk, parts);
+        if (coop)
+            e = rd_kafka_incremental_assign(rk, parts);
+        else
+            rd_kafka_assign(rk, parts);
+        if (e)
+            rd_kafka_error_destroy(e);
         return;
     }
     /* Revoked: work still running on these partitions must not move their offsets when
-     * it ends (another member owns them now and starts from the committed offset). */
+     * it ends (another member owns them now and starts from the committed offset). With
+     * cooperative-sticky assignment only the partitions that move are revoked; the rest
+     * keep flowing through a rebalance. */
     for (int i = 0; h && h->on_revoke && i < parts->cnt; i++)
         h->on_revoke(h->arg, parts->elems[i].partition);
-    rd_kafka_assign(rk, NULL);
+    if (coop)
+        e = rd_kafka_incremental_unassign(rk, parts);
+    else
+        rd_kafka_assign(rk, NULL);
+    if (e)
+        rd_kafka_error_destroy(e);
 }
 
 void sf_kafka_on_revoke(rd_kafka_t *consumer, void (*fn)(void *arg, int32_t partition),
@@ -118,7 +133,10 @@ rd_kafka_t *sf_kafka_consumer_new(const sf_kafka_settings *s, const char *group,
         conf_set(c, "enable.auto.commit", "true", why, whylen) < 0 ||
         conf_set(c, "auto.commit.interval.ms", "200", why, whylen) < 0 ||
         conf_set(c, "allow.auto.create.topics", "true", why, whylen) < 0 ||
-        conf_set(c, "fetch.error.backoff.ms", "20", why, whylen) < 0) {
+        conf_set(c, "fetch.error.backoff.ms", "20", why, whylen) < 0 ||
+        /* a member that leaves or dies moves only its own partitions; the others keep
+         * consuming through the rebalance */
+        conf_set(c, "partition.assignment.strategy", "cooperative-sticky", why, whylen) < 0) {
         rd_kafka_conf_destroy(c);
         free(hooks);
         return NULL;
@@ -130,15 +148,36 @@ rd_kafka_t *sf_kafka_consumer_new(const sf_kafka_settings *s, const char *group,
     return rk;
 }
 
+/* Leaving the group waits for the group coordinator; a broker that is gone would make
+ * rd_kafka_consumer_close() wait forever, so the close runs in the background and is
+ * given SF_KAFKA_CLOSE_MS (rebalance events it raises are served here), then the handle
+ * is destroyed without a second close. */
+#define SF_KAFKA_CLOSE_MS 3000
+
 void sf_kafka_consumer_free(rd_kafka_t *consumer)
 {
     consumer_hooks *h;
+    rd_kafka_queue_t *q;
+    rd_kafka_error_t *e;
+    int64_t until = sf_mono_ms() + SF_KAFKA_CLOSE_MS;
 
     if (!consumer)
         return;
     h = rd_kafka_opaque(consumer);
-    rd_kafka_consumer_close(consumer);
-    rd_kafka_destroy(consumer);
+    if ((q = rd_kafka_queue_new(consumer))) {
+        if ((e = rd_kafka_consumer_close_queue(consumer, q)))
+            rd_kafka_error_destroy(e);
+        while (!rd_kafka_consumer_closed(consumer) && sf_mono_ms() < until) {
+            rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 50);
+            if (ev && rd_kafka_event_type(ev) == RD_KAFKA_EVENT_REBALANCE)
+                on_rebalance(consumer, rd_kafka_event_error(ev),
+                             rd_kafka_event_topic_partition_list(ev), NULL);
+            if (ev)
+                rd_kafka_event_destroy(ev);
+        }
+        rd_kafka_queue_destroy(q);
+    }
+    rd_kafka_destroy_flags(consumer, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
     free(h);
 }
 

@@ -62,15 +62,41 @@ sf_free_port() {
         echo $((20000 + RANDOM % 20000))
 }
 
-# sf_spawn STATE NAME CMD...: starts CMD in the background, logs to STATE/logs/NAME.log.
+# A process's start time (clock ticks since boot): with its pid, it names the process even
+# after the pid is reused.
+sf_starttime() { awk '{print $22}' "/proc/$1/stat" 2>/dev/null; }
+
+# sf_spawn STATE NAME CMD...: starts CMD in the background, logs to STATE/logs/NAME.log;
+# STATE/pids/NAME holds its pid and NAME.start its start time, so a later `ops/run stop`
+# (or a new ops/run) finds and stops it even when the shell that started it is gone.
 sf_spawn() {
     local state=$1 name=$2; shift 2
     mkdir -p "$state/logs" "$state/pids"
     "$@" >>"$state/logs/$name.log" 2>&1 9>&- & # fd 9 is ops/run's lock: not for children
     echo $! >"$state/pids/$name"
+    sf_starttime $! >"$state/pids/$name.start"
 }
 
-sf_alive() { [ -f "$1/pids/$2" ] && kill -0 "$(cat "$1/pids/$2")" 2>/dev/null; }
+# sf_alive STATE NAME: the process STATE/pids/NAME names still runs (same start time).
+sf_alive() {
+    local f=$1/pids/$2 pid
+    [ -f "$f" ] || return 1
+    pid=$(cat "$f")
+    kill -0 "$pid" 2>/dev/null || return 1
+    [ ! -s "$f.start" ] || [ "$(sf_starttime "$pid")" = "$(cat "$f.start")" ]
+}
+
+# sf_stop_one STATE NAME [SECS]: TERM, up to SECS (default 10) for it to end, then KILL.
+sf_stop_one() {
+    local state=$1 name=$2 secs=${3:-10} pid i
+    if sf_alive "$state" "$name"; then
+        pid=$(cat "$state/pids/$name")
+        kill -TERM "$pid" 2>/dev/null
+        for ((i = 0; i < secs * 20; i++)); do sf_alive "$state" "$name" || break; sleep 0.05; done
+        sf_alive "$state" "$name" && kill -KILL "$pid" 2>/dev/null
+    fi
+    rm -f "$state/pids/$name" "$state/pids/$name.start"
+}
 
 # sf_daemon_env STATE BUILD: the settings the daemons share beside Kafka and Redis.
 sf_daemon_env() {
@@ -144,8 +170,11 @@ sf_stack_start() {
         sf_wait 10 redis redis-cli -p "$redis_port" ping || return 1
     fi
     if [ -z "${SF_KAFKA_BROKERS:-}" ]; then
+        # kafka.ports keeps the addresses: a restarted broker listens on them again, so the
+        # daemons find it by themselves.
         rm -f "$state/kafka.bootstrap"
-        sf_spawn "$state" kafka "$build/ops/sandfleet-kafka" --bootstrap-file "$state/kafka.bootstrap"
+        sf_spawn "$state" kafka "$build/ops/sandfleet-kafka" --bootstrap-file "$state/kafka.bootstrap" \
+            --ports-file "$state/kafka.ports"
         sf_wait 10 "the embedded Kafka broker" test -s "$state/kafka.bootstrap" || return 1
         SF_KAFKA_BROKERS=$(cat "$state/kafka.bootstrap")
         export SF_KAFKA_BROKERS
@@ -180,18 +209,28 @@ sf_stack_ready() {
         "$1" | grep -q '"sandboxes"'
 }
 
-sf_stack_stop() { # the daemons first (in parallel: each takes ~2 s to leave Kafka), then Kafka and Redis
-    local state=$1 group name pid i
-    for group in "gateway worker scheduler secret-proxy" "kafka redis"; do
-        for name in $group; do
-            [ -f "$state/pids/$name" ] && kill -TERM "$(cat "$state/pids/$name")" 2>/dev/null || true
-        done
-        for name in $group; do
-            [ -f "$state/pids/$name" ] || continue
-            pid=$(cat "$state/pids/$name")
-            for ((i = 0; i < 200; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-            kill -KILL "$pid" 2>/dev/null || true
-            rm -f "$state/pids/$name"
-        done
+# sf_stack_stop STATE: every daemon STATE/pids names (the workers, gateways and schedulers
+# first, in parallel: each may drain for a few seconds), then Kafka and Redis. Works from the
+# pid files alone, so it also stops a stack whose ops/run was killed.
+sf_stack_stop() {
+    local state=$1 f name last=() stoppers=()
+    [ -d "$state/pids" ] || return 0
+    for f in "$state"/pids/*; do
+        [ -f "$f" ] || continue
+        name=${f##*/}
+        case $name in *.start) continue ;; kafka | redis) last+=("$name"); continue ;; esac
+        sf_stop_one "$state" "$name" 15 &
+        stoppers+=($!)
     done
+    [ ${#stoppers[@]} -eq 0 ] || wait "${stoppers[@]}"
+    for name in "${last[@]}"; do sf_stop_one "$state" "$name" 10; done
+}
+
+# sf_stack_running STATE: some daemon of the stack in STATE still runs.
+sf_stack_running() {
+    local f
+    for f in "$1"/pids/*; do
+        [ -f "$f" ] && [ "${f%.start}" = "$f" ] && sf_alive "$1" "${f##*/}" && return 0
+    done
+    return 1
 }
