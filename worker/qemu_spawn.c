@@ -3,7 +3,9 @@
  * Parent (worker loop)                     Child
  *   clone3(CLONE_PIDFD [+ CLONE_NEWNET]) -->  dies with the worker (PDEATHSIG), no
  *   returns at once with the pidfd and        transparent huge pages (they would
- *   the report pipe                           inflate the VM's memory 512-fold), joins
+ *   the report pipe                           inflate the VM's memory 512-fold), the
+ *                                             OOM killer's first choice before the
+ *                                             platform's daemons (score +500), joins
  *                                             the sandbox's network namespace (or has
  *                                             a new one), lo up, creates tap0 there
  *                                             (the VM's NIC: no vhost, nothing on the
@@ -157,6 +159,13 @@ static __attribute__((noreturn)) void child_main(const wk_qspawn *a, int err_w, 
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != parent)
         child_fail(err_w, ST_PARENT);
     prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    /* When the host runs out of memory, a VM goes before the platform's daemons. */
+    if ((s = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC)) >= 0) {
+        if (write(s, "500", 3) != 3) {
+            /* not fatal: the VM only loses its place in the OOM killer's order */
+        }
+        close(s);
+    }
     if (a->netns_fd >= 0 && setns(a->netns_fd, CLONE_NEWNET) < 0)
         child_fail(err_w, ST_NETNS);
     if ((s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0 || if_up(s, "lo") < 0)

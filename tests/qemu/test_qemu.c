@@ -260,6 +260,26 @@ static void test_create_exec(void **state)
     long t;
 
     assert_string_equal(wk_qvm_state(a), "running");
+    {
+        /* its QEMU: first in line for the OOM killer, no transparent huge pages */
+        char path[64], buf[4096];
+        int fd;
+        ssize_t n;
+        snprintf(path, sizeof(path), "/proc/%d/oom_score_adj", (int)wk_qvm_pid(a));
+        assert_true((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0);
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        assert_true(n > 0);
+        buf[n] = '\0';
+        assert_int_equal(atoi(buf), 500);
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)wk_qvm_pid(a));
+        assert_true((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0);
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        assert_true(n > 0);
+        buf[n] = '\0';
+        assert_non_null(strstr(buf, "THP_enabled:\t0"));
+    }
     sh(a, "hostname; date +%s; uname -r; cat /proc/1/comm", &r);
     {
         char host[64], kernel[64], comm[64];
