@@ -5,6 +5,7 @@
  *                    disk, its fds; the argv (shared by template boot and restore)
  *   qemu_template.c  the guest (worker/vm/build-guest) and the template snapshot
  *   qemu_vm.c        one microVM: restore, pause, resume, save to disk, load, kill
+ *   qemu_pool.c      VMs restored ahead of time for the next creates
  *   qemu.c           the driver's operations table (driver.h)
  * Loop thread only, except where said otherwise. */
 #ifndef WK_QEMU_INT_H
@@ -184,6 +185,13 @@ int wk_qpool_start(wk_driver *d);
 void wk_qpool_set(wk_driver *d, uint32_t target);
 int wk_qpool_ready(const wk_driver *d);
 void wk_qpool_stop(wk_driver *d);
+/* Looks at the pool again in ms (0: now; a later kick does not push back a sooner one). */
+void wk_qpool_kick(wk_driver *d, uint32_t ms);
+/* qemu_vm.c's side of the pool: 0 not the pool's, 1 warming up, 2 ready; a new pool VM
+ * (restoring, -errno + *why); one taken out of the pool and killed. */
+int wk_qvm_pool_state(const wk_sandbox *sb);
+int wk_qvm_start_pooled(wk_driver *d, const char *name, const char **why);
+void wk_qvm_unpool(wk_sandbox *sb);
 /* The next VM in the driver's list (d->vms). */
 wk_sandbox *wk_qvm_next(const wk_sandbox *sb);
 

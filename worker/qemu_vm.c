@@ -98,7 +98,6 @@ struct wk_sandbox {
 };
 
 static void advance(wk_sandbox *sb);
-static void pool_schedule(wk_driver *d, uint32_t ms);
 static void on_kick(evutil_socket_t fd, short what, void *arg);
 static void fail_vm(wk_sandbox *sb, const char *why, const char *detail);
 
@@ -446,7 +445,7 @@ static void fail_vm(wk_sandbox *sb, const char *why, const char *detail)
         wk_qvm_kill(sb, NULL, NULL);
     } else if (sb->pooled) { /* nobody's sandbox yet: it just goes, and the pool waits */
         sb->pooled = 0;
-        pool_schedule(sb->d, WK_QPOOL_RETRY_MS);
+        wk_qpool_kick(sb->d, WK_QPOOL_RETRY_MS);
         wk_qvm_kill(sb, NULL, NULL);
     }
     fail_waiters(sb, why);
@@ -489,7 +488,7 @@ static void on_setup_done(void *arg, const wk_exec_result *res)
         sb->st = VM_POOLED;
         sf_debug("msg=\"VM ready in the pool\" dir=%s us=%llu", sb->dir,
                  (unsigned long long)(sf_mono_us() - sb->t0_us));
-        pool_schedule(sb->d, 0);
+        wk_qpool_kick(sb->d, 0);
         return;
     }
     sb->st = VM_RUNNING;
@@ -704,7 +703,7 @@ static int vm_take(wk_sandbox *sb, const wk_create_req *req, wk_create_cb cb, vo
         fail_vm(sb, ERR_NOMEM, "cannot hand out a pool VM");
         return rc;
     }
-    pool_schedule(sb->d, 0);
+    wk_qpool_kick(sb->d, 0);
     return 0;
 }
 
@@ -734,87 +733,39 @@ int wk_qvm_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, void 
     return 0;
 }
 
-/* ---- the pool of VMs restored ahead of time --------------------------------- */
+/* ---- for the pool (qemu_pool.c) ---------------------------------------------- */
 
-static void on_pool_timer(evutil_socket_t fd, short what, void *arg)
+int wk_qvm_pool_state(const wk_sandbox *sb)
 {
-    wk_driver *d = arg;
-    int ready = 0, filling = 0;
-    const char *why = NULL;
+    if (!sb->pooled || sb->killed)
+        return 0;
+    return sb->st == VM_POOLED ? 2 : 1;
+}
+
+int wk_qvm_start_pooled(wk_driver *d, const char *name, const char **why)
+{
     wk_sandbox *sb;
-    char name[32];
     int rc;
 
-    for (sb = d->vms; sb; sb = sb->next)
-        if (sb->pooled && !sb->killed) {
-            ready += sb->st == VM_POOLED;
-            filling += sb->st == VM_STARTING;
-        }
-    /* One restore at a time: the pool fills in the background, never in a burst. */
-    if (filling || ready >= (int)d->pool_target)
-        return;
-    snprintf(name, sizeof(name), ".pool-%u", ++d->pool_seq);
-    if ((rc = vm_new(d, name, &sb)) < 0) {
-        sf_warn("msg=\"cannot start a pool VM\" rc=%d", rc);
-        pool_schedule(d, WK_QPOOL_RETRY_MS);
-        return;
-    }
+    *why = NULL;
+    if ((rc = vm_new(d, name, &sb)) < 0)
+        return rc;
     sb->pooled = 1;
     sb->lim = d->defaults;
-    if ((rc = vm_restore(sb, &why)) < 0) {
-        sf_warn("msg=\"cannot start a pool VM\" rc=%d why=\"%s\"", rc, why ? why : "");
+    if ((rc = vm_restore(sb, why)) < 0) {
         sb->pooled = 0;
         sb->st = VM_DEAD;
         wk_qvm_kill(sb, NULL, NULL);
-        pool_schedule(d, WK_QPOOL_RETRY_MS);
     }
+    return rc;
 }
 
-static void pool_schedule(wk_driver *d, uint32_t ms)
+void wk_qvm_unpool(wk_sandbox *sb)
 {
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
-
-    if (!d->pool_target || !d->ev_pool)
+    if (!sb->pooled || sb->killed)
         return;
-    if (ms == 0 || !evtimer_pending(d->ev_pool, NULL))
-        evtimer_add(d->ev_pool, &tv);
-}
-
-int wk_qpool_start(wk_driver *d)
-{
-    if (!(d->ev_pool = evtimer_new(d->base, on_pool_timer, d)))
-        return -ENOMEM;
-    pool_schedule(d, 0);
-    return 0;
-}
-
-void wk_qpool_set(wk_driver *d, uint32_t target)
-{
-    d->pool_target = target;
-    for (wk_sandbox *sb = d->vms, *next; sb; sb = next) {
-        next = sb->next;
-        if (sb->pooled && !sb->killed && target == 0) {
-            sb->pooled = 0;
-            wk_qvm_kill(sb, NULL, NULL);
-        }
-    }
-    pool_schedule(d, 0);
-}
-
-int wk_qpool_ready(const wk_driver *d)
-{
-    int n = 0;
-    for (const wk_sandbox *sb = d->vms; sb; sb = sb->next)
-        n += sb->pooled && sb->st == VM_POOLED && !sb->killed;
-    return n;
-}
-
-void wk_qpool_stop(wk_driver *d)
-{
-    if (d->ev_pool)
-        event_free(d->ev_pool);
-    d->ev_pool = NULL;
-    d->pool_target = 0;
+    sb->pooled = 0;
+    wk_qvm_kill(sb, NULL, NULL);
 }
 
 /* ---- pause, resume, save, load ---------------------------------------------- */
