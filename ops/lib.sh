@@ -7,7 +7,7 @@ SF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SF_PACKAGES="cmake pkg-config gcc make librdkafka-dev libhiredis-dev libmsgpack-dev
 libnghttp2-dev libevent-dev libjansson-dev node-llhttp libseccomp-dev libcmocka-dev
 libsodium-dev libssl-dev libcurl4-openssl-dev redis-server redis-tools busybox-static
-iproute2 curl procps util-linux nghttp2-client openssl e2fsprogs"
+iproute2 curl procps util-linux nghttp2-client openssl e2fsprogs lxcfs"
 # the secret-proxy: nftables in each sandbox's namespace
 SF_PACKAGES="$SF_PACKAGES nftables"
 # the qemu driver: QEMU, qemu-img, and what worker/vm/build-guest uses

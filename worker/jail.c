@@ -43,8 +43,8 @@ static int copy_str(char *dst, size_t n, const char *src)
 
 static int check_limits(const wk_limits *l, const char **why)
 {
-    if (l->memory_mib < 16 || l->memory_mib > (1u << 22)) {
-        *why = "memory_mib must be from 16 to 4194304.";
+    if (l->memory_mib < 64 || l->memory_mib > (1u << 22)) {
+        *why = "memory_mib must be from 64 to 4194304.";
         return -EINVAL;
     }
     if (l->pids_max < 8 || l->pids_max > 4000000) {
@@ -55,11 +55,18 @@ static int check_limits(const wk_limits *l, const char **why)
         *why = "vcpu_milli must be from 10 to 1000000.";
         return -EINVAL;
     }
+    if (l->disk_mib < 16 || l->disk_mib > (1u << 24) || l->inodes < 1024 ||
+        l->inodes > (1ull << 32)) {
+        *why = "disk_mib must be from 16 to 16777216 and inodes from 1024 to 2^32.";
+        return -EINVAL;
+    }
     return 0;
 }
 
-/* Host memory (MiB, from /proc/meminfo), CPUs and free disk under state_dir. */
-static void measure_host(const wk_host_cfg *c, wk_host_res *res)
+/* Host memory (MiB, from /proc/meminfo), CPUs and free disk under state_dir, and the
+ * caps of the worker's parent cgroups. On v1 TCP buffers are limited apart from
+ * memory (memory/8 per sandbox): the memory offered is cut so that both together fit. */
+static void measure_host(const wk_host_cfg *c, wk_host_res *res, wk_cg_caps *caps)
 {
     uint64_t mem_kib = 0, share = c->host_share_pct ? c->host_share_pct : 100;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -75,10 +82,20 @@ static void measure_host(const wk_host_cfg *c, wk_host_res *res)
         fclose(f);
     mem_mib = mem_kib / 1024;
     mem_mib = mem_mib > c->reserve_mem_mib ? mem_mib - c->reserve_mem_mib : 0;
-    res->mem_mib = mem_mib * share / 100;
+    mem_mib = mem_mib * share / 100;
+    caps->mem_bytes = mem_mib << 20;
+    caps->tcp_bytes = 0;
+    if (wk_cgroup_tcp_apart()) {
+        mem_mib = mem_mib * WK_TCP_SHARE / (WK_TCP_SHARE + 1);
+        caps->mem_bytes = mem_mib << 20;
+        caps->tcp_bytes = (mem_mib << 20) / WK_TCP_SHARE;
+    }
+    res->mem_mib = mem_mib;
     cpu = (uint64_t)(ncpu > 0 ? ncpu : 1) * 1000;
-    cpu = cpu > c->reserve_vcpu_milli ? cpu - c->reserve_vcpu_milli : 100;
-    res->vcpu_milli = cpu * share / 100 * (c->cpu_overcommit_pct ? c->cpu_overcommit_pct : 100) / 100;
+    cpu = cpu > c->reserve_vcpu_milli + 100 ? cpu - c->reserve_vcpu_milli : 100;
+    cpu = cpu * share / 100;
+    caps->vcpu_milli = cpu < 10 ? 10 : cpu;
+    res->vcpu_milli = cpu * (c->cpu_overcommit_pct ? c->cpu_overcommit_pct : 100) / 100;
     res->disk_mib = 0;
     if (statvfs(c->state_dir, &sv) == 0)
         res->disk_mib = (uint64_t)sv.f_bavail * sv.f_frsize / (1 << 20) * share / 100;
@@ -88,7 +105,7 @@ static void measure_host(const wk_host_cfg *c, wk_host_res *res)
 /* Kills what a previous worker run left under state_dir: every sandboxes/<id>/
  * (its cgroups' processes, the cgroups, its disk, the directory) and unfinished
  * template builds. */
-static void host_cleanup(const char *state_dir)
+static void host_cleanup(const char *state_dir, const char *host)
 {
     char dir[WK_PATH_MAX], path[WK_PATH_MAX];
     struct dirent *e;
@@ -105,7 +122,7 @@ static void host_cleanup(const char *state_dir)
             continue;
         /* Its agent exits when the old worker's socket end closes, which ends
          * the pid namespace; the cgroup sweep catches anything still there. */
-        wk_cgroup_lookup(&cg, e->d_name);
+        wk_cgroup_lookup(&cg, host, e->d_name);
         if ((rc = wk_teardown_run(&cg, path, 0)) != 0 && (rc = wk_rmtree(path)) < 0)
             sf_error("msg=\"cannot remove a leftover sandbox\" dir=%s err=%d", path, rc);
         else
@@ -164,6 +181,7 @@ static int jail_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
 {
     const struct sock_fprog *prog;
     char path[WK_PATH_MAX];
+    wk_cg_caps caps;
     struct stat st;
     wk_driver *d;
     int rc;
@@ -216,16 +234,24 @@ static int jail_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
     }
     if ((rc = private_mounts(why)) < 0)
         goto fail;
-    host_cleanup(d->state_dir);
+    {
+        const char *lwhy = NULL;
+        if (wk_lxcfs_start(d->state_dir, &d->lxcfs, &lwhy) < 0)
+            sf_warn("msg=\"%s\"", lwhy);
+    }
+    if ((rc = wk_cgroup_host_init(d->host_id, NULL, why)) < 0)
+        goto fail;
+    host_cleanup(d->state_dir, d->host_id);
     sb_path(path, sizeof(path), d->state_dir, NULL);
     if ((rc = wk_mkdir_p(path, 0700)) < 0) {
         *why = "Cannot create state_dir/sandboxes; check that state_dir is writable by root.";
         goto fail;
     }
-    if ((rc = wk_template_ensure(d->state_dir, why)) < 0 || (rc = wk_cgroup_host_init(why)) < 0 ||
+    measure_host(c, &d->res, &caps);
+    if ((rc = wk_template_ensure(d->state_dir, why)) < 0 ||
+        (rc = wk_cgroup_host_init(d->host_id, &caps, why)) < 0 ||
         (rc = wk_seccomp_prog(&prog, why)) < 0 || (rc = wk_disk_host_init(d->state_dir, why)) < 0)
         goto fail;
-    measure_host(c, &d->res);
     pool_refill(d);
     sf_info("msg=\"jail driver ready\" state_dir=%s cgroup=%s uid_base=%u mem_mib=%llu "
             "vcpu_milli=%llu disk_mib=%llu", d->state_dir, wk_cgroup_is_v2() ? "v2" : "v1",
@@ -234,6 +260,7 @@ static int jail_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
     *out = d;
     return 0;
 fail:
+    wk_lxcfs_stop(&d->lxcfs);
     free(d);
     return rc;
 }
@@ -271,6 +298,7 @@ static void jail_host_fini(wk_driver *d)
     }
     if (ev)
         event_free(ev);
+    wk_lxcfs_stop(&d->lxcfs);
     if (d->n_all > 0 || d->pool_filling) {
         /* d stays allocated: their late callbacks still reach it */
         sf_warn("msg=\"sandboxes still tearing down at exit; the next start removes them\" "
@@ -335,8 +363,7 @@ static void create_work(void *arg)
     if ((rc = wk_disk_attach(d->state_dir, sb->sbdir, sb->lim.disk_mib, sb->lim.inodes,
                              sb->host_uid, &why)) < 0)
         goto fail;
-    if ((rc = wk_cgroup_create(&sb->cg, sb->id, (uint64_t)sb->lim.memory_mib << 20,
-                               (int)sb->lim.pids_max, &why)) < 0)
+    if ((rc = wk_cgroup_create(&sb->cg, d->host_id, sb->id, &sb->lim, &why)) < 0)
         goto fail;
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
         rc = -errno;
@@ -352,6 +379,12 @@ static void create_work(void *arg)
         .cg = &sb->cg,
         .seccomp = prog,
         .sock = sv[1],
+        /* half the box: its pages outlive their writers, and a /dev/shm that could
+         * fill the box would leave no room for a process to empty it */
+        .shm_bytes = (((uint64_t)sb->lim.memory_mib << 20) -
+                      wk_agent_reserve((uint64_t)sb->lim.memory_mib << 20)) / 2,
+        .nofile = d->nofile,
+        .lxcfs_dir = wk_lxcfs_alive(&d->lxcfs) ? d->lxcfs.dir : NULL,
     };
     rc = wk_spawn(&sa, &sb->pid, &sb->pidfd, &why);
     close(sv[1]);

@@ -37,6 +37,7 @@ struct wk_req {
     void *arg;
     struct event *timer;
     const char *error; /* set when the request can only fail (agent already gone) */
+    uint64_t oom0;     /* the box's OOM kills when the command started */
 };
 
 void wk_sandbox_release(wk_sandbox *sb)
@@ -145,6 +146,7 @@ static void handle_msg(wk_sandbox *sb, const sf_ap_msg *m)
             res.err_total = m->err_total;
             res.truncated = m->truncated;
             res.duration_ms = m->duration_ms;
+            res.oom_killed = wk_cgroup_oom_kills(&sb->cg) > r->oom0;
         }
         req_complete(sb, r, &res);
         return;
@@ -342,6 +344,7 @@ int wk_jail_exec(wk_sandbox *sb, const wk_exec_req *req, wk_exec_cb cb, void *ar
         req_link(sb, r);
         return 0;
     }
+    r->oom0 = wk_cgroup_oom_kills(&sb->cg);
     m.id = r->id;
     m.cmd = req->command;
     m.cwd = req->cwd && req->cwd[0] ? req->cwd : NULL; /* "" = the default, /root */

@@ -1,14 +1,19 @@
 /* The jail's seccomp filter: allow by default, EPERM for syscalls a sandbox
  * has no business making (kernel/module/key/bpf/perf/mount/namespace entry and
- * tracing interfaces). Compiled once with libseccomp and exported as raw BPF,
+ * tracing interfaces), and sockets only of the families a sandbox needs: AF_UNIX,
+ * AF_INET, AF_INET6 and AF_NETLINK with NETLINK_ROUTE; any other family (AF_VSOCK
+ * shares the host's port space, AF_PACKET and AF_XDP see raw frames...) fails with
+ * EAFNOSUPPORT, as if the kernel lacked it. Compiled once with libseccomp and exported as raw BPF,
  * so the freshly cloned jail child can install it with a bare syscall (no
  * allocation after clone in a multi-threaded worker). */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/netlink.h>
 #include <linux/sched.h>
 #include <seccomp.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "jail_int.h"
@@ -33,6 +38,35 @@ static const char *const denied[] = {
 };
 
 static struct sock_fprog prog;
+
+/* socket(domain, ...) for domain outside the allowed families, and AF_NETLINK with a
+ * protocol other than NETLINK_ROUTE: EAFNOSUPPORT. The domain is an int: each family
+ * below AF_MAX is matched on the low 32 bits, anything at or above AF_MAX (also
+ * negative values and high bits) by one comparison. The i386 socketcall multiplexer
+ * passes its arguments in memory, out of the filter's sight: ENOSYS (libc then uses
+ * the direct socket call, which the rules cover). */
+static int add_socket_rules(scmp_filter_ctx ctx)
+{
+    int rc;
+
+    for (int fam = 0; fam < AF_MAX; fam++) {
+        if (fam == AF_UNIX || fam == AF_INET || fam == AF_INET6 || fam == AF_NETLINK)
+            continue;
+        if ((rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 1,
+                                   SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu, (scmp_datum_t)fam))) < 0)
+            return rc;
+    }
+    if ((rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 1,
+                               SCMP_A0(SCMP_CMP_GE, AF_MAX))) < 0 ||
+        (rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 2,
+                               SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu, AF_NETLINK),
+                               SCMP_A2(SCMP_CMP_NE, NETLINK_ROUTE))) < 0)
+        return rc;
+    if ((rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(socketcall), 0)) < 0 &&
+        rc != -EEXIST)
+        return rc;
+    return 0;
+}
 
 static int build(void)
 {
@@ -65,6 +99,8 @@ static int build(void)
         /* clone3 passes its flags in memory, out of the filter's sight: ENOSYS
          * makes libc fall back to clone. */
         (rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0)) < 0)
+        goto out;
+    if ((rc = add_socket_rules(ctx)) < 0)
         goto out;
     if ((fd = memfd_create("sf-seccomp", MFD_CLOEXEC)) < 0) {
         rc = -errno;

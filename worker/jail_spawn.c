@@ -16,7 +16,9 @@
  *                                           read-only; hostname; lo up;
  *                                           pivot_root, old root detached; caps
  *                                           bounded; fds: 0-2 /dev/null, 3 the
- *                                           socket; no_new_privs; seccomp; exec
+ *                                           socket, 4 the box's cgroup file;
+ *                                           nofile and core limits; no_new_privs;
+ *                                           seccomp; exec
  *   reads the error pipe: EOF = exec'd <----  or {errno, step} on failure
  *
  * The child runs in a copy of a possibly multi-threaded process, so it makes
@@ -40,6 +42,7 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -58,7 +61,7 @@
 enum {
     ST_CGROUP, ST_IDS, ST_CGNS, ST_PRIVATE, ST_TEMPLATE, ST_SBDIR, ST_OVERLAY, ST_PROC,
     ST_DEV, ST_DEVNODE, ST_SHM, ST_AGENT, ST_HOSTNAME, ST_LO, ST_PIVOT, ST_CAPS, ST_FDS,
-    ST_SECCOMP, ST_EXEC, ST_COUNT
+    ST_SECCOMP, ST_EXEC, ST_LIMITS, ST_LXCFS, ST_COUNT
 };
 
 static const char *const step_why[ST_COUNT] = {
@@ -81,6 +84,8 @@ static const char *const step_why[ST_COUNT] = {
     [ST_FDS] = "Setting up the jail's file descriptors failed.",
     [ST_SECCOMP] = "Installing the jail's seccomp filter failed; the kernel needs seccomp filters.",
     [ST_EXEC] = "The jail could not start the agent; check that agent_path is a static sandfleet-agent binary.",
+    [ST_LXCFS] = "The jail could not bind lxcfs's /proc files; check that the worker's lxcfs runs (state_dir/lxcfs).",
+    [ST_LIMITS] = "The jail could not set its open-file limit; lower the worker's nofile setting to at most the host's fs.nr_open.",
 };
 
 /* Capabilities the sandbox keeps (inside its user namespace): the usual
@@ -99,11 +104,14 @@ static const char *const dev_dst[] = {"dev/null", "dev/zero", "dev/full",
                                       "dev/random", "dev/urandom", "dev/tty"};
 
 typedef struct child_ctx {
-    int go_r, go_w, err_w, sock;
+    int go_r, go_w, err_w, sock, box;
+    char lxcfs[WK_LXCFS_FILES][WK_PATH_MAX / 4]; /* lxcfs files ("" = none) */
+    char lxcfs_dst[WK_LXCFS_FILES][32];          /* proc/<name> */
     int tasks[WK_CG_N];
+    char shm_opts[96];
+    uint32_t nofile;
     char lower[WK_PATH_MAX], upper[WK_PATH_MAX], work[WK_PATH_MAX];
     const char *sbdir, *agent;
-    unsigned long agent_flags;
     const char *hostname;
     const struct sock_fprog *seccomp;
     uint64_t caps_keep;
@@ -174,13 +182,14 @@ static int child_lo_up(void)
     return rc;
 }
 
-/* 0-2 -> /dev/null, 3 -> the agent socket, everything else close-on-exec
- * (the error pipe closes at exec, which is how the worker learns it worked). */
+/* 0-2 -> /dev/null, 3 -> the agent socket, 4 -> the box's cgroup file (the agent's
+ * commands join the box through it), everything else close-on-exec (the error pipe
+ * closes at exec, which is how the worker learns it worked). */
 static int child_fds(const child_ctx *c)
 {
-    int sock = fcntl(c->sock, F_DUPFD_CLOEXEC, 100), nul;
+    int sock = fcntl(c->sock, F_DUPFD_CLOEXEC, 100), box = fcntl(c->box, F_DUPFD_CLOEXEC, 100), nul;
 
-    if (sock < 0 || (nul = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0)
+    if (sock < 0 || box < 0 || (nul = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0)
         return -1;
     for (int i = 0; i < 3; i++) {
         if (nul == i) {
@@ -190,17 +199,17 @@ static int child_fds(const child_ctx *c)
             return -1;
         }
     }
-    if (dup3(sock, SF_AP_AGENT_FD, 0) < 0)
+    if (dup3(sock, SF_AP_AGENT_FD, 0) < 0 || dup3(box, SF_AP_BOX_FD, 0) < 0)
         return -1;
-    return (int)syscall(SYS_close_range, SF_AP_AGENT_FD + 1, ~0U, CLOSE_RANGE_CLOEXEC);
+    return (int)syscall(SYS_close_range, SF_AP_BOX_FD + 1, ~0U, CLOSE_RANGE_CLOEXEC);
 }
 
 static __attribute__((noreturn)) void child_main(child_ctx *c)
 {
     char *argv[] = {AGENT_IN_JAIL, NULL};
     char *envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
-    char opts[WK_PATH_MAX], agent_src[64];
-    int lower, upper, work, sb, agent;
+    char opts[WK_PATH_MAX], src[64];
+    int lower, upper, work, sb, agent, lx[WK_LXCFS_FILES];
     size_t n = 0;
     char go;
 
@@ -229,6 +238,10 @@ static __attribute__((noreturn)) void child_main(child_ctx *c)
         child_fail(c, ST_SBDIR);
     if ((agent = open(c->agent, O_PATH | O_CLOEXEC)) < 0)
         child_fail(c, ST_AGENT);
+    for (int i = 0; i < WK_LXCFS_FILES; i++)
+        if ((lx[i] = c->lxcfs[i][0] ? open(c->lxcfs[i], O_PATH | O_CLOEXEC) : -1) < 0 &&
+            c->lxcfs[i][0])
+            child_fail(c, ST_LXCFS);
     if (syscall(SYS_setresgid, 0, 0, 0) < 0 || syscall(SYS_setgroups, 0, NULL) < 0 ||
         syscall(SYS_setresuid, 0, 0, 0) < 0)
         child_fail(c, ST_IDS);
@@ -249,12 +262,25 @@ static __attribute__((noreturn)) void child_main(child_ctx *c)
         child_fail(c, ST_OVERLAY);
     if (mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
         child_fail(c, ST_PROC);
+    /* The sandbox's own figures (lxcfs) over the host's. */
+    for (int i = 0; i < WK_LXCFS_FILES; i++) {
+        if (lx[i] < 0)
+            continue;
+        n = 0;
+        src[0] = '\0';
+        cat_str(src, &n, "/proc/self/fd/");
+        cat_fd(src, &n, lx[i]);
+        if (mount(src, c->lxcfs_dst[i], NULL, MS_BIND, NULL) < 0)
+            child_fail(c, ST_LXCFS);
+        close(lx[i]);
+    }
     if (mount("tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=256k,nr_inodes=64") < 0)
         child_fail(c, ST_DEV);
     if (child_devices() < 0)
         child_fail(c, ST_DEVNODE);
+    /* sized to the box: its pages are charged to the box's memory anyway */
     if (mkdir("dev/shm", 01777) < 0 ||
-        mount("tmpfs", "dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") < 0)
+        mount("tmpfs", "dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, c->shm_opts) < 0)
         child_fail(c, ST_SHM);
     /* A private devpts for ptys is a convenience: skip it if the kernel refuses. */
     if (mkdir("dev/pts", 0755) == 0 &&
@@ -263,13 +289,6 @@ static __attribute__((noreturn)) void child_main(child_ctx *c)
     if (symlink("/proc/self/fd", "dev/fd") < 0 || symlink("/proc/self/fd/0", "dev/stdin") < 0 ||
         symlink("/proc/self/fd/1", "dev/stdout") < 0 || symlink("/proc/self/fd/2", "dev/stderr") < 0)
         child_fail(c, ST_DEV);
-    n = 0;
-    agent_src[0] = '\0';
-    cat_str(agent_src, &n, "/proc/self/fd/");
-    cat_fd(agent_src, &n, agent);
-    if (mount(agent_src, "sbin/sandfleet-agent", NULL, MS_BIND, NULL) < 0 ||
-        mount(NULL, "sbin/sandfleet-agent", NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | c->agent_flags, NULL) < 0)
-        child_fail(c, ST_AGENT);
     if (sethostname(c->hostname, strlen(c->hostname)) < 0)
         child_fail(c, ST_HOSTNAME);
     if (child_lo_up() < 0)
@@ -287,10 +306,17 @@ static __attribute__((noreturn)) void child_main(child_ctx *c)
     }
     if (child_fds(c) < 0)
         child_fail(c, ST_FDS);
+    {
+        struct rlimit nofile = {c->nofile, c->nofile}, none = {0, 0};
+        if (setrlimit(RLIMIT_NOFILE, &nofile) < 0 || setrlimit(RLIMIT_CORE, &none) < 0)
+            child_fail(c, ST_LIMITS);
+    }
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
         syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, c->seccomp) < 0)
         child_fail(c, ST_SECCOMP);
-    execve(AGENT_IN_JAIL, argv, envp);
+    /* Straight from the host's file: nothing of the agent is mounted in the sandbox, so
+     * no host path shows in its mount table. */
+    syscall(SYS_execveat, agent, "", argv, envp, AT_EMPTY_PATH);
     child_fail(c, ST_EXEC);
 }
 
@@ -309,25 +335,6 @@ static int write_map(pid_t pid, const char *file, uint32_t host_id)
         rc = -errno;
     close(fd);
     return rc;
-}
-
-static unsigned long mount_flags_of(int fd)
-{
-    struct statvfs sv;
-    unsigned long f = 0;
-
-    /* A bind remount must repeat the locked flags of the source mount. */
-    if (fstatvfs(fd, &sv) < 0)
-        return MS_NOSUID | MS_NODEV;
-    if (sv.f_flag & ST_NOEXEC)
-        f |= MS_NOEXEC;
-    if (sv.f_flag & ST_NOATIME)
-        f |= MS_NOATIME;
-    if (sv.f_flag & ST_NODIRATIME)
-        f |= MS_NODIRATIME;
-    if (sv.f_flag & ST_RELATIME)
-        f |= MS_RELATIME;
-    return f | MS_NOSUID | MS_NODEV;
 }
 
 void wk_spawn_kill(int *pidfd)
@@ -363,8 +370,26 @@ int wk_spawn(const wk_spawn_args *a, pid_t *pid_out, int *pidfd_out, const char 
     ssize_t n;
 
     memset(&c, 0, sizeof(c));
+    c.box = -1;
     for (int i = 0; i < WK_CG_N; i++)
         c.tasks[i] = -1;
+    snprintf(c.shm_opts, sizeof(c.shm_opts), "mode=1777,size=%llu,nr_inodes=16384",
+             (unsigned long long)a->shm_bytes);
+    c.nofile = a->nofile ? a->nofile : 1024;
+    for (int i = 0; i < WK_LXCFS_FILES; i++) {
+        c.lxcfs[i][0] = '\0';
+        snprintf(c.lxcfs_dst[i], sizeof(c.lxcfs_dst[i]), "proc/%s", wk_lxcfs_files[i]);
+        if (a->lxcfs_dir &&
+            snprintf(c.lxcfs[i], sizeof(c.lxcfs[i]), "%s/proc/%s", a->lxcfs_dir,
+                     wk_lxcfs_files[i]) >= (int)sizeof(c.lxcfs[i]))
+            c.lxcfs[i][0] = '\0';
+    }
+    {
+        struct rlimit cur; /* raising the hard limit needs CAP_SYS_RESOURCE on the host */
+        if (getrlimit(RLIMIT_NOFILE, &cur) == 0 && cur.rlim_max != RLIM_INFINITY &&
+            c.nofile > cur.rlim_max)
+            c.nofile = (uint32_t)cur.rlim_max;
+    }
     if (path_join(c.lower, a->lower, NULL) < 0 ||
         path_join(c.upper, a->sbdir, WK_DISK_MOUNT "/upper") < 0 ||
         path_join(c.work, a->sbdir, WK_DISK_MOUNT "/work") < 0) {
@@ -379,13 +404,12 @@ int wk_spawn(const wk_spawn_args *a, pid_t *pid_out, int *pidfd_out, const char 
         *why = "Cannot open agent_path; point it at the built sandfleet-agent binary.";
         goto out;
     }
-    c.agent_flags = mount_flags_of(agent);
     c.hostname = a->hostname;
     c.seccomp = a->seccomp;
     c.sock = a->sock;
     for (size_t i = 0; i < sizeof(caps_kept) / sizeof(caps_kept[0]); i++)
         c.caps_keep |= 1ull << caps_kept[i];
-    if ((rc = wk_cgroup_open_tasks(a->cg, c.tasks)) < 0) {
+    if ((rc = wk_cgroup_open_tasks(a->cg, c.tasks, &c.box)) < 0) {
         *why = "Cannot open the sandbox's cgroups; check /sys/fs/cgroup.";
         goto out;
     }
@@ -476,6 +500,8 @@ out:
     for (int i = 0; i < WK_CG_N; i++)
         if (c.tasks[i] >= 0)
             close(c.tasks[i]);
+    if (c.box >= 0)
+        close(c.box);
     if (agent >= 0)
         close(agent);
     return rc;

@@ -368,6 +368,16 @@ static void on_exec_done(void *arg, const wk_exec_result *res)
     r = json_object();
     json_object_set_new(r, "stdout", stream_text(res->out, res->out_len, res->out_total));
     json_object_set_new(r, "stderr", stream_text(res->err, res->err_len, res->err_total));
+    if (res->oom_killed) {
+        wk_box *b = sf_map_get(c->ctx->sandboxes, c->job.sandbox);
+        char note[256];
+        snprintf(note, sizeof(note), "%s[sandfleet] The sandbox reached its memory limit (%u MiB) "
+                 "and the kernel killed a process of this command; use less memory.\n",
+                 json_string_length(json_object_get(r, "stderr")) ? "\n" : "",
+                 b ? b->lim.memory_mib : 0);
+        json_object_set_new(r, "stderr", json_sprintf("%s%s",
+                            json_string_value(json_object_get(r, "stderr")), note));
+    }
     json_object_set_new(r, "exit_code", json_integer(res->exit_code));
     json_object_set_new(r, "truncated", json_boolean(res->truncated));
     json_object_set_new(r, "stdout_bytes", json_integer((json_int_t)res->out_total));

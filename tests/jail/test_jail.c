@@ -45,7 +45,7 @@ static int id_seq;
 
 typedef struct run {
     int done;
-    int exit_code, timed_out, truncated;
+    int exit_code, timed_out, truncated, oom_killed;
     char *out, *err, *error;
     size_t out_len, err_len;
     uint64_t out_total, err_total;
@@ -74,6 +74,7 @@ static void on_done(void *arg, const wk_exec_result *res)
     }
     r->exit_code = res->exit_code;
     r->timed_out = res->timed_out;
+    r->oom_killed = res->oom_killed;
     r->truncated = res->truncated;
     r->out = dup_bytes(res->out, res->out_len);
     r->err = dup_bytes(res->err, res->err_len);
@@ -441,7 +442,43 @@ static void test_host_files_are_invisible(void **state)
     sh(sb, "cat /proc/self/mounts", &r);
     assert_null(strstr(r.out, state_dir));
     assert_null(strstr(r.out, " /work"));
-    assert_true(count_lines(r.out) <= 14); /* /, proc, dev + 6 nodes, shm, pts, agent */
+    /* /, proc + 7 lxcfs files, dev + 6 nodes, shm, pts */
+    assert_true(count_lines(r.out) <= 18);
+    run_free(&r);
+    kill_wait(sb);
+}
+
+/* The sandbox sees its own limits (lxcfs, its own disk) and no host path in its mount
+ * table. */
+static void test_proc_shows_the_sandbox(void **state)
+{
+    char id[64], want[64];
+    wk_sandbox *sb = create(id, sizeof(id));
+    long kb;
+    run r;
+
+    if (!wk_lxcfs_alive(&drv->lxcfs)) {
+        kill_wait(sb);
+        skip(); /* lxcfs is not installed here */
+    }
+    sh(sb, "awk '/^MemTotal:/ {print $2}' /proc/meminfo", &r);
+    snprintf(want, sizeof(want), "%llu\n", (unsigned long long)(TEST_MEMORY >> 10));
+    assert_string_equal(r.out, want);
+    run_free(&r);
+    sh(sb, "grep -c ^processor /proc/cpuinfo; cut -d. -f1 /proc/uptime", &r);
+    if (strncmp(r.out, "1\n", 2) != 0)
+        fail_msg("cpuinfo/uptime: %s", r.out); /* 1000 mcpu: one CPU */
+    assert_true(atol(r.out + 2) < 60);           /* up since the sandbox started */
+    run_free(&r);
+    sh(sb, "df -k / | tail -1 | awk '{print $2}'", &r);
+    kb = atol(r.out);
+    assert_true(kb > 200 * 1024 && kb <= 256 * 1024); /* its own 256 MiB disk */
+    run_free(&r);
+    sh(sb, "cat /proc/self/mountinfo", &r);
+    if (strstr(r.out, state_dir) || strstr(r.out, SF_AGENT_PATH) || strstr(r.out, "/work") ||
+        strstr(r.out, "/tmp/"))
+        fail_msg("a host path in the sandbox's mountinfo:\n%s", r.out);
+    assert_non_null(strstr(r.out, " /proc/meminfo ")); /* lxcfs's, bound over /proc's */
     run_free(&r);
     kill_wait(sb);
 }
@@ -538,18 +575,44 @@ static void test_seccomp_no_new_privs_and_caps(void **state)
     kill_wait(sb);
 }
 
+/* Tasks of a cgroup directory. */
+static int group_has(const char *dir, pid_t pid)
+{
+    char path[512], line[64];
+    int found = 0;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+    if (!(f = fopen(path, "r")))
+        return 0;
+    while (fgets(line, sizeof(line), f))
+        found |= (pid_t)strtol(line, NULL, 10) == pid;
+    fclose(f);
+    return found;
+}
+
 static void test_cgroup_limits(void **state)
 {
     char id[64];
     wk_sandbox *sb = create(id, sizeof(id));
+    long box = (long)(TEST_MEMORY - wk_agent_reserve(TEST_MEMORY));
     run r;
 
     if (sb->cg.v2) {
         assert_int_equal(read_long(sb->cg.dir[0], "memory.max"), (long)TEST_MEMORY);
+        assert_int_equal(read_long(sb->cg.box, "memory.max"), box);
         assert_int_equal(read_long(sb->cg.dir[0], "pids.max"), TEST_PIDS);
     } else {
-        assert_int_equal(read_long(sb->cg.dir[WK_CG_MEMORY], "memory.limit_in_bytes"), (long)TEST_MEMORY);
+        const char *mem = sb->cg.dir[WK_CG_MEMORY], *cpu = sb->cg.dir[WK_CG_CPU];
+        assert_int_equal(read_long(mem, "memory.limit_in_bytes"), (long)TEST_MEMORY);
+        assert_int_equal(read_long(sb->cg.box, "memory.limit_in_bytes"), box);
+        if (wk_cgroup_tcp_apart())
+            assert_int_equal(read_long(mem, "memory.kmem.tcp.limit_in_bytes"),
+                             (long)wk_tcp_limit(TEST_MEMORY));
         assert_int_equal(read_long(sb->cg.dir[WK_CG_PIDS], "pids.max"), TEST_PIDS);
+        assert_int_equal(read_long(cpu, "cpu.cfs_quota_us"), 100000); /* 1000 mcpu */
+        assert_int_equal(read_long(cpu, "cpu.cfs_period_us"), 100000);
+        assert_int_equal(read_long(cpu, "cpu.shares"), 1024);
         assert_true(path_exists(sb->cg.dir[WK_CG_FREEZER]));
     }
     {
@@ -558,16 +621,133 @@ static void test_cgroup_limits(void **state)
         assert_int_equal(n, 1); /* the init, already inside */
         assert_int_equal(pids[0], sb->pid);
     }
-    /* A shell variable of 200 MB does not fit in 128 MiB: the OOM killer ends it. */
+    /* the agent stays out of the box; its commands go in */
+    assert_true(group_has(sb->cg.v2 ? sb->cg.agent : sb->cg.dir[WK_CG_MEMORY], sb->pid));
+    assert_false(group_has(sb->cg.box, sb->pid));
+    sh(sb, "sleep 30 >/dev/null 2>&1 & echo $!", &r);
+    run_free(&r);
+    {
+        pid_t pids[16];
+        int n = cgroup_pids(sb, pids, 16), in_box = 0;
+        for (int i = 0; i < n; i++)
+            if (pids[i] != sb->pid)
+                in_box += group_has(sb->cg.box, pids[i]);
+        assert_int_equal(n, 2);
+        assert_int_equal(in_box, 1);
+    }
+    /* A shell variable of 200 MB does not fit in the box: the OOM killer ends the
+     * command, not the agent, and the result says so. */
     sh(sb, "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo survived", &r);
     assert_null(strstr(r.out, "survived"));
     assert_int_equal(r.exit_code, 128 + SIGKILL);
+    assert_int_equal(r.oom_killed, 1);
     run_free(&r);
-    sh(sb, "echo still-here", &r);
-    assert_string_equal(r.out, "still-here\n");
+    sh(sb, "echo still-here; cat /proc/1/cmdline", &r);
+    assert_non_null(strstr(r.out, "still-here\n/sbin/sandfleet-agent"));
+    assert_int_equal(r.oom_killed, 0);
     run_free(&r);
     kill_wait(sb);
 }
+
+/* /dev/shm pages outlive the processes that wrote them: they are charged to the box,
+ * and /dev/shm holds half of it, so a fill stops with ENOSPC, the box never passes
+ * its limit and there is room left to clean up. */
+static void test_shm_fill_is_stopped_by_the_box(void **state)
+{
+    char id[64];
+    wk_sandbox *sb = create(id, sizeof(id));
+    long limit = (long)(TEST_MEMORY - wk_agent_reserve(TEST_MEMORY));
+    const char *max = sb->cg.v2 ? "memory.peak" : "memory.max_usage_in_bytes";
+    run r;
+
+    sh(sb, "dd if=/dev/zero of=/dev/shm/fill bs=1M count=200; echo rc=$?", &r);
+    if (strstr(r.out, "rc=0") || !strstr(r.err, "No space left on device"))
+        fail_msg("the fill was not stopped by ENOSPC: exit=%d out=%s err=%s", r.exit_code, r.out,
+                 r.err);
+    run_free(&r);
+    if (read_long(sb->cg.box, max) >= 0)
+        assert_true(read_long(sb->cg.box, max) <= limit);
+    sh(sb, "rm -f /dev/shm/fill; head -c 1000000 /dev/zero > /dev/shm/ok && echo fine; "
+           "cat /proc/1/cmdline", &r);
+    assert_string_equal(r.out, "fine\n/sbin/sandfleet-agent");
+    run_free(&r);
+    kill_wait(sb);
+}
+
+/* A command longer than Linux takes as one exec argument (128 KiB) runs. */
+static void test_long_command(void **state)
+{
+    enum { N = 150 * 1024 };
+    char id[64], *cmd = malloc(N + 64);
+    wk_sandbox *sb = create(id, sizeof(id));
+    run r;
+
+    assert_non_null(cmd);
+    memcpy(cmd, "echo ", 5);
+    memset(cmd + 5, 'x', N);
+    strcpy(cmd + 5 + N, " | wc -c; echo $0");
+    sh(sb, cmd, &r);
+    assert_string_equal(r.out, "153601\nsh\n");
+    assert_int_equal(r.exit_code, 0);
+    run_free(&r);
+    free(cmd);
+    kill_wait(sb);
+}
+
+/* Open files and /dev/shm are bounded too. */
+static void test_nofile_and_shm(void **state)
+{
+    char id[64];
+    wk_sandbox *sb = create(id, sizeof(id));
+    long box_kib = (long)((TEST_MEMORY - wk_agent_reserve(TEST_MEMORY)) >> 10) / 2;
+    char want[64];
+    run r;
+
+    sh(sb, "ulimit -n; ulimit -Hn; df -k /dev/shm | tail -1 | awk '{print $2}'", &r);
+    snprintf(want, sizeof(want), "1024\n1024\n%ld\n", box_kib);
+    assert_string_equal(r.out, want);
+    run_free(&r);
+    kill_wait(sb);
+}
+
+#ifdef SF_PROBE_PATH
+/* Only AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK (route) sockets open, also through
+ * the i386 system call entry. */
+static void test_socket_families(void **state)
+{
+    static const struct {
+        const char *args, *want;
+    } cases[] = {
+        {"1 1 0", "ok"},         {"2 2 0", "ok"},           {"10 2 0", "ok"},
+        {"16 3 0", "ok"},        {"40 1 0", "errno 97"},    {"17 3 0", "errno 97"},
+        {"44 3 0", "errno 97"},  {"16 3 9", "errno 97"},    {"5 2 0", "errno 97"},
+        {"4294967336 1 0", "errno 97"}, {"40 1 0 int80", "errno 97"},
+        {"17 3 0 int80", "errno 97"}, {"2 2 0 int80", "ok"},
+    };
+    char id[64], dst[WK_PATH_MAX + 32], cmd[128];
+    wk_sandbox *sb = create(id, sizeof(id));
+    int in, out;
+    char buf[65536];
+    ssize_t n;
+    run r;
+
+    snprintf(dst, sizeof(dst), "%s/fs/upper/root/probe", sb->sbdir);
+    assert_true((in = open(SF_PROBE_PATH, O_RDONLY)) >= 0);
+    assert_true((out = open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0755)) >= 0);
+    while ((n = read(in, buf, sizeof(buf))) > 0)
+        assert_int_equal(write(out, buf, (size_t)n), n);
+    close(in);
+    close(out);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(cmd, sizeof(cmd), "/root/probe %s", cases[i].args);
+        sh(sb, cmd, &r);
+        if (strncmp(r.out, cases[i].want, strlen(cases[i].want)) != 0)
+            fail_msg("socket(%s): %s (want %s)", cases[i].args, r.out, cases[i].want);
+        run_free(&r);
+    }
+    kill_wait(sb);
+}
+#endif
 
 static void test_fork_bomb_is_contained(void **state)
 {
@@ -847,7 +1027,7 @@ static void test_kill_from_inside_a_callback(void **state)
 
 static void test_kill_leaves_nothing_behind(void **state)
 {
-    char id[64], dir[WK_PATH_MAX], cg[WK_CG_N][256], line[512];
+    char id[64], dir[WK_PATH_MAX], cg[WK_CG_N][320], line[512];
     wk_sandbox *sb = create(id, sizeof(id));
     pid_t pids[64];
     int n;
@@ -875,7 +1055,7 @@ static void test_kill_leaves_nothing_behind(void **state)
     f = fopen("/proc/self/mountinfo", "r");
     assert_non_null(f);
     while (fgets(line, sizeof(line), f))
-        if (strstr(line, id) || strstr(line, state_dir))
+        if (strstr(line, id))
             fail_msg("host mount left behind: %s", line);
     fclose(f);
 }
@@ -921,7 +1101,7 @@ static void test_disk_and_inode_quota(void **state)
  * loop device, cgroups). */
 static void test_teardown_in_a_child_can_be_stopped(void **state)
 {
-    char ida[64], idb[64], dir[WK_PATH_MAX], dev[64], line[256], cg[WK_CG_N][256];
+    char ida[64], idb[64], dir[WK_PATH_MAX], dev[64], line[256], cg[WK_CG_N][320];
     wk_sandbox *a = create(ida, sizeof(ida)), *b = create(idb, sizeof(idb));
     int done = 0;
     pid_t td = 0;
@@ -1090,7 +1270,7 @@ static void test_host_cleanup_after_a_worker_crash(void **state)
 {
     struct {
         char dir[WK_PATH_MAX];
-        char cg[WK_CG_N][256];
+        char cg[WK_CG_N][320];
     } left;
     char dir2[sizeof(state_dir) + 16];
     wk_host_cfg c2 = hcfg;
@@ -1155,10 +1335,17 @@ int main(void)
         cmocka_unit_test(test_timeout_kills_the_process_group),
         cmocka_unit_test(test_sees_only_its_own_processes),
         cmocka_unit_test(test_host_files_are_invisible),
+        cmocka_unit_test(test_proc_shows_the_sandbox),
         cmocka_unit_test(test_template_is_read_only_but_tmp_and_root_are_writable),
         cmocka_unit_test(test_network_has_only_lo),
         cmocka_unit_test(test_seccomp_no_new_privs_and_caps),
         cmocka_unit_test(test_cgroup_limits),
+        cmocka_unit_test(test_shm_fill_is_stopped_by_the_box),
+        cmocka_unit_test(test_long_command),
+        cmocka_unit_test(test_nofile_and_shm),
+#ifdef SF_PROBE_PATH
+        cmocka_unit_test(test_socket_families),
+#endif
         cmocka_unit_test(test_fork_bomb_is_contained),
         cmocka_unit_test(test_sandboxes_are_isolated_from_each_other),
         cmocka_unit_test(test_concurrent_execs),

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -63,6 +64,13 @@ static int devnull = -1;
 static int vm;              /* the channel is a virtio-serial port */
 static int unplugged;       /* vm: the host side is not connected (read gave EOF) */
 #define REPLUG_POLL_MS 100  /* vm: how often an unplugged port is tried again */
+static int box_fd = -1;         /* the cgroup file commands join (SF_AP_BOX_FD), if given */
+
+/* Commands longer than this reach the shell through a memfd rather than argv: Linux
+ * refuses any single argument over 128 KiB (MAX_ARG_STRLEN), and argv shares the
+ * exec's ~2 MiB with the environment. */
+#define ARGV_CMD_MAX (64 * 1024)
+#define SCRIPT_FD 9
 
 static const char *const default_env[] = {
     "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -209,19 +217,27 @@ static char **build_env(const sf_ap_msg *m)
 }
 
 /* Child side of fork(): only async-signal-safe calls, report failures as
- * {stage, errno} on the close-on-exec pipe. */
+ * {stage, errno} on the close-on-exec pipe. script_fd >= 0: the command is in that
+ * memfd and the shell sources it from SCRIPT_FD (which it closes first thing). */
 static void child_exec(const sf_ap_msg *m, const char *cwd, char **env, int out_w, int err_w,
-                       int report)
+                       int report, int script_fd)
 {
     sigset_t none;
     int rep[2];
     char *argv[] = {"sh", "-c", (char *)m->cmd, NULL};
+    char *argv_script[] = {"sh", "-c", ". /proc/self/fd/9", NULL};
 
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
     setpgid(0, 0);
-    if (dup2(devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0) {
+    /* Into the box first: a command never runs in the agent's own memory group. */
+    if (box_fd >= 0 && write(box_fd, "0", 1) != 1) {
+        rep[0] = 3;
+        goto fail;
+    }
+    if (dup2(devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0 ||
+        (script_fd >= 0 && dup2(script_fd, SCRIPT_FD) < 0)) {
         rep[0] = 0;
         goto fail;
     }
@@ -229,7 +245,7 @@ static void child_exec(const sf_ap_msg *m, const char *cwd, char **env, int out_
         rep[0] = 1;
         goto fail;
     }
-    execve("/bin/sh", argv, env);
+    execve("/bin/sh", script_fd >= 0 ? argv_script : argv, env);
     rep[0] = 2;
 fail:
     rep[1] = errno;
@@ -237,6 +253,30 @@ fail:
         /* nothing left to tell */
     }
     _exit(127);
+}
+
+/* A sealed memfd holding "exec 9<&-" and the command, for commands too long for argv. */
+static int script_memfd(const char *cmd)
+{
+    static const char head[] = "exec 9<&-\n";
+    size_t len = strlen(cmd), off = 0;
+    int fd = memfd_create("sandfleet-command", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+    if (fd < 0)
+        return -1;
+    if (write(fd, head, sizeof(head) - 1) != (ssize_t)(sizeof(head) - 1))
+        goto fail;
+    while (off < len) {
+        ssize_t n = write(fd, cmd + off, len - off);
+        if (n <= 0)
+            goto fail;
+        off += (size_t)n;
+    }
+    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
+    return fd;
+fail:
+    close(fd);
+    return -1;
 }
 
 static void spawn_error(uint32_t id, int stage, int err, const char *cwd)
@@ -251,10 +291,23 @@ static void spawn_error(uint32_t id, int stage, int err, const char *cwd)
         snprintf(msg, sizeof(msg),
                  "The working directory %.200s cannot be entered (%s); pass a directory "
                  "the sandbox user can access.", cwd, strerror(err));
-    else if (stage == 2)
+    else if (stage == 2 && err == E2BIG)
+        snprintf(msg, sizeof(msg),
+                 "The command's environment is too large for the kernel (about 2 MiB in all, "
+                 "128 KiB per variable); pass large values through a file instead.");
+    else if (stage == 2 && (err == ENOENT || err == ENOEXEC || err == EACCES || err == ELOOP ||
+                            err == ENOTDIR))
         snprintf(msg, sizeof(msg),
                  "The sandbox cannot start /bin/sh (%s); its root filesystem is damaged, "
                  "recreate the sandbox.", strerror(err));
+    else if (stage == 2)
+        snprintf(msg, sizeof(msg),
+                 "The sandbox could not start /bin/sh (%s); it may be out of memory: free "
+                 "some, then retry.", strerror(err));
+    else if (stage == 3)
+        snprintf(msg, sizeof(msg),
+                 "The command could not join the sandbox's memory group (%s); kill this "
+                 "sandbox and create a new one.", strerror(err));
     else
         snprintf(msg, sizeof(msg), "The command could not be started (%s); retry.",
                  strerror(err));
@@ -264,7 +317,7 @@ static void spawn_error(uint32_t id, int stage, int err, const char *cwd)
 static void job_start(const sf_ap_msg *m)
 {
     const char *cwd = m->cwd ? m->cwd : DEFAULT_CWD;
-    int po[2] = {-1, -1}, pe[2] = {-1, -1}, pr[2] = {-1, -1}, rep[2];
+    int po[2] = {-1, -1}, pe[2] = {-1, -1}, pr[2] = {-1, -1}, rep[2], script = -1;
     job *j = NULL;
     char **env = NULL;
     pid_t pid;
@@ -292,6 +345,11 @@ static void job_start(const sf_ap_msg *m)
                           "resources, then retry.");
         goto fail;
     }
+    if (strlen(m->cmd) > ARGV_CMD_MAX && (script = script_memfd(m->cmd)) < 0) {
+        send_error(m->id, "The sandbox is out of memory for this command's text; free "
+                          "some memory, then retry.");
+        goto fail;
+    }
     j->start_ms = sf_mono_ms();
     pid = fork();
     if (pid < 0) {
@@ -304,7 +362,10 @@ static void job_start(const sf_ap_msg *m)
         goto fail;
     }
     if (pid == 0)
-        child_exec(m, cwd, env, po[1], pe[1], pr[1]);
+        child_exec(m, cwd, env, po[1], pe[1], pr[1], script);
+    if (script >= 0)
+        close(script);
+    script = -1;
     setpgid(pid, pid); /* also done by the child: whichever runs first */
     close(po[1]);
     close(pe[1]);
@@ -334,6 +395,8 @@ static void job_start(const sf_ap_msg *m)
     return;
 fail:
     free(env);
+    if (script >= 0)
+        close(script);
     for (int i = 0; i < 2; i++) {
         if (po[i] >= 0)
             close(po[i]);
@@ -495,6 +558,12 @@ int main(void)
         vm = 1;
     }
     fcntl(sock, F_SETFD, FD_CLOEXEC);
+    /* fd 4, when the jail gave one: the box's cgroup file. Close-on-exec, so that no
+     * command holds it (it could move other processes, the agent included). */
+    if (!vm && fstat(SF_AP_BOX_FD, &st) == 0 && S_ISREG(st.st_mode)) {
+        box_fd = SF_AP_BOX_FD;
+        fcntl(box_fd, F_SETFD, FD_CLOEXEC);
+    }
     /* Not dumpable: the sandbox's processes (no CAP_SYS_PTRACE) cannot open
      * /proc/1/mem and friends. Commands become dumpable again at exec. */
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
