@@ -23,8 +23,9 @@ const V1 = existsSync('/sys/fs/cgroup/memory/memory.limit_in_bytes');
 
 // A long command: up to 10 minutes for the command and the MCP call.
 async function long(client, id, command) {
+  // A long call streams (progress beats), so no HTTP header timeout cuts it on a slow box.
   const r = await call(client, 'sandbox_exec', { sandbox_id: id, command, timeout_ms: 600000 },
-    { timeout: 620000 });
+    { timeout: 620000, onprogress: () => {} });
   assert.ok(r.structured, r.text);
   return r.structured;
 }
@@ -185,13 +186,20 @@ test('/dev/shm and TCP buffers are held by the memory limit; the agent survives 
   await sh(alpha, id, 'rm /dev/shm/fill');
   await betaFine();
   // TCP: readers that stop reading pin the buffers of 16 connections
+  // (each step waits for its condition in /proc/net/tcp: 0A = LISTEN, 01 = ESTABLISHED)
+  const sockets = (state, n) => `i=0; while [ $(grep -c ' ${state} ' /proc/net/tcp) -lt ${n} ]; ` +
+    'do i=$((i+1)); [ $i -lt 600 ] || exit 9; sleep 0.05; done; ';
   await sh(alpha, id, 'for p in $(seq 7001 7016); do sleep 1000 | nc -l -p $p >/dev/null 2>&1 & ' +
-    'echo $! >> /tmp/readers; done; sleep 0.3; ' +
+    'echo $! >> /tmp/readers; done; ' + sockets('0A', 16) +
     'for p in $(seq 7001 7016); do (yes | nc 127.0.0.1 $p >/dev/null 2>&1 &); done; ' +
-    'sleep 1; kill -STOP $(cat /tmp/readers); sleep 3; echo pinned');
+    sockets('01', 32) + 'kill -STOP $(cat /tmp/readers); echo pinned');
   if (V1) { // v1 charges TCP buffers apart from memory, to a limit of their own
     const tcpLimit = num(`${box}/memory.kmem.tcp.limit_in_bytes`);
-    const peak = num(`${box}/memory.kmem.tcp.max_usage_in_bytes`);
+    // the stopped readers leave the writers' bytes queued until the limit holds them
+    const peak = await until(() => {
+      const p = num(`${box}/memory.kmem.tcp.max_usage_in_bytes`);
+      return p >= tcpLimit * 0.9 ? p : 0;
+    }, 'the queued TCP buffers to reach the limit', 30000);
     assert.equal(tcpLimit, num(`${cg('memory', id)}/memory.kmem.tcp.limit_in_bytes`));
     // 16 stalled connections would pin far more; the limit is what held them (TCP
     // force-charges a few pages past it under pressure rather than fail)

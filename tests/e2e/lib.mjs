@@ -26,8 +26,11 @@ export async function connect(key, name = 'sandfleet-e2e') {
 
 // Calls a tool and returns { result, structured, text }.
 export async function call(client, name, args = {}, opts = {}) {
+  // With onprogress the call carries a progressToken: the gateway answers with an SSE stream
+  // at once and a progress beat every 15 s, so a long call never hits a header timeout.
   const result = await client.callTool({ name, arguments: args }, undefined,
-    { timeout: opts.timeout ?? 120000 });
+    { timeout: opts.timeout ?? 120000,
+      ...(opts.onprogress ? { onprogress: opts.onprogress, resetTimeoutOnProgress: true } : {}) });
   const text = (result.content ?? []).filter((c) => c.type === 'text').map((c) => c.text).join('');
   return { result, structured: result.structuredContent, text, isError: !!result.isError };
 }
