@@ -31,7 +31,6 @@ int wk_template_path(const char *state_dir, char *buf, size_t n);
 #define MOVE_TIMEOUT_MS 120000 /* pause, resume, save to disk, load: seconds at most */
 #define FINI_WAIT_MS 20000
 #define PRESSURE_TICK_MS 2000
-#define VM_OVERHEAD_MIB 64 /* QEMU's own memory beside the guest's (TCG: ~45 MiB seen) */
 
 static int copy_str(char *dst, size_t n, const char *src)
 {
@@ -96,7 +95,9 @@ static uint32_t tsc_khz(void)
     return (uint32_t)(((t1 - t0) * 1000000u / ns + 500) / 1000 * 1000);
 }
 
-static void measure_host(const wk_host_cfg *c, wk_driver *d)
+/* What the host offers VMs, and the caps of the worker's parent cgroups (every QEMU of
+ * this worker runs under them: the platform's daemons keep their reserve). */
+static void measure_host(const wk_host_cfg *c, wk_driver *d, wk_cg_caps *caps)
 {
     uint64_t share = c->host_share_pct ? c->host_share_pct : 100;
     uint64_t mem_mib = meminfo_kib("MemTotal") / 1024, cpu;
@@ -106,16 +107,19 @@ static void measure_host(const wk_host_cfg *c, wk_driver *d)
     mem_mib = mem_mib > c->reserve_mem_mib ? mem_mib - c->reserve_mem_mib : 0;
     d->res.mem_mib = mem_mib * share / 100;
     cpu = (uint64_t)(ncpu > 0 ? ncpu : 1) * 1000;
-    cpu = cpu > c->reserve_vcpu_milli ? cpu - c->reserve_vcpu_milli : 100;
-    d->res.vcpu_milli =
-        cpu * share / 100 * (c->cpu_overcommit_pct ? c->cpu_overcommit_pct : 100) / 100;
+    cpu = cpu > c->reserve_vcpu_milli + 100 ? cpu - c->reserve_vcpu_milli : 100;
+    cpu = cpu * share / 100;
+    caps->mem_bytes = d->res.mem_mib << 20;
+    caps->tcp_bytes = caps->mem_bytes / WK_TCP_SHARE; /* v1: QEMU opens no TCP socket */
+    caps->vcpu_milli = cpu < 10 ? 10 : cpu;
+    d->res.vcpu_milli = cpu * (c->cpu_overcommit_pct ? c->cpu_overcommit_pct : 100) / 100;
     d->res.disk_mib = 0;
     if (statvfs(c->state_dir, &sv) == 0)
         d->res.disk_mib = (uint64_t)sv.f_bavail * sv.f_frsize / (1 << 20) * share / 100;
     /* Each VM also costs QEMU's own memory: count it in the slots, and the pool's VMs
      * are not the sandboxes' to use. */
     {
-        uint64_t vm = d->defaults.memory_mib + VM_OVERHEAD_MIB, pool = d->pool_target * vm;
+        uint64_t vm = d->defaults.memory_mib + WK_QEMU_OVERHEAD_MIB, pool = d->pool_target * vm;
         d->res.mem_mib = d->res.mem_mib > pool ? d->res.mem_mib - pool : 0;
         d->res.slots = (uint32_t)(d->res.mem_mib / vm);
     }
@@ -123,8 +127,8 @@ static void measure_host(const wk_host_cfg *c, wk_driver *d)
         d->res.slots = 1;
 }
 
-/* A previous run's VMs died with it (PDEATHSIG): their directories go. */
-static void host_cleanup(const char *sb_dir)
+/* A previous run's VMs died with it (PDEATHSIG): their directories and cgroups go. */
+static void host_cleanup(const char *sb_dir, const char *host)
 {
     struct dirent *e;
     DIR *dir = opendir(sb_dir);
@@ -133,8 +137,14 @@ static void host_cleanup(const char *sb_dir)
         char path[WK_QEMU_PATH_MAX + 400];
         const char *names[] = {"disk.qcow2", "mem.state", "qemu.log"};
 
+        wk_cgroup cg;
+        int rc;
+
         if (!sf_id_valid(e->d_name) && strncmp(e->d_name, ".pool-", 6) != 0)
             continue;
+        wk_cgroup_lookup(&cg, host, e->d_name[0] == '.' ? e->d_name + 1 : e->d_name);
+        if ((rc = wk_cgroup_destroy(&cg)) < 0)
+            sf_error("msg=\"cannot remove a leftover VM's cgroup\" dir=%s rc=%d", e->d_name, rc);
         for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
             snprintf(path, sizeof(path), "%s/%.64s/%s", sb_dir, e->d_name, names[i]);
             unlink(path);
@@ -207,6 +217,7 @@ static int find_builder(const char *agent, char *buf, size_t n)
 static int qemu_host_init(const wk_host_cfg *c, wk_driver **out, const char **why)
 {
     char rootfs[WK_QEMU_PATH_MAX];
+    wk_cg_caps caps;
     const char *env;
     wk_driver *d;
     int rc;
@@ -238,10 +249,15 @@ static int qemu_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
         *why = "QEMU is not installed; install qemu-system-x86 and qemu-utils.";
         return -ENOENT;
     }
+    if (!c->host_id || !sf_id_valid(c->host_id)) {
+        *why = "host_id must match [a-z0-9_-]{1,63}.";
+        return -EINVAL;
+    }
     if (!(d = calloc(1, sizeof(*d)))) {
         *why = "The worker is out of memory.";
         return -ENOMEM;
     }
+    copy_str(d->host_id, sizeof(d->host_id), c->host_id);
     d->base = c->base;
     d->pool = c->pool;
     d->defaults = c->defaults;
@@ -278,7 +294,9 @@ static int qemu_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
         *why = "Cannot create state_dir/qemu; check that state_dir is writable by root.";
         goto fail;
     }
-    host_cleanup(d->cfg.sb_dir);
+    if ((rc = wk_cgroup_host_init(d->host_id, NULL, why)) < 0)
+        goto fail;
+    host_cleanup(d->cfg.sb_dir, d->host_id);
     if ((rc = wk_template_ensure(c->state_dir, why)) < 0)
         goto fail;
     if (wk_template_path(c->state_dir, rootfs, sizeof(rootfs)) < 0) {
@@ -289,7 +307,9 @@ static int qemu_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
     if ((rc = wk_qtpl_ensure(&d->cfg, rootfs, c->agent_path, d->defaults.memory_mib, 1,
                              d->defaults.pids_max, d->defaults.disk_mib, &d->tpl, why)) < 0)
         goto fail;
-    measure_host(c, d);
+    measure_host(c, d, &caps);
+    if ((rc = wk_cgroup_host_init(d->host_id, &caps, why)) < 0)
+        goto fail;
     d->touched_ms = sf_mono_ms();
     d->save_below_mib = (uint32_t)(meminfo_kib("MemTotal") / 1024 / 10);
     if (d->save_below_mib < 512)

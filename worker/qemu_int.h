@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include "agent_link.h"
+#include "cgroup.h"
 #include "driver.h"
 #include "pool.h"
 
@@ -67,6 +68,9 @@ typedef struct wk_qspawn {
     const char *log_path;      /* QEMU's stderr (appended) */
     const char *copy_from;     /* if set: copy it to copy_to (created, O_EXCL) first */
     const char *copy_to;
+    int cg_fd;                 /* v2: the cgroup to be born in (CLONE_INTO_CGROUP), or -1 */
+    const int *tasks;          /* v1: WK_CG_N `tasks` fds (-1 = none) the child writes "0"
+                                  to, or NULL */
 } wk_qspawn;
 
 /* Clones the child (new network namespace unless netns_fd), which sets itself up
@@ -132,6 +136,7 @@ void wk_qtpl_touch(const wk_qtpl *t);
 /* ---- the driver's host-wide state (qemu.c) --------------------------------- */
 struct wk_driver {
     struct event_base *base;
+    char host_id[64];            /* names the worker's parent cgroups */
     wk_pool *pool;
     wk_qemu_cfg cfg;
     wk_qtpl tpl;
@@ -151,6 +156,9 @@ struct wk_driver {
 };
 
 #define WK_QPOOL_RETRY_MS 10000  /* after a pool VM failed to come up */
+#define WK_QEMU_OVERHEAD_MIB 128 /* a VM's cgroup: its RAM + this for QEMU itself (TCG:
+                                    ~45 MiB seen) */
+#define WK_QEMU_PIDS 256         /* a VM's cgroup: QEMU's threads (its I/O pool grows to 64) */
 
 /* ---- qemu_vm.c: one microVM ------------------------------------------------ */
 typedef void (*wk_qvm_cb)(void *arg, int rc, const char *why);

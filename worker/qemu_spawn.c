@@ -3,7 +3,9 @@
  * Parent (worker loop)                     Child
  *   clone3(CLONE_PIDFD [+ CLONE_NEWNET]) -->  dies with the worker (PDEATHSIG), no
  *   returns at once with the pidfd and        transparent huge pages (they would
- *   the report pipe                           inflate the VM's memory 512-fold), the
+ *   the report pipe                           inflate the VM's memory 512-fold), in
+ *                                             the VM's cgroups (v1: joins them; v2:
+ *                                             born there), the
  *                                             OOM killer's first choice before the
  *                                             platform's daemons (score +500), joins
  *                                             the sandbox's network namespace (or has
@@ -40,10 +42,12 @@
 #include "qemu_int.h"
 #include "sf_agentproto.h"
 
-enum { ST_PARENT, ST_NETNS, ST_LO, ST_TAP, ST_DISK, ST_FDS, ST_LOG, ST_EXEC, ST_COUNT };
+enum { ST_PARENT, ST_CGROUP, ST_NETNS, ST_LO, ST_TAP, ST_DISK, ST_FDS, ST_LOG, ST_EXEC,
+       ST_COUNT };
 
 static const char *const step_why[ST_COUNT] = {
     [ST_PARENT] = "The worker ended while the VM was starting.",
+    [ST_CGROUP] = "The VM could not join its cgroups; check /sys/fs/cgroup.",
     [ST_NETNS] = "The VM could not join its network namespace.",
     [ST_LO] = "Bringing up the loopback interface of the VM's network namespace failed.",
     [ST_TAP] = "Creating the VM's tap device failed; the host needs /dev/net/tun (module tun).",
@@ -158,6 +162,10 @@ static __attribute__((noreturn)) void child_main(const wk_qspawn *a, int err_w, 
 
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != parent)
         child_fail(err_w, ST_PARENT);
+    /* v1: into the VM's groups (this thread; QEMU's threads are born there) */
+    for (int i = 0; a->tasks && i < WK_CG_N; i++)
+        if (a->tasks[i] >= 0 && write(a->tasks[i], "0", 1) != 1)
+            child_fail(err_w, ST_CGROUP);
     prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0);
     /* When the host runs out of memory, a VM goes before the platform's daemons. */
     if ((s = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC)) >= 0) {
@@ -215,6 +223,10 @@ int wk_qspawn_start(const wk_qspawn *a, pid_t *pid_out, int *pidfd_out, int *rep
     ca.flags = CLONE_PIDFD | (a->netns_fd < 0 ? CLONE_NEWNET : 0);
     ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
     ca.exit_signal = SIGCHLD;
+    if (a->cg_fd >= 0) {
+        ca.flags |= CLONE_INTO_CGROUP;
+        ca.cgroup = (uint64_t)a->cg_fd;
+    }
     pid = syscall(SYS_clone3, &ca, sizeof(ca));
     if (pid == 0)
         child_main(a, errp[1], parent, envp);

@@ -293,7 +293,8 @@ static int boot_and_save(const wk_qemu_cfg *c, const wk_qtpl *t, const char *tmp
         goto out;
     }
     sp = (wk_qspawn){.argv = (const char *const *)argv, .agent_fd = ag[1], .qmp_fd = mon[1],
-                     .incoming_fd = -1, .netns_fd = -1, .tap = 1, .log_path = log};
+                     .incoming_fd = -1, .netns_fd = -1, .tap = 1, .log_path = log,
+                     .cg_fd = -1};
     if ((rc = wk_qspawn_start(&sp, &pid, &pidfd, &report, why)) < 0)
         goto out;
     close(ag[1]);

@@ -68,6 +68,8 @@ struct wk_sandbox {
     wk_sandbox *next, *prev;    /* d->vms */
     char id[64];
     char dir[WK_QEMU_PATH_MAX];
+    wk_cgroup cg;               /* QEMU's groups: the VM's RAM + overhead, its vcpu_milli */
+    int cg_made;
     wk_limits lim;
     int st;
     pid_t pid;
@@ -275,7 +277,7 @@ static void on_link_down(void *arg, const char *why);
 static int start_qemu(wk_sandbox *sb, int mode, const char *state_path, const char **why)
 {
     char disk[WK_QEMU_PATH_MAX], log[WK_QEMU_PATH_MAX], blank[WK_QEMU_PATH_MAX];
-    int ag[2] = {-1, -1}, mon[2] = {-1, -1}, in = -1, rc;
+    int ag[2] = {-1, -1}, mon[2] = {-1, -1}, in = -1, tasks[WK_CG_N], box = -1, rc;
     const wk_driver *d = sb->d;
     char **argv = NULL;
     wk_qspawn sp;
@@ -297,6 +299,12 @@ static int start_qemu(wk_sandbox *sb, int mode, const char *state_path, const ch
                    : "The sandbox's saved state is missing; kill it and create a new one.";
         goto out;
     }
+    for (int i = 0; i < WK_CG_N; i++)
+        tasks[i] = -1;
+    if ((rc = wk_cgroup_open_tasks(&sb->cg, tasks, &box)) < 0) {
+        *why = "Cannot open the VM's cgroups; check /sys/fs/cgroup.";
+        goto out;
+    }
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ag) < 0 ||
         socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, mon) < 0) {
         rc = -errno;
@@ -306,7 +314,8 @@ static int start_qemu(wk_sandbox *sb, int mode, const char *state_path, const ch
     sp = (wk_qspawn){.argv = (const char *const *)argv, .agent_fd = ag[1], .qmp_fd = mon[1],
                      .incoming_fd = in, .netns_fd = sb->netns, .tap = 1, .log_path = log,
                      .copy_from = mode == WK_QARGS_RESTORE ? blank : NULL,
-                     .copy_to = mode == WK_QARGS_RESTORE ? disk : NULL};
+                     .copy_to = mode == WK_QARGS_RESTORE ? disk : NULL,
+                     .cg_fd = sb->cg.v2 ? sb->cg.fd : -1, .tasks = sb->cg.v2 ? NULL : tasks};
     if ((rc = wk_qspawn_start(&sp, &sb->pid, &sb->pidfd, &sb->report, why)) < 0)
         goto out;
     if (!(sb->ev_exit = event_new(d->base, sb->pidfd, EV_READ | EV_PERSIST, on_exit_ev, sb)) ||
@@ -335,6 +344,11 @@ out:
     }
     if (in >= 0)
         close(in);
+    for (int i = 0; i < WK_CG_N; i++)
+        if (tasks[i] >= 0)
+            close(tasks[i]);
+    if (box >= 0)
+        close(box);
     wk_qargs_free(argv);
     return rc;
 }
@@ -635,12 +649,31 @@ static int vm_new(wk_driver *d, const char *name, wk_sandbox **out)
         free(sb);
         return rc;
     }
+    sb->cg.fd = -1;
     sb->next = d->vms;
     if (d->vms)
         d->vms->prev = sb;
     d->vms = sb;
     d->n_vms++;
     *out = sb;
+    return 0;
+}
+
+/* The VM's cgroups (named like its directory, without a leading dot): its RAM and
+ * QEMU's own memory, sb->lim's CPU, QEMU's threads. */
+static int vm_cgroup(wk_sandbox *sb, const char **why)
+{
+    const char *name = strrchr(sb->dir, '/');
+    wk_limits l = {.memory_mib = sb->d->tpl.memory_mib + WK_QEMU_OVERHEAD_MIB,
+                   .vcpu_milli = sb->lim.vcpu_milli, .pids_max = WK_QEMU_PIDS};
+    int rc;
+
+    name = name ? name + 1 : sb->dir;
+    if (*name == '.')
+        name++;
+    if ((rc = wk_cgroup_create(&sb->cg, sb->d->host_id, name, &l, why)) < 0)
+        return rc;
+    sb->cg_made = 1;
     return 0;
 }
 
@@ -652,6 +685,8 @@ static int vm_restore(wk_sandbox *sb, const char **why)
     char state[WK_QEMU_PATH_MAX];
     int rc;
 
+    if ((rc = vm_cgroup(sb, why)) < 0)
+        return rc;
     if (snprintf(state, sizeof(state), "%s/%s", d->tpl.dir, WK_QTPL_STATE) >= (int)sizeof(state)) {
         *why = "vm_dir is too long; use a shorter path.";
         return -ENAMETOOLONG;
@@ -713,7 +748,8 @@ int wk_qvm_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, void 
     wk_sandbox *sb;
     int rc;
 
-    for (sb = d->vms; sb; sb = sb->next)
+    /* A pool VM's cgroup has the default CPU share: a create asking another restores. */
+    for (sb = d->vms; sb && req->limits.vcpu_milli == d->defaults.vcpu_milli; sb = sb->next)
         if (sb->pooled && sb->st == VM_POOLED && !sb->killed)
             return vm_take(sb, req, cb, arg);
     if ((rc = vm_new(d, req->id, &sb)) < 0)
@@ -1102,6 +1138,8 @@ int wk_qvm_exec(wk_sandbox *sb, const wk_exec_req *req, wk_exec_cb cb, void *arg
 typedef struct teardown {
     wk_sandbox *sb;
     char dir[WK_QEMU_PATH_MAX];
+    wk_cgroup cg;
+    int cg_made;
     int rc;
 } teardown;
 
@@ -1111,6 +1149,11 @@ static void rm_dir_work(void *arg)
     const char *names[] = {"disk.qcow2", "mem.state", "qemu.log"};
     char path[WK_QEMU_PATH_MAX + 32];
 
+    if (t->cg_made) {
+        int rc = wk_cgroup_destroy(&t->cg); /* empty by now: QEMU was reaped */
+        if (rc < 0)
+            t->rc = rc;
+    }
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s", t->dir, names[i]);
         if (unlink(path) < 0 && errno != ENOENT)
@@ -1157,6 +1200,12 @@ static void teardown_files(wk_sandbox *sb)
     }
     t->sb = sb;
     snprintf(t->dir, sizeof(t->dir), "%s", sb->dir);
+    t->cg = sb->cg;
+    t->cg_made = sb->cg_made;
+    if (sb->cg.fd >= 0) {
+        close(sb->cg.fd);
+        sb->cg.fd = t->cg.fd = -1;
+    }
     if (wk_pool_run(sb->d->pool, rm_dir_work, rm_dir_done, t) < 0) {
         rm_dir_work(t); /* out of memory: do it here, rather than leave files behind */
         rm_dir_done(t);

@@ -248,6 +248,34 @@ static int procs_in_netns(const char *ns)
     return count;
 }
 
+/* The cpu cgroup directory of a process (v1 cpu hierarchy, or v2), "" when none. */
+static void cpu_cgroup(pid_t pid, char *dir, size_t n)
+{
+    char path[64], line[512], v2[512] = "";
+    FILE *f;
+
+    dir[0] = '\0';
+    snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+    if (!(f = fopen(path, "re")))
+        return;
+    while (fgets(line, sizeof(line), f)) {
+        char *ctrl = strchr(line, ':'), *cg = ctrl ? strchr(ctrl + 1, ':') : NULL, list[256];
+        line[strcspn(line, "\n")] = '\0';
+        if (!cg)
+            continue;
+        *cg++ = '\0';
+        ctrl++;
+        snprintf(list, sizeof(list), ",%s,", ctrl);
+        if (!ctrl[0]) /* the unified (v2) hierarchy */
+            snprintf(v2, sizeof(v2), "/sys/fs/cgroup%s", cg);
+        else if (strstr(list, ",cpu,")) /* v1's cpu hierarchy ("cpu" or "cpu,cpuacct") */
+            snprintf(dir, n, "/sys/fs/cgroup/%s%s", ctrl, cg);
+    }
+    fclose(f);
+    if (!dir[0]) /* v2 only */
+        snprintf(dir, n, "%s", v2);
+}
+
 /* ---- cases ---------------------------------------------------------------- */
 
 /* A create restores the template: the guest answers with its own name, the host's
@@ -279,6 +307,28 @@ static void test_create_exec(void **state)
         assert_true(n > 0);
         buf[n] = '\0';
         assert_non_null(strstr(buf, "THP_enabled:\t0"));
+    }
+    {
+        /* in its own cgroup under the worker's parent, with the sandbox's CPU share */
+        char cg[512], path[600], buf[64];
+        FILE *f;
+        cpu_cgroup(wk_qvm_pid(a), cg, sizeof(cg));
+        assert_non_null(strstr(cg, "/sandfleet/qemu-test/"));
+        snprintf(path, sizeof(path), "%s/cpu.cfs_quota_us", cg);
+        if (!(f = fopen(path, "re"))) {
+            snprintf(path, sizeof(path), "%s/cpu.max", cg);
+            assert_non_null(f = fopen(path, "re"));
+        }
+        assert_non_null(fgets(buf, sizeof(buf), f));
+        fclose(f);
+        assert_int_equal(atol(buf), 100000); /* 1000 milli = one core per 100 ms period */
+        kill_wait(b);
+        b = NULL;
+        cpu_cgroup(wk_qvm_pid(a), cg, sizeof(cg));
+        kill_wait(a);
+        assert_false(exists(cg)); /* the group went with the VM */
+        a = create(id, sizeof(id));
+        b = create(id2, sizeof(id2));
     }
     sh(a, "hostname; date +%s; uname -r; cat /proc/1/comm", &r);
     {
