@@ -48,6 +48,14 @@ rows.push(await measure('sandbox_create', Math.max(10, Math.floor(n / 10)), asyn
   last = null;
 }));
 await tool('sandbox_kill', { sandbox_id: last });
+// Commands in one sandbox overlap: four 0.5 s sleeps at once against one alone (the
+// e2e features suite proves they run together; this says how close to 1.0x they get).
+const k = Math.max(5, Math.floor(n / 50));
+const one = await measure('sandbox_exec "sleep 0.5" (one)', k, () =>
+  tool('sandbox_exec', { sandbox_id: sb, command: 'sleep 0.5' }));
+const four = await measure('4 x sandbox_exec "sleep 0.5" at once', k, () =>
+  Promise.all([1, 2, 3, 4].map(() => tool('sandbox_exec', { sandbox_id: sb, command: 'sleep 0.5' }))));
+rows.push(one, four);
 await tool('sandbox_kill', { sandbox_id: sb });
 
 const base = rows[0].p50;
@@ -57,3 +65,4 @@ console.log(`${'operation'.padEnd(44)} ${'n'.padStart(5)} ${'p50 ms'.padStart(8)
 for (const r of rows)
   console.log(`${r.label.padEnd(44)} ${String(r.n).padStart(5)} ${f(r.p50)} ${f(r.p90)} ${f(r.p99)} ${f(r.mean)} ${(r.p50 / base).toFixed(1).padStart(8)}x`);
 console.log('\ntargets: sandbox_exec p50 <= 10 ms, sandbox_create p50 <= 50 ms');
+console.log(`concurrency: 4 at once / one alone = ${(four.p50 / one.p50).toFixed(2)}x (1.0x: fully overlapped, 4.0x: one after another)`);

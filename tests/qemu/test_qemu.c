@@ -367,7 +367,9 @@ static void test_create_exec(void **state)
 }
 
 /* Pause stops the VM (a process in it stops with it), resume continues it: the same
- * background process, still counting. */
+ * background process, still counting. The counter is written to a new file and renamed
+ * over /tmp/n: `echo > /tmp/n` truncates first, so a reader could see it empty (the VM
+ * may well be paused between the truncation and the write). */
 static void test_pause_resume(void **state)
 {
     char id[64];
@@ -376,8 +378,9 @@ static void test_pause_resume(void **state)
     run r;
     long pid1, n1, n2 = 0;
 
-    sh(sb, "(i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done) >/dev/null 2>&1 &"
-           " echo $!", &r);
+    sh(sb, "(i=0; while :; do i=$((i+1)); echo $i > /tmp/n.new; mv /tmp/n.new /tmp/n;"
+           " sleep 0.05; done) >/dev/null 2>&1 & echo $!; while [ ! -e /tmp/n ]; do sleep 0.01; done",
+       &r);
     pid1 = atol(r.out);
     run_free(&r);
     assert_true(pid1 > 1);
@@ -408,6 +411,8 @@ static void test_pause_resume(void **state)
     o.done = 0;
     assert_int_equal(wk_qvm_pause(sb, on_op, &o), 0);
     loop_until(&o.done, 60);
+    assert_int_equal(o.rc, 0);
+    assert_string_equal(wk_qvm_state(sb), "paused");
     {
         char cmd[64];
         snprintf(cmd, sizeof(cmd), "kill -0 %ld && echo alive", pid1);
