@@ -13,6 +13,7 @@ enum {
     K_OP, K_ID, K_V, K_CMD, K_CWD, K_ENV, K_TIMEOUT, K_CAP, K_EXIT, K_TIMED_OUT,
     K_TRUNCATED, K_MS, K_OUT, K_OUT_TOTAL, K_ERR, K_ERR_TOTAL, K_MSG,
     K_NOW, K_SEED, K_NAME, /* ping, for a VM agent (restored from a snapshot) */
+    K_OOM,                 /* result, from a VM agent: the guest's OOM killer struck */
     K_COUNT
 };
 
@@ -43,6 +44,7 @@ static const struct {
     [K_NOW] = {"now", "missing key 'now'", "'now' must be an unsigned integer (Unix time in nanoseconds)"},
     [K_SEED] = {"seed", "missing key 'seed'", "'seed' must be binary of 16 to 256 bytes"},
     [K_NAME] = {"name", "missing key 'name'", "'name' must be a hostname of 1 to 63 bytes ([a-z0-9_-])"},
+    [K_OOM] = {"oom_killed", "missing key 'oom_killed'", "'oom_killed' must be a boolean"},
 };
 
 static const struct {
@@ -63,7 +65,7 @@ static const struct {
                           BIT(K_ERR) | BIT(K_ERR_TOTAL),
                       BIT(K_OP) | BIT(K_ID) | BIT(K_EXIT) | BIT(K_TIMED_OUT) |
                           BIT(K_TRUNCATED) | BIT(K_MS) | BIT(K_OUT) | BIT(K_OUT_TOTAL) |
-                          BIT(K_ERR) | BIT(K_ERR_TOTAL)},
+                          BIT(K_ERR) | BIT(K_ERR_TOTAL) | BIT(K_OOM)},
     [SF_AP_ERROR] = {"error", BIT(K_OP) | BIT(K_ID) | BIT(K_MSG),
                      BIT(K_OP) | BIT(K_ID) | BIT(K_MSG)},
 };
@@ -218,7 +220,7 @@ static void pack_body(msgpack_packer *pk, const sf_ap_msg *m)
         n += 3 + (m->cwd != NULL) + (m->env_n > 0);
         break;
     case SF_AP_RESULT:
-        n += 8;
+        n += 8 + (m->oom_killed != 0);
         break;
     case SF_AP_ERROR:
         n += 1;
@@ -262,6 +264,8 @@ static void pack_body(msgpack_packer *pk, const sf_ap_msg *m)
         pack_u64(pk, K_OUT_TOTAL, m->out_total);
         pack_bin(pk, K_ERR, m->err, m->err_len);
         pack_u64(pk, K_ERR_TOTAL, m->err_total);
+        if (m->oom_killed)
+            pack_bool(pk, K_OOM, 1);
         break;
     case SF_AP_ERROR:
         pack_cstr(pk, K_MSG, m->msg);
@@ -469,6 +473,11 @@ static int decode_map(const msgpack_object *root, sf_ap_msg *m, const char **why
         if (v[K_TRUNCATED]->type != MSGPACK_OBJECT_BOOLEAN)
             return set_why(why, keys[K_TRUNCATED].bad, -EBADMSG);
         m->truncated = v[K_TRUNCATED]->via.boolean;
+    }
+    if (v[K_OOM]) {
+        if (v[K_OOM]->type != MSGPACK_OBJECT_BOOLEAN)
+            return set_why(why, keys[K_OOM].bad, -EBADMSG);
+        m->oom_killed = v[K_OOM]->via.boolean;
     }
     if (v[K_MS]) {
         if (get_uint(v[K_MS], UINT32_MAX, &u) < 0)

@@ -36,7 +36,7 @@ typedef enum sf_ap_op {
     SF_AP_PONG,     /* agent -> worker: {op, id, v} */
     SF_AP_EXEC,     /* worker -> agent: {op, id, cmd, timeout_ms, cap, cwd?, env?} */
     SF_AP_RESULT,   /* agent -> worker: {op, id, exit, timed_out, truncated, ms,
-                                         out, out_total, err, err_total} */
+                                         out, out_total, err, err_total, oom_killed?} */
     SF_AP_ERROR,    /* agent -> worker: {op, id, msg}: the request could not run */
 } sf_ap_op;
 
@@ -65,6 +65,7 @@ typedef struct sf_ap_msg {
     int32_t exit_code;       /* status, 128+signal, -1 on timeout */
     int timed_out;
     int truncated;
+    int oom_killed;          /* optional (a VM agent): the OOM killer ran meanwhile */
     uint32_t duration_ms;
     const char *out;         /* kept bytes (binary) */
     size_t out_len;          /* <= out_total */

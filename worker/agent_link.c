@@ -183,6 +183,7 @@ static void handle_msg(wk_alink *l, const sf_ap_msg *m)
         res.err_total = m->err_total;
         res.truncated = m->truncated;
         res.duration_ms = m->duration_ms;
+        res.oom_killed = m->oom_killed; /* the guest's OOM killer (the VM's agent says) */
     }
     req_complete(l, r, &res, 0, NULL);
 }

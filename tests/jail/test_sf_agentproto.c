@@ -190,6 +190,12 @@ static void test_result_binary(void **state)
     m.exit_code = INT32_MIN;
     round_trip(&m, &out);
     assert_int_equal(out.exit_code, INT32_MIN);
+    assert_false(out.oom_killed); /* absent: false */
+    sf_ap_msg_fini(&out);
+
+    m.oom_killed = 1; /* a VM agent's: the guest's OOM killer struck */
+    round_trip(&m, &out);
+    assert_true(out.oom_killed);
     sf_ap_msg_fini(&out);
 }
 
@@ -632,13 +638,15 @@ static void test_decode_env_errors(void **state)
     assert_int_equal(mp_decode(&m, &why), -EBADMSG);
 }
 
-/* A result map with one field replaced by the callback's packing. */
-static void mp_result(mp *m, const char *replace, void (*pack)(mp *))
+/* A result map with one field replaced by the callback's packing; with_oom: an
+ * oom_killed field (true) too. */
+static void mp_result_oom(mp *m, const char *replace, void (*pack)(mp *), int with_oom)
 {
     static const char *const keys[] = {"op", "id", "exit", "timed_out", "truncated", "ms",
-                                       "out", "out_total", "err", "err_total"};
-    msgpack_pack_map(&m->pk, 10);
-    for (size_t i = 0; i < 10; i++) {
+                                       "out", "out_total", "err", "err_total", "oom_killed"};
+    size_t n = with_oom ? 11 : 10;
+    msgpack_pack_map(&m->pk, n);
+    for (size_t i = 0; i < n; i++) {
         mp_str(m, keys[i]);
         if (replace && !strcmp(replace, keys[i])) {
             pack(m);
@@ -649,11 +657,17 @@ static void mp_result(mp *m, const char *replace, void (*pack)(mp *))
         case 1: msgpack_pack_uint8(&m->pk, 4); break;
         case 2: msgpack_pack_int8(&m->pk, 3); break;
         case 3: case 4: msgpack_pack_false(&m->pk); break;
+        case 10: msgpack_pack_true(&m->pk); break;
         case 5: msgpack_pack_uint8(&m->pk, 10); break;
         case 6: case 8: msgpack_pack_bin_with_body(&m->pk, "hello\n", 6); break;
         default: msgpack_pack_uint8(&m->pk, 6); break;
         }
     }
+}
+
+static void mp_result(mp *m, const char *replace, void (*pack)(mp *))
+{
+    mp_result_oom(m, replace, pack, 0);
 }
 
 static void pack_str_hi(mp *m) { mp_str(m, "hi"); }
@@ -692,6 +706,13 @@ static void test_decode_result_errors(void **state)
         assert_int_equal(mp_decode(&m, &why), -EBADMSG);
         assert_non_null(strstr(why, cases[i].key));
     }
+    mp_init(&m); /* oom_killed: optional, a boolean */
+    mp_result_oom(&m, NULL, NULL, 1);
+    assert_int_equal(mp_decode(&m, &why), 0);
+    mp_init(&m);
+    mp_result_oom(&m, "oom_killed", pack_uint_1, 1);
+    assert_int_equal(mp_decode(&m, &why), -EBADMSG);
+    assert_non_null(strstr(why, "oom_killed"));
 }
 
 static void test_decode_error_msg_limits(void **state)

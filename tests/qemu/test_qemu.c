@@ -41,7 +41,7 @@ static int id_seq;
 
 typedef struct run {
     int done;
-    int exit_code, timed_out;
+    int exit_code, timed_out, oom_killed;
     char *out, *error;
     uint32_t ms;
 } run;
@@ -58,6 +58,7 @@ static void on_done(void *arg, const wk_exec_result *res)
     }
     r->exit_code = res->exit_code;
     r->timed_out = res->timed_out;
+    r->oom_killed = res->oom_killed;
     r->out = strndup(res->out ? res->out : "", res->out_len);
     r->ms = res->duration_ms;
 }
@@ -121,6 +122,17 @@ static void on_created(void *arg, wk_sandbox *sb, int rc, const char *why)
 static void next_id(char *id, size_t n)
 {
     snprintf(id, n, "sb_qt%d_%d", (int)getpid() % 100000, ++id_seq);
+}
+
+static void create_start_lim(const char *id, const wk_limits *lim, created *c)
+{
+    wk_create_req req = {.id = id};
+
+    if (lim)
+        req.limits = *lim;
+    memset(c, 0, sizeof(*c));
+    assert_int_equal(ops->create(drv, &req, on_created, c), 0);
+    assert_int_equal(c->done, 0);
 }
 
 static void create_start(const char *id, created *c)
@@ -364,6 +376,38 @@ static void test_create_exec(void **state)
     run_free(&r);
     kill_wait(a);
     kill_wait(b);
+}
+
+/* A sandbox with less memory than the VM's RAM: the guest's cgroup holds it there; a
+ * command over it is killed by the guest's OOM killer, never the agent, and the result
+ * says oom_killed (as on the jail); the next command runs and says it is not. */
+static void test_oom(void **state)
+{
+    char id[64];
+    wk_limits lim = {.memory_mib = 64}, got;
+    created c;
+    run r;
+
+    next_id(id, sizeof(id));
+    create_start_lim(id, &lim, &c);
+    loop_until(&c.done, 120);
+    assert_int_equal(c.rc, 0);
+    ops->limits(c.sb, &got);
+    assert_int_equal(got.memory_mib, 64);
+    sh(c.sb, "cat /sys/fs/cgroup/sandbox/memory.max", &r);
+    assert_string_equal(r.out, "67108864\n");
+    run_free(&r);
+    /* dd's 200 MiB buffer, filled from /dev/zero (quicker under TCG than a shell string) */
+    sh(c.sb, "dd if=/dev/zero of=/dev/null bs=200M count=1 2>/dev/null && echo survived", &r);
+    assert_null(strstr(r.out, "survived"));
+    assert_int_equal(r.exit_code, 128 + SIGKILL);
+    assert_int_equal(r.oom_killed, 1);
+    run_free(&r);
+    sh(c.sb, "echo still-here; cat /proc/1/comm", &r);
+    assert_string_equal(r.out, "still-here\nsandfleet-agent\n");
+    assert_int_equal(r.oom_killed, 0);
+    run_free(&r);
+    kill_wait(c.sb);
 }
 
 /* Pause stops the VM (a process in it stops with it), resume continues it: the same
@@ -756,6 +800,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_exec),
+        cmocka_unit_test(test_oom),
         cmocka_unit_test(test_pause_resume),
         cmocka_unit_test(test_save_load),
         cmocka_unit_test(test_kill_leaves_nothing),

@@ -53,6 +53,7 @@ typedef struct job {
     int reaped;
     int status;
     int timed_out;
+    uint64_t oom0;              /* vm: the guest's OOM kills when the command started */
 } job;
 
 static job jobs[JOBS_MAX];
@@ -65,6 +66,28 @@ static int vm;              /* the channel is a virtio-serial port */
 static int unplugged;       /* vm: the host side is not connected (read gave EOF) */
 #define REPLUG_POLL_MS 100  /* vm: how often an unplugged port is tried again */
 static int box_fd = -1;         /* the cgroup file commands join (SF_AP_BOX_FD), if given */
+
+/* vm: OOM kills in the guest so far (the `oom_kill` line of /proc/vmstat; the guest is
+ * the sandbox, so any is its own), 0 if unknown. A jail's host sees them in its cgroup. */
+static uint64_t vm_oom_kills(void)
+{
+    static char buf[16384];
+    size_t len = 0;
+    ssize_t n;
+    const char *p;
+    int fd = open("/proc/vmstat", O_RDONLY | O_CLOEXEC);
+
+    if (fd < 0)
+        return 0;
+    while (len < sizeof(buf) - 1 && (n = read(fd, buf + len, sizeof(buf) - 1 - len)) > 0)
+        len += (size_t)n;
+    close(fd);
+    buf[len] = '\0';
+    for (p = buf; p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (!strncmp(p, "oom_kill ", 9))
+            return strtoull(p + 9, NULL, 10);
+    return 0;
+}
 
 /* Commands longer than this reach the shell through a memfd rather than argv: Linux
  * refuses any single argument over 128 KiB (MAX_ARG_STRLEN), and argv shares the
@@ -175,6 +198,7 @@ static void job_finish(job *j)
         m.exit_code = WEXITSTATUS(j->status);
     m.timed_out = j->timed_out;
     m.truncated = sf_cap_truncated(&j->cap[0]) || sf_cap_truncated(&j->cap[1]);
+    m.oom_killed = vm && vm_oom_kills() > j->oom0;
     m.duration_ms = ms < 0 ? 0 : ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
     m.out = kept[0];
     m.out_len = lens[0];
@@ -350,6 +374,8 @@ static void job_start(const sf_ap_msg *m)
                           "some memory, then retry.");
         goto fail;
     }
+    if (vm)
+        j->oom0 = vm_oom_kills();
     j->start_ms = sf_mono_ms();
     pid = fork();
     if (pid < 0) {
