@@ -108,6 +108,8 @@ typedef struct wk_exec_result {
 typedef void (*wk_create_cb)(void *arg, wk_sandbox *sb, int rc, const char *why);
 typedef void (*wk_exec_cb)(void *arg, const wk_exec_result *res); /* res valid during the call */
 typedef void (*wk_kill_cb)(void *arg, int rc);
+/* A move (pause, resume): rc 0, or rc < 0 with why (one actionable sentence). */
+typedef void (*wk_op_cb)(void *arg, int rc, const char *why);
 
 typedef struct wk_driver_ops {
     const char *name;
@@ -142,7 +144,16 @@ typedef struct wk_driver_ops {
      * call. Also allowed from inside an exec callback. */
     void (*kill)(wk_sandbox *sb, wk_kill_cb cb, void *arg);
 
-    /* Later (NULL = the driver does not have it yet): files, pause, resume, snapshot. */
+    /* Optional (NULL = the driver does not have it yet). pause: every process of the
+     * sandbox stops where it is (a driver may later move it out of memory: a VM goes to
+     * disk); resume: it goes on where it stopped. An exec on a paused sandbox resumes it
+     * first. cb exactly once, never inside the call: cb(arg, 0, NULL) once the state is
+     * reached, else an error (a kill answers it). Returns 0, or -ESRCH (being killed),
+     * -EAGAIN (still starting), -EIO (the sandbox died), -ENOMEM. */
+    int (*pause)(wk_sandbox *sb, wk_op_cb cb, void *arg);
+    int (*resume)(wk_sandbox *sb, wk_op_cb cb, void *arg);
+
+    /* Later (NULL = the driver does not have it yet): files, snapshot. */
 } wk_driver_ops;
 
 /* The driver compiled in under that name, or NULL. */

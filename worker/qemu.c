@@ -420,4 +420,6 @@ const wk_driver_ops wk_qemu_driver = {
     .limits = qemu_limits,
     .exec = wk_qvm_exec,
     .kill = wk_qvm_kill,
+    .pause = wk_qvm_pause,
+    .resume = wk_qvm_resume,
 };

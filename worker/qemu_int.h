@@ -161,7 +161,7 @@ struct wk_driver {
 #define WK_QEMU_PIDS 256         /* a VM's cgroup: QEMU's threads (its I/O pool grows to 64) */
 
 /* ---- qemu_vm.c: one microVM ------------------------------------------------ */
-typedef void (*wk_qvm_cb)(void *arg, int rc, const char *why);
+typedef wk_op_cb wk_qvm_cb;
 
 /* driver.h's create, exec, limits and kill for one VM. */
 int wk_qvm_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, void *arg);
@@ -170,9 +170,9 @@ void wk_qvm_limits(const wk_sandbox *sb, wk_limits *out);
 void wk_qvm_kill(wk_sandbox *sb, wk_kill_cb cb, void *arg);
 /* Pause (QMP stop: memory stays, the guest's clock stands still), resume (cont, then a
  * ping sets the guest's clock), save (pause, then the whole VM state to the sandbox's
- * mem.state and QEMU quits: no memory held). An exec on a paused or saved VM resumes it
- * first. cb(arg, 0, NULL) once the state is reached (inside the call when it already
- * is), or an error. -ESRCH (killed), -EIO (the VM died), -EAGAIN (still starting),
+ * mem.state and QEMU quits: no memory held); pause and resume are driver.h's. An exec on
+ * a paused or saved VM resumes it first. cb(arg, 0, NULL) once the state is reached
+ * (from the loop, also when it already is), or an error. -ESRCH (killed), -EIO (the VM died), -EAGAIN (still starting),
  * -EBUSY (save: commands are running), -ENOMEM. */
 int wk_qvm_pause(wk_sandbox *sb, wk_qvm_cb cb, void *arg);
 int wk_qvm_resume(wk_sandbox *sb, wk_qvm_cb cb, void *arg);
@@ -184,9 +184,9 @@ int64_t wk_qvm_paused_ms(const wk_sandbox *sb);
 /* Its QEMU process, or 0 when none runs (saved to disk). */
 pid_t wk_qvm_pid(const wk_sandbox *sb);
 const char *wk_qvm_id(const wk_sandbox *sb);
-/* Its directory: sb_dir/<id>, or sb_dir/.pool-<n> when it came from the pool. */
+/* Its directory: sb_dir/<id>, or sb_dir/.pool-<pid>-<n> when it came from the pool. */
 const char *wk_qvm_dir(const wk_sandbox *sb);
-/* The pool: VMs restored ahead of time (under sb_dir/.pool-<n>) so that a create only
+/* The pool: VMs restored ahead of time (under sb_dir/.pool-<pid>-<n>) so that a create only
  * pings one. start: arms the refill (host init); set: a new target (0
  * kills the idle ones: tests); ready: how many wait; stop: no more refills (fini). */
 int wk_qpool_start(wk_driver *d);

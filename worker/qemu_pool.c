@@ -1,9 +1,10 @@
-/* The pool: VMs restored from the template ahead of time, under sb_dir/.pool-<n>, so
+/* The pool: VMs restored from the template ahead of time, under sb_dir/.pool-<pid>-<n>, so
  * that a create only pings one (qemu_vm.c hands it out). It refills one VM at a time in
  * the background; a VM that fails to come up makes it wait WK_QPOOL_RETRY_MS (a broken
  * template must not turn into a restore loop). */
 #include <errno.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "qemu_int.h"
 #include "sf_log.h"
@@ -23,7 +24,9 @@ static void on_pool_timer(evutil_socket_t fd, short what, void *arg)
     /* One restore at a time: the pool fills in the background, never in a burst. */
     if (filling || ready >= (int)d->pool_target)
         return;
-    snprintf(name, sizeof(name), ".pool-%u", ++d->pool_seq);
+    /* The worker's pid in the name: its cgroup (sandfleet/<host>/pool-<pid>-<n>) never
+     * meets another worker's of the same host_id (test runs side by side). */
+    snprintf(name, sizeof(name), ".pool-%d-%u", (int)getpid(), ++d->pool_seq);
     if ((rc = wk_qvm_start_pooled(d, name, &why)) < 0) {
         sf_warn("msg=\"cannot start a pool VM\" rc=%d why=\"%s\"", rc, why ? why : "");
         wk_qpool_kick(d, WK_QPOOL_RETRY_MS);
