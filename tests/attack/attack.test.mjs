@@ -185,14 +185,15 @@ test('/dev/shm and TCP buffers are held by the memory limit; the agent survives 
   if (V1) assert.ok(num(`${box}/memory.max_usage_in_bytes`) <= boxLimit);
   await sh(alpha, id, 'rm /dev/shm/fill');
   await betaFine();
-  // TCP: readers that stop reading pin the buffers of 16 connections
-  // (each step waits for its condition in /proc/net/tcp: 0A = LISTEN, 01 = ESTABLISHED)
-  const sockets = (state, n) => `i=0; while [ $(grep -c ' ${state} ' /proc/net/tcp) -lt ${n} ]; ` +
-    'do i=$((i+1)); [ $i -lt 600 ] || exit 9; sleep 0.05; done; ';
+  // TCP: readers that stop reading pin the buffers of 16 connections. The writers start once
+  // all 16 listen (0A = LISTEN in /proc/net/tcp6: busybox nc listens on ::); the readers read
+  // for a second (so TCP autotuning grows the buffers: load, not a wait), then stop.
   await sh(alpha, id, 'for p in $(seq 7001 7016); do sleep 1000 | nc -l -p $p >/dev/null 2>&1 & ' +
-    'echo $! >> /tmp/readers; done; ' + sockets('0A', 16) +
+    'echo $! >> /tmp/readers; done; ' +
+    "i=0; while [ $(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -c ' 0A ') -lt 16 ]; do " +
+    'i=$((i+1)); [ $i -lt 600 ] || exit 9; sleep 0.05; done; ' +
     'for p in $(seq 7001 7016); do (yes | nc 127.0.0.1 $p >/dev/null 2>&1 &); done; ' +
-    sockets('01', 32) + 'kill -STOP $(cat /tmp/readers); echo pinned');
+    'sleep 1; kill -STOP $(cat /tmp/readers); echo pinned');
   if (V1) { // v1 charges TCP buffers apart from memory, to a limit of their own
     const tcpLimit = num(`${box}/memory.kmem.tcp.limit_in_bytes`);
     // the stopped readers leave the writers' bytes queued until the limit holds them
