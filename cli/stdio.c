@@ -12,7 +12,7 @@
  * printed on stderr). Buffers are bounded; a stdout the client does not read pauses the
  * transfers, and too many calls in flight pause reading stdin. */
 #include "cli.h"
-#include "http.h"
+#include "sf_curl.h"
 #include "sf_buf.h"
 #include "sf_util.h"
 #include "sse.h"
@@ -67,7 +67,7 @@ typedef struct req req;
 
 typedef struct bridge {
     struct event_base *base;
-    cli_http *http;
+    sf_curl *http;
     struct event *in_ev, *out_ev, *sigint_ev, *sigterm_ev, *get_timer;
     struct evbuffer *out;
     sf_buf in;              /* bytes read from stdin, not yet handled */
@@ -286,7 +286,7 @@ static void req_reset(req *r)
 {
     bridge *b = r->b;
 
-    cli_http_remove(b->http, r->easy);
+    sf_curl_remove(b->http, r->easy);
     if (r->paused) {
         r->paused = 0;
         b->npaused--;
@@ -936,7 +936,7 @@ static void start(req *r)
         curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);
         curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, b->timeout_ms);
     }
-    if (cli_http_add(b->http, e, on_done, r) < 0)
+    if (sf_curl_add(b->http, e, on_done, r) < 0)
         goto fail;
     debug(b, "-> %s", r->method);
     return;
@@ -1274,7 +1274,7 @@ int cli_mcp_stdio(int argc, char **argv)
     b.get_backoff_ms = 1000;
     b.in_flags = b.out_flags = -1;
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK || !(b.base = event_base_new()) ||
-        !(b.http = cli_http_new(b.base)) || !(b.out = evbuffer_new()) ||
+        !(b.http = sf_curl_new(b.base)) || !(b.out = evbuffer_new()) ||
         !(b.get_timer = evtimer_new(b.base, on_get_timer, &b)) ||
         !(b.sigint_ev = evsignal_new(b.base, SIGINT, on_signal, &b)) ||
         !(b.sigterm_ev = evsignal_new(b.base, SIGTERM, on_signal, &b))) {
@@ -1331,7 +1331,7 @@ out:
         event_free(b.sigterm_ev);
     if (b.out)
         evbuffer_free(b.out);
-    cli_http_free(b.http);
+    sf_curl_free(b.http);
     if (b.base)
         event_base_free(b.base);
     sf_buf_fini(&b.in);

@@ -34,6 +34,9 @@ typedef struct gw_cfg {
     char *public_url;           /* how clients reach us (OAuth issuer, resource); "" = from Host */
     int64_t oauth_access_ttl_s; /* OAuth access token lifetime */
     int64_t oauth_refresh_ttl_s; /* OAuth refresh token (and grant) lifetime */
+    int64_t oauth_cimd_timeout_ms; /* a client ID metadata document arrives within this */
+    int64_t oauth_cimd_max_bytes;  /* ...and is at most this large */
+    char *oauth_cimd_ca_file;      /* extra CA bundle for those fetches ("" = the system's) */
     int64_t key_cache_ms;       /* a verified API key is trusted this long without Redis */
     int64_t progress_interval_ms; /* a call with a progressToken hears from us this often */
     int test_fixtures;          /* register the conformance suite's fixture tools (tests only) */
@@ -104,6 +107,7 @@ typedef struct gw_ctx {
     char *tools_list_text;    /* ...and encoded once */
     gw_metrics metrics;
     struct event *metrics_tick;
+    struct gw_cimd *cimd;     /* client ID metadata document fetches (oauth_cimd.c) */
     struct gw_ctx *peers;     /* every instance of this process (one per thread) */
     int npeers, index;
 } gw_ctx;

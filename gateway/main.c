@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
 #include <event2/thread.h>
 
 static const sf_cfg_entry cfg_table[] = {
@@ -43,6 +44,13 @@ static const sf_cfg_entry cfg_table[] = {
     SF_CFG_I(gw_cfg, oauth_access_ttl_s, "3600", 60, 86400, "OAuth access token lifetime (s)"),
     SF_CFG_I(gw_cfg, oauth_refresh_ttl_s, "2592000", 3600, 31536000,
              "OAuth refresh token lifetime (s); each use rotates it"),
+    SF_CFG_I(gw_cfg, oauth_cimd_timeout_ms, "5000", 100, 60000,
+             "a client ID metadata document (an https client_id) must arrive within this"),
+    SF_CFG_I(gw_cfg, oauth_cimd_max_bytes, "5120", 512, 65536,
+             "largest client ID metadata document (bytes)"),
+    SF_CFG_S(gw_cfg, oauth_cimd_ca_file, "",
+             "extra CA bundle (PEM) trusted for client ID metadata documents (default: the "
+             "system's CAs)"),
     SF_CFG_I(gw_cfg, key_cache_ms, "10000", 0, 3600000,
              "a verified API key is trusted this long without asking Redis (revocations "
              "clear it at once; 0 = ask every time)"),
@@ -116,6 +124,7 @@ static void instance_stop(gw_ctx *ctx)
 {
     gw_metrics_stop(ctx);
     gw_http_server_free(ctx->http);
+    gw_cimd_stop(ctx);
     gw_router_free(ctx->router);
     gw_jobs_stop(ctx);
     gw_auth_stop(ctx);
@@ -150,6 +159,10 @@ int main(int argc, char **argv)
         return 2;
     }
     n = cfg.threads > 0 ? (int)cfg.threads : (int)(cores > 0 ? (cores < 64 ? cores : 64) : 1);
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) { /* before any thread */
+        fprintf(stderr, "sandfleet-gateway: libcurl could not start\n");
+        return 1;
+    }
     if (evthread_use_pthreads() < 0 || !(ctxs = calloc((size_t)n, sizeof(*ctxs))) ||
         !(threads = calloc((size_t)n, sizeof(*threads))) || !(addrs = gw_addr_table_new()) ||
         !(teams = gw_team_table_new((size_t)cfg.max_pending))) {
@@ -209,5 +222,6 @@ out:
     free(threads);
     free(ctxs);
     sf_config_free(cfg_table, SF_ARRAY_LEN(cfg_table), &cfg);
+    curl_global_cleanup();
     return rc;
 }

@@ -280,7 +280,7 @@ static void server_metadata(gw_req *req, void *arg)
                           "authorization_code", "refresh_token", "code_challenge_methods_supported",
                           "S256", "token_endpoint_auth_methods_supported", "none",
                           "revocation_endpoint_auth_methods_supported", "none",
-                          "scopes_supported", SCOPE, "client_id_metadata_document_supported", 0));
+                          "scopes_supported", SCOPE, "client_id_metadata_document_supported", 1));
 }
 
 /* ------------------------------------------------------------------ requests in flight */
@@ -364,8 +364,7 @@ static int redis_down(op *o, redisReply *rep)
 
 /* ------------------------------------------------------------------ registration */
 
-/* https, http on a loopback host (native apps, RFC 8252), or a private-use scheme. */
-static int redirect_uri_ok(const char *u, const char **why)
+int gw_oauth_redirect_uri_ok(const char *u, const char **why)
 {
     size_t n = strlen(u), s = strcspn(u, ":");
 
@@ -373,8 +372,12 @@ static int redirect_uri_ok(const char *u, const char **why)
         *why = "each redirect URI must be an absolute URI without a fragment";
         return 0;
     }
-    if (!strncasecmp(u, "https://", 8))
-        return u[8] != '\0' && u[8] != '/';
+    if (!strncasecmp(u, "https://", 8)) {
+        if (u[8] != '\0' && u[8] != '/')
+            return 1;
+        *why = "an https redirect URI must name a host";
+        return 0;
+    }
     if (!strncasecmp(u, "http://", 7)) {
         const char *h = u + 7;
         if (!strncmp(h, "localhost", 9) && strchr(":/", h[9] ? h[9] : '/'))
@@ -438,7 +441,7 @@ static void do_register(gw_req *req, void *arg)
         return;
     }
     json_array_foreach(uris, i, u)
-        if (!json_is_string(u) || !redirect_uri_ok(json_string_value(u), &why)) {
+        if (!json_is_string(u) || !gw_oauth_redirect_uri_ok(json_string_value(u), &why)) {
             char msg[200];
             snprintf(msg, sizeof(msg), "Refused redirect URI: %s.", why ? why : "not a string");
             json_decref(meta);
@@ -569,21 +572,16 @@ static void show_page(op *o, json_t *areq, const char *error)
     free(text);
 }
 
-static void on_client_for_authorize(redisAsyncContext *ac, void *r, void *priv)
+/* The client (a registration, or a metadata document) is known: check the request against
+ * it and show the sign-in page. client NULL: unknown. */
+static void authorize_with(op *o, json_t *client)
 {
-    op *o = priv;
-    json_t *client = reply_json(r), *uris, *u, *areq;
+    json_t *uris, *u, *areq;
     const char *ru = param(&o->p, "redirect_uri"), *state = param(&o->p, "state"), *match = NULL;
     const char *rt = param(&o->p, "response_type"), *cc = param(&o->p, "code_challenge");
     const char *ccm = param(&o->p, "code_challenge_method"), *res = param(&o->p, "resource");
     size_t i;
 
-    if (!o->req || (r && ((redisReply *)r)->type == REDIS_REPLY_ERROR) || !r) {
-        if (o->req)
-            error_page(op_take(o), 503, "Try again", "The platform's state store is unreachable; "
-                                                     "retry in a few seconds.");
-        goto done;
-    }
     if (!client) {
         error_page(op_take(o), 400, "Unknown application",
                    "This application is not registered with this sandfleet (or its registration "
@@ -618,16 +616,49 @@ static void on_client_for_authorize(redisAsyncContext *ac, void *r, void *priv)
                          "redirect_uri", match, "code_challenge", cc, "resource", o->resource,
                          "state", state);
         if (areq) {
-            show_page(o, areq, NULL);
+            show_page(o, areq, NULL); /* show_page owns o now */
             json_decref(areq);
-            json_decref(client);
-            return; /* show_page owns o now */
+            return;
         }
         error_page(op_take(o), 503, "Try again", "Out of memory; retry.");
     }
 done:
-    json_decref(client);
     op_free(o);
+}
+
+static void on_client_for_authorize(redisAsyncContext *ac, void *r, void *priv)
+{
+    op *o = priv;
+    json_t *client;
+
+    if (!o->req || !r || ((redisReply *)r)->type == REDIS_REPLY_ERROR) {
+        if (o->req)
+            error_page(op_take(o), 503, "Try again", "The platform's state store is unreachable; "
+                                                     "retry in a few seconds.");
+        op_free(o);
+        return;
+    }
+    client = reply_json(r);
+    authorize_with(o, client);
+    json_decref(client);
+}
+
+/* A client ID metadata document arrived (or did not). */
+static void on_client_document(void *arg, json_t *client, const char *why)
+{
+    op *o = arg;
+
+    if (!o->req) {
+        op_free(o);
+        return;
+    }
+    if (!client) {
+        error_page(op_take(o), 400, "This application cannot sign in",
+                   why ? why : "Its client metadata document could not be used.");
+        op_free(o);
+        return;
+    }
+    authorize_with(o, client);
 }
 
 static void authorize_get(gw_req *req, gw_ctx *ctx)
@@ -645,6 +676,10 @@ static void authorize_get(gw_req *req, gw_ctx *ctx)
         return;
     }
     client_id = param(&o->p, "client_id");
+    if (gw_cimd_is_url(client_id)) { /* a client ID metadata document */
+        gw_cimd_get(ctx, client_id, on_client_document, o);
+        return;
+    }
     if (!client_id || !sf_id_valid(client_id)) {
         error_page(op_take(o), 400, "Unknown application",
                    "The sign-in address names no registered application (client_id). Start the "

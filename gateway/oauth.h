@@ -40,7 +40,27 @@ char *gw_oauth_page(const char *client_name, const char *redirect_host, const ch
                     const char *error);
 char *gw_oauth_error_page(const char *title, const char *sentence);
 /* The headers every page carries (no framing, no caching, no referrer), NULL-terminated
- * name/value pairs; cookie NULL or a Set-Cookie value. */
+ * name/value pairs; cookie NULL or a Set-Cookie value. The array is the calling thread's,
+ * good until its next call. */
 const char *const *gw_oauth_page_headers(const char *cookie);
+
+/* A redirect URI a client may register: https, http on a loopback host (native apps,
+ * RFC 8252), or a private-use scheme. 1, or 0 with *why set. */
+int gw_oauth_redirect_uri_ok(const char *uri, const char **why);
+
+/* oauth_cimd.c: client ID metadata documents. A client_id that is an https URL names the
+ * client's metadata document; gw_cimd_get fetches it (HTTPS only, public addresses only,
+ * size- and time-bounded, see oauth_cimd.c) and calls cb exactly once, maybe before it
+ * returns: client is the client record (client_id, client_name, redirect_uris; borrowed for
+ * the call) or NULL and why a sentence about the client. */
+typedef void (*gw_cimd_cb)(void *arg, json_t *client, const char *why);
+int gw_cimd_is_url(const char *client_id);
+void gw_cimd_get(gw_ctx *ctx, const char *client_id, gw_cimd_cb cb, void *arg);
+/* Ends the fetches still running (their callbacks hear "stopping"). */
+void gw_cimd_stop(gw_ctx *ctx);
+/* 1 when sa is a public unicast address (not loopback, private, link-local, CGNAT,
+ * documentation, multicast or otherwise reserved; IPv4 inside IPv6 judged as IPv4). */
+struct sockaddr;
+int gw_cimd_addr_public(const struct sockaddr *sa);
 
 #endif

@@ -90,7 +90,7 @@ char *gw_oauth_error_page(const char *title, const char *sentence)
 
 const char *const *gw_oauth_page_headers(const char *cookie)
 {
-    static const char *h[16];
+    static _Thread_local const char *h[16]; /* each event-loop thread answers its own */
     size_t i = 0;
 
     h[i++] = "Content-Security-Policy";

@@ -12,6 +12,8 @@ iproute2 curl procps util-linux nghttp2-client openssl e2fsprogs lxcfs"
 SF_PACKAGES="$SF_PACKAGES nftables"
 # the qemu driver: QEMU, qemu-img, and what worker/vm/build-guest uses
 SF_PACKAGES="$SF_PACKAGES qemu-system-x86 qemu-utils kmod cpio"
+# the OAuth sign-in page's browser test (tests/e2e/signin_browser.test.mjs)
+SF_PACKAGES="$SF_PACKAGES chromium"
 
 sf_log() { printf '\033[1m[sandfleet]\033[0m %s\n' "$*" >&2; }
 sf_die() { printf '\033[1;31m[sandfleet]\033[0m %s\n' "$*" >&2; exit 1; }

@@ -8,6 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import http from 'node:http';
+import net from 'node:net';
 import { createHash, randomBytes } from 'node:crypto';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -251,4 +252,54 @@ test('attacks are refused: redirect_uri, PKCE, code reuse, resource, revoked key
   const denied = await signIn(authUrl(), '', { decision: 'deny' });
   assert.equal(new URL(denied.location).searchParams.get('error'), 'access_denied');
   assert.equal(new URL(denied.location).searchParams.get('state'), 'st');
+});
+
+// Client ID metadata documents: a client_id that is a URL. No packet may leave this machine
+// in a test, so only refusals are exercised here: every address below is loopback, private
+// or reserved, or the URL is refused before any lookup. A listener on loopback proves the
+// refusal comes before the connection (it must see none).
+test('client ID metadata documents: only https, only public addresses, refused before connecting', async () => {
+  const as = await (await fetch(`${base}/.well-known/oauth-authorization-server`)).json();
+  assert.equal(as.client_id_metadata_document_supported, true);
+  let connections = 0;
+  const trap = net.createServer((s) => { connections++; s.destroy(); });
+  await new Promise((ok) => trap.listen(0, '127.0.0.1', ok));
+  const port = trap.address().port;
+  const verifier = randomBytes(32).toString('base64url');
+  const challenge = createHash('sha256').update(verifier).digest('base64url');
+  const authorize = async (clientId) => {
+    const r = await fetch(`${base}/oauth/authorize?${new URLSearchParams({ response_type: 'code',
+      client_id: clientId, redirect_uri: REDIRECT, code_challenge: challenge,
+      code_challenge_method: 'S256', resource: url })}`, { redirect: 'manual' });
+    return { status: r.status, location: r.headers.get('location'), text: await r.text() };
+  };
+  try {
+    const notPublic = [`https://127.0.0.1:${port}/client.json`, `https://localhost:${port}/client.json`,
+      `https://[::ffff:127.0.0.1]:${port}/client.json`, `https://[::1]:${port}/client.json`,
+      'https://10.1.2.3/client.json', 'https://172.16.0.1/c', 'https://192.168.1.1/c',
+      'https://169.254.169.254/latest/meta-data', 'https://100.64.0.1/c', 'https://0.0.0.0/c',
+      'https://[fd00::1]/c', 'https://[fe80::1]/c', 'https://224.0.0.1/c', 'https://2130706433/c'];
+    for (const id of notPublic) {
+      const r = await authorize(id);
+      assert.equal(r.status, 400, id);
+      assert.equal(r.location, null, `${id}: never a redirect`);
+      assert.match(r.text, /loopback, private or reserved address; documents are fetched only from public addresses/, id);
+    }
+    const malformed = {
+      [`http://127.0.0.1:${port}/client.json`]: /must use https/,
+      'https://127.0.0.1': /must have a path/,
+      'https://127.0.0.1/': /must have a path/,
+      'https://user:pw@127.0.0.1/c': /user name or password/,
+      'https://127.0.0.1/a/../c': /\. or \.\. path segments/,
+      [`https://127.0.0.1/${'a'.repeat(2100)}`]: /too long/,
+    };
+    for (const [id, why] of Object.entries(malformed)) {
+      const r = await authorize(id);
+      assert.equal(r.status, 400, id);
+      assert.match(r.text, why, id);
+    }
+    assert.equal(connections, 0, 'no connection was ever opened to a non-public address');
+  } finally {
+    trap.close();
+  }
 });

@@ -1,12 +1,12 @@
-/* http.c: libcurl multi (socket API) on libevent. One event per socket libcurl asks us to
+/* sf_curl.c: libcurl multi (socket API) on libevent. One event per socket libcurl asks us to
  * watch, one timer for libcurl's timeouts; finished transfers are reported through their
  * done callbacks. */
-#include "http.h"
+#include "sf_curl.h"
 
 #include <errno.h>
 #include <stdlib.h>
 
-struct cli_http {
+struct sf_curl {
     struct event_base *base;
     CURLM *multi;
     struct event *timer;
@@ -14,7 +14,7 @@ struct cli_http {
 };
 
 typedef struct xfer {
-    cli_http_done done;
+    sf_curl_done done;
     void *arg;
 } xfer;
 
@@ -22,7 +22,7 @@ typedef struct sock {
     struct event *ev;
 } sock;
 
-static void check_done(cli_http *h)
+static void check_done(sf_curl *h)
 {
     CURLMsg *msg;
     int left;
@@ -39,7 +39,7 @@ static void check_done(cli_http *h)
         curl_easy_setopt(easy, CURLOPT_PRIVATE, NULL);
         h->running--;
         if (x) {
-            cli_http_done done = x->done;
+            sf_curl_done done = x->done;
             void *arg = x->arg;
             free(x);
             done(arg, result); /* may add or remove transfers: the loop reads on */
@@ -49,7 +49,7 @@ static void check_done(cli_http *h)
 
 static void on_socket_event(evutil_socket_t fd, short what, void *arg)
 {
-    cli_http *h = arg;
+    sf_curl *h = arg;
     int action = ((what & EV_READ) ? CURL_CSELECT_IN : 0) | ((what & EV_WRITE) ? CURL_CSELECT_OUT : 0);
     int still;
 
@@ -59,7 +59,7 @@ static void on_socket_event(evutil_socket_t fd, short what, void *arg)
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
-    cli_http *h = arg;
+    sf_curl *h = arg;
     int still;
 
     curl_multi_socket_action(h->multi, CURL_SOCKET_TIMEOUT, 0, &still);
@@ -68,7 +68,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 
 static int socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 {
-    cli_http *h = userp;
+    sf_curl *h = userp;
     sock *s = socketp;
     short kind;
 
@@ -96,7 +96,7 @@ static int socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *
 
 static int timer_cb(CURLM *multi, long timeout_ms, void *userp)
 {
-    cli_http *h = userp;
+    sf_curl *h = userp;
     struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
 
     if (timeout_ms < 0)
@@ -104,9 +104,9 @@ static int timer_cb(CURLM *multi, long timeout_ms, void *userp)
     return evtimer_add(h->timer, &tv) < 0 ? -1 : 0; /* 0 ms: on the next loop turn */
 }
 
-cli_http *cli_http_new(struct event_base *base)
+sf_curl *sf_curl_new(struct event_base *base)
 {
-    cli_http *h = calloc(1, sizeof(*h));
+    sf_curl *h = calloc(1, sizeof(*h));
 
     if (!h)
         return NULL;
@@ -120,11 +120,11 @@ cli_http *cli_http_new(struct event_base *base)
     curl_multi_setopt(h->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX); /* HTTP/2 */
     return h;
 fail:
-    cli_http_free(h);
+    sf_curl_free(h);
     return NULL;
 }
 
-void cli_http_free(cli_http *h)
+void sf_curl_free(sf_curl *h)
 {
     if (!h)
         return;
@@ -135,7 +135,7 @@ void cli_http_free(cli_http *h)
     free(h);
 }
 
-int cli_http_add(cli_http *h, CURL *easy, cli_http_done done, void *arg)
+int sf_curl_add(sf_curl *h, CURL *easy, sf_curl_done done, void *arg)
 {
     xfer *x = malloc(sizeof(*x));
 
@@ -153,7 +153,7 @@ int cli_http_add(cli_http *h, CURL *easy, cli_http_done done, void *arg)
     return 0;
 }
 
-void cli_http_remove(cli_http *h, CURL *easy)
+void sf_curl_remove(sf_curl *h, CURL *easy)
 {
     xfer *x = NULL;
 
@@ -168,7 +168,7 @@ void cli_http_remove(cli_http *h, CURL *easy)
     h->running--;
 }
 
-int cli_http_running(const cli_http *h)
+int sf_curl_running(const sf_curl *h)
 {
     return h ? h->running : 0;
 }

@@ -1,0 +1,379 @@
+/* oauth_cimd.c: client ID metadata documents (the MCP authorization spec; IETF draft
+ * "OAuth Client ID Metadata Document"): a client whose client_id is an https URL publishes
+ * its metadata (client_name, redirect_uris) as a JSON document at that URL, and needs no
+ * registration. The gateway fetches the document when the sign-in starts:
+ *   - only over HTTPS (certificate checked against the system's CAs), no redirects, no
+ *     proxy, at most oauth_cimd_max_bytes, within oauth_cimd_timeout_ms;
+ *   - only from public addresses: every address libcurl is about to connect to (after DNS,
+ *     so a name that resolves to a private address is refused too, and a rebinding answer
+ *     cannot slip through) is checked, and loopback, private, link-local, carrier-grade
+ *     NAT, documentation, multicast and reserved ranges are refused before any packet;
+ *   - a few at a time per event loop (MAX_FETCHES), never blocking it (sf_curl).
+ * The document must name itself (client_id equal to the URL), list acceptable redirect
+ * URIs, and be a public client (no secret). */
+#include "oauth.h"
+#include "sf_curl.h"
+#include "sf_log.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+#define MAX_FETCHES 8
+#define CIMD_URL_MAX 2048
+#define NAME_MAX_LEN 200
+#define MAX_REDIRECTS 10
+
+typedef struct gw_cimd {
+    sf_curl *http;
+    struct fetch *live; /* fetches running, for gw_cimd_stop */
+    int n;
+} gw_cimd;
+
+typedef struct fetch {
+    struct fetch *next;
+    gw_ctx *ctx;
+    CURL *easy;
+    struct curl_slist *headers;
+    gw_cimd_cb cb;
+    void *arg;
+    char url[CIMD_URL_MAX + 1];
+    char *body;
+    size_t len, max;
+    int too_big;
+    char refused[INET6_ADDRSTRLEN]; /* an address refused as not public */
+    char errbuf[CURL_ERROR_SIZE];
+} fetch;
+
+/* ------------------------------------------------------------------ addresses */
+
+static int v4_public(uint32_t a)
+{
+    static const struct {
+        uint32_t net;
+        int bits;
+    } deny[] = {
+        {0x00000000, 8},  /* "this" network */
+        {0x0A000000, 8},  /* private */
+        {0x64400000, 10}, /* carrier-grade NAT */
+        {0x7F000000, 8},  /* loopback */
+        {0xA9FE0000, 16}, /* link-local (and cloud metadata services) */
+        {0xAC100000, 12}, /* private */
+        {0xC0000000, 24}, /* IETF protocol assignments */
+        {0xC0000200, 24}, /* documentation */
+        {0xC0586300, 24}, /* 6to4 relay anycast */
+        {0xC0A80000, 16}, /* private */
+        {0xC6120000, 15}, /* benchmarking */
+        {0xC6336400, 24}, /* documentation */
+        {0xCB007100, 24}, /* documentation */
+        {0xE0000000, 4},  /* multicast */
+        {0xF0000000, 4},  /* reserved, broadcast */
+    };
+
+    for (size_t i = 0; i < SF_ARRAY_LEN(deny); i++)
+        if ((a & ~(0xFFFFFFFFu >> deny[i].bits)) == deny[i].net)
+            return 0;
+    return 1;
+}
+
+int gw_cimd_addr_public(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return v4_public(ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr));
+    if (sa->sa_family == AF_INET6) {
+        const uint8_t *b = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+        static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        static const uint8_t nat64[12] = {0, 0x64, 0xff, 0x9b};
+        if (!memcmp(b, mapped, 12) || !memcmp(b, nat64, 12)) /* an IPv4 address inside */
+            return v4_public((uint32_t)b[12] << 24 | (uint32_t)b[13] << 16 |
+                             (uint32_t)b[14] << 8 | b[15]);
+        if ((b[0] & 0xE0) != 0x20) /* only global unicast (2000::/3) */
+            return 0;
+        if (b[0] == 0x20 && b[1] == 0x01 && b[2] < 0x02) /* 2001::/23 IETF (Teredo, ...) */
+            return 0;
+        if (b[0] == 0x20 && b[1] == 0x01 && b[2] == 0x0d && b[3] == 0xb8) /* documentation */
+            return 0;
+        if (b[0] == 0x20 && b[1] == 0x02) /* 6to4: an IPv4 address of any kind inside */
+            return 0;
+        if (b[0] == 0x3f && b[1] == 0xff && (b[2] & 0xf0) == 0) /* 3fff::/20 documentation */
+            return 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* libcurl asks for a socket to connect to addr: only a public one gets it. */
+static curl_socket_t open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *addr)
+{
+    fetch *f = arg;
+
+    if (purpose != CURLSOCKTYPE_IPCXN || !gw_cimd_addr_public(&addr->addr)) {
+        const void *a = addr->family == AF_INET6
+                            ? (const void *)&((struct sockaddr_in6 *)&addr->addr)->sin6_addr
+                            : (const void *)&((struct sockaddr_in *)&addr->addr)->sin_addr;
+        if (!inet_ntop(addr->family, a, f->refused, sizeof(f->refused)))
+            snprintf(f->refused, sizeof(f->refused), "a non-IP address");
+        return CURL_SOCKET_BAD;
+    }
+    return socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
+}
+
+/* ------------------------------------------------------------------ the URL */
+
+int gw_cimd_is_url(const char *client_id)
+{
+    return client_id && (!strncasecmp(client_id, "https://", 8) ||
+                         !strncasecmp(client_id, "http://", 7)); /* http: refused, and said why */
+}
+
+/* The rules of the draft: https, a host, a path, no user or password, no fragment, no dot
+ * segments; and printable ASCII without quotes, spaces or angle brackets (it is shown and
+ * stored). NULL when fine, else why not. */
+static const char *url_problem(const char *u)
+{
+    size_t n = strlen(u);
+    const char *host = u + 8, *path;
+
+    if (n > CIMD_URL_MAX)
+        return "the client_id URL is too long (at most 2048 characters)";
+    if (strncmp(u, "https://", 8) != 0)
+        return "a client_id URL must use https";
+    for (size_t i = 0; i < n; i++)
+        if (u[i] <= ' ' || u[i] >= 127 || strchr("\"'<>\\^`{|}", u[i]))
+            return "the client_id URL holds characters a URL cannot hold unencoded";
+    if (strchr(u, '#'))
+        return "a client_id URL must not have a fragment";
+    path = host + strcspn(host, "/?");
+    if (memchr(host, '@', (size_t)(path - host)))
+        return "a client_id URL must not hold a user name or password";
+    if (path == host)
+        return "the client_id URL names no host";
+    if (*path != '/' || path[1] == '\0' || path[1] == '?')
+        return "a client_id URL must have a path (https://host/some/path)";
+    for (const char *s = path; *s && *s != '?'; s = s + 1 + strcspn(s + 1, "/?")) {
+        size_t seg = strcspn(s + 1, "/?");
+        if ((seg == 1 && s[1] == '.') || (seg == 2 && s[1] == '.' && s[2] == '.'))
+            return "a client_id URL must not have . or .. path segments";
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ the document */
+
+static const char *jstr(json_t *o, const char *k)
+{
+    return json_string_value(json_object_get(o, k));
+}
+
+/* The client record (as registration makes one) from the document, or NULL and why. */
+static json_t *client_from(const fetch *f, json_t *doc, char *why, size_t n)
+{
+    json_t *uris = json_object_get(doc, "redirect_uris"), *u, *list;
+    const char *name = jstr(doc, "client_name"), *auth = jstr(doc, "token_endpoint_auth_method");
+    const char *bad = NULL, *host = f->url + 8;
+    char shown[NAME_MAX_LEN + 300];
+    size_t i;
+
+    if (!json_is_object(doc)) {
+        snprintf(why, n, "Its client metadata document is not a JSON object.");
+        return NULL;
+    }
+    if (!jstr(doc, "client_id") || strcmp(jstr(doc, "client_id"), f->url) != 0) {
+        snprintf(why, n, "Its client metadata document must hold \"client_id\" equal to its own "
+                         "address.");
+        return NULL;
+    }
+    if (json_object_get(doc, "client_secret") || (auth && strcmp(auth, "none") != 0)) {
+        snprintf(why, n, "Its client metadata document asks for client authentication; only "
+                         "public clients (token_endpoint_auth_method \"none\") are supported.");
+        return NULL;
+    }
+    if (!json_is_array(uris) || json_array_size(uris) == 0 || json_array_size(uris) > MAX_REDIRECTS) {
+        snprintf(why, n, "Its client metadata document must list 1 to 10 redirect_uris.");
+        return NULL;
+    }
+    json_array_foreach(uris, i, u)
+        if (!json_is_string(u) || !gw_oauth_redirect_uri_ok(json_string_value(u), &bad)) {
+            snprintf(why, n, "Its client metadata document lists a refused redirect URI: %s.",
+                     bad ? bad : "not a string");
+            return NULL;
+        }
+    if (name && strlen(name) > NAME_MAX_LEN) {
+        snprintf(why, n, "Its client_name is too long (at most 200 characters).");
+        return NULL;
+    }
+    /* the name is the client's own claim: the page shows where the document lives too */
+    snprintf(shown, sizeof(shown), "%s (%.*s)", name ? name : "An application",
+             (int)strcspn(host, "/?"), host);
+    list = json_deep_copy(uris);
+    return json_pack("{s:s, s:s, s:o, s:b}", "client_id", f->url, "client_name", shown,
+                     "redirect_uris", list, "metadata_document", 1);
+}
+
+/* ------------------------------------------------------------------ fetching */
+
+static size_t on_body(char *p, size_t size, size_t nmemb, void *arg)
+{
+    fetch *f = arg;
+    size_t n = size * nmemb;
+
+    if (f->len + n > f->max) {
+        f->too_big = 1;
+        return 0; /* aborts the transfer */
+    }
+    memcpy(f->body + f->len, p, n);
+    f->len += n;
+    return n;
+}
+
+static void fetch_free(fetch *f)
+{
+    gw_cimd *c = f->ctx->cimd;
+
+    for (fetch **pp = &c->live; *pp; pp = &(*pp)->next)
+        if (*pp == f) {
+            *pp = f->next;
+            c->n--;
+            break;
+        }
+    if (f->easy) {
+        sf_curl_remove(c->http, f->easy);
+        curl_easy_cleanup(f->easy);
+    }
+    curl_slist_free_all(f->headers);
+    free(f->body);
+    free(f);
+}
+
+static void on_done(void *arg, CURLcode result)
+{
+    fetch *f = arg;
+    long status = 0;
+    char why[400];
+    json_t *doc = NULL, *client = NULL;
+    gw_cimd_cb cb = f->cb;
+    void *cb_arg = f->arg;
+
+    curl_easy_getinfo(f->easy, CURLINFO_RESPONSE_CODE, &status);
+    if (f->refused[0]) {
+        /* the address goes to the log only: the page is no oracle for internal names */
+        sf_info("msg=\"client metadata document host is not public\" url=\"%s\" addr=%s",
+                f->url, f->refused);
+        snprintf(why, sizeof(why), "Its client metadata document's host is a loopback, private "
+                 "or reserved address; documents are fetched only from public addresses.");
+    } else if (f->too_big || result == CURLE_FILESIZE_EXCEEDED) {
+        snprintf(why, sizeof(why), "Its client metadata document is larger than %zu bytes.",
+                 f->max);
+    } else if (result == CURLE_OPERATION_TIMEDOUT) {
+        snprintf(why, sizeof(why), "Its client metadata document did not arrive within %lld ms.",
+                 (long long)f->ctx->cfg.oauth_cimd_timeout_ms);
+    } else if (result != CURLE_OK) {
+        snprintf(why, sizeof(why), "Its client metadata document could not be fetched: %s.",
+                 f->errbuf[0] ? f->errbuf : curl_easy_strerror(result));
+    } else if (status != 200) {
+        snprintf(why, sizeof(why), "Its client metadata document's address answered HTTP %ld "
+                 "(redirects are not followed).", status);
+    } else if (!(doc = json_loadb(f->body, f->len, JSON_REJECT_DUPLICATES, NULL))) {
+        snprintf(why, sizeof(why), "Its client metadata document is not valid JSON.");
+    } else {
+        client = client_from(f, doc, why, sizeof(why));
+    }
+    if (!client)
+        sf_info("msg=\"client metadata document refused\" url=\"%s\" why=\"%s\"", f->url, why);
+    json_decref(doc);
+    fetch_free(f);
+    cb(cb_arg, client, client ? NULL : why);
+    json_decref(client);
+}
+
+void gw_cimd_get(gw_ctx *ctx, const char *client_id, gw_cimd_cb cb, void *arg)
+{
+    const char *problem = url_problem(client_id);
+    char why[300];
+    gw_cimd *c = ctx->cimd;
+    fetch *f = NULL;
+
+    if (problem) {
+        snprintf(why, sizeof(why), "Its client_id is not a usable metadata document address: %s.",
+                 problem);
+        cb(arg, NULL, why);
+        return;
+    }
+    if (!c && (!(c = ctx->cimd = calloc(1, sizeof(*c))) ||
+               !(c->http = sf_curl_new(ctx->d.base)))) {
+        if (c)
+            free(c);
+        ctx->cimd = NULL;
+        cb(arg, NULL, "The server could not start fetching its client metadata document; retry.");
+        return;
+    }
+    if (c->n >= MAX_FETCHES) {
+        cb(arg, NULL, "The server is fetching too many client metadata documents at once; retry "
+                      "in a few seconds.");
+        return;
+    }
+    if (!(f = calloc(1, sizeof(*f))) || !(f->body = malloc((size_t)ctx->cfg.oauth_cimd_max_bytes)) ||
+        !(f->easy = curl_easy_init()) ||
+        !(f->headers = curl_slist_append(NULL, "Accept: application/json")))
+        goto fail;
+    f->ctx = ctx;
+    f->cb = cb;
+    f->arg = arg;
+    f->max = (size_t)ctx->cfg.oauth_cimd_max_bytes;
+    snprintf(f->url, sizeof(f->url), "%s", client_id);
+    curl_easy_setopt(f->easy, CURLOPT_URL, f->url);
+    curl_easy_setopt(f->easy, CURLOPT_PROTOCOLS_STR, "https");
+    curl_easy_setopt(f->easy, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(f->easy, CURLOPT_PROXY, ""); /* never through a proxy from the environment */
+    curl_easy_setopt(f->easy, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(f->easy, CURLOPT_TIMEOUT_MS, (long)ctx->cfg.oauth_cimd_timeout_ms);
+    curl_easy_setopt(f->easy, CURLOPT_CONNECTTIMEOUT_MS, (long)ctx->cfg.oauth_cimd_timeout_ms);
+    curl_easy_setopt(f->easy, CURLOPT_MAXFILESIZE, (long)f->max);
+    curl_easy_setopt(f->easy, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(f->easy, CURLOPT_WRITEDATA, f);
+    curl_easy_setopt(f->easy, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+    curl_easy_setopt(f->easy, CURLOPT_OPENSOCKETDATA, f);
+    curl_easy_setopt(f->easy, CURLOPT_HTTPHEADER, f->headers);
+    curl_easy_setopt(f->easy, CURLOPT_USERAGENT, "sandfleet-gateway (client metadata)");
+    curl_easy_setopt(f->easy, CURLOPT_ERRORBUFFER, f->errbuf);
+    if (ctx->cfg.oauth_cimd_ca_file[0])
+        curl_easy_setopt(f->easy, CURLOPT_CAINFO, ctx->cfg.oauth_cimd_ca_file);
+    if (sf_curl_add(c->http, f->easy, on_done, f) < 0)
+        goto fail;
+    f->next = c->live;
+    c->live = f;
+    c->n++;
+    return;
+fail:
+    if (f) {
+        if (f->easy)
+            curl_easy_cleanup(f->easy);
+        curl_slist_free_all(f->headers);
+        free(f->body);
+        free(f);
+    }
+    cb(arg, NULL, "The server could not start fetching its client metadata document; retry.");
+}
+
+void gw_cimd_stop(gw_ctx *ctx)
+{
+    gw_cimd *c = ctx->cimd;
+
+    if (!c)
+        return;
+    while (c->live) { /* their requests are gone; their callbacks free what they hold */
+        fetch *f = c->live;
+        gw_cimd_cb cb = f->cb;
+        void *arg = f->arg;
+        fetch_free(f);
+        cb(arg, NULL, "The gateway is stopping.");
+    }
+    sf_curl_free(c->http);
+    free(c);
+    ctx->cimd = NULL;
+}
