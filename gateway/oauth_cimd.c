@@ -331,6 +331,10 @@ void gw_cimd_get(gw_ctx *ctx, const char *client_id, gw_cimd_cb cb, void *arg)
     curl_easy_setopt(f->easy, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(f->easy, CURLOPT_PROXY, ""); /* never through a proxy from the environment */
     curl_easy_setopt(f->easy, CURLOPT_NOSIGNAL, 1L);
+    /* each fetch on its own connection and handshake: rare, and nothing carries over */
+    curl_easy_setopt(f->easy, CURLOPT_FRESH_CONNECT, 1L);
+    curl_easy_setopt(f->easy, CURLOPT_FORBID_REUSE, 1L);
+    curl_easy_setopt(f->easy, CURLOPT_SSL_SESSIONID_CACHE, 0L);
     curl_easy_setopt(f->easy, CURLOPT_TIMEOUT_MS, (long)ctx->cfg.oauth_cimd_timeout_ms);
     curl_easy_setopt(f->easy, CURLOPT_CONNECTTIMEOUT_MS, (long)ctx->cfg.oauth_cimd_timeout_ms);
     curl_easy_setopt(f->easy, CURLOPT_MAXFILESIZE, (long)f->max);

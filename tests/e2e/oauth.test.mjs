@@ -119,6 +119,8 @@ test('a missing key and a wrong key: 401s whose description names the problem, s
   const t = new StreamableHTTPClientTransport(new URL(url),
     { requestInit: { headers: { Authorization: 'Bearer sf_live_' + 'y'.repeat(32) } } });
   await assert.rejects(new Client({ name: 'x', version: '1' }).connect(t), /The API key is not valid/);
+  const none = new StreamableHTTPClientTransport(new URL(url));
+  await assert.rejects(new Client({ name: 'x', version: '1' }).connect(none), /Authentication required: send a sandfleet API key/);
 });
 
 test('metadata: protected resource (RFC 9728) and authorization server (RFC 8414)', async () => {
@@ -257,7 +259,8 @@ test('attacks are refused: redirect_uri, PKCE, code reuse, resource, revoked key
 // Client ID metadata documents: a client_id that is a URL. No packet may leave this machine
 // in a test, so only refusals are exercised here: every address below is loopback, private
 // or reserved, or the URL is refused before any lookup. A listener on loopback proves the
-// refusal comes before the connection (it must see none).
+// refusal comes before the connection (it must see none). Real fetches: cimd_netns.mjs, in
+// a network namespace of its own.
 test('client ID metadata documents: only https, only public addresses, refused before connecting', async () => {
   const as = await (await fetch(`${base}/.well-known/oauth-authorization-server`)).json();
   assert.equal(as.client_id_metadata_document_supported, true);

@@ -1,6 +1,6 @@
 // `sandfleet mcp-stdio` against the real stack, driven by the official SDK's stdio client
 // transport (how Claude Desktop and other stdio-only clients start it): the same tools as
-// over HTTP, create / exec / kill, progress when the gateway streams it, cancellation, and
+// over HTTP, create / exec / kill, exec with progress (relayed as it arrives), cancellation, and
 // readable errors for a wrong key, a missing key and a stopped gateway (one this suite
 // starts, stops and starts again on the same port).
 import { test, after } from 'node:test';
@@ -22,24 +22,7 @@ const call = async (client, name, args, opts = {}) => {
   return { r, s: r.structuredContent, text: (r.content ?? []).map((c) => c.text).join('') };
 };
 
-// Does the gateway stream a call that asks for progress (SSE), or answer with JSON?
-async function gatewayStreams(sandbox_id) {
-  const headers = { Authorization: `Bearer ${env.SF_KEY_ALPHA}`, 'Content-Type': 'application/json',
-    Accept: 'application/json, text/event-stream' };
-  const init = await fetch(url, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', id: 1,
-    method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {},
-      clientInfo: { name: 'probe', version: '1' } } }) });
-  await init.text();
-  const sid = init.headers.get('mcp-session-id');
-  const res = await fetch(url, { method: 'POST',
-    headers: { ...headers, ...(sid ? { 'Mcp-Session-Id': sid } : {}) },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'sandbox_exec',
-      arguments: { sandbox_id, command: 'echo probe' }, _meta: { progressToken: 'probe' } } }) });
-  await res.text();
-  return (res.headers.get('content-type') ?? '').startsWith('text/event-stream');
-}
-
-test('the same tools as over HTTP; create, exec (with progress once the gateway streams), kill', async (t) => {
+test('the same tools as over HTTP; create, exec, kill', async () => {
   const b = bridge(bin, url, env.SF_KEY_ALPHA);
   await b.client.connect(b.transport);
   assert.deepEqual((await b.client.listTools()).tools, (await http.listTools()).tools);
@@ -49,22 +32,11 @@ test('the same tools as over HTTP; create, exec (with progress once the gateway 
   const id = created.s.id;
   assert.match(id, /^sb_[a-z0-9]+$/);
 
-  const msgs = [];
-  const inner = b.transport.onmessage;
-  b.transport.onmessage = (m) => { msgs.push(m); inner(m); };
   const ex = await call(b.client, 'sandbox_exec',
-    { sandbox_id: id, command: 'for i in 1 2 3; do echo line$i; sleep 0.1; done; echo oops >&2; exit 3' },
-    { onprogress: () => {} });
+    { sandbox_id: id, command: 'for i in 1 2 3; do echo line$i; sleep 0.1; done; echo oops >&2; exit 3' });
   assert.equal(ex.s.stdout, 'line1\nline2\nline3\n');
   assert.equal(ex.s.stderr, 'oops\n');
   assert.equal(ex.s.exit_code, 3);
-  const progress = msgs.filter((m) => m.method === 'notifications/progress');
-  if (await gatewayStreams(id)) {
-    assert.ok(progress.length > 0, 'the gateway streams progress: the bridge relays it');
-  } else {
-    t.diagnostic('the gateway answers with JSON (no progress streaming yet): no progress expected');
-    assert.equal(progress.length, 0);
-  }
 
   const killed = await call(b.client, 'sandbox_kill', { sandbox_id: id });
   assert.equal(killed.r.isError, false, killed.text);
@@ -125,11 +97,11 @@ async function freePort() {
 }
 
 // A gateway of our own beside the stack's (same Redis and Kafka), so it can be stopped.
-function startGateway(port) {
+function startGateway(port, extra = {}) {
   const g = spawn(resolve(env.SF_BUILD, 'gateway/sandfleet-gateway'), [], {
     env: { ...process.env, SF_PORT: String(port), SF_REDIS_URL: env.SF_REDIS_URL,
       SF_KAFKA_BROKERS: env.SF_KAFKA_BROKERS, SF_AUTH_SECRET_FILE: env.SF_AUTH_SECRET_FILE,
-      SF_SCHEMAS_DIR: resolve(root, 'schemas/tools'), SF_LOG_LEVEL: 'warn' },
+      SF_SCHEMAS_DIR: resolve(root, 'schemas/tools'), SF_LOG_LEVEL: 'warn', ...extra },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   g.log = '';
@@ -149,6 +121,34 @@ async function stopGateway(g) {
   await g.done;
   assert.doesNotMatch(g.log, /AddressSanitizer|LeakSanitizer|runtime error:/, g.log);
 }
+
+test('exec with progress: the gateway progress notifications arrive through the bridge, then the result', async () => {
+  // a gateway of this suite's with a 100 ms heartbeat: a call that asked for progress (a
+  // progressToken) is answered as SSE with notifications/progress while it runs
+  const port = await freePort();
+  const g = startGateway(port, { SF_PROGRESS_INTERVAL_MS: '100' });
+  await gatewayUp(port);
+  const b = bridge(bin, `http://127.0.0.1:${port}/mcp`, env.SF_KEY_ALPHA);
+  await b.client.connect(b.transport);
+  const created = await call(b.client, 'sandbox_create', { name: 'stdio-progress' });
+  const id = created.s.id;
+  const msgs = [];
+  const inner = b.transport.onmessage;
+  b.transport.onmessage = (m) => { msgs.push(m); inner(m); };
+  const got = [];
+  const ex = await call(b.client, 'sandbox_exec', { sandbox_id: id, command: 'sleep 1; echo done' },
+    { onprogress: (p) => got.push(p) });
+  assert.equal(ex.s.stdout, 'done\n');
+  const progress = msgs.filter((m) => m.method === 'notifications/progress');
+  assert.ok(progress.length >= 2, `progress relayed while the command ran (${progress.length})`);
+  assert.ok(progress.some((m) => /sandbox_exec still running/.test(m.params.message)),
+    JSON.stringify(progress.map((m) => m.params.message)));
+  assert.ok(msgs.indexOf(progress.at(-1)) < msgs.findIndex((m) => m.result), 'progress before the result');
+  assert.ok(got.length >= 1, 'the SDK saw them as progress');
+  await call(b.client, 'sandbox_kill', { sandbox_id: id });
+  await finish(b);
+  await stopGateway(g);
+});
 
 test('a stopped gateway: a readable error per call, the bridge stays, and goes on when it is back', async () => {
   const port = await freePort();
