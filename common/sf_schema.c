@@ -525,6 +525,7 @@ static int check_object(vctx *v, const json_t *s, const json_t *x, int depth)
     const json_t *req = json_object_get(s, "required");
     const json_t *pn = json_object_get(s, "propertyNames");
     json_int_t maxp = count_kw(s, "maxProperties"), minp = count_kw(s, "minProperties");
+    json_int_t maxb = count_kw(s, "x-maxBytes");
     size_t size = json_object_size(x), i, old;
     const char *k;
     json_t *e;
@@ -594,6 +595,16 @@ static int check_object(vctx *v, const json_t *s, const json_t *x, int depth)
                 return rc;
             }
         }
+    }
+    if (maxb >= 0) { /* on an object: keys and string values together, e.g. metadata */
+        size_t bytes = 0;
+        json_object_foreach((json_t *)x, k, e) {
+            bytes += strlen(k) + (json_is_string(e) ? json_string_length(e) : 0);
+        }
+        if ((json_int_t)bytes > maxb)
+            return vfail(v, "must take at most %" JSON_INTEGER_FORMAT
+                            " bytes of keys and values in all (got %zu); shorten or drop some.",
+                         maxb, bytes);
     }
     json_object_foreach((json_t *)x, k, e) {
         const json_t *sub = props ? json_object_get(props, k) : NULL;

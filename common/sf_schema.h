@@ -12,7 +12,8 @@
  *   minLength, maxLength  (counted in Unicode code points of the UTF-8 text, as JSON
  *                   Schema specifies; jansson only hands out valid UTF-8)
  *   x-maxBytes      sandfleet's one enforced extension: the most bytes a string may take
- *                   in UTF-8 (stored strings are bounded in bytes; clients ignore x- keys)
+ *                   in UTF-8 (stored strings are bounded in bytes; clients ignore x- keys);
+ *                   on an object, the most bytes its keys and string values take together
  *   pattern         a POSIX extended regular expression (<regex.h>), unanchored like in
  *                   JSON Schema; compiled on first use and cached. ECMA-only escapes such
  *                   as \d are refused by sf_schema_check() (write [0-9]).

@@ -42,6 +42,7 @@ function limitsOf(p) {
   const inner = p.additionalProperties ?? p.items;
   if (inner && typeof inner === 'object' && inner.maxLength !== undefined)
     l.push(`values ≤ ${inner.maxLength} chars`);
+  if (p.type === 'object' && p['x-maxBytes'] !== undefined) l.push(`≤ ${p['x-maxBytes']} bytes in all`);
   return l.join(', ');
 }
 

@@ -41,9 +41,10 @@ async function pool(n, width, fn) {
   return out;
 }
 
-// The largest metadata the schema allows: 32 keys of 64 bytes, values of 512 bytes.
-const maxMetadata = (tag) => Object.fromEntries(Array.from({ length: 32 }, (_, k) =>
-  [`${tag}-${String(k).padStart(2, '0')}`.padEnd(64, 'k'), 'v'.repeat(512)]));
+// The largest metadata the schema allows: 32 keys of 64 bytes with values of 192 bytes
+// (8 KiB of keys and values in all; each value alone may take 512 bytes).
+const maxMetadata = (tag, value = 192) => Object.fromEntries(Array.from({ length: 32 }, (_, k) =>
+  [`${tag}-${String(k).padStart(2, '0')}`.padEnd(64, 'k'), 'v'.repeat(value)]));
 
 const alpha = await connect(env.SF_KEY_ALPHA, 'alpha');
 after(() => alpha.close());
@@ -68,6 +69,8 @@ test('oversized names and metadata are refused, naming the field; the largest al
     /^Argument 'metadata\.k' must be at most 512 characters long\.$/);
   await refused({ metadata: { k: '\u00e9'.repeat(257) } },
     /^Argument 'metadata\.k' must be at most 512 bytes long in UTF-8 \(got 514\)\.$/);
+  await refused({ metadata: maxMetadata('m', 193) }, // every key and value at its own limit
+    /^Argument 'metadata' must take at most 8192 bytes of keys and values in all \(got 8224\); shorten or drop some\.$/);
   const list = async (args, re) => {
     const r = await call(alpha, 'sandbox_list', args);
     assert.equal(r.isError, true);
@@ -82,6 +85,9 @@ test('oversized names and metadata are refused, naming the field; the largest al
   const info = await call(alpha, 'sandbox_info', { sandbox_id: ok.structured.id });
   assert.deepEqual(info.structured.metadata, md);
   assert.equal(info.structured.name, '\u65e5'.repeat(42));
+  // The largest record the schemas allow stays under 16 KiB in Redis.
+  const stored = Number(redis('memory', 'usage', `sf:sb:{${ok.structured.id}}`));
+  assert.ok(stored < 16 * 1024, `record of ${stored} bytes`);
   await call(alpha, 'sandbox_kill', { sandbox_id: ok.structured.id });
 });
 
@@ -128,13 +134,14 @@ test('sandbox_list pages over 201 sandboxes: every id exactly once, cursor round
   const odd = await all({ limit: 7, metadata: { parity: '1' } });
   assert.ok(odd.slice(0, -1).every((p) => p.count === 7));
   exactlyOnce(odd, ids.filter((_, i) => i % 2 === 1));
-  // With 50 of maximal metadata (~19 KiB each) among them, a page ends before the 1 MiB
-  // message limit, and none is lost (150 go first: the host holds ~216 such sandboxes).
+  // With 100 of maximal metadata (~9 KiB each in a reply, ~900 KiB together) among them, a
+  // page ends before the 1 MiB message limit, and none is lost (150 go first: the host holds
+  // ~216 sandboxes).
   await pool(150, 8, (i) => call(bulk, 'sandbox_kill', { sandbox_id: ids[i] }));
   const rest = ids.slice(150);
-  const big = await create(50, () => maxMetadata('big'));
+  const big = await create(100, () => maxMetadata('big'));
   const heavy = await all({ limit: 200 });
-  assert.ok(heavy.length >= 2 && heavy[0].count < 101, `pages cut by size: ${heavy.map((p) => p.count)}`);
+  assert.ok(heavy.length >= 2 && heavy[0].count < 151, `pages cut by size: ${heavy.map((p) => p.count)}`);
   assert.ok(heavy.every((p) => JSON.stringify(p).length < 800 * 1024));
   exactlyOnce(heavy, [...rest, ...big]);
 
@@ -158,7 +165,7 @@ test('1,000 create/kill cycles with maximal metadata leave Redis memory bounded'
   const after = usedMemory();
   const kept = Number(redis('zcard', 'sf:team:{churn}:retired'));
   console.log(`1000 cycles in ${Date.now() - t0} ms; used_memory ${before} -> ${after} (+${after - before} bytes); tombstones kept: ${kept}`);
-  // Unbounded, 1,000 killed records of ~19 KiB would hold ~19 MB for an hour.
+  // Unbounded, 1,000 killed records of ~10 KiB would hold ~10 MB for an hour.
   assert.ok(kept <= 100, `at most 100 tombstones per team (${kept})`);
   assert.ok(after - before < 3 * 1024 * 1024, `grew ${after - before} bytes`);
   const sample = redis('zrange', 'sf:team:{churn}:retired', '-1', '-1');

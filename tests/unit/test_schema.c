@@ -219,6 +219,13 @@ static void test_max_bytes(void **state)
         "Key 'a\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9"
         "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9' in argument 'm' "
         "must be at most 2 bytes long in UTF-8 (got 67).");
+    /* on an object: keys and string values together */
+    const char *T = "{\"properties\":{\"m\":{\"type\":\"object\",\"x-maxBytes\":6}}}";
+    ok(T, "{\"m\":{\"ab\":\"cd\",\"e\":\"f\"}}");
+    ok(T, "{\"m\":{\"abc\":1}}"); /* other values count nothing */
+    bad(T, "{\"m\":{\"ab\":\"cd\",\"e\":\"fg\"}}",
+        "Argument 'm' must take at most 6 bytes of keys and values in all (got 7); shorten or "
+        "drop some.");
     bad_schema("{\"x-maxBytes\":\"big\"}",
                "Schema error at the top level: 'x-maxBytes' must be a non-negative integer.");
 }
