@@ -138,6 +138,13 @@ static const char lua_touch[] =
     "redis.call('HSET', KEYS[1], 'last_active', ARGV[1])\n"
     "return 1\n";
 
+/* KEYS: the record. ARGV: field, value, ... (set while the record is live). */
+static const char lua_set[] =
+    "local st = redis.call('HGET', KEYS[1], 'state')\n"
+    "if not st or st == 'killed' or st == 'failed' or st == 'lost' then return 0 end\n"
+    "redis.call('HSET', KEYS[1], unpack(ARGV))\n"
+    "return 1\n";
+
 /* "EVAL script 0 now ttl keep" + extra arguments. */
 static int retiring(sf_redis *r, redisContext *sync, const char *script, int64_t now_ms,
                     int n, const char *const *extra, redisCallbackFn *cb, void *priv,
@@ -291,4 +298,20 @@ int sf_records_touch(sf_redis *r, const char *id, int64_t now_ms, redisCallbackF
     snprintf(key, sizeof(key), SF_RK_SANDBOX, id);
     snprintf(now, sizeof(now), "%lld", (long long)now_ms);
     return eval_kv(r, lua_touch, 1, keys, 1, args, 0, NULL, cb, priv);
+}
+
+int sf_records_set(sf_redis *r, const char *id, size_t nkv, const char *const *kv,
+                   redisCallbackFn *cb, void *priv)
+{
+    char key[128];
+    const char *keys[] = {key};
+
+    if (nkv == 0 || nkv % 2)
+        return -EINVAL;
+    for (size_t i = 0; i < nkv; i += 2)
+        if (!strncmp(kv[i], "res_", 4) || !strcmp(kv[i], "state") || !strcmp(kv[i], "team") ||
+            !strcmp(kv[i], "host"))
+            return -EINVAL;
+    snprintf(key, sizeof(key), SF_RK_SANDBOX, id);
+    return eval_kv(r, lua_set, 1, keys, 0, NULL, nkv, kv, cb, priv);
 }

@@ -55,6 +55,11 @@ int sf_records_heartbeat_sync(redisContext *c, const char *host, int64_t now_ms,
  * when the record was retired (or dropped) meanwhile. */
 int sf_records_started(sf_redis *r, const char *id, const char *host, size_t nkv,
                        const char *const *kv, redisCallbackFn *cb, void *priv);
+/* Fields of a live record (creating, running, paused; never state, team, host or res_*:
+ * -EINVAL), e.g. a sandbox's egress rules after an update. The reply is 1, or 0 when the
+ * record is gone or retired. */
+int sf_records_set(sf_redis *r, const char *id, size_t nkv, const char *const *kv,
+                   redisCallbackFn *cb, void *priv);
 /* last_active = now_ms, if the record still exists. */
 int sf_records_touch(sf_redis *r, const char *id, int64_t now_ms, redisCallbackFn *cb,
                      void *priv);

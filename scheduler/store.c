@@ -211,6 +211,29 @@ static int64_t field_i64(json_t *rec, const char *name, const char *fallback)
     return n;
 }
 
+/* A record field holding JSON (written by the worker), or an empty array / object. */
+static json_t *json_field(json_t *rec, const char *name, int object)
+{
+    const char *text = json_string_value(json_object_get(rec, name));
+    json_t *v = text ? json_loads(text, 0, NULL) : NULL;
+
+    if (object ? json_is_object(v) : json_is_array(v))
+        return v;
+    json_decref(v);
+    return object ? json_object() : json_array();
+}
+
+/* The sandbox's egress as its worker applied it: the default, allow_out, deny_out. */
+static json_t *network_view(json_t *rec)
+{
+    const char *deflt = json_string_value(json_object_get(rec, "egress_default"));
+
+    if (!deflt) /* a worker without an egress proxy: no network at all */
+        return json_pack("{s:s, s:[], s:[]}", "egress_default", "none", "allow_out", "deny_out");
+    return json_pack("{s:s, s:o, s:o}", "egress_default", deflt, "allow_out",
+                     json_field(rec, "allow_out", 0), "deny_out", json_field(rec, "deny_out", 0));
+}
+
 static void on_info(redisAsyncContext *ac, void *r, void *priv)
 {
     redisReply *rep = r;
@@ -246,8 +269,8 @@ static void on_info(redisAsyncContext *ac, void *r, void *priv)
         json_object_set_new(view, "resources", res);
         json_object_set_new(view, "driver",
                             json_string(json_string_value(json_object_get(rec, "driver")) ?: ""));
-        json_object_set_new(view, "network",
-                            json_pack("{s:s}", "egress", "none (no network access yet)"));
+        json_object_set_new(view, "network", network_view(rec));
+        json_object_set_new(view, "secrets", json_field(rec, "secrets", 1));
     }
     json_decref(rec);
     sch_reply_result(c, view);

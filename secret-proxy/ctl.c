@@ -91,10 +91,15 @@ static void reply_error(ctl_client *c, json_t *id, const char *msg)
 
 static void status(sp_ctx *ctx, ctl_client *c, json_t *id)
 {
-    json_t *r = json_pack("{s:b, s:I, s:I, s:b}", "ok", 1, "sandboxes",
-                          (json_int_t)sf_map_len(ctx->sandboxes), "netlog_dropped",
-                          (json_int_t)ctx->netlog_dropped, "redis",
-                          sf_redis_connected(ctx->redis));
+    const sp_cfg *k = &ctx->cfg;
+    json_t *r = json_pack("{s:b, s:I, s:I, s:b, s:s, s:s, s:s, s:I, s:I, s:I}", "ok", 1,
+                          "sandboxes", (json_int_t)sf_map_len(ctx->sandboxes),
+                          "netlog_dropped", (json_int_t)ctx->netlog_dropped, "redis",
+                          sf_redis_connected(ctx->redis), "instance", ctx->instance, "ca_file",
+                          k->proxy_ca_cert_file, "egress_default", k->egress_default,
+                          "http_port", (json_int_t)k->proxy_http_port, "transparent_port",
+                          (json_int_t)k->proxy_transparent_port, "dns_port",
+                          (json_int_t)k->proxy_dns_port);
     send_reply(c, id, r);
     json_decref(r);
 }

@@ -2,7 +2,9 @@
  * DNS packet there, whatever resolver the sandbox names). A query is answered with the
  * addresses the proxy resolved itself, keeping only those the rules allow; a name with
  * none gets NXDOMAIN. A queries get addresses; every other type gets an empty answer
- * (no IPv6 egress), or NXDOMAIN for a denied name. */
+ * (no IPv6 egress), or NXDOMAIN for a denied name. Answers leave from the address the
+ * query reached (IP_PKTINFO): for a query nftables redirected, the one its connection
+ * tracking expects, so the sandbox sees the answer come from the resolver it asked. */
 #include "proxy.h"
 
 #include <arpa/inet.h>
@@ -10,6 +12,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #define DNS_MSG_MAX 512
@@ -19,6 +22,8 @@
 typedef struct dns_q {
     sp_sandbox *sb;
     struct sockaddr_in from;
+    struct in_addr local;       /* where the query arrived (after a redirect) */
+    int has_local;
     uint8_t q[DNS_MSG_MAX];
     size_t qlen;
     uint16_t qtype;
@@ -93,9 +98,29 @@ static void reply(dns_q *d, int rcode, const uint32_t *ips, int n, int ttl)
     uint8_t out[DNS_MSG_MAX];
     size_t len = sp_dns_answer(d->q, d->qlen, d->qtype, rcode, ips, n, ttl, out, sizeof(out));
 
-    if (len && !d->sb->dead)
-        sendto(d->sb->dns_fd, out, len, MSG_DONTWAIT, (struct sockaddr *)&d->from,
-               sizeof(d->from));
+    union {
+        char b[CMSG_SPACE(sizeof(struct in_pktinfo))];
+        struct cmsghdr align;
+    } cm;
+    struct iovec iov = {out, len};
+    struct msghdr mh = {.msg_name = &d->from, .msg_namelen = sizeof(d->from), .msg_iov = &iov,
+                        .msg_iovlen = 1};
+
+    if (!len || d->sb->dead)
+        return;
+    if (d->has_local) {
+        struct cmsghdr *h;
+        struct in_pktinfo pi = {.ipi_spec_dst = d->local};
+        memset(&cm, 0, sizeof(cm));
+        mh.msg_control = cm.b;
+        mh.msg_controllen = sizeof(cm.b);
+        h = CMSG_FIRSTHDR(&mh);
+        h->cmsg_level = IPPROTO_IP;
+        h->cmsg_type = IP_PKTINFO;
+        h->cmsg_len = CMSG_LEN(sizeof(pi));
+        memcpy(CMSG_DATA(h), &pi, sizeof(pi));
+    }
+    sendmsg(d->sb->dns_fd, &mh, MSG_DONTWAIT);
 }
 
 static void on_resolved(void *arg, const sp_addrs *a)
@@ -131,13 +156,27 @@ void sp_dns_on_read(evutil_socket_t fd, short what, void *arg)
 
     for (int budget = 0; budget < 64; budget++) {
         dns_q *d;
-        socklen_t fl = sizeof(struct sockaddr_in);
         uint8_t buf[DNS_MSG_MAX + 1];
         struct sockaddr_in from;
-        ssize_t n = recvfrom(fd, buf, sizeof(buf), MSG_DONTWAIT, (struct sockaddr *)&from, &fl);
+        union {
+            char b[CMSG_SPACE(sizeof(struct in_pktinfo))];
+            struct cmsghdr align;
+        } cm;
+        struct iovec iov = {buf, sizeof(buf)};
+        struct msghdr mh = {.msg_name = &from, .msg_namelen = sizeof(from), .msg_iov = &iov,
+                            .msg_iovlen = 1, .msg_control = cm.b, .msg_controllen = sizeof(cm.b)};
+        struct in_pktinfo pi = {0};
+        int has_local = 0;
+        ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT);
 
         if (n < 0)
             return;
+        for (struct cmsghdr *h = CMSG_FIRSTHDR(&mh); h; h = CMSG_NXTHDR(&mh, h))
+            if (h->cmsg_level == IPPROTO_IP && h->cmsg_type == IP_PKTINFO &&
+                h->cmsg_len >= CMSG_LEN(sizeof(pi))) {
+                memcpy(&pi, CMSG_DATA(h), sizeof(pi));
+                has_local = 1;
+            }
         if (sb->dead || sb->dns_pending >= DNS_PENDING_MAX || !(d = calloc(1, sizeof(*d))))
             continue; /* dropped: the sandbox's resolver retries */
         if (sp_dns_parse_query(buf, (size_t)n, d->name, &d->qtype, &d->qlen) < 0) {
@@ -148,6 +187,8 @@ void sp_dns_on_read(evutil_socket_t fd, short what, void *arg)
         d->q[5] = 1; /* exactly the one question we parsed, nothing after it */
         memset(d->q + 6, 0, 6);
         d->from = from;
+        d->local = pi.ipi_addr;
+        d->has_local = has_local;
         d->sb = sp_sandbox_ref(sb);
         sb->dns_pending++;
         if (!sp_resolve(sb->ctx->resolver, d->name, on_resolved, d)) {

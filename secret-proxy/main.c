@@ -77,6 +77,7 @@ int main(int argc, char **argv)
         goto out;
     }
     sp_policy_add_host_addrs(&ctx.policy);
+    sf_id_new(ctx.instance, "sp_");
     if ((ctx.host_netns = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC)) < 0) {
         sf_error("msg=\"cannot open the proxy's own network namespace\"");
         goto out;
@@ -86,9 +87,9 @@ int main(int argc, char **argv)
         sf_error("msg=\"cannot start\" err=\"%s\"", why);
         goto out;
     }
-    sf_info("msg=\"secret-proxy up\" control=%s default=%s redis=%s ca=%s",
+    sf_info("msg=\"secret-proxy up\" control=%s default=%s redis=%s ca=%s instance=%s",
             ctx.cfg.proxy_control_socket, ctx.cfg.egress_default, ctx.cfg.common.redis_url,
-            ctx.cfg.proxy_ca_cert_file);
+            ctx.cfg.proxy_ca_cert_file, ctx.instance);
     event_base_dispatch(ctx.d.base);
     rc = 0;
 out:

@@ -31,6 +31,7 @@ static const char script[] =
     "  chain pre_nat {\n"
     "    type nat hook prerouting priority -100; policy accept;\n"
     "    iifname \"lo\" return\n"
+    "    fib daddr type local tcp dport %d return\n"
     "    udp dport 53 redirect to :%d\n"
     "    meta l4proto tcp redirect to :%d\n"
     "  }\n"
@@ -45,6 +46,8 @@ static const char script[] =
     "    iifname \"lo\" accept\n"
     "    ct status dnat accept\n"
     "    ct state established,related accept\n"
+    "    tcp dport %d accept\n"
+    "    udp dport %d accept\n"
     "  }\n"
     "  chain fw_drop {\n"
     "    type filter hook forward priority 0; policy drop;\n"
@@ -63,9 +66,10 @@ int sp_netns_setup(int netns_fd, const sp_netns_opts *o, char *why, size_t whyle
     int errp[2], status = 0;
     ssize_t n = 0, r;
     pid_t pid;
+    int http = o->http_port > 0 ? o->http_port : 3128;
 
-    if (snprintf(sh, sizeof(sh), script, o->dns_port, o->transparent_port, o->dns_port,
-                 o->transparent_port) >= (int)sizeof(sh))
+    if (snprintf(sh, sizeof(sh), script, o->dns_port, o->transparent_port, http, o->dns_port,
+                 o->transparent_port, http, o->dns_port) >= (int)sizeof(sh))
         return -E2BIG;
     if (pipe2(errp, O_CLOEXEC) < 0)
         return -errno;

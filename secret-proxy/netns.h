@@ -9,7 +9,8 @@
  * path out of it but the proxy's listeners);
  * IPv6 disabled; table "ip sandfleet": every TCP connection redirected to the transparent
  * listener, every UDP/53 packet to the proxy's resolver, everything else dropped (also for
- * traffic entering from a VM's tap); table "ip6 sandfleet6" drops all IPv6. */
+ * traffic entering from a VM's tap, which may also reach the explicit proxy and the
+ * resolver at the namespace's own addresses); table "ip6 sandfleet6" drops all IPv6. */
 #ifndef SP_NETNS_H
 #define SP_NETNS_H
 
@@ -17,10 +18,14 @@
 #include <stddef.h>
 
 #define SP_NETNS_BUNDLE "sandfleet-ca-bundle.pem" /* under etc/ssl/certs/ in the sandbox */
+/* sf0's address: where a sandbox reaches the explicit proxy (HTTP_PROXY), from a jail (a
+ * local address) and from a VM behind a tap in the namespace alike. */
+#define SP_NETNS_PROXY_ADDR "169.254.77.2"
 
 typedef struct sp_netns_opts {
     int transparent_port; /* the proxy's proxy_transparent_port (3129) */
     int dns_port;         /* the proxy's proxy_dns_port (53) */
+    int http_port;        /* the proxy's proxy_http_port (3128): open to a VM's tap */
 } sp_netns_opts;
 
 /* 0, or a negative errno with the failing step's message in why. */

@@ -122,6 +122,7 @@ typedef struct sp_sandbox {
     sp_ctx *ctx;
     char id[64];
     char team[64];
+    char owner[64];       /* who registered it (a worker's host id), "" = not said */
     sp_rules *rules;
     json_t *allow_json, *deny_json; /* the rules as given (for partial updates) */
     sp_binding *bind;     /* bind_n entries */
@@ -158,6 +159,7 @@ struct sp_ctx {
     struct event *ev_refresh;
     struct sp_tls *tls;
     uint64_t netlog_dropped;
+    char instance[SF_ID_MAX];      /* random per start: the worker sees a restart by it */
 };
 
 /* ctl.c */

@@ -3,6 +3,7 @@
  * bindings; a dropped binding's placeholder is worthless at once), unregister. Secret
  * values are read from Redis and opened with the master key when a binding is made, and
  * re-read every secret_refresh_ms (rotation, deletion). */
+#include "netns.h"
 #include "proxy.h"
 #include "sf_log.h"
 
@@ -30,7 +31,7 @@ typedef struct want {
 typedef struct op {
     sp_ctx *ctx;
     int is_register;
-    char sandbox[64], team[64];
+    char sandbox[64], team[64], owner[64];
     sp_rules *rules;           /* new rules (NULL: keep) */
     json_t *allow, *deny;      /* their JSON, kept for later partial updates */
     int set_bindings;          /* bindings given */
@@ -148,11 +149,13 @@ static int tcp_listen(int port)
 static int udp_bind(int port)
 {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
 
     if (fd < 0)
         return -errno;
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+    /* dns.c answers from the address each query reached */
+    if (setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof(one)) < 0 ||
+        bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
         int e = -errno;
         close(fd);
         return e;
@@ -217,15 +220,16 @@ static json_t *ok_reply(const sp_sandbox *sb)
     char url[64];
     json_t *env = json_object();
 
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d", (int)c->proxy_http_port);
+    snprintf(url, sizeof(url), "http://" SP_NETNS_PROXY_ADDR ":%d", (int)c->proxy_http_port);
     json_object_set_new(env, "HTTP_PROXY", json_string(url));
     json_object_set_new(env, "HTTPS_PROXY", json_string(url));
     json_object_set_new(env, "http_proxy", json_string(url));
     json_object_set_new(env, "https_proxy", json_string(url));
     json_object_set_new(env, "NO_PROXY", json_string("localhost,127.0.0.1"));
     json_object_set_new(env, "no_proxy", json_string("localhost,127.0.0.1"));
-    return json_pack("{s:b, s:o, s:o, s:s}", "ok", 1, "placeholders", placeholders_json(sb),
-                     "env", env, "ca_file", c->proxy_ca_cert_file);
+    return json_pack("{s:b, s:o, s:o, s:s, s:s}", "ok", 1, "placeholders",
+                     placeholders_json(sb), "env", env, "ca_file", c->proxy_ca_cert_file,
+                     "instance", sb->ctx->instance);
 }
 
 /* Moves o's wanted bindings into sb (placeholders kept for unchanged env -> secret). */
@@ -289,6 +293,7 @@ static void finish_register(op *o)
     sb->dns_fd = fds[2];
     snprintf(sb->id, sizeof(sb->id), "%s", o->sandbox);
     snprintf(sb->team, sizeof(sb->team), "%s", o->team);
+    snprintf(sb->owner, sizeof(sb->owner), "%s", o->owner);
     sb->rules = sp_rules_ref(o->rules);
     sb->allow_json = json_incref(o->allow);
     sb->deny_json = json_incref(o->deny);
@@ -515,6 +520,7 @@ void sp_sandbox_register(sp_ctx *ctx, const json_t *req, int netns_fd, sp_done_c
 {
     const char *team = json_string_value(json_object_get(req, "team"));
     const char *path = json_string_value(json_object_get(req, "netns"));
+    const char *owner = json_string_value(json_object_get(req, "owner"));
     op *o = op_new(ctx, req, done, arg);
 
     if (!o) {
@@ -530,6 +536,13 @@ void sp_sandbox_register(sp_ctx *ctx, const json_t *req, int netns_fd, sp_done_c
         return;
     }
     snprintf(o->team, sizeof(o->team), "%s", team);
+    if (owner && !sf_id_valid(owner)) {
+        answer(done, arg, err_reply("'owner' must be an id ([a-z0-9_-], at most 63 "
+                                    "characters).%s", NULL));
+        op_free(o);
+        return;
+    }
+    snprintf(o->owner, sizeof(o->owner), "%s", owner ? owner : "");
     if (o->netns_fd < 0 && path && (o->netns_fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
         answer(done, arg, err_reply("Cannot open the network namespace %.200s; pass its fd "
                                     "or an existing /proc/PID/ns/net or /run/netns path.", path));
@@ -593,11 +606,40 @@ static void sandbox_drop(sp_ctx *ctx, sp_sandbox *sb)
     sp_sandbox_unref(sb);
 }
 
+static void collect(const char *key, void *val, void *arg);
+
+/* Every sandbox registered by owner (a worker that restarted: its sandboxes are gone). */
+static void unregister_owner(sp_ctx *ctx, const char *owner, sp_done_cb done, void *arg)
+{
+    size_t n = sf_map_len(ctx->sandboxes), dropped = 0;
+    sp_sandbox **all = calloc(n + 1, sizeof(*all)), **p = all;
+
+    if (!all) {
+        answer(done, arg, err_reply("The proxy is out of memory.%s", NULL));
+        return;
+    }
+    sf_map_foreach(ctx->sandboxes, collect, &p);
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(all[i]->owner, owner)) {
+            sf_info("msg=\"sandbox unregistered (its owner restarted)\" sandbox=%s owner=%s",
+                    all[i]->id, owner);
+            sandbox_drop(ctx, all[i]);
+            dropped++;
+        }
+    free(all);
+    answer(done, arg, json_pack("{s:b, s:I}", "ok", 1, "dropped", (json_int_t)dropped));
+}
+
 void sp_sandbox_unregister(sp_ctx *ctx, const json_t *req, sp_done_cb done, void *arg)
 {
     const char *id = json_string_value(json_object_get(req, "sandbox"));
+    const char *owner = json_string_value(json_object_get(req, "owner"));
     sp_sandbox *sb = id ? sf_map_get(ctx->sandboxes, id) : NULL;
 
+    if (!id && owner && sf_id_valid(owner)) {
+        unregister_owner(ctx, owner, done, arg);
+        return;
+    }
     if (!sb) { /* idempotent: the worker may retry a kill */
         answer(done, arg, json_pack("{s:b, s:b}", "ok", 1, "existed", 0));
         return;

@@ -74,6 +74,13 @@ typedef struct wk_host_cfg {
 typedef struct wk_create_req {
     const char *id;            /* [a-z0-9_-]{1,63}, unique on this host */
     wk_limits limits;          /* 0 fields = the defaults */
+    const char *trust_pem;     /* NULL, or the egress proxy's CA certificate (PEM, at most
+                                  64 KiB): before the sandbox's first command the driver puts
+                                  its template's own CAs plus this one in
+                                  /etc/ssl/certs/ca-certificates.crt and
+                                  /etc/ssl/certs/sandfleet-ca-bundle.pem, and points its
+                                  resolver at its network namespace (a jail's /etc/resolv.conf
+                                  names 127.0.0.1; a VM's names its tap already) */
 } wk_create_req;
 
 typedef struct wk_exec_req {
@@ -143,6 +150,11 @@ typedef struct wk_driver_ops {
      * nothing of the sandbox is left on the host. sb must not be used after this
      * call. Also allowed from inside an exec callback. */
     void (*kill)(wk_sandbox *sb, wk_kill_cb cb, void *arg);
+    /* The sandbox's network namespace, for the worker's egress set-up (worker/egress.c):
+     * an fd the driver keeps open from the create's callback until kill (dup it to keep
+     * it longer), or -ENOENT. Nothing links that namespace to the host; the worker's
+     * egress set-up gives it its only way out, through the secret-proxy. */
+    int (*netns)(const wk_sandbox *sb);
 
     /* Optional (NULL = the driver does not have it yet). pause: every process of the
      * sandbox stops where it is (a driver may later move it out of memory: a VM goes to

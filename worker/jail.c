@@ -4,6 +4,7 @@
  * jail_spawn.c and jail_agent.c (see jail_int.h). */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -363,6 +364,17 @@ static void create_work(void *arg)
     if ((rc = wk_disk_attach(d->state_dir, sb->sbdir, sb->lim.disk_mib, sb->lim.inodes,
                              sb->host_uid, &why)) < 0)
         goto fail;
+    if (sb->trust_pem) {
+        char upper[WK_PATH_MAX];
+        if (snprintf(upper, sizeof(upper), "%s/" WK_DISK_MOUNT "/upper", sb->sbdir) >=
+            (int)sizeof(upper)) {
+            rc = -ENAMETOOLONG;
+            why = "state_dir is too long; use a shorter path.";
+            goto fail;
+        }
+        if ((rc = wk_trust_write(lower, upper, sb->host_uid, sb->trust_pem, &why)) < 0)
+            goto fail;
+    }
     if ((rc = wk_cgroup_create(&sb->cg, d->host_id, sb->id, &sb->lim, &why)) < 0)
         goto fail;
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
@@ -391,6 +403,16 @@ static void create_work(void *arg)
     sv[1] = -1;
     if (rc < 0)
         goto fail;
+    {
+        /* the init is our unreaped child: its pid cannot name another process */
+        char ns[64];
+        snprintf(ns, sizeof(ns), "/proc/%d/ns/net", (int)sb->pid);
+        if ((sb->netns_fd = open(ns, O_RDONLY | O_CLOEXEC)) < 0) {
+            rc = -errno;
+            why = "Cannot open the jail's network namespace.";
+            goto fail;
+        }
+    }
     if ((rc = wk_agent_ping(sv[0], WK_PING_TIMEOUT_MS, &why)) < 0)
         goto fail;
     sb->sock = sv[0];
@@ -403,6 +425,10 @@ fail:
              why ? why : "");
     if (sv[0] >= 0)
         close(sv[0]);
+    if (sb->netns_fd >= 0) {
+        close(sb->netns_fd);
+        sb->netns_fd = -1;
+    }
     wk_spawn_kill(&sb->pidfd);
     if (dir_made)
         wk_teardown_run(&sb->cg, sb->sbdir, 0);
@@ -425,6 +451,8 @@ static void create_done(void *arg)
     wk_create_cb cb = sb->create_cb;
     void *cb_arg = sb->create_arg;
 
+    free(sb->trust_pem);
+    sb->trust_pem = NULL;
     if (sb->create_rc == 0 && wk_agent_attach(sb, sb->sock) < 0) {
         /* Out of memory on the loop: the sandbox runs but cannot be driven. */
         sf_error("msg=\"cannot attach to the agent; killing the new sandbox\" sandbox=%s", sb->id);
@@ -481,11 +509,16 @@ static int jail_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, 
     sb->drv = d;
     sb->base = d->base;
     sb->lim = lim;
-    sb->pidfd = sb->slot_fd = sb->sock = sb->td_pidfd = -1;
+    sb->pidfd = sb->slot_fd = sb->sock = sb->td_pidfd = sb->netns_fd = -1;
     sb->cg.fd = -1;
     sb->create_cb = cb;
     sb->create_arg = arg;
+    if (req->trust_pem && !(sb->trust_pem = strdup(req->trust_pem))) {
+        free(sb);
+        return -ENOMEM;
+    }
     if ((rc = wk_pool_run(d->pool, create_work, create_done, sb)) < 0) {
+        free(sb->trust_pem);
         free(sb);
         return rc;
     }
@@ -496,6 +529,11 @@ static int jail_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, 
 static void jail_limits(const wk_sandbox *sb, wk_limits *out)
 {
     *out = sb->lim;
+}
+
+static int jail_netns(const wk_sandbox *sb)
+{
+    return sb->netns_fd >= 0 ? sb->netns_fd : -ENOENT;
 }
 
 /* ---- kill ----------------------------------------------------------------- */
@@ -520,6 +558,10 @@ static void teardown_done(void *arg)
     if (sb->slot_fd >= 0) {
         close(sb->slot_fd); /* the uid range is free again: nothing of it is left */
         sb->slot_fd = -1;
+    }
+    if (sb->netns_fd >= 0) {
+        close(sb->netns_fd);
+        sb->netns_fd = -1;
     }
     sf_info("msg=\"sandbox torn down\" sandbox=%s rc=%d", sb->id, rc);
     sb_unlink(sb->drv, sb);
@@ -633,4 +675,5 @@ const wk_driver_ops wk_jail_driver = {
     .limits = jail_limits,
     .exec = wk_jail_exec,
     .kill = jail_kill,
+    .netns = jail_netns,
 };

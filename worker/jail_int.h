@@ -94,6 +94,13 @@ typedef struct wk_lxcfs {
 int wk_lxcfs_start(const char *state_dir, wk_lxcfs *lx, const char **why);
 int wk_lxcfs_alive(const wk_lxcfs *lx);
 void wk_lxcfs_stop(wk_lxcfs *lx);
+/* ---- jail_trust.c ---- */
+#define WK_TRUST_BUNDLE "sandfleet-ca-bundle.pem" /* = SP_NETNS_BUNDLE (secret-proxy/netns.h) */
+/* Writes the sandbox's trust store (the template's CAs at lower + pem) and its resolver
+ * (127.0.0.1) into the overlay's upper directory, owned by uid (the sandbox's root), before
+ * the jail starts. 0 or -errno with why. */
+int wk_trust_write(const char *lower, const char *upper, uint32_t uid, const char *pem,
+                   const char **why);
 
 /* ---- jail_seccomp.c ---- */
 /* The deny-list as a BPF program, compiled on first use and kept. */
@@ -156,6 +163,8 @@ struct wk_sandbox {
     int td_pidfd;             /* the teardown child's pidfd */
     struct event *ev_td;
     int slot_fd;
+    int netns_fd;             /* its network namespace (driver.h `netns`), from the create */
+    char *trust_pem;          /* the create's trust_pem until the create ran */
     uint32_t host_uid;
     wk_cgroup cg;
     char sbdir[WK_PATH_MAX];

@@ -1,5 +1,6 @@
 /* jobs.c: one host's job handling: create, exec and kill against the driver. */
 #include "worker.h"
+#include "egress.h"
 #include "sf_jobio.h"
 #include "sf_log.h"
 #include "sf_records.h"
@@ -112,6 +113,7 @@ static void box_release(wk_box *b)
     if (b->ev_timeout)
         event_free(b->ev_timeout);
     json_decref(b->env);
+    wk_egress_box_free(b->eg);
     free(b);
 }
 
@@ -137,6 +139,7 @@ void wk_box_kill(wk_box *b, const char *end_state)
     }
     if (sf_records_mark_killing(ctx->redis, b->id, wk_redis_logged, NULL) < 0)
         sf_warn("msg=\"cannot mark the record killing; Redis is down\" sandbox=%s", b->id);
+    wk_egress_detach(ctx->egress, b); /* its listeners and placeholders go at once */
     if (b->state == WK_BOX_CREATING) {
         b->state = WK_BOX_KILLING; /* on_created kills it when the driver answers */
         return;
@@ -157,42 +160,21 @@ static json_t *create_result(const wk_box *b, const char *name)
     return json_pack("{s:s, s:s, s:s}", "id", b->id, "name", name ? name : "", "status", "active");
 }
 
-static void on_created(void *arg, wk_sandbox *sb, int rc, const char *why)
+/* The sandbox runs (and its egress is registered): it is answered as created. */
+static void started(wk_box *b)
 {
-    wk_box *b = arg;
     wk_ctx *ctx = b->ctx;
     wk_call *c = b->create;
     json_t *a = c->job.args;
     const char *name = json_string_value(json_object_get(a, "name"));
     json_int_t timeout_s = json_integer_value(json_object_get(a, "timeout_seconds"));
     char mem[24], pids[24], vcpu[24], disk[24];
+    const char *kv[10 + 8];
+    size_t n = 0;
 
     b->create = NULL;
-    if (rc < 0) {
-        char text[512];
-        snprintf(text, sizeof(text), "The sandbox could not be started (%s); retry "
-                 "sandbox_create, and tell the operator if it keeps failing.",
-                 why ? why : "driver error");
-        record_retire(ctx, b->id, "failed", 0);
-        box_release(b);
-        reply_error(c, SF_ERR_INTERNAL, text);
-        return;
-    }
-    b->sb = sb;
-    if (b->state == WK_BOX_KILLING || ctx->stopping) {
-        /* killed while it started (that kill was answered), or the worker is stopping */
-        int was_killed = b->state == WK_BOX_KILLING;
-        b->state = WK_BOX_RUNNING;
-        wk_box_kill(b, was_killed ? b->end_state : "failed");
-        if (was_killed)
-            reply_error(c, SF_ERR_NOT_FOUND, "The sandbox was killed while it was starting; "
-                                             "create a new one with sandbox_create.");
-        else
-            reply_error(c, SF_ERR_UNAVAILABLE, "This host is shutting down; retry in a few seconds.");
-        return;
-    }
     b->state = WK_BOX_RUNNING;
-    ctx->ops->limits(sb, &b->lim); /* what the driver applied: the same, defaults filled in */
+    ctx->ops->limits(b->sb, &b->lim); /* what the driver applied: the same, defaults filled in */
     if (timeout_s > 0) {
         struct timeval tv = {(time_t)timeout_s, 0};
         if ((b->ev_timeout = evtimer_new(ctx->d.base, on_lifetime_over, b)))
@@ -202,16 +184,87 @@ static void on_created(void *arg, wk_sandbox *sb, int rc, const char *why)
     snprintf(vcpu, sizeof(vcpu), "%u", b->lim.vcpu_milli);
     snprintf(disk, sizeof(disk), "%u", b->lim.disk_mib);
     snprintf(pids, sizeof(pids), "%u", b->lim.pids_max);
-    {
-        /* state=running and back in its sets, only while the record is live (lands even
-         * when Redis is full, never re-creates a record that is gone). */
-        const char *kv[] = {"driver", ctx->ops->name, "memory_mib", mem, "vcpu_milli", vcpu,
-                            "disk_mib", disk, "pids_max", pids};
-        sf_records_started(ctx->redis, b->id, ctx->host_id, SF_ARRAY_LEN(kv), kv,
-                           wk_redis_logged, NULL);
-    }
+    kv[n++] = "driver";
+    kv[n++] = ctx->ops->name;
+    kv[n++] = "memory_mib";
+    kv[n++] = mem;
+    kv[n++] = "vcpu_milli";
+    kv[n++] = vcpu;
+    kv[n++] = "disk_mib";
+    kv[n++] = disk;
+    kv[n++] = "pids_max";
+    kv[n++] = pids;
+    n += wk_egress_record_kv(b->eg, kv + n);
+    /* state=running and back in its sets, only while the record is live (lands even
+     * when Redis is full, never re-creates a record that is gone). */
+    sf_records_started(ctx->redis, b->id, ctx->host_id, n, kv, wk_redis_logged, NULL);
     sf_info("msg=\"sandbox created\" sandbox=%s team=%s job=%s", b->id, b->team, c->job.id);
     reply_result(c, create_result(b, name));
+}
+
+/* A create that ended before the sandbox was answered as running: killed meanwhile
+ * (that kill was answered), the worker stopping, or its egress refused. */
+static int create_cut_short(wk_box *b)
+{
+    wk_ctx *ctx = b->ctx;
+    wk_call *c = b->create;
+    int was_killed = b->state == WK_BOX_KILLING;
+
+    if (!was_killed && !ctx->stopping)
+        return 0;
+    b->create = NULL;
+    b->state = WK_BOX_RUNNING;
+    wk_box_kill(b, was_killed ? b->end_state : "failed");
+    if (was_killed)
+        reply_error(c, SF_ERR_NOT_FOUND, "The sandbox was killed while it was starting; "
+                                         "create a new one with sandbox_create.");
+    else
+        reply_error(c, SF_ERR_UNAVAILABLE, "This host is shutting down; retry in a few seconds.");
+    return 1;
+}
+
+static void on_egress_ready(wk_box *b, int rc, const char *code, const char *why)
+{
+    wk_call *c = b->create;
+
+    if (create_cut_short(b))
+        return;
+    if (rc < 0) {
+        sf_info("msg=\"create refused by its egress\" sandbox=%s why=\"%s\"", b->id, why);
+        b->create = NULL;
+        b->state = WK_BOX_RUNNING;
+        wk_box_kill(b, "failed");
+        reply_error(c, code, why);
+        return;
+    }
+    started(b);
+}
+
+static void on_created(void *arg, wk_sandbox *sb, int rc, const char *why)
+{
+    wk_box *b = arg;
+    wk_ctx *ctx = b->ctx;
+    wk_call *c = b->create;
+
+    if (rc < 0) {
+        char text[512];
+        b->create = NULL;
+        snprintf(text, sizeof(text), "The sandbox could not be started (%s); retry "
+                 "sandbox_create, and tell the operator if it keeps failing.",
+                 why ? why : "driver error");
+        record_retire(ctx, b->id, "failed", 0);
+        box_release(b);
+        reply_error(c, SF_ERR_INTERNAL, text);
+        return;
+    }
+    b->sb = sb;
+    if (create_cut_short(b))
+        return;
+    if (b->eg) { /* its way out first: then the create is answered (state stays creating) */
+        wk_egress_attach(ctx->egress, b, on_egress_ready);
+        return;
+    }
+    started(b);
 }
 
 /* args.limits (set by the scheduler, CONTRACTS.md): missing fields take the worker's
@@ -271,8 +324,9 @@ static void do_create(wk_call *c)
     wk_ctx *ctx = c->ctx;
     json_t *a = c->job.args, *env = json_object_get(a, "env_vars");
     const char *name = json_string_value(json_object_get(a, "name"));
-    const char *why = NULL, *full;
+    const char *why = NULL, *full, *code = NULL;
     wk_create_req req = {0};
+    wk_egbox *eg = NULL;
     wk_box *b;
     int rc;
 
@@ -289,17 +343,24 @@ static void do_create(wk_call *c)
         refuse(c, SF_ERR_INVALID, why);
         return;
     }
+    if (wk_egress_box_new(ctx->egress, a, &eg, &code, &why) < 0) {
+        refuse(c, code, why);
+        return;
+    }
     if ((full = no_room(ctx, &req.limits))) {
+        wk_egress_box_free(eg);
         sf_info("msg=\"create refused: host full\" sandbox=%s resource=%s", c->job.sandbox, full);
         refuse(c, SF_ERR_UNAVAILABLE,
                "The chosen host is at capacity; retry sandbox_create in a few seconds.");
         return;
     }
     if (!(b = calloc(1, sizeof(*b)))) {
+        wk_egress_box_free(eg);
         refuse(c, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
         return;
     }
     b->ctx = ctx;
+    b->eg = eg;
     b->state = WK_BOX_CREATING;
     b->lim = req.limits;
     b->create = c;
@@ -308,6 +369,7 @@ static void do_create(wk_call *c)
     b->env = json_is_object(env) ? json_incref(env) : NULL;
     if (sf_map_put(ctx->sandboxes, b->id, b) < 0) {
         json_decref(b->env);
+        wk_egress_box_free(b->eg);
         free(b);
         refuse(c, SF_ERR_UNAVAILABLE,
                "The chosen host is at capacity; retry sandbox_create in a few seconds.");
@@ -318,6 +380,7 @@ static void do_create(wk_call *c)
     ctx->used_disk_mib += b->lim.disk_mib;
     atomic_store(&ctx->beat.running, (int)sf_map_len(ctx->sandboxes));
     req.id = b->id;
+    req.trust_pem = wk_egress_trust_pem(ctx->egress, b->eg);
     if ((rc = ctx->ops->create(ctx->drv, &req, on_created, b)) < 0) {
         b->create = NULL;
         box_release(b);
@@ -412,7 +475,7 @@ static int env_add(json_t *obj, const char **env, size_t *n, char **store)
 
 static void do_exec(wk_call *c, wk_box *b)
 {
-    json_t *a = c->job.args;
+    json_t *a = c->job.args, *all = json_object();
     const char *env[EXEC_ENV_MAX + 1];
     char *store[EXEC_ENV_MAX];
     size_t n = 0;
@@ -423,14 +486,22 @@ static void do_exec(wk_call *c, wk_box *b)
 
     if (timeout > left)
         timeout = left > 1 ? left : 1;
-    if ((b->env && env_add(b->env, env, &n, store) < 0) ||
-        (json_is_object(json_object_get(a, "env")) &&
-         env_add(json_object_get(a, "env"), env, &n, store) < 0)) {
+    /* one value per name: env_vars, then the egress variables (proxy, CA, placeholders),
+     * then the call's own env */
+    if (b->env)
+        json_object_update(all, b->env);
+    if (b->eg)
+        json_object_update(all, wk_egress_env(b->eg));
+    if (json_is_object(json_object_get(a, "env")))
+        json_object_update(all, json_object_get(a, "env"));
+    if (!all || env_add(all, env, &n, store) < 0) {
         for (size_t i = 0; i < n; i++)
             free(store[i]);
+        json_decref(all);
         reply_error(c, SF_ERR_INVALID, "Too many environment variables; pass at most 256.");
         return;
     }
+    json_decref(all);
     env[n] = NULL;
     req.command = json_string_value(json_object_get(a, "command"));
     req.cwd = json_string_value(json_object_get(a, "cwd"));

@@ -1,5 +1,6 @@
 /* sandfleet-worker: parse config, build objects, run the loop, tear down. */
 #include "worker.h"
+#include "egress.h"
 #include "sf_log.h"
 #include "sf_records.h"
 
@@ -16,6 +17,8 @@ static const sf_cfg_entry cfg_table[] = {
     SF_CFG_S(wk_cfg, agent_path, "", "the static sandfleet-agent binary; empty = beside this one"),
     SF_CFG_S(wk_cfg, driver, "jail", "isolation driver: jail (namespaces) or qemu (microVMs)"),
     SF_CFG_S(wk_cfg, schemas_dir, "schemas/tools", "folder of the tool JSON Schemas"),
+    SF_CFG_S(wk_cfg, proxy_control_socket, "/var/lib/sandfleet/proxy.sock",
+             "this host's secret-proxy (every sandbox's egress); empty = no network at all"),
     SF_CFG_S(wk_cfg, vm_dir, "/var/cache/sandfleet/vm",
              "qemu: guests and template snapshots, shared by this host's workers"),
     SF_CFG_I(wk_cfg, vm_save_after_ms, "300000", 0, 86400000LL,
@@ -245,6 +248,11 @@ int main(int argc, char **argv)
         sf_error("msg=\"cannot consume the host topic\" topic=%s", ctx.topic);
         goto out;
     }
+    if (wk_egress_new(&ctx, ctx.cfg.proxy_control_socket, &ctx.egress) < 0) {
+        sf_error("msg=\"cannot start the link to the egress proxy\" socket=%s",
+                 ctx.cfg.proxy_control_socket);
+        goto out;
+    }
     sf_info("msg=\"worker up\" host=%s topic=%s driver=%s capacity=%lld mem_mib=%llu "
             "vcpu_milli=%llu", ctx.host_id, ctx.topic, ctx.ops->name, (long long)ctx.capacity,
             (unsigned long long)ctx.res.mem_mib, (unsigned long long)ctx.res.vcpu_milli);
@@ -257,6 +265,8 @@ out:
     ctx.stopping = 1;
     if (ctx.sandboxes)
         kill_all(&ctx);
+    wk_egress_free(ctx.egress); /* the kills' unregisters go out */
+    ctx.egress = NULL;
     wk_host_stop(&ctx);
     if (ctx.redis && ctx.d.base) {
         struct timeval grace = {0, 200 * 1000};

@@ -411,6 +411,11 @@ static void qemu_limits(const wk_sandbox *sb, wk_limits *out)
     wk_qvm_limits(sb, out);
 }
 
+static int qemu_netns(const wk_sandbox *sb)
+{
+    return wk_qvm_netns(sb);
+}
+
 const wk_driver_ops wk_qemu_driver = {
     .name = "qemu",
     .host_init = qemu_host_init,
@@ -422,4 +427,5 @@ const wk_driver_ops wk_qemu_driver = {
     .kill = wk_qvm_kill,
     .pause = wk_qvm_pause,
     .resume = wk_qvm_resume,
+    .netns = qemu_netns,
 };

@@ -167,6 +167,17 @@ typedef wk_op_cb wk_qvm_cb;
 int wk_qvm_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, void *arg);
 int wk_qvm_exec(wk_sandbox *sb, const wk_exec_req *req, wk_exec_cb cb, void *arg);
 void wk_qvm_limits(const wk_sandbox *sb, wk_limits *out);
+/* driver.h's netns: the VM's network namespace (its tap's), kept while saved to disk. */
+int wk_qvm_netns(const wk_sandbox *sb);
+/* The guest's part of a create's trust_pem (in SF_TRUST_PEM): its template's CAs plus
+ * the egress CA in /etc/ssl/certs (ca-certificates.crt and sandfleet-ca-bundle.pem),
+ * /etc made writable for the moment (the guest's resolver names its tap already). */
+#define WK_QEMU_TRUST_CMD                                                                   \
+    "{ mount -o remount,bind,rw /etc 2>/dev/null; true; } && c=/etc/ssl/certs && "           \
+    "mkdir -p $c && { cat $c/ca-certificates.crt 2>/dev/null; "                              \
+    "printf '%s\\n' \"$SF_TRUST_PEM\"; } >$c/sandfleet-ca-bundle.pem && "                     \
+    "cp $c/sandfleet-ca-bundle.pem $c/ca-certificates.crt && "                               \
+    "{ mount -o remount,bind,ro /etc 2>/dev/null; true; }"
 void wk_qvm_kill(wk_sandbox *sb, wk_kill_cb cb, void *arg);
 /* Pause (QMP stop: memory stays, the guest's clock stands still), resume (cont, then a
  * ping sets the guest's clock), save (pause, then the whole VM state to the sandbox's

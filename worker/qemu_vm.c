@@ -84,7 +84,9 @@ struct wk_sandbox {
     int save_fd;                /* the state file while saving */
     int quitting;               /* SAVING: QEMU was told to quit */
     waiter *w_head, *w_tail;
-    char *setup_cmd;            /* limits that differ from the template's, applied at create */
+    char *setup_cmd;            /* limits that differ from the template's, and the trust
+                                   store, applied at create */
+    char *trust_pem;            /* the create's trust_pem (the setup command's input) */
     wk_create_cb create_cb;
     void *create_arg;
     wk_kill_cb kill_cb;
@@ -135,6 +137,11 @@ void wk_qvm_limits(const wk_sandbox *sb, wk_limits *out)
     *out = sb->lim;
 }
 
+int wk_qvm_netns(const wk_sandbox *sb)
+{
+    return sb->netns >= 0 ? sb->netns : -ENOENT;
+}
+
 static int path_in(const wk_sandbox *sb, char *buf, size_t n, const char *name)
 {
     int r = snprintf(buf, n, "%s/%s", sb->dir, name);
@@ -155,6 +162,7 @@ static void vm_release(wk_sandbox *sb)
     if (sb->ev_kick)
         event_free(sb->ev_kick);
     free(sb->setup_cmd);
+    free(sb->trust_pem);
     free(sb);
 }
 
@@ -493,8 +501,9 @@ static void on_setup_done(void *arg, const wk_exec_result *res)
     if (sb->st != VM_STARTING || sb->killed)
         return;
     if (res->error || res->exit_code != 0) {
-        fail_vm(sb, "The sandbox's limits could not be applied inside its VM; retry "
-                    "sandbox_create.", res->error ? res->error : "the setup command failed");
+        fail_vm(sb, "The sandbox's limits or trust store could not be set up inside its VM; "
+                    "retry sandbox_create.",
+                res->error ? res->error : "the setup command failed");
         return;
     }
     clear_timer(sb);
@@ -549,8 +558,18 @@ static void on_created_ping(void *arg, int rc, const char *why)
         return;
     }
     if (sb->setup_cmd) {
-        wk_exec_req req = {.command = sb->setup_cmd, .timeout_ms = 10000};
-        if (wk_alink_exec(sb->link, &req, on_setup_done, sb) < 0)
+        char *pem_env = NULL;
+        const char *env[2] = {NULL, NULL};
+        wk_exec_req req = {.command = sb->setup_cmd, .timeout_ms = 10000, .env = env};
+        int rc2;
+        if (sb->trust_pem && asprintf(&pem_env, "SF_TRUST_PEM=%s", sb->trust_pem) < 0) {
+            fail_vm(sb, ERR_NOMEM, "cannot queue the setup command");
+            return;
+        }
+        env[0] = pem_env;
+        rc2 = wk_alink_exec(sb->link, &req, on_setup_done, sb);
+        free(pem_env);
+        if (rc2 < 0)
             fail_vm(sb, ERR_NOMEM, "cannot queue the setup command");
         return;
     }
@@ -604,19 +623,29 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* The limits the template does not have already, as one command in the guest. */
-static int make_setup(wk_sandbox *sb)
+/* What the template does not have already, as one command in the guest: the limits,
+ * and the egress CA in its trust store (SF_TRUST_PEM in the command's environment; /etc
+ * is read-only in the guest but for this). */
+static int make_setup(wk_sandbox *sb, const char *trust_pem)
 {
     const wk_qtpl *t = &sb->d->tpl;
+    char limits[256] = "";
 
     free(sb->setup_cmd);
     sb->setup_cmd = NULL;
-    if (sb->lim.memory_mib >= t->memory_mib && sb->lim.pids_max == t->pids_max)
+    free(sb->trust_pem);
+    sb->trust_pem = NULL;
+    if (trust_pem && !(sb->trust_pem = strdup(trust_pem)))
+        return -ENOMEM;
+    if (sb->lim.memory_mib < t->memory_mib || sb->lim.pids_max != t->pids_max)
+        snprintf(limits, sizeof(limits),
+                 "echo %u > /sys/fs/cgroup/sandbox/pids.max && echo %llu > "
+                 "/sys/fs/cgroup/sandbox/memory.max",
+                 sb->lim.pids_max, (unsigned long long)sb->lim.memory_mib << 20);
+    if (!limits[0] && !trust_pem)
         return 0;
-    return asprintf(&sb->setup_cmd,
-                    "echo %u > /sys/fs/cgroup/sandbox/pids.max && echo %llu > "
-                    "/sys/fs/cgroup/sandbox/memory.max",
-                    sb->lim.pids_max, (unsigned long long)sb->lim.memory_mib << 20) < 0
+    return asprintf(&sb->setup_cmd, "%s%s%s", limits, limits[0] && trust_pem ? " && " : "",
+                    trust_pem ? WK_QEMU_TRUST_CMD : "") < 0
                ? -ENOMEM
                : 0;
 }
@@ -729,7 +758,7 @@ static int vm_take(wk_sandbox *sb, const wk_create_req *req, wk_create_cb cb, vo
     sb->loaded_us = 0;
     sb->create_cb = cb;
     sb->create_arg = arg;
-    if ((rc = make_setup(sb)) < 0 ||
+    if ((rc = make_setup(sb, req->trust_pem)) < 0 ||
         (rc = wk_alink_ping(sb->link, now_ns(), seed, sizeof(seed), sb->id,
                             sb->d->create_timeout_ms, on_created_ping, sb)) < 0 ||
         (rc = set_timer(sb, sb->d->create_timeout_ms, on_create_deadline)) < 0) {
@@ -757,7 +786,7 @@ int wk_qvm_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, void 
     sb->lim = req->limits;
     sb->create_cb = cb;
     sb->create_arg = arg;
-    if ((rc = make_setup(sb)) < 0 || (rc = vm_restore(sb, &why)) < 0) {
+    if ((rc = make_setup(sb, req->trust_pem)) < 0 || (rc = vm_restore(sb, &why)) < 0) {
         sf_error("msg=\"sandbox create failed\" sandbox=%s rc=%d why=\"%s\"", sb->id, rc,
                  why ? why : ERR_NOMEM);
         /* Nothing was answered yet: the caller sees rc; tear down what exists. */

@@ -23,6 +23,7 @@ typedef struct wk_cfg {
     char *agent_path;
     char *driver;           /* "jail" */
     char *schemas_dir;      /* the tool schemas (what runs here, and how) */
+    char *proxy_control_socket; /* the secret-proxy's ("" = egress off) */
     int64_t capacity;       /* sandboxes this host runs at most (also bounded by resources) */
     int64_t memory_mib;     /* per sandbox, when the scheduler sends no limits */
     int64_t vcpu_milli;
@@ -66,6 +67,7 @@ typedef struct wk_ctx {
     sf_jobq *jobq;
     sf_map *sandboxes;      /* id -> wk_box, from create until the teardown ended */
     sf_toolset tools;       /* the tool catalogue */
+    struct wk_egress *egress; /* the link to this host's secret-proxy (egress.h) */
     struct event *ev_check; /* asks Redis which sandboxes the platform still knows */
     pthread_t beat_thread;
     int beat_started;
@@ -86,6 +88,7 @@ typedef struct wk_box {
     char team[SF_ID_MAX];
     wk_limits lim;          /* what it holds of the host */
     json_t *env;            /* env_vars given at create (object of strings) */
+    struct wk_egbox *eg;    /* its egress (egress.h), NULL when egress is off */
     struct event *ev_timeout; /* sandbox lifetime (timeout_seconds) */
     wk_call *create;        /* the create job, until the driver answered */
     const char *end_state;  /* record state once torn down: killed, lost, failed */

@@ -187,10 +187,13 @@ test('/dev/shm and TCP buffers are held by the memory limit; the agent survives 
   await betaFine();
   // TCP: readers that stop reading pin the buffers of 16 connections. The writers start once
   // all 16 listen (0A = LISTEN in /proc/net/tcp6: busybox nc listens on ::); the readers read
-  // for a second (so TCP autotuning grows the buffers: load, not a wait), then stop.
+  // for a second (so TCP autotuning grows the buffers: load, not a wait), then stop. Only
+  // ports 7001-7016 count: the egress proxy listens in the sandbox's namespace too.
+  const listening = "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | " +
+    "awk '$2 ~ /:1B(5[9A-F]|6[0-8])$/ && $4 == \"0A\"' | wc -l";
   await sh(alpha, id, 'for p in $(seq 7001 7016); do sleep 1000 | nc -l -p $p >/dev/null 2>&1 & ' +
     'echo $! >> /tmp/readers; done; ' +
-    "i=0; while [ $(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -c ' 0A ') -lt 16 ]; do " +
+    `i=0; while [ $(${listening}) -lt 16 ]; do ` +
     'i=$((i+1)); [ $i -lt 600 ] || exit 9; sleep 0.05; done; ' +
     'for p in $(seq 7001 7016); do (yes | nc 127.0.0.1 $p >/dev/null 2>&1 &); done; ' +
     'sleep 1; kill -STOP $(cat /tmp/readers); echo pinned');

@@ -1,12 +1,14 @@
 # tests/proxy/lib.sh: shared by env, cases and the benchmark. Source it.
 . "$(dirname "${BASH_SOURCE[0]}")/../../ops/lib.sh"
 
-# sp_world_vars STATE: names and addresses of this world (also written to STATE/world).
+# sp_world_vars STATE [NET16]: names and addresses of this world (also written to
+# STATE/world); NET16 is the /16 its upstream network comes from (198.18 by default; the
+# e2e stacks' upstream takes 198.19, so the two never share an address).
 sp_world_vars() {
-    local state=$1 h
+    local state=$1 net16=${2:-198.18} h
     h=$(printf '%s' "$state" | md5sum | cut -c1-6)
     SP_SFX=$h
-    SP_NET=198.18.$((16#${h:0:2} % 250 + 1))
+    SP_NET=$net16.$((16#${h:0:2} % 250 + 1))
     SP_UPNS=sfup-$h SP_VETH_H=sfh-$h SP_VETH_U=sfu-$h
     SP_API=$SP_NET.10 SP_OTHER=$SP_NET.20 SP_TLS=$SP_NET.30 SP_DNS=$SP_NET.53 SP_NOWHERE=$SP_NET.40
     SP_HOSTIP=$SP_NET.1
@@ -41,15 +43,13 @@ sp_test_ca() { # a CA and one server certificate for the three upstream names
         -CAcreateserial -days 2 -extfile "$d/up.ext" -out "$d/up.pem" 2>/dev/null
 }
 
-sp_world_up() {
-    local state=$1 build=$2 redis_port
-    sp_world_vars "$state"
+# sp_upstream_up STATE BUILD: the upstream namespace (the test internet) with its servers,
+# the test CA, and the proxy's hosts file and (dead) resolver for the test names, in
+# STATE; exports SP_STATE, SP_BUILD. sp_world_vars first.
+sp_upstream_up() {
+    local state=$1 build=$2
     SP_STATE=$state SP_BUILD=$build
     mkdir -p "$state/logs" "$state/pids"
-    cat >"$state/world" <<W
-SP_STATE=$state
-SP_BUILD=$build
-W
     # upstream namespace and its veth
     ip netns del "$SP_UPNS" 2>/dev/null; ip link del "$SP_VETH_H" 2>/dev/null
     ip netns add "$SP_UPNS" || return 1
@@ -63,12 +63,42 @@ W
     sp_test_ca "$state" || return 1
     local uplog=(--log "$state/upstream.jsonl")
     [ "${SP_BENCH:-0}" = 1 ] && uplog=() # the benchmark's upstream logs nothing
-    ip netns exec "$SP_UPNS" "$build/tests/proxy/sp_upstream" --http 80 --https 443 --udp 53 \
+    ip netns exec "$SP_UPNS" "$build/tests/proxy/sp_upstream" --http 80 --https 443 --udp 53 --udp 9999 \
         --cert "$state/up.pem" --key "$state/up.key" "${uplog[@]}" \
         >>"$state/logs/upstream.log" 2>&1 &
     echo $! >"$state/pids/upstream"
     sf_wait 10 "the upstream servers" ip netns exec "$SP_UPNS" bash -c 'exec 3<>/dev/tcp/127.0.0.1/443' ||
         return 1
+    printf '%s api.example.test\n%s other.test\n%s tls.example.test\n%s nowhere.test\n%s self.test\n' \
+        "$SP_API" "$SP_OTHER" "$SP_TLS" "$SP_NOWHERE" "$SP_HOSTIP" >"$state/hosts"
+    printf 'nameserver 127.0.0.1:9\noptions timeout:1 attempts:1\n' >"$state/resolv.conf"
+}
+
+# sp_upstream_down STATE: stops the upstream servers, removes the namespace and veth.
+sp_upstream_down() {
+    local state=$1 pid i
+    if [ -f "$state/pids/upstream" ]; then
+        pid=$(cat "$state/pids/upstream")
+        kill -TERM "$pid" 2>/dev/null
+        for ((i = 0; i < 100; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+        kill -KILL "$pid" 2>/dev/null
+        rm -f "$state/pids/upstream"
+    fi
+    ip netns del "$SP_UPNS" 2>/dev/null
+    ip link del "$SP_VETH_H" 2>/dev/null
+    return 0
+}
+
+sp_world_up() {
+    local state=$1 build=$2 redis_port
+    sp_world_vars "$state"
+    SP_STATE=$state SP_BUILD=$build
+    mkdir -p "$state/logs" "$state/pids"
+    cat >"$state/world" <<W
+SP_STATE=$state
+SP_BUILD=$build
+W
+    sp_upstream_up "$state" "$build" || return 1
     # Redis
     redis_port=$(sf_free_port)
     sf_spawn "$state" redis redis-server --bind 127.0.0.1 --port "$redis_port" --dir "$state" \
@@ -76,9 +106,6 @@ W
     export SF_REDIS_URL=redis://127.0.0.1:$redis_port
     sf_wait 10 redis redis-cli -p "$redis_port" ping || return 1
     # the proxy
-    printf '%s api.example.test\n%s other.test\n%s tls.example.test\n%s nowhere.test\n%s self.test\n' \
-        "$SP_API" "$SP_OTHER" "$SP_TLS" "$SP_NOWHERE" "$SP_HOSTIP" >"$state/hosts"
-    printf 'nameserver 127.0.0.1:9\noptions timeout:1 attempts:1\n' >"$state/resolv.conf"
     export SF_SECRETS_KEY_FILE=$state/secrets.key
     SF_PROXY_CONTROL_SOCKET=$state/proxy.sock SF_PROXY_CA_CERT_FILE=$state/egress-ca.pem \
         SF_PROXY_CA_KEY_FILE=$state/egress-ca.key SF_PROXY_UPSTREAM_CA_FILE=$state/up-ca.pem \

@@ -58,7 +58,7 @@ static int call(int argc, char **argv)
 
 static int setup(char **argv)
 {
-    sp_netns_opts o = {.transparent_port = 3129, .dns_port = 53};
+    sp_netns_opts o = {.transparent_port = 3129, .dns_port = 53, .http_port = 3128};
     char why[512];
     int fd = open(argv[2], O_RDONLY | O_CLOEXEC);
 

@@ -21,6 +21,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -84,7 +85,7 @@ static void on_udp(evutil_socket_t fd, short what, void *arg)
     ssize_t n = recv(fd, buf, sizeof(buf), 0);
 
     if (n >= 0 && logfp) {
-        fprintf(logfp, "{\"udp\": %zd}\n", n);
+        fprintf(logfp, "{\"udp\": %zd, \"port\": %d}\n", n, (int)(intptr_t)arg);
         fflush(logfp);
     }
 }
@@ -110,8 +111,8 @@ int main(int argc, char **argv)
 {
     struct event_base *base = event_base_new();
     const char *cert = NULL, *key = NULL;
-    int http = 0, https = 0, udp = 0;
-    struct event *ev_udp = NULL, *ev_term;
+    int http = 0, https = 0, udp[4] = {0}, n_udp = 0;
+    struct event *ev_udp[4] = {NULL}, *ev_term;
     struct evhttp *h1 = NULL, *h2 = NULL;
 
     signal(SIGPIPE, SIG_IGN);
@@ -120,8 +121,8 @@ int main(int argc, char **argv)
             http = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--https"))
             https = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--udp"))
-            udp = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--udp") && n_udp < 4)
+            udp[n_udp++] = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--cert"))
             cert = argv[i + 1];
         else if (!strcmp(argv[i], "--key"))
@@ -146,13 +147,13 @@ int main(int argc, char **argv)
         if (bind_nodelay(h2, https) < 0)
             return 1;
     }
-    if (udp) {
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)udp)};
+    for (int i = 0; i < n_udp; i++) {
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)udp[i])};
         int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
         if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
             return 1;
-        ev_udp = event_new(base, fd, EV_READ | EV_PERSIST, on_udp, NULL);
-        event_add(ev_udp, NULL);
+        ev_udp[i] = event_new(base, fd, EV_READ | EV_PERSIST, on_udp, (void *)(intptr_t)udp[i]);
+        event_add(ev_udp[i], NULL);
     }
     ev_term = evsignal_new(base, SIGTERM, on_term, base);
     event_add(ev_term, NULL);
@@ -161,8 +162,8 @@ int main(int argc, char **argv)
         evhttp_free(h1);
     if (h2)
         evhttp_free(h2);
-    if (ev_udp)
-        event_free(ev_udp);
+    for (int i = 0; i < n_udp; i++)
+        event_free(ev_udp[i]);
     event_free(ev_term);
     SSL_CTX_free(sslctx);
     event_base_free(base);

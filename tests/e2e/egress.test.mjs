@@ -1,0 +1,242 @@
+// Egress through MCP: every sandbox reaches the world only through the host's
+// secret-proxy. The stack's test internet (tests/integration/stack, e2e profile) is a
+// network namespace with HTTP servers for api.example.test (.10), other.test (.20) and
+// tls.example.test (.30), and UDP listeners on .53 (ports 53 and 9999) that must never
+// hear a sandbox; nothing leaves this machine. The upstream logs every request it gets
+// (SF_UPSTREAM_LOG), so each check says what really arrived.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { networkInterfaces } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import { connect, call, sh, env, driver } from './lib.mjs';
+
+const jailOnly = { skip: driver === 'qemu' ? 'jail stack only (the qemu stack runs the VM case)' : false };
+const NET = env.SF_UPSTREAM_NET;
+const tag = randomBytes(4).toString('hex');
+const S_API = `EG_API_${tag}`;   // alpha: any header, for api.example.test
+const S_BETA = `EG_BETA_${tag}`; // beta's own
+const VAL_API = `real-api-value-${randomBytes(12).toString('hex')}`;
+const VAL_BETA = `real-beta-value-${randomBytes(12).toString('hex')}`;
+
+const alpha = await connect(env.SF_KEY_ALPHA);
+const beta = await connect(env.SF_KEY_BETA);
+const made = [];
+
+function cli(args, input) {
+  const r = spawnSync(`${env.SF_BUILD}/cli/sandfleet`, args, {
+    input, encoding: 'utf8',
+    env: { ...process.env, SF_REDIS_URL: env.SF_REDIS_URL, SF_SECRETS_KEY_FILE: env.SF_SECRETS_KEY_FILE },
+  });
+  assert.equal(r.status, 0, `sandfleet ${args.join(' ')}: ${r.stderr}`);
+  return r.stdout;
+}
+
+function stack(cmd) {
+  const r = spawnSync(new URL('../integration/stack', import.meta.url).pathname, [cmd, env.SF_STATE, env.SF_BUILD],
+    { encoding: 'utf8' });
+  assert.equal(r.status, 0, `stack ${cmd}: ${r.stdout}${r.stderr}`);
+}
+
+// What the upstream received for a request path (exact), as parsed log lines.
+function upstream(uri) {
+  return readFileSync(env.SF_UPSTREAM_LOG, 'utf8').trim().split('\n').filter(Boolean)
+    .map((l) => JSON.parse(l)).filter((e) => e.uri === uri);
+}
+const udpHeard = (port) => readFileSync(env.SF_UPSTREAM_LOG, 'utf8').includes(`"port": ${port}}`);
+
+async function until(what, fn, ms = 30000) {
+  const end = Date.now() + ms;
+  let last;
+  for (;;) {
+    last = await fn();
+    if (last) return last;
+    if (Date.now() > end) assert.fail(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+async function create(client, args) {
+  const r = await call(client, 'sandbox_create', { name: `egress-${tag}`, ...args });
+  assert.equal(r.isError, false, r.text);
+  made.push([client, r.structured.id]);
+  return r.structured.id;
+}
+
+// wget in the sandbox: through the explicit proxy (HTTP_PROXY), or transparently (-Y off).
+const wget = (url, { headers = [], direct = false } = {}) =>
+  `timeout 10 wget -q -O - ${direct ? '-Y off ' : ''}${headers.map((h) => `--header "${h}" `).join('')}${url} 2>&1; echo " rc=$?"`;
+
+before(() => {
+  cli(['secrets', 'create', '--team', 'alpha', '--name', S_API, '--allowed-host', 'api.example.test'], VAL_API);
+  cli(['secrets', 'create', '--team', 'beta', '--name', S_BETA, '--allowed-host', 'api.example.test'], VAL_BETA);
+});
+
+after(async () => {
+  for (const [client, id] of made) await call(client, 'sandbox_kill', { sandbox_id: id });
+  await alpha.close();
+  await beta.close();
+});
+
+test('an allowed and a denied request from the sandbox (jail and VM)', async () => {
+  const id = await create(alpha, { allow_out: ['api.example.test'] });
+  const ok = await sh(alpha, id, wget(`http://api.example.test/eg-vm-x-${tag}`));
+  assert.match(ok.stdout, /^ok\s+rc=0/, 'through HTTP_PROXY');
+  const t = await sh(alpha, id, wget(`http://api.example.test/eg-vm-t-${tag}`, { direct: true }));
+  assert.match(t.stdout, /^ok\s+rc=0/, 'transparently');
+  assert.equal(upstream(`/eg-vm-x-${tag}`).length, 1);
+  assert.equal(upstream(`/eg-vm-t-${tag}`).length, 1);
+  const no = await sh(alpha, id, wget(`http://other.test/eg-vm-no-${tag}`));
+  assert.match(no.stdout, /403 Forbidden/, 'the proxy refuses a host that is not allowed');
+  const dns = await sh(alpha, id, `nslookup other.test; nslookup api.example.test`);
+  assert.match(dns.stdout, /can't find other.test|NXDOMAIN/);
+  assert.match(dns.stdout, new RegExp(`Address:? *${NET.replaceAll('.', '\\.')}\\.10`));
+  assert.equal(upstream(`/eg-vm-no-${tag}`).length, 0, 'nothing reached other.test');
+  const ca = await sh(alpha, id, 'cat /etc/ssl/certs/sandfleet-ca-bundle.pem; echo; echo "$SSL_CERT_FILE"');
+  const egressCa = readFileSync(env.SF_EGRESS_CA, 'utf8').trim();
+  assert.ok(ca.stdout.includes(egressCa), 'the egress CA is in the trust bundle');
+  assert.match(ca.stdout, /\/etc\/ssl\/certs\/sandfleet-ca-bundle\.pem\n$/);
+  const store = await sh(alpha, id, 'cat /etc/ssl/certs/ca-certificates.crt');
+  assert.ok(store.stdout.includes(egressCa), 'and in the trust store');
+});
+
+test('an allowed host receives the real secret; the sandbox holds only the placeholder', jailOnly, async () => {
+  const id = await create(alpha, { allow_out: ['api.example.test'], secrets: { API_KEY: S_API } });
+  const x = await sh(alpha, id, wget(`http://api.example.test/eg-swap-x-${tag}`, { headers: ['X-Api-Key: $API_KEY'] }));
+  assert.match(x.stdout, /^ok\s+rc=0/);
+  const t = await sh(alpha, id, wget(`http://api.example.test/eg-swap-t-${tag}`, { headers: ['Authorization: Bearer $API_KEY'], direct: true }));
+  assert.match(t.stdout, /^ok\s+rc=0/);
+  assert.equal(upstream(`/eg-swap-x-${tag}`)[0]?.headers['X-Api-Key'], VAL_API, 'explicit proxy: swapped');
+  assert.equal(upstream(`/eg-swap-t-${tag}`)[0]?.headers.Authorization, `Bearer ${VAL_API}`, 'transparent: swapped');
+
+  const e = await sh(alpha, id, `cat /proc/self/environ | tr '\\0' '\\n' | grep '^API_KEY='; env | grep -c '${VAL_API}'`);
+  const ph = e.stdout.match(/^API_KEY=(sfph_[A-Za-z0-9]{32})$/m)?.[1];
+  assert.ok(ph, `a placeholder in the environment: ${e.stdout}`);
+  assert.match(e.stdout, /\n0\n$/, 'the value is nowhere in the environment');
+  // every file of its root filesystem (regular files, symlinks not followed)
+  const files = await sh(alpha, id, `find / -xdev -type f -exec grep -l -e '${VAL_API}' -e '${ph}' {} +; echo end`);
+  assert.equal(files.stdout, 'end\n', 'no file holds the value (nor the placeholder: only the environment does)');
+  // A dump of a process's whole memory (what a core would hold): it holds the placeholder
+  // (its environment), never the value.
+  const dump = await sh(alpha, id, [
+    'sleep 300 & p=$!; usleep 200000; : >/tmp/core',
+    'while read -r range perms rest; do case $perms in r*) ;; *) continue ;; esac',
+    '  s=$((0x${range%-*})); e=$((0x${range#*-}))',
+    '  dd if=/proc/$p/mem bs=4096 skip=$((s / 4096)) count=$(((e - s) / 4096)) >>/tmp/core 2>/dev/null',
+    'done </proc/$p/maps; kill $p',
+    `echo "bytes=$(wc -c </tmp/core) ph=$(grep -c '${ph}' /tmp/core) value=$(grep -c '${VAL_API}' /tmp/core)"`,
+  ].join('\n'));
+  const m = dump.stdout.match(/bytes=(\d+) ph=(\d+) value=(\d+)/);
+  assert.ok(m && Number(m[1]) > 100000, `the dump read the process: ${dump.stdout}${dump.stderr}`);
+  assert.ok(Number(m[2]) > 0, 'the dump holds the placeholder');
+  assert.equal(m[3], '0', 'the dump never holds the value');
+
+  const info = await call(alpha, 'sandbox_info', { sandbox_id: id });
+  assert.deepEqual(info.structured.secrets, { API_KEY: S_API });
+  assert.deepEqual(info.structured.network, { egress_default: 'deny', allow_out: ['api.example.test'], deny_out: [] });
+  assert.ok(!info.text.includes(VAL_API) && !info.text.includes(ph), 'sandbox_info shows no value or placeholder');
+});
+
+test('the placeholder to another host arrives unchanged; spoofed Host and IP literals are never swapped', jailOnly, async () => {
+  const id = await create(alpha, { allow_out: ['api.example.test', 'other.test'], secrets: { API_KEY: S_API } });
+  const ph = (await sh(alpha, id, 'echo $API_KEY')).stdout.trim();
+  for (const direct of [false, true]) {
+    const uri = `/eg-ns-${direct ? 't' : 'x'}-${tag}`;
+    const r = await sh(alpha, id, wget(`http://other.test${uri}`, { headers: ['X-Api-Key: $API_KEY'], direct }));
+    assert.match(r.stdout, /^ok\s+rc=0/);
+    assert.equal(upstream(uri)[0]?.headers['X-Api-Key'], ph, `${uri}: the placeholder, unchanged`);
+  }
+  const spoof = await sh(alpha, id, wget(`http://other.test/eg-spoof-${tag}`,
+    { headers: ['Host: api.example.test', 'X-Api-Key: $API_KEY'], direct: true }));
+  assert.match(spoof.stdout, /403|rc=1/, 'a Host that is not the dialled address is refused');
+  assert.equal(upstream(`/eg-spoof-${tag}`).length, 0);
+  const ip = await sh(alpha, id, wget(`http://${NET}.10/eg-ip-${tag}`, { headers: ['X-Api-Key: $API_KEY'], direct: true }));
+  assert.match(ip.stdout, /rc=1/, 'an IP literal is not an allowed name');
+  assert.equal(upstream(`/eg-ip-${tag}`).length, 0);
+  for (const e of readFileSync(env.SF_UPSTREAM_LOG, 'utf8').split('\n').filter((l) => l.includes('other.test'))) {
+    assert.ok(!e.includes(VAL_API), `never the value at other.test: ${e}`);
+  }
+});
+
+test('default deny: nothing but the proxy is reachable from a jail', jailOnly, async () => {
+  const id = await create(alpha, {});
+  const r = await sh(alpha, id, [
+    wget(`http://api.example.test/eg-dd-name-${tag}`, { direct: true }),
+    `printf 'GET /eg-dd-ip-${tag} HTTP/1.0\\r\\n\\r\\n' | nc -w 3 ${NET}.10 80; echo " tcp=$?"`,
+    `timeout 3 tftp -g -r eg -l /tmp/t ${NET}.53 9999; echo " udp=$?"`,
+    `nslookup api.example.test ${NET}.53; echo " dns=$?"`,
+    `nc -w 2 2001:db8::10 80 </dev/null; echo " ipv6=$?"; cat /proc/net/if_inet6 | wc -l`,
+  ].join('\n'), { timeout_ms: 60000 });
+  assert.match(r.stdout, /rc=1/, 'a name that is not allowed does not resolve');
+  assert.doesNotMatch(r.stdout, /HTTP\/1\.[01] 200/, 'direct TCP to an address got no answer from it');
+  assert.equal(upstream(`/eg-dd-ip-${tag}`).length, 0, 'the upstream never saw the direct request');
+  assert.match(r.stdout, /can't find api.example.test|NXDOMAIN/, 'DNS to an outside resolver is answered by the proxy');
+  assert.equal(udpHeard(53), false, 'the outside resolver heard nothing');
+  assert.equal(udpHeard(9999), false, 'the UDP service heard nothing');
+  assert.match(r.stdout, /ipv6=1\n0\n/, 'no IPv6 at all');
+
+  // The host's own services: Redis, the Kafka broker, the gateway, on every address.
+  const ports = [new URL(env.SF_REDIS_URL).port, new URL(env.SF_URL).port,
+    ...env.SF_KAFKA_BROKERS.split(',').map((b) => b.split(':')[1])];
+  const ips = ['127.0.0.1', ...Object.values(networkInterfaces()).flat()
+    .filter((a) => a.family === 'IPv4' && !a.internal).map((a) => a.address)];
+  const probes = [];
+  for (const ip of ips) for (const port of ports)
+    probes.push(`printf 'PING\\r\\nGET /healthz HTTP/1.0\\r\\n\\r\\n' | nc -w 2 ${ip} ${port} 2>&1 | head -c 200; echo " <${ip}:${port}>"`);
+  const h = await sh(alpha, id, probes.join('\n'), { timeout_ms: 120000 });
+  assert.doesNotMatch(h.stdout, /PONG|200 OK|"status"/, `no platform service answered: ${h.stdout}`);
+});
+
+test('deny_out 0.0.0.0/0 with allow_out api.example.test lets exactly that host through', jailOnly, async () => {
+  const id = await create(alpha, { deny_out: ['0.0.0.0/0'], allow_out: ['api.example.test'] });
+  const r = await sh(alpha, id, [
+    wget(`http://api.example.test/eg-strict-x-${tag}`),
+    wget(`http://api.example.test/eg-strict-t-${tag}`, { direct: true }),
+    wget(`http://other.test/eg-strict-o-${tag}`),
+    wget(`http://tls.example.test/eg-strict-s-${tag}`, { direct: true }),
+    wget(`http://${NET}.10/eg-strict-ip-${tag}`, { direct: true }),
+  ].join('\n'));
+  const lines = r.stdout.split('rc=').slice(1).map((s) => s[0]);
+  assert.deepEqual(lines, ['0', '0', '1', '1', '1'], r.stdout);
+  assert.equal(upstream(`/eg-strict-x-${tag}`).length, 1);
+  assert.equal(upstream(`/eg-strict-t-${tag}`).length, 1);
+  for (const p of ['o', 's', 'ip']) assert.equal(upstream(`/eg-strict-${p}-${tag}`).length, 0);
+});
+
+test('a team cannot bind another team\'s secret: the same error as one that does not exist', jailOnly, async () => {
+  const theirs = await call(beta, 'sandbox_create', { secrets: { K: S_API } });
+  const none = await call(beta, 'sandbox_create', { secrets: { K: `NOPE_${tag}` } });
+  assert.equal(theirs.isError, true);
+  assert.equal(none.isError, true);
+  assert.equal(theirs.text, `No secret named ${S_API} for this team; see secret_list.`);
+  assert.equal(none.text.replace(`NOPE_${tag}`, S_API), theirs.text, 'indistinguishable');
+  const own = await create(beta, { secrets: { K: S_BETA }, allow_out: ['api.example.test'] });
+  const r = await sh(beta, own, wget(`http://api.example.test/eg-beta-${tag}`, { headers: ['X-K: $K'] }));
+  assert.match(r.stdout, /^ok\s+rc=0/);
+  assert.equal(upstream(`/eg-beta-${tag}`)[0]?.headers['X-K'], VAL_BETA, 'its own secret works');
+});
+
+test('the proxy down: creates refused with a clear error; back: sandboxes registered again, placeholders kept', jailOnly, async () => {
+  const id = await create(alpha, { allow_out: ['api.example.test'], secrets: { API_KEY: S_API } });
+  const ph = (await sh(alpha, id, 'echo $API_KEY')).stdout.trim();
+  stack('stop-proxy');
+  try {
+    const refused = await until('a refused create', async () => {
+      const r = await call(alpha, 'sandbox_create', { name: `egress-down-${tag}` });
+      if (!r.isError) made.push([alpha, r.structured.id]);
+      return r.isError ? r : null;
+    });
+    assert.match(refused.text, /egress proxy .*is not running; retry sandbox_create in a few seconds/);
+  } finally {
+    stack('start-proxy');
+  }
+  const uri = `/eg-back-${tag}`;
+  await until('the sandbox registered again', async () => {
+    const r = await sh(alpha, id, wget(`http://api.example.test${uri}`, { headers: ['X-Api-Key: $API_KEY'] }));
+    return /^ok\s+rc=0/.test(r.stdout);
+  });
+  assert.equal(upstream(uri)[0]?.headers['X-Api-Key'], VAL_API, 'the old placeholder still swaps');
+  assert.equal((await sh(alpha, id, 'echo $API_KEY')).stdout.trim(), ph);
+  await create(alpha, {});
+});
