@@ -465,7 +465,7 @@ int sf_secret_from_reply(const redisReply *r, sf_secret *s, char **sealed)
     return 0;
 }
 
-static json_t *secret_json(const sf_secret *s)
+json_t *sf_secret_json(const sf_secret *s)
 {
     json_t *o = json_object(), *h = json_array();
 
@@ -522,7 +522,7 @@ int sf_secrets_list(redisContext *c, const char *team, json_t **out, char *why, 
             return -EIO;
         }
         if (sf_secret_from_reply(h, &s, NULL) == 0 && !strcmp(s.team, team)) {
-            json_array_append_new(arr, secret_json(&s));
+            json_array_append_new(arr, sf_secret_json(&s));
         }
         sf_secret_fini(&s);
         freeReplyObject(h);

@@ -100,6 +100,10 @@ int sf_secrets_teams(redisContext *c, json_t **out, char *why, size_t whylen);
  * copied to *sealed when sealed is not NULL; caller frees). -ENOENT for an empty reply. */
 int sf_secret_from_reply(const redisReply *r, sf_secret *s, char **sealed);
 
+/* A secret's metadata as secret_list shows it (name, allowed_hosts, header, format,
+ * created_ms, updated_ms, version): never the value. NULL when out of memory. */
+json_t *sf_secret_json(const sf_secret *s);
+
 /* A fresh placeholder, NUL-terminated. 0 or -EIO. */
 int sf_placeholder_new(char out[SF_PLACEHOLDER_LEN + 1]);
 /* True when s (at least SF_PLACEHOLDER_LEN bytes) starts with a well-formed placeholder. */

@@ -15,6 +15,8 @@ static const sf_tool_handler handlers[] = {
     H("sandbox_create", sch_place_create),
     H("sandbox_list", sch_store_list),
     H("sandbox_info", sch_store_info),
+    H("secret_list", sch_egress_secret_list),
+    H("sandbox_network_log", sch_egress_network_log),
 };
 #undef H
 

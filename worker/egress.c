@@ -21,6 +21,10 @@
     "The host's egress proxy (sandfleet-secret-proxy) is not running; retry sandbox_create in " \
     "a few seconds."
 
+#define MSG_PROXY_DOWN_CHANGE                                                                  \
+    "The host's egress proxy (sandfleet-secret-proxy) is not running or still taking the "     \
+    "sandbox back; nothing changed. Retry in a few seconds."
+
 struct wk_egress {
     wk_ctx *ctx;
     char sock[108];
@@ -47,6 +51,7 @@ struct wk_egbox {
     char instance[SF_ID_MAX];   /* registered with this proxy instance ("" = not) */
     int netns;                  /* our own fd of its namespace, -1 */
     int registering;            /* a register is queued or under way */
+    int changing;               /* an update (rules, bindings) is queued or under way */
     int attached;               /* the create's registration succeeded */
 };
 
@@ -69,6 +74,9 @@ struct eg_op {
     char *ca;                   /* probe: the CA read when the instance is new */
     eg_done_fn done;
     wk_egress_cb cb;
+    json_t *n_allow, *n_deny, *n_secrets; /* change: the new state (NULL = kept) */
+    wk_egress_change_cb ccb;
+    void *carg;
 };
 
 /* ---- ops: set-up on the pool, control calls on the FIFO thread ---------------- */
@@ -98,6 +106,9 @@ static void op_free(eg_op *op)
         close(op->netns);
     json_decref(op->req);
     json_decref(op->reply);
+    json_decref(op->n_allow);
+    json_decref(op->n_deny);
+    json_decref(op->n_secrets);
     free(op->ca);
     op->e->inflight--;
     free(op);
@@ -492,8 +503,6 @@ void wk_egress_detach(wk_egress *e, wk_box *b)
     op_submit(op);
 }
 
-/* ---- the proxy restarted: registering every sandbox again ------------------------- */
-
 static void record_egress(wk_egress *e, const wk_box *b)
 {
     const char *kv[8];
@@ -502,6 +511,113 @@ static void record_egress(wk_egress *e, const wk_box *b)
     if (sf_records_set(e->ctx->redis, b->id, n, kv, wk_redis_logged, NULL) < 0)
         sf_warn("msg=\"cannot record the sandbox's egress; Redis is down\" sandbox=%s", b->id);
 }
+
+/* ---- changes on a running sandbox: rules, bindings ---------------------------------- */
+
+const json_t *wk_egress_secrets(const wk_egbox *eb)
+{
+    return eb ? eb->secrets : NULL;
+}
+
+json_t *wk_egress_network(const wk_egbox *eb)
+{
+    if (!eb)
+        return json_pack("{s:s, s:[], s:[]}", "egress_default", "none", "allow_out", "deny_out");
+    return json_pack("{s:s, s:O, s:O}", "egress_default", eb->deflt, "allow_out", eb->allow,
+                     "deny_out", eb->deny);
+}
+
+static void change_done(eg_op *op, wk_box *b)
+{
+    wk_egress *e = op->e;
+    wk_egbox *eb = b ? b->eg : NULL;
+    const char *err = json_string_value(json_object_get(op->reply, "error"));
+    char text[600];
+
+    if (!b) {
+        op->ccb(op->carg, NULL, -ENOENT, SF_ERR_NOT_FOUND, NULL);
+        return;
+    }
+    eb->changing = 0;
+    if (op->rc < 0) {
+        sf_warn("msg=\"the egress proxy did not answer an update\" sandbox=%s why=\"%s\"", b->id,
+                op->why);
+        e->up = 0;
+        op->ccb(op->carg, b, op->rc, SF_ERR_UNAVAILABLE,
+                "The host's egress proxy did not answer; nothing changed. Retry in a few "
+                "seconds.");
+        return;
+    }
+    if (!json_is_true(json_object_get(op->reply, "ok"))) {
+        snprintf(text, sizeof(text), "%s", err ? err : "The egress proxy refused the change.");
+        op->ccb(op->carg, b, -EINVAL, transient(err) ? SF_ERR_UNAVAILABLE : SF_ERR_INVALID, text);
+        return;
+    }
+    if (op->n_allow) {
+        json_decref(eb->allow);
+        eb->allow = json_incref(op->n_allow);
+    }
+    if (op->n_deny) {
+        json_decref(eb->deny);
+        eb->deny = json_incref(op->n_deny);
+    }
+    if (op->n_secrets) {
+        json_decref(eb->secrets);
+        eb->secrets = json_incref(op->n_secrets);
+    }
+    eb_apply(eb, op->reply);
+    if (eb_texts(eb) == 0)
+        record_egress(e, b);
+    sf_info("msg=\"sandbox egress changed\" sandbox=%s rules=%d secrets=%zu", b->id,
+            op->n_allow || op->n_deny, json_object_size(eb->secrets));
+    op->ccb(op->carg, b, 0, NULL, NULL);
+}
+
+void wk_egress_change(wk_egress *e, wk_box *b, json_t *allow, json_t *deny, json_t *secrets,
+                      wk_egress_change_cb cb, void *arg)
+{
+    wk_egbox *eb = b->eg;
+    json_t *req;
+    eg_op *op;
+
+    if (!e || !e->sock[0] || !eb) {
+        cb(arg, b, -EINVAL, SF_ERR_INVALID,
+           "This sandbox's host runs without an egress proxy, so it has no network to "
+           "change; ask the operator to set proxy_control_socket.");
+        return;
+    }
+    if (!e->up || !eb->attached || strcmp(eb->instance, e->instance) != 0) {
+        cb(arg, b, -EAGAIN, SF_ERR_UNAVAILABLE, MSG_PROXY_DOWN_CHANGE);
+        return;
+    }
+    if (eb->registering || eb->changing) {
+        cb(arg, b, -EBUSY, SF_ERR_UNAVAILABLE,
+           "Another change to this sandbox's network is under way; retry in a moment.");
+        return;
+    }
+    req = json_pack("{s:s, s:s}", "op", "update", "sandbox", b->id);
+    if (req && allow)
+        json_object_set(req, "allow_out", allow);
+    if (req && deny)
+        json_object_set(req, "deny_out", deny);
+    if (req && secrets)
+        json_object_set(req, "secrets", secrets);
+    if (!(op = op_new(e, b->id, eb->serial, req, change_done)) || !op->req) {
+        if (op)
+            op_free(op);
+        cb(arg, b, -ENOMEM, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+        return;
+    }
+    op->n_allow = allow ? json_incref(allow) : NULL;
+    op->n_deny = deny ? json_incref(deny) : NULL;
+    op->n_secrets = secrets ? json_incref(secrets) : NULL;
+    op->ccb = cb;
+    op->carg = arg;
+    eb->changing = 1;
+    op_submit(op);
+}
+
+/* ---- the proxy restarted: registering every sandbox again ------------------------- */
 
 static void reregister_done(eg_op *op, wk_box *b)
 {

@@ -25,6 +25,8 @@
 
 #include <jansson.h>
 
+#define WK_EGRESS_BINDINGS_MAX 32 /* secrets bound to one sandbox (the proxy's SP_BINDINGS_MAX) */
+
 typedef struct wk_egress wk_egress;
 typedef struct wk_egbox wk_egbox;
 
@@ -51,6 +53,24 @@ typedef void (*wk_egress_cb)(wk_box *b, int rc, const char *code, const char *wh
 void wk_egress_attach(wk_egress *e, wk_box *b, wk_egress_cb cb);
 /* At kill: unregisters b (queued behind its other control calls). */
 void wk_egress_detach(wk_egress *e, wk_box *b);
+
+/* A change on a running sandbox that the proxy applied (or refused): cb(arg, b, 0, NULL,
+ * NULL) once new connections follow it and the record shows it; else cb(arg, b, rc, code,
+ * why) with one actionable sentence. b is NULL when the sandbox went away meanwhile.
+ * Always later, on the loop. */
+typedef void (*wk_egress_change_cb)(void *arg, wk_box *b, int rc, const char *code,
+                                    const char *why);
+/* Replaces b's rules (allow/deny: arrays, NULL = keep) and/or its secret bindings
+ * (secrets: the complete new {ENV: secret name}, NULL = keep; a binding left out is
+ * worthless from the answer on). Takes none of the references. One change at a time per
+ * sandbox: a second one meanwhile is refused "retry in a moment". */
+void wk_egress_change(wk_egress *e, wk_box *b, json_t *allow, json_t *deny, json_t *secrets,
+                      wk_egress_change_cb cb, void *arg);
+/* b's secret bindings as applied ({ENV: secret name}, borrowed), NULL without egress. */
+const json_t *wk_egress_secrets(const wk_egbox *eb);
+/* b's rules as sandbox_info shows them ({egress_default, allow_out, deny_out}; a new
+ * reference; egress_default "none" without egress). NULL when out of memory. */
+json_t *wk_egress_network(const wk_egbox *eb);
 
 /* The sandbox's egress environment (proxy variables, CA variables, placeholders): an
  * object of strings, borrowed; NULL without egress. */

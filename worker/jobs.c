@@ -545,6 +545,118 @@ static void do_kill(wk_call *c, wk_box *b)
     reply_result(c, json_pack("{s:s, s:s}", "id", c->job.sandbox, "status", "killed"));
 }
 
+/* ---- egress on a running sandbox: rules (sandbox_update), bindings (egress.h) ---- */
+
+static void reply_gone(wk_call *c)
+{
+    char text[256];
+
+    snprintf(text, sizeof(text), "Sandbox '%s' was killed meanwhile; create a new one with "
+             "sandbox_create.", c->job.sandbox);
+    reply_error(c, SF_ERR_NOT_FOUND, text);
+}
+
+static void on_rules_changed(void *arg, wk_box *b, int rc, const char *code, const char *why)
+{
+    wk_call *c = arg;
+
+    if (!b)
+        reply_gone(c);
+    else if (rc < 0)
+        reply_error(c, code, why);
+    else
+        reply_result(c, json_pack("{s:s, s:o}", "sandbox_id", b->id, "network",
+                                  wk_egress_network(b->eg)));
+}
+
+static void do_update(wk_call *c, wk_box *b)
+{
+    json_t *allow = json_object_get(c->job.args, "allow_out");
+    json_t *deny = json_object_get(c->job.args, "deny_out");
+
+    if (!allow && !deny) {
+        reply_error(c, SF_ERR_INVALID,
+                    "sandbox_update changes allow_out and deny_out: pass at least one of them.");
+        return;
+    }
+    wk_egress_change(c->ctx->egress, b, allow, deny, NULL, on_rules_changed, c);
+}
+
+static void on_bindings_changed(void *arg, wk_box *b, int rc, const char *code, const char *why)
+{
+    wk_call *c = arg;
+    json_t *r;
+
+    if (!b) {
+        reply_gone(c);
+        return;
+    }
+    if (rc < 0) {
+        reply_error(c, code, why);
+        return;
+    }
+    /* names only: never a value, never the placeholder (the sandbox's env holds it) */
+    r = json_pack("{s:s, s:O, s:O}", "sandbox_id", b->id, "env_key",
+                  json_object_get(c->job.args, "env_key"), "secrets", wk_egress_secrets(b->eg));
+    if (r && json_object_get(c->job.args, "secret_name"))
+        json_object_set(r, "secret_name", json_object_get(c->job.args, "secret_name"));
+    reply_result(c, r);
+}
+
+/* The sandbox's bindings with env_key set to name (NULL: removed). */
+static json_t *bindings_with(const wk_box *b, const char *env_key, const char *name)
+{
+    const json_t *cur = wk_egress_secrets(b->eg);
+    json_t *s = cur ? json_deep_copy(cur) : json_object();
+
+    if (s && name)
+        json_object_set_new(s, env_key, json_string(name));
+    else if (s)
+        json_object_del(s, env_key);
+    return s;
+}
+
+static void do_attach_secret(wk_call *c, wk_box *b)
+{
+    const char *key = json_string_value(json_object_get(c->job.args, "env_key"));
+    const char *name = json_string_value(json_object_get(c->job.args, "secret_name"));
+    json_t *s = bindings_with(b, key, name);
+
+    if (!s) {
+        reply_error(c, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+        return;
+    }
+    if (json_object_size(s) > WK_EGRESS_BINDINGS_MAX) {
+        json_decref(s);
+        reply_error(c, SF_ERR_INVALID, "A sandbox holds at most 32 secret bindings; detach one "
+                                       "with sandbox_detach_secret first.");
+        return;
+    }
+    wk_egress_change(c->ctx->egress, b, NULL, NULL, s, on_bindings_changed, c);
+    json_decref(s);
+}
+
+static void do_detach_secret(wk_call *c, wk_box *b)
+{
+    const char *key = json_string_value(json_object_get(c->job.args, "env_key"));
+    const json_t *cur = wk_egress_secrets(b->eg);
+    char text[256];
+    json_t *s;
+
+    if (!cur || !json_object_get(cur, key)) {
+        snprintf(text, sizeof(text), "No secret is bound to %s in sandbox '%s'; sandbox_info "
+                 "lists its bindings.", key, b->id);
+        reply_error(c, SF_ERR_INVALID, text);
+        return;
+    }
+    if (!(s = bindings_with(b, key, NULL))) {
+        reply_error(c, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+        return;
+    }
+    wk_egress_change(c->ctx->egress, b, NULL, NULL, s, on_bindings_changed, c);
+    json_decref(s);
+}
+
 /* The tools that run here (x-sandfleet.runs = worker). A handler gets the call and the
  * sandbox: running for tools on an existing sandbox (except sandbox_kill, which also gets
  * sandboxes being created or killed, and NULL); NULL for the others. */
@@ -558,6 +670,9 @@ static const sf_tool_handler handlers[] = {
     H("sandbox_create", create_handler),
     H("sandbox_kill", do_kill),
     H("sandbox_exec", do_exec),
+    H("sandbox_update", do_update),
+    H("sandbox_attach_secret", do_attach_secret),
+    H("sandbox_detach_secret", do_detach_secret),
 };
 #undef H
 

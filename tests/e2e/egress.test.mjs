@@ -4,7 +4,7 @@
 // tls.example.test (.30), and UDP listeners on .53 (ports 53 and 9999) that must never
 // hear a sandbox; nothing leaves this machine. The upstream logs every request it gets
 // (SF_UPSTREAM_LOG), so each check says what really arrived.
-import { test, before, after } from 'node:test';
+import { test, before, after, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -73,8 +73,12 @@ before(() => {
   cli(['secrets', 'create', '--team', 'beta', '--name', S_BETA, '--allowed-host', 'api.example.test'], VAL_BETA);
 });
 
+// each test's sandboxes go when it ends (the team's quota is 8)
+afterEach(async () => {
+  for (const [client, id] of made.splice(0)) await call(client, 'sandbox_kill', { sandbox_id: id });
+});
+
 after(async () => {
-  for (const [client, id] of made) await call(client, 'sandbox_kill', { sandbox_id: id });
   await alpha.close();
   await beta.close();
 });
@@ -239,4 +243,130 @@ test('the proxy down: creates refused with a clear error; back: sandboxes regist
   assert.equal(upstream(uri)[0]?.headers['X-Api-Key'], VAL_API, 'the old placeholder still swaps');
   assert.equal((await sh(alpha, id, 'echo $API_KEY')).stdout.trim(), ph);
   await create(alpha, {});
+});
+
+test('secret_list: the team\'s own secrets, metadata only, never a value', jailOnly, async () => {
+  const a = await call(alpha, 'secret_list', {});
+  assert.equal(a.isError, false, a.text);
+  const mine = a.structured.secrets.find((s) => s.name === S_API);
+  assert.deepEqual(mine?.allowed_hosts, ['api.example.test']);
+  assert.equal(a.structured.secrets.some((s) => s.name === S_BETA), false, 'not beta\'s');
+  assert.ok(!a.text.includes(VAL_API) && !JSON.stringify(a.structured).includes(VAL_API), 'no value');
+  const b = await call(beta, 'secret_list', {});
+  assert.deepEqual(b.structured.secrets.map((s) => s.name).filter((n) => n.endsWith(tag)), [S_BETA]);
+});
+
+test('attach and detach: the placeholder swaps while bound and is worthless at once after', jailOnly, async () => {
+  const id = await create(alpha, { allow_out: ['api.example.test'] });
+  const att = await call(alpha, 'sandbox_attach_secret', { sandbox_id: id, env_key: 'API_KEY', secret_name: S_API });
+  assert.equal(att.isError, false, att.text);
+  assert.deepEqual(att.structured.secrets, { API_KEY: S_API });
+  const ph = (await sh(alpha, id, 'echo $API_KEY')).stdout.trim();
+  assert.match(ph, /^sfph_[A-Za-z0-9]{32}$/);
+  assert.ok(!att.text.includes(ph), 'the answer shows no placeholder');
+  const r = await sh(alpha, id, wget(`http://api.example.test/eg-att-${tag}`, { headers: ['X-Api-Key: $API_KEY'] }));
+  assert.match(r.stdout, /^ok\s+rc=0/);
+  assert.equal(upstream(`/eg-att-${tag}`)[0]?.headers['X-Api-Key'], VAL_API, 'bound: swapped');
+  assert.deepEqual((await call(alpha, 'sandbox_info', { sandbox_id: id })).structured.secrets, { API_KEY: S_API });
+
+  const det = await call(alpha, 'sandbox_detach_secret', { sandbox_id: id, env_key: 'API_KEY' });
+  assert.equal(det.isError, false, det.text);
+  assert.deepEqual(det.structured.secrets, {});
+  assert.equal((await sh(alpha, id, 'echo "[$API_KEY]"')).stdout.trim(), '[]', 'later commands do not get it');
+  const old = await sh(alpha, id, wget(`http://api.example.test/eg-det-${tag}`, { headers: [`X-Api-Key: ${ph}`] }));
+  assert.match(old.stdout, /^ok\s+rc=0/);
+  assert.equal(upstream(`/eg-det-${tag}`)[0]?.headers['X-Api-Key'], ph, 'detached: the placeholder arrives unchanged');
+  assert.deepEqual((await call(alpha, 'sandbox_info', { sandbox_id: id })).structured.secrets, {});
+
+  const again = await call(alpha, 'sandbox_detach_secret', { sandbox_id: id, env_key: 'API_KEY' });
+  assert.equal(again.isError, true);
+  assert.match(again.text, /No secret is bound to API_KEY/);
+  // another team's secret, and one that does not exist: the same words
+  const theirs = await call(alpha, 'sandbox_attach_secret', { sandbox_id: id, env_key: 'K', secret_name: S_BETA });
+  const none = await call(alpha, 'sandbox_attach_secret', { sandbox_id: id, env_key: 'K', secret_name: `NOPE_${tag}` });
+  assert.equal(theirs.isError, true);
+  assert.equal(theirs.text, `No secret named ${S_BETA} for this team; see secret_list.`);
+  assert.equal(none.text.replace(`NOPE_${tag}`, S_BETA), theirs.text, 'indistinguishable');
+  // nor can beta touch alpha's sandbox
+  const foreign = await call(beta, 'sandbox_attach_secret', { sandbox_id: id, env_key: 'K', secret_name: S_BETA });
+  assert.equal(foreign.isError, true);
+  assert.match(foreign.text, new RegExp(`${id}`));
+});
+
+test('the network log through MCP: each attempt with its verdict and byte counts', jailOnly, async () => {
+  const id = await create(alpha, { allow_out: ['api.example.test'], secrets: { API_KEY: S_API } });
+  const r = await sh(alpha, id, [
+    wget(`http://api.example.test/eg-log-a-${tag}`, { headers: ['X-Api-Key: $API_KEY'] }),
+    wget(`http://other.test/eg-log-b-${tag}`),
+    wget(`http://api.example.test/eg-log-c-${tag}`, { direct: true }),
+  ].join('\n'));
+  assert.deepEqual(r.stdout.split('rc=').slice(1).map((s) => s[0]), ['0', '1', '0'], r.stdout);
+  const log = await until('three entries', async () => {
+    const l = await call(alpha, 'sandbox_network_log', { sandbox_id: id });
+    assert.equal(l.isError, false, l.text);
+    return l.structured.entries.filter((e) => e.proto !== 'dns').length >= 3 ? l.structured : null;
+  });
+  const http = log.entries.filter((e) => e.proto !== 'dns');
+  const allowed = http.filter((e) => e.verdict === 'allowed');
+  const blocked = http.filter((e) => e.verdict === 'blocked');
+  assert.equal(allowed.length, 2, JSON.stringify(http));
+  assert.equal(blocked.length, 1, JSON.stringify(http));
+  for (const e of allowed) {
+    assert.equal(e.host, 'api.example.test');
+    assert.equal(e.port, 80);
+    assert.ok(e.bytes_up > 40 && e.bytes_down > 40, `bytes counted: ${JSON.stringify(e)}`);
+  }
+  assert.deepEqual(allowed.map((e) => e.secret_injected).sort(), [false, true]);
+  assert.equal(blocked[0].host, 'other.test');
+  assert.ok(log.entries.every((e, i) => i === 0 || log.entries[i - 1].ts_ms >= e.ts_ms), 'newest first');
+  assert.ok(!JSON.stringify(log).includes(VAL_API), 'never the value');
+
+  const only = await call(alpha, 'sandbox_network_log', { sandbox_id: id, verdict: 'blocked' });
+  assert.ok(only.structured.entries.length >= 1 && only.structured.entries.every((e) => e.verdict === 'blocked'));
+  const one = await call(alpha, 'sandbox_network_log', { sandbox_id: id, limit: 1 });
+  assert.equal(one.structured.entries.length, 1);
+  const big = await call(alpha, 'sandbox_network_log', { sandbox_id: id, limit: 201 });
+  assert.equal(big.isError, true);
+  assert.match(big.text, /limit/);
+  const foreign = await call(beta, 'sandbox_network_log', { sandbox_id: id });
+  const none = await call(beta, 'sandbox_network_log', { sandbox_id: `sb_nope${tag}` });
+  assert.equal(foreign.isError, true);
+  assert.equal(foreign.text.replace(id, 'X'), none.text.replace(`sb_nope${tag}`, 'X'), 'not theirs = not there');
+});
+
+test('sandbox_update tightening the rules takes effect for new connections at once', jailOnly, async () => {
+  const id = await create(alpha, { allow_out: ['api.example.test', 'other.test'] });
+  const before = await sh(alpha, id, [
+    wget(`http://other.test/eg-upd-1x-${tag}`),
+    wget(`http://other.test/eg-upd-1t-${tag}`, { direct: true }),
+  ].join('\n'));
+  assert.deepEqual(before.stdout.split('rc=').slice(1).map((s) => s[0]), ['0', '0'], before.stdout);
+  const u = await call(alpha, 'sandbox_update', { sandbox_id: id, allow_out: ['api.example.test'] });
+  assert.equal(u.isError, false, u.text);
+  assert.deepEqual(u.structured.network, { egress_default: 'deny', allow_out: ['api.example.test'], deny_out: [] });
+  const after = await sh(alpha, id, [
+    wget(`http://other.test/eg-upd-2x-${tag}`),
+    wget(`http://other.test/eg-upd-2t-${tag}`, { direct: true }),
+    wget(`http://api.example.test/eg-upd-2a-${tag}`),
+  ].join('\n'));
+  assert.deepEqual(after.stdout.split('rc=').slice(1).map((s) => s[0]), ['1', '1', '0'], after.stdout);
+  assert.equal(upstream(`/eg-upd-1x-${tag}`).length, 1);
+  assert.equal(upstream(`/eg-upd-2x-${tag}`).length + upstream(`/eg-upd-2t-${tag}`).length, 0, 'nothing reached other.test after');
+  assert.deepEqual((await call(alpha, 'sandbox_info', { sandbox_id: id })).structured.network.allow_out, ['api.example.test']);
+  // deny_out narrows what allow_out opens (the longer prefix decides)
+  const d = await call(alpha, 'sandbox_update', { sandbox_id: id, allow_out: [`${NET}.0/24`], deny_out: [`${NET}.10/32`] });
+  assert.equal(d.isError, false, d.text);
+  const cidr = await sh(alpha, id, [
+    wget(`http://${NET}.20/eg-upd-3o-${tag}`, { direct: true }),
+    wget(`http://${NET}.10/eg-upd-3a-${tag}`, { direct: true }),
+  ].join('\n'));
+  assert.deepEqual(cidr.stdout.split('rc=').slice(1).map((s) => s[0]), ['0', '1'], cidr.stdout);
+  assert.equal(upstream(`/eg-upd-3o-${tag}`).length, 1);
+  assert.equal(upstream(`/eg-upd-3a-${tag}`).length, 0);
+  const bad = await call(alpha, 'sandbox_update', { sandbox_id: id, deny_out: ['example.org'] });
+  assert.equal(bad.isError, true);
+  assert.match(bad.text, /deny_out\[0\] must be an IPv4 address or CIDR/);
+  const nothing = await call(alpha, 'sandbox_update', { sandbox_id: id });
+  assert.equal(nothing.isError, true);
+  assert.match(nothing.text, /pass at least one of them/);
 });
