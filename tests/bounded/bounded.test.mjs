@@ -85,8 +85,9 @@ test('oversized names and metadata are refused, naming the field; the largest al
   const info = await call(alpha, 'sandbox_info', { sandbox_id: ok.structured.id });
   assert.deepEqual(info.structured.metadata, md);
   assert.equal(info.structured.name, '\u65e5'.repeat(42));
-  // The largest record the schemas allow stays under 16 KiB in Redis.
-  const stored = Number(redis('memory', 'usage', `sf:sb:{${ok.structured.id}}`));
+  // The largest record the schemas allow stays under 16 KiB in Redis (SAMPLES 0: every
+  // field counted, not 5 sampled and extrapolated).
+  const stored = Number(redis('memory', 'usage', `sf:sb:{${ok.structured.id}}`, 'samples', '0'));
   assert.ok(stored < 16 * 1024, `record of ${stored} bytes`);
   await call(alpha, 'sandbox_kill', { sandbox_id: ok.structured.id });
 });
