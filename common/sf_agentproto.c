@@ -14,10 +14,12 @@ enum {
     K_TRUNCATED, K_MS, K_OUT, K_OUT_TOTAL, K_ERR, K_ERR_TOTAL, K_MSG,
     K_NOW, K_SEED, K_NAME, /* ping, for a VM agent (restored from a snapshot) */
     K_OOM,                 /* result, from a VM agent: the guest's OOM killer struck */
+    K_ERRNO, K_STREAM, K_PATH, K_TO, K_OFF, K_LEN, K_FLAGS, K_DATA, K_SIZE, K_MTIME,
+    K_ENTRIES, K_MORE, K_S, K_TARGET,
     K_COUNT
 };
 
-#define BIT(k) (1u << (k))
+#define BIT(k) ((uint64_t)1 << (k))
 
 static const struct {
     const char *name;
@@ -45,12 +47,26 @@ static const struct {
     [K_SEED] = {"seed", "missing key 'seed'", "'seed' must be binary of 16 to 256 bytes"},
     [K_NAME] = {"name", "missing key 'name'", "'name' must be a hostname of 1 to 63 bytes ([a-z0-9_-])"},
     [K_OOM] = {"oom_killed", "missing key 'oom_killed'", "'oom_killed' must be a boolean"},
+    [K_ERRNO] = {"errno", "missing key 'errno'", "'errno' must be an integer from 1 to 4095"},
+    [K_STREAM] = {"stream", "missing key 'stream'", "'stream' must be a boolean"},
+    [K_PATH] = {"path", "missing key 'path'", "'path' must be a non-empty string without NUL bytes, at most 4096 bytes"},
+    [K_TO] = {"to", "missing key 'to'", "'to' must be a non-empty string without NUL bytes, at most 4096 bytes"},
+    [K_OFF] = {"off", "missing key 'off'", "'off' must be an unsigned integer below 2^62"},
+    [K_LEN] = {"len", "missing key 'len'", "'len' must be an integer from 1 to 786432"},
+    [K_FLAGS] = {"flags", "missing key 'flags'", "'flags' must be an unsigned integer made of the known flag bits"},
+    [K_DATA] = {"data", "missing key 'data'", "'data' must be binary of at most 786432 bytes (output: 1 to 65536)"},
+    [K_SIZE] = {"size", "missing key 'size'", "'size' must be an unsigned integer below 2^62"},
+    [K_MTIME] = {"mtime", "missing key 'mtime'", "'mtime' must be a signed 64-bit integer"},
+    [K_ENTRIES] = {"entries", "missing key 'entries'", "'entries' must be an array of at most 4096 [name, type, size, mtime] arrays (name 1-255 bytes without '/', type one of f d l o)"},
+    [K_MORE] = {"more", "missing key 'more'", "'more' must be a boolean"},
+    [K_S] = {"s", "missing key 's'", "'s' must be 0 (stdout) or 1 (stderr)"},
+    [K_TARGET] = {"target", "missing key 'target'", "'target' must be an unsigned 32-bit integer"},
 };
 
 static const struct {
     const char *name;
-    unsigned required;
-    unsigned allowed;
+    uint64_t required;
+    uint64_t allowed;
 } ops[] = {
     [SF_AP_PING] = {"ping", BIT(K_OP) | BIT(K_ID),
                     BIT(K_OP) | BIT(K_ID) | BIT(K_NOW) | BIT(K_SEED) | BIT(K_NAME)},
@@ -58,7 +74,7 @@ static const struct {
     [SF_AP_EXEC] = {"exec",
                     BIT(K_OP) | BIT(K_ID) | BIT(K_CMD) | BIT(K_TIMEOUT) | BIT(K_CAP),
                     BIT(K_OP) | BIT(K_ID) | BIT(K_CMD) | BIT(K_TIMEOUT) | BIT(K_CAP) |
-                        BIT(K_CWD) | BIT(K_ENV)},
+                        BIT(K_CWD) | BIT(K_ENV) | BIT(K_STREAM)},
     [SF_AP_RESULT] = {"result",
                       BIT(K_OP) | BIT(K_ID) | BIT(K_EXIT) | BIT(K_TIMED_OUT) |
                           BIT(K_TRUNCATED) | BIT(K_MS) | BIT(K_OUT) | BIT(K_OUT_TOTAL) |
@@ -67,11 +83,32 @@ static const struct {
                           BIT(K_TRUNCATED) | BIT(K_MS) | BIT(K_OUT) | BIT(K_OUT_TOTAL) |
                           BIT(K_ERR) | BIT(K_ERR_TOTAL) | BIT(K_OOM)},
     [SF_AP_ERROR] = {"error", BIT(K_OP) | BIT(K_ID) | BIT(K_MSG),
-                     BIT(K_OP) | BIT(K_ID) | BIT(K_MSG)},
+                     BIT(K_OP) | BIT(K_ID) | BIT(K_MSG) | BIT(K_ERRNO)},
+    [SF_AP_FREAD] = {"fread", BIT(K_OP) | BIT(K_ID) | BIT(K_PATH) | BIT(K_OFF) | BIT(K_LEN),
+                     BIT(K_OP) | BIT(K_ID) | BIT(K_PATH) | BIT(K_OFF) | BIT(K_LEN) | BIT(K_FLAGS)},
+    [SF_AP_DATA] = {"data", BIT(K_OP) | BIT(K_ID) | BIT(K_DATA) | BIT(K_SIZE) | BIT(K_MTIME),
+                    BIT(K_OP) | BIT(K_ID) | BIT(K_DATA) | BIT(K_SIZE) | BIT(K_MTIME)},
+    [SF_AP_FWRITE] = {"fwrite", BIT(K_OP) | BIT(K_ID) | BIT(K_PATH) | BIT(K_OFF) | BIT(K_DATA),
+                      BIT(K_OP) | BIT(K_ID) | BIT(K_PATH) | BIT(K_OFF) | BIT(K_DATA) |
+                          BIT(K_FLAGS)},
+    [SF_AP_FLIST] = {"flist", BIT(K_OP) | BIT(K_ID) | BIT(K_PATH) | BIT(K_OFF) | BIT(K_LEN),
+                     BIT(K_OP) | BIT(K_ID) | BIT(K_PATH) | BIT(K_OFF) | BIT(K_LEN)},
+    [SF_AP_ENTRIES] = {"entries", BIT(K_OP) | BIT(K_ID) | BIT(K_ENTRIES) | BIT(K_MORE),
+                       BIT(K_OP) | BIT(K_ID) | BIT(K_ENTRIES) | BIT(K_MORE)},
+    [SF_AP_FMOVE] = {"fmove", BIT(K_OP) | BIT(K_ID) | BIT(K_PATH) | BIT(K_TO),
+                     BIT(K_OP) | BIT(K_ID) | BIT(K_PATH) | BIT(K_TO)},
+    [SF_AP_FDEL] = {"fdel", BIT(K_OP) | BIT(K_ID) | BIT(K_PATH), BIT(K_OP) | BIT(K_ID) | BIT(K_PATH)},
+    [SF_AP_OK] = {"ok", BIT(K_OP) | BIT(K_ID) | BIT(K_SIZE), BIT(K_OP) | BIT(K_ID) | BIT(K_SIZE)},
+    [SF_AP_CANCEL] = {"cancel", BIT(K_OP) | BIT(K_ID) | BIT(K_TARGET),
+                      BIT(K_OP) | BIT(K_ID) | BIT(K_TARGET)},
+    [SF_AP_OUTPUT] = {"output", BIT(K_OP) | BIT(K_ID) | BIT(K_S) | BIT(K_DATA),
+                      BIT(K_OP) | BIT(K_ID) | BIT(K_S) | BIT(K_DATA)},
 };
 
 #define OP_FIRST SF_AP_PING
-#define OP_LAST SF_AP_ERROR
+#define OP_LAST SF_AP_OUTPUT
+#define SIZE_MAX_FILE ((uint64_t)1 << 62)
+#define FLAGS_ALL (SF_AP_F_NOFOLLOW | SF_AP_F_CREATE | SF_AP_F_MKDIRS | SF_AP_F_EXCL)
 #define CWD_MAX 4096
 
 const char *sf_ap_op_name(sf_ap_op op)
@@ -106,6 +143,23 @@ static int name_ok(const char *s, size_t n)
               s[i] == '-'))
             return 0;
     return 1;
+}
+
+static int path_ok(const char *p)
+{
+    size_t n = p ? strlen(p) : 0;
+    return n > 0 && n <= SF_AP_PATH_MAX;
+}
+
+static int entry_name_ok(const char *s, size_t n)
+{
+    return n > 0 && n <= SF_AP_ENTRY_NAME_MAX && !memchr(s, '/', n) && !memchr(s, '\0', n) &&
+           !(n == 1 && s[0] == '.') && !(n == 2 && s[0] == '.' && s[1] == '.');
+}
+
+static int entry_type_ok(char t)
+{
+    return t == 'f' || t == 'd' || t == 'l' || t == 'o';
 }
 
 static int validate(const sf_ap_msg *m, const char **why)
@@ -150,6 +204,65 @@ static int validate(const sf_ap_msg *m, const char **why)
         n = m->msg ? strlen(m->msg) : 0;
         if (n == 0 || n > SF_AP_MSG_MAX)
             return set_why(why, keys[K_MSG].bad, -EINVAL);
+        if (m->errnum > 4095)
+            return set_why(why, keys[K_ERRNO].bad, -EINVAL);
+        return 0;
+    case SF_AP_FREAD:
+    case SF_AP_FLIST:
+        if (!path_ok(m->path))
+            return set_why(why, keys[K_PATH].bad, -EINVAL);
+        if (m->off >= SIZE_MAX_FILE)
+            return set_why(why, keys[K_OFF].bad, -EINVAL);
+        if (m->len == 0 || m->len > (m->op == SF_AP_FREAD ? SF_AP_DATA_MAX : SF_AP_ENTRIES_MAX))
+            return set_why(why, keys[K_LEN].bad, -EINVAL);
+        if (m->flags & ~FLAGS_ALL)
+            return set_why(why, keys[K_FLAGS].bad, -EINVAL);
+        return 0;
+    case SF_AP_FWRITE:
+        if (!path_ok(m->path))
+            return set_why(why, keys[K_PATH].bad, -EINVAL);
+        if (m->off >= SIZE_MAX_FILE)
+            return set_why(why, keys[K_OFF].bad, -EINVAL);
+        if (m->data_len > SF_AP_DATA_MAX || (m->data_len && !m->data))
+            return set_why(why, keys[K_DATA].bad, -EINVAL);
+        if (m->flags & ~FLAGS_ALL)
+            return set_why(why, keys[K_FLAGS].bad, -EINVAL);
+        return 0;
+    case SF_AP_DATA:
+        if (m->data_len > SF_AP_DATA_MAX || (m->data_len && !m->data))
+            return set_why(why, keys[K_DATA].bad, -EINVAL);
+        if (m->size >= SIZE_MAX_FILE)
+            return set_why(why, keys[K_SIZE].bad, -EINVAL);
+        return 0;
+    case SF_AP_ENTRIES:
+        if (m->n_entries > SF_AP_ENTRIES_MAX || (m->n_entries && !m->entries))
+            return set_why(why, keys[K_ENTRIES].bad, -EINVAL);
+        for (size_t i = 0; i < m->n_entries; i++)
+            if (!m->entries[i].name || !entry_name_ok(m->entries[i].name, strlen(m->entries[i].name)) ||
+                !entry_type_ok(m->entries[i].type) || m->entries[i].size >= SIZE_MAX_FILE)
+                return set_why(why, keys[K_ENTRIES].bad, -EINVAL);
+        return 0;
+    case SF_AP_FMOVE:
+        if (!path_ok(m->path))
+            return set_why(why, keys[K_PATH].bad, -EINVAL);
+        if (!path_ok(m->to))
+            return set_why(why, keys[K_TO].bad, -EINVAL);
+        return 0;
+    case SF_AP_FDEL:
+        if (!path_ok(m->path))
+            return set_why(why, keys[K_PATH].bad, -EINVAL);
+        return 0;
+    case SF_AP_OK:
+        if (m->size >= SIZE_MAX_FILE)
+            return set_why(why, keys[K_SIZE].bad, -EINVAL);
+        return 0;
+    case SF_AP_CANCEL:
+        return 0;
+    case SF_AP_OUTPUT:
+        if (m->s > 1)
+            return set_why(why, keys[K_S].bad, -EINVAL);
+        if (m->data_len == 0 || m->data_len > SF_AP_OUTPUT_MAX || !m->data)
+            return set_why(why, keys[K_DATA].bad, -EINVAL);
         return 0;
     }
     return set_why(why, keys[K_OP].bad, -EINVAL);
@@ -223,9 +336,33 @@ static void pack_body(msgpack_packer *pk, const sf_ap_msg *m)
         n += 8 + (m->oom_killed != 0);
         break;
     case SF_AP_ERROR:
+        n += 1 + (m->errnum != 0);
+        break;
+    case SF_AP_FREAD:
+        n += 3 + (m->flags != 0);
+        break;
+    case SF_AP_DATA:
+        n += 3;
+        break;
+    case SF_AP_FWRITE:
+        n += 3 + (m->flags != 0);
+        break;
+    case SF_AP_FLIST:
+        n += 3;
+        break;
+    case SF_AP_ENTRIES:
+    case SF_AP_FMOVE:
+    case SF_AP_OUTPUT:
+        n += 2;
+        break;
+    case SF_AP_FDEL:
+    case SF_AP_OK:
+    case SF_AP_CANCEL:
         n += 1;
         break;
     }
+    if (m->op == SF_AP_EXEC && m->stream)
+        n++;
     msgpack_pack_map(pk, n);
     pack_cstr(pk, K_OP, ops[m->op].name);
     pack_u64(pk, K_ID, m->id);
@@ -253,6 +390,8 @@ static void pack_body(msgpack_packer *pk, const sf_ap_msg *m)
             for (size_t i = 0; i < m->env_n; i++)
                 msgpack_pack_str_with_body(pk, m->env[i], strlen(m->env[i]));
         }
+        if (m->stream)
+            pack_bool(pk, K_STREAM, 1);
         break;
     case SF_AP_RESULT:
         pack_key(pk, K_EXIT);
@@ -269,6 +408,59 @@ static void pack_body(msgpack_packer *pk, const sf_ap_msg *m)
         break;
     case SF_AP_ERROR:
         pack_cstr(pk, K_MSG, m->msg);
+        if (m->errnum)
+            pack_u64(pk, K_ERRNO, m->errnum);
+        break;
+    case SF_AP_FREAD:
+    case SF_AP_FLIST:
+        pack_cstr(pk, K_PATH, m->path);
+        pack_u64(pk, K_OFF, m->off);
+        pack_u64(pk, K_LEN, m->len);
+        if (m->op == SF_AP_FREAD && m->flags)
+            pack_u64(pk, K_FLAGS, m->flags);
+        break;
+    case SF_AP_DATA:
+        pack_bin(pk, K_DATA, m->data, m->data_len);
+        pack_u64(pk, K_SIZE, m->size);
+        pack_key(pk, K_MTIME);
+        msgpack_pack_int64(pk, m->mtime);
+        break;
+    case SF_AP_FWRITE:
+        pack_cstr(pk, K_PATH, m->path);
+        pack_u64(pk, K_OFF, m->off);
+        pack_bin(pk, K_DATA, m->data, m->data_len);
+        if (m->flags)
+            pack_u64(pk, K_FLAGS, m->flags);
+        break;
+    case SF_AP_ENTRIES:
+        pack_key(pk, K_ENTRIES);
+        msgpack_pack_array(pk, m->n_entries);
+        for (size_t i = 0; i < m->n_entries; i++) {
+            const sf_ap_entry *e = &m->entries[i];
+            msgpack_pack_array(pk, 4);
+            msgpack_pack_str_with_body(pk, e->name, strlen(e->name));
+            msgpack_pack_str_with_body(pk, &e->type, 1);
+            msgpack_pack_uint64(pk, e->size);
+            msgpack_pack_int64(pk, e->mtime);
+        }
+        pack_bool(pk, K_MORE, m->more);
+        break;
+    case SF_AP_FMOVE:
+        pack_cstr(pk, K_PATH, m->path);
+        pack_cstr(pk, K_TO, m->to);
+        break;
+    case SF_AP_FDEL:
+        pack_cstr(pk, K_PATH, m->path);
+        break;
+    case SF_AP_OK:
+        pack_u64(pk, K_SIZE, m->size);
+        break;
+    case SF_AP_CANCEL:
+        pack_u64(pk, K_TARGET, m->target);
+        break;
+    case SF_AP_OUTPUT:
+        pack_u64(pk, K_S, m->s);
+        pack_bin(pk, K_DATA, m->data, m->data_len);
         break;
     }
 }
@@ -350,6 +542,17 @@ static int get_uint(const msgpack_object *o, uint64_t max, uint64_t *out)
     return 0;
 }
 
+static int get_int(const msgpack_object *o, int64_t *out)
+{
+    if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= INT64_MAX)
+        *out = (int64_t)o->via.u64;
+    else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+        *out = o->via.i64;
+    else
+        return -1;
+    return 0;
+}
+
 static int str_ok(const msgpack_object *o, size_t max)
 {
     return o->type == MSGPACK_OBJECT_STR && o->via.str.size > 0 && o->via.str.size <= max &&
@@ -375,9 +578,9 @@ static const char *arena_str(arena *a, const char *s, size_t n)
 static int decode_map(const msgpack_object *root, sf_ap_msg *m, const char **why)
 {
     const msgpack_object *v[K_COUNT] = {0};
-    unsigned seen = 0;
+    uint64_t seen = 0;
     uint64_t u;
-    size_t need, nenv = 0;
+    size_t need, nenv = 0, nent = 0;
     arena a;
     int op = 0;
 
@@ -405,7 +608,7 @@ static int decode_map(const msgpack_object *root, sf_ap_msg *m, const char **why
                 memcmp(ops[o].name, v[K_OP]->via.str.ptr, v[K_OP]->via.str.size) == 0)
                 op = o;
     if (!op)
-        return set_why(why, "unknown op (expected ping, pong, exec, result or error)", -EBADMSG);
+        return set_why(why, "unknown op (see schemas/agent-protocol.md)", -EBADMSG);
     m->op = (sf_ap_op)op;
     if (seen & ~ops[op].allowed)
         return set_why(why, "key not allowed for this op", -EBADMSG);
@@ -520,13 +723,114 @@ static int decode_map(const msgpack_object *root, sf_ap_msg *m, const char **why
         need += v[K_NAME]->via.str.size + 1;
     }
 
-    /* Copy the strings out of the msgpack zone: pointer array first (aligned). */
+    if (v[K_ERRNO]) {
+        if (get_uint(v[K_ERRNO], 4095, &u) < 0 || u == 0)
+            return set_why(why, keys[K_ERRNO].bad, -EBADMSG);
+        m->errnum = (uint32_t)u;
+    }
+    if (v[K_STREAM]) {
+        if (v[K_STREAM]->type != MSGPACK_OBJECT_BOOLEAN)
+            return set_why(why, keys[K_STREAM].bad, -EBADMSG);
+        m->stream = v[K_STREAM]->via.boolean;
+    }
+    if (v[K_MORE]) {
+        if (v[K_MORE]->type != MSGPACK_OBJECT_BOOLEAN)
+            return set_why(why, keys[K_MORE].bad, -EBADMSG);
+        m->more = v[K_MORE]->via.boolean;
+    }
+    if (v[K_PATH]) {
+        if (!str_ok(v[K_PATH], SF_AP_PATH_MAX))
+            return set_why(why, keys[K_PATH].bad, -EBADMSG);
+        need += v[K_PATH]->via.str.size + 1;
+    }
+    if (v[K_TO]) {
+        if (!str_ok(v[K_TO], SF_AP_PATH_MAX))
+            return set_why(why, keys[K_TO].bad, -EBADMSG);
+        need += v[K_TO]->via.str.size + 1;
+    }
+    if (v[K_OFF]) {
+        if (get_uint(v[K_OFF], SIZE_MAX_FILE - 1, &m->off) < 0)
+            return set_why(why, keys[K_OFF].bad, -EBADMSG);
+    }
+    if (v[K_LEN]) {
+        uint64_t max = op == SF_AP_FREAD ? SF_AP_DATA_MAX : SF_AP_ENTRIES_MAX;
+        if (get_uint(v[K_LEN], max, &u) < 0 || u == 0)
+            return set_why(why, keys[K_LEN].bad, -EBADMSG);
+        m->len = (uint32_t)u;
+    }
+    if (v[K_FLAGS]) {
+        if (get_uint(v[K_FLAGS], UINT32_MAX, &u) < 0 || (u & ~(uint64_t)FLAGS_ALL))
+            return set_why(why, keys[K_FLAGS].bad, -EBADMSG);
+        m->flags = (uint32_t)u;
+    }
+    if (v[K_DATA]) {
+        size_t max = op == SF_AP_OUTPUT ? SF_AP_OUTPUT_MAX : SF_AP_DATA_MAX;
+        if (v[K_DATA]->type != MSGPACK_OBJECT_BIN || v[K_DATA]->via.bin.size > max ||
+            (op == SF_AP_OUTPUT && v[K_DATA]->via.bin.size == 0))
+            return set_why(why, keys[K_DATA].bad, -EBADMSG);
+        need += v[K_DATA]->via.bin.size + 1;
+    }
+    if (v[K_SIZE] && get_uint(v[K_SIZE], SIZE_MAX_FILE - 1, &m->size) < 0)
+        return set_why(why, keys[K_SIZE].bad, -EBADMSG);
+    if (v[K_MTIME] && get_int(v[K_MTIME], &m->mtime) < 0)
+        return set_why(why, keys[K_MTIME].bad, -EBADMSG);
+    if (v[K_S]) {
+        if (get_uint(v[K_S], 1, &u) < 0)
+            return set_why(why, keys[K_S].bad, -EBADMSG);
+        m->s = (uint32_t)u;
+    }
+    if (v[K_TARGET]) {
+        if (get_uint(v[K_TARGET], UINT32_MAX, &u) < 0)
+            return set_why(why, keys[K_TARGET].bad, -EBADMSG);
+        m->target = (uint32_t)u;
+    }
+    if (v[K_ENTRIES]) {
+        const msgpack_object_array *arr = &v[K_ENTRIES]->via.array;
+        if (v[K_ENTRIES]->type != MSGPACK_OBJECT_ARRAY || arr->size > SF_AP_ENTRIES_MAX)
+            return set_why(why, keys[K_ENTRIES].bad, -EBADMSG);
+        for (uint32_t i = 0; i < arr->size; i++) {
+            const msgpack_object *e = &arr->ptr[i], *f;
+            uint64_t sz;
+            int64_t mt;
+            if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size != 4)
+                return set_why(why, keys[K_ENTRIES].bad, -EBADMSG);
+            f = e->via.array.ptr;
+            if (f[0].type != MSGPACK_OBJECT_STR ||
+                !entry_name_ok(f[0].via.str.ptr, f[0].via.str.size) ||
+                f[1].type != MSGPACK_OBJECT_STR || f[1].via.str.size != 1 ||
+                !entry_type_ok(f[1].via.str.ptr[0]) ||
+                get_uint(&f[2], SIZE_MAX_FILE - 1, &sz) < 0 || get_int(&f[3], &mt) < 0)
+                return set_why(why, keys[K_ENTRIES].bad, -EBADMSG);
+            need += f[0].via.str.size + 1;
+        }
+        nent = arr->size;
+        need += nent * sizeof(sf_ap_entry);
+    }
+
+    /* Copy the strings out of the msgpack zone: the arrays first (aligned). */
     a.p = malloc(need ? need : 1);
     a.used = 0;
     if (!a.p)
         return set_why(why, "out of memory", -ENOMEM);
     m->mem_ = a.p;
-    if (v[K_ENV]) {
+    if (v[K_ENTRIES]) {
+        sf_ap_entry *ents = (sf_ap_entry *)(void *)a.p;
+        a.used = nent * sizeof(sf_ap_entry);
+        for (size_t i = 0; i < nent; i++) {
+            const msgpack_object *f = v[K_ENTRIES]->via.array.ptr[i].via.array.ptr;
+            uint64_t sz = 0;
+            int64_t mt = 0;
+            get_uint(&f[2], SIZE_MAX_FILE - 1, &sz);
+            get_int(&f[3], &mt);
+            ents[i].name = arena_str(&a, f[0].via.str.ptr, f[0].via.str.size);
+            ents[i].type = f[1].via.str.ptr[0];
+            ents[i].size = sz;
+            ents[i].mtime = mt;
+        }
+        m->entries = ents;
+        m->n_entries = nent;
+    }
+    if (v[K_ENV]) { /* never with entries (exec only): the block's start is free */
         const char **env = (const char **)(void *)a.p;
         a.used = (nenv + 1) * sizeof(char *);
         for (size_t i = 0; i < nenv; i++) {
@@ -557,6 +861,14 @@ static int decode_map(const msgpack_object *root, sf_ap_msg *m, const char **why
     }
     if (v[K_NAME])
         m->name = arena_str(&a, v[K_NAME]->via.str.ptr, v[K_NAME]->via.str.size);
+    if (v[K_PATH])
+        m->path = arena_str(&a, v[K_PATH]->via.str.ptr, v[K_PATH]->via.str.size);
+    if (v[K_TO])
+        m->to = arena_str(&a, v[K_TO]->via.str.ptr, v[K_TO]->via.str.size);
+    if (v[K_DATA]) {
+        m->data_len = v[K_DATA]->via.bin.size;
+        m->data = arena_str(&a, v[K_DATA]->via.bin.ptr, m->data_len);
+    }
     return 0;
 }
 

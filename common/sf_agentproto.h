@@ -30,6 +30,17 @@
 #define SF_AP_SEED_MIN 16                /* ping.seed bytes */
 #define SF_AP_SEED_MAX 256
 #define SF_AP_NAME_MAX 63                /* ping.name bytes */
+#define SF_AP_PATH_MAX 4096              /* path / to bytes */
+#define SF_AP_DATA_MAX (768u * 1024)     /* file bytes in one fread answer or fwrite */
+#define SF_AP_OUTPUT_MAX (64u * 1024)    /* bytes in one output frame */
+#define SF_AP_ENTRIES_MAX 4096           /* entries in one `entries` answer */
+#define SF_AP_ENTRY_NAME_MAX 255         /* bytes of one entry name */
+
+/* fread / fwrite flags */
+#define SF_AP_F_NOFOLLOW 1u              /* fread: a symlink as the last component fails */
+#define SF_AP_F_CREATE 2u                /* fwrite: create the file, or empty it (O_TRUNC) */
+#define SF_AP_F_MKDIRS 4u                /* fwrite: create missing parent directories first */
+#define SF_AP_F_EXCL 8u                  /* fwrite: the file must not exist (with CREATE) */
 
 typedef enum sf_ap_op {
     SF_AP_PING = 1, /* worker -> agent: {op, id, now?, seed?, name?} */
@@ -37,8 +48,26 @@ typedef enum sf_ap_op {
     SF_AP_EXEC,     /* worker -> agent: {op, id, cmd, timeout_ms, cap, cwd?, env?} */
     SF_AP_RESULT,   /* agent -> worker: {op, id, exit, timed_out, truncated, ms,
                                          out, out_total, err, err_total, oom_killed?} */
-    SF_AP_ERROR,    /* agent -> worker: {op, id, msg}: the request could not run */
+    SF_AP_ERROR,    /* agent -> worker: {op, id, msg, errno?}: the request could not run */
+    SF_AP_FREAD,    /* worker -> agent: {op, id, path, off, len, flags?} */
+    SF_AP_DATA,     /* agent -> worker: {op, id, data, size, mtime}: fread's answer */
+    SF_AP_FWRITE,   /* worker -> agent: {op, id, path, off, data, flags?} */
+    SF_AP_FLIST,    /* worker -> agent: {op, id, path, off, len} */
+    SF_AP_ENTRIES,  /* agent -> worker: {op, id, entries, more}: flist's answer */
+    SF_AP_FMOVE,    /* worker -> agent: {op, id, path, to} */
+    SF_AP_FDEL,     /* worker -> agent: {op, id, path} */
+    SF_AP_OK,       /* agent -> worker: {op, id, size?}: fwrite, fmove, fdel, cancel done */
+    SF_AP_CANCEL,   /* worker -> agent: {op, id, target}: kill exec `target`'s processes */
+    SF_AP_OUTPUT,   /* agent -> worker: {op, id, s, data}: output of the streamed exec `id` */
 } sf_ap_op;
+
+/* One directory entry of an `entries` answer. */
+typedef struct sf_ap_entry {
+    const char *name;        /* 1..255 bytes, no '/' or NUL */
+    char type;               /* 'f' file, 'd' directory, 'l' symlink, 'o' other */
+    uint64_t size;
+    int64_t mtime;           /* seconds since the epoch */
+} sf_ap_entry;
 
 /* One decoded (or to-be-encoded) message: only the fields of its op are used.
  * After sf_ap_decode() every pointer points into storage owned by the message
@@ -75,6 +104,27 @@ typedef struct sf_ap_msg {
     uint64_t err_total;
     /* error */
     const char *msg;         /* one sentence, <= SF_AP_MSG_MAX bytes */
+    uint32_t errnum;         /* 0 = absent; else the errno behind it (files) */
+    /* exec: stream the output as it comes (output frames, bounded) */
+    int stream;
+    /* files: fread, fwrite, flist, fmove, fdel */
+    const char *path;        /* 1..4096 bytes, no NUL */
+    const char *to;          /* fmove's target, same rules */
+    uint64_t off;            /* fread / fwrite: byte offset; flist: entries to skip */
+    uint32_t len;            /* fread: most bytes (1..SF_AP_DATA_MAX); flist: most entries */
+    uint32_t flags;          /* SF_AP_F_* */
+    const char *data;        /* data / fwrite: data_len bytes (<= SF_AP_DATA_MAX); output:
+                                1..SF_AP_OUTPUT_MAX bytes */
+    size_t data_len;
+    uint64_t size;           /* data: the file's size; ok: bytes written (optional) */
+    int64_t mtime;           /* data: seconds since the epoch */
+    const sf_ap_entry *entries; /* entries: n_entries of them */
+    size_t n_entries;
+    int more;                /* entries: more follow past off + n_entries */
+    /* output */
+    uint32_t s;              /* 0 stdout, 1 stderr */
+    /* cancel */
+    uint32_t target;         /* the exec whose processes are killed */
     void *mem_;              /* decoder-owned storage */
 } sf_ap_msg;
 

@@ -40,6 +40,73 @@ static void pack_opt_str(msgpack_packer *pk, const char *k, const char *v)
         sf_mp_pack_kv_str(pk, k, v);
 }
 
+static int claim_name_ok(const char *s, size_t n)
+{
+    if (n == 0 || n >= SF_CLAIM_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+            return 0;
+    return 1;
+}
+
+int sf_claims_has(const sf_claims *c, const char *name)
+{
+    for (int i = 0; i < c->n; i++)
+        if (!strcmp(c->name[i], name))
+            return 1;
+    return 0;
+}
+
+int sf_claims_add(sf_claims *c, const char *name)
+{
+    if (!claim_name_ok(name, strlen(name)))
+        return -EINVAL;
+    if (sf_claims_has(c, name))
+        return -EEXIST;
+    if (c->n >= SF_CLAIMS_MAX)
+        return -E2BIG;
+    snprintf(c->name[c->n++], SF_CLAIM_NAME_MAX, "%s", name);
+    return 0;
+}
+
+static void pack_claims(msgpack_packer *pk, const sf_claims *c)
+{
+    sf_mp_pack_str(pk, "claims");
+    msgpack_pack_array(pk, (size_t)c->n);
+    for (int i = 0; i < c->n; i++)
+        sf_mp_pack_str(pk, c->name[i]);
+}
+
+/* The optional `claims` field: an array of up to SF_CLAIMS_MAX distinct names. */
+static int get_claims(const msgpack_object *m, sf_claims *c, const char **why)
+{
+    const msgpack_object *v = sf_mp_map_get(m, "claims");
+
+    memset(c, 0, sizeof(*c));
+    if (!v)
+        return 0;
+    if (v->type != MSGPACK_OBJECT_ARRAY || v->via.array.size > SF_CLAIMS_MAX) {
+        *why = "field 'claims' must be an array of at most 4 names";
+        return -EINVAL;
+    }
+    for (uint32_t i = 0; i < v->via.array.size; i++) {
+        const msgpack_object *e = &v->via.array.ptr[i];
+        char name[SF_CLAIM_NAME_MAX];
+        if (e->type != MSGPACK_OBJECT_STR || !claim_name_ok(e->via.str.ptr, e->via.str.size)) {
+            *why = "field 'claims' must hold names matching [a-z0-9_]{1,31}";
+            return -EINVAL;
+        }
+        memcpy(name, e->via.str.ptr, e->via.str.size);
+        name[e->via.str.size] = '\0';
+        if (sf_claims_add(c, name) < 0) {
+            *why = "field 'claims' names a field twice";
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
 int sf_job_encode(const sf_job *j, sf_buf *out)
 {
     msgpack_packer pk;
@@ -49,7 +116,7 @@ int sf_job_encode(const sf_job *j, sf_buf *out)
 
     if (!j->id[0] || !j->team[0] || !j->tool[0] || !j->reply[0] || !json_is_object(j->args))
         return -EINVAL;
-    n += !!j->sandbox[0] + !!j->host[0] + !!j->trace[0] + !!j->progress;
+    n += !!j->sandbox[0] + !!j->host[0] + !!j->trace[0] + !!j->progress + (j->claims.n > 0);
     msgpack_packer_init(&pk, &w, buf_write);
     msgpack_pack_map(&pk, (size_t)n);
     sf_mp_pack_str(&pk, "v");
@@ -67,6 +134,8 @@ int sf_job_encode(const sf_job *j, sf_buf *out)
         sf_mp_pack_str(&pk, "progress");
         msgpack_pack_true(&pk);
     }
+    if (j->claims.n > 0)
+        pack_claims(&pk, &j->claims);
     sf_mp_pack_str(&pk, "args");
     if (sf_mpjson_pack(&pk, j->args) < 0 && !w.failed) {
         out->len = start;
@@ -209,8 +278,13 @@ int sf_job_decode(const void *p, size_t n, sf_job *j, const char **why)
         *why = "field 'progress' must be a boolean";
         goto out;
     }
-    if (get_map(m, "args", &j->args, why) < 0)
+    if (get_map(m, "args", &j->args, why) < 0 || get_claims(m, &j->claims, why) < 0)
         goto out;
+    for (int i = 0; i < j->claims.n; i++)
+        if (!json_is_string(json_object_get(j->args, j->claims.name[i]))) {
+            *why = "field 'claims' names an argument that is not a string in 'args'";
+            goto out;
+        }
     rc = 0;
 out:
     msgpack_unpacked_destroy(&res);
@@ -242,7 +316,7 @@ int sf_reply_encode(const sf_reply *r, sf_buf *out)
     if (!r->id[0] || r->kind < 0 || r->kind > SF_REPLY_PROGRESS)
         return -EINVAL;
     msgpack_packer_init(&pk, &w, buf_write);
-    msgpack_pack_map(&pk, 4);
+    msgpack_pack_map(&pk, 4 + (r->kind == SF_REPLY_RESULT && r->claims.n > 0));
     sf_mp_pack_str(&pk, "v");
     msgpack_pack_int(&pk, SF_ENVELOPE_VERSION);
     sf_mp_pack_kv_str(&pk, "id", r->id);
@@ -269,6 +343,8 @@ int sf_reply_encode(const sf_reply *r, sf_buf *out)
             out->len = start;
             return -EINVAL;
         }
+        if (r->kind == SF_REPLY_RESULT && r->claims.n > 0)
+            pack_claims(&pk, &r->claims);
     }
     if (w.failed || out->len - start > SF_MSG_MAX) {
         out->len = start;
@@ -314,9 +390,15 @@ int sf_reply_decode(const void *p, size_t n, sf_reply *r, const char **why)
             rc = -ENOMEM;
             goto out;
         }
-    } else if (get_map(m, "result", &r->result, why) < 0) {
+    } else if (get_map(m, "result", &r->result, why) < 0 ||
+               (r->kind == SF_REPLY_RESULT && get_claims(m, &r->claims, why) < 0)) {
         goto out;
     }
+    for (int i = 0; i < r->claims.n; i++)
+        if (!json_is_string(json_object_get(r->result, r->claims.name[i]))) {
+            *why = "field 'claims' names a result field that is not a string";
+            goto out;
+        }
     rc = 0;
 out:
     msgpack_unpacked_destroy(&res);

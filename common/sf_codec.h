@@ -22,6 +22,16 @@
 #define SF_TOPIC_MAX 200
 #define SF_MESSAGE_MAX 1000
 
+/* Fields that travel by claim check (sf_claim.h): the names of the job's arguments, or of
+ * the reply's result fields, whose value is in Redis instead (the value in the envelope is
+ * then the empty string). */
+#define SF_CLAIMS_MAX 4
+#define SF_CLAIM_NAME_MAX 32  /* [a-z0-9_]{1,31} */
+typedef struct sf_claims {
+    int n;
+    char name[SF_CLAIMS_MAX][SF_CLAIM_NAME_MAX];
+} sf_claims;
+
 typedef struct sf_job {
     char id[SF_ID_MAX];         /* job id, unique per call */
     char team[SF_ID_MAX];       /* caller's team, set by the gateway from the API key */
@@ -33,6 +43,7 @@ typedef struct sf_job {
     int64_t deadline_ms;        /* wall-clock ms after which nobody waits for the answer */
     int progress;               /* caller wants progress messages */
     json_t *args;               /* tool arguments (an object, owned) */
+    sf_claims claims;           /* arguments whose value is a claim */
 } sf_job;
 
 enum { SF_REPLY_RESULT = 0, SF_REPLY_ERROR = 1, SF_REPLY_PROGRESS = 2 };
@@ -44,6 +55,7 @@ typedef struct sf_reply {
     char code[32];       /* ERROR: a machine code (sf_err_*) */
     char *message;       /* ERROR: one actionable sentence (owned; encoded at most
                             SF_MESSAGE_MAX bytes, cut at a character boundary) */
+    sf_claims claims;    /* RESULT: result fields whose value is a claim */
 } sf_reply;
 
 /* Error codes carried in replies. */
@@ -65,6 +77,10 @@ void sf_reply_init(sf_reply *r);
 void sf_reply_fini(sf_reply *r);
 int sf_reply_encode(const sf_reply *r, sf_buf *out);
 int sf_reply_decode(const void *p, size_t n, sf_reply *r, const char **why);
+
+/* Adds name to c: 0, -EEXIST, -E2BIG (full), -EINVAL (not [a-z0-9_]{1,31}). */
+int sf_claims_add(sf_claims *c, const char *name);
+int sf_claims_has(const sf_claims *c, const char *name);
 
 /* Convenience: encode an error or result reply for job id in one call. */
 int sf_reply_encode_error(const char *id, const char *code, const char *message, sf_buf *out);

@@ -26,11 +26,24 @@ int sf_jobio_error(rd_kafka_t *producer, const sf_job *job, const char *code, co
 
 int sf_jobio_result(rd_kafka_t *producer, const sf_job *job, const json_t *result)
 {
+    return sf_jobio_result_claims(producer, job, result, NULL);
+}
+
+int sf_jobio_result_claims(rd_kafka_t *producer, const sf_job *job, const json_t *result,
+                           const sf_claims *claims)
+{
+    sf_reply r;
     sf_buf b;
     int rc;
 
+    sf_reply_init(&r);
+    snprintf(r.id, sizeof(r.id), "%s", job->id);
+    r.kind = SF_REPLY_RESULT;
+    r.result = (json_t *)result;
+    if (claims)
+        r.claims = *claims;
     sf_buf_init(&b, SF_MSG_MAX);
-    rc = sf_reply_encode_result(job->id, result, &b);
+    rc = sf_reply_encode(&r, &b);
     if (rc == 0)
         rc = send_reply(producer, job->reply, job->id, &b);
     sf_buf_fini(&b);

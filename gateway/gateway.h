@@ -48,6 +48,7 @@ typedef struct gw_cfg {
     int64_t body_timeout_ms;
     int64_t body_min_rate;
     int64_t threads;            /* event-loop threads (0 = one per core) */
+    int64_t claim_team_mib;     /* a team's large arguments in Redis at once (claim checks) */
 } gw_cfg;
 
 /* Counters for /metrics (metrics.c). */
@@ -132,6 +133,15 @@ void gw_jobs_stop(gw_ctx *ctx);
 int gw_jobs_submit(gw_ctx *ctx, sf_job *job, int64_t wait_ms, gw_job_cb cb, void *arg,
                    gw_pending **out);
 void gw_jobs_cancel(gw_ctx *ctx, gw_pending *p);
+/* Claim checks (sf_claim.h): the tool's claimable string arguments of at least
+ * SF_CLAIM_MIN bytes go to Redis before the job is sent (job->id is set here if empty).
+ * 0: nothing to store (cb is not called); 1: cb(arg, status) comes, with 0 (the job's args
+ * now name their claims), -EDQUOT (the team's budget is spent), -ENOSPC (Redis is full) or
+ * -EIO (Redis is down); -ENOMEM / -EIO now. job must stay until cb. */
+typedef void (*gw_claims_cb)(void *arg, int status);
+int gw_jobs_claim_args(gw_ctx *ctx, sf_job *job, const sf_tool *t, gw_claims_cb cb, void *arg);
+/* Drops the claims of a job that will not be sent after all. */
+void gw_jobs_claims_drop(gw_ctx *ctx, const sf_job *job);
 /* Progress replies of p's job go to cb (job->progress must have been set). */
 void gw_jobs_on_progress(gw_pending *p, gw_progress_cb cb);
 /* The job's id. */

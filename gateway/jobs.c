@@ -2,6 +2,7 @@
  * topic to the calls waiting for them; a call whose deadline passes is answered once,
  * with a timeout, and a late reply is dropped. */
 #include "gateway.h"
+#include "sf_claim.h"
 #include "sf_log.h"
 
 #include <pthread.h>
@@ -17,6 +18,8 @@ struct gw_pending {
     char id[SF_ID_MAX];
     char team[SF_ID_MAX];
     char sandbox[SF_ID_MAX];
+    int fetching;       /* the reply's claims are being taken: no deadline, no map entry */
+    int cancelled;      /* ...and its caller went away meanwhile */
 };
 
 /* Per-team count of pending calls, for the whole process (every thread's instance):
@@ -101,6 +104,188 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     pending_free(p);
 }
 
+/* ---- claim checks (sf_claim.h) ---- */
+
+/* A reply whose large fields are in Redis: taken one by one, then handed to the call. */
+typedef struct fetch {
+    gw_ctx *ctx;
+    gw_pending *p;
+    sf_reply r;
+    int next, failed;
+} fetch;
+
+static void on_claim_taken(redisAsyncContext *ac, void *rep_, void *priv)
+{
+    redisReply *rep = rep_;
+    fetch *f = priv;
+    gw_pending *p = f->p;
+    const char *name = f->r.claims.name[f->next++];
+
+    (void)ac;
+    if (rep && rep->type == REDIS_REPLY_STRING) {
+        json_t *v = json_stringn(rep->str, rep->len);
+        if (v)
+            json_object_set_new(f->r.result, name, v);
+        else
+            f->failed = 1;
+    } else {
+        f->failed = 1;
+    }
+    if (f->next < f->r.claims.n)
+        return;
+    if (!p->cancelled) {
+        if (f->failed) {
+            sf_reply err;
+            sf_warn("msg=\"a claimed answer could not be taken\" job=%s", f->r.id);
+            sf_reply_init(&err);
+            snprintf(err.id, sizeof(err.id), "%s", f->r.id);
+            err.kind = SF_REPLY_ERROR;
+            err.message = (char *)"The answer to this call could not be fetched from the "
+                                  "platform's state store (it expired, or the store is "
+                                  "unreachable); retry the call.";
+            p->cb(p->arg, &err);
+        } else {
+            p->cb(p->arg, &f->r);
+        }
+    }
+    pending_free(p);
+    sf_reply_fini(&f->r);
+    free(f);
+}
+
+static void fetch_claims(gw_ctx *ctx, gw_pending *p, sf_reply *r)
+{
+    fetch *f = calloc(1, sizeof(*f));
+    int sent = 0;
+
+    evtimer_del(p->timer);
+    p->fetching = 1;
+    if (f) {
+        f->ctx = ctx;
+        f->p = p;
+        f->r = *r;
+        for (int i = 0; i < r->claims.n; i++)
+            if (sf_claim_take(ctx->redis, p->team, r->id, 1, r->claims.name[i], on_claim_taken,
+                              f) == 0)
+                sent++;
+        if (sent == r->claims.n)
+            return;
+        /* Redis went down half-way: the answers in flight still arrive (with NULL) */
+        if (sent > 0) {
+            f->failed = 1;
+            f->r.claims.n = sent;
+            return;
+        }
+        free(f);
+    }
+    sf_warn("msg=\"cannot take a claimed answer; Redis is down\" job=%s", r->id);
+    {
+        sf_reply err;
+        sf_reply_init(&err);
+        snprintf(err.id, sizeof(err.id), "%s", r->id);
+        err.kind = SF_REPLY_ERROR;
+        err.message = (char *)"The platform's state store is unreachable, so the answer could "
+                              "not be fetched; retry in a few seconds.";
+        p->cb(p->arg, &err);
+    }
+    pending_free(p);
+    sf_reply_fini(r);
+}
+
+/* Arguments on their way to Redis before the job is sent. */
+typedef struct put_op {
+    gw_ctx *ctx;
+    sf_job *job;
+    gw_claims_cb cb;
+    void *arg;
+    int left, answered, stored;
+    int over, full, down;
+    sf_claims names;
+} put_op;
+
+static void claims_drop(gw_ctx *ctx, const sf_job *job, const sf_claims *names, int mask)
+{
+    for (int i = 0; i < names->n; i++)
+        if (mask & (1 << i))
+            sf_claim_drop(ctx->redis, job->team, job->id, 0, names->name[i], NULL, NULL);
+}
+
+void gw_jobs_claims_drop(gw_ctx *ctx, const sf_job *job)
+{
+    claims_drop(ctx, job, &job->claims, (1 << SF_CLAIMS_MAX) - 1);
+}
+
+static void on_claim_put(redisAsyncContext *ac, void *rep_, void *priv)
+{
+    redisReply *rep = rep_;
+    put_op *op = priv;
+    int i = op->answered++, v = sf_claim_put_verdict(rep, NULL), status = 0;
+
+    (void)ac;
+    if (v == 1)
+        op->stored |= 1 << i;
+    else if (v == 0)
+        op->over = 1;
+    else if (sf_redis_is_oom(rep))
+        op->full = 1;
+    else
+        op->down = 1;
+    if (--op->left > 0)
+        return;
+    if (op->over || op->full || op->down) {
+        claims_drop(op->ctx, op->job, &op->names, op->stored);
+        status = op->full ? -ENOSPC : op->over ? -EDQUOT : -EIO;
+    } else {
+        for (int k = 0; k < op->names.n; k++) {
+            json_object_set_new(op->job->args, op->names.name[k], json_string(""));
+            sf_claims_add(&op->job->claims, op->names.name[k]);
+        }
+    }
+    op->cb(op->arg, status);
+    free(op);
+}
+
+int gw_jobs_claim_args(gw_ctx *ctx, sf_job *job, const sf_tool *t, gw_claims_cb cb, void *arg)
+{
+    put_op *op = NULL;
+
+    for (size_t i = 0; t && i < t->nclaims; i++) {
+        json_t *v = json_object_get(job->args, t->claims[i]);
+        if (!json_is_string(v) || json_string_length(v) < SF_CLAIM_MIN)
+            continue;
+        if (!op && !(op = calloc(1, sizeof(*op))))
+            return -ENOMEM;
+        sf_claims_add(&op->names, t->claims[i]);
+    }
+    if (!op)
+        return 0;
+    if (!job->id[0] && sf_id_new(job->id, "job_") < 0) {
+        free(op);
+        return -EIO;
+    }
+    op->ctx = ctx;
+    op->job = job;
+    op->cb = cb;
+    op->arg = arg;
+    for (int i = 0; i < op->names.n; i++) {
+        json_t *v = json_object_get(job->args, op->names.name[i]);
+        if (sf_claim_put(ctx->redis, job->team, job->id, 0, op->names.name[i],
+                         json_string_value(v), json_string_length(v),
+                         ctx->cfg.claim_team_mib << 20, on_claim_put, op) < 0)
+            break;
+        op->left++;
+    }
+    if (op->left < op->names.n) { /* Redis is down: nothing waits on the ones sent */
+        if (op->left == 0) {
+            free(op);
+            return -EIO;
+        }
+        op->down = 1;
+        op->names.n = op->left;
+    }
+    return 1;
+}
+
 static void on_reply(void *arg, rd_kafka_message_t *msg)
 {
     gw_ctx *ctx = arg;
@@ -125,6 +310,10 @@ static void on_reply(void *arg, rd_kafka_message_t *msg)
                             "tell the operator if it happens again.";
         p->cb(p->arg, &r);
         pending_free(p);
+        return;
+    }
+    if (r.kind == SF_REPLY_RESULT && r.claims.n > 0 && (p = sf_map_del(ctx->pending, r.id))) {
+        fetch_claims(ctx, p, &r); /* takes r */
         return;
     }
     if (r.kind == SF_REPLY_PROGRESS) {
@@ -210,7 +399,7 @@ int gw_jobs_submit(gw_ctx *ctx, sf_job *job, int64_t wait_ms, gw_job_cb cb, void
     sf_buf b;
     int rc;
 
-    if (sf_id_new(job->id, "job_") < 0)
+    if (!job->id[0] && sf_id_new(job->id, "job_") < 0)
         return -EIO;
     snprintf(job->reply, sizeof(job->reply), "%s", ctx->reply_topic);
     job->deadline_ms = sf_now_ms() + wait_ms;
@@ -259,6 +448,10 @@ void gw_jobs_cancel(gw_ctx *ctx, gw_pending *p)
 {
     if (!p)
         return;
+    if (p->fetching) { /* the fetch ends it, without its callback */
+        p->cancelled = 1;
+        return;
+    }
     sf_map_del(ctx->pending, p->id);
     pending_free(p);
 }

@@ -29,6 +29,8 @@ static const sf_cfg_entry cfg_table[] = {
     SF_CFG_I(gw_cfg, exec_deadline_margin_ms, "15000", 100, 3600000,
              "a tool with a wait argument (sandbox_exec: timeout_ms) waits it plus this"),
     SF_CFG_I(gw_cfg, max_pending, "10000", 1, 10000000, "calls waiting for answers at once"),
+    SF_CFG_I(gw_cfg, claim_team_mib, "64", 16, 1048576,
+             "MiB of large arguments (file writes) one team may have in Redis at once"),
     SF_CFG_I(gw_cfg, max_pending_team, "1000", 1, 10000000,
              "calls one team may have waiting at once"),
     SF_CFG_I(gw_cfg, session_ttl_s, "86400", 60, 31536000,

@@ -55,6 +55,8 @@ struct mcp_call {
     struct event *timer;   /* fixture steps, or the progress heartbeat */
     int step;
     char call_key[SF_ID_MAX + 80]; /* key in ctx->calls ("" when not registered) */
+    const sf_tool *def;    /* tools/call: the tool */
+    sf_job *held;          /* tools/call: the job while its large arguments go to Redis */
 };
 
 static void call_unregister(mcp_call *c)
@@ -345,6 +347,9 @@ static void call_register(mcp_call *c)
     free(id);
 }
 
+static void submit(mcp_call *c, sf_job *job);
+static void on_claims_stored(void *arg, int status);
+
 static void tools_call(mcp_call *c, json_t *params)
 {
     gw_ctx *ctx = c->ctx;
@@ -401,24 +406,61 @@ static void tools_call(mcp_call *c, json_t *params)
         }
         snprintf(job.sandbox, sizeof(job.sandbox), "%s", sid);
     }
-    rc = gw_jobs_submit(ctx, &job,
-                        sf_tool_wait_ms(tool, args, ctx->cfg.call_deadline_ms,
+    c->def = tool;
+    if (!(c->held = malloc(sizeof(*c->held)))) {
+        sf_job_fini(&job);
+        respond_tool_error(c, "The server is out of memory; retry.");
+        goto done;
+    }
+    *c->held = job;
+    rc = gw_jobs_claim_args(ctx, c->held, tool, on_claims_stored, c);
+    if (rc == 1) { /* on_claims_stored goes on */
+        c->busy = 1;
+        return;
+    }
+    job = *c->held;
+    free(c->held);
+    c->held = NULL;
+    if (rc < 0) {
+        sf_job_fini(&job);
+        respond_tool_error(c, "The platform's state store is unreachable, so the large "
+                              "arguments could not be handed over; retry in a few seconds.");
+        goto done;
+    }
+    submit(c, &job);
+    return;
+done:
+    call_free(c);
+}
+
+/* Sends the job (claims stored, if any) and waits for its answer; ends c on failure. */
+static void submit(mcp_call *c, sf_job *job)
+{
+    gw_ctx *ctx = c->ctx;
+    const sf_tool *tool = c->def;
+    char why[512];
+    int rc;
+
+    rc = gw_jobs_submit(ctx, job,
+                        sf_tool_wait_ms(tool, job->args, ctx->cfg.call_deadline_ms,
                                         ctx->cfg.exec_deadline_margin_ms),
                         on_job_reply, c, &c->pending);
-    snprintf(c->job, sizeof(c->job), "%s", job.id);
+    snprintf(c->job, sizeof(c->job), "%s", job->id);
     if (c->req)
-        gw_req_set_job(c->req, job.id);
+        gw_req_set_job(c->req, job->id);
     if (rc == -EDQUOT || rc == -E2BIG)
         GW_COUNT(ctx->metrics.calls_refused);
-    sf_debug("msg=\"call\" job=%s tool=%s team=%s sandbox=%s req=%s rc=%d", job.id, name,
-             c->team, job.sandbox, job.trace, rc);
-    sf_job_fini(&job);
+    sf_debug("msg=\"call\" job=%s tool=%s team=%s sandbox=%s req=%s rc=%d", job->id,
+             tool->name, c->team, job->sandbox, job->trace, rc);
+    if (rc < 0)
+        gw_jobs_claims_drop(ctx, job);
+    sf_job_fini(job);
     if (rc == 0) { /* on_job_reply answers */
         call_register(c);
         if (c->progress_token && c->sse_ok) {
             gw_jobs_on_progress(c->pending, on_job_progress);
             if (sse_begin(c) == 0) {
-                snprintf(why, sizeof(why), "job %s started: %s", c->job, name);
+                snprintf(why, sizeof(why), "job %s started: %s", c->job, tool->name);
                 gw_call_log(c, GW_LOG_DEBUG, why);
                 gw_call_progress(c, 0, 0, "started");
             }
@@ -438,8 +480,44 @@ static void tools_call(mcp_call *c, json_t *params)
                  "gateway; retry in a few seconds." : "The job queue is unavailable; retry in a "
                  "few seconds.");
     respond_tool_error(c, why);
-done:
     call_free(c);
+}
+
+/* The large arguments are in Redis (or could not be put there). */
+static void on_claims_stored(void *arg, int status)
+{
+    mcp_call *c = arg;
+    sf_job *job = c->held;
+    char why[320];
+
+    c->busy = 0;
+    c->held = NULL;
+    if (!c->req) { /* the client left meanwhile */
+        if (status == 0)
+            gw_jobs_claims_drop(c->ctx, job);
+        sf_job_fini(job);
+        free(job);
+        call_free(c);
+        return;
+    }
+    if (status < 0) {
+        if (status == -ENOSPC)
+            snprintf(why, sizeof(why), "%s", SF_MSG_PLATFORM_FULL);
+        else if (status == -EDQUOT)
+            snprintf(why, sizeof(why), "Your team's large uploads and answers in flight already "
+                     "hold %lld MiB, its limit; wait for other file calls to finish, then retry.",
+                     (long long)c->ctx->cfg.claim_team_mib);
+        else
+            snprintf(why, sizeof(why), "The platform's state store is unreachable, so the large "
+                     "arguments could not be handed over; retry in a few seconds.");
+        sf_job_fini(job);
+        free(job);
+        respond_tool_error(c, why);
+        call_free(c);
+        return;
+    }
+    submit(c, job);
+    free(job);
 }
 
 /* The call ends without an answer (cancelled by its client, or the client is gone): its

@@ -10,6 +10,8 @@ libsodium-dev libssl-dev libcurl4-openssl-dev redis-server redis-tools busybox-s
 iproute2 curl procps util-linux nghttp2-client openssl e2fsprogs lxcfs"
 # the secret-proxy: nftables in each sandbox's namespace
 SF_PACKAGES="$SF_PACKAGES nftables"
+# the file tools: ZIPs of sandbox directories
+SF_PACKAGES="$SF_PACKAGES libzip-dev"
 # the qemu driver: QEMU, qemu-img, and what worker/vm/build-guest uses
 SF_PACKAGES="$SF_PACKAGES qemu-system-x86 qemu-utils kmod cpio"
 # the OAuth sign-in page's browser test (tests/e2e/signin_browser.test.mjs)

@@ -28,17 +28,22 @@
     "The sandbox's agent speaks another protocol version; rebuild sandfleet-agent with the "      \
     "worker."
 
+enum { R_EXEC, R_PING, R_FILE, R_CANCEL };
+
 typedef struct req {
     struct req *next, *prev;
     wk_alink *l;
     uint32_t id;
-    int ping;
+    int kind;              /* R_* */
     wk_exec_cb exec_cb;
+    void (*output_cb)(void *arg, int stream, const char *data, size_t len);
     wk_alink_ping_cb ping_cb;
+    wk_file_cb file_cb;
     void *arg;
     struct event *timer;
     uint64_t deadline_ms;  /* monotonic; when held: the time that was left */
     const char *error;     /* set: the request can only fail (link down when queued) */
+    uint64_t oom0;         /* exec: the OOM kills counted when it started (oom probe) */
 } req;
 
 struct wk_alink {
@@ -47,11 +52,13 @@ struct wk_alink {
     char name[64];
     const char *down;      /* non-NULL once the link is down: the error for requests */
     req *reqs;
-    int n_reqs;
+    int n_reqs, n_execs;
     uint32_t next_id;
     int held;
     wk_alink_down_cb on_down;
     void *down_arg;
+    uint64_t (*oom)(void *arg); /* the sandbox's OOM kills so far (jail: its cgroup) */
+    void *oom_arg;
     int depth;             /* > 0 while callbacks of this link run */
     int freed;
 };
@@ -71,6 +78,7 @@ static void req_unlink(wk_alink *l, req *r)
     if (r->next)
         r->next->prev = r->prev;
     l->n_reqs--;
+    l->n_execs -= r->kind == R_EXEC;
 }
 
 static void req_link(wk_alink *l, req *r)
@@ -81,6 +89,7 @@ static void req_link(wk_alink *l, req *r)
         l->reqs->prev = r;
     l->reqs = r;
     l->n_reqs++;
+    l->n_execs += r->kind == R_EXEC;
 }
 
 static void req_free(req *r)
@@ -91,15 +100,25 @@ static void req_free(req *r)
 }
 
 /* Runs the request's callback once (unless the link was freed) and frees it. */
-static void req_complete(wk_alink *l, req *r, const wk_exec_result *res, int rc, const char *why)
+static void req_complete(wk_alink *l, req *r, const wk_exec_result *res,
+                         const wk_file_result *fres, int rc, const char *why)
 {
     req_unlink(l, r);
     l->depth++;
     if (!l->freed) {
-        if (r->ping)
+        switch (r->kind) {
+        case R_PING:
             r->ping_cb(r->arg, rc, why);
-        else
+            break;
+        case R_EXEC:
             r->exec_cb(r->arg, res);
+            break;
+        case R_FILE:
+            r->file_cb(r->arg, fres);
+            break;
+        case R_CANCEL:
+            break;
+        }
     }
     l->depth--;
     req_free(r);
@@ -108,7 +127,8 @@ static void req_complete(wk_alink *l, req *r, const wk_exec_result *res, int rc,
 static void req_fail(wk_alink *l, req *r, const char *error)
 {
     wk_exec_result res = {.exit_code = -1, .error = r->error ? r->error : error};
-    req_complete(l, r, &res, -EPIPE, res.error);
+    wk_file_result fres = {.error = res.error};
+    req_complete(l, r, &res, &fres, -EPIPE, res.error);
 }
 
 static void fail_all(wk_alink *l, const char *error)
@@ -147,26 +167,88 @@ static req *req_find(wk_alink *l, uint32_t id)
     return NULL;
 }
 
+/* The kind of request each answer belongs to (-1: not an answer). */
+static int answers(sf_ap_op op)
+{
+    switch (op) {
+    case SF_AP_PONG:
+        return R_PING;
+    case SF_AP_RESULT:
+    case SF_AP_OUTPUT:
+        return R_EXEC;
+    case SF_AP_DATA:
+    case SF_AP_ENTRIES:
+        return R_FILE;
+    case SF_AP_OK:
+    case SF_AP_ERROR:
+        return -2; /* a file request, a cancel (ok) or any request (error) */
+    default:
+        return -1;
+    }
+}
+
+static void handle_file(wk_alink *l, req *r, const sf_ap_msg *m)
+{
+    wk_file_result fres = {0};
+
+    switch (m->op) {
+    case SF_AP_ERROR:
+        fres.error = m->msg;
+        fres.err = (int)m->errnum;
+        break;
+    case SF_AP_DATA:
+        fres.data = m->data;
+        fres.data_len = m->data_len;
+        fres.size = m->size;
+        fres.mtime = m->mtime;
+        break;
+    case SF_AP_ENTRIES:
+        fres.entries = m->entries;
+        fres.n_entries = m->n_entries;
+        fres.more = m->more;
+        break;
+    default: /* ok */
+        fres.size = m->size;
+        break;
+    }
+    req_complete(l, r, NULL, &fres, 0, NULL);
+}
+
 static void handle_msg(wk_alink *l, const sf_ap_msg *m)
 {
     wk_exec_result res = {0};
+    int kind = answers(m->op);
     req *r;
 
-    if (m->op != SF_AP_RESULT && m->op != SF_AP_ERROR && m->op != SF_AP_PONG) {
+    if (kind == -1) {
         go_down(l, ERR_BAD, "the agent sent a request-type frame");
         return;
     }
-    if (!(r = req_find(l, m->id)) || r->error || r->ping != (m->op == SF_AP_PONG)) {
+    if (!(r = req_find(l, m->id)) || r->error || (kind >= 0 && r->kind != kind) ||
+        (m->op == SF_AP_OK && r->kind != R_FILE && r->kind != R_CANCEL) ||
+        (r->kind == R_PING && m->op != SF_AP_PONG)) {
         /* late (its deadline passed) or never asked */
         sf_debug("msg=\"agent reply without a request\" sandbox=%s id=%u op=%s", l->name, m->id,
                  sf_ap_op_name(m->op));
         return;
     }
+    if (m->op == SF_AP_OUTPUT) { /* a chunk of a streamed exec: the request goes on */
+        if (r->output_cb) {
+            l->depth++;
+            r->output_cb(r->arg, (int)m->s, m->data, m->data_len);
+            l->depth--;
+        }
+        return;
+    }
     if (m->op == SF_AP_PONG) {
         if (m->version != SF_AP_VERSION)
-            req_complete(l, r, NULL, -EPROTO, ERR_PING_VERSION);
+            req_complete(l, r, NULL, NULL, -EPROTO, ERR_PING_VERSION);
         else
-            req_complete(l, r, NULL, 0, NULL);
+            req_complete(l, r, NULL, NULL, 0, NULL);
+        return;
+    }
+    if (r->kind == R_FILE || r->kind == R_CANCEL) {
+        handle_file(l, r, m);
         return;
     }
     if (m->op == SF_AP_ERROR) {
@@ -183,9 +265,10 @@ static void handle_msg(wk_alink *l, const sf_ap_msg *m)
         res.err_total = m->err_total;
         res.truncated = m->truncated;
         res.duration_ms = m->duration_ms;
-        res.oom_killed = m->oom_killed; /* the guest's OOM killer (the VM's agent says) */
+        /* the guest's OOM killer (the VM's agent says), or the sandbox's cgroup */
+        res.oom_killed = l->oom ? l->oom(l->oom_arg) > r->oom0 : m->oom_killed;
     }
-    req_complete(l, r, &res, 0, NULL);
+    req_complete(l, r, &res, NULL, 0, NULL);
 }
 
 static void on_read(struct bufferevent *bev, void *arg)
@@ -257,11 +340,11 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
         /* The owner first: it may end the link (answering this request with its own
          * words, e.g. that it stopped the VM). */
         if (l->on_down && !l->freed)
-            l->on_down(l->down_arg, r->ping ? ERR_PING_LATE : ERR_NO_ANSWER);
+            l->on_down(l->down_arg, r->kind == R_PING ? ERR_PING_LATE : ERR_NO_ANSWER);
     }
     if (!l->freed && (r = req_find(l, id))) {
-        if (r->ping)
-            req_complete(l, r, NULL, -ETIMEDOUT, r->error ? r->error : ERR_PING_LATE);
+        if (r->kind == R_PING)
+            req_complete(l, r, NULL, NULL, -ETIMEDOUT, r->error ? r->error : ERR_PING_LATE);
         else
             req_fail(l, r, ERR_NO_ANSWER);
     }
@@ -313,6 +396,12 @@ void wk_alink_on_down(wk_alink *l, wk_alink_down_cb cb, void *arg)
     l->down_arg = arg;
 }
 
+void wk_alink_oom_probe(wk_alink *l, uint64_t (*fn)(void *arg), void *arg)
+{
+    l->oom = fn;
+    l->oom_arg = arg;
+}
+
 /* Queues r with m (encoded now) and its deadline. */
 static int submit(wk_alink *l, req *r, sf_ap_msg *m, uint64_t deadline_ms)
 {
@@ -320,7 +409,8 @@ static int submit(wk_alink *l, req *r, sf_ap_msg *m, uint64_t deadline_ms)
     sf_buf b;
     int rc;
 
-    if (l->n_reqs >= WK_ALINK_EXECS_MAX)
+    if (l->n_reqs >= WK_ALINK_REQS_MAX ||
+        (r->kind == R_EXEC && l->n_execs >= WK_ALINK_EXECS_MAX))
         return -EBUSY;
     if (++l->next_id == 0)
         l->next_id = 1;
@@ -367,7 +457,7 @@ int wk_alink_ping(wk_alink *l, uint64_t now_ns, const void *seed, size_t seed_le
         return -EINVAL;
     if (!(r = calloc(1, sizeof(*r))))
         return -ENOMEM;
-    r->ping = 1;
+    r->kind = R_PING;
     r->ping_cb = cb;
     r->arg = arg;
     if ((rc = submit(l, r, &m, timeout_ms ? timeout_ms : TIMEOUT_DEFAULT)) < 0)
@@ -399,9 +489,66 @@ int wk_alink_exec(wk_alink *l, const wk_exec_req *req_in, wk_exec_cb cb, void *a
         m.cap = SF_AP_CAP_MIN;
     if (!(r = calloc(1, sizeof(*r))))
         return -ENOMEM;
+    m.stream = req_in->on_output != NULL;
+    r->kind = R_EXEC;
     r->exec_cb = cb;
+    r->output_cb = req_in->on_output;
     r->arg = arg;
+    r->oom0 = l->oom ? l->oom(l->oom_arg) : 0;
     if ((rc = submit(l, r, &m, (uint64_t)m.timeout_ms + WK_ALINK_GRACE_MS)) < 0)
+        req_free(r);
+    return rc;
+}
+
+int wk_alink_file(wk_alink *l, const wk_file_req *fr, wk_file_cb cb, void *arg)
+{
+    static const sf_ap_op op_of[] = {
+        [WK_FILE_READ] = SF_AP_FREAD, [WK_FILE_WRITE] = SF_AP_FWRITE,
+        [WK_FILE_LIST] = SF_AP_FLIST, [WK_FILE_MOVE] = SF_AP_FMOVE,
+        [WK_FILE_DELETE] = SF_AP_FDEL,
+    };
+    sf_ap_msg m = {0};
+    req *r;
+    int rc;
+
+    if (!l || !fr || !cb || (unsigned)fr->op > WK_FILE_DELETE)
+        return -EINVAL;
+    m.op = op_of[fr->op];
+    m.path = fr->path;
+    m.to = fr->to;
+    m.off = fr->off;
+    m.len = fr->len;
+    m.flags = fr->flags;
+    m.data = fr->data;
+    m.data_len = fr->data_len;
+    if (!(r = calloc(1, sizeof(*r))))
+        return -ENOMEM;
+    r->kind = R_FILE;
+    r->file_cb = cb;
+    r->arg = arg;
+    if ((rc = submit(l, r, &m, WK_ALINK_FILE_MS)) < 0)
+        req_free(r);
+    return rc == -E2BIG ? -EINVAL : rc;
+}
+
+int wk_alink_cancel(wk_alink *l, void *exec_arg)
+{
+    sf_ap_msg m = {.op = SF_AP_CANCEL};
+    req *r, *x;
+    int rc;
+
+    if (!l)
+        return -EINVAL;
+    for (x = l->reqs; x; x = x->next)
+        if (x->kind == R_EXEC && x->arg == exec_arg && !x->error)
+            break;
+    if (!x)
+        return -ENOENT;
+    if (!(r = calloc(1, sizeof(*r))))
+        return -ENOMEM;
+    r->kind = R_CANCEL;
+    m.target = x->id;
+    if ((rc = submit(l, r, &m, WK_ALINK_FILE_MS)) < 0)
         req_free(r);
     return rc;
 }

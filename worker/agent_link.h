@@ -2,7 +2,8 @@
  * on libevent, for any transport that is a stream socket (the qemu driver's
  * virtio-serial chardev; the jail's socketpair works the same way).
  *
- * Requests (ping, exec) are matched to replies by id. Each has a worker-side
+ * Requests (ping, exec, file requests, cancel) are matched to replies by id; a streamed
+ * exec's output chunks go to its output callback before its result. Each has a worker-side
  * deadline (exec: its timeout + WK_ALINK_GRACE_MS): the agent enforces the
  * command's timeout itself, so a missed deadline means the agent or its VM
  * stopped answering; the request fails and the owner's stall callback runs.
@@ -21,7 +22,9 @@
 #include "driver.h"
 
 #define WK_ALINK_GRACE_MS 5000  /* exec deadline = timeout + this */
-#define WK_ALINK_EXECS_MAX 64   /* concurrent requests (the agent runs 64 commands) */
+#define WK_ALINK_EXECS_MAX 64   /* concurrent execs (the agent runs 64 commands) */
+#define WK_ALINK_REQS_MAX 128   /* concurrent requests of every kind */
+#define WK_ALINK_FILE_MS 30000  /* deadline of a file request or a cancel */
 
 typedef struct wk_alink wk_alink;
 
@@ -35,6 +38,9 @@ typedef void (*wk_alink_down_cb)(void *arg, const char *why);
  * (fd is then closed). name is for log lines (a sandbox id). */
 wk_alink *wk_alink_new(struct event_base *base, int fd, const char *name);
 void wk_alink_on_down(wk_alink *l, wk_alink_down_cb cb, void *arg);
+/* Optional: fn(arg) counts the sandbox's OOM kills so far; an exec's result then says
+ * oom_killed when the count grew while it ran (else the agent's own oom_killed). */
+void wk_alink_oom_probe(wk_alink *l, uint64_t (*fn)(void *arg), void *arg);
 
 /* Sends a ping carrying the optional now (Unix ns, 0 = none), seed (16-256 bytes,
  * or NULL) and name (hostname, or NULL); cb once. -ENOMEM, -EBUSY, -EPIPE (link
@@ -45,6 +51,14 @@ int wk_alink_ping(wk_alink *l, uint64_t now_ns, const void *seed, size_t seed_le
 /* As driver.h's exec: cb exactly once; -EINVAL, -E2BIG, -EBUSY, -ENOMEM. When the
  * link is down the request fails from the loop with the link's error. */
 int wk_alink_exec(wk_alink *l, const wk_exec_req *req, wk_exec_cb cb, void *arg);
+
+/* As driver.h's file: one request, cb exactly once; -EINVAL, -EBUSY, -ENOMEM. */
+int wk_alink_file(wk_alink *l, const wk_file_req *req, wk_file_cb cb, void *arg);
+
+/* As driver.h's exec_cancel: the agent kills the process group of the exec whose callback
+ * argument is exec_arg; that exec then answers as a killed command. -ENOENT (no such exec
+ * in flight), -EBUSY, -ENOMEM. */
+int wk_alink_cancel(wk_alink *l, void *exec_arg);
 
 /* The name in its log lines (a sandbox id). */
 void wk_alink_set_name(wk_alink *l, const char *name);

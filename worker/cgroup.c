@@ -527,6 +527,30 @@ static int remove_group(const wk_cgroup *cg, const char *dir)
     }
 }
 
+int wk_cgroup_freeze(const wk_cgroup *cg)
+{
+    const char *fz = cg->v2 ? cg->dir[0] : cg->dir[WK_CG_FREEZER];
+
+    if (!fz[0])
+        return -ENOTSUP;
+    return write_str(fz, cg->v2 ? "cgroup.freeze" : "freezer.state", cg->v2 ? "1" : "FROZEN");
+}
+
+int wk_cgroup_frozen(const wk_cgroup *cg)
+{
+    const char *fz = cg->v2 ? cg->dir[0] : cg->dir[WK_CG_FREEZER];
+    char st[512];
+    int rc;
+
+    if (!fz[0])
+        return -ENOTSUP;
+    if ((rc = (int)read_str(fz, cg->v2 ? "cgroup.events" : "freezer.state", st, sizeof(st))) < 0)
+        return rc;
+    if (cg->v2)
+        return strstr(st, "frozen 1") != NULL;
+    return !strncmp(st, "FROZEN", 6);
+}
+
 int wk_cgroup_destroy(wk_cgroup *cg)
 {
     int rc = 0, r;

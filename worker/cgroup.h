@@ -51,8 +51,13 @@ int wk_cgroup_create(wk_cgroup *cg, const char *host, const char *id, const wk_l
 int wk_cgroup_open_tasks(const wk_cgroup *cg, int fds[WK_CG_N], int *box_fd);
 /* OOM kills in the box so far (memory.oom_control / memory.events), 0 if unknown. */
 uint64_t wk_cgroup_oom_kills(const wk_cgroup *cg);
-/* Thaws the group (a frozen task cannot die). */
+/* Thaws the group (a frozen task cannot die; also resume). */
 void wk_cgroup_thaw(const wk_cgroup *cg);
+/* Pause: asks the freezer to stop every task of the sandbox. 0, -ENOTSUP (no freezer
+ * on this host), -errno. Freezing takes a few ms: poll wk_cgroup_frozen. */
+int wk_cgroup_freeze(const wk_cgroup *cg);
+/* 1 once every task is stopped, 0 while freezing, -errno. */
+int wk_cgroup_frozen(const wk_cgroup *cg);
 /* Thaws, kills what is left inside, removes the groups. Idempotent. 0 or the
  * first rmdir error. */
 int wk_cgroup_destroy(wk_cgroup *cg);

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "pool.h"
+#include "sf_agentproto.h"
 
 typedef struct wk_driver wk_driver;   /* a driver's host-wide state */
 typedef struct wk_sandbox wk_sandbox; /* one sandbox of a driver */
@@ -91,6 +92,10 @@ typedef struct wk_exec_req {
     uint32_t timeout_ms;       /* 0 = 60000; the caller clamps (max 600000) */
     uint32_t cap_bytes;        /* per-stream cap, 0 = 32768 (2..262144): head cap/2 +
                                   tail cap - cap/2 are kept */
+    /* Non-NULL: the output is also streamed as it comes, in chunks (the agent holds a
+     * chunk at most 100 ms or 8 KiB and streams at most 1 MiB per command; the rest is
+     * counted in a marker chunk). Called with exec's arg, before the result. */
+    void (*on_output)(void *arg, int stream, const char *data, size_t len);
 } wk_exec_req;
 
 typedef struct wk_exec_result {
@@ -111,12 +116,53 @@ typedef struct wk_exec_result {
                                   the other fields are then unset */
 } wk_exec_result;
 
+/* One file request, done by the sandbox's agent inside the sandbox (its mount namespace
+ * and root: nothing of the host is reachable through a path). Large files take several
+ * requests (chunks of at most WK_FILE_CHUNK bytes). */
+typedef enum wk_file_op {
+    WK_FILE_READ,     /* path, off, len (1..WK_FILE_CHUNK), flags NOFOLLOW -> data, size, mtime */
+    WK_FILE_WRITE,    /* path, off, data, flags CREATE/MKDIRS/EXCL -> size (off + data_len) */
+    WK_FILE_LIST,     /* path, off (entries to skip), len (1..4096) -> entries, more */
+    WK_FILE_MOVE,     /* path -> to (rename) */
+    WK_FILE_DELETE,   /* path (not a directory) */
+} wk_file_op;
+#define WK_FILE_CHUNK SF_AP_DATA_MAX
+#define WK_FILE_NOFOLLOW SF_AP_F_NOFOLLOW
+#define WK_FILE_CREATE SF_AP_F_CREATE
+#define WK_FILE_MKDIRS SF_AP_F_MKDIRS
+#define WK_FILE_EXCL SF_AP_F_EXCL
+typedef sf_ap_entry wk_file_entry; /* name, type ('f', 'd', 'l', 'o'), size, mtime */
+
+typedef struct wk_file_req {
+    wk_file_op op;
+    const char *path;
+    const char *to;
+    uint64_t off;
+    uint32_t len;
+    const void *data;
+    size_t data_len;
+    uint32_t flags;
+} wk_file_req;
+
+typedef struct wk_file_result {
+    const char *error;         /* non-NULL: it failed (one sentence); the rest is unset */
+    int err;                   /* the errno inside the sandbox behind error, 0 if none */
+    const char *data;          /* READ: the bytes read (data_len <= len; fewer at the end) */
+    size_t data_len;
+    uint64_t size;             /* READ: the file's size; WRITE: off + bytes written */
+    int64_t mtime;             /* READ: seconds since the epoch */
+    const wk_file_entry *entries; /* LIST: one page, in directory order */
+    size_t n_entries;
+    int more;                  /* LIST: entries follow past off + n_entries */
+} wk_file_result;
+
 /* sb is NULL and rc < 0 (why set) when the create failed. */
 typedef void (*wk_create_cb)(void *arg, wk_sandbox *sb, int rc, const char *why);
 typedef void (*wk_exec_cb)(void *arg, const wk_exec_result *res); /* res valid during the call */
 typedef void (*wk_kill_cb)(void *arg, int rc);
 /* A move (pause, resume): rc 0, or rc < 0 with why (one actionable sentence). */
 typedef void (*wk_op_cb)(void *arg, int rc, const char *why);
+typedef void (*wk_file_cb)(void *arg, const wk_file_result *res); /* res valid during the call */
 
 typedef struct wk_driver_ops {
     const char *name;
@@ -156,6 +202,17 @@ typedef struct wk_driver_ops {
      * egress set-up gives it its only way out, through the secret-proxy. */
     int (*netns)(const wk_sandbox *sb);
 
+    /* Kills the processes of the running exec whose callback argument is arg (the
+     * command's process group); its callback still runs once, with the result of a
+     * killed command. -ENOENT when no such exec runs. */
+    int (*exec_cancel)(wk_sandbox *sb, void *arg);
+
+    /* One file request (wk_file_req); cb exactly once, never from inside this call.
+     * -EINVAL (bad request), -EBUSY (too many requests in flight), -ESRCH (killed),
+     * -ENOMEM. On a paused sandbox the agent is stopped too: callers resume it first
+     * (the worker does, for tools that declare `resume`); a VM driver resumes by itself. */
+    int (*file)(wk_sandbox *sb, const wk_file_req *req, wk_file_cb cb, void *arg);
+
     /* Optional (NULL = the driver does not have it yet). pause: every process of the
      * sandbox stops where it is (a driver may later move it out of memory: a VM goes to
      * disk); resume: it goes on where it stopped. An exec on a paused sandbox resumes it
@@ -165,7 +222,7 @@ typedef struct wk_driver_ops {
     int (*pause)(wk_sandbox *sb, wk_op_cb cb, void *arg);
     int (*resume)(wk_sandbox *sb, wk_op_cb cb, void *arg);
 
-    /* Later (NULL = the driver does not have it yet): files, snapshot. */
+    /* Later (NULL = the driver does not have it yet): snapshot. */
 } wk_driver_ops;
 
 /* The driver compiled in under that name, or NULL. */

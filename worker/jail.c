@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "agent_link.h"
 #include "jail_int.h"
 #include "sf_log.h"
 #include "sf_util.h"
@@ -284,7 +285,7 @@ static void jail_host_fini(wk_driver *d)
     if (!d)
         return;
     for (wk_sandbox *sb = d->all; sb; sb = sb->next)
-        if (!sb->killed && sb->bev)
+        if (!sb->killed && sb->link)
             wk_jail_driver.kill(sb, NULL, NULL);
     /* Creates under way end on the pool and are killed by their callbacks' owners
      * or here on the next pass; teardowns finish on the loop. */
@@ -294,7 +295,7 @@ static void jail_host_fini(wk_driver *d)
     while ((d->n_all > 0 || d->pool_filling) && sf_mono_ms() < deadline && ev) {
         event_base_loop(d->base, EVLOOP_ONCE);
         for (wk_sandbox *sb = d->all; sb; sb = sb->next)
-            if (!sb->killed && sb->bev)
+            if (!sb->killed && sb->link)
                 wk_jail_driver.kill(sb, NULL, NULL);
     }
     if (ev)
@@ -456,8 +457,7 @@ static void create_done(void *arg)
     if (sb->create_rc == 0 && wk_agent_attach(sb, sb->sock) < 0) {
         /* Out of memory on the loop: the sandbox runs but cannot be driven. */
         sf_error("msg=\"cannot attach to the agent; killing the new sandbox\" sandbox=%s", sb->id);
-        close(sb->sock);
-        sb->sock = -1;
+        sb->sock = -1; /* closed by the attach */
         sb->killed = 1;
         sb->depth++;
         syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
@@ -650,16 +650,175 @@ static void teardown_start(wk_sandbox *sb)
     }
 }
 
+/* ---- pause / resume: the cgroup freezer ----------------------------------- */
+
+#define FREEZE_POLL_MS 2
+#define FREEZE_WAIT_MS 5000
+
+typedef struct wk_jail_waiter {
+    struct wk_jail_waiter *next;
+    wk_op_cb cb;
+    void *arg;
+} wk_jail_waiter;
+
+static void pause_answer(wk_sandbox *sb, int rc, const char *why)
+{
+    sb->depth++;
+    while (sb->pause_w) {
+        wk_jail_waiter *w = sb->pause_w;
+        sb->pause_w = w->next;
+        w->cb(w->arg, rc, why);
+        free(w);
+    }
+    sb->depth--;
+}
+
+/* An answer that is ready at once still comes from the loop, never inside the call. */
+typedef struct answer {
+    wk_sandbox *sb;
+    wk_op_cb cb;
+    void *arg;
+    int rc;
+    const char *why;
+} answer;
+
+static void on_answer(evutil_socket_t fd, short what, void *p)
+{
+    answer *a = p;
+    wk_sandbox *sb = a->sb;
+
+    (void)fd;
+    (void)what;
+    if (sb->killed && a->rc == 0)
+        a->cb(a->arg, -ESRCH, "The sandbox was killed.");
+    else
+        a->cb(a->arg, a->rc, a->why);
+    free(a);
+    sb->depth--;
+    wk_sandbox_release(sb);
+}
+
+static int answer_later(wk_sandbox *sb, wk_op_cb cb, void *arg, int rc, const char *why)
+{
+    struct timeval now = {0, 0};
+    answer *a = calloc(1, sizeof(*a));
+
+    if (!a)
+        return -ENOMEM;
+    *a = (answer){.sb = sb, .cb = cb, .arg = arg, .rc = rc, .why = why};
+    sb->depth++;
+    if (event_base_once(sb->base, -1, EV_TIMEOUT, on_answer, a, &now) < 0) {
+        sb->depth--;
+        free(a);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+static void thaw(wk_sandbox *sb)
+{
+    wk_cgroup_thaw(&sb->cg);
+    sb->paused = 0;
+    if (sb->ev_freeze)
+        evtimer_del(sb->ev_freeze);
+    if (sb->link)
+        wk_alink_hold(sb->link, 0);
+}
+
+static void on_freeze_poll(evutil_socket_t fd, short what, void *arg)
+{
+    wk_sandbox *sb = arg;
+    int fz = wk_cgroup_frozen(&sb->cg);
+
+    if (fz == 1) {
+        sb->paused = 2;
+        pause_answer(sb, 0, NULL);
+    } else if (fz < 0 || sf_mono_ms() >= sb->freeze_deadline) {
+        sf_warn("msg=\"sandbox did not freeze; thawed again\" sandbox=%s rc=%d", sb->id, fz);
+        thaw(sb);
+        pause_answer(sb, -ETIMEDOUT, "The sandbox's processes did not all stop within 5 "
+                                     "seconds (one may be stuck in the kernel); retry the pause.");
+    } else {
+        struct timeval tv = {0, FREEZE_POLL_MS * 1000};
+        evtimer_add(sb->ev_freeze, &tv);
+        return;
+    }
+    wk_sandbox_release(sb);
+}
+
+static int jail_pause(wk_sandbox *sb, wk_op_cb cb, void *arg)
+{
+    wk_jail_waiter *w;
+    int rc;
+
+    if (!sb || !cb)
+        return -EINVAL;
+    if (sb->killed)
+        return -ESRCH;
+    if (!sb->link)
+        return -EAGAIN;
+    if (sb->paused == 2)
+        return answer_later(sb, cb, arg, 0, NULL);
+    if (!(w = calloc(1, sizeof(*w))))
+        return -ENOMEM;
+    if (!sb->ev_freeze && !(sb->ev_freeze = evtimer_new(sb->base, on_freeze_poll, sb))) {
+        free(w);
+        return -ENOMEM;
+    }
+    if (sb->paused == 0) {
+        if ((rc = wk_cgroup_freeze(&sb->cg)) < 0) {
+            free(w);
+            return rc;
+        }
+        sb->paused = 1;
+        sb->freeze_deadline = sf_mono_ms() + FREEZE_WAIT_MS;
+        /* a stopped agent cannot answer: its requests' deadlines wait with it */
+        wk_alink_hold(sb->link, 1);
+        on_freeze_poll(-1, 0, sb); /* usually frozen at once; never answers w (not linked) */
+    }
+    w->cb = cb;
+    w->arg = arg;
+    if (sb->paused == 2) { /* frozen by the poll above */
+        free(w);
+        return answer_later(sb, cb, arg, 0, NULL);
+    }
+    if (sb->paused == 0) { /* the poll gave up (freezer error) */
+        free(w);
+        return -EIO;
+    }
+    w->next = sb->pause_w;
+    sb->pause_w = w;
+    return 0;
+}
+
+static int jail_resume(wk_sandbox *sb, wk_op_cb cb, void *arg)
+{
+    if (!sb || !cb)
+        return -EINVAL;
+    if (sb->killed)
+        return -ESRCH;
+    if (sb->paused) {
+        thaw(sb);
+        pause_answer(sb, -ECANCELED, "The sandbox was resumed before its pause completed.");
+        sf_debug("msg=\"sandbox resumed\" sandbox=%s", sb->id);
+    }
+    return answer_later(sb, cb, arg, 0, NULL);
+}
+
 static void jail_kill(wk_sandbox *sb, wk_kill_cb cb, void *arg)
 {
     if (!sb || sb->killed)
         return;
+    if (sb->ev_freeze) {
+        event_free(sb->ev_freeze);
+        sb->ev_freeze = NULL;
+    }
+    pause_answer(sb, -ESRCH, "The sandbox was killed while it paused.");
     sb->killed = 1;
     sb->kill_cb = cb;
     sb->kill_arg = arg;
     sb->depth++; /* held by the teardown */
-    wk_agent_fail_all(sb, ERR_KILLED);
-    wk_agent_detach(sb);
+    wk_agent_detach(sb, ERR_KILLED);
     wk_cgroup_thaw(&sb->cg);
     if (sb->pidfd >= 0)
         syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
@@ -676,4 +835,8 @@ const wk_driver_ops wk_jail_driver = {
     .exec = wk_jail_exec,
     .kill = jail_kill,
     .netns = jail_netns,
+    .exec_cancel = wk_jail_exec_cancel,
+    .file = wk_jail_file,
+    .pause = jail_pause,
+    .resume = jail_resume,
 };

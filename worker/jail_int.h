@@ -149,7 +149,7 @@ struct wk_driver {
 };
 
 /* ---- jail_agent.c ---- */
-typedef struct wk_req wk_req;
+typedef struct wk_alink wk_alink;
 
 struct wk_sandbox {
     char id[64];
@@ -169,11 +169,11 @@ struct wk_sandbox {
     wk_cgroup cg;
     char sbdir[WK_PATH_MAX];
     int sock;                 /* the worker's end of the agent socket until attached */
-    struct bufferevent *bev;
-    const char *dead;         /* non-NULL once the agent is gone: the error for execs */
-    uint32_t next_id;
-    wk_req *reqs;             /* pending execs */
-    int n_reqs;
+    wk_alink *link;           /* the agent link (agent_link.h), once attached */
+    int paused;               /* 0 running, 1 freezing, 2 frozen (the cgroup freezer) */
+    struct wk_jail_waiter *pause_w; /* pause calls waiting for "frozen" */
+    struct event *ev_freeze;  /* polls the freezer while freezing */
+    int64_t freeze_deadline;  /* monotonic ms */
     int depth;                /* > 0 while this sandbox runs callbacks or tears down */
     int killed;               /* kill ran; freed when depth drops to 0 */
     /* create, on the pool */
@@ -189,15 +189,16 @@ struct wk_sandbox {
 
 /* Sends a ping on the (blocking) socket and waits for the pong. */
 int wk_agent_ping(int fd, int timeout_ms, const char **why);
-/* Hands the socket to libevent. */
+/* Hands the socket to the agent link (agent_link.h); -ENOMEM (fd closed). */
 int wk_agent_attach(wk_sandbox *sb, int fd);
-/* Fails every pending exec with `error` (callbacks run now). */
-void wk_agent_fail_all(wk_sandbox *sb, const char *error);
-/* Frees the connection (closes the socket). */
-void wk_agent_detach(wk_sandbox *sb);
+/* Fails every pending request with `error` (callbacks run now), closes and frees the
+ * link. */
+void wk_agent_detach(wk_sandbox *sb, const char *error);
 /* Frees sb when it was killed and no callback or teardown of it is running. */
 void wk_sandbox_release(wk_sandbox *sb);
-/* The driver's exec operation (driver.h). */
+/* The driver's exec, exec_cancel and file operations (driver.h). */
 int wk_jail_exec(wk_sandbox *sb, const wk_exec_req *req, wk_exec_cb cb, void *arg);
+int wk_jail_exec_cancel(wk_sandbox *sb, void *arg);
+int wk_jail_file(wk_sandbox *sb, const wk_file_req *req, wk_file_cb cb, void *arg);
 
 #endif

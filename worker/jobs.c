@@ -1,6 +1,7 @@
 /* jobs.c: one host's job handling: create, exec and kill against the driver. */
 #include "worker.h"
 #include "egress.h"
+#include "sf_claim.h"
 #include "sf_jobio.h"
 #include "sf_log.h"
 #include "sf_records.h"
@@ -14,12 +15,6 @@
 #define EXEC_CAP_BYTES 32768
 #define EXEC_ENV_MAX 256
 
-struct wk_call {
-    wk_ctx *ctx;
-    sf_job job;
-    sf_kafka_ticket ticket;
-};
-
 static void call_done(wk_call *c)
 {
     sf_jobq_done(c->ctx->jobq, c->ticket);
@@ -27,7 +22,7 @@ static void call_done(wk_call *c)
     free(c);
 }
 
-static void reply_error(wk_call *c, const char *code, const char *message)
+void wk_reply_error(wk_call *c, const char *code, const char *message)
 {
     if (sf_jobio_error(c->ctx->producer, &c->job, code, message) < 0)
         sf_error("msg=\"cannot produce reply\" job=%s", c->job.id);
@@ -36,12 +31,109 @@ static void reply_error(wk_call *c, const char *code, const char *message)
     call_done(c);
 }
 
-static void reply_result(wk_call *c, json_t *result)
+/* A result with large string fields: each goes to Redis first (a claim check), and the
+ * reply names them. */
+typedef struct big_reply {
+    wk_call *c;
+    json_t *result;
+    sf_claims claims;  /* fields being stored */
+    int pending, answered;
+    int stored;        /* bit i: claims.name[i] is in Redis */
+    int over, full, down;
+    long long used;
+} big_reply;
+
+static void big_reply_finish(big_reply *br)
 {
-    if (sf_jobio_result(c->ctx->producer, &c->job, result) < 0)
+    wk_call *c = br->c;
+    wk_ctx *ctx = c->ctx;
+    char text[320];
+
+    if (br->over || br->full || br->down) {
+        for (int i = 0; i < br->claims.n; i++)
+            if (br->stored & (1 << i))
+                sf_claim_drop(ctx->redis, c->job.team, c->job.id, 1, br->claims.name[i],
+                              wk_redis_logged, NULL);
+        if (br->full)
+            snprintf(text, sizeof(text), "%s", SF_MSG_PLATFORM_FULL);
+        else if (br->over)
+            snprintf(text, sizeof(text), "Your team's large uploads and answers in flight "
+                     "already hold %lld MiB, its limit; wait for other file calls to finish, "
+                     "then retry.", (long long)(ctx->cfg.claim_team_mib));
+        else
+            snprintf(text, sizeof(text), "The platform's state store is unreachable, so the "
+                     "large answer could not be handed over; retry in a few seconds.");
+        json_decref(br->result);
+        wk_reply_error(c, br->full || br->over ? SF_ERR_LIMIT : SF_ERR_UNAVAILABLE, text);
+        free(br);
+        return;
+    }
+    for (int i = 0; i < br->claims.n; i++)
+        json_object_set_new(br->result, br->claims.name[i], json_string(""));
+    if (sf_jobio_result_claims(ctx->producer, &c->job, br->result, &br->claims) < 0)
         sf_error("msg=\"cannot produce reply\" job=%s", c->job.id);
-    json_decref(result);
+    json_decref(br->result);
     call_done(c);
+    free(br);
+}
+
+static void on_claim_put(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+    big_reply *br = priv;
+    long long used = 0;
+    int v = sf_claim_put_verdict(rep, &used), i = br->answered++; /* in the order sent */
+
+    (void)ac;
+    if (v == 1)
+        br->stored |= 1 << i;
+    else if (v == 0)
+        br->over = 1;
+    else if (sf_redis_is_oom(rep))
+        br->full = 1;
+    else
+        br->down = 1;
+    if (--br->pending == 0)
+        big_reply_finish(br);
+}
+
+void wk_reply_result(wk_call *c, json_t *result)
+{
+    big_reply *br = NULL;
+    const char *key;
+    json_t *v;
+
+    json_object_foreach(result, key, v) {
+        if (!json_is_string(v) || json_string_length(v) < SF_CLAIM_MIN)
+            continue;
+        if (!br && !(br = calloc(1, sizeof(*br))))
+            break;
+        if (sf_claims_add(&br->claims, key) < 0) {
+            br->down = 1; /* a field name claims cannot carry: never in our results */
+            break;
+        }
+    }
+    if (!br) {
+        if (sf_jobio_result(c->ctx->producer, &c->job, result) < 0)
+            sf_error("msg=\"cannot produce reply\" job=%s", c->job.id);
+        json_decref(result);
+        call_done(c);
+        return;
+    }
+    br->c = c;
+    br->result = result;
+    for (int i = 0; i < br->claims.n && !br->down; i++) {
+        json_t *s = json_object_get(result, br->claims.name[i]);
+        br->pending++;
+        if (sf_claim_put(c->ctx->redis, c->job.team, c->job.id, 1, br->claims.name[i],
+                         json_string_value(s), json_string_length(s),
+                         c->ctx->cfg.claim_team_mib << 20, on_claim_put, br) < 0) {
+            br->pending--;
+            br->down = 1;
+        }
+    }
+    if (br->pending == 0)
+        big_reply_finish(br);
 }
 
 /* For writes nobody waits on: an error is logged, nothing else. */
@@ -50,6 +142,15 @@ void wk_redis_logged(redisAsyncContext *ac, void *r, void *priv)
     redisReply *rep = r;
     if (rep && rep->type == REDIS_REPLY_ERROR)
         sf_warn("msg=\"redis write failed\" err=\"%s\"", rep->str);
+}
+
+void wk_touch(wk_ctx *ctx, const char *id)
+{
+    wk_box *b = sf_map_get(ctx->sandboxes, id);
+
+    if (b)
+        b->last_active_ms = sf_mono_ms();
+    sf_records_touch(ctx->redis, id, sf_now_ms(), wk_redis_logged, NULL);
 }
 
 static void record_retire(wk_ctx *ctx, const char *id, const char *state, int only_live)
@@ -63,7 +164,7 @@ static void refuse(wk_call *c, const char *code, const char *message)
 {
     if (!strcmp(c->job.tool, "sandbox_create"))
         record_retire(c->ctx, c->job.sandbox, "failed", 0);
-    reply_error(c, code, message);
+    wk_reply_error(c, code, message);
 }
 
 /* A job for a sandbox this worker does not hold: the record says why (killed moments
@@ -90,14 +191,14 @@ static void on_not_here_state(redisAsyncContext *ac, void *r, void *priv)
                  "with sandbox_create.", c->job.sandbox);
         record_retire(c->ctx, c->job.sandbox, "lost", 1);
     }
-    reply_error(c, SF_ERR_NOT_FOUND, text);
+    wk_reply_error(c, SF_ERR_NOT_FOUND, text);
 }
 
 static void not_here(wk_call *c)
 {
     if (sf_redis_cmd(c->ctx->redis, on_not_here_state, c, "HGET " SF_RK_SANDBOX " state",
                      c->job.sandbox) < 0)
-        reply_error(c, SF_ERR_UNAVAILABLE,
+        wk_reply_error(c, SF_ERR_UNAVAILABLE,
                     "The platform's state store is unreachable; retry in a few seconds.");
 }
 
@@ -199,7 +300,7 @@ static void started(wk_box *b)
      * when Redis is full, never re-creates a record that is gone). */
     sf_records_started(ctx->redis, b->id, ctx->host_id, n, kv, wk_redis_logged, NULL);
     sf_info("msg=\"sandbox created\" sandbox=%s team=%s job=%s", b->id, b->team, c->job.id);
-    reply_result(c, create_result(b, name));
+    wk_reply_result(c, create_result(b, name));
 }
 
 /* A create that ended before the sandbox was answered as running: killed meanwhile
@@ -216,10 +317,10 @@ static int create_cut_short(wk_box *b)
     b->state = WK_BOX_RUNNING;
     wk_box_kill(b, was_killed ? b->end_state : "failed");
     if (was_killed)
-        reply_error(c, SF_ERR_NOT_FOUND, "The sandbox was killed while it was starting; "
+        wk_reply_error(c, SF_ERR_NOT_FOUND, "The sandbox was killed while it was starting; "
                                          "create a new one with sandbox_create.");
     else
-        reply_error(c, SF_ERR_UNAVAILABLE, "This host is shutting down; retry in a few seconds.");
+        wk_reply_error(c, SF_ERR_UNAVAILABLE, "This host is shutting down; retry in a few seconds.");
     return 1;
 }
 
@@ -234,7 +335,7 @@ static void on_egress_ready(wk_box *b, int rc, const char *code, const char *why
         b->create = NULL;
         b->state = WK_BOX_RUNNING;
         wk_box_kill(b, "failed");
-        reply_error(c, code, why);
+        wk_reply_error(c, code, why);
         return;
     }
     started(b);
@@ -254,7 +355,7 @@ static void on_created(void *arg, wk_sandbox *sb, int rc, const char *why)
                  why ? why : "driver error");
         record_retire(ctx, b->id, "failed", 0);
         box_release(b);
-        reply_error(c, SF_ERR_INTERNAL, text);
+        wk_reply_error(c, SF_ERR_INTERNAL, text);
         return;
     }
     b->sb = sb;
@@ -332,11 +433,11 @@ static void do_create(wk_call *c)
 
     if ((b = sf_map_get(ctx->sandboxes, c->job.sandbox))) { /* redelivered: it exists already */
         if (strcmp(b->team, c->job.team) != 0 || b->state != WK_BOX_RUNNING) {
-            reply_error(c, SF_ERR_INVALID, "A sandbox with that id exists; let the platform "
+            wk_reply_error(c, SF_ERR_INVALID, "A sandbox with that id exists; let the platform "
                                            "choose the id of a new sandbox.");
             return;
         }
-        reply_result(c, create_result(b, name));
+        wk_reply_result(c, create_result(b, name));
         return;
     }
     if (parse_limits(ctx, json_object_get(a, "limits"), &req.limits, &why) < 0) {
@@ -425,7 +526,7 @@ static void on_exec_done(void *arg, const wk_exec_result *res)
     json_t *r;
 
     if (res->error) {
-        reply_error(c, SF_ERR_UNAVAILABLE, res->error);
+        wk_reply_error(c, SF_ERR_UNAVAILABLE, res->error);
         return;
     }
     r = json_object();
@@ -449,10 +550,10 @@ static void on_exec_done(void *arg, const wk_exec_result *res)
     json_object_set_new(r, "duration_ms", json_integer(res->duration_ms));
     if (res->oom_killed)
         json_object_set_new(r, "oom_killed", json_true());
-    sf_records_touch(c->ctx->redis, c->job.sandbox, sf_now_ms(), wk_redis_logged, NULL);
+    wk_touch(c->ctx, c->job.sandbox);
     sf_debug("msg=\"exec done\" job=%s sandbox=%s exit=%d ms=%u", c->job.id, c->job.sandbox,
              res->exit_code, res->duration_ms);
-    reply_result(c, r);
+    wk_reply_result(c, r);
 }
 
 /* Appends "K=V" strings of obj to env (owned copies in *store). */
@@ -498,7 +599,7 @@ static void do_exec(wk_call *c, wk_box *b)
         for (size_t i = 0; i < n; i++)
             free(store[i]);
         json_decref(all);
-        reply_error(c, SF_ERR_INVALID, "Too many environment variables; pass at most 256.");
+        wk_reply_error(c, SF_ERR_INVALID, "Too many environment variables; pass at most 256.");
         return;
     }
     json_decref(all);
@@ -511,26 +612,26 @@ static void do_exec(wk_call *c, wk_box *b)
     if (!req.command) {
         for (size_t i = 0; i < n; i++)
             free(store[i]);
-        reply_error(c, SF_ERR_INVALID, "Argument 'command' is required.");
+        wk_reply_error(c, SF_ERR_INVALID, "Argument 'command' is required.");
         return;
     }
     rc = c->ctx->ops->exec(b->sb, &req, on_exec_done, c);
     for (size_t i = 0; i < n; i++)
         free(store[i]);
     if (rc == -EBUSY)
-        reply_error(c, SF_ERR_LIMIT, "64 commands are already running in this sandbox; wait for "
+        wk_reply_error(c, SF_ERR_LIMIT, "64 commands are already running in this sandbox; wait for "
                                      "some to finish, then retry.");
     else if (rc == -E2BIG)
-        reply_error(c, SF_ERR_INVALID, "The command and its environment are too large (the limit "
+        wk_reply_error(c, SF_ERR_INVALID, "The command and its environment are too large (the limit "
                                        "is 1 MiB); write a script with a file and run that.");
     else if (rc == -EINVAL)
-        reply_error(c, SF_ERR_INVALID, "The command, cwd or environment could not be sent (too "
+        wk_reply_error(c, SF_ERR_INVALID, "The command, cwd or environment could not be sent (too "
                                        "long, or containing NUL bytes); shorten them.");
     else if (rc == -ESRCH)
-        reply_error(c, SF_ERR_NOT_FOUND, "The sandbox is being killed; create a new one with "
+        wk_reply_error(c, SF_ERR_NOT_FOUND, "The sandbox is being killed; create a new one with "
                                          "sandbox_create.");
     else if (rc < 0)
-        reply_error(c, SF_ERR_UNAVAILABLE,
+        wk_reply_error(c, SF_ERR_UNAVAILABLE,
                     "The sandbox did not accept the command; retry, or create a new sandbox.");
 }
 
@@ -542,7 +643,7 @@ static void do_kill(wk_call *c, wk_box *b)
         wk_box_kill(b, "killed");
     else
         record_retire(c->ctx, c->job.sandbox, "killed", 0);
-    reply_result(c, json_pack("{s:s, s:s}", "id", c->job.sandbox, "status", "killed"));
+    wk_reply_result(c, json_pack("{s:s, s:s}", "id", c->job.sandbox, "status", "killed"));
 }
 
 /* ---- egress on a running sandbox: rules (sandbox_update), bindings (egress.h) ---- */
@@ -553,7 +654,7 @@ static void reply_gone(wk_call *c)
 
     snprintf(text, sizeof(text), "Sandbox '%s' was killed meanwhile; create a new one with "
              "sandbox_create.", c->job.sandbox);
-    reply_error(c, SF_ERR_NOT_FOUND, text);
+    wk_reply_error(c, SF_ERR_NOT_FOUND, text);
 }
 
 static void on_rules_changed(void *arg, wk_box *b, int rc, const char *code, const char *why)
@@ -563,9 +664,9 @@ static void on_rules_changed(void *arg, wk_box *b, int rc, const char *code, con
     if (!b)
         reply_gone(c);
     else if (rc < 0)
-        reply_error(c, code, why);
+        wk_reply_error(c, code, why);
     else
-        reply_result(c, json_pack("{s:s, s:o}", "sandbox_id", b->id, "network",
+        wk_reply_result(c, json_pack("{s:s, s:o}", "sandbox_id", b->id, "network",
                                   wk_egress_network(b->eg)));
 }
 
@@ -575,7 +676,7 @@ static void do_update(wk_call *c, wk_box *b)
     json_t *deny = json_object_get(c->job.args, "deny_out");
 
     if (!allow && !deny) {
-        reply_error(c, SF_ERR_INVALID,
+        wk_reply_error(c, SF_ERR_INVALID,
                     "sandbox_update changes allow_out and deny_out: pass at least one of them.");
         return;
     }
@@ -592,7 +693,7 @@ static void on_bindings_changed(void *arg, wk_box *b, int rc, const char *code, 
         return;
     }
     if (rc < 0) {
-        reply_error(c, code, why);
+        wk_reply_error(c, code, why);
         return;
     }
     /* names only: never a value, never the placeholder (the sandbox's env holds it) */
@@ -600,7 +701,7 @@ static void on_bindings_changed(void *arg, wk_box *b, int rc, const char *code, 
                   json_object_get(c->job.args, "env_key"), "secrets", wk_egress_secrets(b->eg));
     if (r && json_object_get(c->job.args, "secret_name"))
         json_object_set(r, "secret_name", json_object_get(c->job.args, "secret_name"));
-    reply_result(c, r);
+    wk_reply_result(c, r);
 }
 
 /* The sandbox's bindings with env_key set to name (NULL: removed). */
@@ -623,12 +724,12 @@ static void do_attach_secret(wk_call *c, wk_box *b)
     json_t *s = bindings_with(b, key, name);
 
     if (!s) {
-        reply_error(c, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+        wk_reply_error(c, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
         return;
     }
     if (json_object_size(s) > WK_EGRESS_BINDINGS_MAX) {
         json_decref(s);
-        reply_error(c, SF_ERR_INVALID, "A sandbox holds at most 32 secret bindings; detach one "
+        wk_reply_error(c, SF_ERR_INVALID, "A sandbox holds at most 32 secret bindings; detach one "
                                        "with sandbox_detach_secret first.");
         return;
     }
@@ -646,11 +747,11 @@ static void do_detach_secret(wk_call *c, wk_box *b)
     if (!cur || !json_object_get(cur, key)) {
         snprintf(text, sizeof(text), "No secret is bound to %s in sandbox '%s'; sandbox_info "
                  "lists its bindings.", key, b->id);
-        reply_error(c, SF_ERR_INVALID, text);
+        wk_reply_error(c, SF_ERR_INVALID, text);
         return;
     }
     if (!(s = bindings_with(b, key, NULL))) {
-        reply_error(c, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+        wk_reply_error(c, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
         return;
     }
     wk_egress_change(c->ctx->egress, b, NULL, NULL, s, on_bindings_changed, c);
@@ -673,6 +774,10 @@ static const sf_tool_handler handlers[] = {
     H("sandbox_update", do_update),
     H("sandbox_attach_secret", do_attach_secret),
     H("sandbox_detach_secret", do_detach_secret),
+    H("sandbox_files_read", wk_files_read),
+    H("sandbox_files_write", wk_files_write),
+    H("sandbox_files_list", wk_files_list),
+    H("sandbox_files_download_dir", wk_files_download),
 };
 #undef H
 
@@ -707,7 +812,7 @@ int wk_jobs_check(const sf_toolset *tools, char *why, size_t whylen)
 static void dispatch(wk_call *c)
 {
     wk_ctx *ctx = c->ctx;
-    const sf_tool *t = sf_toolset_find(&ctx->tools, c->job.tool);
+    const sf_tool *t = c->tool;
     const sf_tool_handler *h = sf_tool_handler_find(handlers, SF_ARRAY_LEN(handlers), c->job.tool);
     char text[256];
     wk_box *b;
@@ -720,7 +825,7 @@ static void dispatch(wk_call *c)
     if (!t || !h) {
         snprintf(text, sizeof(text), "Tool '%.64s' is not available on this host; retry after "
                  "the platform's upgrade finished.", c->job.tool);
-        reply_error(c, SF_ERR_INVALID, text);
+        wk_reply_error(c, SF_ERR_INVALID, text);
         return;
     }
     if (t->sandbox != SF_SB_EXISTING) {
@@ -731,7 +836,7 @@ static void dispatch(wk_call *c)
     if (b && strcmp(b->team, c->job.team) != 0) { /* the scheduler checked: never happens */
         sf_warn("msg=\"job for another team's sandbox refused\" job=%s sandbox=%s team=%s",
                 c->job.id, c->job.sandbox, c->job.team);
-        reply_error(c, SF_ERR_NOT_FOUND, sf_msg_no_sandbox(text, sizeof(text), c->job.sandbox));
+        wk_reply_error(c, SF_ERR_NOT_FOUND, sf_msg_no_sandbox(text, sizeof(text), c->job.sandbox));
         return;
     }
     if (!strcmp(c->job.tool, "sandbox_kill")) {
@@ -745,15 +850,73 @@ static void dispatch(wk_call *c)
     if (b->state == WK_BOX_KILLING) {
         snprintf(text, sizeof(text),
                  "Sandbox '%s' was killed; create a new one with sandbox_create.", b->id);
-        reply_error(c, SF_ERR_NOT_FOUND, text);
+        wk_reply_error(c, SF_ERR_NOT_FOUND, text);
         return;
     }
     if (b->state == WK_BOX_CREATING) {
         snprintf(text, sizeof(text), "Sandbox '%s' is still starting; retry in a moment.", b->id);
-        reply_error(c, SF_ERR_UNAVAILABLE, text);
+        wk_reply_error(c, SF_ERR_UNAVAILABLE, text);
         return;
     }
     ((wk_handler)h->fn)(c, b);
+}
+
+/* ---- argument claims (sf_claim.h): taken before the handler runs ---- */
+
+static void on_claim_taken(redisAsyncContext *ac, void *r, void *priv);
+
+static void claims_done(wk_call *c)
+{
+    if (c->claims_failed) {
+        wk_reply_error(c, SF_ERR_INVALID, "The large argument of this call is no longer "
+                       "available (it expired, or the call was retried); send the call again.");
+        return;
+    }
+    dispatch(c);
+}
+
+/* Takes each claimed argument, in the order the envelope names them. */
+static void take_claims(wk_call *c)
+{
+    char text[160];
+
+    for (int i = 0; i < c->job.claims.n; i++)
+        if (!sf_tool_claimable(c->tool, c->job.claims.name[i])) {
+            snprintf(text, sizeof(text), "Argument '%s' of %s cannot travel by claim check; "
+                     "send it inline.", c->job.claims.name[i], c->job.tool);
+            wk_reply_error(c, SF_ERR_INVALID, text);
+            return;
+        }
+    for (int i = 0; i < c->job.claims.n; i++) {
+        if (sf_claim_take(c->ctx->redis, c->job.team, c->job.id, 0, c->job.claims.name[i],
+                          on_claim_taken, c) < 0) {
+            c->claims_failed = 1;
+            break;
+        }
+        c->claims_left++;
+    }
+    if (c->claims_left == 0)
+        claims_done(c);
+}
+
+static void on_claim_taken(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+    wk_call *c = priv;
+    int i = c->job.claims.n - c->claims_left; /* answers come in the order asked */
+
+    (void)ac;
+    if (rep && rep->type == REDIS_REPLY_STRING) {
+        json_t *v = json_stringn(rep->str, rep->len);
+        if (v)
+            json_object_set_new(c->job.args, c->job.claims.name[i], v);
+        else
+            c->claims_failed = 1; /* not UTF-8: not what a gateway stores */
+    } else {
+        c->claims_failed = 1;
+    }
+    if (--c->claims_left == 0)
+        claims_done(c);
 }
 
 static void on_guard(redisAsyncContext *ac, void *r, void *priv)
@@ -779,7 +942,7 @@ static void on_guard(redisAsyncContext *ac, void *r, void *priv)
         call_done(c);
         return;
     }
-    dispatch(c);
+    take_claims(c);
 }
 
 void wk_on_bad(void *arg, const rd_kafka_message_t *msg, const char *why)
@@ -801,6 +964,7 @@ void wk_on_job(void *arg, sf_job *job, sf_kafka_ticket tk)
     c->ctx = ctx;
     c->ticket = tk;
     c->job = *job;
+    c->tool = sf_toolset_find(&ctx->tools, c->job.tool);
     if (ctx->stopping) {
         refuse(c, SF_ERR_UNAVAILABLE, "This host is shutting down; retry in a few seconds.");
         return;

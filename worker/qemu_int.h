@@ -166,6 +166,10 @@ typedef wk_op_cb wk_qvm_cb;
 /* driver.h's create, exec, limits and kill for one VM. */
 int wk_qvm_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, void *arg);
 int wk_qvm_exec(wk_sandbox *sb, const wk_exec_req *req, wk_exec_cb cb, void *arg);
+int wk_qvm_exec_cancel(wk_sandbox *sb, void *arg);
+/* driver.h's file: on a paused or saved VM the request waits for it to run again (and
+ * asks for that), like an exec. */
+int wk_qvm_file(wk_sandbox *sb, const wk_file_req *req, wk_file_cb cb, void *arg);
 void wk_qvm_limits(const wk_sandbox *sb, wk_limits *out);
 /* driver.h's netns: the VM's network namespace (its tap's), kept while saved to disk. */
 int wk_qvm_netns(const wk_sandbox *sb);

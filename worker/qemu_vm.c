@@ -58,9 +58,15 @@ typedef struct waiter {
     void *arg;
     /* an exec waiting for RUNNING: its request, copied */
     wk_exec_cb exec_cb;
+    void (*on_output)(void *arg, int stream, const char *data, size_t len);
     char *command, *cwd;
     char **env;
     uint32_t timeout_ms, cap_bytes;
+    /* a file request waiting for RUNNING: its request, copied */
+    wk_file_cb file_cb;
+    wk_file_req freq;
+    char *fpath, *fto;
+    void *fdata;
 } waiter;
 
 struct wk_sandbox {
@@ -173,6 +179,9 @@ static void waiter_free(waiter *w)
     free(w->env);
     free(w->command);
     free(w->cwd);
+    free(w->fpath);
+    free(w->fto);
+    free(w->fdata);
     free(w);
 }
 
@@ -186,11 +195,18 @@ static void waiter_fire(wk_sandbox *sb, waiter *w, int rc, const char *why)
         } else {
             const wk_exec_req req = {.command = w->command, .cwd = w->cwd,
                                      .env = (const char *const *)w->env,
-                                     .timeout_ms = w->timeout_ms, .cap_bytes = w->cap_bytes};
+                                     .timeout_ms = w->timeout_ms, .cap_bytes = w->cap_bytes,
+                                     .on_output = w->on_output};
             if (wk_alink_exec(sb->link, &req, w->exec_cb, w->arg) < 0) {
                 wk_exec_result res = {.exit_code = -1, .error = ERR_NOMEM};
                 w->exec_cb(w->arg, &res);
             }
+        }
+    } else if (w->file_cb) {
+        int frc = rc < 0 ? rc : wk_alink_file(sb->link, &w->freq, w->file_cb, w->arg);
+        if (frc < 0) {
+            wk_file_result res = {.error = rc < 0 ? why : ERR_NOMEM};
+            w->file_cb(w->arg, &res);
         }
     } else if (w->cb) {
         w->cb(w->arg, rc, why);
@@ -1154,9 +1170,72 @@ int wk_qvm_exec(wk_sandbox *sb, const wk_exec_req *req, wk_exec_cb cb, void *arg
         }
     w->want = WANT_RUNNING;
     w->exec_cb = cb;
+    w->on_output = req->on_output;
     w->arg = arg;
     w->timeout_ms = req->timeout_ms;
     w->cap_bytes = req->cap_bytes;
+    add_waiter(sb, w);
+    kick(sb);
+    return 0;
+}
+
+int wk_qvm_exec_cancel(wk_sandbox *sb, void *arg)
+{
+    waiter **pw, *prev = NULL;
+
+    if (!sb || sb->killed)
+        return -ENOENT;
+    /* Still waiting for the VM: it never starts. */
+    for (pw = &sb->w_head; *pw; prev = *pw, pw = &(*pw)->next) {
+        waiter *w = *pw;
+        if (!w->exec_cb || w->arg != arg)
+            continue;
+        *pw = w->next;
+        if (sb->w_tail == w)
+            sb->w_tail = prev;
+        {
+            wk_exec_result res = {.exit_code = -1,
+                                  .error = "The command was cancelled before it started."};
+            sb->depth++;
+            w->exec_cb(w->arg, &res);
+            sb->depth--;
+        }
+        waiter_free(w);
+        vm_release(sb);
+        return 0;
+    }
+    return sb->link ? wk_alink_cancel(sb->link, arg) : -ENOENT;
+}
+
+/* ---- files ------------------------------------------------------------------- */
+
+int wk_qvm_file(wk_sandbox *sb, const wk_file_req *req, wk_file_cb cb, void *arg)
+{
+    waiter *w;
+
+    if (!sb || !req || !cb)
+        return -EINVAL;
+    if (sb->killed)
+        return -ESRCH;
+    if (sb->st == VM_RUNNING && !sb->w_head)
+        return wk_alink_file(sb->link, req, cb, arg);
+    /* Paused, saved or moving: the request waits for RUNNING (and asks for it). */
+    if (!(w = calloc(1, sizeof(*w))) || (req->path && !(w->fpath = strdup(req->path))) ||
+        (req->to && !(w->fto = strdup(req->to))) ||
+        (req->data_len && !(w->fdata = malloc(req->data_len)))) {
+        if (w)
+            waiter_free(w);
+        return -ENOMEM;
+    }
+    if (req->data_len)
+        memcpy(w->fdata, req->data, req->data_len);
+    w->freq = *req;
+    w->freq.path = w->fpath;
+    w->freq.to = w->fto;
+    w->freq.data = w->fdata;
+    w->want = WANT_RUNNING;
+    w->file_cb = cb;
+    w->arg = arg;
     add_waiter(sb, w);
     kick(sb);
     return 0;

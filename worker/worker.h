@@ -43,6 +43,8 @@ typedef struct wk_cfg {
     char *vm_dir;           /* qemu */
     int64_t vm_save_after_ms;
     int64_t vm_pool;
+    int64_t claim_team_mib; /* a team's large answers in Redis at once (claim checks) */
+    int64_t zips;           /* downloads (ZIPs) built at once on this host */
 } wk_cfg;
 
 /* What the heartbeat thread publishes; written by the loop thread. */
@@ -73,11 +75,21 @@ typedef struct wk_ctx {
     int beat_started;
     wk_beat beat;
     int stopping;           /* new jobs are refused */
+    int zips_running;       /* sandbox_files_download_dir calls under way */
 } wk_ctx;
 
 enum { WK_BOX_CREATING, WK_BOX_RUNNING, WK_BOX_KILLING };
 
-typedef struct wk_call wk_call;
+/* One job being handled on this host; ends with exactly one reply (or none for the
+ * internal sf.cancel) through wk_reply_*. */
+typedef struct wk_call {
+    wk_ctx *ctx;
+    sf_job job;
+    sf_kafka_ticket ticket;
+    const sf_tool *tool;
+    int claims_left;        /* argument claims still being taken from Redis */
+    int claims_failed;      /* ...of which one could not be */
+} wk_call;
 
 /* A sandbox this host holds, with what the worker keeps beside the driver's handle. */
 typedef struct wk_box {
@@ -91,10 +103,24 @@ typedef struct wk_box {
     struct wk_egbox *eg;    /* its egress (egress.h), NULL when egress is off */
     struct event *ev_timeout; /* sandbox lifetime (timeout_seconds) */
     wk_call *create;        /* the create job, until the driver answered */
+    int64_t last_active_ms; /* monotonic: the last call that used it */
     const char *end_state;  /* record state once torn down: killed, lost, failed */
 } wk_box;
 
 /* jobs.c */
+/* The one reply of c, which ends it. wk_reply_result steals result; string fields of at
+ * least SF_CLAIM_MIN bytes travel by claim check. */
+void wk_reply_error(wk_call *c, const char *code, const char *message);
+void wk_reply_result(wk_call *c, json_t *result);
+/* A call used sandbox id: its last activity is now (here, and in its record). */
+void wk_touch(wk_ctx *ctx, const char *id);
+
+/* files.c: the file tools (handlers, as in jobs.c's table). */
+void wk_files_read(wk_call *c, wk_box *b);
+void wk_files_write(wk_call *c, wk_box *b);
+void wk_files_list(wk_call *c, wk_box *b);
+void wk_files_download(wk_call *c, wk_box *b);
+
 /* 0 when this worker handles exactly the tools the catalogue declares to run on a host. */
 int wk_jobs_check(const sf_toolset *tools, char *why, size_t whylen);
 void wk_on_job(void *arg, sf_job *job, sf_kafka_ticket tk);

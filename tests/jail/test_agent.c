@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -381,10 +382,162 @@ static void test_oversized_frame_ends_the_agent(void **state)
     assert_int_equal(recv_msg(a, &m), -1); /* EOF: the stream cannot be resynchronised */
 }
 
+/* Files: the agent outside a jail sees the host's root, so the test works in a
+ * temporary directory. A FIFO is refused at once, not waited on. */
+static void test_files(void **state)
+{
+    agent *a = *state;
+    char dir[] = "/tmp/sf-agent-files-XXXXXX", path[256], to[256], fifo[256];
+    static char chunk[SF_AP_DATA_MAX];
+    sf_ap_msg m, r;
+
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/new/deeper/f.bin", dir);
+    memset(chunk, 'z', sizeof(chunk));
+    m = (sf_ap_msg){.op = SF_AP_FWRITE, .id = 1, .path = path, .data = chunk,
+                    .data_len = sizeof(chunk), .flags = SF_AP_F_CREATE | SF_AP_F_MKDIRS};
+    send_msg(a, &m);
+    assert_int_equal(recv_msg(a, &r), 0);
+    assert_int_equal(r.op, SF_AP_OK);
+    assert_int_equal(r.size, sizeof(chunk));
+    sf_ap_msg_fini(&r);
+    m = (sf_ap_msg){.op = SF_AP_FWRITE, .id = 2, .path = path, .off = sizeof(chunk),
+                    .data = "tail", .data_len = 4};
+    send_msg(a, &m);
+    assert_int_equal(recv_msg(a, &r), 0);
+    assert_int_equal(r.size, sizeof(chunk) + 4);
+    sf_ap_msg_fini(&r);
+
+    m = (sf_ap_msg){.op = SF_AP_FREAD, .id = 3, .path = path, .off = sizeof(chunk) - 2, .len = 100};
+    send_msg(a, &m);
+    assert_int_equal(recv_msg(a, &r), 0);
+    assert_int_equal(r.op, SF_AP_DATA);
+    assert_int_equal(r.size, sizeof(chunk) + 4);
+    assert_int_equal(r.data_len, 6);
+    assert_memory_equal(r.data, "zztail", 6);
+    sf_ap_msg_fini(&r);
+
+    snprintf(to, sizeof(to), "%s/new/moved.bin", dir);
+    m = (sf_ap_msg){.op = SF_AP_FMOVE, .id = 4, .path = path, .to = to};
+    send_msg(a, &m);
+    assert_int_equal(recv_msg(a, &r), 0);
+    assert_int_equal(r.op, SF_AP_OK);
+    sf_ap_msg_fini(&r);
+
+    snprintf(path, sizeof(path), "%s/new", dir);
+    m = (sf_ap_msg){.op = SF_AP_FLIST, .id = 5, .path = path, .len = 10};
+    send_msg(a, &m);
+    assert_int_equal(recv_msg(a, &r), 0);
+    assert_int_equal(r.op, SF_AP_ENTRIES);
+    assert_int_equal(r.n_entries, 2);
+    assert_false(r.more);
+    for (size_t i = 0; i < r.n_entries; i++) {
+        if (r.entries[i].type == 'f') {
+            assert_string_equal(r.entries[i].name, "moved.bin");
+            assert_int_equal(r.entries[i].size, sizeof(chunk) + 4);
+        } else {
+            assert_string_equal(r.entries[i].name, "deeper");
+            assert_int_equal(r.entries[i].type, 'd');
+        }
+    }
+    sf_ap_msg_fini(&r);
+    m = (sf_ap_msg){.op = SF_AP_FLIST, .id = 6, .path = path, .len = 1};
+    send_msg(a, &m);
+    assert_int_equal(recv_msg(a, &r), 0);
+    assert_int_equal(r.n_entries, 1);
+    assert_true(r.more);
+    sf_ap_msg_fini(&r);
+
+    snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    m = (sf_ap_msg){.op = SF_AP_FREAD, .id = 7, .path = fifo, .len = 10};
+    send_msg(a, &m);
+    assert_int_equal(recv_msg(a, &r), 0);
+    assert_int_equal(r.op, SF_AP_ERROR);
+    assert_int_equal(r.errnum, EINVAL);
+    sf_ap_msg_fini(&r);
+    m = (sf_ap_msg){.op = SF_AP_FREAD, .id = 8, .path = path, .len = 10};
+    send_msg(a, &m);
+    assert_int_equal(recv_msg(a, &r), 0);
+    assert_int_equal(r.errnum, EISDIR);
+    sf_ap_msg_fini(&r);
+    snprintf(path, sizeof(path), "%s/none", dir);
+    m = (sf_ap_msg){.op = SF_AP_FDEL, .id = 9, .path = path};
+    send_msg(a, &m);
+    assert_int_equal(recv_msg(a, &r), 0);
+    assert_int_equal(r.errnum, ENOENT);
+    sf_ap_msg_fini(&r);
+
+    m = (sf_ap_msg){.op = SF_AP_FDEL, .id = 10, .path = to};
+    send_msg(a, &m);
+    assert_int_equal(recv_msg(a, &r), 0);
+    assert_int_equal(r.op, SF_AP_OK);
+    sf_ap_msg_fini(&r);
+    unlink(fifo);
+    snprintf(path, sizeof(path), "%s/new/deeper", dir);
+    rmdir(path);
+    snprintf(path, sizeof(path), "%s/new", dir);
+    rmdir(path);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+/* A streamed exec: output frames first (the first one before the command ends), then the
+ * result with the capped output as usual; a cancel kills a running command. */
+static void test_stream_and_cancel(void **state)
+{
+    agent *a = *state;
+    sf_ap_msg m = {.op = SF_AP_EXEC, .id = 1, .cmd = "echo ready; sleep 0.5; echo done >&2",
+                   .timeout_ms = 10000, .cap = 4096, .stream = 1}, r;
+    char got[2][64] = {"", ""};
+    int outputs = 0;
+
+    send_msg(a, &m);
+    for (;;) {
+        assert_int_equal(recv_msg(a, &r), 0);
+        if (r.op == SF_AP_RESULT)
+            break;
+        assert_int_equal(r.op, SF_AP_OUTPUT);
+        assert_int_equal(r.id, 1);
+        strncat(got[r.s], r.data, r.data_len);
+        outputs++;
+        sf_ap_msg_fini(&r);
+    }
+    assert_string_equal(got[0], "ready\n");
+    assert_string_equal(got[1], "done\n");
+    assert_true(outputs >= 2);
+    assert_int_equal(r.exit_code, 0);
+    assert_int_equal(r.out_len, 6);
+    sf_ap_msg_fini(&r);
+
+    send_exec(a, 2, "sleep 600", 60000, 64);
+    m = (sf_ap_msg){.op = SF_AP_CANCEL, .id = 3, .target = 2};
+    send_msg(a, &m);
+    for (int seen = 0; seen < 2;) {
+        assert_int_equal(recv_msg(a, &r), 0);
+        if (r.op == SF_AP_OK) {
+            assert_int_equal(r.id, 3);
+            assert_int_equal(r.size, 1);
+        } else {
+            assert_int_equal(r.op, SF_AP_RESULT);
+            assert_int_equal(r.id, 2);
+            assert_int_equal(r.exit_code, 128 + SIGKILL);
+        }
+        seen++;
+        sf_ap_msg_fini(&r);
+    }
+    m = (sf_ap_msg){.op = SF_AP_CANCEL, .id = 4, .target = 2};
+    send_msg(a, &m);
+    assert_int_equal(recv_msg(a, &r), 0);
+    assert_int_equal(r.size, 0);
+    sf_ap_msg_fini(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_ping, agent_start, agent_stop),
+        cmocka_unit_test_setup_teardown(test_files, agent_start, agent_stop),
+        cmocka_unit_test_setup_teardown(test_stream_and_cancel, agent_start, agent_stop),
         cmocka_unit_test_setup_teardown(test_exec_streams_and_exit, agent_start, agent_stop),
         cmocka_unit_test_setup_teardown(test_exec_signal_exit_code, agent_start, agent_stop),
         cmocka_unit_test_setup_teardown(test_exec_env_and_cwd, agent_start, agent_stop),

@@ -826,10 +826,161 @@ static void test_decode_bit_flips_never_crash(void **state)
     sf_buf_fini(&b);
 }
 
+/* ---- files, cancel and streamed output ---------------------------------------- */
+
+static void test_file_ops_round_trip(void **state)
+{
+    static char chunk[SF_AP_DATA_MAX];
+    sf_ap_entry ents[3] = {{"a.txt", 'f', 11, 1700000000}, {"dir", 'd', 0, -5},
+                           {"link", 'l', 0, 0}};
+    sf_ap_msg m = {.op = SF_AP_FREAD, .id = 3, .path = "/root/x", .off = 42, .len = 100,
+                   .flags = SF_AP_F_NOFOLLOW}, out;
+
+    round_trip(&m, &out);
+    assert_int_equal(out.op, SF_AP_FREAD);
+    assert_string_equal(out.path, "/root/x");
+    assert_int_equal(out.off, 42);
+    assert_int_equal(out.len, 100);
+    assert_int_equal(out.flags, SF_AP_F_NOFOLLOW);
+    sf_ap_msg_fini(&out);
+
+    memset(chunk, 0xab, sizeof(chunk));
+    m = (sf_ap_msg){.op = SF_AP_FWRITE, .id = 4, .path = "/tmp/y", .off = 7, .data = chunk,
+                    .data_len = sizeof(chunk), .flags = SF_AP_F_CREATE | SF_AP_F_MKDIRS};
+    round_trip(&m, &out);
+    assert_int_equal(out.data_len, sizeof(chunk));
+    assert_memory_equal(out.data, chunk, sizeof(chunk));
+    assert_int_equal(out.flags, SF_AP_F_CREATE | SF_AP_F_MKDIRS);
+    sf_ap_msg_fini(&out);
+
+    m = (sf_ap_msg){.op = SF_AP_DATA, .id = 3, .data = "abc", .data_len = 3, .size = 9,
+                    .mtime = -1};
+    round_trip(&m, &out);
+    assert_int_equal(out.size, 9);
+    assert_int_equal(out.mtime, -1);
+    assert_memory_equal(out.data, "abc", 3);
+    sf_ap_msg_fini(&out);
+
+    m = (sf_ap_msg){.op = SF_AP_ENTRIES, .id = 5, .entries = ents, .n_entries = 3, .more = 1};
+    round_trip(&m, &out);
+    assert_int_equal(out.n_entries, 3);
+    assert_true(out.more);
+    assert_string_equal(out.entries[1].name, "dir");
+    assert_int_equal(out.entries[1].type, 'd');
+    assert_int_equal(out.entries[1].mtime, -5);
+    assert_int_equal(out.entries[0].size, 11);
+    sf_ap_msg_fini(&out);
+
+    m = (sf_ap_msg){.op = SF_AP_FMOVE, .id = 6, .path = "/a", .to = "/b"};
+    round_trip(&m, &out);
+    assert_string_equal(out.to, "/b");
+    sf_ap_msg_fini(&out);
+
+    m = (sf_ap_msg){.op = SF_AP_OK, .id = 6, .size = 12};
+    round_trip(&m, &out);
+    assert_int_equal(out.size, 12);
+    sf_ap_msg_fini(&out);
+
+    m = (sf_ap_msg){.op = SF_AP_ERROR, .id = 6, .msg = "gone", .errnum = ENOENT};
+    round_trip(&m, &out);
+    assert_int_equal(out.errnum, ENOENT);
+    sf_ap_msg_fini(&out);
+
+    m = (sf_ap_msg){.op = SF_AP_CANCEL, .id = 8, .target = 7};
+    round_trip(&m, &out);
+    assert_int_equal(out.target, 7);
+    sf_ap_msg_fini(&out);
+
+    m = (sf_ap_msg){.op = SF_AP_OUTPUT, .id = 7, .s = 1, .data = "ready\n", .data_len = 6};
+    round_trip(&m, &out);
+    assert_int_equal(out.s, 1);
+    assert_memory_equal(out.data, "ready\n", 6);
+    sf_ap_msg_fini(&out);
+
+    m = (sf_ap_msg){.op = SF_AP_EXEC, .id = 7, .cmd = "true", .timeout_ms = 1, .cap = 2,
+                    .stream = 1};
+    round_trip(&m, &out);
+    assert_true(out.stream);
+    sf_ap_msg_fini(&out);
+}
+
+static void test_file_ops_rejected(void **state)
+{
+    static char big[SF_AP_DATA_MAX + 1];
+    sf_ap_entry dots[1] = {{"..", 'd', 0, 0}}, slash[1] = {{"a/b", 'f', 0, 0}},
+                kind[1] = {{"a", 'x', 0, 0}};
+    const sf_ap_msg bad[] = {
+        {.op = SF_AP_FREAD, .path = "", .len = 1},
+        {.op = SF_AP_FREAD, .path = "/x", .len = 0},
+        {.op = SF_AP_FREAD, .path = "/x", .len = SF_AP_DATA_MAX + 1},
+        {.op = SF_AP_FREAD, .path = "/x", .len = 1, .flags = 64},
+        {.op = SF_AP_FWRITE, .path = "/x", .data = big, .data_len = sizeof(big)},
+        {.op = SF_AP_FLIST, .path = "/x", .len = SF_AP_ENTRIES_MAX + 1},
+        {.op = SF_AP_ENTRIES, .entries = dots, .n_entries = 1},
+        {.op = SF_AP_ENTRIES, .entries = slash, .n_entries = 1},
+        {.op = SF_AP_ENTRIES, .entries = kind, .n_entries = 1},
+        {.op = SF_AP_FMOVE, .path = "/a"},
+        {.op = SF_AP_OUTPUT, .s = 2, .data = "x", .data_len = 1},
+        {.op = SF_AP_OUTPUT, .s = 0, .data = "", .data_len = 0},
+        {.op = SF_AP_ERROR, .msg = "x", .errnum = 5000},
+    };
+    const char *why;
+    sf_buf b;
+
+    sf_buf_init(&b, 2 * SF_AP_FRAME_MAX);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        why = NULL;
+        if (sf_ap_encode(&b, &bad[i], &why) != -EINVAL)
+            fail_msg("case %zu was encoded", i);
+        assert_non_null(why);
+        assert_int_equal(b.len, 0);
+    }
+    sf_buf_fini(&b);
+}
+
+/* Decoding what the encoder refuses: an entry array of the wrong shape, an fread with
+ * keys of exec. */
+static void test_file_ops_decode_errors(void **state)
+{
+    const char *why = NULL;
+    sf_ap_msg out;
+    mp m;
+
+    mp_init(&m);
+    msgpack_pack_map(&m.pk, 4);
+    mp_kv_str(&m, "op", "entries");
+    mp_kv_uint(&m, "id", 1);
+    mp_str(&m, "entries");
+    msgpack_pack_array(&m.pk, 1);
+    msgpack_pack_array(&m.pk, 3); /* [name, type, size]: mtime missing */
+    mp_str(&m, "a");
+    mp_str(&m, "f");
+    msgpack_pack_uint8(&m.pk, 1);
+    mp_str(&m, "more");
+    msgpack_pack_false(&m.pk);
+    assert_int_equal(sf_ap_decode(m.sb.data, m.sb.size, &out, &why), -EBADMSG);
+    assert_non_null(strstr(why, "entries"));
+    msgpack_sbuffer_destroy(&m.sb);
+
+    mp_init(&m);
+    msgpack_pack_map(&m.pk, 5);
+    mp_kv_str(&m, "op", "fread");
+    mp_kv_uint(&m, "id", 1);
+    mp_kv_str(&m, "path", "/x");
+    mp_kv_uint(&m, "off", 0);
+    mp_kv_str(&m, "cmd", "true");
+    assert_int_equal(sf_ap_decode(m.sb.data, m.sb.size, &out, &why), -EBADMSG);
+    assert_string_equal(why, "key not allowed for this op");
+    msgpack_sbuffer_destroy(&m.sb);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ping_pong),
+        cmocka_unit_test(test_file_ops_round_trip),
+        cmocka_unit_test(test_file_ops_rejected),
+        cmocka_unit_test(test_file_ops_decode_errors),
         cmocka_unit_test(test_exec_full),
         cmocka_unit_test(test_exec_minimal),
         cmocka_unit_test(test_result_binary),

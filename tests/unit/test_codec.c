@@ -408,10 +408,57 @@ static void value_count_and_depth_bounded(void **state)
     sf_buf_fini(&buf);
 }
 
+/* Claims (claim checks): names of string arguments / result fields, round trips, and the
+ * refusals that keep a message from pointing at anything but its own strings. */
+static void claims_round_trip_and_rules(void **state)
+{
+    sf_job a, b;
+    sf_reply r, r2;
+    sf_buf buf;
+    const char *why = NULL;
+
+    fill_job(&a);
+    json_object_set_new(a.args, "content", json_string(""));
+    assert_int_equal(sf_claims_add(&a.claims, "content"), 0);
+    assert_int_equal(sf_claims_add(&a.claims, "content"), -EEXIST);
+    assert_int_equal(sf_claims_add(&a.claims, "Bad-Name"), -EINVAL);
+    sf_buf_init(&buf, SF_MSG_MAX);
+    assert_int_equal(sf_job_encode(&a, &buf), 0);
+    assert_int_equal(sf_job_decode(buf.p, buf.len, &b, &why), 0);
+    assert_int_equal(b.claims.n, 1);
+    assert_true(sf_claims_has(&b.claims, "content"));
+    sf_job_fini(&b);
+    /* a claim for an argument that is not a string */
+    sf_buf_reset(&buf);
+    strcpy(a.claims.name[0], "timeout_ms");
+    assert_int_equal(sf_job_encode(&a, &buf), 0);
+    assert_int_equal(sf_job_decode(buf.p, buf.len, &b, &why), -EINVAL);
+    assert_non_null(strstr(why, "claims"));
+    sf_job_fini(&a);
+
+    sf_reply_init(&r);
+    strcpy(r.id, "job_1");
+    r.kind = SF_REPLY_RESULT;
+    r.result = json_pack("{s:s, s:i}", "content", "", "bytes", 5);
+    sf_claims_add(&r.claims, "content");
+    sf_buf_reset(&buf);
+    assert_int_equal(sf_reply_encode(&r, &buf), 0);
+    assert_int_equal(sf_reply_decode(buf.p, buf.len, &r2, &why), 0);
+    assert_true(sf_claims_has(&r2.claims, "content"));
+    sf_reply_fini(&r2);
+    strcpy(r.claims.name[0], "bytes");
+    sf_buf_reset(&buf);
+    assert_int_equal(sf_reply_encode(&r, &buf), 0);
+    assert_int_equal(sf_reply_decode(buf.p, buf.len, &r2, &why), -EINVAL);
+    sf_reply_fini(&r);
+    sf_buf_fini(&buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(job_round_trip),
+        cmocka_unit_test(claims_round_trip_and_rules),
         cmocka_unit_test(reply_round_trip),
         cmocka_unit_test(job_rejects_bad_fields),
         cmocka_unit_test(job_rejects_garbage),

@@ -40,6 +40,10 @@
 #define DEFAULT_CWD "/root"
 #define GROUP_GRACE_MS 2000     /* after a timeout kill, wait this long at most for
                                    the whole process group to be gone */
+#define STREAM_BUF (16 * 1024)  /* streamed output held per stream between frames */
+#define STREAM_SEND (8 * 1024)  /* ...sent once this much is held */
+#define STREAM_FLUSH_MS 100     /* ...or once its first byte waited this long */
+#define STREAM_BUDGET (1u << 20) /* output streamed per command; the rest only counts */
 
 typedef struct job {
     int used;
@@ -54,6 +58,14 @@ typedef struct job {
     int status;
     int timed_out;
     uint64_t oom0;              /* vm: the guest's OOM kills when the command started */
+    /* exec with stream: output frames as the command writes (bounded; the result still
+       carries the capped output) */
+    int stream;
+    char *sbuf[2];
+    size_t slen[2];
+    uint64_t skipped[2];        /* bytes not streamed (buffer full or budget spent) */
+    int64_t sfirst_ms;          /* when the oldest held byte arrived (0: none held) */
+    uint64_t streamed;
 } job;
 
 static job jobs[JOBS_MAX];
@@ -110,7 +122,7 @@ static void die(const char *msg)
 
 /* ---- replies ------------------------------------------------------------- */
 
-static void send_msg(const sf_ap_msg *m)
+void agent_send(const sf_ap_msg *m)
 {
     const char *why = NULL;
     int rc = sf_ap_encode(&outq, m, &why);
@@ -121,10 +133,69 @@ static void send_msg(const sf_ap_msg *m)
                 why ? why : "error");
 }
 
+void agent_send_error(uint32_t id, int errnum, const char *msg)
+{
+    sf_ap_msg m = {.op = SF_AP_ERROR, .id = id, .msg = msg,
+                   .errnum = errnum > 0 && errnum < 4096 ? (uint32_t)errnum : 0};
+    agent_send(&m);
+}
+
 static void send_error(uint32_t id, const char *msg)
 {
-    sf_ap_msg m = {.op = SF_AP_ERROR, .id = id, .msg = msg};
-    send_msg(&m);
+    agent_send_error(id, 0, msg);
+}
+
+/* ---- streamed output ----------------------------------------------------- */
+
+static void stream_add(job *j, int s, const char *p, size_t n)
+{
+    size_t room;
+
+    if (!j->stream)
+        return;
+    if (!j->sbuf[s] && !(j->sbuf[s] = malloc(STREAM_BUF))) {
+        j->skipped[s] += n;
+        return;
+    }
+    room = j->streamed + j->slen[0] + j->slen[1] >= STREAM_BUDGET ? 0 : STREAM_BUF - j->slen[s];
+    if (room > n)
+        room = n;
+    memcpy(j->sbuf[s] + j->slen[s], p, room);
+    j->slen[s] += room;
+    j->skipped[s] += n - room;
+    if (!j->sfirst_ms && j->slen[s])
+        j->sfirst_ms = sf_mono_ms();
+}
+
+static void stream_send(job *j, int s, const char *p, size_t n)
+{
+    sf_ap_msg m = {.op = SF_AP_OUTPUT, .id = j->id, .s = (uint32_t)s, .data = p, .data_len = n};
+    agent_send(&m);
+}
+
+/* Sends what is held (all of it with force, else once enough is held or it waited). */
+static void stream_flush(job *j, int force, int64_t now)
+{
+    if (!j->stream || !j->sfirst_ms)
+        return;
+    if (!force && j->slen[0] < STREAM_SEND && j->slen[1] < STREAM_SEND &&
+        now - j->sfirst_ms < STREAM_FLUSH_MS)
+        return;
+    for (int s = 0; s < 2; s++) {
+        if (j->slen[s]) {
+            stream_send(j, s, j->sbuf[s], j->slen[s]);
+            j->streamed += j->slen[s];
+            j->slen[s] = 0;
+        }
+        if (j->skipped[s] && (force || j->streamed < STREAM_BUDGET)) {
+            char mark[96];
+            int k = snprintf(mark, sizeof(mark), "\n[... %llu bytes not streamed ...]\n",
+                             (unsigned long long)j->skipped[s]);
+            stream_send(j, s, mark, (size_t)k);
+            j->skipped[s] = 0;
+        }
+    }
+    j->sfirst_ms = 0;
 }
 
 /* ---- jobs ---------------------------------------------------------------- */
@@ -148,6 +219,7 @@ static int drain(job *j, int s)
         ssize_t n = read(j->fd[s], buf, sizeof(buf));
         if (n > 0) {
             sf_cap_append(&j->cap[s], buf, (size_t)n);
+            stream_add(j, s, buf, (size_t)n);
             continue;
         }
         if (n < 0 && errno == EINTR)
@@ -166,6 +238,7 @@ static void job_free(job *j)
         if (j->fd[s] >= 0)
             close(j->fd[s]);
         sf_cap_fini(&j->cap[s]);
+        free(j->sbuf[s]);
     }
     memset(j, 0, sizeof(*j));
 }
@@ -184,6 +257,8 @@ static void job_finish(job *j)
             orphan_add(j->fd[s]);
             j->fd[s] = -1;
         }
+        if (s == 1)
+            stream_flush(j, 1, 0); /* the streamed output comes before the result */
         lens[s] = sf_cap_len(&j->cap[s]);
         kept[s] = malloc(lens[s] + 1);
         if (!kept[s])
@@ -206,7 +281,7 @@ static void job_finish(job *j)
     m.err = kept[1];
     m.err_len = lens[1];
     m.err_total = j->cap[1].total;
-    send_msg(&m);
+    agent_send(&m);
     free(kept[0]);
     free(kept[1]);
     job_free(j);
@@ -407,6 +482,7 @@ static void job_start(const sf_ap_msg *m)
     j->used = 1;
     j->id = m->id;
     j->pid = pid;
+    j->stream = m->stream;
     j->fd[0] = po[0];
     j->fd[1] = pe[0];
     fcntl(po[0], F_SETFL, O_NONBLOCK);
@@ -485,6 +561,25 @@ static void check_timeouts(int64_t now)
     }
 }
 
+/* Kills the processes of a running command (its process group); the command then
+ * answers as usual (killed by SIGKILL). ok.size: 1 when it ran, 0 when it had ended. */
+static void job_cancel(const sf_ap_msg *m)
+{
+    sf_ap_msg r = {.op = SF_AP_OK, .id = m->id};
+
+    for (int i = 0; i < JOBS_MAX; i++) {
+        job *j = &jobs[i];
+        if (!j->used || j->id != m->target || j->timed_out < 0)
+            continue;
+        kill(-j->pid, SIGKILL);
+        if (!j->reaped)
+            kill(j->pid, SIGKILL);
+        r.size = 1;
+        break;
+    }
+    agent_send(&r);
+}
+
 /* ---- requests ------------------------------------------------------------ */
 
 static void handle_frame(const char *payload, size_t len)
@@ -503,14 +598,25 @@ static void handle_frame(const char *payload, size_t len)
         sf_ap_msg pong = {.op = SF_AP_PONG, .id = m.id, .version = SF_AP_VERSION};
         if (m.now_ns || m.seed_len || m.name)
             agent_vm_ping(&m);
-        send_msg(&pong);
+        agent_send(&pong);
         break;
     }
     case SF_AP_EXEC:
         job_start(&m);
         break;
+    case SF_AP_CANCEL:
+        job_cancel(&m);
+        break;
+    case SF_AP_FREAD:
+    case SF_AP_FWRITE:
+    case SF_AP_FLIST:
+    case SF_AP_FMOVE:
+    case SF_AP_FDEL:
+        agent_fs_request(&m);
+        break;
     default:
-        send_error(m.id, "The agent only accepts ping and exec requests.");
+        send_error(m.id, "The agent only accepts requests (ping, exec, cancel and the file "
+                         "requests).");
         break;
     }
     sf_ap_msg_fini(&m);
@@ -634,6 +740,8 @@ int main(void)
                 next = j->deadline_ms;
             if (j->timed_out == 1 && (next < 0 || j->kill_ms + GROUP_GRACE_MS < next))
                 next = j->kill_ms + GROUP_GRACE_MS;
+            if (j->sfirst_ms && (next < 0 || j->sfirst_ms + STREAM_FLUSH_MS < next))
+                next = j->sfirst_ms + STREAM_FLUSH_MS;
         }
         for (int i = 0; i < n_orphans; i++) {
             owner[n] = NULL;
@@ -688,6 +796,9 @@ int main(void)
         }
         reap();
         check_timeouts(sf_mono_ms());
+        for (int i = 0; i < JOBS_MAX; i++)
+            if (jobs[i].used && jobs[i].stream)
+                stream_flush(&jobs[i], 0, sf_mono_ms());
         if (outq.len && !unplugged && flush_sock() < 0)
             _exit(0);
     }

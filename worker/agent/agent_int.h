@@ -13,4 +13,13 @@ int agent_vm_open(void);
  * kernel's generator), hostname. Failures are reported on stderr only. */
 void agent_vm_ping(const sf_ap_msg *m);
 
+/* agent.c: queue a frame for the worker (the agent exits if its queue overflows). */
+void agent_send(const sf_ap_msg *m);
+/* An `error` answer to request id: one sentence, and the errno behind it (0: none). */
+void agent_send_error(uint32_t id, int errnum, const char *msg);
+
+/* agent_fs.c: answers one fread, fwrite, flist, fmove or fdel request (never blocks:
+ * regular files only, opened O_NONBLOCK; bounded pages). */
+void agent_fs_request(const sf_ap_msg *m);
+
 #endif
