@@ -35,6 +35,12 @@ int cli_wants_help(int argc, char **argv);
 redisContext *cli_redis(void);
 /* 1 for a usable reply; else prints the error, frees r and returns 0. */
 int cli_reply_ok(redisContext *rc, redisReply *r);
+/* Calls row(fields, arg) for every key matching `match` (SCAN), with `fields` the reply to
+ * the command `hmget` (e.g. "HMGET %s id team": %s is the key; one element per field, nil
+ * when absent). Returns 0, or 1 after printing the Redis error. */
+typedef void (*cli_scan_row)(redisReply *fields, void *arg);
+int cli_scan_hashes(redisContext *rc, const char *match, const char *hmget, cli_scan_row row,
+                    void *arg);
 
 #define CLI_DEFAULT_HOME "/var/lib/sandfleet"
 #define CLI_DEFAULT_REDIS "redis://127.0.0.1:6379"

@@ -48,37 +48,23 @@ int cli_hosts(int argc, char **argv)
     return 0;
 }
 
+static void sandbox_row(redisReply *h, void *arg)
+{
+    const char *team = arg;
+
+    if (h->elements == 5 && h->element[0]->str &&
+        (!team || (h->element[1]->str && !strcmp(team, h->element[1]->str))))
+        printf("%-28s %-16s %-16s %-9s %s\n", h->element[0]->str,
+               h->element[1]->str ? h->element[1]->str : "?",
+               h->element[2]->str ? h->element[2]->str : "?",
+               h->element[3]->str ? h->element[3]->str : "?",
+               h->element[4]->str ? h->element[4]->str : "");
+}
+
 static int list_sandboxes(redisContext *rc, const char *team)
 {
-    unsigned long long cursor = 0;
-
     printf("%-28s %-16s %-16s %-9s %s\n", "ID", "TEAM", "HOST", "STATE", "NAME");
-    do {
-        redisReply *r = redisCommand(rc, "SCAN %llu MATCH sf:sb:{*} COUNT 500", cursor);
-        if (!cli_reply_ok(rc, r))
-            return 1;
-        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-            freeReplyObject(r);
-            return 1;
-        }
-        cursor = strtoull(r->element[0]->str, NULL, 10);
-        for (size_t i = 0; i < r->element[1]->elements; i++) {
-            redisReply *h = redisCommand(rc, "HMGET %s id team host state name",
-                                         r->element[1]->element[i]->str);
-            if (!cli_reply_ok(rc, h))
-                continue;
-            if (h->elements == 5 && h->element[0]->str &&
-                (!team || (h->element[1]->str && !strcmp(team, h->element[1]->str))))
-                printf("%-28s %-16s %-16s %-9s %s\n", h->element[0]->str,
-                       h->element[1]->str ? h->element[1]->str : "?",
-                       h->element[2]->str ? h->element[2]->str : "?",
-                       h->element[3]->str ? h->element[3]->str : "?",
-                       h->element[4]->str ? h->element[4]->str : "");
-            freeReplyObject(h);
-        }
-        freeReplyObject(r);
-    } while (cursor != 0);
-    return 0;
+    return cli_scan_hashes(rc, "sf:sb:{*}", "HMGET %s id team host state name", sandbox_row, (void *)team);
 }
 
 int cli_sandboxes(int argc, char **argv)

@@ -14,41 +14,33 @@ static const char usage[] =
     "       sandfleet tokens revoke GRANT_ID      ends one: its tokens stop working at once\n"
     "Revoking the API key a grant was signed in with (sandfleet keys revoke) ends it too.\n";
 
+typedef struct {
+    const char *team;
+    int64_t now;
+} list_ctx;
+
+static void grant_row(redisReply *g, void *arg)
+{
+    const list_ctx *lc = arg;
+    int64_t used = 0;
+    char age[32];
+
+    if (g->elements != 4 || !g->element[0]->str || !g->element[1]->str ||
+        (lc->team && strcmp(lc->team, g->element[1]->str)))
+        return;
+    sf_parse_i64(g->element[3]->str ? g->element[3]->str : "0", 0, INT64_MAX, &used);
+    snprintf(age, sizeof(age), "%llds ago", (long long)((lc->now - used) / 1000));
+    printf("%-28s %-16s %-13s %s\n", g->element[0]->str, g->element[1]->str, used ? age : "?",
+           g->element[2]->str ? g->element[2]->str : "");
+}
+
 static int list(redisContext *rc, const char *team)
 {
-    unsigned long long cursor = 0;
-    int64_t now = sf_now_ms();
+    list_ctx lc = {.team = team, .now = sf_now_ms()};
 
     printf("%-28s %-16s %-13s %s\n", "GRANT", "TEAM", "LAST_USED", "APPLICATION");
-    do {
-        redisReply *r = redisCommand(rc, "SCAN %llu MATCH sf:oauth:grant:{*} COUNT 500", cursor);
-        if (!cli_reply_ok(rc, r))
-            return 1;
-        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-            freeReplyObject(r);
-            return 1;
-        }
-        cursor = strtoull(r->element[0]->str, NULL, 10);
-        for (size_t i = 0; i < r->element[1]->elements; i++) {
-            redisReply *g = redisCommand(rc, "HMGET %s id team client_name used",
-                                         r->element[1]->element[i]->str);
-            int64_t used = 0;
-            char age[32];
-
-            if (!cli_reply_ok(rc, g))
-                continue;
-            if (g->elements == 4 && g->element[0]->str && g->element[1]->str &&
-                (!team || !strcmp(team, g->element[1]->str))) {
-                sf_parse_i64(g->element[3]->str ? g->element[3]->str : "0", 0, INT64_MAX, &used);
-                snprintf(age, sizeof(age), "%llds ago", (long long)((now - used) / 1000));
-                printf("%-28s %-16s %-13s %s\n", g->element[0]->str, g->element[1]->str,
-                       used ? age : "?", g->element[2]->str ? g->element[2]->str : "");
-            }
-            freeReplyObject(g);
-        }
-        freeReplyObject(r);
-    } while (cursor != 0);
-    return 0;
+    return cli_scan_hashes(rc, "sf:oauth:grant:{*}", "HMGET %s id team client_name used",
+                           grant_row, &lc);
 }
 
 static int revoke(redisContext *rc, const char *grant)

@@ -99,3 +99,30 @@ int cli_reply_ok(redisContext *rc, redisReply *r)
     }
     return 1;
 }
+
+int cli_scan_hashes(redisContext *rc, const char *match, const char *hmget, cli_scan_row row,
+                    void *arg)
+{
+    unsigned long long cursor = 0;
+
+    do {
+        redisReply *r = redisCommand(rc, "SCAN %llu MATCH %s COUNT 500", cursor, match);
+        if (!cli_reply_ok(rc, r))
+            return 1;
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+            freeReplyObject(r);
+            return 1;
+        }
+        cursor = strtoull(r->element[0]->str, NULL, 10);
+        for (size_t i = 0; i < r->element[1]->elements; i++) {
+            redisReply *h = redisCommand(rc, hmget, r->element[1]->element[i]->str);
+            if (!cli_reply_ok(rc, h))
+                continue;
+            if (h->type == REDIS_REPLY_ARRAY)
+                row(h, arg);
+            freeReplyObject(h);
+        }
+        freeReplyObject(r);
+    } while (cursor != 0);
+    return 0;
+}
