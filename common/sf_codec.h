@@ -65,6 +65,7 @@ typedef struct sf_reply {
 #define SF_ERR_TIMEOUT "deadline_exceeded"
 #define SF_ERR_LIMIT "limit_exceeded"
 #define SF_ERR_INTERNAL "internal"
+#define SF_ERR_CANCELLED "cancelled" /* the caller cancelled the call (sf.cancel) */
 
 void sf_job_init(sf_job *j);
 void sf_job_fini(sf_job *j);

@@ -55,6 +55,24 @@ int sf_jobio_result_claims(rd_kafka_t *producer, const sf_job *job, const json_t
     return rc;
 }
 
+int sf_jobio_progress(rd_kafka_t *producer, const sf_job *job, const json_t *progress)
+{
+    sf_reply r;
+    sf_buf b;
+    int rc;
+
+    sf_reply_init(&r);
+    snprintf(r.id, sizeof(r.id), "%s", job->id);
+    r.kind = SF_REPLY_PROGRESS;
+    r.result = (json_t *)progress;
+    sf_buf_init(&b, SF_MSG_MAX);
+    rc = sf_reply_encode(&r, &b);
+    if (rc == 0)
+        rc = send_reply(producer, job->reply, job->id, &b);
+    sf_buf_fini(&b);
+    return rc;
+}
+
 void sf_jobio_reject(rd_kafka_t *producer, const rd_kafka_message_t *msg, const char *why)
 {
     sf_job job;

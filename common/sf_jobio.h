@@ -16,6 +16,9 @@ int sf_jobio_result(rd_kafka_t *producer, const sf_job *job, const json_t *resul
 /* The same, naming the result fields whose value is a claim (sf_claim.h). */
 int sf_jobio_result_claims(rd_kafka_t *producer, const sf_job *job, const json_t *result,
                            const sf_claims *claims);
+/* A `progress` reply (CONTRACTS.md: {stream, data} or {message}) for a job that asked for
+ * progress; any number may precede its final reply. Not taken over. */
+int sf_jobio_progress(rd_kafka_t *producer, const sf_job *job, const json_t *progress);
 /* A message that is not a valid job: copies it to the dead-letter topic and, when its
  * id and reply topic can still be read, tells the caller why. */
 void sf_jobio_reject(rd_kafka_t *producer, const rd_kafka_message_t *msg, const char *why);

@@ -60,7 +60,10 @@
     "  redis.call('HSET', key, 'state', state, 'retired', NOW)\n"                              \
     "  redis.call('EXPIRE', key, TTL)\n"                                                       \
     "  redis.call('SREM', 'sf:team:{' .. v[1] .. '}:sandboxes', id)\n"                         \
-    "  if v[2] then redis.call('SREM', 'sf:host:{' .. v[2] .. '}:sandboxes', id) end\n"        \
+    "  if v[2] then\n"                                                                      \
+    "    redis.call('SREM', 'sf:host:{' .. v[2] .. '}:sandboxes', id)\n"                      \
+    "    redis.call('ZREM', 'sf:host:{' .. v[2] .. '}:timers', 't:' .. id, 'i:' .. id, 'd:' .. id)\n" \
+    "  end\n"                                                                                 \
     "  local z = 'sf:team:{' .. v[1] .. '}:retired'\n"                                         \
     "  redis.call('ZADD', z, NOW, id)\n"                                                       \
     "  redis.call('ZREMRANGEBYSCORE', z, '-inf', NOW - TTL * 1000)\n"                          \

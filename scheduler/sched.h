@@ -65,6 +65,7 @@ void sch_store_info(sch_call *c);
 /* egress.c: answered from Redis, no sandbox touched (a paused one stays paused) */
 void sch_egress_secret_list(sch_call *c);   /* the team's secrets: metadata, never values */
 void sch_egress_network_log(sch_call *c);   /* the sandbox's network log (limit, verdict) */
+
 void sch_store_route(sch_call *c);
 int sch_store_start_reaper(sch_ctx *ctx);
 

@@ -3,6 +3,7 @@
 #include "sched.h"
 #include "sf_log.h"
 #include "sf_records.h"
+#include "sf_timers.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -272,6 +273,7 @@ static void on_info(redisAsyncContext *ac, void *r, void *priv)
         json_object_set_new(view, "network", network_view(rec));
         json_object_set_new(view, "secrets", json_field(rec, "secrets", 1));
     }
+    sf_timers_view(rec, view);
     json_decref(rec);
     sch_reply_result(c, view);
 }

@@ -17,6 +17,11 @@
 
 static void call_done(wk_call *c)
 {
+    if (c->on_box) {
+        wk_box *b = sf_map_get(c->ctx->sandboxes, c->job.sandbox);
+        if (b && b->calls > 0)
+            b->calls--;
+    }
     sf_jobq_done(c->ctx->jobq, c->ticket);
     sf_job_fini(&c->job);
     free(c);
@@ -151,6 +156,7 @@ void wk_touch(wk_ctx *ctx, const char *id)
     if (b)
         b->last_active_ms = sf_mono_ms();
     sf_records_touch(ctx->redis, id, sf_now_ms(), wk_redis_logged, NULL);
+    wk_life_touch(ctx, id);
 }
 
 static void record_retire(wk_ctx *ctx, const char *id, const char *state, int only_live)
@@ -211,8 +217,6 @@ static void box_release(wk_box *b)
     ctx->used_vcpu_milli -= b->lim.vcpu_milli;
     ctx->used_disk_mib -= b->lim.disk_mib;
     atomic_store(&ctx->beat.running, (int)sf_map_len(ctx->sandboxes));
-    if (b->ev_timeout)
-        event_free(b->ev_timeout);
     json_decref(b->env);
     wk_egress_box_free(b->eg);
     free(b);
@@ -234,10 +238,6 @@ void wk_box_kill(wk_box *b, const char *end_state)
     if (b->state == WK_BOX_KILLING)
         return;
     b->end_state = end_state;
-    if (b->ev_timeout) {
-        event_free(b->ev_timeout);
-        b->ev_timeout = NULL;
-    }
     if (sf_records_mark_killing(ctx->redis, b->id, wk_redis_logged, NULL) < 0)
         sf_warn("msg=\"cannot mark the record killing; Redis is down\" sandbox=%s", b->id);
     wk_egress_detach(ctx->egress, b); /* its listeners and placeholders go at once */
@@ -247,13 +247,6 @@ void wk_box_kill(wk_box *b, const char *end_state)
     }
     b->state = WK_BOX_KILLING;
     ctx->ops->kill(b->sb, on_killed, b);
-}
-
-static void on_lifetime_over(evutil_socket_t fd, short what, void *arg)
-{
-    wk_box *b = arg;
-    sf_info("msg=\"sandbox timeout reached\" sandbox=%s", b->id);
-    wk_box_kill(b, "killed");
 }
 
 static json_t *create_result(const wk_box *b, const char *name)
@@ -268,7 +261,6 @@ static void started(wk_box *b)
     wk_call *c = b->create;
     json_t *a = c->job.args;
     const char *name = json_string_value(json_object_get(a, "name"));
-    json_int_t timeout_s = json_integer_value(json_object_get(a, "timeout_seconds"));
     char mem[24], pids[24], vcpu[24], disk[24];
     const char *kv[10 + 8];
     size_t n = 0;
@@ -276,11 +268,6 @@ static void started(wk_box *b)
     b->create = NULL;
     b->state = WK_BOX_RUNNING;
     ctx->ops->limits(b->sb, &b->lim); /* what the driver applied: the same, defaults filled in */
-    if (timeout_s > 0) {
-        struct timeval tv = {(time_t)timeout_s, 0};
-        if ((b->ev_timeout = evtimer_new(ctx->d.base, on_lifetime_over, b)))
-            evtimer_add(b->ev_timeout, &tv);
-    }
     snprintf(mem, sizeof(mem), "%u", b->lim.memory_mib);
     snprintf(vcpu, sizeof(vcpu), "%u", b->lim.vcpu_milli);
     snprintf(disk, sizeof(disk), "%u", b->lim.disk_mib);
@@ -299,6 +286,7 @@ static void started(wk_box *b)
     /* state=running and back in its sets, only while the record is live (lands even
      * when Redis is full, never re-creates a record that is gone). */
     sf_records_started(ctx->redis, b->id, ctx->host_id, n, kv, wk_redis_logged, NULL);
+    wk_life_started(b, a);
     sf_info("msg=\"sandbox created\" sandbox=%s team=%s job=%s", b->id, b->team, c->job.id);
     wk_reply_result(c, create_result(b, name));
 }
@@ -520,11 +508,35 @@ static json_t *stream_text(const char *p, size_t len, uint64_t total)
     return s;
 }
 
+/* A chunk of a streamed exec's output (the agent bounds their rate and size): one
+ * `progress` reply (CONTRACTS.md), for callers that asked for progress. */
+static void on_exec_output(void *arg, int stream, const char *data, size_t len)
+{
+    wk_call *c = arg;
+    size_t n = 0;
+    char *text;
+    json_t *chunk;
+
+    if (c->cancelled || !(text = sf_utf8_clean(data, len, &n)))
+        return;
+    chunk = json_pack("{s:s, s:s%}", "stream", stream == 1 ? "stderr" : "stdout", "data", text, n);
+    if (chunk && sf_jobio_progress(c->ctx->producer, &c->job, chunk) < 0)
+        sf_debug("msg=\"cannot produce a progress reply\" job=%s", c->job.id);
+    json_decref(chunk);
+    free(text);
+}
+
 static void on_exec_done(void *arg, const wk_exec_result *res)
 {
     wk_call *c = arg;
     json_t *r;
 
+    sf_map_del(c->ctx->running, c->job.id);
+    if (c->cancelled) { /* its caller left: the one final reply, which nobody shows */
+        sf_info("msg=\"exec cancelled\" job=%s sandbox=%s", c->job.id, c->job.sandbox);
+        wk_reply_error(c, SF_ERR_CANCELLED, "The call was cancelled by its caller.");
+        return;
+    }
     if (res->error) {
         wk_reply_error(c, SF_ERR_UNAVAILABLE, res->error);
         return;
@@ -609,6 +621,8 @@ static void do_exec(wk_call *c, wk_box *b)
     req.env = env;
     req.timeout_ms = (uint32_t)timeout;
     req.cap_bytes = EXEC_CAP_BYTES;
+    if (c->job.progress)
+        req.on_output = on_exec_output;
     if (!req.command) {
         for (size_t i = 0; i < n; i++)
             free(store[i]);
@@ -616,6 +630,8 @@ static void do_exec(wk_call *c, wk_box *b)
         return;
     }
     rc = c->ctx->ops->exec(b->sb, &req, on_exec_done, c);
+    if (rc == 0 && sf_map_put(c->ctx->running, c->job.id, c) < 0)
+        sf_warn("msg=\"exec cannot be cancelled (out of memory)\" job=%s", c->job.id);
     for (size_t i = 0; i < n; i++)
         free(store[i]);
     if (rc == -EBUSY)
@@ -646,7 +662,7 @@ static void do_kill(wk_call *c, wk_box *b)
     wk_reply_result(c, json_pack("{s:s, s:s}", "id", c->job.sandbox, "status", "killed"));
 }
 
-/* ---- egress on a running sandbox: rules (sandbox_update), bindings (egress.h) ---- */
+/* ---- egress on a running sandbox: secret bindings (egress.h; rules: update.c) ---- */
 
 static void reply_gone(wk_call *c)
 {
@@ -655,32 +671,6 @@ static void reply_gone(wk_call *c)
     snprintf(text, sizeof(text), "Sandbox '%s' was killed meanwhile; create a new one with "
              "sandbox_create.", c->job.sandbox);
     wk_reply_error(c, SF_ERR_NOT_FOUND, text);
-}
-
-static void on_rules_changed(void *arg, wk_box *b, int rc, const char *code, const char *why)
-{
-    wk_call *c = arg;
-
-    if (!b)
-        reply_gone(c);
-    else if (rc < 0)
-        wk_reply_error(c, code, why);
-    else
-        wk_reply_result(c, json_pack("{s:s, s:o}", "sandbox_id", b->id, "network",
-                                  wk_egress_network(b->eg)));
-}
-
-static void do_update(wk_call *c, wk_box *b)
-{
-    json_t *allow = json_object_get(c->job.args, "allow_out");
-    json_t *deny = json_object_get(c->job.args, "deny_out");
-
-    if (!allow && !deny) {
-        wk_reply_error(c, SF_ERR_INVALID,
-                    "sandbox_update changes allow_out and deny_out: pass at least one of them.");
-        return;
-    }
-    wk_egress_change(c->ctx->egress, b, allow, deny, NULL, on_rules_changed, c);
 }
 
 static void on_bindings_changed(void *arg, wk_box *b, int rc, const char *code, const char *why)
@@ -771,13 +761,15 @@ static const sf_tool_handler handlers[] = {
     H("sandbox_create", create_handler),
     H("sandbox_kill", do_kill),
     H("sandbox_exec", do_exec),
-    H("sandbox_update", do_update),
+    H("sandbox_update", wk_do_update),
     H("sandbox_attach_secret", do_attach_secret),
     H("sandbox_detach_secret", do_detach_secret),
     H("sandbox_files_read", wk_files_read),
     H("sandbox_files_write", wk_files_write),
     H("sandbox_files_list", wk_files_list),
     H("sandbox_files_download_dir", wk_files_download),
+    H("sandbox_pause", wk_do_pause),
+    H("sandbox_resume", wk_do_resume),
 };
 #undef H
 
@@ -809,6 +801,40 @@ int wk_jobs_check(const sf_toolset *tools, char *why, size_t whylen)
     return 0;
 }
 
+static void on_auto_resumed(wk_call *c, int rc, const char *why);
+
+static void resumed_for_cancel(wk_call *c, int rc, const char *why)
+{
+    (void)c;
+    if (rc < 0)
+        sf_warn("msg=\"a paused sandbox could not be resumed for a cancel\" rc=%d why=\"%s\"",
+                rc, why ? why : "");
+}
+
+/* sf.cancel (CONTRACTS.md): the running command of job args.job, of the same team, is
+ * killed; that job then gets its one final reply (cancelled). The cancel is never
+ * answered. */
+static void do_cancel(wk_call *c)
+{
+    const char *target = json_string_value(json_object_get(c->job.args, "job"));
+    wk_call *x = target ? sf_map_get(c->ctx->running, target) : NULL;
+    wk_box *b;
+
+    if (x && !x->cancelled && !strcmp(x->job.team, c->job.team) &&
+        (b = sf_map_get(c->ctx->sandboxes, x->job.sandbox)) && b->sb &&
+        b->state == WK_BOX_RUNNING) {
+        x->cancelled = 1;
+        if (b->paused || b->pausing) /* a frozen agent cannot kill anything */
+            wk_box_resume(b, NULL, resumed_for_cancel);
+        if (c->ctx->ops->exec_cancel(b->sb, x) < 0)
+            sf_debug("msg=\"nothing to cancel\" job=%s", target);
+        sf_info("msg=\"cancelling a call\" job=%s cancel=%s", target, c->job.id);
+    } else {
+        sf_debug("msg=\"cancel of a call not running here\" job=%s", target ? target : "");
+    }
+    call_done(c);
+}
+
 static void dispatch(wk_call *c)
 {
     wk_ctx *ctx = c->ctx;
@@ -818,8 +844,7 @@ static void dispatch(wk_call *c)
     wk_box *b;
 
     if (t && t->internal) { /* sf.cancel: never answered */
-        sf_debug("msg=\"internal job\" job=%s tool=%s", c->job.id, c->job.tool);
-        call_done(c);
+        do_cancel(c);
         return;
     }
     if (!t || !h) {
@@ -858,7 +883,36 @@ static void dispatch(wk_call *c)
         wk_reply_error(c, SF_ERR_UNAVAILABLE, text);
         return;
     }
+    if (t->resume && (b->paused || b->pausing)) { /* the call goes on once it runs again */
+        int rc = wk_box_resume(b, c, on_auto_resumed);
+        if (rc < 0)
+            on_auto_resumed(c, rc, NULL);
+        return;
+    }
+    if (!c->on_box) {
+        c->on_box = 1;
+        b->calls++;
+    }
     ((wk_handler)h->fn)(c, b);
+}
+
+static void on_auto_resumed(wk_call *c, int rc, const char *why)
+{
+    char text[320];
+    wk_box *bx;
+
+    if (rc < 0) {
+        snprintf(text, sizeof(text), "%s", why ? why : "The paused sandbox could not be "
+                 "resumed; retry, or kill it and create a new one.");
+        wk_reply_error(c, rc == -ESRCH ? SF_ERR_NOT_FOUND : SF_ERR_UNAVAILABLE, text);
+        return;
+    }
+    if ((bx = sf_map_get(c->ctx->sandboxes, c->job.sandbox)) && (bx->paused || bx->pausing)) {
+        wk_reply_error(c, SF_ERR_UNAVAILABLE, "The paused sandbox could not be resumed; retry, "
+                       "or kill it and create a new one.");
+        return;
+    }
+    dispatch(c); /* looks the sandbox up again */
 }
 
 /* ---- argument claims (sf_claim.h): taken before the handler runs ---- */

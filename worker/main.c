@@ -3,6 +3,7 @@
 #include "egress.h"
 #include "sf_log.h"
 #include "sf_records.h"
+#include "sf_timers.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -52,6 +53,12 @@ static const sf_cfg_entry cfg_table[] = {
     SF_CFG_B(wk_cfg, teardown_stop, "no",
              "tests only: each teardown stops itself (SIGSTOP) half-way until SIGCONT"),
     SF_CFG_I(wk_cfg, heartbeat_ms, "1000", 100, 60000, "heartbeat period"),
+    SF_CFG_I(wk_cfg, idle_pause_ms, "900000", 0, 604800000LL,
+             "a running sandbox without calls this long is paused (0 = never)"),
+    SF_CFG_I(wk_cfg, lifetime_s, "86400", 60, 604800,
+             "default lifetime of a sandbox created without timeout_seconds (s)"),
+    SF_CFG_I(wk_cfg, timer_tick_ms, "1000", 50, 60000,
+             "how often this host's due lifecycle timers are read from Redis"),
     SF_CFG_I(wk_cfg, uid_base, "200000", 1000, 4000000000LL,
              "first host uid mapped into sandboxes (65536 per sandbox)"),
 };
@@ -79,7 +86,7 @@ static int pick_host_id(wk_ctx *ctx)
 }
 
 /* Sandboxes a previous run of this host left in Redis are gone (the agent link does not
- * survive a restart): mark them lost before taking any job. */
+ * survive a restart): mark them lost, and drop the host's timers, before taking any job. */
 static void reconcile(wk_ctx *ctx)
 {
     char why[256];
@@ -88,6 +95,8 @@ static void reconcile(wk_ctx *ctx)
     for (int tries = 0; tries < 20; tries++) {
         redisContext *c = sf_redis_connect_sync(ctx->cfg.common.redis_url, why, sizeof(why));
         int rc = c ? sf_records_retire_host_sync(c, ctx->host_id, &n) : -1;
+        if (rc == 0) /* their timers go with them */
+            rc = sf_timers_clear_host_sync(c, ctx->host_id);
         if (c)
             redisFree(c);
         if (rc == 0) {
@@ -238,6 +247,7 @@ int main(int argc, char **argv)
     reconcile(&ctx);
     snprintf(group, sizeof(group), "sf-worker-%s", ctx.host_id);
     if (!(ctx.sandboxes = sf_map_new((size_t)ctx.capacity + 16)) ||
+        !(ctx.running = sf_map_new(4096)) ||
         !(ctx.redis = sf_redis_new(ctx.d.base, ctx.cfg.common.redis_url, why, sizeof(why))) ||
         !(ctx.producer = sf_kafka_producer_new(&ctx.d.kafka, why, sizeof(why))) ||
         !(ctx.consumer = sf_kafka_consumer_new(&ctx.d.kafka, group, why, sizeof(why)))) {
@@ -248,7 +258,7 @@ int main(int argc, char **argv)
                             5000) < 0 ||
         !(ctx.jobq = sf_jobq_new(ctx.d.base, ctx.consumer, ctx.producer, ctx.topic, wk_on_job,
                                  wk_on_bad, &ctx)) ||
-        wk_host_start(&ctx) < 0) {
+        wk_host_start(&ctx) < 0 || wk_life_start(&ctx) < 0) {
         sf_error("msg=\"cannot consume the host topic\" topic=%s", ctx.topic);
         goto out;
     }
@@ -269,6 +279,7 @@ out:
     ctx.stopping = 1;
     if (ctx.sandboxes)
         kill_all(&ctx);
+    wk_life_stop(&ctx);
     wk_egress_free(ctx.egress); /* the kills' unregisters go out */
     ctx.egress = NULL;
     wk_host_stop(&ctx);
@@ -285,6 +296,7 @@ out:
     sf_kafka_consumer_free(ctx.consumer);
     sf_kafka_producer_free(ctx.producer);
     sf_map_free(ctx.sandboxes);
+    sf_map_free(ctx.running);
     sf_toolset_fini(&ctx.tools);
     sf_daemon_fini(&ctx.d);
     sf_config_free(cfg_table, SF_ARRAY_LEN(cfg_table), &ctx.cfg);

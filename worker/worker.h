@@ -45,6 +45,9 @@ typedef struct wk_cfg {
     int64_t vm_pool;
     int64_t claim_team_mib; /* a team's large answers in Redis at once (claim checks) */
     int64_t zips;           /* downloads (ZIPs) built at once on this host */
+    int64_t idle_pause_ms;  /* a running sandbox without calls this long is paused (0 = never) */
+    int64_t lifetime_s;     /* the platform's default lifetime (no timeout_seconds given) */
+    int64_t timer_tick_ms;  /* how often this host's due timers are read from Redis */
 } wk_cfg;
 
 /* What the heartbeat thread publishes; written by the loop thread. */
@@ -68,6 +71,7 @@ typedef struct wk_ctx {
     rd_kafka_t *producer, *consumer;
     sf_jobq *jobq;
     sf_map *sandboxes;      /* id -> wk_box, from create until the teardown ended */
+    sf_map *running;        /* job id -> wk_call of the execs running (sf.cancel finds them) */
     sf_toolset tools;       /* the tool catalogue */
     struct wk_egress *egress; /* the link to this host's secret-proxy (egress.h) */
     struct event *ev_check; /* asks Redis which sandboxes the platform still knows */
@@ -76,6 +80,8 @@ typedef struct wk_ctx {
     wk_beat beat;
     int stopping;           /* new jobs are refused */
     int zips_running;       /* sandbox_files_download_dir calls under way */
+    struct event *ev_timers; /* life.c: reads the due timers */
+    int timers_asking;      /* ...one read at a time */
 } wk_ctx;
 
 enum { WK_BOX_CREATING, WK_BOX_RUNNING, WK_BOX_KILLING };
@@ -89,6 +95,8 @@ typedef struct wk_call {
     const sf_tool *tool;
     int claims_left;        /* argument claims still being taken from Redis */
     int claims_failed;      /* ...of which one could not be */
+    int on_box;             /* counted in its box's calls */
+    int cancelled;          /* an sf.cancel named it: its final reply is `cancelled` */
 } wk_call;
 
 /* A sandbox this host holds, with what the worker keeps beside the driver's handle. */
@@ -101,9 +109,11 @@ typedef struct wk_box {
     wk_limits lim;          /* what it holds of the host */
     json_t *env;            /* env_vars given at create (object of strings) */
     struct wk_egbox *eg;    /* its egress (egress.h), NULL when egress is off */
-    struct event *ev_timeout; /* sandbox lifetime (timeout_seconds) */
     wk_call *create;        /* the create job, until the driver answered */
     int64_t last_active_ms; /* monotonic: the last call that used it */
+    int calls;              /* calls running on it now (no idle pause meanwhile) */
+    int paused;             /* 1: paused (frozen) */
+    int pausing;            /* 1: a pause is under way */
     const char *end_state;  /* record state once torn down: killed, lost, failed */
 } wk_box;
 
@@ -129,6 +139,24 @@ void wk_on_bad(void *arg, const rd_kafka_message_t *msg, const char *why);
  * teardown ended. */
 void wk_box_kill(wk_box *b, const char *end_state);
 void wk_redis_logged(redisAsyncContext *ac, void *r, void *priv);
+
+/* life.c: pause, resume and the lifecycle timers (common/sf_timers.h). */
+/* Pauses / resumes b; done(c, rc, why) once it is (possibly inside the call; c may be
+ * NULL, done too for wk_box_pause). -errno when the driver refused at once (done not
+ * called). A resume also ends a pause under way. */
+int wk_box_pause(wk_box *b, wk_call *c, void (*done)(wk_call *c, int rc, const char *why));
+int wk_box_resume(wk_box *b, wk_call *c, void (*done)(wk_call *c, int rc, const char *why));
+void wk_do_pause(wk_call *c, wk_box *b);  /* sandbox_pause */
+void wk_do_resume(wk_call *c, wk_box *b); /* sandbox_resume */
+/* b started (args: the create's): its lifetime, idle and auto-delete timers. */
+void wk_life_started(wk_box *b, const json_t *args);
+/* A call used sandbox id: its idle timer starts again. */
+void wk_life_touch(wk_ctx *ctx, const char *id);
+int wk_life_start(wk_ctx *ctx);
+void wk_life_stop(wk_ctx *ctx);
+
+/* update.c: sandbox_update (network rules, metadata, lifecycle timers; never resumes). */
+void wk_do_update(wk_call *c, wk_box *b);
 
 /* host.c */
 int wk_host_start(wk_ctx *ctx);
