@@ -141,7 +141,8 @@ unsigned gw_http_server_h2_conns(const gw_http_server *srv);
 /* Checks a request with a body from its head alone, before any of the body is accepted
  * (budget, 100 Continue): fn must call gw_req_head_verdict() once, now or later; until
  * then no body byte is read. A client that leaves first runs the request's abort callback
- * (set one to cancel a pending check). HTTP/1 only (HTTP/2 bodies are flow-controlled). */
+ * (set one to cancel a pending check). On HTTP/2 the stream's window updates wait for
+ * the verdict (at most the 64 KiB connection window arrives before it). */
 typedef void (*gw_http_head_check_fn)(gw_req *req, void *arg);
 void gw_http_server_set_head_check(gw_http_server *srv, gw_http_head_check_fn fn, void *arg);
 /* Builds the WWW-Authenticate value of a 401 the server sends by itself (a head check's

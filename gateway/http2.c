@@ -5,7 +5,11 @@
  *
  * nghttp2 is driven with mem_recv / mem_send on a bufferevent: input is fed as it comes,
  * output is produced after each input batch and after each answer given from outside a
- * callback. A request's header block and body count against the server's buffer budget
+ * callback. A request with a body has its head checked (gw_http_server_set_head_check: the
+ * key) before any of its body is accepted: the window updates that let a client send body
+ * bytes are withheld until the check passes, so a connection holds at most the initial
+ * connection window (64 KiB) of unchecked body, and a failed check answers (401) while the
+ * body is still unsent. A request's header block and body count against the server's buffer budget
  * (bytes that arrived, never declared sizes) until it is answered; a body over max_body,
  * headers over max_header_bytes, or a full budget get 413 / 431 / 503 on that stream
  * only. A request still arriving has a total deadline as on HTTP/1 (headers within
@@ -55,10 +59,13 @@ struct h2_stream {
     gw_req *req;           /* NULL once answered (or never: refused) */
     struct evbuffer *out;  /* response body bytes not yet framed */
     size_t held;           /* bytes counted in the server budget */
+    size_t unconsumed;     /* body bytes received while its head check runs (no window
+                              update for them yet) */
     size_t hdr_bytes;
     int err;               /* status to refuse with once the request is complete */
     const char *err_msg;
     unsigned eof : 1, responded : 1, dispatched : 1, remote_done : 1;
+    unsigned checked : 1;  /* its head check passed (or it needs none): body accepted */
     int64_t t0_ms;         /* monotonic: when its headers began */
 };
 
@@ -67,12 +74,14 @@ static void h2_respond(gw_req *r, int status, const char *ctype, const char *con
 static int h2_stream_begin(gw_req *r, int status, const char *ctype, const char *const *headers);
 static int h2_stream_write(gw_req *r, const char *data, size_t len);
 static void h2_stream_end(gw_req *r);
+static void h2_head_verdict(gw_req *r, int status, const char *msg);
 
 static const gw_req_transport h2_transport = {
     .respond = h2_respond,
     .stream_begin = h2_stream_begin,
     .stream_write = h2_stream_write,
     .stream_end = h2_stream_end,
+    .head_verdict = h2_head_verdict,
 };
 
 static void h2_flush(gw_h2_conn *hc);
@@ -90,6 +99,22 @@ static void stream_hold(h2_stream *st, size_t n)
 {
     st->held += n;
     gw_budget_add(st->hc->srv, st->hc->addr, n);
+}
+
+/* Body bytes the stream (or the connection, once the stream is gone) is done with: the
+ * client may send as many again (window updates are ours to send, see gw_h2_serve). */
+static void body_consumed(gw_h2_conn *hc, int32_t id, size_t n)
+{
+    if (n > 0 && hc->ng)
+        nghttp2_session_consume(hc->ng, id, n);
+}
+
+static void stream_consume_held_back(h2_stream *st)
+{
+    size_t n = st->unconsumed;
+
+    st->unconsumed = 0;
+    body_consumed(st->hc, st->id, n);
 }
 
 static h2_stream *stream_new(gw_h2_conn *hc, int32_t id)
@@ -134,6 +159,9 @@ static void stream_free(h2_stream *st)
         st->req = NULL;
     }
     stream_release(st);
+    if (st->unconsumed > 0 && hc->ng) /* the stream is closed: the connection's share */
+        nghttp2_session_consume_connection(hc->ng, st->unconsumed);
+    st->unconsumed = 0;
     evbuffer_free(st->out);
     if (st->prev)
         st->prev->next = st->next;
@@ -220,25 +248,46 @@ static int submit_head(h2_stream *st, int status, const char *ctype, const char 
 /* A request this server refuses by itself (never dispatched). */
 static void stream_refuse(h2_stream *st, int status, const char *msg)
 {
-    char json[256];
-    int n = snprintf(json, sizeof(json), "{\"error\":\"%s\"}", msg);
+    gw_http_server *s = st->hc->srv;
+    char json[512], challenge[768];
     static const char *const retry[] = {"Retry-After", "1", NULL};
-    int wants_retry = status == 503 || status == 429;
+    const char *www_auth[] = {"WWW-Authenticate",
+                              "Bearer realm=\"sandfleet\", error=\"invalid_token\"", NULL};
+    const char *const *extra = (status == 503 || status == 429) ? retry : NULL;
+    int n;
 
     if (st->responded)
         return;
     st->responded = 1;
-    gw_http_count_refusal(st->hc->srv, status);
+    gw_http_count_refusal(s, status);
+    if (status == 401) { /* RFC 6750: the error code, and the sentence a person reads */
+        int had_auth = st->req && gw_req_header(st->req, "Authorization") != NULL;
+
+        if (st->req && s->challenge) {
+            s->challenge(st->req, msg, challenge, sizeof(challenge), s->challenge_arg);
+            www_auth[1] = challenge;
+        }
+        extra = www_auth;
+        n = snprintf(json, sizeof(json), "{\"error\":\"%s\",\"error_description\":\"%s\"}",
+                     had_auth ? "invalid_token" : "unauthorized", msg);
+    } else {
+        n = snprintf(json, sizeof(json), "{\"error\":\"%s\"}", msg);
+    }
+    if (n < 0 || (size_t)n >= sizeof(json))
+        n = snprintf(json, sizeof(json), "{\"error\":\"%s\"}", gw_http_reason(status));
     if (st->req) {
+        if (st->req->in_headcheck)
+            gw_req_abort(st->req); /* the pending check forgets it */
         gw_req_free(st->req);
         st->req = NULL;
     }
     stream_release(st);
+    stream_consume_held_back(st);
     evbuffer_add(st->out, json, (size_t)n);
     st->eof = 1;
     sf_debug("msg=\"rejected HTTP/2 request\" status=%d peer=%s reason=\"%s\"", status,
              st->hc->peer, msg);
-    submit_head(st, status, "application/json", wants_retry ? retry : NULL, 1, 0, (size_t)n, NULL);
+    submit_head(st, status, "application/json", extra, 1, 0, (size_t)n, NULL);
 }
 
 static void stream_dispatch(h2_stream *st)
@@ -246,13 +295,13 @@ static void stream_dispatch(h2_stream *st)
     gw_h2_conn *hc = st->hc;
     gw_req *r = st->req;
 
-    if (st->dispatched || st->responded || !r)
+    if (st->dispatched || st->responded || !r || !st->checked)
         return;
     if (st->err) {
         stream_refuse(st, st->err, st->err_msg);
         return;
     }
-    if (!r->target.p || !r->method || gw_req_split_target(r) < 0) {
+    if (!r->target.p || !r->method || (!r->path && gw_req_split_target(r) < 0)) {
         stream_refuse(st, 400, "malformed HTTP/2 request: :method and :path are required");
         return;
     }
@@ -329,6 +378,36 @@ static void h2_stream_end(gw_req *r)
     gw_req_free(r);
     nghttp2_session_resume_data(hc->ng, st->id);
     after_answer(hc);
+}
+
+/* The head check's answer: the body held back so far is let in (and the client may send
+ * the rest), or the request is refused while its body may still be unsent. */
+static void h2_head_verdict(gw_req *r, int status, const char *msg)
+{
+    h2_stream *st = r->conn;
+    gw_h2_conn *hc = st->hc;
+    int nested = hc->in_recv;
+
+    if (st->responded || st->req != r)
+        return;
+    hc->in_recv = 1; /* nothing is sent (so no stream is closed and freed) until the end */
+    if (status) {
+        stream_refuse(st, status, msg ? msg : gw_http_reason(status));
+    } else {
+        st->checked = 1;
+        stream_consume_held_back(st);
+        if (st->remote_done)
+            stream_dispatch(st); /* st may be answered here, but stays until sent */
+    }
+    if (nested)
+        return; /* the input loop sends */
+    hc->in_recv = 0;
+    if (hc->dead) {
+        hc->dead = 0;
+        h2_conn_free(hc);
+        return;
+    }
+    h2_flush(hc);
 }
 
 /* ------------------------------------------------------------------ nghttp2 callbacks */
@@ -415,8 +494,10 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
     gw_http_server *s;
     int rc;
 
-    if (!st || !st->req || st->err || st->responded)
+    if (!st || !st->req || st->err || st->responded) {
+        body_consumed(user, id, len); /* dropped */
         return 0;
+    }
     s = st->hc->srv;
     if (st->held + len > s->lim.max_buffered_bytes) {
         st->err = 413;
@@ -433,8 +514,13 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
         st->err_msg = rc == -E2BIG ? "request body too large" : "the server is out of memory";
     } else {
         stream_hold(st, len);
+        if (st->checked)
+            body_consumed(st->hc, id, len);
+        else
+            st->unconsumed += len; /* no window update until the head check passes */
         return 0;
     }
+    body_consumed(st->hc, id, len);
     stream_release(st);
     stream_refuse(st, st->err, st->err_msg); /* at once: the rest of the body is dropped */
     return 0;
@@ -456,6 +542,21 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *user
             (uint64_t)v > st->hc->srv->lim.max_body) {
             stream_refuse(st, 413, "request body too large");
             return 0;
+        }
+    }
+    if (f->hd.type == NGHTTP2_HEADERS && !st->checked && !st->responded) {
+        gw_http_server *s = st->hc->srv;
+
+        if (st->req && !st->err && s->head_check && !(f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+            /* a body follows: its key is checked first (the verdict may come at once) */
+            if (!st->req->target.p || !st->req->method || gw_req_split_target(st->req) < 0) {
+                stream_refuse(st, 400, "malformed HTTP/2 request: :method and :path are required");
+                return 0;
+            }
+            st->req->in_headcheck = 1;
+            s->head_check(st->req, s->head_check_arg);
+        } else {
+            st->checked = 1;
         }
     }
     if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) {
@@ -656,6 +757,7 @@ int gw_h2_serve(gw_http_server *s, struct bufferevent *bev, const char *peer, in
                 int tls, gw_addr *addr, gw_req *upgrade_req, const char *settings_b64)
 {
     nghttp2_session_callbacks *cbs = NULL;
+    nghttp2_option *opt = NULL;
     nghttp2_settings_entry iv[] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, H2_MAX_STREAMS},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1u << 20},
@@ -664,8 +766,11 @@ int gw_h2_serve(gw_http_server *s, struct bufferevent *bev, const char *peer, in
     gw_h2_conn *hc = calloc(1, sizeof(*hc));
     struct timeval idle = {(time_t)s->lim.idle_timeout_s, 0};
 
-    if (!hc || nghttp2_session_callbacks_new(&cbs) != 0)
+    if (!hc || nghttp2_session_callbacks_new(&cbs) != 0 || nghttp2_option_new(&opt) != 0)
         goto fail;
+    /* window updates follow what the server accepted (body_consumed), so that a request's
+     * body waits for its head check */
+    nghttp2_option_set_no_auto_window_update(opt, 1);
     hc->srv = s;
     hc->bev = bev;
     hc->addr = addr;
@@ -679,10 +784,13 @@ int gw_h2_serve(gw_http_server *s, struct bufferevent *bev, const char *peer, in
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
     nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
-    if (nghttp2_session_server_new(&hc->ng, cbs, hc) != 0)
+    if (nghttp2_session_server_new2(&hc->ng, cbs, hc, opt) != 0)
         goto fail;
     nghttp2_session_callbacks_del(cbs);
     cbs = NULL;
+    if (opt)
+        nghttp2_option_del(opt);
+    opt = NULL;
     hc->next = s->h2conns;
     if (s->h2conns)
         s->h2conns->prev = hc;
@@ -713,6 +821,7 @@ int gw_h2_serve(gw_http_server *s, struct bufferevent *bev, const char *peer, in
         st->id = 1;
         st->req = upgrade_req;
         st->remote_done = 1;
+        st->checked = 1; /* no body */
         upgrade_req->tp = &h2_transport;
         upgrade_req->srv = s;
         upgrade_req->conn = st;
@@ -753,6 +862,8 @@ int gw_h2_serve(gw_http_server *s, struct bufferevent *bev, const char *peer, in
 fail:
     if (cbs)
         nghttp2_session_callbacks_del(cbs);
+    if (opt)
+        nghttp2_option_del(opt);
     if (hc && hc->addr)
         gw_addr_release(s, hc->addr);
     else if (addr)

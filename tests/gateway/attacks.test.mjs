@@ -105,3 +105,31 @@ test('an HTTP/2 stream whose body never ends gets 408 (total deadline), the conn
   assert.equal(await status(ok), 200);
   session.close();
 });
+
+test('HTTP/2: the key is checked from the headers, before any body byte is accepted', async () => {
+  const session = http2.connect(`http://127.0.0.1:${port}`, { localAddress: '127.0.0.2' });
+  const answer = (stream) => new Promise((resolve) => {
+    stream.on('response', (h) => resolve(h));
+    stream.on('error', () => resolve({ ':status': 'error' }));
+  });
+  // 40 streams on one connection, no key or a bad one, whose bodies never end: each is
+  // refused (401 with a challenge) while its body is still unsent; before the gateway
+  // checked keys ahead of HTTP/2 bodies they waited for them and got 408.
+  const bad = Array.from({ length: 40 }, (_, i) => {
+    const s = session.request({ ':method': 'POST', ':path': '/mcp', 'content-type': 'application/json',
+      accept: 'application/json', ...(i % 2 ? { authorization: 'Bearer sf_not_a_key' } : {}) });
+    s.write('{"jsonrpc":"2.0",');
+    return s;
+  });
+  const heads = await whileAttacked(() => Promise.all(bad.map(answer)));
+  assert.deepEqual(tally(heads.map((h) => h[':status'])), { 401: 40 });
+  for (const h of heads) assert.match(h['www-authenticate'], /^Bearer /);
+  // a good key's body is accepted, a large one too (window updates follow the check)
+  const ok = session.request({ ':method': 'POST', ':path': '/mcp', authorization: `Bearer ${env.SF_KEY_ALPHA}`,
+    'content-type': 'application/json', accept: 'application/json' });
+  const pad = 'x'.repeat(300 * 1024);
+  ok.end(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping', params: { _meta: { pad } } }));
+  const head = await answer(ok);
+  assert.equal(head[':status'], 200);
+  session.close();
+});
