@@ -320,6 +320,50 @@ static void on_drained(struct bufferevent *bev, void *arg)
         bufferevent_enable(src, EV_READ);
 }
 
+/* ---------- writing ---------- */
+
+/* The socket of bev when bytes for it may skip its output buffer: a plain (not TLS)
+ * connected socket with nothing queued. Writing there at once spares arming and
+ * disarming its write event, two epoll_ctl calls per write; -1 otherwise. */
+static int direct_fd(sp_conn *c, struct bufferevent *bev)
+{
+    if (c->tls_term || c->state == ST_CLOSING || (bev == c->up && !c->up_connected) ||
+        evbuffer_get_length(bufferevent_get_output(bev)) != 0)
+        return -1;
+    return bufferevent_getfd(bev);
+}
+
+/* Sends n bytes at p to bev: what the socket takes now goes at once, the rest is queued
+ * (and so are errors: the bufferevent's own write reports them). */
+static void put_mem(sp_conn *c, struct bufferevent *bev, const void *p, size_t n)
+{
+    int fd = direct_fd(c, bev);
+
+    if (fd >= 0 && n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            p = (const char *)p + w;
+            n -= (size_t)w;
+        }
+    }
+    if (n)
+        bufferevent_write(bev, p, n);
+}
+
+/* Moves the first n bytes of src to bev, the same way. */
+static void put_buf(sp_conn *c, struct bufferevent *bev, struct evbuffer *src, size_t n)
+{
+    int fd = direct_fd(c, bev);
+
+    if (fd >= 0 && n) {
+        int w = evbuffer_write_atmost(src, fd, (ev_ssize_t)n);
+        if (w > 0)
+            n -= (size_t)w;
+    }
+    if (n)
+        evbuffer_remove_buffer(src, bufferevent_get_output(bev), n);
+}
+
 /* ---------- upstream ---------- */
 
 static void on_up_read(struct bufferevent *bev, void *arg);
@@ -547,7 +591,7 @@ static void tunnel_start(sp_conn *c)
     c->state = ST_TUNNEL;
     if (evbuffer_get_length(in)) {
         c->up_b += evbuffer_get_length(in);
-        evbuffer_add_buffer(bufferevent_get_output(c->up), in);
+        put_buf(c, c->up, in, evbuffer_get_length(in));
     }
     bufferevent_enable(c->cl, EV_READ);
 }
@@ -743,8 +787,9 @@ static void on_cl_read(struct bufferevent *bev, void *arg)
         break;
     case ST_TUNNEL:
         if (c->up) {
-            c->up_b += evbuffer_get_length(bufferevent_get_input(bev));
-            evbuffer_add_buffer(bufferevent_get_output(c->up), bufferevent_get_input(bev));
+            size_t n = evbuffer_get_length(bufferevent_get_input(bev));
+            c->up_b += n;
+            put_buf(c, c->up, bufferevent_get_input(bev), n);
             pressure(c, c->cl, c->up);
         }
         break;
@@ -782,8 +827,9 @@ static void on_up_read(struct bufferevent *bev, void *arg)
     struct evbuffer *in = bufferevent_get_input(bev);
 
     if (c->state == ST_TUNNEL || c->state == ST_SNIFF) {
-        c->down_b += evbuffer_get_length(in);
-        evbuffer_add_buffer(bufferevent_get_output(c->cl), in);
+        size_t n = evbuffer_get_length(in);
+        c->down_b += n;
+        put_buf(c, c->cl, in, n);
         pressure(c, c->up, c->cl);
         return;
     }
@@ -798,7 +844,7 @@ static void on_up_read(struct bufferevent *bev, void *arg)
             break;
         used = feed(&c->rsp, v.iov_base, v.iov_len, &err);
         c->down_b += used;
-        evbuffer_remove_buffer(in, bufferevent_get_output(c->cl), used);
+        put_buf(c, c->cl, in, used);
         if (err != HPE_OK) {
             if (err == HPE_PAUSED) {
                 llhttp_resume(&c->rsp);
@@ -909,7 +955,7 @@ static void write_head(sp_conn *c)
     c->secret |= injected > 0;
     c->foreign |= foreign > 0;
     c->up_b += c->out.len;
-    bufferevent_write(c->up, c->out.p, c->out.len);
+    put_mem(c, c->up, c->out.p, c->out.len);
     if (injected)
         sodium_memzero(c->out.p, c->out.len);
     c->fifo[(c->fifo_head + c->pending) % FIFO_MAX] = !strcmp(c->method, "HEAD");
