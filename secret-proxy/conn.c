@@ -94,6 +94,15 @@ struct sp_conn {
 
 static llhttp_settings_t req_settings, rsp_settings;
 
+/* Copies the string src into dst (cap bytes), cut to fit (no printf per request). */
+static void copy_str(char *dst, size_t cap, const char *src)
+{
+    size_t n = strnlen(src, cap - 1);
+
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
 /* Feeds n bytes to p: how many it took (all, or up to where it paused or failed). */
 static size_t feed(llhttp_t *p, const char *at, size_t n, llhttp_errno_t *err)
 {
@@ -984,7 +993,7 @@ static void decide_request(sp_conn *c)
 
     c->awaiting = 1;
     c->req_port = def_port;
-    snprintf(c->path_host, sizeof(c->path_host), "%s", c->name);
+    copy_str(c->path_host, sizeof(c->path_host), c->name);
     if ((te = sp_head_get(&c->head, "transfer-encoding")) &&
         (strcasecmp(te, "chunked") || sp_head_get(&c->head, "content-length"))) {
         http_bad(c, 400, "only 'Transfer-Encoding: chunked', without Content-Length, is "
@@ -1191,7 +1200,7 @@ static int rq_headers_done(llhttp_t *p)
     sp_conn *c = p->data;
 
     sp_head_end(&c->head);
-    snprintf(c->method, sizeof(c->method), "%s", llhttp_method_name((llhttp_method_t)p->method));
+    copy_str(c->method, sizeof(c->method), llhttp_method_name((llhttp_method_t)p->method));
     c->http_minor = p->http_minor > 1 ? 1 : p->http_minor;
     c->chunked = (p->flags & F_CHUNKED) != 0;
     c->upgrade = llhttp_get_upgrade(p) && p->method != HTTP_CONNECT;

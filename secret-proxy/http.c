@@ -15,15 +15,13 @@ void sp_head_init(sp_head *h)
     sf_buf_init(&h->url, 8192);
     sf_buf_init(&h->field, 256);
     sf_buf_init(&h->value, 8192);
+    sf_buf_init(&h->arena, SP_HEAD_MAX + 2 * SP_HDRS_MAX);
 }
 
 void sp_head_reset(sp_head *h)
 {
-    for (int i = 0; i < h->n; i++) {
-        free(h->hdrs[i].name);
-        free(h->hdrs[i].value);
-    }
     h->n = 0;
+    sf_buf_reset(&h->arena);
     h->in_value = 0;
     h->too_big = 0;
     sf_buf_reset(&h->url);
@@ -37,6 +35,7 @@ void sp_head_fini(sp_head *h)
     sf_buf_fini(&h->url);
     sf_buf_fini(&h->field);
     sf_buf_fini(&h->value);
+    sf_buf_fini(&h->arena);
 }
 
 static int flush(sp_head *h)
@@ -48,14 +47,22 @@ static int flush(sp_head *h)
         h->too_big = 1;
         return -E2BIG;
     }
-    h->hdrs[h->n].name = strndup(h->field.p ? h->field.p : "", h->field.len);
-    h->hdrs[h->n].value = strndup(h->value.p ? h->value.p : "", h->value.len);
-    if (!h->hdrs[h->n].name || !h->hdrs[h->n].value) {
-        free(h->hdrs[h->n].name);
-        free(h->hdrs[h->n].value);
-        return -ENOMEM;
+    char *old = h->arena.p;
+    size_t at = h->arena.len;
+    int rc;
+    if ((rc = sf_buf_append(&h->arena, h->field.p ? h->field.p : "", h->field.len + 1)) < 0 ||
+        (rc = sf_buf_append(&h->arena, h->value.p ? h->value.p : "", h->value.len + 1)) < 0) {
+        h->arena.len = at;
+        h->too_big = 1;
+        return rc;
     }
+    h->off[h->n][0] = at;
+    h->off[h->n][1] = at + h->field.len + 1;
     h->n++;
+    for (int i = old == h->arena.p ? h->n - 1 : 0; i < h->n; i++) { /* moved: re-point all */
+        h->hdrs[i].name = h->arena.p + h->off[i][0];
+        h->hdrs[i].value = h->arena.p + h->off[i][1];
+    }
     sf_buf_reset(&h->field);
     sf_buf_reset(&h->value);
     return 0;
@@ -232,8 +239,10 @@ int sp_head_write(sf_buf *out, const char *method, const char *path, int http_mi
     int rc;
 
     *injected = *foreign = 0;
-    if ((rc = sf_buf_appendf(out, "%s %s%s HTTP/1.%d\r\n", method, path[0] == '?' ? "/" : "",
-                             path, http_minor)) < 0)
+    if ((rc = sf_buf_append(out, method, strlen(method))) < 0 ||
+        (rc = sf_buf_append(out, " /", path[0] == '?' ? 2 : 1)) < 0 ||
+        (rc = sf_buf_append(out, path, strlen(path))) < 0 ||
+        (rc = sf_buf_append(out, http_minor ? " HTTP/1.1\r\n" : " HTTP/1.0\r\n", 11)) < 0)
         return rc;
     for (int i = 0; i < h->n; i++) {
         if (is_hop(h->hdrs[i].name))

@@ -210,7 +210,9 @@ typedef struct sp_hdr {
 } sp_hdr;
 typedef struct sp_head {
     sf_buf url;
-    sp_hdr hdrs[SP_HDRS_MAX];
+    sp_hdr hdrs[SP_HDRS_MAX]; /* point into arena */
+    size_t off[SP_HDRS_MAX][2]; /* where each name and value start in arena */
+    sf_buf arena;             /* kept across requests: no allocation per header */
     int n;
     int in_value;       /* parser state: last callback was a value */
     sf_buf field, value;

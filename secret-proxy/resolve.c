@@ -199,7 +199,7 @@ int sp_resolve_peek(sp_resolver *r, const char *name, sp_addrs *a)
     struct in_addr lit;
     cache_ent *e;
 
-    if (inet_pton(AF_INET, name, &lit) == 1) {
+    if (name[0] >= '0' && name[0] <= '9' && inet_pton(AF_INET, name, &lit) == 1) {
         memset(a, 0, sizeof(*a));
         a->ip[0] = ntohl(lit.s_addr);
         a->n = 1;

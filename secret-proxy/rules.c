@@ -12,13 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Ranges every decision checks first, as numbers (no parsing per request). */
+#define IP4(a, b, c, d) (((uint32_t)(a) << 24) | ((uint32_t)(b) << 16) | ((c) << 8) | (d))
 static const struct {
-    const char *cidr;
+    uint32_t net;
+    int prefix;
     int reserved; /* 1: never reachable; 0: only when explicitly allowed */
 } special[] = {
-    {"0.0.0.0/8", 1},      {"127.0.0.0/8", 1},    {"224.0.0.0/4", 1},   {"240.0.0.0/4", 1},
-    {"10.0.0.0/8", 0},     {"172.16.0.0/12", 0},  {"192.168.0.0/16", 0}, {"169.254.0.0/16", 0},
-    {"100.64.0.0/10", 0},
+    {IP4(0, 0, 0, 0), 8, 1},    {IP4(127, 0, 0, 0), 8, 1},   {IP4(224, 0, 0, 0), 4, 1},
+    {IP4(240, 0, 0, 0), 4, 1},  {IP4(10, 0, 0, 0), 8, 0},    {IP4(172, 16, 0, 0), 12, 0},
+    {IP4(192, 168, 0, 0), 16, 0}, {IP4(169, 254, 0, 0), 16, 0}, {IP4(100, 64, 0, 0), 10, 0},
 };
 
 int sp_cidr_parse(const char *s, sp_cidr *out)
@@ -205,12 +208,10 @@ static int allow_ip_covers(const sp_rules *r, uint32_t ip)
 int sp_decide(const sp_policy *p, const sp_rules *r, const char *name, uint32_t ip,
               const char **reason)
 {
-    sp_cidr c;
     int best_allow = -1, best_deny = -1;
 
     for (size_t i = 0; i < SF_ARRAY_LEN(special); i++) {
-        sp_cidr_parse(special[i].cidr, &c);
-        if (!cidr_has(&c, ip))
+        if ((ip & (0xffffffffu << (32 - special[i].prefix))) != special[i].net)
             continue;
         if (special[i].reserved) {
             *reason = "reserved or loopback address";
