@@ -62,7 +62,18 @@ static void on_request(struct evhttp_request *req, void *arg)
         free(line);
     }
     json_decref(o);
-    if (!strncmp(uri, "/redirect?to=", 13)) {
+    if (!strncmp(uri, "/bulk/", 6)) { /* /bulk/N: N bytes of 'x' (at most 64 MiB) */
+        long n = strtol(uri + 6, NULL, 10);
+        struct evbuffer_iovec v;
+        if (n < 0 || n > 64L << 20)
+            n = 0;
+        if (n && evbuffer_reserve_space(out, n, &v, 1) == 1) {
+            memset(v.iov_base, 'x', (size_t)n);
+            v.iov_len = (size_t)n;
+            evbuffer_commit_space(out, &v, 1);
+        }
+        evhttp_send_reply(req, 200, "OK", out);
+    } else if (!strncmp(uri, "/redirect?to=", 13)) {
         to_url = uri + 13;
         evhttp_add_header(evhttp_request_get_output_headers(req), "Location", to_url);
         evhttp_send_reply(req, 302, "Found", NULL);
