@@ -576,7 +576,9 @@ static void on_created_ping(void *arg, int rc, const char *why)
     if (sb->setup_cmd) {
         char *pem_env = NULL;
         const char *env[2] = {NULL, NULL};
-        wk_exec_req req = {.command = sb->setup_cmd, .timeout_ms = 10000, .env = env};
+        wk_exec_req req = {.command = sb->setup_cmd,
+                           .timeout_ms = sb->d->create_timeout_ms, /* the create deadline bounds it */
+                           .env = env};
         int rc2;
         if (sb->trust_pem && asprintf(&pem_env, "SF_TRUST_PEM=%s", sb->trust_pem) < 0) {
             fail_vm(sb, ERR_NOMEM, "cannot queue the setup command");
