@@ -6,9 +6,38 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int send_reply(rd_kafka_t *producer, const char *topic, const char *id, const sf_buf *b)
+#define MSG_TOO_LARGE                                                                         \
+    "The answer to this call is larger than the 1 MiB message limit; ask for less (a smaller " \
+    "limit, a narrower filter or path) and retry."
+
+int sf_jobio_encode_error(const sf_job *job, const char *code, const char *message, sf_buf *out)
 {
-    return sf_kafka_produce(producer, topic, id, b->p, b->len);
+    return sf_reply_encode_error(job->id, code, message, out);
+}
+
+int sf_jobio_encode_result(const sf_job *job, const json_t *result, const sf_claims *claims,
+                           sf_buf *out)
+{
+    sf_reply r;
+    int rc;
+
+    sf_reply_init(&r);
+    snprintf(r.id, sizeof(r.id), "%s", job->id);
+    r.kind = SF_REPLY_RESULT;
+    r.result = (json_t *)result;
+    if (claims)
+        r.claims = *claims;
+    rc = sf_reply_encode(&r, out);
+    if (rc == -E2BIG) { /* the caller still gets its one answer */
+        sf_buf_reset(out);
+        rc = sf_reply_encode_error(job->id, SF_ERR_LIMIT, MSG_TOO_LARGE, out);
+    }
+    return rc;
+}
+
+int sf_jobio_send(rd_kafka_t *producer, const sf_job *job, const void *p, size_t n)
+{
+    return sf_kafka_produce(producer, job->reply, job->id, p, n);
 }
 
 int sf_jobio_error(rd_kafka_t *producer, const sf_job *job, const char *code, const char *message)
@@ -17,9 +46,9 @@ int sf_jobio_error(rd_kafka_t *producer, const sf_job *job, const char *code, co
     int rc;
 
     sf_buf_init(&b, SF_MSG_MAX);
-    rc = sf_reply_encode_error(job->id, code, message, &b);
+    rc = sf_jobio_encode_error(job, code, message, &b);
     if (rc == 0)
-        rc = send_reply(producer, job->reply, job->id, &b);
+        rc = sf_jobio_send(producer, job, b.p, b.len);
     sf_buf_fini(&b);
     return rc;
 }
@@ -32,26 +61,14 @@ int sf_jobio_result(rd_kafka_t *producer, const sf_job *job, const json_t *resul
 int sf_jobio_result_claims(rd_kafka_t *producer, const sf_job *job, const json_t *result,
                            const sf_claims *claims)
 {
-    sf_reply r;
     sf_buf b;
     int rc;
 
-    sf_reply_init(&r);
-    snprintf(r.id, sizeof(r.id), "%s", job->id);
-    r.kind = SF_REPLY_RESULT;
-    r.result = (json_t *)result;
-    if (claims)
-        r.claims = *claims;
     sf_buf_init(&b, SF_MSG_MAX);
-    rc = sf_reply_encode(&r, &b);
+    rc = sf_jobio_encode_result(job, result, claims, &b);
     if (rc == 0)
-        rc = send_reply(producer, job->reply, job->id, &b);
+        rc = sf_jobio_send(producer, job, b.p, b.len);
     sf_buf_fini(&b);
-    if (rc == -E2BIG) /* the caller still gets its one answer */
-        rc = sf_jobio_error(producer, job, SF_ERR_LIMIT,
-                            "The answer to this call is larger than the 1 MiB message limit; "
-                            "ask for less (a smaller limit, a narrower filter or path) and "
-                            "retry.");
     return rc;
 }
 
@@ -68,7 +85,7 @@ int sf_jobio_progress(rd_kafka_t *producer, const sf_job *job, const json_t *pro
     sf_buf_init(&b, SF_MSG_MAX);
     rc = sf_reply_encode(&r, &b);
     if (rc == 0)
-        rc = send_reply(producer, job->reply, job->id, &b);
+        rc = sf_jobio_send(producer, job, b.p, b.len);
     sf_buf_fini(&b);
     return rc;
 }

@@ -19,6 +19,14 @@ int sf_jobio_result_claims(rd_kafka_t *producer, const sf_job *job, const json_t
 /* A `progress` reply (CONTRACTS.md: {stream, data} or {message}) for a job that asked for
  * progress; any number may precede its final reply. Not taken over. */
 int sf_jobio_progress(rd_kafka_t *producer, const sf_job *job, const json_t *progress);
+/* The same in two steps, for a caller that keeps the encoded reply (the worker's job
+ * guard): encode into out (a result too large for one message becomes the same
+ * limit_exceeded error; claims may be NULL), then send those bytes to the job's reply
+ * topic. 0 or -errno. */
+int sf_jobio_encode_error(const sf_job *job, const char *code, const char *message, sf_buf *out);
+int sf_jobio_encode_result(const sf_job *job, const json_t *result, const sf_claims *claims,
+                           sf_buf *out);
+int sf_jobio_send(rd_kafka_t *producer, const sf_job *job, const void *p, size_t n);
 /* A message that is not a valid job: copies it to the dead-letter topic and, when its
  * id and reply topic can still be read, tells the caller why. */
 void sf_jobio_reject(rd_kafka_t *producer, const rd_kafka_message_t *msg, const char *why);

@@ -192,3 +192,106 @@ redisContext *sf_redis_connect_sync(const char *url, char *why, size_t whylen)
     }
     return c;
 }
+
+/* ---- scripts by SHA ---- */
+
+typedef struct script_call {
+    sf_redis *r;
+    sf_redis_script *s;
+    redisCallbackFn *cb;
+    void *priv;
+    int argc; /* EVALSHA/EVAL, sha/source, numkeys, keys and args */
+    const char **argv;
+    size_t *lens;
+    char numkeys[16];
+    char *data; /* copies of the keys and args */
+} script_call;
+
+static void script_call_free(script_call *sc)
+{
+    free(sc->argv);
+    free(sc->lens);
+    free(sc->data);
+    free(sc);
+}
+
+static void on_script_loaded(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+    sf_redis_script *s = priv;
+
+    if (rep && rep->type == REDIS_REPLY_STRING && rep->len == 40)
+        memcpy(s->sha, rep->str, 41);
+    s->loading = 0;
+}
+
+static void on_script_reply(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+    script_call *sc = priv;
+
+    if (rep && rep->type == REDIS_REPLY_ERROR && !strncmp(rep->str, "NOSCRIPT", 8) &&
+        !strcmp(sc->argv[0], "EVALSHA")) {
+        /* Redis lost its scripts (a restart): send the source, which loads it again */
+        sc->s->sha[0] = '\0';
+        sc->argv[0] = "EVAL";
+        sc->argv[1] = sc->s->src;
+        sc->lens[0] = 4;
+        sc->lens[1] = strlen(sc->s->src);
+        if (sf_redis_cmdargv(sc->r, on_script_reply, sc, sc->argc, sc->argv, sc->lens) == 0)
+            return;
+        rep = NULL;
+    }
+    sc->cb(ac, rep, sc->priv);
+    script_call_free(sc);
+}
+
+int sf_redis_script_call(sf_redis *r, sf_redis_script *s, redisCallbackFn *cb, void *priv,
+                         int nkeys, int nargs, const char **argv, const size_t *lens)
+{
+    script_call *sc;
+    size_t total = 0;
+    char *p;
+    int n = nkeys + nargs, rc;
+
+    if (!sf_redis_connected(r))
+        return -ENOTCONN;
+    if (nkeys < 0 || nargs < 0 || n > 64)
+        return -EINVAL;
+    for (int i = 0; i < n; i++)
+        total += lens[i];
+    if (!(sc = calloc(1, sizeof(*sc))) || !(sc->argv = calloc((size_t)n + 3, sizeof(char *))) ||
+        !(sc->lens = calloc((size_t)n + 3, sizeof(size_t))) ||
+        !(sc->data = malloc(total ? total : 1))) {
+        if (sc)
+            script_call_free(sc);
+        return -ENOMEM;
+    }
+    sc->r = r;
+    sc->s = s;
+    sc->cb = cb;
+    sc->priv = priv;
+    sc->argc = n + 3;
+    snprintf(sc->numkeys, sizeof(sc->numkeys), "%d", nkeys);
+    sc->argv[0] = s->sha[0] ? "EVALSHA" : "EVAL";
+    sc->argv[1] = s->sha[0] ? s->sha : s->src;
+    sc->argv[2] = sc->numkeys;
+    sc->lens[0] = strlen(sc->argv[0]);
+    sc->lens[1] = strlen(sc->argv[1]);
+    sc->lens[2] = strlen(sc->numkeys);
+    for (int i = 0, off = 0; i < n; off += (int)lens[i], i++) {
+        p = sc->data + off;
+        memcpy(p, argv[i], lens[i]);
+        sc->argv[3 + i] = p;
+        sc->lens[3 + i] = lens[i];
+    }
+    if (!s->sha[0] && !s->loading) { /* learn its SHA for the next calls */
+        const char *la[] = {"SCRIPT", "LOAD", s->src};
+        size_t ll[] = {6, 4, strlen(s->src)};
+        if (sf_redis_cmdargv(r, on_script_loaded, s, 3, la, ll) == 0)
+            s->loading = 1;
+    }
+    if ((rc = sf_redis_cmdargv(r, on_script_reply, sc, sc->argc, sc->argv, sc->lens)) < 0)
+        script_call_free(sc);
+    return rc;
+}

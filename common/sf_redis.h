@@ -31,6 +31,21 @@ int sf_redis_is_oom(const redisReply *rep);
     "The platform is full (its state store reached its memory limit); kill sandboxes you "    \
     "no longer need and retry, or ask the operator to raise the Redis maxmemory."
 
+/* A Lua script called by SHA (EVALSHA) with its keys declared, so it runs on Redis
+ * Cluster when its keys share one hash slot. The first call sends the source (EVAL) and
+ * learns the SHA (SCRIPT LOAD); a Redis that lost its scripts (NOSCRIPT) gets the source
+ * again. One per script, static, used from one thread (event loop). */
+typedef struct sf_redis_script {
+    const char *src;
+    char sha[41];
+    int loading;
+} sf_redis_script;
+#define SF_REDIS_SCRIPT(source) {(source), "", 0}
+/* argv[0..nkeys) are the keys, the rest the arguments (binary-safe, lens). cb as for
+ * sf_redis_cmd. 0, -ENOTCONN, -EINVAL or -ENOMEM (cb not called). */
+int sf_redis_script_call(sf_redis *r, sf_redis_script *s, redisCallbackFn *cb, void *priv,
+                         int nkeys, int nargs, const char **argv, const size_t *lens);
+
 /* Blocking connection for tools (CLI, tests). NULL with why. */
 redisContext *sf_redis_connect_sync(const char *url, char *why, size_t whylen);
 
@@ -45,7 +60,8 @@ redisContext *sf_redis_connect_sync(const char *url, char *why, size_t whylen);
 #define SF_RK_HOST_SANDBOXES "sf:host:{%s}:sandboxes" /* set of sandbox ids placed there */
 #define SF_RK_HOSTS "sf:hosts"            /* zset host id -> last heartbeat ms */
 #define SF_RK_HOST "sf:host:{%s}"         /* hash {topic, capacity, running, driver, ts} */
-#define SF_RK_JOB "sf:job:{%s}"           /* SET NX guard: job processed once */
+#define SF_RK_JOB "sf:job:{%s}"           /* job guard: running where / done + reply */
+#define SF_RK_IDEM "sf:idem:{%s}:%s"      /* team, key hash -> an idempotent call's answer */
 #define SF_RK_SESSION "sf:mcpsess:{%s}"   /* MCP session -> hash {team, protocol} */
 #define SF_RK_TEAM_SESSIONS "sf:team:{%s}:sessions" /* zset session id -> last use ms */
 /* Pub/sub channel every gateway listens on: "key:<hash>" (an API key was revoked),

@@ -520,7 +520,8 @@ static void on_deleted(redisAsyncContext *ac, void *r, void *priv)
     redisReply *rep = r;
 
     __atomic_fetch_add(&sess_gen, 1, __ATOMIC_RELEASE); /* after the tombstone is written */
-    op->cb(op->arg, rep && rep->type == REDIS_REPLY_INTEGER);
+    /* 1 written, 0 Redis unreachable, -1 Redis full (the tombstone was refused) */
+    op->cb(op->arg, rep && rep->type == REDIS_REPLY_INTEGER ? 1 : sf_redis_is_oom(rep) ? -1 : 0);
     free(op);
 }
 
@@ -550,11 +551,43 @@ void gw_session_delete(gw_ctx *ctx, const char *team, const char *sid,
     sf_redis_cmd(ctx->redis, NULL, NULL, "PUBLISH " SF_CH_GATEWAY " sess:%s", sid);
 }
 
-void gw_session_set_level(gw_ctx *ctx, gw_session *s, int level)
+typedef struct level_op {
+    void (*cb)(void *arg, int ok);
+    void *arg;
+    char sid[SF_ID_MAX];
+} level_op;
+
+static void on_level_set(redisAsyncContext *ac, void *r, void *priv)
 {
+    level_op *op = priv;
+    redisReply *rep = r;
+    int ok = rep && rep->type == REDIS_REPLY_INTEGER ? 1 : sf_redis_is_oom(rep) ? -1 : 0;
+
+    if (ok < 0)
+        sf_warn("msg=\"session log level not kept: Redis is full\" session=%s", op->sid);
+    op->cb(op->arg, ok);
+    free(op);
+}
+
+void gw_session_set_level(gw_ctx *ctx, gw_session *s, int level, void (*cb)(void *arg, int ok),
+                          void *arg)
+{
+    level_op *op = calloc(1, sizeof(*op));
+
+    if (!op) {
+        cb(arg, 0);
+        return;
+    }
+    op->cb = cb;
+    op->arg = arg;
+    snprintf(op->sid, sizeof(op->sid), "%s", s->id);
     s->level = level;
-    sf_redis_cmd(ctx->redis, NULL, NULL, "HSET " SF_RK_SESSION " level %s", s->id,
-                 gw_log_level_name(level));
+    if (sf_redis_cmd(ctx->redis, on_level_set, op, "HSET " SF_RK_SESSION " level %s", s->id,
+                     gw_log_level_name(level)) < 0) {
+        free(op);
+        cb(arg, 0);
+        return;
+    }
     /* the other gateways (and threads) read it again from Redis */
     sf_redis_cmd(ctx->redis, NULL, NULL, "PUBLISH " SF_CH_GATEWAY " sess:%s", s->id);
 }

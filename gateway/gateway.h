@@ -122,6 +122,9 @@ void gw_tools_free(gw_ctx *ctx);
 gw_team_table *gw_team_table_new(size_t max);
 void gw_team_table_free(gw_team_table *t);
 #define GW_TOOL_CANCEL "sf.cancel"
+/* tools/call _meta field: a client's key for one call (team-scoped, kept 24 h), so a retry
+ * after a broken connection gets the first call's answer instead of running it again. */
+#define GW_META_IDEMPOTENCY_KEY "sandfleet/idempotency_key"
 typedef void (*gw_job_cb)(void *arg, const sf_reply *reply); /* reply NULL = deadline passed */
 typedef void (*gw_progress_cb)(void *arg, const json_t *chunk); /* a `progress` reply */
 typedef struct gw_pending gw_pending;
@@ -169,9 +172,13 @@ void gw_auth_check(gw_ctx *ctx, const char *authorization, const char *session_i
 typedef void (*gw_session_cb)(void *arg, int status, const char *sid);
 void gw_session_create(gw_ctx *ctx, const char *team, const char *protocol, gw_session_cb cb,
                        void *arg);
+/* ok as for gw_session_set_level. */
 void gw_session_delete(gw_ctx *ctx, const char *team, const char *sid,
                        void (*cb)(void *arg, int ok), void *arg);
-void gw_session_set_level(gw_ctx *ctx, gw_session *s, int level);
+/* Keeps the session's log level in Redis; cb(arg, ok) once it is written: ok 1, 0 (Redis
+ * unreachable) or -1 (Redis full: the level holds on this gateway only). */
+void gw_session_set_level(gw_ctx *ctx, gw_session *s, int level, void (*cb)(void *arg, int ok),
+                          void *arg);
 
 /* mcp.c: what a tool call running in-process (fixtures.c) may do. */
 typedef struct mcp_call mcp_call;

@@ -399,8 +399,10 @@ int gw_jobs_submit(gw_ctx *ctx, sf_job *job, int64_t wait_ms, gw_job_cb cb, void
     sf_buf b;
     int rc;
 
-    if (!job->id[0] && sf_id_new(job->id, "job_") < 0)
+    if (!job->id[0] && sf_id_new(job->id, "job_") < 0) /* set: an idempotent call's */
         return -EIO;
+    if (sf_map_get(ctx->pending, job->id))
+        return -EALREADY;
     snprintf(job->reply, sizeof(job->reply), "%s", ctx->reply_topic);
     job->deadline_ms = sf_now_ms() + wait_ms;
     if ((rc = team_enter(ctx, job->team)) < 0)

@@ -10,6 +10,7 @@
 #include "sf_log.h"
 
 #include <errno.h>
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -57,6 +58,8 @@ struct mcp_call {
     char call_key[SF_ID_MAX + 80]; /* key in ctx->calls ("" when not registered) */
     const sf_tool *def;    /* tools/call: the tool */
     sf_job *held;          /* tools/call: the job while its large arguments go to Redis */
+    char idem[SF_ID_MAX + 64];     /* Redis key of its idempotency record ("" without one) */
+    sf_job *idem_job;              /* the job, while its idempotency record is looked up */
 };
 
 static void call_unregister(mcp_call *c)
@@ -69,6 +72,10 @@ static void call_unregister(mcp_call *c)
 static void call_free(mcp_call *c)
 {
     call_unregister(c);
+    if (c->idem_job) {
+        sf_job_fini(c->idem_job);
+        free(c->idem_job);
+    }
     if (c->timer)
         event_free(c->timer);
     json_decref(c->msg);
@@ -266,6 +273,31 @@ void gw_call_later(mcp_call *c, int ms, int step)
 
 /* ---- tools/call ---- */
 
+static void on_idem_stored(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+
+    if (!rep || rep->type == REDIS_REPLY_ERROR)
+        sf_warn("msg=\"cannot keep the answer under its idempotency key; a retry may run the "
+                "call again\" err=\"%s\"", rep ? rep->str : "Redis connection lost");
+}
+
+/* An idempotent call's final answer is kept 24 h under its key, for retries. */
+static void idem_store(mcp_call *c, const sf_reply *r)
+{
+    sf_buf b;
+
+    sf_buf_init(&b, SF_MSG_MAX);
+    if (sf_reply_encode(r, &b) == 0) {
+        const char *argv[] = {"SET", c->idem, b.p, "EX", "86400"};
+        size_t lens[] = {3, strlen(c->idem), b.len, 2, 5};
+        if (sf_redis_cmdargv(c->ctx->redis, on_idem_stored, NULL, 5, argv, lens) < 0)
+            sf_warn("msg=\"cannot keep the answer under its idempotency key; Redis is down\" "
+                    "job=%s", c->job);
+    }
+    sf_buf_fini(&b);
+}
+
 static void on_job_reply(void *arg, const sf_reply *r)
 {
     mcp_call *c = arg;
@@ -273,6 +305,8 @@ static void on_job_reply(void *arg, const sf_reply *r)
     char *text;
 
     c->pending = NULL;
+    if (r && c->idem[0])
+        idem_store(c, r);
     if (!r) {
         char msg[256];
         snprintf(msg, sizeof(msg),
@@ -348,7 +382,92 @@ static void call_register(mcp_call *c)
 }
 
 static void submit(mcp_call *c, sf_job *job);
+static void hand_over(mcp_call *c, sf_job *job);
 static void on_claims_stored(void *arg, int status);
+
+/* ---- idempotency keys: _meta["sandfleet/idempotency_key"] ---- */
+
+/* The record of a key: the first call's answer, kept 24 h. Absent: the call is new, or
+ * still running (its job id comes from the key, so publishing it again reaches the same
+ * job: the worker's job guard answers it once, to every caller). */
+static void on_idem_lookup(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+    mcp_call *c = priv;
+    sf_job *job = c->idem_job;
+    sf_reply rr;
+    const char *why = NULL;
+
+    c->busy = 0;
+    c->idem_job = NULL;
+    if (!c->req) {
+        sf_job_fini(job);
+        free(job);
+        call_free(c);
+        return;
+    }
+    if (rep && rep->type == REDIS_REPLY_STRING &&
+        sf_reply_decode(rep->str, rep->len, &rr, &why) == 0) {
+        sf_info("msg=\"idempotent retry answered with the first answer\" job=%s", job->id);
+        snprintf(c->job, sizeof(c->job), "%s", job->id);
+        sf_job_fini(job);
+        free(job);
+        c->idem[0] = '\0'; /* stored already */
+        on_job_reply(c, &rr);
+        sf_reply_fini(&rr);
+        return;
+    }
+    if (!rep || rep->type == REDIS_REPLY_ERROR) {
+        sf_job_fini(job);
+        free(job);
+        respond_tool_error(c, "The platform's state store is unreachable; retry in a few "
+                              "seconds (with the same idempotency key).");
+        call_free(c);
+        return;
+    }
+    hand_over(c, job);
+    free(job);
+}
+
+static void idem_begin(mcp_call *c, sf_job *job, json_t *key)
+{
+    const char *k = json_string_value(key);
+    unsigned char h[16];
+    char hex[33];
+    size_t n = k ? strlen(k) : 0;
+
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)k[i] < 0x20 || k[i] == 0x7f)
+            n = 0;
+    if (n == 0 || n > 128) {
+        sf_job_fini(job);
+        respond_tool_error(c, "_meta[\"" GW_META_IDEMPOTENCY_KEY "\"] must be a string of 1 "
+                              "to 128 printable characters (e.g. a UUID); fix it and retry.");
+        call_free(c);
+        return;
+    }
+    /* team-scoped: the same key from two teams names two calls */
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, NULL, 0, sizeof(h));
+    crypto_generichash_update(&st, (const unsigned char *)c->team, strlen(c->team) + 1);
+    crypto_generichash_update(&st, (const unsigned char *)k, n);
+    crypto_generichash_final(&st, h, sizeof(h));
+    sodium_bin2hex(hex, sizeof(hex), h, sizeof(h));
+    snprintf(job->id, sizeof(job->id), "job_i%s", hex);
+    if (!strcmp(job->tool, "sandbox_create"))
+        snprintf(job->sandbox, sizeof(job->sandbox), "sb_i%.24s", hex);
+    snprintf(c->idem, sizeof(c->idem), SF_RK_IDEM, c->team, hex);
+    if (!(c->idem_job = malloc(sizeof(*job)))) {
+        sf_job_fini(job);
+        respond_tool_error(c, "Out of memory; retry.");
+        call_free(c);
+        return;
+    }
+    *c->idem_job = *job; /* taken over */
+    c->busy = 1;
+    if (sf_redis_cmd(c->ctx->redis, on_idem_lookup, c, "GET %s", c->idem) < 0)
+        on_idem_lookup(NULL, NULL, c);
+}
 
 static void tools_call(mcp_call *c, json_t *params)
 {
@@ -357,9 +476,9 @@ static void tools_call(mcp_call *c, json_t *params)
     json_t *args = json_object_get(params, "arguments");
     json_t *token = json_object_get(json_object_get(params, "_meta"), "progressToken");
     const sf_tool *tool;
+    json_t *idem;
     char why[512];
     sf_job job;
-    int rc;
 
     if (!name) {
         respond_rpc_error(c, 200, -32602, "Invalid params: 'name' (the tool name) is required.");
@@ -407,30 +526,46 @@ static void tools_call(mcp_call *c, json_t *params)
         snprintf(job.sandbox, sizeof(job.sandbox), "%s", sid);
     }
     c->def = tool;
-    if (!(c->held = malloc(sizeof(*c->held)))) {
-        sf_job_fini(&job);
-        respond_tool_error(c, "The server is out of memory; retry.");
-        goto done;
+    idem = json_object_get(json_object_get(params, "_meta"), GW_META_IDEMPOTENCY_KEY);
+    if (idem) {
+        idem_begin(c, &job, idem);
+        return;
     }
-    *c->held = job;
-    rc = gw_jobs_claim_args(ctx, c->held, tool, on_claims_stored, c);
+    hand_over(c, &job);
+    return;
+done:
+    call_free(c);
+}
+
+/* Hands the job's large arguments to Redis (claims), then submits it; the job's contents
+ * are taken over; ends c on failure. */
+static void hand_over(mcp_call *c, sf_job *job)
+{
+    int rc;
+
+    if (!(c->held = malloc(sizeof(*c->held)))) {
+        sf_job_fini(job);
+        respond_tool_error(c, "The server is out of memory; retry.");
+        call_free(c);
+        return;
+    }
+    *c->held = *job;
+    rc = gw_jobs_claim_args(c->ctx, c->held, c->def, on_claims_stored, c);
     if (rc == 1) { /* on_claims_stored goes on */
         c->busy = 1;
         return;
     }
-    job = *c->held;
+    *job = *c->held;
     free(c->held);
     c->held = NULL;
     if (rc < 0) {
-        sf_job_fini(&job);
+        sf_job_fini(job);
         respond_tool_error(c, "The platform's state store is unreachable, so the large "
                               "arguments could not be handed over; retry in a few seconds.");
-        goto done;
+        call_free(c);
+        return;
     }
-    submit(c, &job);
-    return;
-done:
-    call_free(c);
+    submit(c, job);
 }
 
 /* Sends the job (claims stored, if any) and waits for its answer; ends c on failure. */
@@ -471,6 +606,9 @@ static void submit(mcp_call *c, sf_job *job)
     if (rc == -EMSGSIZE)
         snprintf(why, sizeof(why), "The arguments are too large for one call (over 1 MiB "
                  "encoded); put large inputs in a file in the sandbox first, in smaller calls.");
+    else if (rc == -EALREADY)
+        snprintf(why, sizeof(why), "A call with this idempotency key is already waiting on "
+                 "this gateway; wait for its answer instead of sending it again.");
     else if (rc == -EDQUOT)
         snprintf(why, sizeof(why), "Your team has %lld calls in flight, the most this gateway "
                  "runs at once; wait for some to finish, then retry.",
@@ -633,6 +771,21 @@ static void initialize(mcp_call *c, json_t *params)
     gw_session_create(c->ctx, c->team, c->protocol, on_session, c);
 }
 
+static void on_level_set(void *arg, int ok)
+{
+    mcp_call *c = arg;
+
+    c->busy = 0;
+    if (ok > 0)
+        respond_fixed(c, "{}");
+    else if (ok < 0)
+        respond_rpc_error(c, 507, -32603, SF_MSG_PLATFORM_FULL);
+    else
+        respond_rpc_error(c, 503, -32603, "The session store is unavailable; retry shortly.");
+    call_free(c); /* responded, or the client is gone */
+}
+
+/* Answers (and frees c) once the level is kept. */
 static void set_level(mcp_call *c, json_t *params, gw_session *s)
 {
     int level = gw_log_level_parse(json_string_value(json_object_get(params, "level")));
@@ -640,11 +793,16 @@ static void set_level(mcp_call *c, json_t *params, gw_session *s)
     if (level < 0) {
         respond_rpc_error(c, 200, -32602, "Invalid params: 'level' must be one of debug, info, "
                                           "notice, warning, error, critical, alert, emergency.");
+        call_free(c);
         return;
     }
-    if (s)
-        gw_session_set_level(c->ctx, s, level);
-    respond_fixed(c, "{}");
+    if (!s) {
+        respond_fixed(c, "{}");
+        call_free(c);
+        return;
+    }
+    c->busy = 1;
+    gw_session_set_level(c->ctx, s, level, on_level_set, c);
 }
 
 /* c->msg was parsed and checked by sf_rpc_parse (c->id is its id). */
@@ -672,9 +830,10 @@ static void dispatch(mcp_call *c, const sf_rpc_msg *rpc, gw_session *s)
         respond_fixed(c, "{}");
     else if (!strcmp(method, "tools/list"))
         respond_fixed(c, c->ctx->tools_list_text);
-    else if (!strcmp(method, "logging/setLevel"))
+    else if (!strcmp(method, "logging/setLevel")) {
         set_level(c, params, s);
-    else {
+        return;
+    } else {
         char why[160];
         snprintf(why, sizeof(why), "Method not found: '%.64s'.", method);
         respond_rpc_error(c, 200, -32601, why);
@@ -691,6 +850,15 @@ static void on_abort(gw_req *req, void *arg)
     c->req = NULL;
     if (c->busy)
         return; /* the Redis callback frees it */
+    if (c->pending && c->idem[0]) {
+        /* the client may retry with its key: the job runs on, its answer is kept */
+        sf_info("msg=\"client gone; its idempotent call runs on\" job=%s", c->job);
+        if (c->timer) {
+            event_free(c->timer);
+            c->timer = NULL;
+        }
+        return;
+    }
     if (c->pending || c->timer) {
         call_cancel(c, "client_gone");
         return;
@@ -703,8 +871,10 @@ static void on_deleted(void *arg, int ok)
     mcp_call *c = arg;
 
     c->busy = 0;
-    if (ok)
+    if (ok > 0)
         respond_raw(c, 204, NULL, NULL);
+    else if (ok < 0)
+        respond_rpc_error(c, 507, -32603, SF_MSG_PLATFORM_FULL);
     else
         respond_rpc_error(c, 503, -32603, "The session store is unavailable; retry shortly.");
     call_free(c);

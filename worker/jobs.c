@@ -27,13 +27,122 @@ static void call_done(wk_call *c)
     free(c);
 }
 
+/* The job guard (sf:job:{id}, a hash; schemas/redis-keys.md) says where a job stands:
+ * `running` on which worker process (host + instance), then `done` with its encoded reply,
+ * kept until shortly after the job's deadline. A redelivered job (a restarted worker reads
+ * its topic again from the last committed offset; a scheduler that died forwards again)
+ * then gets its first answer again instead of a second run or silence. */
+#define GUARD_REPLY_MAX (256 * 1024) /* larger replies are not kept for a repeat */
+
+/* KEYS[1] = sf:job:{id}; ARGV: host, instance, ttl (s), reply topic. Returns {'new'},
+ * {'running'} (this process runs it: it answers; a second reply topic is kept in
+ * `also`), {'done', reply} or {'orphan', host} (a worker process that is gone ran it). */
+static const char lua_guard_begin[] =
+    "#!lua\n" /* no allow-oom: a full Redis refuses it whole */
+    "local v = redis.call('HMGET', KEYS[1], 'state', 'host', 'inst', 'reply', 'topic')\n"
+    "if not v[1] then\n"
+    "  redis.call('HSET', KEYS[1], 'state', 'running', 'host', ARGV[1], 'inst', ARGV[2], "
+    "'topic', ARGV[4])\n"
+    "  redis.call('EXPIRE', KEYS[1], ARGV[3])\n"
+    "  return {'new'}\n"
+    "end\n"
+    "if v[1] == 'done' then return {'done', v[4] or ''} end\n"
+    "if v[3] == ARGV[2] then\n"
+    "  if v[5] ~= ARGV[4] then redis.call('HSET', KEYS[1], 'also', ARGV[4]) end\n"
+    "  return {'running'}\n"
+    "end\n"
+    "return {'orphan', v[2] or ''}\n";
+
+/* KEYS[1] = sf:job:{id}; ARGV: reply (may be empty: too large to keep), ttl (s). Returns
+ * the other reply topic a repeat of the job named while it ran, or ''. */
+static const char lua_guard_done[] =
+    "local also = redis.call('HGET', KEYS[1], 'also')\n"
+    "redis.call('HSET', KEYS[1], 'state', 'done', 'reply', ARGV[1])\n"
+    "redis.call('EXPIRE', KEYS[1], ARGV[2])\n"
+    "return also or ''\n";
+
+static sf_redis_script guard_begin = SF_REDIS_SCRIPT(lua_guard_begin);
+static sf_redis_script guard_end = SF_REDIS_SCRIPT(lua_guard_done);
+
+/* This worker process among all that ever ran on the host (a restart is a new one). */
+static char instance[SF_ID_MAX];
+
+static long guard_ttl_s(const sf_job *job)
+{
+    int64_t left = job->deadline_ms - sf_now_ms();
+    return (long)(left > 0 ? left / 1000 : 0) + 60;
+}
+
+typedef struct guard_done_arg {
+    wk_ctx *ctx;
+    char id[SF_ID_MAX];
+    char reply[SF_TOPIC_MAX];
+    size_t len;
+    char msg[]; /* the encoded reply */
+} guard_done_arg;
+
+/* A repeat of the job (same id, another reply topic) arrived while it ran: that caller
+ * gets the answer too. */
+static void on_guard_done(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+    guard_done_arg *g = priv;
+
+    if (rep && rep->type == REDIS_REPLY_ERROR)
+        sf_warn("msg=\"cannot keep the job's answer\" job=%s err=\"%s\"", g->id, rep->str);
+    else if (rep && rep->type == REDIS_REPLY_STRING && rep->len > 0 && rep->len < SF_TOPIC_MAX &&
+             strcmp(rep->str, g->reply) != 0 &&
+             sf_kafka_produce(g->ctx->producer, rep->str, g->id, g->msg, g->len) < 0)
+        sf_warn("msg=\"cannot produce reply\" job=%s topic=%s", g->id, rep->str);
+    free(g);
+}
+
+static void guard_done(wk_call *c, const sf_buf *b)
+{
+    size_t keep = b->len <= GUARD_REPLY_MAX ? b->len : 0;
+    guard_done_arg *g = malloc(sizeof(*g) + b->len + 1);
+    char key[128], ttl[24];
+    const char *argv[3];
+    size_t lens[3];
+
+    if (!g)
+        return;
+    g->ctx = c->ctx;
+    g->len = b->len;
+    memcpy(g->msg, b->p ? b->p : "", b->len);
+    snprintf(g->id, sizeof(g->id), "%s", c->job.id);
+    snprintf(g->reply, sizeof(g->reply), "%s", c->job.reply);
+    snprintf(key, sizeof(key), SF_RK_JOB, c->job.id);
+    snprintf(ttl, sizeof(ttl), "%ld", guard_ttl_s(&c->job));
+    argv[0] = key, argv[1] = keep ? g->msg : "", argv[2] = ttl;
+    lens[0] = strlen(key), lens[1] = keep, lens[2] = strlen(ttl);
+    if (sf_redis_script_call(c->ctx->redis, &guard_end, on_guard_done, g, 1, 2, argv, lens) < 0) {
+        sf_warn("msg=\"cannot keep the job's answer; Redis is down\" job=%s", c->job.id);
+        free(g);
+    }
+}
+
+/* Sends the encoded reply, keeps it in the guard, ends the call. */
+static void reply_send(wk_call *c, sf_buf *b, int rc)
+{
+    if (rc == 0)
+        rc = sf_jobio_send(c->ctx->producer, &c->job, b->p, b->len);
+    if (rc < 0)
+        sf_error("msg=\"cannot produce reply\" job=%s rc=%d", c->job.id, rc);
+    else
+        guard_done(c, b);
+    sf_buf_fini(b);
+    call_done(c);
+}
+
 void wk_reply_error(wk_call *c, const char *code, const char *message)
 {
-    if (sf_jobio_error(c->ctx->producer, &c->job, code, message) < 0)
-        sf_error("msg=\"cannot produce reply\" job=%s", c->job.id);
+    sf_buf b;
+
     sf_info("msg=\"job failed\" job=%s tool=%s sandbox=%s code=%s", c->job.id, c->job.tool,
             c->job.sandbox, code);
-    call_done(c);
+    sf_buf_init(&b, SF_MSG_MAX);
+    reply_send(c, &b, sf_jobio_encode_error(&c->job, code, message, &b));
 }
 
 /* A result with large string fields: each goes to Redis first (a claim check), and the
@@ -53,6 +162,8 @@ static void big_reply_finish(big_reply *br)
     wk_call *c = br->c;
     wk_ctx *ctx = c->ctx;
     char text[320];
+    sf_buf b;
+    int rc;
 
     if (br->over || br->full || br->down) {
         for (int i = 0; i < br->claims.n; i++)
@@ -75,11 +186,11 @@ static void big_reply_finish(big_reply *br)
     }
     for (int i = 0; i < br->claims.n; i++)
         json_object_set_new(br->result, br->claims.name[i], json_string(""));
-    if (sf_jobio_result_claims(ctx->producer, &c->job, br->result, &br->claims) < 0)
-        sf_error("msg=\"cannot produce reply\" job=%s", c->job.id);
+    sf_buf_init(&b, SF_MSG_MAX);
+    rc = sf_jobio_encode_result(&c->job, br->result, &br->claims, &b);
     json_decref(br->result);
-    call_done(c);
     free(br);
+    reply_send(c, &b, rc);
 }
 
 static void on_claim_put(redisAsyncContext *ac, void *r, void *priv)
@@ -119,10 +230,13 @@ void wk_reply_result(wk_call *c, json_t *result)
         }
     }
     if (!br) {
-        if (sf_jobio_result(c->ctx->producer, &c->job, result) < 0)
-            sf_error("msg=\"cannot produce reply\" job=%s", c->job.id);
+        sf_buf b;
+        int rc;
+
+        sf_buf_init(&b, SF_MSG_MAX);
+        rc = sf_jobio_encode_result(&c->job, result, NULL, &b);
         json_decref(result);
-        call_done(c);
+        reply_send(c, &b, rc);
         return;
     }
     br->c = c;
@@ -973,9 +1087,13 @@ static void on_claim_taken(redisAsyncContext *ac, void *r, void *priv)
         claims_done(c);
 }
 
+#define MSG_OUTCOME_UNKNOWN                                                                   \
+    "The command's outcome is unknown: its host failed while it ran; check the sandbox "     \
+    "(sandbox_info, or look at what the command should have changed) before running it again."
+
 static void on_guard(redisAsyncContext *ac, void *r, void *priv)
 {
-    redisReply *rep = r;
+    redisReply *rep = r, *verdict;
     wk_call *c = priv;
 
     if (sf_redis_is_oom(rep) && !strcmp(c->job.tool, "sandbox_kill")) {
@@ -986,17 +1104,45 @@ static void on_guard(redisAsyncContext *ac, void *r, void *priv)
         refuse(c, SF_ERR_LIMIT, SF_MSG_PLATFORM_FULL);
         return;
     }
-    if (!rep || rep->type == REDIS_REPLY_ERROR) {
+    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements < 1 ||
+        (verdict = rep->element[0])->type != REDIS_REPLY_STRING) {
         refuse(c, SF_ERR_UNAVAILABLE,
                "The platform's state store is unreachable; retry in a few seconds.");
         return;
     }
-    if (rep->type == REDIS_REPLY_NIL) { /* seen before: answered already */
-        sf_info("msg=\"duplicate job skipped\" job=%s", c->job.id);
+    if (!strcmp(verdict->str, "new") && c->job.deadline_ms < sf_now_ms()) {
+        sf_info("msg=\"job expired in the queue\" job=%s tool=%s", c->job.id, c->job.tool);
+        refuse(c, SF_ERR_TIMEOUT, "The call waited in the queue past its deadline; retry it.");
+        return;
+    }
+    if (!strcmp(verdict->str, "new")) {
+        take_claims(c);
+        return;
+    }
+    if (!strcmp(verdict->str, "running")) { /* this process runs it and will answer */
+        sf_info("msg=\"repeat of a running job: it answers when done\" job=%s", c->job.id);
         call_done(c);
         return;
     }
-    take_claims(c);
+    if (!strcmp(verdict->str, "done") && rep->elements == 2 &&
+        rep->element[1]->type == REDIS_REPLY_STRING && rep->element[1]->len > 0) {
+        sf_info("msg=\"repeat of a finished job: its answer again\" job=%s", c->job.id);
+        if (sf_jobio_send(c->ctx->producer, &c->job, rep->element[1]->str,
+                          rep->element[1]->len) < 0)
+            sf_error("msg=\"cannot produce reply\" job=%s", c->job.id);
+        call_done(c);
+        return;
+    }
+    if (!strcmp(verdict->str, "done")) {
+        wk_reply_error(c, SF_ERR_UNAVAILABLE,
+                    "This call ran already, but its answer was too large to keep for a repeat; "
+                    "check the sandbox before running it again.");
+        return;
+    }
+    /* orphan: a worker process that is gone (this host before a restart) was running it */
+    sf_info("msg=\"job was running when its worker died\" job=%s tool=%s", c->job.id,
+            c->job.tool);
+    wk_reply_error(c, SF_ERR_UNAVAILABLE, MSG_OUTCOME_UNKNOWN);
 }
 
 void wk_on_bad(void *arg, const rd_kafka_message_t *msg, const char *why)
@@ -1008,7 +1154,8 @@ void wk_on_job(void *arg, sf_job *job, sf_kafka_ticket tk)
 {
     wk_ctx *ctx = arg;
     wk_call *c = calloc(1, sizeof(*c));
-    char key[128];
+    char key[128], ttl[24];
+    int rc;
 
     if (!c) {
         sf_job_fini(job);
@@ -1023,13 +1170,22 @@ void wk_on_job(void *arg, sf_job *job, sf_kafka_ticket tk)
         refuse(c, SF_ERR_UNAVAILABLE, "This host is shutting down; retry in a few seconds.");
         return;
     }
-    if (c->job.deadline_ms < sf_now_ms()) {
-        sf_info("msg=\"job expired in the queue\" job=%s tool=%s", c->job.id, c->job.tool);
-        refuse(c, SF_ERR_TIMEOUT, "The call waited in the queue past its deadline; retry it.");
+    /* (a job past its deadline is refused after the guard: a repeat of a finished one
+     * gets its answer again) */
+    if (!instance[0] && sf_id_new(instance, "wi_") < 0) {
+        refuse(c, SF_ERR_INTERNAL, "The host has no randomness; tell the operator.");
         return;
     }
     snprintf(key, sizeof(key), SF_RK_JOB, c->job.id);
-    if (sf_redis_cmd(ctx->redis, on_guard, c, "SET %s %s NX EX 3600", key, ctx->host_id) < 0)
+    snprintf(ttl, sizeof(ttl), "%ld", guard_ttl_s(&c->job));
+    {
+        const char *argv[] = {key, ctx->host_id, instance, ttl, c->job.reply};
+        size_t lens[SF_ARRAY_LEN(argv)];
+        for (size_t i = 0; i < SF_ARRAY_LEN(argv); i++)
+            lens[i] = strlen(argv[i]);
+        rc = sf_redis_script_call(ctx->redis, &guard_begin, on_guard, c, 1, 4, argv, lens);
+    }
+    if (rc < 0)
         refuse(c, SF_ERR_UNAVAILABLE,
                "The platform's state store is unreachable; retry in a few seconds.");
 }

@@ -203,6 +203,8 @@ test('a Redis at its maxmemory: "the platform is full", and kills, reads, heartb
     bearer(env.SF_KEY_ALPHA));
     assert.equal(init.status, 507);
     assert.equal(init.json.error.message, full);
+    // A session's log level that cannot be kept is refused, not dropped in silence.
+    await assert.rejects(alpha.setLoggingLevel('debug'), /platform is full/);
     // Reads work, and a kill works and lands in the record (it frees room).
     const list = await call(alpha, 'sandbox_list', {});
     assert.ok(list.structured.sandboxes.some((s) => s.id === s1));

@@ -7,6 +7,7 @@ import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { randomUUID } from 'node:crypto';
 import { fleetEnv, mcall, startLoad, until, redis, sleep } from './load.mjs';
 
 const state = process.env.SF_FLEET_STATE;
@@ -48,10 +49,10 @@ test('30 creates through two gateways spread over three workers', async () => {
 });
 
 // Calls flow through both gateways again; ms it took, or -1 after 30 s.
-async function flowing() {
+async function flowing(probe = load[0].sb) {
   return until(async () => {
     for (const u of urls) {
-      const r = await mcall(u, key, 'sandbox_exec', { sandbox_id: load[0].sb, command: 'true' },
+      const r = await mcall(u, key, 'sandbox_exec', { sandbox_id: probe, command: 'true' },
         { timeoutMs: 10000 });
       if (!r.ok) return false;
     }
@@ -71,13 +72,14 @@ async function ledgers() {
 }
 
 // One fault under load: kill -9 NAME, start it again, check the answers and the ledger.
-async function fault(name, { netOk = () => false, mayWait = false } = {}) {
+async function fault(name, { netOk = () => false, mayWait = false, probe, check, before } = {}) {
   const l = startLoad(urls, key, load.map((x) => x.sb), { prefix: `${name}-`, timeoutMs: EXEC_TIMEOUT });
   await sleep(1000);
+  const extra = before ? await before() : null;
   fleet('kill', name);
   await sleep(1000);
   fleet('start', name);
-  const recover = await flowing();
+  const recover = await flowing(probe);
   assert.ok(recover >= 0, `calls do not flow 30 s after ${name} restarted`);
   await sleep(500);
   const calls = await l.stop();
@@ -94,9 +96,34 @@ async function fault(name, { netOk = () => false, mayWait = false } = {}) {
     if (c.r.ok && seen.has(`sb:${c.sb}`)) assert.equal(seen.get(c.id), 1, `call ${c.id} said ok but never ran`);
   }
   for (const [id, n] of seen) assert.equal(n, 1, `side effect ${id} happened ${n} times`);
+  if (check) await check(calls, extra);
   assert.ok(ok > 10, `only ${ok} of ${calls.length} calls succeeded around the ${name} fault`);
   console.log(`# ${name}: ${calls.length} calls, ${ok} ok, flowing again ${recover} ms after the restart`);
 }
+
+test('a retry with the same idempotency key after a killed connection gets the first answer; the command ran once', async () => {
+  const sb = load[0].sb;
+  const key1 = `idem-${randomUUID()}`;
+  const args = { sandbox_id: sb, command: 'sleep 1; echo run >> /tmp/idem-ledger; echo "$$-$(date +%N)"' };
+  const meta = { 'sandfleet/idempotency_key': key1 };
+  const first = await mcall(urls[0], key, 'sandbox_exec', args, { meta, timeoutMs: 300 });
+  assert.ok(first.neterr, `the first call was meant to be cut off: ${JSON.stringify(first)}`);
+  redis(env, 'SCRIPT', 'FLUSH'); // the job guard's scripts go by SHA: Redis gets them again
+  const retry = await mcall(urls[1], key, 'sandbox_exec', args, { meta });
+  assert.equal(retry.ok, true, retry.text);
+  const again = await mcall(urls[0], key, 'sandbox_exec', args, { meta });
+  assert.equal(again.ok, true, again.text);
+  assert.equal(again.structured.stdout, retry.structured.stdout, 'a later retry got another answer');
+  const ran = await mcall(urls[0], key, 'sandbox_exec', { sandbox_id: sb, command: 'cat /tmp/idem-ledger' });
+  assert.equal(ran.structured.stdout, 'run\n', 'the command ran more than once');
+  // another key is another call
+  const other = await mcall(urls[1], key, 'sandbox_exec', args, { meta: { 'sandfleet/idempotency_key': `idem-${randomUUID()}` } });
+  assert.equal(other.ok, true, other.text);
+  assert.notEqual(other.structured.stdout, retry.structured.stdout);
+  const bad = await mcall(urls[0], key, 'sandbox_exec', args, { meta: { 'sandfleet/idempotency_key': '' } });
+  assert.match(bad.text, /idempotency_key"\] must be a string of 1 to 128 printable characters/);
+  await mcall(urls[0], key, 'sandbox_exec', { sandbox_id: sb, command: 'rm -f /tmp/idem-ledger' });
+});
 
 test('kill -9 of a scheduler under load', () => fault('scheduler'));
 
@@ -109,6 +136,33 @@ test('kill -9 of Redis (append-only file) under load', async () => {
 });
 
 test('kill -9 of the broker under load', () => fault('kafka', { mayWait: true }));
+
+test('kill -9 of a worker under load: its running calls are answered at once when it returns', async () => {
+  const victim = load[load.length - 1].h;
+  const probe = load.find((l) => l.h !== victim).sb;
+  const slow = load.find((l) => l.h === victim).sb;
+  await fault(`worker-${victim}`, {
+    probe,
+    async before() { // a command that is surely running when its worker dies
+      const p = mcall(urls[0], key, 'sandbox_exec', { sandbox_id: slow, command: 'sleep 4', timeout_ms: 10000 });
+      await sleep(700);
+      return { p }; // (not the promise itself: an async function would wait for it)
+    },
+    async check(calls, slowCall) {
+      const r = await slowCall.p;
+      assert.match(r.text ?? r.neterr, /outcome is unknown: its host failed while it ran/);
+      assert.ok(r.ms < 9000, `the running call was answered only after ${r.ms} ms (its deadline is 13 s)`);
+      const lost = calls.filter((c) => load.find((l) => l.sb === c.sb).h === victim && !c.r.ok);
+      assert.ok(lost.length > 0, 'no call met the dead worker');
+      for (const c of lost) {
+        assert.match(c.r.text, /outcome is unknown: its host failed while it ran|lost|no longer running|shutting down|unreachable/,
+          `call ${c.id} on the dead worker said: ${c.r.text}`);
+      }
+      const unknown = lost.filter((c) => /outcome is unknown/.test(c.r.text));
+      console.log(`# worker: ${lost.length} calls met the dead worker, ${unknown.length} told the outcome is unknown`);
+    },
+  });
+});
 
 test('with the broker gone, SIGTERM ends every daemon within 10 s', async () => {
   fleet('kill', 'kafka');
