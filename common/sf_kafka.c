@@ -27,7 +27,11 @@ static rd_kafka_conf_t *conf_common(const sf_kafka_settings *s, char *why, size_
     if (conf_set(c, "bootstrap.servers", s->brokers, why, whylen) < 0 ||
         conf_set(c, "socket.nagle.disable", "true", why, whylen) < 0 ||
         conf_set(c, "log.connection.close", "false", why, whylen) < 0 ||
-        conf_set(c, "topic.metadata.refresh.interval.ms", "10000", why, whylen) < 0) {
+        conf_set(c, "topic.metadata.refresh.interval.ms", "10000", why, whylen) < 0 ||
+        /* a broker that comes back (a restart) is found within a second, not librdkafka's
+         * default of up to 10 s */
+        conf_set(c, "reconnect.backoff.ms", "50", why, whylen) < 0 ||
+        conf_set(c, "reconnect.backoff.max.ms", "1000", why, whylen) < 0) {
         rd_kafka_conf_destroy(c);
         return NULL;
     }

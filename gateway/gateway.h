@@ -101,6 +101,8 @@ typedef struct gw_ctx {
     rd_kafka_t *producer, *consumer;
     sf_kafka_pump *pump;
     sf_map *pending;          /* job id -> gw_pending */
+    struct event *cluster_tick; /* notices a restarted broker (a new cluster id) */
+    char *cluster_id;         /* the Kafka cluster the jobs went to */
     gw_team_table *teams;     /* team -> its pending calls, shared by every thread */
     gw_team_table *own_teams; /* set when this instance made its own */
     sf_toolset tools;         /* the tool schemas */

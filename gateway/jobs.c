@@ -20,7 +20,14 @@ struct gw_pending {
     char sandbox[SF_ID_MAX];
     int fetching;       /* the reply's claims are being taken: no deadline, no map entry */
     int cancelled;      /* ...and its caller went away meanwhile */
+    size_t len;   /* the encoded job, kept to publish it again (0: too large to keep) */
+    char *msg;
 };
+
+/* Jobs up to this size are kept while they wait, to publish them again when the broker
+ * lost them (a restarted embedded broker keeps nothing); larger ones are answered at
+ * their deadline then. */
+#define KEEP_JOB_MAX (64 * 1024)
 
 /* Per-team count of pending calls, for the whole process (every thread's instance):
  * +1 on submit, -1 when the call ends. */
@@ -89,6 +96,7 @@ static void team_leave(gw_ctx *ctx, const char *team)
 static void pending_free(gw_pending *p)
 {
     team_leave(p->ctx, p->team);
+    free(p->msg);
     if (p->timer)
         event_free(p->timer);
     free(p);
@@ -334,8 +342,38 @@ static void on_reply(void *arg, rd_kafka_message_t *msg)
     sf_reply_fini(&r);
 }
 
+static void republish_one(const char *key, void *val, void *arg)
+{
+    gw_pending *p = val;
+    int *n = arg;
+
+    if (p->msg && sf_kafka_produce(p->ctx->producer, SF_TOPIC_JOBS,
+                                   p->sandbox[0] ? p->sandbox : p->team, p->msg, p->len) == 0)
+        (*n)++;
+}
+
+/* A broker that restarted lost the jobs it held: every waiting call's job is published
+ * again under its id (the worker's job guard runs each once and answers it once). */
+static void on_cluster_tick(evutil_socket_t fd, short what, void *arg)
+{
+    gw_ctx *ctx = arg;
+    char *now = rd_kafka_clusterid(ctx->producer, 0);
+    int n = 0;
+
+    if (!now)
+        return;
+    if (ctx->cluster_id && strcmp(now, ctx->cluster_id) != 0) {
+        sf_map_foreach(ctx->pending, republish_one, &n);
+        sf_warn("msg=\"the Kafka cluster changed (a restarted broker); waiting jobs published "
+                "again\" cluster=%s jobs=%d waiting=%zu", now, n, sf_map_len(ctx->pending));
+    }
+    rd_kafka_mem_free(ctx->producer, ctx->cluster_id);
+    ctx->cluster_id = now;
+}
+
 int gw_jobs_start(gw_ctx *ctx, char *why, size_t whylen)
 {
+    struct timeval tick = {0, 500 * 1000};
     char group[96];
     int rc;
 
@@ -359,10 +397,12 @@ int gw_jobs_start(gw_ctx *ctx, char *why, size_t whylen)
                  ctx->reply_topic, ctx->d.kafka.brokers);
         return -1;
     }
-    if (!(ctx->pump = sf_kafka_pump_new(ctx->d.base, ctx->consumer, ctx->producer, on_reply, ctx))) {
+    if (!(ctx->pump = sf_kafka_pump_new(ctx->d.base, ctx->consumer, ctx->producer, on_reply, ctx)) ||
+        !(ctx->cluster_tick = event_new(ctx->d.base, -1, EV_PERSIST, on_cluster_tick, ctx))) {
         snprintf(why, whylen, "cannot start the reply consumer");
         return -1;
     }
+    event_add(ctx->cluster_tick, &tick);
     return 0;
 }
 
@@ -384,6 +424,11 @@ void gw_jobs_stop(gw_ctx *ctx)
     ctx->own_teams = ctx->teams = NULL;
     sf_map_free(ctx->calls);        /* empty: every call unregistered when it ended */
     ctx->calls = NULL;
+    if (ctx->cluster_tick)
+        event_free(ctx->cluster_tick);
+    ctx->cluster_tick = NULL;
+    rd_kafka_mem_free(ctx->producer, ctx->cluster_id);
+    ctx->cluster_id = NULL;
     sf_kafka_pump_free(ctx->pump);
     ctx->pump = NULL;
     sf_kafka_consumer_free(ctx->consumer);
@@ -432,6 +477,8 @@ int gw_jobs_submit(gw_ctx *ctx, sf_job *job, int64_t wait_ms, gw_job_cb cb, void
     if (rc == 0)
         rc = sf_kafka_produce(ctx->producer, SF_TOPIC_JOBS, job->sandbox[0] ? job->sandbox : job->team,
                               b.p, b.len);
+    if (rc == 0 && b.len <= KEEP_JOB_MAX && (p->msg = malloc(b.len)))
+        memcpy(p->msg, b.p, (p->len = b.len));
     sf_buf_fini(&b);
     if (rc < 0) {
         sf_map_del(ctx->pending, p->id);
