@@ -102,6 +102,10 @@ typedef struct gw_ctx {
     sf_kafka_pump *pump;
     sf_map *pending;          /* job id -> gw_pending */
     struct event *cluster_tick; /* notices a restarted broker (a new cluster id) */
+    struct event *drain_tick; /* SIGTERM: waits for the calls in flight, then ends the loop */
+    int64_t drain_until;      /* (monotonic ms) the calls still waiting then are answered */
+    int64_t drained_since;    /* when nothing was left in flight (0: something is) */
+    _Atomic int draining;     /* new calls are refused: 503, another gateway takes them */
     char *cluster_id;         /* the Kafka cluster the jobs went to */
     gw_team_table *teams;     /* team -> its pending calls, shared by every thread */
     gw_team_table *own_teams; /* set when this instance made its own */
@@ -135,6 +139,10 @@ void gw_jobs_stop(gw_ctx *ctx);
 /* Publishes job (job->id, reply, deadline are filled in here) and calls cb exactly once,
  * unless cancelled first. 0 or negative errno (-E2BIG pending table full, -EDQUOT the
  * team's share of it used, -EMSGSIZE the job is over 1 MiB, -EIO Kafka). */
+/* Answers every waiting call now (its "no answer in time" error): a drain that ran out
+ * of time. */
+void gw_jobs_fail_all(gw_ctx *ctx);
+size_t gw_jobs_waiting(const gw_ctx *ctx);
 int gw_jobs_submit(gw_ctx *ctx, sf_job *job, int64_t wait_ms, gw_job_cb cb, void *arg,
                    gw_pending **out);
 void gw_jobs_cancel(gw_ctx *ctx, gw_pending *p);

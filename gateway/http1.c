@@ -1232,6 +1232,14 @@ fail:
     return NULL;
 }
 
+void gw_http_server_stop_accepting(gw_http_server *srv)
+{
+    if (srv && srv->lis) {
+        evconnlistener_free(srv->lis); /* closes the socket: new connections are refused */
+        srv->lis = NULL;
+    }
+}
+
 void gw_http_server_free(gw_http_server *srv)
 {
     if (!srv)

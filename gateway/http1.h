@@ -115,6 +115,8 @@ gw_http_server *gw_http_server_new(struct event_base *base, const char *addr, in
 /* Closes the listener and every connection. Pending requests get their abort callback
  * first. Accepts NULL. Must not be called from inside a handler or abort callback. */
 void gw_http_server_free(gw_http_server *srv);
+/* Closes the listening socket (a draining gateway); open connections are served on. */
+void gw_http_server_stop_accepting(gw_http_server *srv);
 /* The bound port (useful with port 0), or -1 when there is no listener. */
 int gw_http_server_port(const gw_http_server *srv);
 /* Number of open HTTP/1 connections (taken-over ones are not counted). */

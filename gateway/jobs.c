@@ -406,6 +406,31 @@ int gw_jobs_start(gw_ctx *ctx, char *why, size_t whylen)
     return 0;
 }
 
+static void fail_one(const char *key, void *val, void *arg)
+{
+    gw_pending *p = val;
+
+    p->cb(p->arg, NULL);
+    pending_free(p);
+}
+
+void gw_jobs_fail_all(gw_ctx *ctx)
+{
+    sf_map *m = ctx->pending;
+
+    if (!m || !(ctx->pending = sf_map_new((size_t)ctx->cfg.max_pending))) {
+        ctx->pending = m;
+        return;
+    }
+    sf_map_foreach(m, fail_one, NULL);
+    sf_map_free(m);
+}
+
+size_t gw_jobs_waiting(const gw_ctx *ctx)
+{
+    return ctx->pending ? sf_map_len(ctx->pending) : 0;
+}
+
 /* At stop the HTTP server is gone already (its requests were aborted and cancelled
  * their calls); anything left has nobody to answer. */
 static void drop_one(const char *key, void *val, void *arg)

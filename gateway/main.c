@@ -122,8 +122,64 @@ static int instance_start(gw_ctx *ctx, int *port, gw_addr_table *addrs, char *wh
     return 0;
 }
 
+/* ---- SIGTERM: drain ---- */
+
+/* Runs on each instance's own loop: nothing in flight for 200 ms (the answers are
+ * written), or the drain time is up (what still waits is answered now): the loop ends. */
+static void drain_check(evutil_socket_t fd, short what, void *arg)
+{
+    gw_ctx *ctx = arg;
+    int64_t now = sf_mono_ms();
+
+    if (now >= ctx->drain_until && gw_jobs_waiting(ctx) > 0) {
+        sf_warn("msg=\"drain time is up; answering the calls still waiting\" calls=%zu",
+                gw_jobs_waiting(ctx));
+        gw_jobs_fail_all(ctx);
+    }
+    if (gw_jobs_waiting(ctx) > 0) {
+        ctx->drained_since = 0;
+        return;
+    }
+    if (!ctx->drained_since)
+        ctx->drained_since = now;
+    else if (now - ctx->drained_since >= 200)
+        event_base_loopexit(ctx->d.base, NULL);
+}
+
+static void drain_begin(evutil_socket_t fd, short what, void *arg)
+{
+    gw_ctx *ctx = arg;
+    struct timeval tick = {0, 50 * 1000};
+
+    gw_http_server_stop_accepting(ctx->http);
+    /* leave room before the shutdown deadline's watchdog */
+    ctx->drain_until = sf_mono_ms() + ctx->cfg.common.shutdown_deadline_ms * 2 / 3;
+    if (!(ctx->drain_tick = event_new(ctx->d.base, -1, EV_PERSIST, drain_check, ctx))) {
+        event_base_loopexit(ctx->d.base, NULL);
+        return;
+    }
+    event_add(ctx->drain_tick, &tick);
+}
+
+/* The first SIGTERM/SIGINT (on instance 0): every instance stops accepting and refuses
+ * new calls, answers those in flight, then ends. */
+static void drain_all(void *arg)
+{
+    gw_ctx *ctxs = arg;
+    struct timeval now = {0, 0};
+
+    sf_info("msg=\"draining: no new connections or calls; answering the calls in flight\"");
+    for (int i = 0; i < ctxs[0].npeers; i++) {
+        ctxs[i].draining = 1;
+        if (event_base_once(ctxs[i].d.base, -1, EV_TIMEOUT, drain_begin, &ctxs[i], &now) < 0)
+            event_base_loopexit(ctxs[i].d.base, NULL);
+    }
+}
+
 static void instance_stop(gw_ctx *ctx)
 {
+    if (ctx->drain_tick)
+        event_free(ctx->drain_tick);
     gw_metrics_stop(ctx);
     gw_http_server_free(ctx->http);
     gw_cimd_stop(ctx);
@@ -210,8 +266,10 @@ int main(int argc, char **argv)
         }
     sf_info("msg=\"gateway up\" url=http://%s:%d/mcp id=%s tools=%zu tls=%d h2=1 threads=%d",
             cfg.listen_addr, port, ctxs[0].id, ctxs[0].tools.n, cfg.tls_cert_file[0] != 0, n);
+    ctxs[0].d.on_stop = drain_all;
+    ctxs[0].d.on_stop_arg = ctxs;
     event_base_dispatch(ctxs[0].d.base);
-    for (int i = 1; i < n; i++)
+    for (int i = 1; i < n && !ctxs[0].d.stopping; i++)
         event_base_loopexit(ctxs[i].d.base, NULL);
     for (int i = 1; i < n; i++)
         pthread_join(threads[i], NULL);

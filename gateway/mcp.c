@@ -189,6 +189,15 @@ static void respond_fixed(mcp_call *c, const char *result_text)
     free(id);
 }
 
+static void respond_rpc_error_h(mcp_call *c, int http, const char *const *headers,
+                                const char *message)
+{
+    respond_json(c, http, headers,
+                 json_pack("{s:s, s:O, s:{s:i, s:o}}", "jsonrpc", "2.0", "id",
+                           c->id ? c->id : json_null(), "error", "code", -32603, "message",
+                           clean_string(message)));
+}
+
 static void respond_rpc_error(mcp_call *c, int http, int code, const char *message)
 {
     respond_json(c, http, NULL,
@@ -482,6 +491,12 @@ static void tools_call(mcp_call *c, json_t *params)
 
     if (!name) {
         respond_rpc_error(c, 200, -32602, "Invalid params: 'name' (the tool name) is required.");
+        goto done;
+    }
+    if (ctx->draining) {
+        static const char *const h[] = {"Retry-After", "1", NULL};
+        respond_rpc_error_h(c, 503, h, "This gateway is shutting down; retry the call (another "
+                                       "gateway takes it).");
         goto done;
     }
     if (token && (json_is_string(token) || json_is_integer(token)))

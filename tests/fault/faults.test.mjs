@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
-import { fleetEnv, mcall, startLoad, until, redis, sleep } from './load.mjs';
+import { fleetEnv, mcall, hcall, startLoad, until, redis, sleep } from './load.mjs';
 
 const state = process.env.SF_FLEET_STATE;
 if (!state) throw new Error('SF_FLEET_STATE is not set: run this through ctest (ops/test)');
@@ -18,7 +18,6 @@ const key = env.SF_KEY;
 const fleet = (...args) => execFileSync(new URL('./fleet', import.meta.url).pathname,
   [args[0], state, env.SF_BUILD, ...args.slice(1)], { stdio: 'inherit' });
 const EXEC_TIMEOUT = 5000; // + the stack's 3 s margin: the gateway's deadline is 8 s
-const DEADLINE = EXEC_TIMEOUT + 3000;
 
 const created = [];
 after(async () => {
@@ -72,8 +71,8 @@ async function ledgers() {
 }
 
 // One fault under load: kill -9 NAME, start it again, check the answers and the ledger.
-async function fault(name, { netOk = () => false, mayWait = false, probe, check, before } = {}) {
-  const l = startLoad(urls, key, load.map((x) => x.sb), { prefix: `${name}-`, timeoutMs: EXEC_TIMEOUT });
+async function fault(name, { netOk = () => false, probe, check, before, execTimeout = EXEC_TIMEOUT } = {}) {
+  const l = startLoad(urls, key, load.map((x) => x.sb), { prefix: `${name}-`, timeoutMs: execTimeout });
   await sleep(1000);
   const extra = before ? await before() : null;
   fleet('kill', name);
@@ -91,7 +90,9 @@ async function fault(name, { netOk = () => false, mayWait = false, probe, check,
       assert.ok(netOk(c), `call ${c.id} through ${c.url} broke (${c.r.neterr})`);
       continue;
     }
-    if (!mayWait) assert.ok(c.r.ms < DEADLINE - 500, `call ${c.id} waited ${c.r.ms} ms: "${c.r.text}"`);
+    // answered before its deadline: with its outcome, or with what is known of it
+    assert.ok(c.r.ms < execTimeout + 3000 - 300 && !/got no answer in time/.test(c.r.text),
+      `call ${c.id} waited for its deadline (${c.r.ms} ms): "${c.r.text}"`);
     assert.ok((seen.get(c.id) ?? 0) <= 1, `call ${c.id} ran ${seen.get(c.id)} times`);
     if (c.r.ok && seen.has(`sb:${c.sb}`)) assert.equal(seen.get(c.id), 1, `call ${c.id} said ok but never ran`);
   }
@@ -135,7 +136,51 @@ test('kill -9 of Redis (append-only file) under load', async () => {
   for (const { sb } of load) assert.equal(redis(env, 'HGET', `sf:sb:{${sb}}`, 'state'), 'running');
 });
 
-test('kill -9 of the broker under load: the gateways publish their waiting jobs again', () => fault('kafka'));
+// (the jobs the broker held died with it: they are published again once it is back, so
+// these calls take the broker's restart plus the group's rejoin: a longer deadline)
+test('kill -9 of the broker under load: the gateways publish their waiting jobs again',
+  () => fault('kafka', { execTimeout: 15000 }));
+
+test('SIGTERM of a gateway mid-load: every call it accepted is answered', async () => {
+  const pid = Number(readFileSync(`${state}/pids/gateway-2`, 'utf8'));
+  const calls = [];
+  let running = true;
+  let seq = 0;
+  const loops = load.map(async ({ sb }) => {
+    while (running) {
+      const id = `term-${seq++}`;
+      const rec = { id, sb, t: Date.now() };
+      calls.push(rec);
+      rec.r = await hcall(urls[1], key, 'sandbox_exec',
+        { sandbox_id: sb, command: `sleep 0.3; echo ${id} >> /tmp/ledger`, timeout_ms: EXEC_TIMEOUT });
+      rec.end = Date.now();
+      if (!rec.r.ok) await sleep(50);
+    }
+  });
+  await sleep(1000);
+  const t0 = Date.now();
+  process.kill(pid, 'SIGTERM');
+  const alive = () => { try { process.kill(pid, 0); return true; } catch { return false; } };
+  const took = await until(() => !alive(), 10000, 20);
+  await sleep(300);
+  running = false;
+  await Promise.all(loops);
+  assert.ok(took >= 0, 'the gateway still runs 10 s after SIGTERM');
+  const seen = await ledgers();
+  for (const c of calls) {
+    if (c.r.neterr) {
+      assert.equal(c.r.neterr, 'ECONNREFUSED', `call ${c.id} was cut (${c.r.neterr}) instead of answered`);
+      continue;
+    }
+    assert.ok(c.r.ok || /shutting down/.test(c.r.text), `call ${c.id}: ${c.r.text}`);
+    if (c.r.ok) assert.equal(seen.get(c.id), 1, `call ${c.id} said ok but ran ${seen.get(c.id) ?? 0} times`);
+  }
+  const inflight = calls.filter((c) => c.t < t0 && c.end > t0 && c.r.ok);
+  assert.ok(inflight.length > 0, 'no call was in flight at the SIGTERM');
+  console.log(`# gateway SIGTERM: ${inflight.length} calls in flight answered, exit after ${took} ms`);
+  fleet('start', 'gateway-2');
+  assert.ok(await flowing() >= 0, 'calls do not flow through the restarted gateway');
+});
 
 test('kill -9 of a worker under load: its running calls are answered at once when it returns', async () => {
   const victim = load[load.length - 1].h;

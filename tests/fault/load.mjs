@@ -3,6 +3,7 @@
 // /tmp/ledger in its sandbox, so a test can count how often each call really ran.
 import { readFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
+import http from 'node:http';
 
 export function fleetEnv(state) {
   return Object.fromEntries(readFileSync(`${state}/env`, 'utf8').trim().split('\n').map((l) => {
@@ -83,4 +84,34 @@ export async function until(fn, deadlineMs = 30000, stepMs = 100) {
 
 export function redis(env, ...args) {
   return execFileSync('redis-cli', ['-u', env.SF_REDIS_URL, ...args]).toString().trim();
+}
+
+// One tools/call on a connection of its own (node:http, no keep-alive pool), so a test
+// can tell "refused before it was accepted" (ECONNREFUSED) from "cut after" (a reset).
+export function hcall(url, key, name, args, { timeoutMs = 60000 } = {}) {
+  const t0 = Date.now();
+  const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name, arguments: args } });
+  return new Promise((resolve) => {
+    const req = http.request(url, {
+      method: 'POST', agent: false, timeout: timeoutMs,
+      headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json',
+        Accept: 'application/json, text/event-stream', 'Content-Length': Buffer.byteLength(body) },
+    }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => { text += d; });
+      res.on('end', () => {
+        let j = null;
+        try { j = JSON.parse(text); } catch { /* not JSON */ }
+        const r = j?.result;
+        resolve({ ok: !!r && !r.isError, isError: !r || !!r.isError, status: res.statusCode,
+          text: r ? (r.content ?? []).map((c) => c.text).join('') : (j?.error?.message ?? text),
+          structured: r?.structuredContent, ms: Date.now() - t0 });
+      });
+      res.on('error', (e) => resolve({ neterr: e.code ?? String(e), ms: Date.now() - t0 }));
+    });
+    req.on('timeout', () => req.destroy(new Error('timeout')));
+    req.on('error', (e) => resolve({ neterr: e.code ?? String(e), ms: Date.now() - t0 }));
+    req.end(body);
+  });
 }
