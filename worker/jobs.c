@@ -2,6 +2,7 @@
 #include "worker.h"
 #include "egress.h"
 #include "sf_claim.h"
+#include "sf_events.h"
 #include "sf_jobio.h"
 #include "sf_log.h"
 #include "sf_records.h"
@@ -255,6 +256,15 @@ void wk_reply_result(wk_call *c, json_t *result)
         big_reply_finish(br);
 }
 
+void wk_event(wk_ctx *ctx, const char *type, const char *team, const char *sandbox,
+              const json_t *extra)
+{
+    int rc = sf_event_emit(ctx->producer, type, team, sandbox, ctx->host_id, extra);
+
+    if (rc < 0)
+        sf_warn("msg=\"lifecycle event not sent\" type=%s sandbox=%s rc=%d", type, sandbox, rc);
+}
+
 /* For writes nobody waits on: an error is logged, nothing else. */
 void wk_redis_logged(redisAsyncContext *ac, void *r, void *priv)
 {
@@ -341,6 +351,7 @@ static void on_killed(void *arg, int rc)
     wk_box *b = arg;
 
     record_retire(b->ctx, b->id, b->end_state, 0);
+    wk_event(b->ctx, b->end_state, b->team, b->id, NULL);
     sf_info("msg=\"sandbox gone\" sandbox=%s state=%s teardown_rc=%d", b->id, b->end_state, rc);
     box_release(b);
 }
@@ -400,6 +411,14 @@ static void started(wk_box *b)
     /* state=running and back in its sets, only while the record is live (lands even
      * when Redis is full, never re-creates a record that is gone). */
     sf_records_started(ctx->redis, b->id, ctx->host_id, n, kv, wk_redis_logged, NULL);
+    {
+        json_t *x = json_pack("{s:s, s:i, s:i, s:i, s:i}", "driver", ctx->ops->name,
+                              "memory_mib", (json_int_t)b->lim.memory_mib, "vcpu_milli",
+                              (json_int_t)b->lim.vcpu_milli, "disk_mib",
+                              (json_int_t)b->lim.disk_mib, "pids_max", (json_int_t)b->lim.pids_max);
+        wk_event(ctx, "created", b->team, b->id, x);
+        json_decref(x);
+    }
     wk_life_started(b, a);
     sf_info("msg=\"sandbox created\" sandbox=%s team=%s job=%s", b->id, b->team, c->job.id);
     wk_reply_result(c, create_result(b, name));
@@ -456,6 +475,7 @@ static void on_created(void *arg, wk_sandbox *sb, int rc, const char *why)
                  "sandbox_create, and tell the operator if it keeps failing.",
                  why ? why : "driver error");
         record_retire(ctx, b->id, "failed", 0);
+        wk_event(ctx, "failed", b->team, b->id, NULL);
         box_release(b);
         wk_reply_error(c, SF_ERR_INTERNAL, text);
         return;

@@ -85,6 +85,26 @@ static int pick_host_id(wk_ctx *ctx)
     return 0;
 }
 
+/* The live sandboxes of a previous run: a `lost` event for each (before the retiring). */
+static void lost_events(wk_ctx *ctx, redisContext *c)
+{
+    redisReply *ids = redisCommand(c, "SMEMBERS " SF_RK_HOST_SANDBOXES, ctx->host_id);
+
+    for (size_t i = 0; ids && ids->type == REDIS_REPLY_ARRAY && i < ids->elements; i++) {
+        const char *id = ids->element[i]->str;
+        redisReply *v = id ? redisCommand(c, "HMGET " SF_RK_SANDBOX " team state", id) : NULL;
+        if (v && v->type == REDIS_REPLY_ARRAY && v->elements == 2 &&
+            v->element[0]->type == REDIS_REPLY_STRING && v->element[1]->type == REDIS_REPLY_STRING &&
+            strcmp(v->element[1]->str, "killed") && strcmp(v->element[1]->str, "failed") &&
+            strcmp(v->element[1]->str, "lost"))
+            wk_event(ctx, "lost", v->element[0]->str, id, NULL);
+        if (v)
+            freeReplyObject(v);
+    }
+    if (ids)
+        freeReplyObject(ids);
+}
+
 /* Sandboxes a previous run of this host left in Redis are gone (the agent link does not
  * survive a restart): mark them lost, and drop the host's timers, before taking any job. */
 static void reconcile(wk_ctx *ctx)
@@ -94,7 +114,10 @@ static void reconcile(wk_ctx *ctx)
 
     for (int tries = 0; tries < 20; tries++) {
         redisContext *c = sf_redis_connect_sync(ctx->cfg.common.redis_url, why, sizeof(why));
-        int rc = c ? sf_records_retire_host_sync(c, ctx->host_id, &n) : -1;
+        int rc;
+        if (c)
+            lost_events(ctx, c);
+        rc = c ? sf_records_retire_host_sync(c, ctx->host_id, &n) : -1;
         if (rc == 0) /* their timers go with them */
             rc = sf_timers_clear_host_sync(c, ctx->host_id);
         if (c)
@@ -244,7 +267,6 @@ int main(int argc, char **argv)
                  (unsigned long long)ctx.res.mem_mib);
         goto out;
     }
-    reconcile(&ctx);
     snprintf(group, sizeof(group), "sf-worker-%s", ctx.host_id);
     if (!(ctx.sandboxes = sf_map_new((size_t)ctx.capacity + 16)) ||
         !(ctx.running = sf_map_new(4096)) ||
@@ -254,6 +276,7 @@ int main(int argc, char **argv)
         sf_error("msg=\"cannot start\" err=\"%s\"", why);
         goto out;
     }
+    reconcile(&ctx); /* (with the producer: its lost events) */
     if (sf_kafka_assign_all(ctx.consumer, ctx.producer, ctx.topic, RD_KAFKA_OFFSET_STORED,
                             5000) < 0 ||
         !(ctx.jobq = sf_jobq_new(ctx.d.base, ctx.consumer, ctx.producer, ctx.topic, wk_on_job,

@@ -138,6 +138,9 @@ void wk_on_bad(void *arg, const rd_kafka_message_t *msg, const char *why);
 /* Starts the kill of a sandbox (any state); the record becomes end_state when the
  * teardown ended. */
 void wk_box_kill(wk_box *b, const char *end_state);
+/* A lifecycle event on sf.events (common/sf_events.h); a failure is logged. */
+void wk_event(wk_ctx *ctx, const char *type, const char *team, const char *sandbox,
+              const json_t *extra);
 void wk_redis_logged(redisAsyncContext *ac, void *r, void *priv);
 
 /* life.c: pause, resume and the lifecycle timers (common/sf_timers.h). */

@@ -45,7 +45,26 @@ test('30 creates through two gateways spread over three workers', async () => {
     assert.equal(r.ok, true, r.text);
   }));
   created.splice(0, created.length, ...load.map((l) => l.sb));
+  // each create and kill is a lifecycle event on sf.events (for audit and billing)
+  const ev = await events();
+  for (const id of ids) {
+    const c = ev.filter((e) => e.sandbox === id && e.type === 'sandbox.created');
+    assert.equal(c.length, 1, `sandbox ${id} has ${c.length} created events`);
+    assert.equal(c[0].team, 'fleet');
+    assert.equal(c[0].host, redis(env, 'HGET', `sf:sb:{${id}}`, 'host'));
+    assert.ok(c[0].memory_mib > 0 && c[0].ts > 0 && c[0].id);
+  }
+  for (const id of rest) {
+    assert.ok(await until(async () => (await events()).some((e) => e.sandbox === id && e.type === 'sandbox.killed'), 10000, 200) >= 0,
+      `no killed event for ${id}`);
+  }
 });
+
+// Every event on sf.events so far.
+async function events() {
+  const out = execFileSync(`${env.SF_BUILD}/tests/kafka_tail`, [env.SF_KAFKA_BROKERS, 'sf.events', '1000']).toString();
+  return out.split('\n').filter(Boolean).map((l) => JSON.parse(l));
+}
 
 // Calls flow through both gateways again; ms it took, or -1 after 30 s.
 async function flowing(probe = load[0].sb) {
@@ -204,6 +223,10 @@ test('kill -9 of a worker under load: its running calls are answered at once whe
           `call ${c.id} on the dead worker said: ${c.r.text}`);
       }
       const unknown = lost.filter((c) => /outcome is unknown/.test(c.r.text));
+      for (const { sb } of load.filter((l) => l.h === victim)) {
+        assert.ok(await until(async () => (await events()).some((e) => e.sandbox === sb && e.type === 'sandbox.lost'), 10000, 200) >= 0,
+          `no lost event for ${sb}, whose worker died`);
+      }
       console.log(`# worker: ${lost.length} calls met the dead worker, ${unknown.length} told the outcome is unknown`);
     },
   });
