@@ -1192,6 +1192,13 @@ void wk_on_job(void *arg, sf_job *job, sf_kafka_ticket tk)
     }
     /* (a job past its deadline is refused after the guard: a repeat of a finished one
      * gets its answer again) */
+    {
+        const sf_tool *t = sf_toolset_find(&ctx->tools, c->job.tool);
+        if (t && t->internal) { /* sf.cancel: no guard, never answered */
+            dispatch(c);
+            return;
+        }
+    }
     if (!instance[0] && sf_id_new(instance, "wi_") < 0) {
         refuse(c, SF_ERR_INTERNAL, "The host has no randomness; tell the operator.");
         return;
