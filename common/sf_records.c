@@ -78,12 +78,16 @@
     "  redis.call('PEXPIRE', z, TTL * 1000)\n"                                                 \
     "  return 1\n"                                                                             \
     "end\n"                                                                                    \
-    "local function retire_host(h)\n"                                                          \
-    "  local n = 0\n"                                                                          \
-    "  for _, id in ipairs(redis.call('SMEMBERS', 'sf:host:{' .. h .. '}:sandboxes')) do\n"    \
-    "    n = n + retire(id, 'lost', true)\n"                                                   \
+    "local function retire_host(h, keep_creating)\n"                                           \
+    "  local n, hs = 0, 'sf:host:{' .. h .. '}:sandboxes'\n"                                   \
+    "  for _, id in ipairs(redis.call('SMEMBERS', hs)) do\n"                                   \
+    "    if not (keep_creating and\n"                                                         \
+    "            redis.call('HGET', 'sf:sb:{' .. id .. '}', 'state') == 'creating') then\n"   \
+    "      n = n + retire(id, 'lost', true)\n"                                                 \
+    "      redis.call('SREM', hs, id)\n"                                                       \
+    "    end\n"                                                                                \
     "  end\n"                                                                                  \
-    "  redis.call('DEL', 'sf:host:{' .. h .. '}:sandboxes')\n"                                 \
+    "  if not keep_creating then redis.call('DEL', hs) end\n"                                  \
     "  return n\n"                                                                             \
     "end\n"
 
@@ -102,15 +106,16 @@ static const char lua_mark_killing[] =
     "release(KEYS[1], v[1], v[2], false)\n"
     "return 1\n";
 
-/* ARGV[4]: host. */
-static const char lua_retire_host[] = LUA_RETIRE "return retire_host(ARGV[4])\n";
+/* ARGV[4]: host. A record still `creating` stays: its create job may still be on its way to
+ * the restarted worker, which then starts it (no orphan, no false `lost`). */
+static const char lua_retire_host[] = LUA_RETIRE "return retire_host(ARGV[4], true)\n";
 
 /* ARGV[4]: the cutoff (ms): hosts whose heartbeat is older are dead. */
 static const char lua_reap[] =
     LUA_RETIRE
     "local dead_hosts = redis.call('ZRANGEBYSCORE', 'sf:hosts', '-inf', '(' .. ARGV[4])\n"
     "for _, h in ipairs(dead_hosts) do\n"
-    "  retire_host(h)\n"
+    "  retire_host(h, false)\n"
     "  redis.call('ZREM', 'sf:hosts', h)\n"
     "  redis.call('DEL', 'sf:host:{' .. h .. '}')\n"
     "end\n"

@@ -379,13 +379,48 @@ static json_t *create_result(const wk_box *b, const char *name)
     return json_pack("{s:s, s:s, s:s}", "id", b->id, "name", name ? name : "", "status", "active");
 }
 
+/* The record says running (or Redis could not be asked: the sandbox runs, the periodic
+ * check reconciles): the create is answered ok. A record that is no longer live (the
+ * platform gave the sandbox up while it started: lost with its host's restart, or killed)
+ * would leave an orphan: the sandbox goes and the create is answered with why. */
+static void on_started(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+    wk_call *c = priv;
+    wk_ctx *ctx = c->ctx;
+    wk_box *b = sf_map_get(ctx->sandboxes, c->job.sandbox);
+    const char *name = json_string_value(json_object_get(c->job.args, "name"));
+
+    if (!b || b->state != WK_BOX_RUNNING ||
+        (rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0)) {
+        sf_warn("msg=\"sandbox given up while it started; removing it\" sandbox=%s job=%s",
+                c->job.sandbox, c->job.id);
+        if (b && b->state == WK_BOX_RUNNING)
+            wk_box_kill(b, "failed");
+        wk_reply_error(c, SF_ERR_UNAVAILABLE, "The sandbox was given up while it started (its host "
+                                           "restarted, or it was killed); create a new one.");
+        return;
+    }
+    if (rep && rep->type == REDIS_REPLY_ERROR)
+        sf_warn("msg=\"redis write failed\" err=\"%s\"", rep->str);
+    {
+        json_t *x = json_pack("{s:s, s:i, s:i, s:i, s:i}", "driver", ctx->ops->name,
+                              "memory_mib", (json_int_t)b->lim.memory_mib, "vcpu_milli",
+                              (json_int_t)b->lim.vcpu_milli, "disk_mib",
+                              (json_int_t)b->lim.disk_mib, "pids_max", (json_int_t)b->lim.pids_max);
+        wk_event(ctx, "created", b->team, b->id, x);
+        json_decref(x);
+    }
+    wk_life_started(b, c->job.args);
+    sf_info("msg=\"sandbox created\" sandbox=%s team=%s job=%s", b->id, b->team, c->job.id);
+    wk_reply_result(c, create_result(b, name));
+}
+
 /* The sandbox runs (and its egress is registered): it is answered as created. */
 static void started(wk_box *b)
 {
     wk_ctx *ctx = b->ctx;
     wk_call *c = b->create;
-    json_t *a = c->job.args;
-    const char *name = json_string_value(json_object_get(a, "name"));
     char mem[24], pids[24], vcpu[24], disk[24];
     const char *kv[10 + 8];
     size_t n = 0;
@@ -409,19 +444,9 @@ static void started(wk_box *b)
     kv[n++] = pids;
     n += wk_egress_record_kv(b->eg, kv + n);
     /* state=running and back in its sets, only while the record is live (lands even
-     * when Redis is full, never re-creates a record that is gone). */
-    sf_records_started(ctx->redis, b->id, ctx->host_id, n, kv, wk_redis_logged, NULL);
-    {
-        json_t *x = json_pack("{s:s, s:i, s:i, s:i, s:i}", "driver", ctx->ops->name,
-                              "memory_mib", (json_int_t)b->lim.memory_mib, "vcpu_milli",
-                              (json_int_t)b->lim.vcpu_milli, "disk_mib",
-                              (json_int_t)b->lim.disk_mib, "pids_max", (json_int_t)b->lim.pids_max);
-        wk_event(ctx, "created", b->team, b->id, x);
-        json_decref(x);
-    }
-    wk_life_started(b, a);
-    sf_info("msg=\"sandbox created\" sandbox=%s team=%s job=%s", b->id, b->team, c->job.id);
-    wk_reply_result(c, create_result(b, name));
+     * when Redis is full, never re-creates a record that is gone); answered then */
+    if (sf_records_started(ctx->redis, b->id, ctx->host_id, n, kv, on_started, c) < 0)
+        on_started(NULL, NULL, c);
 }
 
 /* A create that ended before the sandbox was answered as running: killed meanwhile

@@ -96,7 +96,7 @@ static void lost_events(wk_ctx *ctx, redisContext *c)
         if (v && v->type == REDIS_REPLY_ARRAY && v->elements == 2 &&
             v->element[0]->type == REDIS_REPLY_STRING && v->element[1]->type == REDIS_REPLY_STRING &&
             strcmp(v->element[1]->str, "killed") && strcmp(v->element[1]->str, "failed") &&
-            strcmp(v->element[1]->str, "lost"))
+            strcmp(v->element[1]->str, "lost") && strcmp(v->element[1]->str, "creating"))
             wk_event(ctx, "lost", v->element[0]->str, id, NULL);
         if (v)
             freeReplyObject(v);
