@@ -17,6 +17,7 @@ typedef struct gw_team_table gw_team_table;
 typedef struct gw_cfg {
     sf_common_cfg common;
     char *listen_addr;
+    char *gateway_id;             /* stable id (reply topics sf.reply.<id>-<n>); "" = random */
     int64_t port;
     char *schemas_dir;
     char *auth_secret_file;

@@ -377,7 +377,13 @@ int gw_jobs_start(gw_ctx *ctx, char *why, size_t whylen)
     char group[96];
     int rc;
 
-    if (sf_id_new(ctx->id, "gw_") < 0) {
+    if (ctx->cfg.gateway_id[0]) { /* one reply topic per event-loop thread */
+        if (!sf_id_valid(ctx->cfg.gateway_id) || strlen(ctx->cfg.gateway_id) > 40) {
+            snprintf(why, whylen, "gateway_id must match [a-z0-9_-]{1,40}");
+            return -1;
+        }
+        snprintf(ctx->id, sizeof(ctx->id), "%s-%d", ctx->cfg.gateway_id, ctx->index);
+    } else if (sf_id_new(ctx->id, "gw_") < 0) {
         snprintf(why, whylen, "no randomness");
         return -1;
     }
@@ -390,9 +396,12 @@ int gw_jobs_start(gw_ctx *ctx, char *why, size_t whylen)
         !(ctx->producer = sf_kafka_producer_new(&ctx->d.kafka, why, whylen)) ||
         !(ctx->consumer = sf_kafka_consumer_new(&ctx->d.kafka, group, why, whylen)))
         return -1;
-    /* The reply topic is this process's own: new and empty, read from its start. */
+    /* The reply topic is this process's own: a new one is read from its start; a stable
+     * id's from its end (what an earlier run left there has nobody waiting for it). */
     if ((rc = sf_kafka_assign_all(ctx->consumer, ctx->producer, ctx->reply_topic,
-                                  RD_KAFKA_OFFSET_BEGINNING, 5000)) < 0) {
+                                  ctx->cfg.gateway_id[0] ? RD_KAFKA_OFFSET_END
+                                                         : RD_KAFKA_OFFSET_BEGINNING,
+                                  5000)) < 0) {
         snprintf(why, whylen, "cannot create or assign the reply topic %s (Kafka at %s)",
                  ctx->reply_topic, ctx->d.kafka.brokers);
         return -1;

@@ -17,6 +17,9 @@
 static const sf_cfg_entry cfg_table[] = {
     SF_COMMON_CFG_ENTRIES(gw_cfg),
     SF_CFG_S(gw_cfg, listen_addr, "127.0.0.1", "address the MCP endpoint listens on"),
+    SF_CFG_S(gw_cfg, gateway_id, "",
+             "stable id of this gateway ([a-z0-9_-]): a restart reuses its reply topics (the "
+             "embedded broker cannot delete topics); empty = a new random id each start"),
     SF_CFG_I(gw_cfg, port, "8080", 0, 65535, "MCP port (0 = any free port)"),
     SF_CFG_S(gw_cfg, schemas_dir, "schemas/tools", "folder of the tool JSON Schemas"),
     SF_CFG_S(gw_cfg, auth_secret_file, "/var/lib/sandfleet/auth.key",
