@@ -38,12 +38,30 @@ static rd_kafka_conf_t *conf_common(const sf_kafka_settings *s, char *why, size_
     return c;
 }
 
+typedef struct delivery_cb {
+    void (*fn)(void *arg, int err);
+    void *arg;
+} delivery_cb;
+
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
-    void (*fn)(const char *, const char *) = (void (*)(const char *, const char *))opaque;
+    const sf_kafka_settings *s = opaque;
+    delivery_cb *d = m->_private;
 
-    if (m->err && fn)
-        fn(m->rkt ? rd_kafka_topic_name(m->rkt) : "?", rd_kafka_err2str(m->err));
+    if (m->err && s && s->on_delivery_error)
+        s->on_delivery_error(m->rkt ? rd_kafka_topic_name(m->rkt) : "?", rd_kafka_err2str(m->err));
+    if (d) {
+        d->fn(d->arg, m->err ? -EIO : 0);
+        free(d);
+    }
+}
+
+static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    const sf_kafka_settings *s = opaque;
+
+    if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN && s && s->on_brokers_down)
+        s->on_brokers_down(s->down_arg);
 }
 
 rd_kafka_t *sf_kafka_producer_new(const sf_kafka_settings *s, char *why, size_t whylen)
@@ -60,7 +78,8 @@ rd_kafka_t *sf_kafka_producer_new(const sf_kafka_settings *s, char *why, size_t 
         return NULL;
     }
     rd_kafka_conf_set_dr_msg_cb(c, on_delivery);
-    rd_kafka_conf_set_opaque(c, (void *)s->on_delivery_error);
+    rd_kafka_conf_set_error_cb(c, on_error);
+    rd_kafka_conf_set_opaque(c, (void *)s);
     if (!(rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, why, whylen)))
         rd_kafka_conf_destroy(c);
     return rk;
@@ -216,13 +235,13 @@ static int topic_partitions(rd_kafka_t *rk, const char *topic, int timeout_ms)
     return n;
 }
 
-int sf_kafka_produce(rd_kafka_t *producer, const char *topic, const char *key, const void *p,
-                     size_t n)
+static int produce(rd_kafka_t *producer, const char *topic, const char *key, const void *p,
+                   size_t n, delivery_cb *d)
 {
     rd_kafka_resp_err_t err = rd_kafka_producev(
         producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
         RD_KAFKA_V_KEY(key, key ? strlen(key) : 0), RD_KAFKA_V_VALUE((void *)p, n),
-        RD_KAFKA_V_END);
+        RD_KAFKA_V_OPAQUE(d), RD_KAFKA_V_END);
 
     switch (err) {
     case RD_KAFKA_RESP_ERR_NO_ERROR:
@@ -234,6 +253,27 @@ int sf_kafka_produce(rd_kafka_t *producer, const char *topic, const char *key, c
     default:
         return -EIO;
     }
+}
+
+int sf_kafka_produce(rd_kafka_t *producer, const char *topic, const char *key, const void *p,
+                     size_t n)
+{
+    return produce(producer, topic, key, p, n, NULL);
+}
+
+int sf_kafka_produce_cb(rd_kafka_t *producer, const char *topic, const char *key, const void *p,
+                        size_t n, void (*fn)(void *arg, int err), void *arg)
+{
+    delivery_cb *d = malloc(sizeof(*d));
+    int rc;
+
+    if (!d)
+        return -ENOMEM;
+    d->fn = fn;
+    d->arg = arg;
+    if ((rc = produce(producer, topic, key, p, n, d)) < 0)
+        free(d);
+    return rc;
 }
 
 int sf_kafka_subscribe(rd_kafka_t *consumer, const char *topic)

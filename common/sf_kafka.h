@@ -21,9 +21,12 @@ typedef struct sf_kafka_settings {
     int linger_ms;             /* linger.ms for producers (0-5) */
     /* Called (from the pump's poll) for each message Kafka finally refused; may be NULL. */
     void (*on_delivery_error)(const char *topic, const char *err);
+    /* Called (from the producer's poll) when no broker can be reached; may be NULL. */
+    void (*on_brokers_down)(void *arg);
+    void *down_arg;
 } sf_kafka_settings;
 
-/* why gets librdkafka's own message. NULL on failure. */
+/* why gets librdkafka's own message. NULL on failure. s must outlive the producer. */
 rd_kafka_t *sf_kafka_producer_new(const sf_kafka_settings *s, char *why, size_t whylen);
 /* A consumer in group `group`; offsets are stored by the application (sf_kafka_track)
  * and committed automatically every 200 ms. */
@@ -39,6 +42,10 @@ void sf_kafka_producer_free(rd_kafka_t *producer);
 /* Copies the payload; never blocks. 0 or a negative errno (queue full: -ENOBUFS). */
 int sf_kafka_produce(rd_kafka_t *producer, const char *topic, const char *key, const void *p,
                      size_t n);
+/* The same, and fn(arg, 0 or -EIO) once Kafka confirmed or finally refused the message
+ * (from the producer's poll; also when the producer is destroyed). */
+int sf_kafka_produce_cb(rd_kafka_t *producer, const char *topic, const char *key, const void *p,
+                        size_t n, void (*fn)(void *arg, int err), void *arg);
 /* Subscribes to one topic (group-managed), or assigns all partitions of it from the
  * stored offset (no rebalance: for per-host and per-gateway topics). */
 int sf_kafka_subscribe(rd_kafka_t *consumer, const char *topic);

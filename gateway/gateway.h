@@ -107,6 +107,8 @@ typedef struct gw_ctx {
     int64_t drain_until;      /* (monotonic ms) the calls still waiting then are answered */
     int64_t drained_since;    /* when nothing was left in flight (0: something is) */
     _Atomic int draining;     /* new calls are refused: 503, another gateway takes them */
+    _Atomic int kafka_down;   /* no broker reachable: calls fail fast (503) until a probe lands */
+    int probing;              /* a probe message is on its way */
     char *cluster_id;         /* the Kafka cluster the jobs went to */
     gw_team_table *teams;     /* team -> its pending calls, shared by every thread */
     gw_team_table *own_teams; /* set when this instance made its own */
@@ -144,6 +146,8 @@ void gw_jobs_stop(gw_ctx *ctx);
  * of time. */
 void gw_jobs_fail_all(gw_ctx *ctx);
 size_t gw_jobs_waiting(const gw_ctx *ctx);
+/* What a call is told while no Kafka broker can be reached. */
+#define GW_MSG_QUEUE_DOWN "The job queue is unreachable; retry in a few seconds."
 int gw_jobs_submit(gw_ctx *ctx, sf_job *job, int64_t wait_ms, gw_job_cb cb, void *arg,
                    gw_pending **out);
 void gw_jobs_cancel(gw_ctx *ctx, gw_pending *p);

@@ -29,6 +29,9 @@ struct gw_pending {
  * their deadline then. */
 #define KEEP_JOB_MAX (64 * 1024)
 
+/* The key of the messages that probe whether Kafka takes messages again (never a reply). */
+#define PROBE_KEY "sf-probe"
+
 /* Per-team count of pending calls, for the whole process (every thread's instance):
  * +1 on submit, -1 when the call ends. */
 struct gw_team_table {
@@ -306,6 +309,8 @@ static void on_reply(void *arg, rd_kafka_message_t *msg)
             sf_warn("msg=\"reply consumer error\" err=\"%s\"", rd_kafka_message_errstr(msg));
         return;
     }
+    if (msg->key_len == sizeof(PROBE_KEY) - 1 && !memcmp(msg->key, PROBE_KEY, msg->key_len))
+        return;
     if (sf_reply_decode(msg->payload, msg->len, &r, &why) < 0) {
         char id[SF_ID_MAX];
         sf_warn("msg=\"malformed reply\" offset=%lld why=\"%s\"", (long long)msg->offset, why);
@@ -352,6 +357,26 @@ static void republish_one(const char *key, void *val, void *arg)
         (*n)++;
 }
 
+static void on_probe(void *arg, int err)
+{
+    gw_ctx *ctx = arg;
+
+    ctx->probing = 0;
+    if (err == 0 && ctx->kafka_down) {
+        ctx->kafka_down = 0;
+        sf_info("msg=\"Kafka is reachable again\"");
+    }
+}
+
+static void on_brokers_down(void *arg)
+{
+    gw_ctx *ctx = arg;
+
+    if (!ctx->kafka_down)
+        sf_warn("msg=\"no Kafka broker is reachable; calls fail fast until one is\"");
+    ctx->kafka_down = 1;
+}
+
 /* A broker that restarted lost the jobs it held: every waiting call's job is published
  * again under its id (the worker's job guard runs each once and answers it once). */
 static void on_cluster_tick(evutil_socket_t fd, short what, void *arg)
@@ -359,6 +384,11 @@ static void on_cluster_tick(evutil_socket_t fd, short what, void *arg)
     gw_ctx *ctx = arg;
     char *now = rd_kafka_clusterid(ctx->producer, 0);
     int n = 0;
+
+    /* while down, a small message to our own reply topic tells when Kafka takes them again */
+    if (ctx->kafka_down && !ctx->probing &&
+        sf_kafka_produce_cb(ctx->producer, ctx->reply_topic, PROBE_KEY, "", 0, on_probe, ctx) == 0)
+        ctx->probing = 1;
 
     if (!now)
         return;
@@ -388,6 +418,8 @@ int gw_jobs_start(gw_ctx *ctx, char *why, size_t whylen)
         return -1;
     }
     snprintf(ctx->reply_topic, sizeof(ctx->reply_topic), SF_TOPIC_REPLY_PREFIX "%s", ctx->id);
+    ctx->d.kafka.on_brokers_down = on_brokers_down;
+    ctx->d.kafka.down_arg = ctx;
     snprintf(group, sizeof(group), "sf-%s", ctx->id);
     if (!(ctx->pending = sf_map_new((size_t)ctx->cfg.max_pending)) ||
         !(ctx->calls = sf_map_new((size_t)ctx->cfg.max_pending)) ||

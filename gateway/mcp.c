@@ -493,6 +493,11 @@ static void tools_call(mcp_call *c, json_t *params)
         respond_rpc_error(c, 200, -32602, "Invalid params: 'name' (the tool name) is required.");
         goto done;
     }
+    if (ctx->kafka_down) {
+        static const char *const h[] = {"Retry-After", "2", NULL};
+        respond_rpc_error_h(c, 503, h, GW_MSG_QUEUE_DOWN);
+        goto done;
+    }
     if (ctx->draining) {
         static const char *const h[] = {"Retry-After", "1", NULL};
         respond_rpc_error_h(c, 503, h, "This gateway is shutting down; retry the call (another "

@@ -175,7 +175,7 @@ static void readyz(gw_req *req, void *arg)
     gw_ctx *ctx = arg;
     int64_t last = kafka_error_ms;
     int redis = sf_redis_connected(ctx->redis);
-    int kafka = ctx->producer && rd_kafka_outq_len(ctx->producer) < 10000 &&
+    int kafka = ctx->producer && !ctx->kafka_down && rd_kafka_outq_len(ctx->producer) < 10000 &&
                 (last == 0 || sf_mono_ms() - last > 10000);
     char body[128];
     int n = snprintf(body, sizeof(body), "{\"status\":\"%s\",\"redis\":%s,\"kafka\":%s}",

@@ -97,12 +97,14 @@ async function ledgers() {
 }
 
 // One fault under load: kill -9 NAME, start it again, check the answers and the ledger.
-async function fault(name, { netOk = () => false, probe, check, before, execTimeout = EXEC_TIMEOUT } = {}) {
+async function fault(name, { netOk = () => false, probe, check, before, during, execTimeout = EXEC_TIMEOUT } = {}) {
   const l = startLoad(urls, key, load.map((x) => x.sb), { prefix: `${name}-`, timeoutMs: execTimeout });
   await sleep(1000);
   const extra = before ? await before() : null;
   fleet('kill', name);
-  await sleep(1000);
+  const t0 = Date.now();
+  if (during) await during();
+  await sleep(Math.max(0, 1000 - (Date.now() - t0)));
   fleet('start', name);
   const recover = await flowing(probe);
   assert.ok(recover >= 0, `calls do not flow 30 s after ${name} restarted`);
@@ -165,7 +167,18 @@ test('kill -9 of Redis (append-only file) under load', async () => {
 // (the jobs the broker held died with it: they are published again once it is back, so
 // these calls take the broker's restart plus the group's rejoin: a longer deadline)
 test('kill -9 of the broker under load: the gateways publish their waiting jobs again',
-  () => fault('kafka', { execTimeout: 15000 }));
+  () => fault('kafka', {
+    execTimeout: 15000,
+    async during() { // while it is down: /readyz says so, and calls fail fast
+      const readyz = urls[0].replace(/\/mcp$/, '/readyz');
+      const said = await until(async () => (await (await fetch(readyz)).json()).kafka === false, 5000, 50);
+      assert.ok(said >= 0, '/readyz does not say that Kafka is down');
+      const r = await mcall(urls[0], key, 'sandbox_list', {});
+      assert.equal(r.status, 503, JSON.stringify(r));
+      assert.equal(r.text, 'The job queue is unreachable; retry in a few seconds.');
+      assert.ok(Number(r.retryAfter) > 0 && r.ms < 2000);
+    },
+  }));
 
 test('SIGTERM of a gateway mid-load: every call it accepted is answered', async () => {
   const pid = Number(readFileSync(`${state}/pids/gateway-2`, 'utf8'));
