@@ -297,8 +297,20 @@ int sf_kafka_assign_all(rd_kafka_t *consumer, rd_kafka_t *producer, const char *
     if (n < 0)
         return n;
     l = rd_kafka_topic_partition_list_new(n);
-    for (int i = 0; i < n; i++)
-        rd_kafka_topic_partition_list_add(l, topic, i)->offset = start_offset;
+    for (int i = 0; i < n; i++) {
+        int64_t off = start_offset, lo, hi;
+        /* "the end" is resolved now, not at the first fetch: a message produced between
+         * the assignment and that fetch would be skipped */
+        if (start_offset == RD_KAFKA_OFFSET_END) {
+            if (rd_kafka_query_watermark_offsets(consumer, topic, i, &lo, &hi, timeout_ms) !=
+                RD_KAFKA_RESP_ERR_NO_ERROR) {
+                rd_kafka_topic_partition_list_destroy(l);
+                return -EIO;
+            }
+            off = hi;
+        }
+        rd_kafka_topic_partition_list_add(l, topic, i)->offset = off;
+    }
     err = rd_kafka_assign(consumer, l);
     rd_kafka_topic_partition_list_destroy(l);
     return err ? -EIO : 0;

@@ -46,8 +46,9 @@ int sf_kafka_produce(rd_kafka_t *producer, const char *topic, const char *key, c
  * (from the producer's poll; also when the producer is destroyed). */
 int sf_kafka_produce_cb(rd_kafka_t *producer, const char *topic, const char *key, const void *p,
                         size_t n, void (*fn)(void *arg, int err), void *arg);
-/* Subscribes to one topic (group-managed), or assigns all partitions of it from the
- * stored offset (no rebalance: for per-host and per-gateway topics). */
+/* Subscribes to one topic (group-managed), or assigns all partitions of it from
+ * start_offset (no rebalance: for per-host and per-gateway topics; RD_KAFKA_OFFSET_END is
+ * resolved before it returns, so nothing produced after it is skipped). */
 int sf_kafka_subscribe(rd_kafka_t *consumer, const char *topic);
 int sf_kafka_assign_all(rd_kafka_t *consumer, rd_kafka_t *producer, const char *topic,
                         int64_t start_offset, int timeout_ms);
