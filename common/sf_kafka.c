@@ -209,6 +209,12 @@ void sf_kafka_producer_free(rd_kafka_t *producer)
     if (!producer)
         return;
     rd_kafka_flush(producer, 2000);
+    /* what could not be delivered (a broker that is gone) still gets its delivery report,
+     * so every per-message callback (sf_kafka_produce_cb) runs once */
+    rd_kafka_purge(producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    for (int i = 0; i < 10 && rd_kafka_outq_len(producer) > 0; i++)
+        rd_kafka_poll(producer, 50);
+    rd_kafka_poll(producer, 0);
     rd_kafka_destroy(producer);
 }
 
