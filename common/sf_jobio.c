@@ -111,7 +111,48 @@ struct sf_jobq {
     sf_jobq_job_cb on_job;
     sf_jobq_bad_cb on_bad;
     void *arg;
+    size_t sending; /* messages of sf_jobq_send not yet confirmed */
+    int freed;      /* sf_jobq_free ran: the last confirmation frees q */
 };
+
+typedef struct jobq_sent {
+    sf_jobq *q;
+    sf_kafka_ticket tk;
+} jobq_sent;
+
+/* (on the thread that polls the producer: the event loop, or the producer's flush) */
+static void on_sent(void *arg, int err)
+{
+    jobq_sent *s = arg;
+    sf_jobq *q = s->q;
+
+    /* refused for good (30 s of retries) ends it too: an answer that cannot be sent must
+     * not hold back every later offset of its partition */
+    q->sending--;
+    if (!q->freed)
+        sf_kafka_track_end(q->track, s->tk);
+    else if (q->sending == 0)
+        free(q);
+    free(s);
+}
+
+int sf_jobq_send(sf_jobq *q, rd_kafka_t *producer, const char *topic, const char *key,
+                 const void *p, size_t n, sf_kafka_ticket tk)
+{
+    jobq_sent *s = malloc(sizeof(*s));
+    int rc;
+
+    if (!s)
+        return -ENOMEM;
+    s->q = q;
+    s->tk = tk;
+    if ((rc = sf_kafka_produce_cb(producer, topic, key, p, n, on_sent, s)) < 0) {
+        free(s);
+        return rc;
+    }
+    q->sending++;
+    return 0;
+}
 
 static void jobq_on_message(void *arg, rd_kafka_message_t *msg)
 {
@@ -175,6 +216,12 @@ void sf_jobq_free(sf_jobq *q)
         sf_kafka_on_revoke(q->consumer, NULL, NULL);
     sf_kafka_pump_free(q->pump);
     sf_kafka_track_free(q->track);
+    q->pump = NULL;
+    q->track = NULL;
+    if (q->sending > 0) { /* confirmations still to come (the producer's flush) */
+        q->freed = 1;
+        return;
+    }
     free(q);
 }
 

@@ -26,6 +26,27 @@ int sch_route_check(const sf_toolset *tools, char *why, size_t whylen)
                                      why, whylen);
 }
 
+static void call_free(sch_call *c)
+{
+    sf_job_fini(&c->job);
+    free(c);
+}
+
+/* Sends b (encoded: rc) to topic; the job's offset moves once Kafka confirmed it. Ends the
+ * call; -errno when nothing was sent. */
+static int send_then_done(sch_call *c, const char *topic, const char *key, sf_buf *b, int rc)
+{
+    if (rc == 0)
+        rc = sf_jobq_send(c->ctx->jobq, c->ctx->producer, topic, key, b->p, b->len, c->ticket);
+    sf_buf_fini(b);
+    if (rc < 0) {
+        sf_error("msg=\"cannot produce\" job=%s topic=%s rc=%d", c->job.id, topic, rc);
+        return rc;
+    }
+    call_free(c);
+    return 0;
+}
+
 void sch_reply_error(sch_call *c, const char *code, const char *message)
 {
     if (c->silent) { /* an internal message (sf.cancel): never answered */
@@ -34,19 +55,27 @@ void sch_reply_error(sch_call *c, const char *code, const char *message)
         sch_call_done(c);
         return;
     }
-    if (sf_jobio_error(c->ctx->producer, &c->job, code, message) < 0)
-        sf_error("msg=\"cannot produce reply\" job=%s topic=%s", c->job.id, c->job.reply);
     sf_info("msg=\"job failed\" job=%s tool=%s team=%s code=%s", c->job.id, c->job.tool,
             c->job.team, code);
-    sch_call_done(c);
+    {
+        sf_buf b;
+        sf_buf_init(&b, SF_MSG_MAX);
+        if (send_then_done(c, c->job.reply, c->job.id, &b,
+                           sf_jobio_encode_error(&c->job, code, message, &b)) < 0)
+            sch_call_done(c);
+    }
 }
 
 void sch_reply_result(sch_call *c, json_t *result)
 {
-    if (sf_jobio_result(c->ctx->producer, &c->job, result) < 0)
-        sf_error("msg=\"cannot produce reply\" job=%s topic=%s", c->job.id, c->job.reply);
+    sf_buf b;
+    int rc;
+
+    sf_buf_init(&b, SF_MSG_MAX);
+    rc = sf_jobio_encode_result(&c->job, result, NULL, &b);
     json_decref(result);
-    sch_call_done(c);
+    if (send_then_done(c, c->job.reply, c->job.id, &b, rc) < 0)
+        sch_call_done(c);
 }
 
 void sch_forward(sch_call *c, const char *host)
@@ -57,11 +86,12 @@ void sch_forward(sch_call *c, const char *host)
 
     snprintf(c->job.host, sizeof(c->job.host), "%s", host);
     snprintf(topic, sizeof(topic), SF_TOPIC_HOST_PREFIX "%s", host);
+    sf_debug("msg=\"forwarding\" job=%s tool=%s sandbox=%s host=%s", c->job.id, c->job.tool,
+             c->job.sandbox, host);
     sf_buf_init(&b, SF_MSG_MAX);
     rc = sf_job_encode(&c->job, &b);
-    if (rc == 0)
-        rc = sf_kafka_produce(c->ctx->producer, topic, c->job.sandbox, b.p, b.len);
-    sf_buf_fini(&b);
+    if ((rc = send_then_done(c, topic, c->job.sandbox, &b, rc)) == 0)
+        return; /* c is gone: its offset moves once the forward is confirmed */
     if (rc == -E2BIG) { /* what the scheduler adds (host, limits) pushed it past the limit */
         sch_reply_error(c, SF_ERR_INVALID, "The arguments are too large for one call (over "
                         "1 MiB encoded); put large inputs in a file in the sandbox first, in "
@@ -74,9 +104,6 @@ void sch_forward(sch_call *c, const char *host)
                         "few seconds.");
         return;
     }
-    sf_debug("msg=\"forwarded\" job=%s tool=%s sandbox=%s host=%s", c->job.id, c->job.tool,
-             c->job.sandbox, host);
-    sch_call_done(c);
 }
 
 void sch_call_done(sch_call *c)

@@ -16,6 +16,12 @@
 #define EXEC_CAP_BYTES 32768
 #define EXEC_ENV_MAX 256
 
+static void call_free(wk_call *c)
+{
+    sf_job_fini(&c->job);
+    free(c);
+}
+
 static void call_done(wk_call *c)
 {
     if (c->on_box) {
@@ -24,8 +30,22 @@ static void call_done(wk_call *c)
             b->calls--;
     }
     sf_jobq_done(c->ctx->jobq, c->ticket);
-    sf_job_fini(&c->job);
-    free(c);
+    call_free(c);
+}
+
+/* Sends a reply; its job's offset moves once Kafka confirmed it. Ends the call. */
+static int call_answer(wk_call *c, const void *p, size_t n)
+{
+    int rc = sf_jobq_send(c->ctx->jobq, c->ctx->producer, c->job.reply, c->job.id, p, n,
+                          c->ticket);
+
+    if (rc < 0) {
+        sf_error("msg=\"cannot produce reply\" job=%s rc=%d", c->job.id, rc);
+        call_done(c);
+        return rc;
+    }
+    call_free(c);
+    return 0;
 }
 
 /* The job guard (sf:job:{id}, a hash; schemas/redis-keys.md) says where a job stands:
@@ -126,14 +146,15 @@ static void guard_done(wk_call *c, const sf_buf *b)
 /* Sends the encoded reply, keeps it in the guard, ends the call. */
 static void reply_send(wk_call *c, sf_buf *b, int rc)
 {
-    if (rc == 0)
-        rc = sf_jobio_send(c->ctx->producer, &c->job, b->p, b->len);
-    if (rc < 0)
-        sf_error("msg=\"cannot produce reply\" job=%s rc=%d", c->job.id, rc);
-    else
-        guard_done(c, b);
+    if (rc < 0) {
+        sf_error("msg=\"cannot encode reply\" job=%s rc=%d", c->job.id, rc);
+        sf_buf_fini(b);
+        call_done(c);
+        return;
+    }
+    guard_done(c, b); /* (before: the call ends with the send) */
+    call_answer(c, b->p, b->len);
     sf_buf_fini(b);
-    call_done(c);
 }
 
 void wk_reply_error(wk_call *c, const char *code, const char *message)
@@ -1172,10 +1193,7 @@ static void on_guard(redisAsyncContext *ac, void *r, void *priv)
     if (!strcmp(verdict->str, "done") && rep->elements == 2 &&
         rep->element[1]->type == REDIS_REPLY_STRING && rep->element[1]->len > 0) {
         sf_info("msg=\"repeat of a finished job: its answer again\" job=%s", c->job.id);
-        if (sf_jobio_send(c->ctx->producer, &c->job, rep->element[1]->str,
-                          rep->element[1]->len) < 0)
-            sf_error("msg=\"cannot produce reply\" job=%s", c->job.id);
-        call_done(c);
+        call_answer(c, rep->element[1]->str, rep->element[1]->len);
         return;
     }
     if (!strcmp(verdict->str, "done")) {
