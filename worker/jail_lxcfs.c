@@ -108,6 +108,10 @@ void wk_lxcfs_stop(wk_lxcfs *lx)
 {
     int status;
 
+    /* unmounted first: a FUSE daemon notices SIGTERM only when its next request comes, so
+     * it would sit out the whole wait; the unmount ends its loop at once */
+    if (lx->dir[0])
+        umount2(lx->dir, MNT_DETACH);
     if (lx->pid > 0) {
         kill(lx->pid, SIGTERM);
         for (int i = 0; i < 200; i++) {
@@ -123,6 +127,4 @@ void wk_lxcfs_stop(wk_lxcfs *lx)
             lx->pid = -1;
         }
     }
-    if (lx->dir[0])
-        umount2(lx->dir, MNT_DETACH);
 }
