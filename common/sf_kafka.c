@@ -3,9 +3,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static int conf_set(rd_kafka_conf_t *c, const char *k, const char *v, char *why, size_t whylen)
@@ -176,18 +178,112 @@ rd_kafka_t *sf_kafka_consumer_new(const sf_kafka_settings *s, const char *group,
  * given SF_KAFKA_CLOSE_MS (rebalance events it raises are served here), then the handle
  * is destroyed without a second close. */
 #define SF_KAFKA_CLOSE_MS 3000
+/* How long a closing client asks whether any broker still answers: with none, leaving
+ * the group and flushing could only wait out their whole limits (a daemon told to stop
+ * while the broker is gone must still end within its shutdown deadline). */
+#define SF_KAFKA_PROBE_MS 500
+
+static int broker_answers(rd_kafka_t *rk)
+{
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, NULL, &md, SF_KAFKA_PROBE_MS);
+
+    if (md)
+        rd_kafka_metadata_destroy(md);
+    return err == RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+/* Even without a consumer close, a consumer's destroy waits for its group's last offset
+ * commit, up to session.timeout.ms when the coordinator is gone. The destroy runs on a
+ * thread of its own and is waited for at most ms; after that the process goes on (it is
+ * ending) and the handle is left to that thread. 0 when it ended in time, else -ETIMEDOUT. */
+#define SF_KAFKA_DESTROY_MS 1000
+
+typedef struct destroy_job {
+    rd_kafka_t *rk;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done, abandoned;
+} destroy_job;
+
+static void destroy_job_free(destroy_job *j)
+{
+    pthread_cond_destroy(&j->cv);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+static void *destroy_thread(void *arg)
+{
+    destroy_job *j = arg;
+    int abandoned;
+
+    rd_kafka_destroy_flags(j->rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+    pthread_mutex_lock(&j->mu);
+    j->done = 1;
+    abandoned = j->abandoned;
+    pthread_cond_signal(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    if (abandoned) /* the caller went on without it */
+        destroy_job_free(j);
+    return NULL;
+}
+
+static int destroy_bounded(rd_kafka_t *rk, int ms)
+{
+    destroy_job *j = calloc(1, sizeof(*j));
+    pthread_condattr_t ca;
+    struct timespec until;
+    pthread_t t;
+    int done;
+
+    if (!j || pthread_condattr_init(&ca) != 0) {
+        free(j);
+        rd_kafka_destroy_flags(rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+        return 0;
+    }
+    j->rk = rk;
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&t, NULL, destroy_thread, j) != 0) {
+        destroy_job_free(j);
+        rd_kafka_destroy_flags(rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+        return 0;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L)
+        until.tv_sec++, until.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&j->mu);
+    while (!j->done && pthread_cond_timedwait(&j->cv, &j->mu, &until) == 0)
+        ;
+    done = j->done;
+    j->abandoned = !done;
+    pthread_mutex_unlock(&j->mu);
+    if (!done) {
+        pthread_detach(t);
+        return -ETIMEDOUT;
+    }
+    pthread_join(t, NULL);
+    destroy_job_free(j);
+    return 0;
+}
 
 void sf_kafka_consumer_free(rd_kafka_t *consumer)
 {
     consumer_hooks *h;
-    rd_kafka_queue_t *q;
+    rd_kafka_queue_t *q = NULL;
     rd_kafka_error_t *e;
-    int64_t until = sf_mono_ms() + SF_KAFKA_CLOSE_MS;
+    int64_t until;
 
     if (!consumer)
         return;
     h = rd_kafka_opaque(consumer);
-    if ((q = rd_kafka_queue_new(consumer))) {
+    until = sf_mono_ms() + SF_KAFKA_CLOSE_MS;
+    if (broker_answers(consumer) && (q = rd_kafka_queue_new(consumer))) {
         if ((e = rd_kafka_consumer_close_queue(consumer, q)))
             rd_kafka_error_destroy(e);
         while (!rd_kafka_consumer_closed(consumer) && sf_mono_ms() < until) {
@@ -200,15 +296,16 @@ void sf_kafka_consumer_free(rd_kafka_t *consumer)
         }
         rd_kafka_queue_destroy(q);
     }
-    rd_kafka_destroy_flags(consumer, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
-    free(h);
+    if (destroy_bounded(consumer, SF_KAFKA_DESTROY_MS) == 0)
+        free(h); /* (else the handle's threads may still call its hooks: h stays) */
 }
 
 void sf_kafka_producer_free(rd_kafka_t *producer)
 {
     if (!producer)
         return;
-    rd_kafka_flush(producer, 2000);
+    if (rd_kafka_outq_len(producer) > 0 && broker_answers(producer))
+        rd_kafka_flush(producer, 2000);
     /* what could not be delivered (a broker that is gone) still gets its delivery report,
      * so every per-message callback (sf_kafka_produce_cb) runs once */
     rd_kafka_purge(producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
