@@ -42,6 +42,45 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
         event_base_loopexit(d->base, NULL);
 }
 
+/* Until the daemon's loop runs (sf_daemon_ready), nothing would see a stop signal: its
+ * start-up may block on a broker or Redis that is gone (a metadata request, a
+ * reconnection). A stop signal then ends the process at once: nothing was taken on yet.
+ * After that, the loop's own handler (libevent's, chained here) takes it. */
+static volatile sig_atomic_t daemon_ready;
+static struct sigaction loop_handler[2]; /* SIGINT, SIGTERM: what the loop installed */
+
+static void on_early_signal(int sig)
+{
+    static const char msg[] = "stop signal during start-up: exiting at once\n";
+    const struct sigaction *h = &loop_handler[sig == SIGTERM];
+
+    if (daemon_ready && !(h->sa_flags & SA_SIGINFO) && h->sa_handler != SIG_DFL &&
+        h->sa_handler != SIG_IGN) {
+        h->sa_handler(sig);
+        return;
+    }
+    if (write(STDERR_FILENO, msg, sizeof(msg) - 1) < 0) {
+        /* nothing more to do */
+    }
+    _exit(1);
+}
+
+static void guard_signal(int sig)
+{
+    struct sigaction sa, old;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_early_signal;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(sig, &sa, &old) == 0 && old.sa_handler != on_early_signal)
+        loop_handler[sig == SIGTERM] = old;
+}
+
+void sf_daemon_ready(void)
+{
+    daemon_ready = 1;
+}
+
 static void log_delivery_error(const char *topic, const char *err)
 {
     sf_error("msg=\"Kafka refused a message\" topic=%s err=\"%s\"", topic, err);
@@ -66,6 +105,8 @@ int sf_daemon_init(sf_daemon *d, const char *component, const sf_common_cfg *c)
     d->ev_term = evsignal_new(d->base, SIGTERM, on_stop_signal, d);
     event_add(d->ev_int, NULL);
     event_add(d->ev_term, NULL);
+    guard_signal(SIGINT);
+    guard_signal(SIGTERM);
     d->kafka.brokers = c->kafka_brokers;
     d->kafka.fetch_wait_ms = (int)c->kafka_fetch_wait_ms;
     d->kafka.session_timeout_ms = (int)c->kafka_session_timeout_ms;

@@ -51,6 +51,10 @@ typedef struct sf_daemon {
  * loop ends) and a watchdog that ends the process after shutdown_deadline_ms whatever is
  * still waiting (a broker or Redis that is gone); a second signal ends it at once. */
 int sf_daemon_init(sf_daemon *d, const char *component, const sf_common_cfg *c);
+/* The daemon's loop is about to run: stop signals go to it from now on. Before this call a
+ * stop signal ends the process at once (its start-up may block on a broker or Redis that
+ * is gone, where no loop would see the signal). */
+void sf_daemon_ready(void);
 void sf_daemon_fini(sf_daemon *d);
 
 #endif

@@ -271,6 +271,7 @@ int main(int argc, char **argv)
             cfg.listen_addr, port, ctxs[0].id, ctxs[0].tools.n, cfg.tls_cert_file[0] != 0, n);
     ctxs[0].d.on_stop = drain_all;
     ctxs[0].d.on_stop_arg = ctxs;
+    sf_daemon_ready();
     event_base_dispatch(ctxs[0].d.base);
     for (int i = 1; i < n && !ctxs[0].d.stopping; i++)
         event_base_loopexit(ctxs[i].d.base, NULL);

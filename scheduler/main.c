@@ -61,6 +61,7 @@ int main(int argc, char **argv)
     }
     sf_info("msg=\"scheduler up\" kafka=%s redis=%s", ctx.cfg.common.kafka_brokers,
             ctx.cfg.common.redis_url);
+    sf_daemon_ready();
     event_base_dispatch(ctx.d.base);
     rc = 0;
 out:

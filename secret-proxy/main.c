@@ -90,6 +90,7 @@ int main(int argc, char **argv)
     sf_info("msg=\"secret-proxy up\" control=%s default=%s redis=%s ca=%s instance=%s",
             ctx.cfg.proxy_control_socket, ctx.cfg.egress_default, ctx.cfg.common.redis_url,
             ctx.cfg.proxy_ca_cert_file, ctx.instance);
+    sf_daemon_ready();
     event_base_dispatch(ctx.d.base);
     rc = 0;
 out:

@@ -293,6 +293,7 @@ int main(int argc, char **argv)
     sf_info("msg=\"worker up\" host=%s topic=%s driver=%s capacity=%lld mem_mib=%llu "
             "vcpu_milli=%llu", ctx.host_id, ctx.topic, ctx.ops->name, (long long)ctx.capacity,
             (unsigned long long)ctx.res.mem_mib, (unsigned long long)ctx.res.vcpu_milli);
+    sf_daemon_ready();
     event_base_dispatch(ctx.d.base);
     rc = 0;
 out:
