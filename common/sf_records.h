@@ -12,7 +12,11 @@
  * full. The writes here do not grow it (they overwrite fields of records that exist, or
  * free space), and must land even then, or a full Redis would stop kills, turn records
  * stale and let every host look dead: they run with allow-oom. A record that no longer
- * exists is never re-created by them. */
+ * exists is never re-created by them.
+ *
+ * The writes of one record go by SHA with every key declared (schemas/redis-keys.md): those
+ * whose keys follow from the record's team and host read them first. Scripts are kept per
+ * process: call them from one thread (the event loop). */
 #ifndef SF_RECORDS_H
 #define SF_RECORDS_H
 

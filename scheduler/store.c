@@ -39,14 +39,15 @@ static const char lua_list[] =
     "end\n"
     "return cjson.encode({items = out, more = #rows > limit})\n";
 
-/* ARGV: sandbox, team, now, host_ttl. Returns {verdict, host}. */
+/* KEYS: the record, sf:hosts. ARGV: team, now, host_ttl. Returns {verdict, host}.
+ * Called by SHA (sf_redis_script_call); both keys declared. */
 static const char lua_route[] =
     "#!lua flags=no-writes\n"
-    "local v = redis.call('HMGET', 'sf:sb:{' .. ARGV[1] .. '}', 'team', 'host', 'state')\n"
-    "if not v[1] or v[1] ~= ARGV[2] then return {'none', ''} end\n"
+    "local v = redis.call('HMGET', KEYS[1], 'team', 'host', 'state')\n"
+    "if not v[1] or v[1] ~= ARGV[1] then return {'none', ''} end\n"
     "if v[3] == 'killed' or v[3] == 'failed' or v[3] == 'lost' then return {v[3], v[2]} end\n"
-    "local ts = redis.call('ZSCORE', 'sf:hosts', v[2])\n"
-    "if not ts or tonumber(ts) < tonumber(ARGV[3]) - tonumber(ARGV[4]) then\n"
+    "local ts = redis.call('ZSCORE', KEYS[2], v[2])\n"
+    "if not ts or tonumber(ts) < tonumber(ARGV[2]) - tonumber(ARGV[3]) then\n"
     "  return {'stale', v[2]}\n"
     "end\n"
     "return {'ok', v[2]}\n";
@@ -333,14 +334,20 @@ static void on_route(redisAsyncContext *ac, void *r, void *priv)
     sch_reply_error(c, SF_ERR_NOT_FOUND, text);
 }
 
+static sf_redis_script route_script = SF_REDIS_SCRIPT(lua_route);
+
 void sch_store_route(sch_call *c)
 {
-    char now[24], ttl[24];
+    char key[128], now[24], ttl[24];
+    const char *argv[] = {key, SF_RK_HOSTS, c->job.team, now, ttl};
+    size_t lens[SF_ARRAY_LEN(argv)];
 
+    snprintf(key, sizeof(key), SF_RK_SANDBOX, c->job.sandbox);
     snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
     snprintf(ttl, sizeof(ttl), "%lld", (long long)c->ctx->cfg.host_ttl_ms);
-    if (sf_redis_cmd(c->ctx->redis, on_route, c, "EVAL %s 0 %s %s %s %s", lua_route,
-                     c->job.sandbox, c->job.team, now, ttl) < 0)
+    for (size_t i = 0; i < SF_ARRAY_LEN(argv); i++)
+        lens[i] = strlen(argv[i]);
+    if (sf_redis_script_call(c->ctx->redis, &route_script, on_route, c, 2, 3, argv, lens) < 0)
         sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
 }
 

@@ -413,7 +413,7 @@ static void on_started(redisAsyncContext *ac, void *r, void *priv)
     const char *name = json_string_value(json_object_get(c->job.args, "name"));
 
     if (!b || b->state != WK_BOX_RUNNING ||
-        (rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0)) {
+        (rep && rep->type == REDIS_REPLY_INTEGER && rep->integer <= 0)) {
         sf_warn("msg=\"sandbox given up while it started; removing it\" sandbox=%s job=%s",
                 c->job.sandbox, c->job.id);
         if (b && b->state == WK_BOX_RUNNING)
