@@ -16,19 +16,20 @@
 #define EXEC_CAP_BYTES 32768
 #define EXEC_ENV_MAX 256
 
+/* Ends the call; its offset is the caller's business (call_done, call_answer). */
 static void call_free(wk_call *c)
-{
-    sf_job_fini(&c->job);
-    free(c);
-}
-
-static void call_done(wk_call *c)
 {
     if (c->on_box) {
         wk_box *b = sf_map_get(c->ctx->sandboxes, c->job.sandbox);
         if (b && b->calls > 0)
             b->calls--;
     }
+    sf_job_fini(&c->job);
+    free(c);
+}
+
+static void call_done(wk_call *c)
+{
     sf_jobq_done(c->ctx->jobq, c->ticket);
     call_free(c);
 }
