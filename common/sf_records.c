@@ -1,4 +1,5 @@
 #include "sf_records.h"
+#include "sf_timers.h"
 #include "sf_util.h"
 
 #include <errno.h>
@@ -95,8 +96,8 @@
  * read first (owner_op below): if the record names another team or host by then, they
  * return -1 and the caller reads it again. */
 
-/* KEYS: record, team's sandboxes, team's res, team's retired, host hash, host's sandboxes.
- * ARGV: now, ttl, keep, id, state, only_live (1/0), team, host. Returns {1, ids of old
+/* KEYS: record, team's sandboxes, team's res, team's retired, host hash, host's sandboxes,
+ * host's timers (sf_timers.h). ARGV: now, ttl, keep, id, state, only_live (1/0), team, host. Returns {1, ids of old
  * tombstones dropped from the team's retired list (the caller deletes their records)},
  * {0} (not retired), or {-1} (moved). */
 static const char lua_retire[] =
@@ -114,7 +115,10 @@ static const char lua_retire[] =
     "redis.call('HSET', KEYS[1], 'state', state, 'retired', NOW)\n"
     "redis.call('EXPIRE', KEYS[1], TTL)\n"
     "redis.call('SREM', KEYS[2], id)\n"
-    "if v[2] then redis.call('SREM', KEYS[6], id) end\n"
+    "if v[2] then\n"
+    "  redis.call('SREM', KEYS[6], id)\n"
+    "  redis.call('ZREM', KEYS[7], 't:' .. id, 'i:' .. id, 'd:' .. id)\n"
+    "end\n"
     "redis.call('ZADD', KEYS[4], NOW, id)\n"
     "redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', NOW - TTL * 1000)\n"
     "local out, over = {1}, redis.call('ZCARD', KEYS[4]) - KEEP\n"
@@ -301,8 +305,8 @@ static void on_owner_script(redisAsyncContext *ac, void *r, void *priv)
 /* Runs op's script with the team and host read from the record. */
 static void owner_script(owner_op *op)
 {
-    char k[6][160], now[24], ttl[24], keep[24];
-    const char *argv[6 + 8 + KV_MAX];
+    char k[7][160], now[24], ttl[24], keep[24];
+    const char *argv[7 + 8 + KV_MAX];
     size_t lens[SF_ARRAY_LEN(argv)];
     int nkeys = 0, nargs = 0, rc;
 
@@ -314,7 +318,8 @@ static void owner_script(owner_op *op)
         snprintf(k[3], sizeof(k[3]), SF_RK_TEAM_RETIRED, op->team);
         snprintf(k[4], sizeof(k[4]), SF_RK_HOST, op->host);
         snprintf(k[5], sizeof(k[5]), SF_RK_HOST_SANDBOXES, op->host);
-        nkeys = 6;
+        snprintf(k[6], sizeof(k[6]), SF_RK_HOST_TIMERS, op->host);
+        nkeys = 7;
         snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
         snprintf(ttl, sizeof(ttl), "%d", SF_RETIRED_TTL_S);
         snprintf(keep, sizeof(keep), "%d", SF_RETIRED_KEEP);

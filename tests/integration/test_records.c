@@ -161,6 +161,7 @@ static void test_lifecycle(void)
     CHECK(!strcmp(get("HGET sf:team:{%s}:res n", team), ""), "team's reservation given back");
     CHECK(!strcmp(get("HGET sf:host:{%s} res_count", host), "1"), "host's kept until retired");
 
+    freeReplyObject(redisCommand(sc, "ZADD sf:host:{%s}:timers 1 t:%s", host, id));
     a = (answer){0};
     CHECK(sf_records_retire(ar, id, "lost", 1, on_answer, &a) == 0, "retire");
     wait_for(&a);
@@ -170,6 +171,7 @@ static void test_lifecycle(void)
     CHECK(!strcmp(get("SISMEMBER sf:host:{%s}:sandboxes %s", host, id), "0"), "left its host");
     CHECK(!strcmp(get("HGET sf:host:{%s} res_count", host), "0"), "host's reservation back");
     CHECK(atoi(get("TTL sf:sb:{%s}", id)) > 0, "tombstone expires");
+    CHECK(!strcmp(get("ZSCORE sf:host:{%s}:timers t:%s", host, id), ""), "its timers went");
     CHECK(strcmp(get("ZSCORE sf:team:{%s}:retired %s", team, id), ""), "listed as retired");
 
     a = (answer){0}; /* only_live: a dead record stays as it is */
@@ -222,8 +224,9 @@ int main(void)
     test_lifecycle();
     test_tombstones_bounded();
     freeReplyObject(redisCommand(sc, "DEL sf:team:{%s}:res sf:team:{%s}:retired "
-                                     "sf:team:{%s}:sandboxes sf:host:{%s} sf:host:{%s}:sandboxes",
-                                 team, team, team, host, host));
+                                     "sf:team:{%s}:sandboxes sf:host:{%s} sf:host:{%s}:sandboxes "
+                                     "sf:host:{%s}:timers",
+                                 team, team, team, host, host, host));
     sf_redis_free(ar);
     redisFree(sc);
     event_base_free(base);
