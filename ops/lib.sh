@@ -16,6 +16,8 @@ SF_PACKAGES="$SF_PACKAGES libzip-dev"
 SF_PACKAGES="$SF_PACKAGES qemu-system-x86 qemu-utils kmod cpio"
 # the OAuth sign-in page's browser test (tests/e2e/signin_browser.test.mjs)
 SF_PACKAGES="$SF_PACKAGES chromium"
+# the built-in 'debian' template (worker/tpl/build-debian)
+SF_PACKAGES="$SF_PACKAGES debootstrap"
 
 sf_log() { printf '\033[1m[sandfleet]\033[0m %s\n' "$*" >&2; }
 sf_die() { printf '\033[1;31m[sandfleet]\033[0m %s\n' "$*" >&2; exit 1; }

@@ -224,10 +224,10 @@ void sch_place_create(sch_call *c)
     const char *argv[16];
     int argc = 0, rc;
 
-    if (tmpl && strcmp(tmpl, "base") != 0) {
+    if (tmpl && strcmp(tmpl, "base") != 0 && strcmp(tmpl, "debian") != 0) {
         char text[256];
-        snprintf(text, sizeof(text),
-                 "Template '%.64s' does not exist; omit from_template to use 'base'.", tmpl);
+        snprintf(text, sizeof(text), "Template '%.64s' does not exist; omit from_template to "
+                 "use 'base', or use 'debian'.", tmpl);
         sch_reply_error(c, SF_ERR_NOT_FOUND, text);
         return;
     }
@@ -248,7 +248,7 @@ void sch_place_create(sch_call *c)
     argv[argc++] = c->job.sandbox;
     argv[argc++] = c->job.team;
     argv[argc++] = name ? name : "";
-    argv[argc++] = "base";
+    argv[argc++] = tmpl ? tmpl : "base";
     argv[argc++] = md_text ? md_text : "{}";
     for (int i = 2; i < 8; i++)
         argv[argc++] = num[i];

@@ -72,8 +72,15 @@ typedef struct wk_host_cfg {
     int teardown_stop;         /* tests only: a teardown stops itself (SIGSTOP) half-way */
 } wk_host_cfg;
 
+#define WK_LAYERS_MAX 8        /* root filesystem layers of one template (tstore.h) */
+
 typedef struct wk_create_req {
     const char *id;            /* [a-z0-9_-]{1,63}, unique on this host */
+    const char *template;      /* the template's name (NULL = "base") */
+    const char *const *layers; /* NULL = the driver's own 'base'; else the template's root
+                                  filesystem layers (directories), top first, NULL-terminated,
+                                  at most WK_LAYERS_MAX (drivers that cannot use them refuse
+                                  the create with -ENOTSUP) */
     wk_limits limits;          /* 0 fields = the defaults */
     const char *trust_pem;     /* NULL, or the egress proxy's CA certificate (PEM, at most
                                   64 KiB): before the sandbox's first command the driver puts

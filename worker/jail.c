@@ -341,6 +341,7 @@ static void create_work(void *arg)
     wk_driver *d = sb->drv;
     const struct sock_fprog *prog;
     char lower[WK_PATH_MAX];
+    const char *base_layers[2] = {lower, NULL}, *trust_lower = lower;
     uint64_t t0 = sf_mono_us();
     const char *why = NULL;
     wk_spawn_args sa;
@@ -348,6 +349,18 @@ static void create_work(void *arg)
 
     if ((rc = wk_seccomp_prog(&prog, &why)) < 0)
         goto fail;
+    if (sb->layers[0]) {
+        /* the CA bundle of the template: the topmost layer that has one */
+        trust_lower = sb->layers[0];
+        for (int i = 0; sb->layers[i]; i++) {
+            char ca[WK_PATH_MAX];
+            snprintf(ca, sizeof(ca), "%s/etc/ssl/certs/ca-certificates.crt", sb->layers[i]);
+            if (access(ca, F_OK) == 0) {
+                trust_lower = sb->layers[i];
+                break;
+            }
+        }
+    }
     if (wk_template_path(d->state_dir, lower, sizeof(lower)) < 0 ||
         sb_path(sb->sbdir, sizeof(sb->sbdir), d->state_dir, sb->id) < 0) {
         why = "state_dir is too long; use a shorter path.";
@@ -373,7 +386,7 @@ static void create_work(void *arg)
             why = "state_dir is too long; use a shorter path.";
             goto fail;
         }
-        if ((rc = wk_trust_write(lower, upper, sb->host_uid, sb->trust_pem, &why)) < 0)
+        if ((rc = wk_trust_write(trust_lower, upper, sb->host_uid, sb->trust_pem, &why)) < 0)
             goto fail;
     }
     if ((rc = wk_cgroup_create(&sb->cg, d->host_id, sb->id, &sb->lim, &why)) < 0)
@@ -384,7 +397,7 @@ static void create_work(void *arg)
         goto fail;
     }
     sa = (wk_spawn_args){
-        .lower = lower,
+        .lowers = sb->layers[0] ? (const char *const *)sb->layers : base_layers,
         .sbdir = sb->sbdir,
         .agent_path = d->agent_path,
         .hostname = sb->id,
@@ -445,6 +458,14 @@ fail:
 
 static void teardown_start(wk_sandbox *sb);
 
+static void layers_free(wk_sandbox *sb)
+{
+    for (int i = 0; i < WK_LAYERS_MAX && sb->layers[i]; i++) {
+        free(sb->layers[i]);
+        sb->layers[i] = NULL;
+    }
+}
+
 static void create_done(void *arg)
 {
     wk_sandbox *sb = arg;
@@ -454,6 +475,7 @@ static void create_done(void *arg)
 
     free(sb->trust_pem);
     sb->trust_pem = NULL;
+    layers_free(sb);
     if (sb->create_rc == 0 && wk_agent_attach(sb, sb->sock) < 0) {
         /* Out of memory on the loop: the sandbox runs but cannot be driven. */
         sf_error("msg=\"cannot attach to the agent; killing the new sandbox\" sandbox=%s", sb->id);
@@ -517,7 +539,15 @@ static int jail_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, 
         free(sb);
         return -ENOMEM;
     }
+    for (int i = 0; req->layers && req->layers[i]; i++)
+        if (i == WK_LAYERS_MAX || !(sb->layers[i] = strdup(req->layers[i]))) {
+            layers_free(sb);
+            free(sb->trust_pem);
+            free(sb);
+            return i == WK_LAYERS_MAX ? -EINVAL : -ENOMEM;
+        }
     if ((rc = wk_pool_run(d->pool, create_work, create_done, sb)) < 0) {
+        layers_free(sb);
         free(sb->trust_pem);
         free(sb);
         return rc;

@@ -108,7 +108,8 @@ int wk_seccomp_prog(const struct sock_fprog **prog, const char **why);
 
 /* ---- jail_spawn.c ---- */
 typedef struct wk_spawn_args {
-    const char *lower;        /* template rootfs */
+    const char *const *lowers; /* the template's layers, top first, NULL-terminated (1 to
+                                  WK_LAYERS_MAX) */
     const char *sbdir;        /* state_dir/sandboxes/<id> */
     const char *agent_path;
     const char *hostname;
@@ -165,6 +166,8 @@ struct wk_sandbox {
     int slot_fd;
     int netns_fd;             /* its network namespace (driver.h `netns`), from the create */
     char *trust_pem;          /* the create's trust_pem until the create ran */
+    char *layers[WK_LAYERS_MAX + 1]; /* the create's template layers (NULL-terminated; none
+                                  = base) until the create ran */
     uint32_t host_uid;
     wk_cgroup cg;
     char sbdir[WK_PATH_MAX];

@@ -9,7 +9,7 @@
  *                                           setsid; private mounts; opens the
  *                                           layers; becomes root of its userns;
  *                                           unshare(CLONE_NEWCGROUP); overlay
- *                                           (lower = template,
+ *                                           (lower = the template's layers,
  *                                           upper/work = the sandbox's disk) on rootfs;
  *                                           /proc, /dev (tmpfs + bound device
  *                                           nodes, devpts, shm), agent bound
@@ -110,7 +110,8 @@ typedef struct child_ctx {
     int tasks[WK_CG_N];
     char shm_opts[96];
     uint32_t nofile;
-    char lower[WK_PATH_MAX], upper[WK_PATH_MAX], work[WK_PATH_MAX];
+    char lower[WK_LAYERS_MAX][WK_PATH_MAX], upper[WK_PATH_MAX], work[WK_PATH_MAX];
+    int n_lower;
     const char *sbdir, *agent;
     const char *hostname;
     const struct sock_fprog *seccomp;
@@ -209,7 +210,7 @@ static __attribute__((noreturn)) void child_main(child_ctx *c)
     char *argv[] = {AGENT_IN_JAIL, NULL};
     char *envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
     char opts[WK_PATH_MAX], src[64];
-    int lower, upper, work, sb, agent, lx[WK_LXCFS_FILES];
+    int lower[WK_LAYERS_MAX], upper, work, sb, agent, lx[WK_LXCFS_FILES];
     size_t n = 0;
     char go;
 
@@ -230,8 +231,9 @@ static __attribute__((noreturn)) void child_main(child_ctx *c)
      * own state_dir: after the switch to the sandbox's root no path to them is
      * needed. Opened here, not in the worker, because overlayfs and bind
      * mounts only take paths of this mount namespace. */
-    if ((lower = open(c->lower, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
-        child_fail(c, ST_TEMPLATE);
+    for (int i = 0; i < c->n_lower; i++)
+        if ((lower[i] = open(c->lower[i], O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+            child_fail(c, ST_TEMPLATE);
     if ((upper = open(c->upper, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0 ||
         (work = open(c->work, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0 ||
         (sb = open(c->sbdir, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
@@ -249,8 +251,11 @@ static __attribute__((noreturn)) void child_main(child_ctx *c)
         child_fail(c, ST_CGNS);
     if (fchdir(sb) < 0)
         child_fail(c, ST_SBDIR);
-    cat_str(opts, &n, "lowerdir=/proc/self/fd/");
-    cat_fd(opts, &n, lower);
+    cat_str(opts, &n, "lowerdir=");
+    for (int i = 0; i < c->n_lower; i++) { /* top layer first */
+        cat_str(opts, &n, i ? ":/proc/self/fd/" : "/proc/self/fd/");
+        cat_fd(opts, &n, lower[i]);
+    }
     cat_str(opts, &n, ",upperdir=/proc/self/fd/");
     cat_fd(opts, &n, upper);
     cat_str(opts, &n, ",workdir=/proc/self/fd/");
@@ -390,8 +395,13 @@ int wk_spawn(const wk_spawn_args *a, pid_t *pid_out, int *pidfd_out, const char 
             c.nofile > cur.rlim_max)
             c.nofile = (uint32_t)cur.rlim_max;
     }
-    if (path_join(c.lower, a->lower, NULL) < 0 ||
-        path_join(c.upper, a->sbdir, WK_DISK_MOUNT "/upper") < 0 ||
+    for (c.n_lower = 0; a->lowers[c.n_lower]; c.n_lower++)
+        if (c.n_lower == WK_LAYERS_MAX || path_join(c.lower[c.n_lower], a->lowers[c.n_lower], NULL) < 0) {
+            rc = -ENAMETOOLONG;
+            *why = "The template has too many layers or too long a path; rebuild it from a shallower one.";
+            goto out;
+        }
+    if (path_join(c.upper, a->sbdir, WK_DISK_MOUNT "/upper") < 0 ||
         path_join(c.work, a->sbdir, WK_DISK_MOUNT "/work") < 0) {
         rc = -ENAMETOOLONG;
         *why = "state_dir is too long; use a shorter path.";

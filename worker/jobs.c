@@ -1,5 +1,6 @@
 /* jobs.c: one host's job handling: create, exec and kill against the driver. */
 #include "worker.h"
+#include "tstore.h"
 #include "egress.h"
 #include "sf_claim.h"
 #include "sf_events.h"
@@ -589,13 +590,38 @@ static const char *no_room(const wk_ctx *ctx, const wk_limits *l)
     return NULL;
 }
 
+/* The layers of the create's template on this host (tstore.h); -1 when c was answered. */
+static int template_layers(wk_call *c, char *layers[WK_LAYERS_MAX + 1])
+{
+    const char *name = json_string_value(json_object_get(c->job.args, "from_template"));
+    char text[384];
+    int rc;
+
+    if (!name || !strcmp(name, "base"))
+        return 0;
+    if (!strcmp(c->ctx->ops->name, "qemu")) {
+        snprintf(text, sizeof(text), "This host's qemu driver runs only the 'base' template; "
+                 "create from 'base', or ask the operator for a jail host.");
+        refuse(c, SF_ERR_INVALID, text);
+        return -1;
+    }
+    rc = wk_tstore_layers(c->ctx->tstore, c->job.team, name, layers, text, sizeof(text));
+    if (rc < 0) {
+        refuse(c, rc == -EAGAIN ? SF_ERR_UNAVAILABLE : SF_ERR_NOT_FOUND, text);
+        return -1;
+    }
+    return 0;
+}
+
 static void do_create(wk_call *c)
 {
     wk_ctx *ctx = c->ctx;
     json_t *a = c->job.args, *env = json_object_get(a, "env_vars");
     const char *name = json_string_value(json_object_get(a, "name"));
     const char *why = NULL, *full, *code = NULL;
+    char text[256];
     wk_create_req req = {0};
+    char *layers[WK_LAYERS_MAX + 1] = {NULL};
     wk_egbox *eg = NULL;
     wk_box *b;
     int rc;
@@ -613,11 +639,17 @@ static void do_create(wk_call *c)
         refuse(c, SF_ERR_INVALID, why);
         return;
     }
+    if ((rc = template_layers(c, layers)) < 0)
+        return;
+    req.template = json_string_value(json_object_get(a, "from_template"));
+    req.layers = layers[0] ? (const char *const *)layers : NULL;
     if (wk_egress_box_new(ctx->egress, a, &eg, &code, &why) < 0) {
+        wk_tstore_layers_free(layers);
         refuse(c, code, why);
         return;
     }
     if ((full = no_room(ctx, &req.limits))) {
+        wk_tstore_layers_free(layers);
         wk_egress_box_free(eg);
         sf_info("msg=\"create refused: host full\" sandbox=%s resource=%s", c->job.sandbox, full);
         refuse(c, SF_ERR_UNAVAILABLE,
@@ -625,6 +657,7 @@ static void do_create(wk_call *c)
         return;
     }
     if (!(b = calloc(1, sizeof(*b)))) {
+        wk_tstore_layers_free(layers);
         wk_egress_box_free(eg);
         refuse(c, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
         return;
@@ -638,6 +671,7 @@ static void do_create(wk_call *c)
     snprintf(b->team, sizeof(b->team), "%s", c->job.team);
     b->env = json_is_object(env) ? json_incref(env) : NULL;
     if (sf_map_put(ctx->sandboxes, b->id, b) < 0) {
+        wk_tstore_layers_free(layers);
         json_decref(b->env);
         wk_egress_box_free(b->eg);
         free(b);
@@ -651,9 +685,17 @@ static void do_create(wk_call *c)
     atomic_store(&ctx->beat.running, (int)sf_map_len(ctx->sandboxes));
     req.id = b->id;
     req.trust_pem = wk_egress_trust_pem(ctx->egress, b->eg);
-    if ((rc = ctx->ops->create(ctx->drv, &req, on_created, b)) < 0) {
+    rc = ctx->ops->create(ctx->drv, &req, on_created, b); /* the driver copies the layers */
+    wk_tstore_layers_free(layers);
+    if (rc < 0) {
         b->create = NULL;
         box_release(b);
+        if (rc == -ENOTSUP) {
+            snprintf(text, sizeof(text), "This host's %s driver runs only the 'base' template; "
+                     "create from 'base', or ask the operator for a jail host.", ctx->ops->name);
+            refuse(c, SF_ERR_INVALID, text);
+            return;
+        }
         refuse(c, rc == -EINVAL ? SF_ERR_INVALID : SF_ERR_INTERNAL,
                rc == -EINVAL ? "The sandbox's limits are out of range for this host; ask the "
                                "operator to check the scheduler's sandbox shapes."

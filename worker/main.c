@@ -1,6 +1,7 @@
 /* sandfleet-worker: parse config, build objects, run the loop, tear down. */
 #include "worker.h"
 #include "egress.h"
+#include "tstore.h"
 #include "sf_log.h"
 #include "sf_records.h"
 #include "sf_timers.h"
@@ -20,6 +21,8 @@ static const sf_cfg_entry cfg_table[] = {
     SF_CFG_S(wk_cfg, schemas_dir, "schemas/tools", "folder of the tool JSON Schemas"),
     SF_CFG_S(wk_cfg, proxy_control_socket, "/var/lib/sandfleet/proxy.sock",
              "this host's secret-proxy (every sandbox's egress); empty = no network at all"),
+    SF_CFG_S(wk_cfg, templates_dir, "/var/cache/sandfleet/templates",
+             "built-in templates (debian), built once and shared by this host's workers"),
     SF_CFG_S(wk_cfg, vm_dir, "/var/cache/sandfleet/vm",
              "qemu: guests and template snapshots, shared by this host's workers"),
     SF_CFG_I(wk_cfg, vm_save_after_ms, "300000", 0, 86400000LL,
@@ -260,6 +263,12 @@ int main(int argc, char **argv)
         goto out;
     }
     ctx.ops->host_res(ctx.drv, &ctx.res);
+    if (wk_tstore_new(ctx.cfg.templates_dir, ctx.cfg.state_dir, !strcmp(ctx.ops->name, "jail"),
+                      &ctx.tstore) < 0) {
+        sf_error("msg=\"templates_dir must be an absolute path\" templates_dir=%s",
+                 ctx.cfg.templates_dir);
+        goto out;
+    }
     size_host(&ctx);
     if (ctx.capacity < 1) {
         sf_error("msg=\"this host has no room for one sandbox of the default shape; lower "
@@ -314,6 +323,7 @@ out:
     }
     if (ctx.ops && ctx.drv)
         ctx.ops->host_fini(ctx.drv);
+    wk_tstore_free(ctx.tstore);
     wk_pool_free(ctx.pool);
     sf_redis_free(ctx.redis);
     sf_jobq_free(ctx.jobq);

@@ -40,6 +40,7 @@ typedef struct wk_cfg {
     int64_t pool_images;
     int64_t pool_threads;
     int teardown_stop;
+    char *templates_dir;    /* built-in templates shared by this host's workers (tstore.h) */
     char *vm_dir;           /* qemu */
     int64_t vm_save_after_ms;
     int64_t vm_pool;
@@ -74,6 +75,7 @@ typedef struct wk_ctx {
     sf_map *running;        /* job id -> wk_call of the execs running (sf.cancel finds them) */
     sf_toolset tools;       /* the tool catalogue */
     struct wk_egress *egress; /* the link to this host's secret-proxy (egress.h) */
+    struct wk_tstore *tstore; /* this host's templates (tstore.h) */
     struct event *ev_check; /* asks Redis which sandboxes the platform still knows */
     pthread_t beat_thread;
     int beat_started;

@@ -1,0 +1,38 @@
+/* tstore.c: this host's template store: what root filesystem layers a sandbox of a
+ * template starts from (README.md, "Templates").
+ *   base     the driver's own busybox root (template.c): no layers
+ *   debian   templates_dir/debian/rootfs, built once per host by tpl/build-debian in the
+ *            background (first use or start-up) and shared by every worker of the host
+ *   a team's state_dir/templates/team/<team>/<name>/rootfs: one whole root filesystem
+ *            (a copy of its `from` changed by its run_steps) */
+#ifndef WK_TSTORE_H
+#define WK_TSTORE_H
+
+#include "driver.h"
+
+#include <stddef.h>
+
+typedef struct wk_tstore wk_tstore;
+
+/* templates_dir: the built-in templates shared by this host's workers; state_dir: this
+ * worker's; build_debian: start building 'debian' now when it is missing. */
+int wk_tstore_new(const char *templates_dir, const char *state_dir, int build_debian,
+                  wk_tstore **out);
+/* Waits for a running build script to end. NULL-safe. */
+void wk_tstore_free(wk_tstore *ts);
+
+/* The layers of template name for team, top first, NULL-terminated in out (malloc'd
+ * strings; none for 'base'). 0; -EAGAIN ('debian' is still being built: retry later);
+ * -ENOENT (no such template on this host); -ENAMETOOLONG; why gets the caller's sentence. */
+int wk_tstore_layers(wk_tstore *ts, const char *team, const char *name,
+                     char *out[WK_LAYERS_MAX + 1], char *why, size_t whylen);
+void wk_tstore_layers_free(char *l[WK_LAYERS_MAX + 1]);
+
+/* 1 when 'debian' is ready on this host (the heartbeat publishes it). */
+int wk_tstore_debian_ready(wk_tstore *ts);
+
+/* The directory of a team's template (state_dir/templates/team/<team>/<name>). */
+int wk_tstore_team_dir(const wk_tstore *ts, const char *team, const char *name, char *buf,
+                       size_t n);
+
+#endif
