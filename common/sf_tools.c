@@ -18,6 +18,16 @@ static const char cancel_schema[] =
     " \"required\": [\"job\"], \"additionalProperties\": false,"
     " \"x-sandfleet\": {\"runs\": \"worker\", \"sandbox\": \"existing\"}}";
 
+/* sf.template_build: the scheduler hands a team template's build to the host it chose
+ * (sandbox_template_create answered the caller already): never listed, never answered. */
+static const char build_schema[] =
+    "{\"title\": \"" SF_TOOL_TEMPLATE_BUILD "\", \"description\": \"Build a team template.\","
+    " \"type\": \"object\", \"required\": [\"name\", \"from\"],"
+    " \"x-sandfleet\": {\"runs\": \"worker\", \"sandbox\": \"none\"}}";
+
+static const char *const internal_schemas[] = {cancel_schema, build_schema};
+#define N_INTERNAL (sizeof(internal_schemas) / sizeof(internal_schemas[0]))
+
 static int json_file(const struct dirent *d)
 {
     size_t n = strlen(d->d_name);
@@ -157,7 +167,7 @@ int sf_toolset_load(sf_toolset *set, const char *dir, char *why, size_t whylen)
         snprintf(why, whylen, "Cannot read the tool schemas in %s; set schemas_dir.", dir);
         return -EINVAL;
     }
-    if (n == 0 || n > TOOLS_MAX || !(set->tools = calloc((size_t)n + 1, sizeof(sf_tool)))) {
+    if (n == 0 || n > TOOLS_MAX || !(set->tools = calloc((size_t)n + N_INTERNAL, sizeof(sf_tool)))) {
         snprintf(why, whylen, "%s must hold 1 to %d tool schemas.", dir, TOOLS_MAX);
         goto out;
     }
@@ -184,18 +194,20 @@ int sf_toolset_load(sf_toolset *set, const char *dir, char *why, size_t whylen)
         }
         set->n++;
     }
-    if (sf_toolset_find(set, SF_TOOL_CANCEL)) {
-        snprintf(why, whylen, "%s: a tool named '%s' is declared twice (it is built in)", dir,
-                 SF_TOOL_CANCEL);
-        goto out;
-    }
-    {
+    for (size_t i = 0; i < N_INTERNAL; i++) {
         char twhy[384];
-        json_t *s = json_loads(cancel_schema, 0, NULL);
-        if (!s || tool_init(&set->tools[set->n], s, 1, twhy, sizeof(twhy)) < 0) {
-            snprintf(why, whylen, "the built-in %s declaration: %s", SF_TOOL_CANCEL,
-                     s ? twhy : "out of memory");
-            if (s)
+        json_t *sc = json_loads(internal_schemas[i], 0, NULL);
+        const char *iname = i == 0 ? SF_TOOL_CANCEL : SF_TOOL_TEMPLATE_BUILD;
+        if (sf_toolset_find(set, iname)) {
+            snprintf(why, whylen, "%s: a tool named '%s' is declared twice (it is built in)",
+                     dir, iname);
+            json_decref(sc);
+            goto out;
+        }
+        if (!sc || tool_init(&set->tools[set->n], sc, 1, twhy, sizeof(twhy)) < 0) {
+            snprintf(why, whylen, "the built-in %s declaration: %s", iname,
+                     sc ? twhy : "out of memory");
+            if (sc)
                 tool_fini(&set->tools[set->n]);
             goto out;
         }

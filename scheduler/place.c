@@ -41,15 +41,25 @@ static const char lua_create[] =
     "local tn = math.max(redis.call('SCARD', teamkey), tonumber(tr[1]) or 0)\n"
     "local tmem, tvcpu = tonumber(tr[2]) or 0, tonumber(tr[3]) or 0\n"
     "if tn >= limit then return {'quota', tostring(limit)} end\n"
+    /* a team template: its shape, and the host that holds it; 'debian': a host that has it */
+    "local tmpl, pin, disk = ARGV[6], nil, ''\n"
+    "local needdeb = tmpl == 'debian'\n"
+    "if tmpl ~= 'base' and tmpl ~= 'debian' then\n"
+    "  local t = redis.call('HMGET', 'sf:team:{' .. team .. '}:tpl:' .. tmpl, 'status', 'host', "
+    "'memory_mib', 'vcpu_milli', 'disk_mib')\n"
+    "  if not t[1] then return {'notemplate'} end\n"
+    "  if t[1] ~= 'ready' then return {'tplstatus', t[1]} end\n"
+    "  pin, mem, vcpu, disk = t[2], tonumber(t[3]) or mem, tonumber(t[4]) or vcpu, t[5] or ''\n"
+    "end\n"
     "local live = redis.call('ZRANGEBYSCORE', 'sf:hosts', now - ttl, '+inf')\n"
     "if #live == 0 then return {'nohost'} end\n"
     "local hosts, fn, fmem, fvcpu, allmem, allvcpu = {}, 0, 0, 0, true, true\n"
     "for _, h in ipairs(live) do\n"
     "  local hk = 'sf:host:{' .. h .. '}'\n"
     "  local v = redis.call('HMGET', hk, 'capacity', 'running', 'mem_mib', 'vcpu_milli', "
-    "'res_count', 'res_mem_mib', 'res_vcpu_milli')\n"
+    "'res_count', 'res_mem_mib', 'res_vcpu_milli', 'tpl_debian')\n"
     "  local e = {h = h, key = hk, cap = tonumber(v[1]) or 0, mem = tonumber(v[3]), "
-    "vcpu = tonumber(v[4])}\n"
+    "vcpu = tonumber(v[4]), deb = v[8] == '1'}\n"
     "  local rc = tonumber(v[5])\n"
     "  if rc then\n"
     "    e.rmem, e.rvcpu = tonumber(v[6]) or 0, tonumber(v[7]) or 0\n"
@@ -87,7 +97,8 @@ static const char lua_create[] =
     "end\n"
     "local best, bn, bfree, fits = nil, 0, 0, false\n"
     "for _, e in ipairs(hosts) do\n"
-    "  if e.used < e.cap and (not e.mem or e.rmem + mem <= e.mem) and\n"
+    "  if (pin and e.h ~= pin) or (needdeb and not e.deb) then\n"
+    "  elseif e.used < e.cap and (not e.mem or e.rmem + mem <= e.mem) and\n"
     "     (not e.vcpu or e.rvcpu + vcpu <= e.vcpu) then\n"
     "    fits = true\n"
     "    local th = redis.call('HMGET', reskey, 'n@' .. e.h, 'mem@' .. e.h, 'vcpu@' .. e.h)\n"
@@ -104,6 +115,8 @@ static const char lua_create[] =
     "  end\n"
     "end\n"
     "if not best then\n"
+    "  if pin and not fits then return {'pinned'} end\n"
+    "  if needdeb and not fits then return {'nodebian'} end\n"
     "  if fits then return {'hostshare', tostring(hshare)} end\n"
     "  return {'full'}\n"
     "end\n"
@@ -122,7 +135,7 @@ static const char lua_create[] =
     "redis.call('HINCRBY', reskey, 'n@' .. best.h, 1)\n"
     "redis.call('HINCRBY', reskey, 'mem@' .. best.h, mem)\n"
     "redis.call('HINCRBY', reskey, 'vcpu@' .. best.h, vcpu)\n"
-    "return {'ok', best.h}\n";
+    "return {'ok', best.h, tostring(mem), tostring(vcpu), disk}\n";
 
 /* args.limits of the forwarded create: the shape the worker applies (CONTRACTS.md). A
  * size of 0 in the config leaves that field to the worker's own default. */
@@ -174,8 +187,37 @@ static void on_create(redisAsyncContext *ac, void *r, void *priv)
         sf_info("msg=\"create refused\" job=%s team=%s verdict=%s", c->job.id, c->job.team,
                 verdict);
     if (!strcmp(verdict, "ok")) {
-        json_object_set_new(c->job.args, "limits", shape(&c->ctx->cfg));
+        json_t *l = shape(&c->ctx->cfg);
+        /* a team template's shape (the script answers the one it reserved) */
+        if (strtoll(elem(rep, 2), NULL, 10) > 0)
+            json_object_set_new(l, "memory_mib", json_integer(strtoll(elem(rep, 2), NULL, 10)));
+        if (strtoll(elem(rep, 3), NULL, 10) > 0)
+            json_object_set_new(l, "vcpu_milli", json_integer(strtoll(elem(rep, 3), NULL, 10)));
+        if (strtoll(elem(rep, 4), NULL, 10) > 0)
+            json_object_set_new(l, "disk_mib", json_integer(strtoll(elem(rep, 4), NULL, 10)));
+        json_object_set_new(c->job.args, "limits", l);
         sch_forward(c, elem(rep, 1));
+        return;
+    }
+    if (!strcmp(verdict, "notemplate") || !strcmp(verdict, "tplstatus")) {
+        const char *t = json_string_value(json_object_get(c->job.args, "from_template"));
+        if (!strcmp(verdict, "notemplate"))
+            snprintf(text, sizeof(text), "Template '%.64s' does not exist; use 'base', 'debian' "
+                     "or one of your templates (sandbox_template_list).", t ? t : "");
+        else
+            snprintf(text, sizeof(text), "Template '%.64s' is %s, not ready; wait until "
+                     "sandbox_template_list shows it ready.", t ? t : "", elem(rep, 1));
+        sch_reply_error(c, SF_ERR_NOT_FOUND, text);
+        return;
+    }
+    if (!strcmp(verdict, "pinned")) {
+        sch_reply_error(c, SF_ERR_UNAVAILABLE, "The host that holds this template has no room "
+                        "or is not responding; retry in a few seconds.");
+        return;
+    }
+    if (!strcmp(verdict, "nodebian")) {
+        sch_reply_error(c, SF_ERR_UNAVAILABLE, "The 'debian' template is still being built on "
+                        "the hosts (a few minutes, once); retry sandbox_create in a minute.");
         return;
     }
     if (!strcmp(verdict, "conflict")) {
@@ -224,13 +266,6 @@ void sch_place_create(sch_call *c)
     const char *argv[16];
     int argc = 0, rc;
 
-    if (tmpl && strcmp(tmpl, "base") != 0 && strcmp(tmpl, "debian") != 0) {
-        char text[256];
-        snprintf(text, sizeof(text), "Template '%.64s' does not exist; omit from_template to "
-                 "use 'base', or use 'debian'.", tmpl);
-        sch_reply_error(c, SF_ERR_NOT_FOUND, text);
-        return;
-    }
     md_text = json_is_object(md) ? json_dumps(md, JSON_COMPACT) : NULL;
     snprintf(num[0], 24, "%lld", (long long)sf_now_ms());
     snprintf(num[1], 24, "%lld", (long long)cfg->host_ttl_ms);

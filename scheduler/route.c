@@ -17,6 +17,8 @@ static const sf_tool_handler handlers[] = {
     H("sandbox_info", sch_store_info),
     H("secret_list", sch_egress_secret_list),
     H("sandbox_network_log", sch_egress_network_log),
+    H("sandbox_template_list", sch_tpl_list),
+    H("sandbox_template_create", sch_tpl_create),
 };
 #undef H
 

@@ -67,6 +67,10 @@ void sch_egress_secret_list(sch_call *c);   /* the team's secrets: metadata, nev
 void sch_egress_network_log(sch_call *c);   /* the sandbox's network log (limit, verdict) */
 
 void sch_store_route(sch_call *c);
+
+/* templates.c: the team's templates (list) and their builds (create, handed to a host) */
+void sch_tpl_list(sch_call *c);
+void sch_tpl_create(sch_call *c);
 int sch_store_start_reaper(sch_ctx *ctx);
 
 #endif

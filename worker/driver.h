@@ -81,6 +81,11 @@ typedef struct wk_create_req {
                                   filesystem layers (directories), top first, NULL-terminated,
                                   at most WK_LAYERS_MAX (drivers that cannot use them refuse
                                   the create with -ENOTSUP) */
+    const char *build_root;    /* NULL, or a template build (jail only; others -ENOTSUP):
+                                  the sandbox's root is this directory itself, writable; the
+                                  driver first gives its files to the sandbox's ids (+ the
+                                  sandbox's host uid) and the builder gives them back with
+                                  wk_tree_shift once the sandbox is killed */
     wk_limits limits;          /* 0 fields = the defaults */
     const char *trust_pem;     /* NULL, or the egress proxy's CA certificate (PEM, at most
                                   64 KiB): before the sandbox's first command the driver puts
@@ -231,6 +236,11 @@ typedef struct wk_driver_ops {
 
     /* Later (NULL = the driver does not have it yet): snapshot. */
 } wk_driver_ops;
+
+/* Gives every file under root (not crossing mounts) whose uid/gid is in [from, from+65536)
+ * to to + (id - from), and every other id to to + 65534; set-id bits survive. Blocking.
+ * 0 or -errno. */
+int wk_tree_shift(const char *root, uint32_t from, uint32_t to);
 
 /* The driver compiled in under that name, or NULL. */
 const wk_driver_ops *wk_driver_find(const char *name);

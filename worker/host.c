@@ -7,6 +7,7 @@
  * lose every sandbox on it. It publishes the fields of CONTRACTS.md; `running` comes
  * from the loop through an atomic. */
 #include "worker.h"
+#include "tstore.h"
 #include "sf_log.h"
 #include "sf_records.h"
 
@@ -30,7 +31,9 @@ static int beat_once(wk_ctx *ctx, redisContext *conn)
     char ts[24], cap[24], running[24], mem[24], vcpu[24], err[256];
     const char *kv[] = {"id", ctx->host_id, "topic", ctx->topic, "driver", ctx->ops->name,
                         "version", WK_VERSION, "ts", ts, "running", running, "capacity", cap,
-                        "mem_mib", mem, "vcpu_milli", vcpu};
+                        "mem_mib", mem, "vcpu_milli", vcpu,
+                        /* 'debian' is on this host (placement prefers such hosts) */
+                        "tpl_debian", ctx->tstore && wk_tstore_debian_ready(ctx->tstore) ? "1" : "0"};
     int rc;
 
     snprintf(ts, sizeof(ts), "%lld", (long long)now);

@@ -349,6 +349,16 @@ static void create_work(void *arg)
 
     if ((rc = wk_seccomp_prog(&prog, &why)) < 0)
         goto fail;
+    if (sb->build_root) {
+        free(sb->layers[0]);
+        sb->layers[0] = strdup(sb->build_root);
+        sb->layers[1] = NULL;
+        if (!sb->layers[0]) {
+            rc = -ENOMEM;
+            why = "The worker is out of memory; retry later.";
+            goto fail;
+        }
+    }
     if (sb->layers[0]) {
         /* the CA bundle of the template: the topmost layer that has one */
         trust_lower = sb->layers[0];
@@ -370,6 +380,10 @@ static void create_work(void *arg)
     if ((rc = wk_slot_acquire(d->uid_base, &sb->host_uid, &sb->slot_fd)) < 0) {
         why = rc == -EAGAIN ? "Every uid range of this host is in use; kill a sandbox and retry."
                             : "Cannot lock a uid range under " WK_UID_LOCK_DIR "; run the worker as root.";
+        goto fail;
+    }
+    if (sb->build_root && (rc = wk_tree_shift(sb->build_root, 0, sb->host_uid)) < 0) {
+        why = "Cannot give the template build's files to its sandbox; check state_dir.";
         goto fail;
     }
     if ((rc = wk_sbdir_create(sb->sbdir, sb->host_uid, &why)) < 0)
@@ -398,6 +412,7 @@ static void create_work(void *arg)
     }
     sa = (wk_spawn_args){
         .lowers = sb->layers[0] ? (const char *const *)sb->layers : base_layers,
+        .rw_root = sb->build_root != NULL,
         .sbdir = sb->sbdir,
         .agent_path = d->agent_path,
         .hostname = sb->id,
@@ -476,6 +491,8 @@ static void create_done(void *arg)
     free(sb->trust_pem);
     sb->trust_pem = NULL;
     layers_free(sb);
+    free(sb->build_root);
+    sb->build_root = NULL;
     if (sb->create_rc == 0 && wk_agent_attach(sb, sb->sock) < 0) {
         /* Out of memory on the loop: the sandbox runs but cannot be driven. */
         sf_error("msg=\"cannot attach to the agent; killing the new sandbox\" sandbox=%s", sb->id);
@@ -546,8 +563,15 @@ static int jail_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, 
             free(sb);
             return i == WK_LAYERS_MAX ? -EINVAL : -ENOMEM;
         }
+    if (req->build_root && !(sb->build_root = strdup(req->build_root))) {
+        layers_free(sb);
+        free(sb->trust_pem);
+        free(sb);
+        return -ENOMEM;
+    }
     if ((rc = wk_pool_run(d->pool, create_work, create_done, sb)) < 0) {
         layers_free(sb);
+        free(sb->build_root);
         free(sb->trust_pem);
         free(sb);
         return rc;

@@ -18,6 +18,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -272,4 +273,40 @@ int wk_rmtree(const char *path)
     if ((rc = empty_dir(fd)) < 0)
         return rc;
     return rmdir(path) < 0 && errno != ENOENT ? -errno : 0;
+}
+
+/* ---- template builds: a tree given to a sandbox's ids and back ------------------- */
+
+static uint32_t shift_from, shift_to;
+
+static uint32_t shift_id(uint32_t id)
+{
+    return id >= shift_from && id - shift_from < 65536 ? shift_to + (id - shift_from)
+                                                        : shift_to + 65534;
+}
+
+static int shift_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)flag;
+    (void)ftw;
+    if (lchown(path, shift_id(st->st_uid), shift_id(st->st_gid)) < 0)
+        return errno;
+    /* chown clears set-user-ID and set-group-ID: put them back */
+    if (!S_ISLNK(st->st_mode) && (st->st_mode & (S_ISUID | S_ISGID)) &&
+        chmod(path, st->st_mode & 07777) < 0)
+        return errno;
+    return 0;
+}
+
+int wk_tree_shift(const char *root, uint32_t from, uint32_t to)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* nftw has no argument */
+    int rc;
+
+    pthread_mutex_lock(&mu);
+    shift_from = from;
+    shift_to = to;
+    rc = nftw(root, shift_one, 64, FTW_PHYS | FTW_MOUNT);
+    pthread_mutex_unlock(&mu);
+    return rc == 0 ? 0 : rc > 0 ? -rc : -errno;
 }

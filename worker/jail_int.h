@@ -110,6 +110,7 @@ int wk_seccomp_prog(const struct sock_fprog **prog, const char **why);
 typedef struct wk_spawn_args {
     const char *const *lowers; /* the template's layers, top first, NULL-terminated (1 to
                                   WK_LAYERS_MAX) */
+    int rw_root;              /* a template build: lowers[0] itself is the root, writable */
     const char *sbdir;        /* state_dir/sandboxes/<id> */
     const char *agent_path;
     const char *hostname;
@@ -166,6 +167,7 @@ struct wk_sandbox {
     int slot_fd;
     int netns_fd;             /* its network namespace (driver.h `netns`), from the create */
     char *trust_pem;          /* the create's trust_pem until the create ran */
+    char *build_root;         /* a template build's root (driver.h), else NULL */
     char *layers[WK_LAYERS_MAX + 1]; /* the create's template layers (NULL-terminated; none
                                   = base) until the create ran */
     uint32_t host_uid;

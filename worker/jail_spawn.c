@@ -111,7 +111,7 @@ typedef struct child_ctx {
     char shm_opts[96];
     uint32_t nofile;
     char lower[WK_LAYERS_MAX][WK_PATH_MAX], upper[WK_PATH_MAX], work[WK_PATH_MAX];
-    int n_lower;
+    int n_lower, rw_root;
     const char *sbdir, *agent;
     const char *hostname;
     const struct sock_fprog *seccomp;
@@ -261,8 +261,15 @@ static __attribute__((noreturn)) void child_main(child_ctx *c)
     cat_str(opts, &n, ",workdir=/proc/self/fd/");
     cat_fd(opts, &n, work);
     cat_str(opts, &n, ",userxattr");
-    if (mount("overlay", "rootfs", "overlay", MS_NODEV, opts) < 0)
+    if (c->rw_root) { /* a template build: the tree itself */
+        n = 0;
+        cat_str(opts, &n, "/proc/self/fd/");
+        cat_fd(opts, &n, lower[0]);
+        if (mount(opts, "rootfs", NULL, MS_BIND | MS_REC, NULL) < 0)
+            child_fail(c, ST_OVERLAY);
+    } else if (mount("overlay", "rootfs", "overlay", MS_NODEV, opts) < 0) {
         child_fail(c, ST_OVERLAY);
+    }
     if (chdir("rootfs") < 0)
         child_fail(c, ST_OVERLAY);
     if (mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
@@ -407,6 +414,7 @@ int wk_spawn(const wk_spawn_args *a, pid_t *pid_out, int *pidfd_out, const char 
         *why = "state_dir is too long; use a shorter path.";
         goto out;
     }
+    c.rw_root = a->rw_root;
     c.sbdir = a->sbdir;
     c.agent = a->agent_path;
     if ((agent = open(a->agent_path, O_PATH | O_CLOEXEC)) < 0) {

@@ -1066,8 +1066,13 @@ static void dispatch(wk_call *c)
     char text[256];
     wk_box *b;
 
-    if (t && t->internal) { /* sf.cancel: never answered */
-        do_cancel(c);
+    if (t && t->internal) { /* sf.cancel, sf.template_build: never answered */
+        if (!strcmp(c->job.tool, SF_TOOL_TEMPLATE_BUILD)) {
+            wk_tpl_build(ctx, &c->job);
+            call_done(c);
+        } else {
+            do_cancel(c);
+        }
         return;
     }
     if (!t || !h) {

@@ -163,6 +163,9 @@ void wk_life_stop(wk_ctx *ctx);
 /* update.c: sandbox_update (network rules, metadata, lifecycle timers; never resumes). */
 void wk_do_update(wk_call *c, wk_box *b);
 
+/* tpl_build.c: builds the team template job describes (sf.template_build); no reply. */
+void wk_tpl_build(wk_ctx *ctx, const sf_job *job);
+
 /* host.c */
 int wk_host_start(wk_ctx *ctx);
 void wk_host_stop(wk_ctx *ctx);

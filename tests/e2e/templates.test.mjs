@@ -1,16 +1,34 @@
 // Templates through the pipeline with the official MCP SDK client: the built-in 'debian'
-// (python3, bash, git, curl just work) with the file tools on it.
+// (python3, bash, git, curl just work) with the file tools on it; team templates built by
+// sandbox_template_create (asynchronous: building -> ready or failed with the step's output),
+// their shape as their sandboxes' limits, and invisible to other teams.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect, call, sh, env, driver } from './lib.mjs';
 import { readZip } from './zip.mjs';
 
 const alpha = await connect(env.SF_KEY_ALPHA);
+const beta = await connect(env.SF_KEY_BETA);
 const made = [];
 after(async () => {
   for (const id of made) await call(alpha, 'sandbox_kill', { sandbox_id: id });
   await alpha.close();
+  await beta.close();
 });
+
+// Polls sandbox_template_list until the template leaves 'building'.
+async function settled(client, name, deadlineMs = 300000) {
+  const end = Date.now() + deadlineMs;
+  for (;;) {
+    const l = await call(client, 'sandbox_template_list', { name_prefix: name });
+    assert.equal(l.isError, false, l.text);
+    const t = l.structured.templates.find((x) => x.name === name);
+    assert.ok(t, `${name} is listed`);
+    if (t.status !== 'building' || Date.now() > end) return t;
+    await new Promise((res) => setTimeout(res, 500));
+  }
+}
+const uniq = Date.now().toString(36);
 
 // Creates a sandbox (the worker answers "still being built" while a template is not on
 // the host yet: retried until the deadline).
@@ -85,4 +103,89 @@ test('the qemu driver refuses non-base templates with a clear error',
     const r = await call(alpha, 'sandbox_create', { from_template: 'debian' });
     assert.equal(r.isError, true);
     assert.match(r.text, /qemu driver runs only the 'base' template/);
+  });
+
+test('the template list: the built-ins, ready, with their shape', async () => {
+  const l = await call(alpha, 'sandbox_template_list', {});
+  assert.equal(l.isError, false, l.text);
+  const base = l.structured.templates.find((t) => t.name === 'base');
+  assert.equal(base.status, 'ready');
+  assert.equal(base.builtin, true);
+  assert.ok(base.memory_mib > 0 && base.vcpu >= 1);
+  assert.ok(l.structured.templates.some((t) => t.name === 'debian'));
+  const none = await call(alpha, 'sandbox_template_list', { name_prefix: 'zz-nothing' });
+  assert.deepEqual(none.structured.templates, []);
+});
+
+test('bad template names and sources are refused with what to do', async () => {
+  const bad = await call(alpha, 'sandbox_template_create', { name: 'Bad Name', from: 'base' });
+  assert.equal(bad.isError, true);
+  const builtin = await call(alpha, 'sandbox_template_create', { name: 'debian', from: 'base' });
+  assert.match(builtin.text, /built-in template's name; pick another name/);
+  const nofrom = await call(alpha, 'sandbox_template_create', { name: `x-${uniq}`, from: 'missing' });
+  assert.match(nofrom.text, /Template 'missing' does not exist/);
+});
+
+test('a template whose step fails reports failed, with that step and its output',
+  { skip: driver !== 'jail' && 'jail hosts build templates' }, async () => {
+    const name = `broken-${uniq}`;
+    const r = await call(alpha, 'sandbox_template_create', {
+      name, from: 'base', run_steps: ['echo first-ok', 'echo about-to-fail; echo oops >&2; exit 3', 'echo never'],
+    });
+    assert.equal(r.isError, false, r.text);
+    assert.equal(r.structured.status, 'building');
+    const t = await settled(alpha, name);
+    assert.equal(t.status, 'failed', JSON.stringify(t));
+    assert.equal(t.failed_step, 2);
+    assert.match(t.error, /Step 2 \(echo about-to-fail.*\) exited with 3; its output ends: about-to-fail\n.*oops/s);
+    const c = await call(alpha, 'sandbox_create', { from_template: name });
+    assert.equal(c.isError, true);
+    assert.match(c.text, /is failed, not ready/);
+    // a failed template's name can be used again
+    const again = await call(alpha, 'sandbox_template_create', { name, from: 'base', run_steps: ['true'] });
+    assert.equal(again.isError, false, again.text);
+    assert.equal((await settled(alpha, name)).status, 'ready');
+  });
+
+test('a good template becomes ready; its sandboxes have what the steps installed and its shape; other teams cannot see or use it',
+  { skip: driver !== 'jail' && 'jail hosts build templates' }, async () => {
+    const name = `pytool-${uniq}`;
+    const r = await call(alpha, 'sandbox_template_create', {
+      name, from: 'debian', memory_mib: 192, vcpu: 1, disk_mib: 512,
+      run_steps: [
+        'mkdir -p /usr/local/lib/python3.11/dist-packages /opt/data',
+        `printf 'def hi():\\n    return "hi from the template"\\n' > /usr/local/lib/python3.11/dist-packages/greet.py`,
+        'echo 12345 > /opt/data/seed && apt-get --version | head -1',
+      ],
+      start_cmd: 'python3 -m http.server 8000 --bind 127.0.0.1',
+      ready_cmd: 'python3 -c "import urllib.request; urllib.request.urlopen(\'http://127.0.0.1:8000/\')"',
+    });
+    assert.equal(r.isError, false, r.text);
+    const dup = await call(alpha, 'sandbox_template_create', { name, from: 'base' });
+    assert.equal(dup.isError, true);
+    assert.match(dup.text, /already has a template named/);
+    const t = await settled(alpha, name);
+    assert.equal(t.status, 'ready', JSON.stringify(t));
+    assert.equal(t.memory_mib, 192);
+    assert.equal(t.from, 'debian');
+
+    const id = await create(alpha, { from_template: name });
+    assert.equal(typeof id, 'string', id.text);
+    const o = await sh(alpha, id, 'python3 -c "import greet; print(greet.hi())"; cat /opt/data/seed; id -u');
+    assert.equal(o.exit_code, 0, o.stderr);
+    assert.equal(o.stdout, 'hi from the template\n12345\n0\n');
+    // the template underneath is read-only: a sandbox changes its own copy (the overlay)
+    const w = await sh(alpha, id, 'echo mine >> /opt/data/seed 2>&1; cat /opt/data/seed');
+    assert.match(w.stdout, /12345\n/);
+    const info = await call(alpha, 'sandbox_info', { sandbox_id: id });
+    assert.equal(info.structured.resources.memory_mib, 192);
+
+    // another team: not listed, not usable, not a base to build from, name free for it
+    const bl = await call(beta, 'sandbox_template_list', {});
+    assert.ok(!bl.structured.templates.some((x) => x.name === name));
+    const bc = await call(beta, 'sandbox_create', { from_template: name });
+    assert.equal(bc.isError, true);
+    assert.match(bc.text, new RegExp(`Template '${name}' does not exist`));
+    const bb = await call(beta, 'sandbox_template_create', { name: `b-${uniq}`, from: name });
+    assert.match(bb.text, new RegExp(`Template '${name}' does not exist`));
   });
