@@ -51,15 +51,16 @@ static const char lua_create[] =
     "  if t[1] ~= 'ready' then return {'tplstatus', t[1]} end\n"
     "  pin, mem, vcpu, disk = t[2], tonumber(t[3]) or mem, tonumber(t[4]) or vcpu, t[5] or ''\n"
     "end\n"
-    "local live = redis.call('ZRANGEBYSCORE', 'sf:hosts', now - ttl, '+inf')\n"
+    "local live = redis.call('ZRANGEBYSCORE', 'sf:hosts', now - ttl, '+inf')\n"    "local anyjail = false\n"
     "if #live == 0 then return {'nohost'} end\n"
     "local hosts, fn, fmem, fvcpu, allmem, allvcpu = {}, 0, 0, 0, true, true\n"
     "for _, h in ipairs(live) do\n"
     "  local hk = 'sf:host:{' .. h .. '}'\n"
     "  local v = redis.call('HMGET', hk, 'capacity', 'running', 'mem_mib', 'vcpu_milli', "
-    "'res_count', 'res_mem_mib', 'res_vcpu_milli', 'tpl_debian')\n"
+    "'res_count', 'res_mem_mib', 'res_vcpu_milli', 'tpl_debian', 'driver')\n"
     "  local e = {h = h, key = hk, cap = tonumber(v[1]) or 0, mem = tonumber(v[3]), "
     "vcpu = tonumber(v[4]), deb = v[8] == '1'}\n"
+    "  if v[9] == 'jail' then anyjail = true end\n"
     "  local rc = tonumber(v[5])\n"
     "  if rc then\n"
     "    e.rmem, e.rvcpu = tonumber(v[6]) or 0, tonumber(v[7]) or 0\n"
@@ -116,6 +117,7 @@ static const char lua_create[] =
     "end\n"
     "if not best then\n"
     "  if pin and not fits then return {'pinned'} end\n"
+    "  if needdeb and not anyjail then return {'jailonly'} end\n"
     "  if needdeb and not fits then return {'nodebian'} end\n"
     "  if fits then return {'hostshare', tostring(hshare)} end\n"
     "  return {'full'}\n"
@@ -213,6 +215,11 @@ static void on_create(redisAsyncContext *ac, void *r, void *priv)
     if (!strcmp(verdict, "pinned")) {
         sch_reply_error(c, SF_ERR_UNAVAILABLE, "The host that holds this template has no room "
                         "or is not responding; retry in a few seconds.");
+        return;
+    }
+    if (!strcmp(verdict, "jailonly")) {
+        sch_reply_error(c, SF_ERR_INVALID, "No host here runs the jail driver, and the qemu "
+                        "driver runs only the 'base' template; create from 'base'.");
         return;
     }
     if (!strcmp(verdict, "nodebian")) {

@@ -103,6 +103,9 @@ test('the qemu driver refuses non-base templates with a clear error',
     const r = await call(alpha, 'sandbox_create', { from_template: 'debian' });
     assert.equal(r.isError, true);
     assert.match(r.text, /qemu driver runs only the 'base' template/);
+    const b = await call(alpha, 'sandbox_template_create', { name: `q-${uniq}`, from: 'base' });
+    assert.equal(b.isError, true);
+    assert.match(b.text, /No worker host that can build templates \(jail driver\)/);
   });
 
 test('the template list: the built-ins, ready, with their shape', async () => {
