@@ -16,6 +16,7 @@ int cli_mcp_stdio(int argc, char **argv);  /* stdio.c */
 int cli_connect(int argc, char **argv);    /* connect.c */
 int cli_teams(int argc, char **argv);      /* teams.c */
 int cli_tokens(int argc, char **argv);     /* tokens.c */
+int cli_templates(int argc, char **argv);  /* templates.c */
 
 /* argv[0] of the program (main.c sets it). */
 extern const char *cli_program;

@@ -19,6 +19,7 @@ static const cli_cmd commands[] = {
     {"sandboxes", cli_sandboxes, "sandboxes [--team TEAM]      every team's sandboxes (admin)"},
     {"secrets", cli_secrets, "secrets create|rotate|list|delete ...   team secrets (cli/secrets.c)"},
     {"teams", cli_teams, "teams show|limits TEAM ...   a team's own limits, what it holds now"},
+    {"templates", cli_templates, "templates build|list|logs ...  team templates (build: progress until ready)"},
     {"tokens", cli_tokens, "tokens list [--team TEAM] | revoke GRANT_ID   OAuth sign-ins"},
     {"mcp-stdio", cli_mcp_stdio, "mcp-stdio [URL]              stdio MCP server forwarding to the gateway"},
     {"connect", cli_connect, "connect CLIENT [--write]     configure an MCP client (claude-code, claude-desktop,\n"

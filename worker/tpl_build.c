@@ -109,20 +109,21 @@ static void finish_done(void *arg)
     char key[256], step[16];
 
     snprintf(key, sizeof(key), SF_RK_TEMPLATE, b->team, b->name);
+    /* the log's last line first: whoever sees the status finds the whole log */
     if (b->error[0]) {
+        log_str(b, "== failed: ");
+        log_str(b, b->error);
+        log_str(b, "\n");
         snprintf(step, sizeof(step), "%d", b->failed_step);
         sf_redis_cmd(b->ctx->redis, wk_redis_logged, NULL,
                      "HSET %s status failed error %s failed_step %s updated %lld", key, b->error,
                      b->failed_step ? step : "", (long long)sf_now_ms());
-        log_str(b, "== failed: ");
-        log_str(b, b->error);
-        log_str(b, "\n");
         sf_info("msg=\"template build failed\" team=%s template=%s why=\"%s\"", b->team, b->name,
                 b->error);
     } else {
+        log_str(b, "== ready\n");
         sf_redis_cmd(b->ctx->redis, wk_redis_logged, NULL,
                      "HSET %s status ready updated %lld", key, (long long)sf_now_ms());
-        log_str(b, "== ready\n");
         sf_info("msg=\"template ready\" team=%s template=%s", b->team, b->name);
     }
     tb_free(b);

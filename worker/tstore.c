@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -19,8 +20,9 @@
 #define TS_PATH_MAX 4096
 #define DEBIAN_RETRY_S 600 /* a failed 'debian' build is tried again on use after this */
 
-/* template.c: the busybox root (declared in jail_int.h, which qemu.c does not include) */
+/* template.c, jail_fs.c (declared in jail_int.h) */
 int wk_template_path(const char *state_dir, char *buf, size_t n);
+int wk_rmtree(const char *path);
 
 extern char **environ;
 
@@ -136,6 +138,17 @@ int wk_tstore_new(const char *templates_dir, const char *state_dir, int build_de
     snprintf(ts->dir, sizeof(ts->dir), "%s", templates_dir);
     snprintf(ts->state_dir, sizeof(ts->state_dir), "%s", state_dir);
     find_script(ts);
+    {
+        /* builds a killed worker left half-done (tpl_build.c): their copies go */
+        char pat[TS_PATH_MAX + 64];
+        glob_t g;
+        snprintf(pat, sizeof(pat), "%s/templates/team/*/*/rootfs.tmp-*", ts->state_dir);
+        if (glob(pat, GLOB_NOSORT, NULL, &g) == 0) {
+            for (size_t i = 0; i < g.gl_pathc; i++)
+                wk_rmtree(g.gl_pathv[i]);
+            globfree(&g);
+        }
+    }
     atomic_init(&ts->debian, debian_present(ts) ? DEB_READY : DEB_MISSING);
     if (build_debian && atomic_load(&ts->debian) == DEB_MISSING)
         debian_start(ts);

@@ -1,0 +1,70 @@
+// sandbox_create latency by template (through MCP, the whole pipeline; each sandbox killed
+// untimed before the next), and the time a team template takes to build from 'debian'.
+import { env, url } from '../e2e/lib.mjs';
+
+const n = Number(process.argv[2] ?? 50);
+const headers = { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream',
+  Authorization: `Bearer ${env.SF_KEY_ALPHA}` };
+let seq = 0;
+async function rpc(method, params) {
+  const res = await fetch(url, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', id: ++seq, method, params }) });
+  const j = await res.json();
+  if (j.error) throw new Error(JSON.stringify(j));
+  return j.result;
+}
+const tool = (name, args) => rpc('tools/call', { name, arguments: args });
+const init = await fetch(url, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', id: 0, method: 'initialize',
+  params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'bench', version: '1' } } }) });
+headers['Mcp-Session-Id'] = init.headers.get('mcp-session-id');
+headers['MCP-Protocol-Version'] = '2025-06-18';
+
+const stats = (label, t) => {
+  t.sort((a, b) => a - b);
+  const q = (p) => t[Math.min(t.length - 1, Math.floor(p * t.length))];
+  return { label, n: t.length, p50: q(0.5), p90: q(0.9), p99: q(0.99), mean: t.reduce((a, b) => a + b, 0) / t.length };
+};
+const ms = (s) => Number(process.hrtime.bigint() - s) / 1e6;
+
+async function creates(template, count) {
+  const t = [];
+  for (let i = 0; i < count + 5; i++) { // 5 warm-up
+    let r;
+    const s = process.hrtime.bigint();
+    for (;;) { // 'debian' may still be arriving on the host: retried, untimed
+      r = await tool('sandbox_create', { from_template: template });
+      if (!r.isError || !/still being built/.test(r.content[0].text)) break;
+      await new Promise((res) => setTimeout(res, 1000));
+    }
+    const took = ms(s);
+    if (r.isError) throw new Error(r.content[0].text);
+    if (i >= 5) t.push(took);
+    await tool('sandbox_kill', { sandbox_id: r.structuredContent.id });
+  }
+  return stats(`sandbox_create from '${template}'`, t);
+}
+
+async function builds(count) {
+  const t = [];
+  for (let i = 0; i < count; i++) {
+    const name = `bench-${Date.now().toString(36)}-${i}`;
+    const s = process.hrtime.bigint();
+    const r = await tool('sandbox_template_create', { name, from: 'debian', run_steps: ['echo built > /opt/built'] });
+    if (r.isError) throw new Error(r.content[0].text);
+    for (;;) {
+      const l = (await tool('sandbox_template_list', { name_prefix: name })).structuredContent.templates;
+      const st = l.find((x) => x.name === name)?.status;
+      if (st === 'ready') break;
+      if (st !== 'building') throw new Error(`template ${name}: ${JSON.stringify(l)}`);
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    t.push(ms(s));
+  }
+  return stats("template build from 'debian' (1 step, to ready)", t);
+}
+
+const rows = [await creates('base', n), await creates('debian', n), await builds(3)];
+const base = rows[0].p50;
+console.log(`\n${'call'.padEnd(50)} ${'n'.padStart(4)} ${'p50 ms'.padStart(9)} ${'p90 ms'.padStart(9)} ${'p99 ms'.padStart(9)} ${'mean'.padStart(9)}  p50 vs base`);
+for (const r of rows) {
+  console.log(`${r.label.padEnd(50)} ${String(r.n).padStart(4)} ${r.p50.toFixed(1).padStart(9)} ${r.p90.toFixed(1).padStart(9)} ${r.p99.toFixed(1).padStart(9)} ${r.mean.toFixed(1).padStart(9)}  ${(r.p50 / base).toFixed(2)}x`);
+}
