@@ -4,38 +4,9 @@
 // include that. An 8 MiB file cannot be read with sandbox_files_read (1 MiB limit): its
 // read row is sandbox_files_download_dir of a directory holding it (a ZIP of ~8 MiB).
 import { randomBytes } from 'node:crypto';
-import { env, url } from '../e2e/lib.mjs';
+import { rpc, tool, measure } from './mcp.mjs';
 
 const n = Number(process.argv[2] ?? 100);
-const headers = { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream',
-  Authorization: `Bearer ${env.SF_KEY_ALPHA}` };
-let seq = 0;
-async function rpc(method, params) {
-  const res = await fetch(url, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', id: ++seq, method, params }) });
-  const j = await res.json();
-  if (j.error || j.result?.isError) throw new Error(JSON.stringify(j).slice(0, 400));
-  return j.result;
-}
-const tool = (name, args) => rpc('tools/call', { name, arguments: args });
-
-const init = await fetch(url, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', id: 0, method: 'initialize',
-  params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'bench', version: '1' } } }) });
-headers['Mcp-Session-Id'] = init.headers.get('mcp-session-id');
-headers['MCP-Protocol-Version'] = '2025-06-18';
-
-async function measure(label, count, fn, before = async () => {}) {
-  for (let i = 0; i < Math.min(3, count); i++) { await before(); await fn(); } // warm-up
-  const t = [];
-  for (let i = 0; i < count; i++) {
-    await before();
-    const s = process.hrtime.bigint();
-    await fn();
-    t.push(Number(process.hrtime.bigint() - s) / 1e6);
-  }
-  t.sort((a, b) => a - b);
-  const q = (p) => t[Math.min(t.length - 1, Math.floor(p * t.length))];
-  return { label, n: count, p50: q(0.5), p99: q(0.99) };
-}
 
 const sb = (await tool('sandbox_create', { name: 'bench' })).structuredContent.id;
 const rows = [];

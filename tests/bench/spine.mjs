@@ -1,38 +1,9 @@
 // Latency of MCP calls through the whole pipeline, with MCP ping as the baseline.
 // Uses fetch with keep-alive and a session, as the SDK does, without the SDK's own cost.
-import { env, url } from '../e2e/lib.mjs';
+import { rpc, tool, measure as measureWarm } from './mcp.mjs';
 
 const n = Number(process.argv[2] ?? 300);
-const headers = { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream',
-  Authorization: `Bearer ${env.SF_KEY_ALPHA}` };
-let seq = 0;
-async function rpc(method, params) {
-  const res = await fetch(url, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', id: ++seq, method, params }) });
-  const j = await res.json();
-  if (j.error || j.result?.isError) throw new Error(JSON.stringify(j));
-  return j.result;
-}
-const tool = (name, args) => rpc('tools/call', { name, arguments: args });
-
-const init = await fetch(url, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', id: 0, method: 'initialize',
-  params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'bench', version: '1' } } }) });
-headers['Mcp-Session-Id'] = init.headers.get('mcp-session-id');
-headers['MCP-Protocol-Version'] = '2025-06-18';
-
-// before(), if given, runs untimed ahead of each call.
-async function measure(label, count, fn, before = async () => {}) {
-  for (let i = 0; i < Math.min(20, count); i++) { await before(); await fn(); } // warm-up
-  const t = [];
-  for (let i = 0; i < count; i++) {
-    await before();
-    const s = process.hrtime.bigint();
-    await fn();
-    t.push(Number(process.hrtime.bigint() - s) / 1e6);
-  }
-  t.sort((a, b) => a - b);
-  const q = (p) => t[Math.min(t.length - 1, Math.floor(p * t.length))];
-  return { label, n: count, p50: q(0.5), p90: q(0.9), p99: q(0.99), mean: t.reduce((a, b) => a + b, 0) / t.length };
-}
+const measure = (label, count, fn, before) => measureWarm(label, count, fn, before, 20);
 
 const sb = (await tool('sandbox_create', { name: 'bench' })).structuredContent.id;
 const rows = [];
