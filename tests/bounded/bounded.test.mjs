@@ -147,9 +147,15 @@ test('sandbox_list pages over 201 sandboxes: every id exactly once, cursor round
   exactlyOnce(heavy, [...rest, ...big]);
 
   const every = [...rest, ...big];
-  await pool(every.length, 8, (i) => call(bulk, 'sandbox_kill', { sandbox_id: every[i] }));
-  const empty = await call(bulk, 'sandbox_list', {});
-  assert.deepEqual(empty.structured, { sandboxes: [], count: 0 });
+  await pool(every.length, 8, async (i) => {
+    const r = await call(bulk, 'sandbox_kill', { sandbox_id: every[i] });
+    assert.equal(r.isError, false, r.text);
+  });
+  // A kill answers at once; the worker's record write can land just after its answer.
+  let left;
+  const emptied = await waitFor(async () => (left = (await call(bulk, 'sandbox_list', {})).structured).count === 0);
+  assert.ok(emptied, `still listed after every kill: ${left.sandboxes.map((s) => `${s.id} ${s.status}`)}`);
+  assert.deepEqual(left, { sandboxes: [], count: 0 });
   await bulk.close();
 });
 
