@@ -6,7 +6,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { connect, call, sh, env } from './lib.mjs';
+import { connect, call, sh, env, until } from './lib.mjs';
 
 const stack = (...args) => execFileSync(`${import.meta.dirname}/../integration/stack`,
   [...args, env.SF_STATE, env.SF_BUILD], { stdio: 'inherit', env: { ...process.env, ...extraEnv } });
@@ -14,15 +14,6 @@ const redis = (...args) => execFileSync('redis-cli', ['-u', env.SF_REDIS_URL, ..
 let extraEnv = {};
 let client;
 
-async function until(what, fn, ms = 15000) {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 const info = async (id) => (await call(client, 'sandbox_info', { sandbox_id: id })).structured;
 const status = async (id) => {
   const r = await call(client, 'sandbox_info', { sandbox_id: id });

@@ -6,7 +6,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { connect, call, sh, env, bearer, url } from './lib.mjs';
+import { connect, call, sh, env, bearer, url, until } from './lib.mjs';
 
 const client = await connect(env.SF_KEY_ALPHA, 'stream');
 const helper = await connect(env.SF_KEY_ALPHA, 'stream-helper');
@@ -18,15 +18,6 @@ after(async () => {
   await helper.close();
 });
 
-async function until(what, fn, ms = 15000) {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 const workerLog = () => readFileSync(`${env.SF_STATE}/logs/worker.log`, 'utf8');
 
 test('output streams while the command runs: `ready` arrives before the command can end', async () => {
