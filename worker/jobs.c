@@ -97,30 +97,36 @@ static long guard_ttl_s(const sf_job *job)
 }
 
 typedef struct guard_done_arg {
-    wk_ctx *ctx;
+    wk_call *c;   /* answered once the guard holds its reply */
     char id[SF_ID_MAX];
     char reply[SF_TOPIC_MAX];
     size_t len;
     char msg[]; /* the encoded reply */
 } guard_done_arg;
 
-/* A repeat of the job (same id, another reply topic) arrived while it ran: that caller
- * gets the answer too. */
+/* The guard holds the reply (or Redis could not keep it): the reply goes out now. A repeat
+ * of the job (same id, another reply topic) that arrived while it ran gets it too. */
 static void on_guard_done(redisAsyncContext *ac, void *r, void *priv)
 {
     redisReply *rep = r;
     guard_done_arg *g = priv;
+    wk_ctx *ctx = g->c->ctx;
 
     if (rep && rep->type == REDIS_REPLY_ERROR)
         sf_warn("msg=\"cannot keep the job's answer\" job=%s err=\"%s\"", g->id, rep->str);
     else if (rep && rep->type == REDIS_REPLY_STRING && rep->len > 0 && rep->len < SF_TOPIC_MAX &&
              strcmp(rep->str, g->reply) != 0 &&
-             sf_kafka_produce(g->ctx->producer, rep->str, g->id, g->msg, g->len) < 0)
+             sf_kafka_produce(ctx->producer, rep->str, g->id, g->msg, g->len) < 0)
         sf_warn("msg=\"cannot produce reply\" job=%s topic=%s", g->id, rep->str);
+    call_answer(g->c, g->msg, g->len);
     free(g);
 }
 
-static void guard_done(wk_call *c, const sf_buf *b)
+/* Keeps the reply in the guard and sends it once Redis ran that: Redis runs a
+ * connection's commands in order, so every write this worker made for the call (a kill's
+ * `killing`, a create's record) is in place before its caller hears the answer and reads
+ * state again. 0: the reply is on its way; -1: nothing was queued (send it now). */
+static int guard_done(wk_call *c, const sf_buf *b)
 {
     size_t keep = b->len <= GUARD_REPLY_MAX ? b->len : 0;
     guard_done_arg *g = malloc(sizeof(*g) + b->len + 1);
@@ -129,8 +135,8 @@ static void guard_done(wk_call *c, const sf_buf *b)
     size_t lens[3];
 
     if (!g)
-        return;
-    g->ctx = c->ctx;
+        return -1;
+    g->c = c;
     g->len = b->len;
     memcpy(g->msg, b->p ? b->p : "", b->len);
     snprintf(g->id, sizeof(g->id), "%s", c->job.id);
@@ -142,7 +148,9 @@ static void guard_done(wk_call *c, const sf_buf *b)
     if (sf_redis_script_call(c->ctx->redis, &guard_end, on_guard_done, g, 1, 2, argv, lens) < 0) {
         sf_warn("msg=\"cannot keep the job's answer; Redis is down\" job=%s", c->job.id);
         free(g);
+        return -1;
     }
+    return 0;
 }
 
 /* Sends the encoded reply, keeps it in the guard, ends the call. */
@@ -154,8 +162,8 @@ static void reply_send(wk_call *c, sf_buf *b, int rc)
         call_done(c);
         return;
     }
-    guard_done(c, b); /* (before: the call ends with the send) */
-    call_answer(c, b->p, b->len);
+    if (guard_done(c, b) < 0)
+        call_answer(c, b->p, b->len);
     sf_buf_fini(b);
 }
 
