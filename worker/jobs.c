@@ -389,20 +389,29 @@ static void on_killed(void *arg, int rc)
 
 void wk_box_kill(wk_box *b, const char *end_state)
 {
+    wk_box_kill_then(b, end_state, NULL, NULL);
+}
+
+int wk_box_kill_then(wk_box *b, const char *end_state, redisCallbackFn *written, void *priv)
+{
     wk_ctx *ctx = b->ctx;
+    int rc;
 
     if (b->state == WK_BOX_KILLING)
-        return;
+        return -EALREADY;
     b->end_state = end_state;
-    if (sf_records_mark_killing(ctx->redis, b->id, wk_redis_logged, NULL) < 0)
+    rc = sf_records_mark_killing(ctx->redis, b->id, written ? written : wk_redis_logged,
+                                 written ? priv : NULL);
+    if (rc < 0)
         sf_warn("msg=\"cannot mark the record killing; Redis is down\" sandbox=%s", b->id);
     wk_egress_detach(ctx->egress, b); /* its listeners and placeholders go at once */
     if (b->state == WK_BOX_CREATING) {
         b->state = WK_BOX_KILLING; /* on_created kills it when the driver answers */
-        return;
+        return rc;
     }
     b->state = WK_BOX_KILLING;
     ctx->ops->kill(b->sb, on_killed, b);
+    return rc;
 }
 
 static json_t *create_result(const wk_box *b, const char *name)
@@ -882,15 +891,33 @@ static void do_exec(wk_call *c, wk_box *b)
                     "The sandbox did not accept the command; retry, or create a new sandbox.");
 }
 
-/* Answered at once: the record says `killing` until the teardown ends. Also for a sandbox
- * this host no longer holds (b NULL). */
+static void kill_answer(wk_call *c)
+{
+    wk_reply_result(c, json_pack("{s:s, s:s}", "id", c->job.sandbox, "status", "killed"));
+}
+
+static void on_kill_written(redisAsyncContext *ac, void *r, void *priv)
+{
+    wk_redis_logged(ac, r, NULL);
+    kill_answer(priv);
+}
+
+/* Answered as soon as the record says `killing` (or `killed`, for a sandbox this host no
+ * longer holds: b NULL), not when the teardown ends: a caller that lists its sandboxes
+ * right after the answer no longer sees this one. The record's write is a read then a
+ * script, so the answer waits for its callback rather than relying on Redis's order. */
 static void do_kill(wk_call *c, wk_box *b)
 {
+    int rc;
+
     if (b)
-        wk_box_kill(b, "killed");
-    else
-        record_retire(c->ctx, c->job.sandbox, "killed", 0);
-    wk_reply_result(c, json_pack("{s:s, s:s}", "id", c->job.sandbox, "status", "killed"));
+        rc = wk_box_kill_then(b, "killed", on_kill_written, c);
+    else if ((rc = sf_records_retire(c->ctx->redis, c->job.sandbox, "killed", 0,
+                                     on_kill_written, c)) < 0)
+        sf_warn("msg=\"cannot update the record; Redis is down\" sandbox=%s state=killed",
+                c->job.sandbox);
+    if (rc < 0)
+        kill_answer(c); /* already being killed, or Redis is down: nothing to wait for */
 }
 
 /* ---- egress on a running sandbox: secret bindings (egress.h; rules: update.c) ---- */

@@ -140,6 +140,10 @@ void wk_on_bad(void *arg, const rd_kafka_message_t *msg, const char *why);
 /* Starts the kill of a sandbox (any state); the record becomes end_state when the
  * teardown ended. */
 void wk_box_kill(wk_box *b, const char *end_state);
+/* The same; written(ac, reply, priv) runs once the record says `killing` (or its write
+ * failed). 0, or < 0 when written will not run: -EALREADY (being killed already), or
+ * Redis is down. */
+int wk_box_kill_then(wk_box *b, const char *end_state, redisCallbackFn *written, void *priv);
 /* A lifecycle event on sf.events (common/sf_events.h); a failure is logged. */
 void wk_event(wk_ctx *ctx, const char *type, const char *team, const char *sandbox,
               const json_t *extra);
