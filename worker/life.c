@@ -57,6 +57,11 @@ static void on_paused(void *arg, int rc, const char *why)
                                  wk_redis_logged, NULL) < 0)
                 sf_warn("msg=\"cannot record the pause; Redis is down\" sandbox=%s", b->id);
             sf_info("msg=\"sandbox paused\" sandbox=%s by=%s", b->id, op->c ? "call" : "idle");
+            {
+                json_t *x = json_pack("{s:s}", "by", op->c ? "call" : "idle");
+                wk_event(op->ctx, "paused", b->team, b->id, x);
+                json_decref(x);
+            }
         }
     }
     if (rc < 0 && !op->c)
@@ -104,6 +109,7 @@ static void on_resumed(void *arg, int rc, const char *why)
                                   wk_redis_logged, NULL) < 0)
                 sf_warn("msg=\"cannot record the resume; Redis is down\" sandbox=%s", b->id);
             sf_info("msg=\"sandbox resumed\" sandbox=%s", b->id);
+            wk_event(op->ctx, "resumed", b->team, b->id, NULL);
         }
     }
     if (op->done)

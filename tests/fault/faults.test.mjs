@@ -67,6 +67,21 @@ test('30 creates through two gateways spread over three workers', async () => {
   assert.deepEqual(missing, [], 'sandboxes killed without a killed event');
 });
 
+test('pause and resume are lifecycle events', async () => {
+  const sb = load[0].sb;
+  const p = await mcall(urls[0], key, 'sandbox_pause', { sandbox_id: sb });
+  assert.equal(p.ok, true, p.text);
+  const r = await mcall(urls[1], key, 'sandbox_resume', { sandbox_id: sb });
+  assert.equal(r.ok, true, r.text);
+  let mine = [];
+  await until(async () => {
+    mine = (await events()).filter((e) => e.sandbox === sb).map((e) => e.type);
+    return mine.includes('sandbox.resumed');
+  }, 15000, 200);
+  assert.deepEqual(mine.filter((t) => t === 'sandbox.paused' || t === 'sandbox.resumed'),
+    ['sandbox.paused', 'sandbox.resumed'], `events of ${sb}: ${mine}`);
+});
+
 // Every event on sf.events so far.
 async function events() {
   const out = execFileSync(`${env.SF_BUILD}/tests/kafka_tail`, [env.SF_KAFKA_BROKERS, 'sf.events']).toString();
