@@ -8,7 +8,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, readdirSync, existsSync, statSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
-import { connect, call, sh, env } from '../e2e/lib.mjs';
+import { connect, call, sh, env, until } from '../e2e/lib.mjs';
 
 const HOST = env.SF_HOST_ID;
 const STATE = `${env.SF_STATE}/worker`;
@@ -30,15 +30,6 @@ async function long(client, id, command) {
   return r.structured;
 }
 
-async function until(fn, what, ms = 60000) {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(50);
-  }
-}
 
 // The worker's teardown children (`sf-teardown`), with their state letter.
 function teardowns() {
@@ -63,21 +54,21 @@ async function kill(client, id, meanwhile) {
   const r = await call(client, 'sandbox_kill', { sandbox_id: id });
   assert.equal(r.isError, false, r.text);
   assert.equal(r.structured.status, 'killed');
-  const child = await until(() => teardowns().find((t) => t.state === 'T' && !before.has(t.pid)),
-    'the stopped teardown', 120000);
+  const child = await until('the stopped teardown',
+    () => teardowns().find((t) => t.state === 'T' && !before.has(t.pid)), 120000, 50);
   assert.equal(state(id), 'killing');
   if (meanwhile) await meanwhile();
   process.kill(child.pid, 'SIGCONT');
-  await until(() => state(id) === 'killed', `${id} killed`, 120000);
+  await until(`${id} killed`, () => state(id) === 'killed', 120000, 50);
 }
 
 // Nothing of a sandbox is left on the host: directory, disk image, loop device, mounts
 // (in the worker's mount namespace), cgroups.
 async function nothingLeft(id) {
   assert.ok(!existsSync(`${STATE}/sandboxes/${id}`), 'its directory is gone');
-  await until(() => !readdirSync('/sys/block').some((b) => {
+  await until('its loop device released', () => !readdirSync('/sys/block').some((b) => {
     try { return readFileSync(`/sys/block/${b}/loop/backing_file`, 'utf8').includes(id); } catch { return false; }
-  }), 'its loop device released');
+  }), 60000, 50);
   assert.doesNotMatch(readFileSync(`/proc/${workerPid}/mountinfo`, 'utf8'), new RegExp(id), 'no mount left');
   for (const c of V1 ? ['memory', 'pids', 'cpu', 'cpuacct', 'freezer'] : [''])
     assert.ok(!existsSync(V1 ? cg(c, id) : `/sys/fs/cgroup/sandfleet/${HOST}/${id}`), `no ${c} cgroup left`);
@@ -124,8 +115,8 @@ test('killing a sandbox of 100k directories and 400k files stalls nothing and le
   await kill(alpha, id, async () => {
     // the teardown is stopped half-way: the host goes on
     for (let i = 0; i < 3; i++) await betaFine();
-    await until(() => Number(redis('HGET', `sf:host:{${HOST}}`, 'ts')) > beat0 + 1500,
-      'two more heartbeats while the teardown is stopped', 30000);
+    await until('two more heartbeats while the teardown is stopped',
+      () => Number(redis('HGET', `sf:host:{${HOST}}`, 'ts')) > beat0 + 1500, 30000, 50);
     const other = await create(alpha, 'meanwhile');
     assert.equal((await sh(alpha, other, 'echo ok')).stdout, 'ok\n');
     await kill(alpha, other);
@@ -148,14 +139,14 @@ test('100 busy loops: throttled, within the quota; the other team keeps working'
   const s0 = read();
   let s1 = s0;
   for (let i = 0; i < 5; i++) await betaFine();
-  await until(async () => {
+  await until('A to be throttled', async () => {
     await sleep(1000);
     s1 = read();
     const used = Number(s1.use - s0.use) / Number(s1.t - s0.t);
     // CFS enforces the quota per 100 ms period: one period of slack over the window
     assert.ok(used <= (quota ?? 0.5) * 1.1 + 0.05, `used ${used.toFixed(3)} CPUs, quota ${quota}`);
     return s1.thr > s0.thr;
-  }, 'A to be throttled', 90000);
+  }, 90000, 50);
   await betaFine();
   await kill(alpha, id, betaFine);
   await nothingLeft(id);
@@ -200,10 +191,10 @@ test('/dev/shm and TCP buffers are held by the memory limit; the agent survives 
   if (V1) { // v1 charges TCP buffers apart from memory, to a limit of their own
     const tcpLimit = num(`${box}/memory.kmem.tcp.limit_in_bytes`);
     // the stopped readers leave the writers' bytes queued until the limit holds them
-    const peak = await until(() => {
+    const peak = await until('the queued TCP buffers to reach the limit', () => {
       const p = num(`${box}/memory.kmem.tcp.max_usage_in_bytes`);
       return p >= tcpLimit * 0.9 ? p : 0;
-    }, 'the queued TCP buffers to reach the limit', 30000);
+    }, 30000, 50);
     assert.equal(tcpLimit, num(`${cg('memory', id)}/memory.kmem.tcp.limit_in_bytes`));
     // 16 stalled connections would pin far more; the limit is what held them (TCP
     // force-charges a few pages past it under pressure rather than fail)

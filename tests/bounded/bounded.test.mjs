@@ -6,7 +6,7 @@ import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { connect, call, post, bearer, env } from '../e2e/lib.mjs';
+import { connect, call, post, bearer, env, until } from '../e2e/lib.mjs';
 
 const redis = (...args) =>
   execFileSync('redis-cli', ['-u', env.SF_REDIS_URL, ...args]).toString().trim();
@@ -22,14 +22,6 @@ async function team(name, limits = []) {
 }
 
 // Polls until fn() is true (then true) or 20 s passed (then false).
-async function waitFor(fn, ms = 20000) {
-  const until = Date.now() + ms;
-  while (!(await fn())) {
-    if (Date.now() > until) return false;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  return true;
-}
 
 // Runs fn(i) for i < n, at most `width` at a time.
 async function pool(n, width, fn) {
@@ -218,10 +210,9 @@ test('a Redis at its maxmemory: "the platform is full", and kills, reads, heartb
     assert.equal(k.isError, false, k.text);
     // The kill is answered at once; its teardown follows, then the record says killed.
     const status = () => call(alpha, 'sandbox_info', { sandbox_id: s1 }).then((r) => r.structured.status);
-    assert.equal(await waitFor(async () => (await status()) === 'killed'), true, 'killed while full');
+    await until('killed while full', async () => (await status()) === 'killed', 20000);
     // The worker's heartbeat still lands: its host does not look dead.
-    assert.ok(await waitFor(() => Number(redis('zscore', 'sf:hosts', env.SF_HOST_ID)) > beat),
-      'heartbeat while full');
+    await until('heartbeat while full', () => Number(redis('zscore', 'sf:hosts', env.SF_HOST_ID)) > beat, 20000);
   } finally {
     const keys = redis('--scan', '--pattern', 'filler*').split('\n').filter(Boolean);
     if (keys.length) redis('del', ...keys);

@@ -10,7 +10,7 @@ import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { networkInterfaces } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import { connect, call, sh, env, driver } from './lib.mjs';
+import { connect, call, sh, env, driver, until } from './lib.mjs';
 
 const jailOnly = { skip: driver === 'qemu' ? 'jail stack only (the qemu stack runs the VM case)' : false };
 const NET = env.SF_UPSTREAM_NET;
@@ -46,16 +46,6 @@ function upstream(uri) {
 }
 const udpHeard = (port) => readFileSync(env.SF_UPSTREAM_LOG, 'utf8').includes(`"port": ${port}}`);
 
-async function until(what, fn, ms = 30000) {
-  const end = Date.now() + ms;
-  let last;
-  for (;;) {
-    last = await fn();
-    if (last) return last;
-    if (Date.now() > end) assert.fail(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 250));
-  }
-}
 
 async function create(client, args) {
   const r = await call(client, 'sandbox_create', { name: `egress-${tag}`, ...args });
@@ -230,7 +220,7 @@ test('the proxy down: creates refused with a clear error; back: sandboxes regist
       const r = await call(alpha, 'sandbox_create', { name: `egress-down-${tag}` });
       if (!r.isError) made.push([alpha, r.structured.id]);
       return r.isError ? r : null;
-    });
+    }, 30000, 250);
     assert.match(refused.text, /egress proxy .*is not running; retry sandbox_create in a few seconds/);
   } finally {
     stack('start-proxy');
@@ -239,7 +229,7 @@ test('the proxy down: creates refused with a clear error; back: sandboxes regist
   await until('the sandbox registered again', async () => {
     const r = await sh(alpha, id, wget(`http://api.example.test${uri}`, { headers: ['X-Api-Key: $API_KEY'] }));
     return /^ok\s+rc=0/.test(r.stdout);
-  });
+  }, 30000, 250);
   assert.equal(upstream(uri)[0]?.headers['X-Api-Key'], VAL_API, 'the old placeholder still swaps');
   assert.equal((await sh(alpha, id, 'echo $API_KEY')).stdout.trim(), ph);
   await create(alpha, {});
@@ -305,7 +295,7 @@ test('the network log through MCP: each attempt with its verdict and byte counts
     const l = await call(alpha, 'sandbox_network_log', { sandbox_id: id });
     assert.equal(l.isError, false, l.text);
     return l.structured.entries.filter((e) => e.proto !== 'dns').length >= 3 ? l.structured : null;
-  });
+  }, 30000, 250);
   const http = log.entries.filter((e) => e.proto !== 'dns');
   const allowed = http.filter((e) => e.verdict === 'allowed');
   const blocked = http.filter((e) => e.verdict === 'blocked');

@@ -61,13 +61,13 @@ export async function post(body, headers = {}) {
 
 export const bearer = (key) => ({ Authorization: `Bearer ${key}` });
 
-// Polls fn() every 100 ms until it returns something truthy (returned), or throws after ms.
-export async function until(what, fn, ms = 15000) {
+// Polls fn() every `every` ms until it returns something truthy (returned), or throws after ms.
+export async function until(what, fn, ms = 15000, every = 100) {
   const end = Date.now() + ms;
   for (;;) {
     const v = await fn();
     if (v) return v;
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
+    await new Promise((r) => setTimeout(r, every));
   }
 }
