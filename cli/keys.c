@@ -2,6 +2,7 @@
  * Only a keyed BLAKE2b hash of a key is stored; the key itself is printed once. */
 #include "cli.h"
 #include "sf_auth.h"
+#include "sf_jobauth.h"
 #include "sf_redis.h"
 #include "sf_util.h"
 
@@ -17,7 +18,8 @@ static int keys_create(redisContext *rc, int argc, char **argv)
 {
     const char *team = cli_opt(argc, argv, "--team"), *name = cli_opt(argc, argv, "--name");
     char key[SF_APIKEY_LEN + 1], hash[SF_APIKEY_HASH_HEX], id[32], why[512];
-    uint8_t secret[32];
+    char pid[SF_PRODUCER_ID_LEN + 1], sealed[SF_PSK_SEALED_HEX];
+    uint8_t secret[32], psk[32];
     redisReply *r;
 
     if (!team || !sf_id_valid(team)) {
@@ -29,11 +31,17 @@ static int keys_create(redisContext *rc, int argc, char **argv)
         fprintf(stderr, "sandfleet: %s\n", why);
         return 1;
     }
-    if (sf_apikey_new(key) < 0 || sf_apikey_hash(secret, key, hash) < 0)
+    if (sf_apikey_new(key) < 0 || sf_apikey_hash(secret, key, hash) < 0 ||
+        sf_producer_derive(key, pid, psk) < 0 || sf_psk_seal(secret, pid, psk, sealed) < 0)
         return 1;
     snprintf(id, sizeof(id), "key_%.16s", hash); /* 64 bits of the hash: no collisions */
-    r = redisCommand(rc, "HSET " SF_RK_APIKEY " id %s team %s name %s created %lld", hash, id,
-                     team, name ? name : "", (long long)sf_now_ms());
+    /* the queue's producer credential first: a key that exists can always sign */
+    r = redisCommand(rc, "HSET " SF_RK_PRODUCER " team %s key %s psk %s", pid, team, hash, sealed);
+    if (!cli_reply_ok(rc, r))
+        return 1;
+    freeReplyObject(r);
+    r = redisCommand(rc, "HSET " SF_RK_APIKEY " id %s team %s name %s created %lld pid %s", hash,
+                     id, team, name ? name : "", (long long)sf_now_ms(), pid);
     if (!cli_reply_ok(rc, r))
         return 1;
     freeReplyObject(r);
@@ -42,7 +50,8 @@ static int keys_create(redisContext *rc, int argc, char **argv)
         return 1;
     freeReplyObject(r);
     printf("%s\n", key);
-    fprintf(stderr, "created %s for team %s; the key is shown only once.\n", id, team);
+    fprintf(stderr, "created %s for team %s (producer id %s on the job queue); the key is shown "
+                    "only once.\n", id, team, pid);
     return 0;
 }
 
@@ -83,6 +92,18 @@ static int keys_revoke(redisContext *rc, const char *id)
         return 1;
     }
     memcpy(hash, r->str, r->len + 1);
+    freeReplyObject(r);
+    r = redisCommand(rc, "HGET " SF_RK_APIKEY " pid", hash); /* its credential on the queue */
+    if (!cli_reply_ok(rc, r))
+        return 1;
+    if (r->type == REDIS_REPLY_STRING && r->len == SF_PRODUCER_ID_LEN) {
+        redisReply *d = redisCommand(rc, "DEL " SF_RK_PRODUCER, r->str);
+        if (!cli_reply_ok(rc, d)) {
+            freeReplyObject(r);
+            return 1;
+        }
+        freeReplyObject(d);
+    }
     freeReplyObject(r);
     r = redisCommand(rc, "DEL " SF_RK_APIKEY, hash);
     if (!cli_reply_ok(rc, r))

@@ -21,6 +21,7 @@ static const cli_cmd commands[] = {
     {"teams", cli_teams, "teams show|limits TEAM ...   a team's own limits, what it holds now"},
     {"templates", cli_templates, "templates build|list|logs ...  team templates (build: progress until ready)"},
     {"tokens", cli_tokens, "tokens list [--team TEAM] | revoke GRANT_ID   OAuth sign-ins"},
+    {"batch", cli_batch, "batch run JOBS.jsonl --out RESULTS.jsonl   tool calls through the job queue"},
     {"mcp-stdio", cli_mcp_stdio, "mcp-stdio [URL]              stdio MCP server forwarding to the gateway"},
     {"connect", cli_connect, "connect CLIENT [--write]     configure an MCP client (claude-code, claude-desktop,\n"
                              "                                         cursor, vscode, windsurf, codex)"},
@@ -44,7 +45,8 @@ const char *cli_program;
 static void settings_from_env_file(void)
 {
     static const char *const names[] = {"SF_REDIS_URL", "SF_AUTH_SECRET_FILE", "SF_URL",
-                                        "SF_SECRETS_KEY_FILE", "SF_PROXY_CONTROL_SOCKET"};
+                                        "SF_SECRETS_KEY_FILE", "SF_PROXY_CONTROL_SOCKET",
+                                        "SF_KAFKA_BROKERS"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         const char *v = cli_setting(names[i], NULL);
         if (v && !getenv(names[i]))

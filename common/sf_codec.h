@@ -32,6 +32,17 @@ typedef struct sf_claims {
     char name[SF_CLAIMS_MAX][SF_CLAIM_NAME_MAX];
 } sf_claims;
 
+/* How the job's producer signed it: Kafka headers beside the envelope, never encoded in it
+ * (sf_jobauth.h; read by sf_jobq). state: 0 no header, 1 read, -1 malformed (why). */
+typedef struct sf_job_auth {
+    int state;
+    char key[SF_ID_MAX];        /* sf-key: producer id, or "gateway" */
+    int64_t iat;                /* sf-iat: when it was signed (ms) */
+    uint8_t mac[32];            /* sf-mac */
+    uint8_t digest[32];         /* SHA-256 of the message value */
+    const char *why;            /* state -1: what is wrong (static text) */
+} sf_job_auth;
+
 typedef struct sf_job {
     char id[SF_ID_MAX];         /* job id, unique per call */
     char team[SF_ID_MAX];       /* caller's team, set by the gateway from the API key */
@@ -44,6 +55,7 @@ typedef struct sf_job {
     int progress;               /* caller wants progress messages */
     json_t *args;               /* tool arguments (an object, owned) */
     sf_claims claims;           /* arguments whose value is a claim */
+    sf_job_auth auth;           /* the producer's signature (not part of the envelope) */
 } sf_job;
 
 enum { SF_REPLY_RESULT = 0, SF_REPLY_ERROR = 1, SF_REPLY_PROGRESS = 2 };
@@ -66,6 +78,7 @@ typedef struct sf_reply {
 #define SF_ERR_LIMIT "limit_exceeded"
 #define SF_ERR_INTERNAL "internal"
 #define SF_ERR_CANCELLED "cancelled" /* the caller cancelled the call (sf.cancel) */
+#define SF_ERR_UNAUTH "unauthenticated" /* a job's producer signature failed (sf_jobauth.h) */
 
 void sf_job_init(sf_job *j);
 void sf_job_fini(sf_job *j);

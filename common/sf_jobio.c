@@ -1,4 +1,5 @@
 #include "sf_jobio.h"
+#include "sf_jobauth.h"
 #include "sf_kafka.h"
 
 #include <errno.h>
@@ -173,6 +174,7 @@ static void jobq_on_message(void *arg, rd_kafka_message_t *msg)
         sf_kafka_track_end(q->track, tk);
         return;
     }
+    sf_jobauth_read(msg, &job.auth);
     q->on_job(q->arg, &job, tk);
 }
 

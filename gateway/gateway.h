@@ -92,6 +92,7 @@ typedef struct gw_ctx {
     char id[SF_ID_MAX];
     char reply_topic[SF_TOPIC_MAX];
     uint8_t auth_secret[32];
+    uint8_t job_key[32];      /* signs the jobs it puts on sf.jobs (sf_jobauth.h) */
     gw_http_server *http;
     gw_router *router;
     sf_redis *redis;

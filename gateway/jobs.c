@@ -3,6 +3,7 @@
  * with a timeout, and a late reply is dropped. */
 #include "gateway.h"
 #include "sf_claim.h"
+#include "sf_jobauth.h"
 #include "sf_log.h"
 
 #include <pthread.h>
@@ -347,13 +348,19 @@ static void on_reply(void *arg, rd_kafka_message_t *msg)
     sf_reply_fini(&r);
 }
 
+/* Every job goes to sf.jobs signed as a gateway's (the scheduler checks it). */
+static int produce_job(gw_ctx *ctx, const char *key, const void *p, size_t n)
+{
+    return sf_jobauth_produce(ctx->producer, SF_TOPIC_JOBS, key, p, n, SF_JOBAUTH_GATEWAY,
+                              ctx->job_key);
+}
+
 static void republish_one(const char *key, void *val, void *arg)
 {
     gw_pending *p = val;
     int *n = arg;
 
-    if (p->msg && sf_kafka_produce(p->ctx->producer, SF_TOPIC_JOBS,
-                                   p->sandbox[0] ? p->sandbox : p->team, p->msg, p->len) == 0)
+    if (p->msg && produce_job(p->ctx, p->sandbox[0] ? p->sandbox : p->team, p->msg, p->len) == 0)
         (*n)++;
 }
 
@@ -407,6 +414,7 @@ int gw_jobs_start(gw_ctx *ctx, char *why, size_t whylen)
     char group[96];
     int rc;
 
+    sf_gateway_job_key(ctx->auth_secret, ctx->job_key);
     if (ctx->cfg.gateway_id[0]) { /* one reply topic per event-loop thread */
         if (!sf_id_valid(ctx->cfg.gateway_id) || strlen(ctx->cfg.gateway_id) > 40) {
             snprintf(why, whylen, "gateway_id must match [a-z0-9_-]{1,40}");
@@ -541,8 +549,7 @@ int gw_jobs_submit(gw_ctx *ctx, sf_job *job, int64_t wait_ms, gw_job_cb cb, void
     if (rc == -E2BIG)
         rc = -EMSGSIZE;
     if (rc == 0)
-        rc = sf_kafka_produce(ctx->producer, SF_TOPIC_JOBS, job->sandbox[0] ? job->sandbox : job->team,
-                              b.p, b.len);
+        rc = produce_job(ctx, job->sandbox[0] ? job->sandbox : job->team, b.p, b.len);
     if (rc == 0 && b.len <= KEEP_JOB_MAX && (p->msg = malloc(b.len)))
         memcpy(p->msg, b.p, (p->len = b.len));
     sf_buf_fini(&b);
@@ -604,8 +611,7 @@ int gw_jobs_abandon(gw_ctx *ctx, gw_pending *p)
     sf_buf_init(&b, SF_MSG_MAX);
     rc = job.args ? sf_job_encode(&job, &b) : -ENOMEM;
     if (rc == 0)
-        rc = sf_kafka_produce(ctx->producer, SF_TOPIC_JOBS, job.sandbox[0] ? job.sandbox : job.team,
-                              b.p, b.len);
+        rc = produce_job(ctx, job.sandbox[0] ? job.sandbox : job.team, b.p, b.len);
     sf_info("msg=\"call cancelled\" job=%s cancel_job=%s team=%s sandbox=%s rc=%d", p->id, job.id,
             job.team, job.sandbox, rc);
     sf_buf_fini(&b);

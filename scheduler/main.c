@@ -24,6 +24,10 @@ static const sf_cfg_entry cfg_table[] = {
              "inodes of a new sandbox (0 = the worker's default)"),
     SF_CFG_I(sch_cfg, sandbox_pids_max, "256", 8, 1000000, "processes of a new sandbox"),
     SF_CFG_S(sch_cfg, schemas_dir, "schemas/tools", "folder of the tool JSON Schemas"),
+    SF_CFG_S(sch_cfg, auth_secret_file, "/var/lib/sandfleet/auth.key",
+             "the deployment's auth secret (64 hex chars): checks the signature of every job"),
+    SF_CFG_I(sch_cfg, accept_unsigned, "0", 0, 1,
+             "1: take jobs without a signature as a gateway's (only behind Kafka ACLs)"),
 };
 
 int main(int argc, char **argv)
@@ -42,8 +46,9 @@ int main(int argc, char **argv)
     if (sf_daemon_init(&ctx.d, "scheduler", &ctx.cfg.common) < 0)
         goto out;
     if (sf_toolset_load(&ctx.tools, ctx.cfg.schemas_dir, why, sizeof(why)) < 0 ||
-        sch_route_check(&ctx.tools, why, sizeof(why)) < 0) {
-        sf_error("msg=\"cannot load the tool schemas\" err=\"%s\"", why);
+        sch_route_check(&ctx.tools, why, sizeof(why)) < 0 ||
+        sch_auth_init(&ctx, why, sizeof(why)) < 0) {
+        sf_error("msg=\"cannot load the tool schemas or the auth secret\" err=\"%s\"", why);
         goto out;
     }
     if (!(ctx.redis = sf_redis_new(ctx.d.base, ctx.cfg.common.redis_url, why, sizeof(why))) ||

@@ -148,8 +148,6 @@ void sch_on_job(void *arg, sf_job *job, sf_kafka_ticket tk)
 {
     sch_ctx *ctx = arg;
     sch_call *c = calloc(1, sizeof(*c));
-    const sf_tool *t;
-    char why[512];
 
     if (!c) {
         sf_error("msg=\"out of memory\" job=%s", job->id);
@@ -162,6 +160,15 @@ void sch_on_job(void *arg, sf_job *job, sf_kafka_ticket tk)
     c->job = *job;
     sf_debug("msg=\"job\" job=%s tool=%s team=%s sandbox=%s", c->job.id, c->job.tool, c->job.team,
              c->job.sandbox);
+    sch_auth_job(c);
+}
+
+void sch_route_job(sch_call *c)
+{
+    sch_ctx *ctx = c->ctx;
+    const sf_tool *t;
+    char why[512];
+
     if (c->job.deadline_ms < sf_now_ms()) {
         sf_info("msg=\"job expired before it was routed\" job=%s tool=%s", c->job.id, c->job.tool);
         sch_reply_error(c, SF_ERR_TIMEOUT,

@@ -22,6 +22,8 @@ typedef struct sch_cfg {
     int64_t sandbox_inodes;       /* 0: the worker's default */
     int64_t sandbox_pids_max;
     char *schemas_dir;          /* tool schemas: arguments are checked here too */
+    char *auth_secret_file;     /* the deployment's auth secret: signed jobs (auth.c) */
+    int64_t accept_unsigned;    /* 1: jobs without a signature are taken as a gateway's */
 } sch_cfg;
 
 typedef struct sch_ctx {
@@ -32,6 +34,8 @@ typedef struct sch_ctx {
     sf_jobq *jobq;
     sf_toolset tools;
     struct event *ev_reap;
+    uint8_t auth_secret[32];    /* unseals producer credentials */
+    uint8_t gateway_key[32];    /* the gateways' job credential */
 } sch_ctx;
 
 /* One job being handled; freed by sch_call_done. */
@@ -53,6 +57,13 @@ void sch_forward(sch_call *c, const char *host);
 void sch_call_done(sch_call *c);
 
 #define SCH_MSG_REDIS_DOWN "The platform's state store is unreachable; retry in a few seconds."
+
+/* auth.c: every job's producer signature is checked before it is routed (a producer's
+ * team comes from its key); a job that fails is answered `unauthenticated` and
+ * dead-lettered. sch_route_job goes on with a job that passed. */
+int sch_auth_init(sch_ctx *ctx, char *why, size_t whylen);
+void sch_auth_job(sch_call *c);
+void sch_route_job(sch_call *c);
 
 /* place.c: sandbox_create (limits, fair share, host choice, reservation); finishes the
  * call. */
