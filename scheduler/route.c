@@ -1,5 +1,6 @@
 /* route.c: takes each job off sf.jobs, checks it, and hands it to the tool's handler. */
 #include "sched.h"
+#include "sf_jobauth.h"
 #include "sf_jobio.h"
 #include "sf_log.h"
 
@@ -176,6 +177,12 @@ void sch_route_job(sch_call *c)
         return;
     }
     t = sf_toolset_find(&ctx->tools, c->job.tool);
+    if (t && t->internal && c->job.auth.state == 1 && strcmp(c->job.auth.key, SF_JOBAUTH_GATEWAY)) {
+        snprintf(why, sizeof(why), "Tool '%.64s' is the platform's own; a producer cannot call "
+                 "it.", c->job.tool);
+        sch_reply_error(c, SF_ERR_INVALID, why);
+        return;
+    }
     c->silent = t && t->internal;
     if (sf_toolset_validate(&ctx->tools, c->job.tool, c->job.args, why, sizeof(why)) < 0) {
         sch_reply_error(c, SF_ERR_INVALID, why);

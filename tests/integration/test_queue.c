@@ -401,6 +401,16 @@ int main(void)
         CHECK(r.kind == SF_REPLY_RESULT, "signed kill answered: %s", r.message ? r.message : "");
         sf_reply_fini(&r);
 
+        snprintf(id, sizeof(id), "%s-internal", pid); /* the platform's own tools: not theirs */
+        signed_job(&b3, id, "sf.cancel", json_pack("{s:s}", "job", "job_x"), NULL, pid, psk,
+                   sf_now_ms(), iat, mac);
+        produce_hdrs(b3.p, b3.len, pid, iat, mac);
+        await_reply(id, &r);
+        CHECK(r.kind == SF_REPLY_ERROR && strstr(r.message, "platform's own"),
+              "an internal tool from a producer: %s", r.message ? r.message : "(a result)");
+        sf_reply_fini(&r);
+        printf("ok - a producer cannot call the platform's internal tools\n");
+
         snprintf(id, sizeof(id), "%s-badmac", pid);
         signed_job(&b3, id, "sandbox_list", json_object(), NULL, pid, psk, sf_now_ms(), iat, mac);
         mac[0] = mac[0] == '0' ? '1' : '0';
