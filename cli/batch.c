@@ -37,6 +37,7 @@ static const char usage[] =
     "    the others are sent again under the same job ids (none runs twice)\n"
     "  --concurrency N  jobs in flight (default 64, at most 4096)\n"
     "  --timeout S      each job's deadline (default 300 s)\n"
+    "  --rate R         send at most R jobs a second (default: as fast as answers come)\n"
     "settings: SANDFLEET_API_KEY (the team's key); SF_KAFKA_BROKERS from the environment,\n"
     "          else from $SF_HOME/env (written by ops/run)\n";
 
@@ -62,8 +63,10 @@ typedef struct batch {
     sf_map *seen;       /* ids with a result, or sent in this run: uid -> (void *)1 */
     sf_map *flight;     /* job id -> inflight */
     long conc, timeout_s;
+    double rate;        /* jobs/s cap (0: none) */
+    long sent;          /* jobs sent in this run */
     long total, done, done_before, errors;
-    int64_t start_ms, last_print_ms;
+    int64_t start_ms, last_print_ms, last_expire_ms;
     int tty, interrupted, failed;
     int64_t *lat;       /* ms per answered job of this run */
     size_t nlat;
@@ -281,11 +284,21 @@ static void finish_if_done(batch *b)
         event_base_loopbreak(b->base);
 }
 
+/* True while --rate allows one more job now. */
+static int rate_allows(const batch *b)
+{
+    return b->rate <= 0 || b->sent < (long)((sf_mono_ms() - b->start_ms) * b->rate / 1000.0) + 1;
+}
+
 static void fill(batch *b)
 {
-    while (!b->eof && !b->failed && (long)sf_map_len(b->flight) < b->conc)
+    while (!b->eof && !b->failed && (long)sf_map_len(b->flight) < b->conc && rate_allows(b)) {
+        size_t before = sf_map_len(b->flight);
         if (send_next(b))
             b->eof = 1;
+        if (sf_map_len(b->flight) > before)
+            b->sent++;
+    }
     finish_if_done(b);
 }
 
@@ -396,7 +409,10 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    sf_map_foreach(b->flight, find_expired, &e);
+    if (e.now - b->last_expire_ms >= 1000) { /* the tick is 5 ms when paced */
+        b->last_expire_ms = e.now;
+        sf_map_foreach(b->flight, find_expired, &e);
+    }
     for (size_t i = 0; i < e.n; i++) {
         inflight *f = sf_map_del(b->flight, ids[i]);
         char text[256];
@@ -518,6 +534,14 @@ static int setup(batch *b, const char *jobs, const char *out, const char *key)
                 brokers, b->topic);
         return 1;
     }
+    { /* the job topic's leaders known before the clock starts (else the first jobs wait) */
+        rd_kafka_topic_t *rkt = rd_kafka_topic_new(b->producer, SF_TOPIC_JOBS, NULL);
+        const struct rd_kafka_metadata *md = NULL;
+        if (rkt && rd_kafka_metadata(b->producer, 0, rkt, &md, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR)
+            rd_kafka_metadata_destroy(md);
+        if (rkt)
+            rd_kafka_topic_destroy(rkt);
+    }
     if (!(b->pump = sf_kafka_pump_new(b->base, b->consumer, b->producer, on_reply, b)) ||
         !(b->ev_tick = event_new(b->base, -1, EV_PERSIST, on_tick, b)) ||
         !(b->ev_int = evsignal_new(b->base, SIGINT, on_signal, b)) ||
@@ -591,8 +615,9 @@ static int batch_run(int argc, char **argv)
 {
     const char *out = cli_opt(argc, argv, "--out"), *conc = cli_opt(argc, argv, "--concurrency");
     const char *tmo = cli_opt(argc, argv, "--timeout"), *key = getenv("SANDFLEET_API_KEY");
+    const char *rate = cli_opt(argc, argv, "--rate");
     const char *jobs = argc >= 2 && argv[1][0] != '-' ? argv[1] : NULL;
-    struct timeval tick = {0, 100 * 1000};
+    struct timeval tick = {0, 100 * 1000}, paced = {0, 5 * 1000};
     int64_t v;
     batch b;
     int rc = 1;
@@ -606,8 +631,10 @@ static int batch_run(int argc, char **argv)
         return 2;
     }
     if ((conc && sf_parse_i64(conc, 1, CONC_MAX, &v) < 0) || (conc && (b.conc = v, 0)) ||
-        (tmo && sf_parse_i64(tmo, 1, 86400, &v) < 0) || (tmo && (b.timeout_s = v, 0))) {
-        fprintf(stderr, "sandfleet: --concurrency is 1-4096 and --timeout 1-86400 seconds.\n");
+        (tmo && sf_parse_i64(tmo, 1, 86400, &v) < 0) || (tmo && (b.timeout_s = v, 0)) ||
+        (rate && sf_parse_i64(rate, 1, 1000000, &v) < 0) || (rate && (b.rate = (double)v, 0))) {
+        fprintf(stderr, "sandfleet: --concurrency is 1-4096, --timeout 1-86400 seconds and "
+                        "--rate 1-1000000 jobs a second.\n");
         return 2;
     }
     if (!key || !*key) {
@@ -622,7 +649,7 @@ static int batch_run(int argc, char **argv)
     if (b.done_before > 0)
         fprintf(stderr, "batch: %ld results already in %s are kept; resuming.\n", b.done_before,
                 out);
-    event_add(b.ev_tick, &tick);
+    event_add(b.ev_tick, b.rate > 0 ? &paced : &tick);
     event_add(b.ev_int, NULL);
     event_add(b.ev_term, NULL);
     fill(&b);
