@@ -124,6 +124,18 @@ static void job_id_of(const batch *b, const char *uid, char out[SF_ID_MAX])
     snprintf(out, SF_ID_MAX, "%s-%s", b->pid, hex);
 }
 
+/* The id a line's sandbox_create gives its new sandbox (when it names none): "sb_" + 24 hex
+ * of the same keyed hash, so a create sent again after an interruption is the same create. */
+static void sandbox_id_of(const batch *b, const char *uid, char out[SF_ID_MAX])
+{
+    uint8_t h[12];
+    char hex[25];
+
+    crypto_generichash(h, sizeof(h), (const uint8_t *)uid, strlen(uid), b->salt, sizeof(b->salt));
+    sodium_bin2hex(hex, sizeof(hex), h, sizeof(h));
+    snprintf(out, SF_ID_MAX, "sb_%s", hex);
+}
+
 /* Reads the next line into b->line: 1, 0 at the end, 2 for a line over LINE_MAX_BYTES (its
  * rest skipped). */
 static int read_line(batch *b)
@@ -248,23 +260,40 @@ static int send_next(batch *b)
     sid = json_string_value(json_object_get(job.args, "sandbox_id"));
     if (sid && sf_id_valid(sid))
         snprintf(job.sandbox, sizeof(job.sandbox), "%s", sid);
+    else if (!strcmp(tool, "sandbox_create")) /* a create sent again makes the same sandbox */
+        sandbox_id_of(b, uid, job.sandbox);
     sf_buf_init(&buf, SF_MSG_MAX);
-    rc = sf_job_encode(&job, &buf);
-    if (rc == 0)
-        rc = sf_jobauth_produce(b->producer, SF_TOPIC_JOBS, job.sandbox[0] ? job.sandbox : job.id,
-                                buf.p, buf.len, b->pid, b->psk);
-    sf_buf_fini(&buf);
-    sf_job_fini(&job);
-    json_decref(o);
-    sf_map_put(b->seen, uid, (void *)2);
-    if (rc < 0) {
+    if ((rc = sf_job_encode(&job, &buf)) < 0) {
         result_error(b, uid, b->lineno, rc == -E2BIG ? SF_ERR_LIMIT : SF_ERR_INVALID,
                      rc == -E2BIG ? "The job is larger than the 1 MiB queue message limit; put "
                                     "large inputs in a file in the sandbox first."
-                                  : "The job could not be put on the queue (a bad argument "
-                                    "value); fix the line and run the batch again.");
-        return 0;
+                                  : "The job's arguments cannot be encoded (nested deeper than "
+                                    "32 levels?); fix the line and run the batch again.");
+        goto done;
     }
+    /* a full local queue drains as the broker confirms: wait a little for room */
+    for (int i = 0; (rc = sf_jobauth_produce(b->producer, SF_TOPIC_JOBS,
+                                             job.sandbox[0] ? job.sandbox : job.id, buf.p, buf.len,
+                                             b->pid, b->psk)) == -ENOBUFS && i < 100; i++)
+        rd_kafka_poll(b->producer, 100);
+    if (rc == -E2BIG) {
+        result_error(b, uid, b->lineno, SF_ERR_LIMIT, "The job is larger than the queue's "
+                     "message limit; put large inputs in a file in the sandbox first.");
+    } else if (rc < 0) { /* no result: a run again sends it */
+        fprintf(stderr, "%ssandfleet: cannot put jobs on the queue (%s); run the same command "
+                "again to finish.\n", b->tty ? "\n" : "", strerror(-rc));
+        b->failed = 1;
+        event_base_loopbreak(b->base);
+    }
+done:
+    sf_buf_fini(&buf);
+    sf_job_fini(&job);
+    json_decref(o);
+    if (b->failed)
+        return 1;
+    sf_map_put(b->seen, uid, (void *)2);
+    if (rc < 0)
+        return 0;
     if (!(f = calloc(1, sizeof(*f))) || !(f->uid = strdup(uid)) || sf_map_put(b->flight, jid, f) < 0) {
         if (f)
             free(f->uid);
