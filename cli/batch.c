@@ -517,7 +517,7 @@ static long count_jobs(FILE *in, char *buf)
 
 static int setup(batch *b, const char *jobs, const char *out, const char *key)
 {
-    char why[512], real[PATH_MAX], rid[SF_ID_MAX], saltid[17];
+    char why[512], real[PATH_MAX], rid[SF_ID_MAX];
     const char *brokers = cli_setting("SF_KAFKA_BROKERS", "127.0.0.1:9092");
 
     if (sf_producer_derive(key, b->pid, b->psk) < 0) {
@@ -536,8 +536,10 @@ static int setup(batch *b, const char *jobs, const char *out, const char *key)
     }
     /* the batch's salt: its results file, so two batches with the same line ids differ */
     crypto_generichash(b->salt, sizeof(b->salt), (const uint8_t *)real, strlen(real), b->psk, 32);
-    sodium_bin2hex(saltid, sizeof(saltid), b->salt, 8);
-    snprintf(b->topic, sizeof(b->topic), SF_TOPIC_REPLY_PREFIX "%s-%s", b->pid, saltid);
+    /* one reply topic per key, not per batch: topics are not deleted on a real cluster,
+     * and the producers answering on it (schedulers, workers) know it after the first
+     * batch (a topic new to them costs its first answers a metadata round, ~0.5 s) */
+    snprintf(b->topic, sizeof(b->topic), SF_TOPIC_REPLY_PREFIX "%s", b->pid);
     if (!(b->seen = sf_map_new(JOBS_MAX)) || !(b->flight = sf_map_new(CONC_MAX * 2)) ||
         !(b->line = malloc(LINE_MAX_BYTES + 2)) || !(b->lat = malloc(LAT_MAX * sizeof(int64_t))) ||
         !(b->base = event_base_new())) {
