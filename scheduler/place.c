@@ -12,7 +12,7 @@
 /* Placement: checks the team's limits and shares, picks a host, reserves the sandbox's
  * shape there and writes the record, atomically. ARGV: now, host_ttl, id, team, name,
  * template, metadata, timeout_s, team sandbox limit, host share %, fleet share %, memory
- * MiB, vCPU milli. The team's own limits (sf:team:{t}:limits: sandboxes, host_share_pct,
+ * MiB, vCPU milli, the host to use ('' = any). The team's own limits (sf:team:{t}:limits: sandboxes, host_share_pct,
  * fleet_share_pct) override the last three defaults. Returns {verdict, ...}:
  * {'ok', host}, {'conflict'}, {'quota', limit}, {'share', what, limit}, {'hostshare', pct},
  * {'full'}, {'nohost'}. A host's capacity in memory and CPU counts only once its worker
@@ -51,6 +51,7 @@ static const char lua_create[] =
     "  if t[1] ~= 'ready' then return {'tplstatus', t[1]} end\n"
     "  pin, mem, vcpu, disk = t[2], tonumber(t[3]) or mem, tonumber(t[4]) or vcpu, t[5] or ''\n"
     "end\n"
+    "if ARGV[14] ~= '' then pin = ARGV[14] end\n" /* from a snapshot: the host that holds it */
     "local live = redis.call('ZRANGEBYSCORE', 'sf:hosts', now - ttl, '+inf')\n"    "local anyjail = false\n"
     "if #live == 0 then return {'nohost'} end\n"
     "local hosts, fn, fmem, fvcpu, allmem, allvcpu = {}, 0, 0, 0, true, true\n"
@@ -197,6 +198,9 @@ static void on_create(redisAsyncContext *ac, void *r, void *priv)
             json_object_set_new(l, "vcpu_milli", json_integer(strtoll(elem(rep, 3), NULL, 10)));
         if (strtoll(elem(rep, 4), NULL, 10) > 0)
             json_object_set_new(l, "disk_mib", json_integer(strtoll(elem(rep, 4), NULL, 10)));
+        /* from a snapshot: the captured sandbox's shape (sch_snap_place) */
+        if (json_is_object(json_object_get(c->job.args, "limits")))
+            json_object_update(l, json_object_get(c->job.args, "limits"));
         json_object_set_new(c->job.args, "limits", l);
         sch_forward(c, elem(rep, 1));
         return;
@@ -210,6 +214,14 @@ static void on_create(redisAsyncContext *ac, void *r, void *priv)
             snprintf(text, sizeof(text), "Template '%.64s' is %s, not ready; wait until "
                      "sandbox_template_list shows it ready.", t ? t : "", elem(rep, 1));
         sch_reply_error(c, SF_ERR_NOT_FOUND, text);
+        return;
+    }
+    if (!strcmp(verdict, "pinned") && c->pin[0]) {
+        snprintf(text, sizeof(text), "The host that holds snapshot '%.64s' (%.64s) is not "
+                 "responding or has no room; a snapshot starts only on its own host: retry in a "
+                 "few seconds, or kill one of your sandboxes there.",
+                 json_string_value(json_object_get(c->job.args, "from_snapshot")), c->pin);
+        sch_reply_error(c, SF_ERR_UNAVAILABLE, text);
         return;
     }
     if (!strcmp(verdict, "pinned")) {
@@ -270,9 +282,13 @@ void sch_place_create(sch_call *c)
     const char *tmpl = json_string_value(json_object_get(a, "from_template"));
     json_t *md = json_object_get(a, "metadata");
     char num[8][24], *md_text;
-    const char *argv[16];
+    const char *argv[18];
     int argc = 0, rc;
 
+    if (json_object_get(a, "from_snapshot") && !c->pin[0]) {
+        sch_snap_place(c); /* finds the snapshot, then comes back here */
+        return;
+    }
     md_text = json_is_object(md) ? json_dumps(md, JSON_COMPACT) : NULL;
     snprintf(num[0], 24, "%lld", (long long)sf_now_ms());
     snprintf(num[1], 24, "%lld", (long long)cfg->host_ttl_ms);
@@ -282,6 +298,13 @@ void sch_place_create(sch_call *c)
     snprintf(num[5], 24, "%lld", (long long)cfg->team_fleet_share_pct);
     snprintf(num[6], 24, "%lld", (long long)cfg->sandbox_memory_mib);
     snprintf(num[7], 24, "%lld", (long long)cfg->sandbox_vcpu_milli);
+    if (c->pin[0]) { /* from a snapshot: its shape is reserved */
+        json_t *l = json_object_get(a, "limits");
+        if (json_integer_value(json_object_get(l, "memory_mib")) > 0)
+            snprintf(num[6], 24, "%lld", (long long)json_integer_value(json_object_get(l, "memory_mib")));
+        if (json_integer_value(json_object_get(l, "vcpu_milli")) > 0)
+            snprintf(num[7], 24, "%lld", (long long)json_integer_value(json_object_get(l, "vcpu_milli")));
+    }
     argv[argc++] = "EVAL";
     argv[argc++] = lua_create;
     argv[argc++] = "0";
@@ -294,6 +317,7 @@ void sch_place_create(sch_call *c)
     argv[argc++] = md_text ? md_text : "{}";
     for (int i = 2; i < 8; i++)
         argv[argc++] = num[i];
+    argv[argc++] = c->pin;
     rc = sf_redis_cmdargv(c->ctx->redis, on_create, c, argc, argv, NULL);
     free(md_text);
     if (rc < 0)

@@ -20,6 +20,8 @@ static const sf_tool_handler handlers[] = {
     H("sandbox_network_log", sch_egress_network_log),
     H("sandbox_template_list", sch_tpl_list),
     H("sandbox_template_create", sch_tpl_create),
+    H("sandbox_snapshot_list", sch_snap_list),
+    H("sandbox_snapshot_delete", sch_snap_delete),
 };
 #undef H
 

@@ -44,6 +44,7 @@ typedef struct sch_call {
     sf_job job;
     sf_kafka_ticket ticket;
     int silent;             /* an internal message (sf.cancel): no reply, ever */
+    char pin[SF_ID_MAX];    /* sandbox_create from a snapshot: the host that holds it */
 } sch_call;
 
 /* route.c */
@@ -78,6 +79,12 @@ void sch_egress_secret_list(sch_call *c);   /* the team's secrets: metadata, nev
 void sch_egress_network_log(sch_call *c);   /* the sandbox's network log (limit, verdict) */
 
 void sch_store_route(sch_call *c);
+
+/* snapshots.c: the team's snapshots (list, delete), and sandbox_create's from_snapshot:
+ * finds it, then places the create on its host with its shape (sch_place_create). */
+void sch_snap_list(sch_call *c);
+void sch_snap_delete(sch_call *c);
+void sch_snap_place(sch_call *c);
 
 /* templates.c: the team's templates (list) and their builds (create, handed to a host) */
 void sch_tpl_list(sch_call *c);

@@ -94,6 +94,14 @@ typedef struct wk_create_req {
                                   /etc/ssl/certs/sandfleet-ca-bundle.pem, and points its
                                   resolver at its network namespace (a jail's /etc/resolv.conf
                                   names 127.0.0.1; a VM's names its tap already) */
+    const char *snapshot;      /* NULL, or a directory this driver's `snapshot` filled on this
+                                  host: the sandbox starts from it (jail: the captured
+                                  sandbox's own files over the same template layers, given to
+                                  the new sandbox's ids; qemu: its memory, devices and disk, so
+                                  its processes go on). The limits must be the captured
+                                  sandbox's. -ESTALE when it no longer fits this host's
+                                  driver (a template snapshot rebuilt since), -ENOENT when it
+                                  is gone */
 } wk_create_req;
 
 typedef struct wk_exec_req {
@@ -175,6 +183,7 @@ typedef void (*wk_kill_cb)(void *arg, int rc);
 /* A move (pause, resume): rc 0, or rc < 0 with why (one actionable sentence). */
 typedef void (*wk_op_cb)(void *arg, int rc, const char *why);
 typedef void (*wk_file_cb)(void *arg, const wk_file_result *res); /* res valid during the call */
+typedef void (*wk_snap_cb)(void *arg, int rc, uint64_t bytes, const char *why);
 
 typedef struct wk_driver_ops {
     const char *name;
@@ -234,7 +243,18 @@ typedef struct wk_driver_ops {
     int (*pause)(wk_sandbox *sb, wk_op_cb cb, void *arg);
     int (*resume)(wk_sandbox *sb, wk_op_cb cb, void *arg);
 
-    /* Later (NULL = the driver does not have it yet): snapshot. */
+    /* Optional (NULL = the driver has none). Captures the sandbox into dir (absolute, not
+     * there yet: the driver creates it, mode 0700, and fills it; the caller removes it
+     * when the snapshot failed or is deleted), for a later create's `snapshot`. The
+     * sandbox is stopped while its state is read (jail: its cgroup frozen while its own
+     * files are copied; qemu: the VM stopped, its memory and device state migrated to a
+     * file and its disk copied) and ends as it was: a running one runs on, a paused one
+     * stays paused (a VM saved to disk stays there: its files are copied). A jail keeps
+     * no processes: only files. cb exactly once, never inside the call: cb(arg, 0, bytes,
+     * NULL) with the bytes the snapshot holds on disk, or an error (a kill answers it).
+     * Returns 0, or -ESRCH (being killed), -EAGAIN (still starting), -EBUSY (a snapshot of
+     * it is under way), -EIO (the sandbox died), -ENOMEM. */
+    int (*snapshot)(wk_sandbox *sb, const char *dir, wk_snap_cb cb, void *arg);
 } wk_driver_ops;
 
 /* Gives every file under root (not crossing mounts) whose uid/gid is in [from, from+65536)

@@ -20,6 +20,7 @@
 
 #include "agent_link.h"
 #include "jail_int.h"
+#include "snapfs.h"
 #include "sf_log.h"
 #include "sf_util.h"
 
@@ -333,6 +334,41 @@ static void sb_unlink(wk_driver *d, wk_sandbox *sb)
     d->n_all--;
 }
 
+/* A create from a snapshot (blocking, on the pool): the captured sandbox's own files
+ * become this sandbox's writable layer, given to its ids. */
+static int snap_restore(wk_sandbox *sb, const char **why)
+{
+    char words[64], from[WK_PATH_MAX], upper[WK_PATH_MAX];
+    unsigned long uid;
+    char *end;
+    int rc;
+
+    if ((rc = wk_snap_meta_read(sb->snapshot, "jail", words, sizeof(words))) < 0) {
+        *why = rc == -ESTALE ? "The snapshot was not taken by this host's jail driver."
+                             : "The snapshot's files are missing on its host; delete it and "
+                               "take a new one.";
+        return rc == -ESTALE ? rc : -ENOENT;
+    }
+    uid = strtoul(words, &end, 10);
+    if (*end || uid > UINT32_MAX - WK_UID_RANGE ||
+        snprintf(from, sizeof(from), "%s/upper/.", sb->snapshot) >= (int)sizeof(from) ||
+        snprintf(upper, sizeof(upper), "%s/" WK_DISK_MOUNT "/upper", sb->sbdir) >=
+            (int)sizeof(upper)) {
+        *why = "The snapshot's description is damaged; delete it and take a new one.";
+        return -EINVAL;
+    }
+    if ((rc = wk_snap_copy(from, upper)) < 0) {
+        *why = "The snapshot's files could not be copied into the new sandbox (its disk is "
+               "too small?).";
+        return rc;
+    }
+    if ((rc = wk_tree_shift(upper, (uint32_t)uid, sb->host_uid)) < 0) {
+        *why = "The snapshot's files could not be given to the new sandbox.";
+        return rc;
+    }
+    return 0;
+}
+
 /* Blocking: everything a sandbox needs, up to the agent's first answer. On failure
  * whatever was made is removed again. */
 static void create_work(void *arg)
@@ -391,6 +427,8 @@ static void create_work(void *arg)
     dir_made = 1;
     if ((rc = wk_disk_attach(d->state_dir, sb->sbdir, sb->lim.disk_mib, sb->lim.inodes,
                              sb->host_uid, &why)) < 0)
+        goto fail;
+    if (sb->snapshot && (rc = snap_restore(sb, &why)) < 0)
         goto fail;
     if (sb->trust_pem) {
         char upper[WK_PATH_MAX];
@@ -493,6 +531,8 @@ static void create_done(void *arg)
     layers_free(sb);
     free(sb->build_root);
     sb->build_root = NULL;
+    free(sb->snapshot);
+    sb->snapshot = NULL;
     if (sb->create_rc == 0 && wk_agent_attach(sb, sb->sock) < 0) {
         /* Out of memory on the loop: the sandbox runs but cannot be driven. */
         sf_error("msg=\"cannot attach to the agent; killing the new sandbox\" sandbox=%s", sb->id);
@@ -569,8 +609,16 @@ static int jail_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, 
         free(sb);
         return -ENOMEM;
     }
+    if (req->snapshot && !(sb->snapshot = strdup(req->snapshot))) {
+        layers_free(sb);
+        free(sb->build_root);
+        free(sb->trust_pem);
+        free(sb);
+        return -ENOMEM;
+    }
     if ((rc = wk_pool_run(d->pool, create_work, create_done, sb)) < 0) {
         layers_free(sb);
+        free(sb->snapshot);
         free(sb->build_root);
         free(sb->trust_pem);
         free(sb);
@@ -800,6 +848,8 @@ static void on_freeze_poll(evutil_socket_t fd, short what, void *arg)
     wk_sandbox_release(sb);
 }
 
+static void snap_frozen(void *arg, int rc, const char *why);
+
 static int jail_pause(wk_sandbox *sb, wk_op_cb cb, void *arg)
 {
     wk_jail_waiter *w;
@@ -811,6 +861,8 @@ static int jail_pause(wk_sandbox *sb, wk_op_cb cb, void *arg)
         return -ESRCH;
     if (!sb->link)
         return -EAGAIN;
+    if (sb->snapping && cb != snap_frozen)
+        sb->snap_thaw = 0; /* paused by its owner meanwhile: it stays frozen after */
     if (sb->paused == 2)
         return answer_later(sb, cb, arg, 0, NULL);
     if (!(w = calloc(1, sizeof(*w))))
@@ -851,12 +903,121 @@ static int jail_resume(wk_sandbox *sb, wk_op_cb cb, void *arg)
         return -EINVAL;
     if (sb->killed)
         return -ESRCH;
+    if (sb->snapping) { /* frozen for a copy: it runs again once the copy is done */
+        sb->snap_thaw = 1;
+        return answer_later(sb, cb, arg, 0, NULL);
+    }
     if (sb->paused) {
         thaw(sb);
         pause_answer(sb, -ECANCELED, "The sandbox was resumed before its pause completed.");
         sf_debug("msg=\"sandbox resumed\" sandbox=%s", sb->id);
     }
     return answer_later(sb, cb, arg, 0, NULL);
+}
+
+/* ---- snapshot: the sandbox's own files, copied while it is frozen -------------- */
+
+typedef struct jsnap {
+    wk_sandbox *sb;
+    char dir[WK_PATH_MAX];
+    wk_snap_cb cb;
+    void *arg;
+    int rc;
+    uint64_t bytes;
+    const char *why;
+} jsnap;
+
+static void snap_work(void *arg)
+{
+    jsnap *s = arg;
+    char upper[WK_PATH_MAX], to[WK_PATH_MAX], words[24];
+
+    if (snprintf(upper, sizeof(upper), "%s/" WK_DISK_MOUNT "/upper", s->sb->sbdir) >=
+            (int)sizeof(upper) ||
+        snprintf(to, sizeof(to), "%s/upper", s->dir) >= (int)sizeof(to)) {
+        s->rc = -ENAMETOOLONG;
+        s->why = "state_dir is too long; use a shorter path.";
+        return;
+    }
+    if (mkdir(s->dir, 0700) < 0) {
+        s->rc = -errno;
+        s->why = "The snapshot's directory could not be made under the worker's state_dir.";
+        return;
+    }
+    snprintf(words, sizeof(words), "%u", s->sb->host_uid);
+    if ((s->rc = wk_snap_copy(upper, to)) < 0 ||
+        (s->rc = wk_snap_meta_write(s->dir, "jail", words)) < 0) {
+        s->why = "The sandbox's files could not be copied (is the host's disk full?); retry "
+                 "later.";
+        return;
+    }
+    s->bytes = wk_snap_bytes(s->dir);
+}
+
+static void snap_done(void *arg)
+{
+    jsnap *s = arg;
+    wk_sandbox *sb = s->sb;
+
+    sb->snapping = 0;
+    if (sb->killed) {
+        s->rc = -ESRCH;
+        s->why = "The sandbox was killed while its snapshot was taken.";
+    } else if (sb->snap_thaw) {
+        thaw(sb);
+    }
+    sf_info("msg=\"snapshot taken\" sandbox=%s rc=%d bytes=%llu", sb->id, s->rc,
+            (unsigned long long)s->bytes);
+    s->cb(s->arg, s->rc, s->rc < 0 ? 0 : s->bytes, s->rc < 0 ? s->why : NULL);
+    free(s);
+    sb->depth--;
+    wk_sandbox_release(sb);
+}
+
+static void snap_frozen(void *arg, int rc, const char *why)
+{
+    jsnap *s = arg;
+
+    if (rc == 0 && s->sb->killed) {
+        rc = -ESRCH;
+        why = "The sandbox was killed while its snapshot was taken.";
+    }
+    if (rc == 0 && (rc = wk_pool_run(s->sb->drv->pool, snap_work, snap_done, s)) == 0)
+        return;
+    s->rc = rc;
+    s->why = why ? why : "The worker is out of memory; retry later.";
+    snap_done(s);
+}
+
+static int jail_snapshot(wk_sandbox *sb, const char *dir, wk_snap_cb cb, void *arg)
+{
+    jsnap *s;
+    int rc;
+
+    if (!sb || !dir || !cb || strlen(dir) >= WK_PATH_MAX)
+        return -EINVAL;
+    if (sb->killed)
+        return -ESRCH;
+    if (!sb->link)
+        return -EAGAIN;
+    if (sb->snapping)
+        return -EBUSY;
+    if (!(s = calloc(1, sizeof(*s))))
+        return -ENOMEM;
+    s->sb = sb;
+    memcpy(s->dir, dir, strlen(dir) + 1);
+    s->cb = cb;
+    s->arg = arg;
+    sb->snapping = 1;
+    sb->snap_thaw = sb->paused == 0; /* a paused one stays paused */
+    sb->depth++;
+    if ((rc = jail_pause(sb, snap_frozen, s)) < 0) {
+        sb->snapping = 0;
+        sb->depth--;
+        free(s);
+        return rc;
+    }
+    return 0;
 }
 
 static void jail_kill(wk_sandbox *sb, wk_kill_cb cb, void *arg)
@@ -893,4 +1054,5 @@ const wk_driver_ops wk_jail_driver = {
     .file = wk_jail_file,
     .pause = jail_pause,
     .resume = jail_resume,
+    .snapshot = jail_snapshot,
 };

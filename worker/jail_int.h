@@ -170,6 +170,9 @@ struct wk_sandbox {
     char *build_root;         /* a template build's root (driver.h), else NULL */
     char *layers[WK_LAYERS_MAX + 1]; /* the create's template layers (NULL-terminated; none
                                   = base) until the create ran */
+    char *snapshot;           /* the create's snapshot directory (driver.h), until it ran */
+    int snapping;             /* a snapshot is being taken (frozen for it) */
+    int snap_thaw;            /* ...and the sandbox runs again when it is done */
     uint32_t host_uid;
     wk_cgroup cg;
     char sbdir[WK_PATH_MAX];

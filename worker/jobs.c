@@ -533,6 +533,8 @@ static void on_created(void *arg, wk_sandbox *sb, int rc, const char *why)
     wk_ctx *ctx = b->ctx;
     wk_call *c = b->create;
 
+    wk_snap_unuse(ctx, b->snap_used);
+
     if (rc < 0) {
         char text[512];
         b->create = NULL;
@@ -640,6 +642,8 @@ static void do_create(wk_call *c)
     wk_create_req req = {0};
     char *layers[WK_LAYERS_MAX + 1] = {NULL};
     wk_egbox *eg = NULL;
+    char snap_dir[4200];
+    const char *snap_id = NULL;
     wk_box *b;
     int rc;
 
@@ -659,15 +663,24 @@ static void do_create(wk_call *c)
     if ((rc = template_layers(c, layers)) < 0)
         return;
     req.template = json_string_value(json_object_get(a, "from_template"));
+    snap_id = json_string_value(json_object_get(a, "snapshot_id")); /* from_snapshot */
+    if (snap_id && wk_snap_use(ctx, snap_id, snap_dir, sizeof(snap_dir), &why) < 0) {
+        wk_tstore_layers_free(layers);
+        refuse(c, SF_ERR_NOT_FOUND, why);
+        return;
+    }
+    req.snapshot = snap_id ? snap_dir : NULL;
     req.layers = layers[0] ? (const char *const *)layers : NULL;
     if (wk_egress_box_new(ctx->egress, a, &eg, &code, &why) < 0) {
         wk_tstore_layers_free(layers);
+        wk_snap_unuse(ctx, snap_id);
         refuse(c, code, why);
         return;
     }
     if ((full = no_room(ctx, &req.limits))) {
         wk_tstore_layers_free(layers);
         wk_egress_box_free(eg);
+        wk_snap_unuse(ctx, snap_id);
         sf_info("msg=\"create refused: host full\" sandbox=%s resource=%s", c->job.sandbox, full);
         refuse(c, SF_ERR_UNAVAILABLE,
                "The chosen host is at capacity; retry sandbox_create in a few seconds.");
@@ -676,6 +689,7 @@ static void do_create(wk_call *c)
     if (!(b = calloc(1, sizeof(*b)))) {
         wk_tstore_layers_free(layers);
         wk_egress_box_free(eg);
+        wk_snap_unuse(ctx, snap_id);
         refuse(c, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
         return;
     }
@@ -686,8 +700,11 @@ static void do_create(wk_call *c)
     b->create = c;
     snprintf(b->id, sizeof(b->id), "%s", c->job.sandbox);
     snprintf(b->team, sizeof(b->team), "%s", c->job.team);
+    snprintf(b->template_name, sizeof(b->template_name), "%s", req.template ? req.template : "base");
+    snprintf(b->snap_used, sizeof(b->snap_used), "%s", snap_id ? snap_id : "");
     b->env = json_is_object(env) ? json_incref(env) : NULL;
     if (sf_map_put(ctx->sandboxes, b->id, b) < 0) {
+        wk_snap_unuse(ctx, snap_id);
         wk_tstore_layers_free(layers);
         json_decref(b->env);
         wk_egress_box_free(b->eg);
@@ -707,6 +724,13 @@ static void do_create(wk_call *c)
     if (rc < 0) {
         b->create = NULL;
         box_release(b);
+        wk_snap_unuse(ctx, snap_id);
+        if (snap_id && (rc == -ESTALE || rc == -ENOENT)) {
+            refuse(c, SF_ERR_NOT_FOUND, "The snapshot no longer fits this host (its files are "
+                   "gone, or its template was rebuilt since); delete it with "
+                   "sandbox_snapshot_delete and take a new one.");
+            return;
+        }
         if (rc == -ENOTSUP) {
             snprintf(text, sizeof(text), "This host's %s driver runs only the 'base' template; "
                      "create from 'base', or ask the operator for a jail host.", ctx->ops->name);
@@ -1028,6 +1052,7 @@ static const sf_tool_handler handlers[] = {
     H("sandbox_files_download_dir", wk_files_download),
     H("sandbox_pause", wk_do_pause),
     H("sandbox_resume", wk_do_resume),
+    H("sandbox_snapshot", wk_do_snapshot),
 };
 #undef H
 

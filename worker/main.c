@@ -62,6 +62,12 @@ static const sf_cfg_entry cfg_table[] = {
              "default lifetime of a sandbox created without timeout_seconds (s)"),
     SF_CFG_I(wk_cfg, timer_tick_ms, "1000", 50, 60000,
              "how often this host's due lifecycle timers are read from Redis"),
+    SF_CFG_I(wk_cfg, snapshots_per_team, "16", 0, 100000,
+             "sandbox snapshots one team may hold (sandbox_snapshot)"),
+    SF_CFG_I(wk_cfg, snapshot_team_mib, "8192", 1, 1073741824LL,
+             "MiB one team's sandbox snapshots may hold together"),
+    SF_CFG_I(wk_cfg, snapshot_sweep_ms, "30000", 100, 3600000,
+             "how often the files of deleted snapshots are looked for and removed"),
     SF_CFG_I(wk_cfg, uid_base, "200000", 1000, 4000000000LL,
              "first host uid mapped into sandboxes (65536 per sandbox)"),
 };
@@ -290,7 +296,7 @@ int main(int argc, char **argv)
                             5000) < 0 ||
         !(ctx.jobq = sf_jobq_new(ctx.d.base, ctx.consumer, ctx.producer, ctx.topic, wk_on_job,
                                  wk_on_bad, &ctx)) ||
-        wk_host_start(&ctx) < 0 || wk_life_start(&ctx) < 0) {
+        wk_host_start(&ctx) < 0 || wk_life_start(&ctx) < 0 || wk_snap_start(&ctx) < 0) {
         sf_error("msg=\"cannot consume the host topic\" topic=%s", ctx.topic);
         goto out;
     }
@@ -313,6 +319,7 @@ out:
     if (ctx.sandboxes)
         kill_all(&ctx);
     wk_life_stop(&ctx);
+    wk_snap_stop(&ctx);
     wk_egress_free(ctx.egress); /* the kills' unregisters go out */
     ctx.egress = NULL;
     wk_host_stop(&ctx);

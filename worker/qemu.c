@@ -432,4 +432,5 @@ const wk_driver_ops wk_qemu_driver = {
     .pause = wk_qvm_pause,
     .resume = wk_qvm_resume,
     .netns = qemu_netns,
+    .snapshot = wk_qvm_snapshot,
 };

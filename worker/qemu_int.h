@@ -192,6 +192,10 @@ void wk_qvm_kill(wk_sandbox *sb, wk_kill_cb cb, void *arg);
 int wk_qvm_pause(wk_sandbox *sb, wk_qvm_cb cb, void *arg);
 int wk_qvm_resume(wk_sandbox *sb, wk_qvm_cb cb, void *arg);
 int wk_qvm_save(wk_sandbox *sb, wk_qvm_cb cb, void *arg);
+/* driver.h's snapshot: a waiter like a pause; from PAUSED the VM's state migrates to
+ * dir/mem.state and its disk is copied, from SAVED both files are copied; it then goes
+ * back (a VM that ran runs again). */
+int wk_qvm_snapshot(wk_sandbox *sb, const char *dir, wk_snap_cb cb, void *arg);
 /* "starting", "running", "paused", "saved", ... */
 const char *wk_qvm_state(const wk_sandbox *sb);
 /* How long it has been paused in memory (ms), or -1. */

@@ -28,6 +28,7 @@
 
 #include "qemu_int.h"
 #include "sf_log.h"
+#include "snapfs.h"
 #include "sf_util.h"
 
 #define ERR_KILLED "The sandbox was killed while the command ran."
@@ -40,16 +41,18 @@
 #define PING_TIMEOUT_MS 30000 /* a resumed or loaded guest answers in well under a second */
 
 enum { VM_STARTING, VM_RUNNING, VM_PAUSING, VM_PAUSED, VM_RESUMING, VM_SAVING, VM_SAVED,
-       VM_LOADING, VM_DEAD, VM_POOLED };
+       VM_LOADING, VM_DEAD, VM_POOLED, VM_SNAPPING };
 
 static const char *const state_name[] = {
     [VM_STARTING] = "starting", [VM_RUNNING] = "running", [VM_PAUSING] = "pausing",
     [VM_PAUSED] = "paused",     [VM_RESUMING] = "resuming", [VM_SAVING] = "saving",
     [VM_SAVED] = "saved",       [VM_LOADING] = "loading",  [VM_DEAD] = "dead",      [VM_POOLED] = "pooled",
+    [VM_SNAPPING] = "snapshotting",
 };
 
-/* What a waiter wants: a stable state. */
-enum { WANT_RUNNING, WANT_PAUSED, WANT_SAVED };
+/* What a waiter wants: a stable state, or a snapshot (taken from PAUSED or SAVED; the VM
+ * then goes back to the state it was in). */
+enum { WANT_RUNNING, WANT_PAUSED, WANT_SAVED, WANT_SNAPSHOT };
 
 typedef struct waiter {
     struct waiter *next;
@@ -67,6 +70,10 @@ typedef struct waiter {
     wk_file_req freq;
     char *fpath, *fto;
     void *fdata;
+    /* a snapshot: its directory; run again after it (it was running when asked) */
+    wk_snap_cb snap_cb;
+    char *snap_dir;
+    int snap_resume;
 } waiter;
 
 struct wk_sandbox {
@@ -87,7 +94,11 @@ struct wk_sandbox {
     wk_alink *link;
     struct event *ev_timer;     /* create deadline; then the save-to-disk delay */
     struct event *ev_kick;      /* runs advance() from the loop */
-    int save_fd;                /* the state file while saving */
+    int save_fd;                /* the state file while saving (or taking a snapshot) */
+    char *from_snap;            /* create: the snapshot it starts from (driver.h) */
+    waiter *snap_w;             /* the snapshot being taken (out of the waiters' list) */
+    int snap_saved;             /* ...of a VM saved to disk (it stays there) */
+    int snap_copying;           /* ...its files are being copied on the pool */
     int quitting;               /* SAVING: QEMU was told to quit */
     waiter *w_head, *w_tail;
     char *setup_cmd;            /* limits that differ from the template's, and the trust
@@ -110,6 +121,12 @@ struct wk_sandbox {
 static void advance(wk_sandbox *sb);
 static void on_kick(evutil_socket_t fd, short what, void *arg);
 static void fail_vm(wk_sandbox *sb, const char *why, const char *detail);
+static void snap_answer(wk_sandbox *sb, int rc, uint64_t bytes, const char *why);
+static void snap_finish(wk_sandbox *sb, int rc, uint64_t bytes, const char *why);
+static void snap_copy(wk_sandbox *sb);
+static void kick(wk_sandbox *sb);
+#define ERR_SNAP_KILLED "The sandbox was killed while its snapshot was taken."
+#define ERR_SNAP_DEAD "The sandbox's VM stopped while its snapshot was taken."
 
 /* ---- small things ---------------------------------------------------------- */
 
@@ -169,6 +186,7 @@ static void vm_release(wk_sandbox *sb)
         event_free(sb->ev_kick);
     free(sb->setup_cmd);
     free(sb->trust_pem);
+    free(sb->from_snap);
     free(sb);
 }
 
@@ -182,6 +200,7 @@ static void waiter_free(waiter *w)
     free(w->fpath);
     free(w->fto);
     free(w->fdata);
+    free(w->snap_dir);
     free(w);
 }
 
@@ -208,6 +227,9 @@ static void waiter_fire(wk_sandbox *sb, waiter *w, int rc, const char *why)
             wk_file_result res = {.error = rc < 0 ? why : ERR_NOMEM};
             w->file_cb(w->arg, &res);
         }
+    } else if (w->snap_cb) { /* answered here only when it failed (snap_finish otherwise) */
+        w->snap_cb(w->arg, rc < 0 ? rc : -EIO, 0,
+                   sb->killed ? "The sandbox was killed while its snapshot was taken." : why);
     } else if (w->cb) {
         w->cb(w->arg, rc, why);
     }
@@ -298,7 +320,8 @@ static void on_link_down(void *arg, const char *why);
 
 /* Starts QEMU in mode (RESTORE or LOAD) with the given incoming state file; sets up
  * the monitor and agent connections. */
-static int start_qemu(wk_sandbox *sb, int mode, const char *state_path, const char **why)
+static int start_qemu(wk_sandbox *sb, int mode, const char *state_path, const char *disk_from,
+                      const char **why)
 {
     char disk[WK_QEMU_PATH_MAX], log[WK_QEMU_PATH_MAX], blank[WK_QEMU_PATH_MAX];
     int ag[2] = {-1, -1}, mon[2] = {-1, -1}, in = -1, tasks[WK_CG_N], box = -1, rc;
@@ -337,8 +360,8 @@ static int start_qemu(wk_sandbox *sb, int mode, const char *state_path, const ch
     }
     sp = (wk_qspawn){.argv = (const char *const *)argv, .agent_fd = ag[1], .qmp_fd = mon[1],
                      .incoming_fd = in, .netns_fd = sb->netns, .tap = 1, .log_path = log,
-                     .copy_from = mode == WK_QARGS_RESTORE ? blank : NULL,
-                     .copy_to = mode == WK_QARGS_RESTORE ? disk : NULL,
+                     .copy_from = mode == WK_QARGS_RESTORE ? blank : disk_from,
+                     .copy_to = mode == WK_QARGS_RESTORE || disk_from ? disk : NULL,
                      .cg_fd = sb->cg.v2 ? sb->cg.fd : -1, .tasks = sb->cg.v2 ? NULL : tasks};
     if ((rc = wk_qspawn_start(&sp, &sb->pid, &sb->pidfd, &sb->report, why)) < 0)
         goto out;
@@ -487,6 +510,8 @@ static void fail_vm(wk_sandbox *sb, const char *why, const char *detail)
         wk_qvm_kill(sb, NULL, NULL);
     }
     fail_waiters(sb, why);
+    if (!sb->snap_copying)
+        snap_answer(sb, -EIO, 0, ERR_SNAP_DEAD);
     sb->depth--;
 }
 
@@ -742,7 +767,7 @@ static int vm_restore(wk_sandbox *sb, const char **why)
         *why = "The host's random generator is not ready; retry in a moment.";
         return -EIO;
     }
-    rc = start_qemu(sb, WK_QARGS_RESTORE, state, why);
+    rc = start_qemu(sb, WK_QARGS_RESTORE, state, NULL, why);
     sb->spawned_us = sf_mono_us();
     if (rc < 0 || (rc = incoming(sb)) < 0 ||
         (rc = wk_alink_ping(sb->link, now_ns(), seed, sizeof(seed), sb->pooled ? "pool" : sb->id,
@@ -753,6 +778,69 @@ static int vm_restore(wk_sandbox *sb, const char **why)
         return rc;
     }
     return 0;
+}
+
+/* Starts sb from a snapshot (driver.h): its memory and devices load from the snapshot's
+ * mem.state, its disk is a copy of the snapshot's (backed by the template's disk, as
+ * every VM's). The guest was stopped when it was captured: `cont` runs it once loaded,
+ * and the ping gives it the clock, fresh entropy and its new name. Its limits and trust
+ * store are the captured sandbox's (the same shape: the scheduler sees to it). */
+static int vm_restore_snap(wk_sandbox *sb, const char **why)
+{
+    wk_driver *d = sb->d;
+    unsigned char seed[32];
+    char words[64], state[WK_QEMU_PATH_MAX], disk[WK_QEMU_PATH_MAX];
+    int rc;
+
+    if ((rc = wk_snap_meta_read(sb->from_snap, "qemu", words, sizeof(words))) < 0) {
+        *why = rc == -ESTALE ? "The snapshot was not taken by this host's qemu driver."
+                             : "The snapshot's files are missing on its host; delete it and "
+                               "take a new one.";
+        return rc == -ESTALE ? rc : -ENOENT;
+    }
+    if (strcmp(words, d->tpl.key) != 0) {
+        *why = "The snapshot was taken from an older template snapshot of this host (it was "
+               "rebuilt since); delete it and take a new one.";
+        return -ESTALE;
+    }
+    if ((rc = vm_cgroup(sb, why)) < 0)
+        return rc;
+    if (snprintf(state, sizeof(state), "%s/mem.state", sb->from_snap) >= (int)sizeof(state) ||
+        snprintf(disk, sizeof(disk), "%s/disk.qcow2", sb->from_snap) >= (int)sizeof(disk)) {
+        *why = "The worker's state_dir is too long; use a shorter path.";
+        return -ENAMETOOLONG;
+    }
+    if (getrandom(seed, sizeof(seed), GRND_NONBLOCK) != (ssize_t)sizeof(seed)) {
+        *why = "The host's random generator is not ready; retry in a moment.";
+        return -EIO;
+    }
+    rc = start_qemu(sb, WK_QARGS_LOAD, state, disk, why);
+    sb->spawned_us = sf_mono_us();
+    if (rc < 0 || (rc = incoming(sb)) < 0)
+        goto fail;
+    wk_alink_hold(sb->link, 1); /* until cont: the guest cannot answer before */
+    if ((rc = wk_alink_ping(sb->link, now_ns(), seed, sizeof(seed), sb->id, d->create_timeout_ms,
+                            on_created_ping, sb)) < 0 ||
+        (rc = set_timer(sb, d->create_timeout_ms, on_create_deadline)) < 0)
+        goto fail;
+    return 0;
+fail:
+    if (!*why)
+        *why = ERR_NOMEM;
+    return rc;
+}
+
+static void on_snap_continued(void *arg, json_t *ret, const char *err)
+{
+    wk_sandbox *sb = arg;
+
+    if (sb->st != VM_STARTING || sb->killed)
+        return;
+    if (err) {
+        on_qmp_failed_step(sb, NULL, err);
+        return;
+    }
+    wk_alink_hold(sb->link, 0);
 }
 
 /* Hands a warmed-up pool VM to a create: a ping gives it the clock, fresh entropy and
@@ -796,7 +884,8 @@ int wk_qvm_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, void 
     int rc;
 
     /* A pool VM's cgroup has the default CPU share: a create asking another restores. */
-    for (sb = d->vms; sb && req->limits.vcpu_milli == d->defaults.vcpu_milli; sb = sb->next)
+    for (sb = d->vms; sb && !req->snapshot && req->limits.vcpu_milli == d->defaults.vcpu_milli;
+         sb = sb->next)
         if (sb->pooled && sb->st == VM_POOLED && !sb->killed)
             return vm_take(sb, req, cb, arg);
     if ((rc = vm_new(d, req->id, &sb)) < 0)
@@ -804,7 +893,11 @@ int wk_qvm_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, void 
     sb->lim = req->limits;
     sb->create_cb = cb;
     sb->create_arg = arg;
-    if ((rc = make_setup(sb, req->trust_pem)) < 0 || (rc = vm_restore(sb, &why)) < 0) {
+    if (req->snapshot) /* it has its limits and trust store already */
+        rc = (sb->from_snap = strdup(req->snapshot)) ? vm_restore_snap(sb, &why) : -ENOMEM;
+    else if ((rc = make_setup(sb, req->trust_pem)) == 0)
+        rc = vm_restore(sb, &why);
+    if (rc < 0) {
         sf_error("msg=\"sandbox create failed\" sandbox=%s rc=%d why=\"%s\"", sb->id, rc,
                  why ? why : ERR_NOMEM);
         /* Nothing was answered yet: the caller sees rc; tear down what exists. */
@@ -971,7 +1064,10 @@ static void on_qmp_event(void *arg, const char *event, json_t *data)
     if (!status)
         return;
     sb->depth++;
-    if (!strcmp(status, "failed")) {
+    if (!strcmp(status, "failed") && sb->st == VM_SNAPPING) {
+        snap_finish(sb, -EIO, 0, "QEMU could not write the sandbox's state (is the host's disk "
+                                 "full?); retry later.");
+    } else if (!strcmp(status, "failed")) {
         fail_vm(sb, sb->st == VM_SAVING ? "Saving the paused sandbox to disk failed; kill it and "
                                           "create a new one."
                                         : "QEMU could not load the sandbox's state; kill it and "
@@ -990,6 +1086,10 @@ static void on_qmp_event(void *arg, const char *event, json_t *data)
             syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
     } else if (!strcmp(status, "completed") && sb->st == VM_STARTING) {
         sb->loaded_us = sf_mono_us();
+        if (sb->from_snap && wk_qmp_cmd(sb->qmp, "cont", NULL, -1, on_snap_continued, sb) < 0)
+            fail_vm(sb, ERR_NOMEM, "cannot queue cont");
+    } else if (!strcmp(status, "completed") && sb->st == VM_SNAPPING && !sb->snap_copying) {
+        snap_copy(sb);
     } else if (!strcmp(status, "completed") && sb->st == VM_LOADING) {
         if (wk_qmp_cmd(sb->qmp, "cont", NULL, -1, on_continued, sb) < 0)
             fail_vm(sb, ERR_NOMEM, "cannot queue cont");
@@ -1024,6 +1124,226 @@ static void start_save(wk_sandbox *sb)
         fail_vm(sb, ERR_NOMEM, "cannot queue the save");
 }
 
+/* ---- snapshot (driver.h): from PAUSED (migrated to the snapshot's mem.state, then
+ * its disk copied) or SAVED (both files copied); the VM goes back to where it was ---- */
+
+typedef struct qsnap {
+    wk_sandbox *sb;
+    char from[WK_QEMU_PATH_MAX];   /* the VM's directory */
+    char dir[WK_QEMU_PATH_MAX];    /* the snapshot's */
+    char key[40];                  /* the template snapshot's key (the snapshot's meta) */
+    int with_state;                /* SAVED: its mem.state is copied too */
+    int rc;
+    uint64_t bytes;
+    const char *why;
+} qsnap;
+
+/* Answers the snapshot being taken (if any). */
+static void snap_answer(wk_sandbox *sb, int rc, uint64_t bytes, const char *why)
+{
+    waiter *w = sb->snap_w;
+
+    if (!w)
+        return;
+    sb->snap_w = NULL;
+    sb->depth++;
+    sf_info("msg=\"snapshot %s\" sandbox=%s rc=%d bytes=%llu", rc < 0 ? "failed" : "taken",
+            sb->id, rc, (unsigned long long)bytes);
+    w->snap_cb(w->arg, rc, rc < 0 ? 0 : bytes, rc < 0 ? why : NULL);
+    w->snap_cb = NULL;
+    waiter_free(w);
+    sb->depth--;
+}
+
+static void on_save_timer(evutil_socket_t fd, short what, void *arg);
+
+/* The snapshot ended (rc): the VM is back where it was, and the waiters go on. */
+static void snap_finish(wk_sandbox *sb, int rc, uint64_t bytes, const char *why)
+{
+    int resume = sb->snap_w && sb->snap_w->snap_resume;
+
+    if (sb->st != VM_SNAPPING || sb->killed)
+        return;
+    if (sb->save_fd >= 0) {
+        close(sb->save_fd);
+        sb->save_fd = -1;
+    }
+    clear_timer(sb);
+    sb->st = sb->snap_saved ? VM_SAVED : VM_PAUSED;
+    if (resume && sb->st == VM_PAUSED) { /* it ran when asked: it runs again first */
+        waiter *r = calloc(1, sizeof(*r));
+        if (r) {
+            r->want = WANT_RUNNING;
+            r->next = sb->w_head;
+            sb->w_head = r;
+            if (!sb->w_tail)
+                sb->w_tail = r;
+        } else {
+            sf_warn("msg=\"out of memory: the VM stays paused after its snapshot\" sandbox=%s",
+                    sb->id);
+        }
+    } else if (sb->st == VM_PAUSED && sb->d->save_after_ms) {
+        set_timer(sb, sb->d->save_after_ms, on_save_timer);
+    }
+    sb->depth++;
+    snap_answer(sb, rc, bytes, why);
+    advance(sb);
+    sb->depth--;
+}
+
+static void snap_copy_work(void *arg)
+{
+    qsnap *q = arg;
+    char from[WK_QEMU_PATH_MAX + 16], to[WK_QEMU_PATH_MAX + 16];
+
+    q->why = "The sandbox's files could not be copied into its snapshot (is the host's disk "
+             "full?); retry later.";
+    snprintf(from, sizeof(from), "%s/disk.qcow2", q->from);
+    snprintf(to, sizeof(to), "%s/disk.qcow2", q->dir);
+    if ((q->rc = wk_snap_copy(from, to)) < 0)
+        return;
+    if (q->with_state) {
+        snprintf(from, sizeof(from), "%s/mem.state", q->from);
+        snprintf(to, sizeof(to), "%s/mem.state", q->dir);
+        if ((q->rc = wk_snap_copy(from, to)) < 0)
+            return;
+    }
+    if ((q->rc = wk_snap_meta_write(q->dir, "qemu", q->key)) < 0)
+        return;
+    q->bytes = wk_snap_bytes(q->dir);
+}
+
+static void snap_copy_done(void *arg)
+{
+    qsnap *q = arg;
+    wk_sandbox *sb = q->sb;
+
+    sb->snap_copying = 0;
+    if (sb->killed)
+        snap_answer(sb, -ESRCH, 0, ERR_SNAP_KILLED);
+    else if (sb->st != VM_SNAPPING)
+        snap_answer(sb, -EIO, 0, ERR_SNAP_DEAD);
+    else
+        snap_finish(sb, q->rc, q->bytes, q->why);
+    free(q);
+    sb->depth--;
+    vm_release(sb);
+}
+
+/* The state is in the snapshot (or on disk already): its files are copied on the pool. */
+static void snap_copy(wk_sandbox *sb)
+{
+    qsnap *q = calloc(1, sizeof(*q));
+
+    if (sb->save_fd >= 0) {
+        close(sb->save_fd);
+        sb->save_fd = -1;
+    }
+    clear_timer(sb); /* a copy has no deadline: it ends */
+    if (!q || !sb->snap_w) {
+        free(q);
+        snap_finish(sb, -ENOMEM, 0, ERR_NOMEM);
+        return;
+    }
+    q->sb = sb;
+    q->with_state = sb->snap_saved;
+    snprintf(q->from, sizeof(q->from), "%s", sb->dir);
+    snprintf(q->dir, sizeof(q->dir), "%s", sb->snap_w->snap_dir);
+    snprintf(q->key, sizeof(q->key), "%s", sb->d->tpl.key);
+    sb->snap_copying = 1;
+    sb->depth++;
+    if (wk_pool_run(sb->d->pool, snap_copy_work, snap_copy_done, q) < 0) {
+        sb->snap_copying = 0;
+        sb->depth--;
+        free(q);
+        snap_finish(sb, -ENOMEM, 0, ERR_NOMEM);
+    }
+}
+
+static void on_snap_step(void *arg, json_t *ret, const char *err)
+{
+    wk_sandbox *sb = arg;
+
+    (void)ret;
+    if (!err || sb->killed || sb->st != VM_SNAPPING)
+        return;
+    sf_warn("msg=\"snapshot refused by QEMU\" sandbox=%s err=\"%s\"", sb->id, err);
+    sb->depth++;
+    snap_finish(sb, -EIO, 0, "QEMU could not capture the sandbox's state; retry later.");
+    sb->depth--;
+    vm_release(sb);
+}
+
+/* From PAUSED or SAVED, with the snapshot's waiter at the head. */
+static void start_snap(wk_sandbox *sb)
+{
+    waiter *w = sb->w_head;
+    char path[WK_QEMU_PATH_MAX + 16];
+    json_t *caps;
+
+    sb->w_head = w->next;
+    if (!sb->w_head)
+        sb->w_tail = NULL;
+    w->next = NULL;
+    sb->snap_w = w;
+    sb->snap_saved = sb->st == VM_SAVED;
+    sb->t0_us = sf_mono_us();
+    if (sb->snap_saved) { /* its state is on disk already: the files are copied */
+        sb->st = VM_SNAPPING;
+        if (mkdir(w->snap_dir, 0700) < 0)
+            snap_finish(sb, -errno, 0, "The snapshot's directory could not be made under the "
+                                       "worker's state_dir; retry later.");
+        else
+            snap_copy(sb);
+        return;
+    }
+    move_to(sb, VM_SNAPPING);
+    snprintf(path, sizeof(path), "%s/mem.state", w->snap_dir);
+    if (mkdir(w->snap_dir, 0700) < 0 ||
+        (sb->save_fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
+        snap_finish(sb, -EIO, 0, "The snapshot's files could not be made under the worker's "
+                                 "state_dir (is the host's disk full?); retry later.");
+        return;
+    }
+    caps = wk_qmp_caps();
+    if (wk_qmp_cmd(sb->qmp, "migrate-set-capabilities", caps, -1, on_snap_step, sb) < 0 ||
+        wk_qmp_cmd(sb->qmp, "migrate-set-parameters",
+                   json_pack("{s:I}", "max-bandwidth", (json_int_t)1 << 40), -1, on_snap_step,
+                   sb) < 0 ||
+        wk_qmp_cmd(sb->qmp, "getfd", json_pack("{s:s}", "fdname", "snap"), sb->save_fd,
+                   on_snap_step, sb) < 0 ||
+        wk_qmp_cmd(sb->qmp, "migrate", json_pack("{s:s}", "uri", "fd:snap"), -1, on_snap_step,
+                   sb) < 0)
+        snap_finish(sb, -ENOMEM, 0, ERR_NOMEM);
+}
+
+int wk_qvm_snapshot(wk_sandbox *sb, const char *dir, wk_snap_cb cb, void *arg)
+{
+    waiter *w;
+
+    if (!sb || !dir || !cb || strlen(dir) >= WK_QEMU_PATH_MAX - 16)
+        return -EINVAL;
+    if (sb->killed)
+        return -ESRCH;
+    if (sb->st == VM_DEAD || sb->st == VM_STARTING)
+        return sb->st == VM_DEAD ? -EIO : -EAGAIN;
+    if (sb->snap_w)
+        return -EBUSY;
+    for (w = sb->w_head; w; w = w->next)
+        if (w->want == WANT_SNAPSHOT)
+            return -EBUSY;
+    if (!(w = calloc(1, sizeof(*w))) || !(w->snap_dir = strdup(dir))) {
+        free(w);
+        return -ENOMEM;
+    }
+    w->want = WANT_SNAPSHOT;
+    w->snap_cb = cb;
+    w->arg = arg;
+    add_waiter(sb, w);
+    kick(sb);
+    return 0;
+}
+
 static void start_load(wk_sandbox *sb)
 {
     char path[WK_QEMU_PATH_MAX];
@@ -1033,7 +1353,7 @@ static void start_load(wk_sandbox *sb)
     sb->t0_us = sf_mono_us();
     move_to(sb, VM_LOADING);
     if (path_in(sb, path, sizeof(path), "mem.state") < 0 ||
-        (rc = start_qemu(sb, WK_QARGS_LOAD, path, &why)) < 0 || incoming(sb) < 0) {
+        (rc = start_qemu(sb, WK_QARGS_LOAD, path, NULL, &why)) < 0 || incoming(sb) < 0) {
         fail_vm(sb, why ? why : ERR_NOMEM, "cannot start QEMU to load the sandbox");
         return;
     }
@@ -1060,7 +1380,9 @@ static void advance(wk_sandbox *sb)
         return;
     want = sb->w_head->want;
     switch (sb->st) {
-    case VM_RUNNING: /* want PAUSED or SAVED: stop first */
+    case VM_RUNNING: /* want PAUSED, SAVED or a snapshot: stop first */
+        if (want == WANT_SNAPSHOT)
+            sb->w_head->snap_resume = 1; /* ...and run again after it */
         move_to(sb, VM_PAUSING);
         if (wk_qmp_cmd(sb->qmp, "stop", NULL, -1, on_paused, sb) < 0)
             fail_vm(sb, ERR_NOMEM, "cannot queue stop");
@@ -1069,14 +1391,19 @@ static void advance(wk_sandbox *sb)
         clear_timer(sb);
         if (want == WANT_SAVED) {
             start_save(sb);
+        } else if (want == WANT_SNAPSHOT) {
+            start_snap(sb);
         } else { /* RUNNING */
             move_to(sb, VM_RESUMING);
             if (wk_qmp_cmd(sb->qmp, "cont", NULL, -1, on_continued, sb) < 0)
                 fail_vm(sb, ERR_NOMEM, "cannot queue cont");
         }
         break;
-    case VM_SAVED: /* want RUNNING */
-        start_load(sb);
+    case VM_SAVED: /* want RUNNING, or a snapshot */
+        if (want == WANT_SNAPSHOT)
+            start_snap(sb);
+        else
+            start_load(sb);
         break;
     }
 }
@@ -1344,6 +1671,8 @@ void wk_qvm_kill(wk_sandbox *sb, wk_kill_cb cb, void *arg)
     if (sb->link)
         wk_alink_close(sb->link, ERR_KILLED);
     fail_waiters(sb, ERR_KILLED);
+    if (!sb->snap_copying)
+        snap_answer(sb, -ESRCH, 0, ERR_SNAP_KILLED);
     if (sb->create_cb) {
         wk_create_cb ccb = sb->create_cb;
         sb->create_cb = NULL;

@@ -49,6 +49,9 @@ typedef struct wk_cfg {
     int64_t idle_pause_ms;  /* a running sandbox without calls this long is paused (0 = never) */
     int64_t lifetime_s;     /* the platform's default lifetime (no timeout_seconds given) */
     int64_t timer_tick_ms;  /* how often this host's due timers are read from Redis */
+    int64_t snapshots_per_team; /* snapshots one team may hold (snapshot.c) */
+    int64_t snapshot_team_mib;  /* ...and MiB they may hold together */
+    int64_t snapshot_sweep_ms;  /* how often files of deleted snapshots are looked for */
 } wk_cfg;
 
 /* What the heartbeat thread publishes; written by the loop thread. */
@@ -117,6 +120,8 @@ typedef struct wk_box {
     int paused;             /* 1: paused (frozen) */
     int pausing;            /* 1: a pause is under way */
     const char *end_state;  /* record state once torn down: killed, lost, failed */
+    char template_name[64]; /* the template it started from (its snapshots' too) */
+    char snap_used[SF_ID_MAX]; /* created from this snapshot: in use until the driver answered */
 } wk_box;
 
 /* jobs.c */
@@ -169,6 +174,16 @@ void wk_do_update(wk_call *c, wk_box *b);
 
 /* tpl_build.c: builds the team template job describes (sf.template_build); no reply. */
 void wk_tpl_build(wk_ctx *ctx, const sf_job *job);
+
+/* snapshot.c: sandbox_snapshot (handler), the files of a create's from_snapshot (use:
+ * their directory into dir, -errno + why; unuse once the driver answered), and the
+ * removal of files whose record is gone (start: at once when Redis answers, then every
+ * snapshot_sweep_ms). */
+void wk_do_snapshot(wk_call *c, wk_box *b);
+int wk_snap_use(wk_ctx *ctx, const char *id, char *dir, size_t n, const char **why);
+void wk_snap_unuse(wk_ctx *ctx, const char *id);
+int wk_snap_start(wk_ctx *ctx);
+void wk_snap_stop(wk_ctx *ctx);
 
 /* host.c */
 int wk_host_start(wk_ctx *ctx);

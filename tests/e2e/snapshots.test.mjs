@@ -1,0 +1,161 @@
+// Sandbox snapshots through MCP, on both drivers (the qemu stack runs this file too):
+// sandbox_snapshot of a sandbox with a file and a background counter; a sandbox created
+// from the snapshot has the file (both drivers) and the counter going on (qemu: memory and
+// processes come with it; a jail keeps files only, and says so); the original goes on; a
+// paused sandbox stays paused; the team's count limit (3 in the e2e stack) and a taken name
+// say what to do; another team can neither see nor use the snapshot; a delete frees its
+// place and its files on the host.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { connect, call, sh, env, driver, until } from './lib.mjs';
+
+let alpha, beta;
+const made = [];
+
+before(async () => {
+  alpha = await connect(env.SF_KEY_ALPHA);
+  beta = await connect(env.SF_KEY_BETA);
+});
+after(async () => {
+  for (const id of made) await call(alpha, 'sandbox_kill', { sandbox_id: id });
+  for (const s of (await call(alpha, 'sandbox_snapshot_list', {})).structured?.snapshots ?? [])
+    await call(alpha, 'sandbox_snapshot_delete', { snapshot: s.name });
+  await alpha?.close();
+  await beta?.close();
+});
+
+const create = async (args = {}) => {
+  const r = await call(alpha, 'sandbox_create', args);
+  assert.equal(r.isError, false, r.text);
+  made.push(r.structured.id);
+  return r.structured.id;
+};
+const kill = async (id) => {
+  const r = await call(alpha, 'sandbox_kill', { sandbox_id: id });
+  assert.equal(r.isError, false, r.text);
+  made.splice(made.indexOf(id), 1);
+};
+const snapshot = async (sandbox_id, name) => {
+  const r = await call(alpha, 'sandbox_snapshot', { sandbox_id, ...(name ? { name } : {}) });
+  assert.equal(r.isError, false, r.text);
+  return r.structured;
+};
+const del = async (snapshot) => {
+  const r = await call(alpha, 'sandbox_snapshot_delete', { snapshot });
+  assert.equal(r.isError, false, r.text);
+  return r.structured;
+};
+const counter = 'setsid sh -c \'i=0; while true; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done\' >/dev/null 2>&1 &';
+const count = async (id) => Number((await sh(alpha, id, 'cat /tmp/n')).stdout);
+// the snapshot's files on the worker's host (the e2e stack's state_dir)
+const files = (snapshotId) => `${env.SF_STATE}/worker/snapshots/${snapshotId}`;
+
+test('a sandbox from a snapshot has its files, and on a microVM its running processes', async () => {
+  const id = await create({ name: 'snap-source' });
+  await sh(alpha, id, 'echo hello-snapshot > /root/kept.txt');
+  await sh(alpha, id, counter);
+  await until('the counter to count', async () => (await count(id)) > 3);
+
+  const s = await snapshot(id, 'snap-one');
+  assert.equal(s.name, 'snap-one');
+  assert.match(s.snapshot_id, /^snp_/);
+  assert.equal(s.sandbox_id, id);
+  assert.equal(s.driver, driver);
+  assert.ok(s.size > 0, `size ${s.size}`);
+  assert.ok(existsSync(files(s.snapshot_id)), 'its files are on the host');
+
+  // the original goes on where it was: running, its counter counting, its file there
+  const atSnap = await count(id);
+  await until('the original counter to go on', async () => (await count(id)) > atSnap);
+  assert.equal((await sh(alpha, id, 'cat /root/kept.txt')).stdout, 'hello-snapshot\n');
+
+  const listed = (await call(alpha, 'sandbox_snapshot_list', {})).structured.snapshots
+    .find((x) => x.name === 'snap-one');
+  assert.deepEqual({ ...listed, created: typeof listed.created }, {
+    name: 'snap-one', snapshot_id: s.snapshot_id, size: s.size, status: 'ready', sandbox_id: id,
+    template: 'base', driver, created: 'number' });
+
+  // by name
+  const c1 = await create({ from_snapshot: 'snap-one' });
+  assert.equal((await sh(alpha, c1, 'cat /root/kept.txt')).stdout, 'hello-snapshot\n');
+  assert.equal((await sh(alpha, c1, 'hostname')).stdout.trim(), c1, 'its own name');
+  const restored = await count(c1);
+  assert.ok(restored >= 3, `the counter's file came along (${restored})`);
+  const ps = (await sh(alpha, c1, 'ps -o args 2>/dev/null || ps')).stdout;
+  if (driver === 'qemu') {
+    // memory and processes came with it: the counter goes on counting
+    assert.match(ps, /while true/);
+    await until('the restored counter to go on', async () => (await count(c1)) > restored);
+  } else {
+    // a jail's snapshot keeps files only: no counter runs
+    assert.doesNotMatch(ps, /while true/);
+  }
+  // the copy is its own
+  await sh(alpha, c1, 'echo changed > /root/kept.txt');
+  assert.equal((await sh(alpha, id, 'cat /root/kept.txt')).stdout, 'hello-snapshot\n');
+
+  // by id; then the snapshot goes, and its files with it (the worker sweeps)
+  const c2 = await create({ from_snapshot: s.snapshot_id });
+  assert.equal((await sh(alpha, c2, 'cat /root/kept.txt')).stdout, 'hello-snapshot\n');
+  for (const x of [c1, c2, id]) await kill(x);
+  assert.deepEqual(await del('snap-one'), { snapshot_id: s.snapshot_id, name: 'snap-one', status: 'deleted' });
+  const gone = await call(alpha, 'sandbox_create', { from_snapshot: 'snap-one' });
+  assert.equal(gone.isError, true);
+  assert.match(gone.text, /No snapshot named 'snap-one' exists for your team/);
+  await until('its files to leave the host', async () => !existsSync(files(s.snapshot_id)), 10000);
+});
+
+test('a paused sandbox stays paused across its snapshot', async () => {
+  const id = await create({ name: 'snap-paused' });
+  await sh(alpha, id, 'echo paused-file > /root/p.txt');
+  assert.equal((await call(alpha, 'sandbox_pause', { sandbox_id: id })).isError, false);
+  const s = await snapshot(id); // the name defaults to its id
+  assert.equal(s.name, s.snapshot_id);
+  assert.equal((await call(alpha, 'sandbox_info', { sandbox_id: id })).structured.status, 'paused');
+  const c = await create({ from_snapshot: s.name });
+  assert.equal((await sh(alpha, c, 'cat /root/p.txt')).stdout, 'paused-file\n');
+  assert.equal((await sh(alpha, id, 'cat /root/p.txt')).stdout, 'paused-file\n'); // resumes it
+  for (const x of [c, id]) await kill(x);
+  await del(s.snapshot_id);
+});
+
+test('the team\'s snapshot limit and a taken name say what to do; a delete frees a place', async () => {
+  const id = await create({ name: 'snap-limits' });
+  const taken = [];
+  for (const n of ['lim-a', 'lim-b', 'lim-c']) taken.push(await snapshot(id, n));
+  const dup = await call(alpha, 'sandbox_snapshot', { sandbox_id: id, name: 'lim-a' });
+  assert.equal(dup.isError, true);
+  assert.match(dup.text, /already; choose another name, or delete that one with sandbox_snapshot_delete/);
+  const over = await call(alpha, 'sandbox_snapshot', { sandbox_id: id, name: 'lim-d' });
+  assert.equal(over.isError, true);
+  assert.match(over.text, /Your team holds 3 snapshots, its limit; delete one with sandbox_snapshot_delete/);
+  await del('lim-b');
+  const again = await snapshot(id, 'lim-d');
+  assert.equal(again.name, 'lim-d');
+  await kill(id);
+  for (const n of ['lim-a', 'lim-c', 'lim-d']) await del(n);
+  assert.deepEqual((await call(alpha, 'sandbox_snapshot_list', {})).structured.snapshots, []);
+});
+
+test('another team can neither see nor use nor delete a snapshot', async () => {
+  const id = await create({ name: 'snap-private' });
+  const s = await snapshot(id, 'private');
+  assert.deepEqual((await call(beta, 'sandbox_snapshot_list', {})).structured.snapshots, []);
+  for (const ref of ['private', s.snapshot_id]) {
+    const c = await call(beta, 'sandbox_create', { from_snapshot: ref });
+    assert.equal(c.isError, true);
+    assert.match(c.text, new RegExp(`No snapshot named '${ref}' exists for your team`));
+    const d = await call(beta, 'sandbox_snapshot_delete', { snapshot: ref });
+    assert.equal(d.isError, true);
+    assert.match(d.text, new RegExp(`No snapshot named '${ref}' exists for your team`));
+  }
+  const other = await call(beta, 'sandbox_snapshot', { sandbox_id: id, name: 'stolen' });
+  assert.equal(other.isError, true);
+  assert.match(other.text, /No sandbox with id/);
+  const both = await call(alpha, 'sandbox_create', { from_snapshot: 'private', from_template: 'base' });
+  assert.equal(both.isError, true);
+  assert.match(both.text, /Give from_template or from_snapshot, not both/);
+  await kill(id);
+  await del('private');
+});
