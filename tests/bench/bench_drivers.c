@@ -6,7 +6,10 @@
  * the agent answered, and the CPU that costs; qemu from its pool of VMs restored ahead of
  * time: a ping), exec `true` round trip, and for qemu pause (QMP stop), resume
  * (cont + clock ping), save to disk (stop + migrate + QEMU exits) and resume from disk
- * (new QEMU + load + cont + ping); p50/p99 in ms and the ratio to the jail's p50. Then
+ * (new QEMU + load + cont + ping); snapshot (driver.h: jail: freeze, copy its files,
+ * thaw; qemu: stop, migrate to a file, copy its disk, cont) and create from a snapshot
+ * (jail: its files copied into the new disk; qemu: new QEMU + load + cont + ping);
+ * p50/p99 in ms and the ratio to the jail's p50. Then
  * resident memory: per running sandbox (RSS, and what is private to it: the rest is
  * shared, e.g. the template's RAM pages in the page cache), per VM paused in memory (a
  * stopped TCG guest keeps what it held) and per VM saved to disk. Needs root. */
@@ -132,6 +135,52 @@ static double vm_op(int (*fn)(wk_sandbox *, wk_qvm_cb, void *), wk_sandbox *sb)
     if (d.rc < 0)
         exit(1);
     return (double)(sf_mono_us() - t0) / 1000.0;
+}
+
+typedef struct snapped {
+    int done, rc;
+} snapped;
+
+static void on_snapped(void *arg, int rc, uint64_t bytes, const char *why)
+{
+    snapped *s = arg;
+    (void)bytes;
+    s->done = 1;
+    s->rc = rc;
+    if (rc < 0)
+        fprintf(stderr, "bench: snapshot failed: %s\n", why ? why : "");
+}
+
+static double snapshot(const wk_driver_ops *ops, wk_sandbox *sb, const char *dir)
+{
+    snapped s = {0};
+    uint64_t t0 = sf_mono_us();
+
+    if (ops->snapshot(sb, dir, on_snapped, &s) < 0)
+        exit(1);
+    spin_until(&s.done);
+    if (s.rc < 0)
+        exit(1);
+    return (double)(sf_mono_us() - t0) / 1000.0;
+}
+
+static wk_sandbox *create_from(const wk_driver_ops *ops, wk_driver *drv, const char *dir,
+                               double *ms)
+{
+    char id[64];
+    wk_create_req req = {.id = id, .snapshot = dir};
+    done d = {0};
+    uint64_t t0;
+
+    snprintf(id, sizeof(id), "sb_bench%d_%d", (int)getpid() % 100000, ++seq);
+    t0 = sf_mono_us();
+    if (ops->create(drv, &req, on_created, &d) < 0)
+        exit(1);
+    spin_until(&d.done);
+    *ms = (double)(sf_mono_us() - t0) / 1000.0;
+    if (d.rc < 0)
+        exit(1);
+    return d.sb;
 }
 
 static void wait_pool(wk_driver *d)
@@ -296,7 +345,7 @@ int main(int argc, char **argv)
     char jdir[128], qdir[128];
     wk_driver *jd, *qd;
     wk_pool *pool;
-    row r[11];
+    row r[15];
     double *v;
     int nv = 2 * (n < 5 ? 5 : n);
 
@@ -313,8 +362,8 @@ int main(int argc, char **argv)
     pool = wk_pool_new(base, 2);
     jd = host(J, pool, jdir);
     qd = host(Q, pool, qdir);
-    v = calloc((size_t)nv * 11, sizeof(double));
-    for (int i = 0; i < 11; i++)
+    v = calloc((size_t)nv * 15, sizeof(double));
+    for (int i = 0; i < 15; i++)
         r[i] = (row){NULL, v + (size_t)i * nv, 0};
     r[0].label = "jail: create (clone + agent ping)";
     r[1].label = "qemu: create (snapshot restore + agent ping)";
@@ -326,6 +375,10 @@ int main(int argc, char **argv)
     r[7].label = "qemu: resume from disk (new QEMU, load, ping)";
     r[8].label = "qemu: create, CPU time of its QEMU (load-free)";
     r[9].label = "qemu: create from the pool (ping a restored VM)";
+    r[11].label = "jail: snapshot (freeze, copy its files, thaw)";
+    r[12].label = "qemu: snapshot (stop, migrate, copy disk, cont)";
+    r[13].label = "jail: create from a snapshot";
+    r[14].label = "qemu: create from a snapshot (load, cont, ping)";
 
     /* create (the qemu driver restoring each: no pool), exec on the sandbox just made,
      * then kill (untimed) */
@@ -374,6 +427,40 @@ int main(int argc, char **argv)
         }
         kill_wait(Q, q);
     }
+    /* snapshot of a running sandbox (a file written, a process running), then a create
+     * from it; the snapshot's files go after each round (untimed) */
+    {
+        wk_sandbox *j = create(J, jd, NULL, NULL), *q = create(Q, qd, NULL, NULL);
+        wk_exec_req req = {.command = "echo kept > /root/f; sleep 100000 >/dev/null 2>&1 &",
+                           .timeout_ms = 60000};
+        done d1 = {0}, d2 = {0};
+        if (J->exec(j, &req, on_exec, &d1) < 0 || Q->exec(q, &req, on_exec, &d2) < 0)
+            exit(1);
+        spin_until(&d1.done);
+        spin_until(&d2.done);
+        for (int i = 0; i < n; i++) {
+            char jsnap[200], qsnap[200], cmd[500];
+            wk_sandbox *x;
+            double ms;
+            snprintf(jsnap, sizeof(jsnap), "%s/snap-%d", jdir, i);
+            snprintf(qsnap, sizeof(qsnap), "%s/snap-%d", qdir, i);
+            r[11].v[r[11].n++] = snapshot(J, j, jsnap);
+            r[12].v[r[12].n++] = snapshot(Q, q, qsnap);
+            x = create_from(J, jd, jsnap, &ms);
+            r[13].v[r[13].n++] = ms;
+            exec_true(J, x);
+            kill_wait(J, x);
+            x = create_from(Q, qd, qsnap, &ms);
+            r[14].v[r[14].n++] = ms;
+            exec_true(Q, x);
+            kill_wait(Q, x);
+            snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", jsnap, qsnap);
+            if (system(cmd) != 0)
+                exit(1);
+        }
+        kill_wait(J, j);
+        kill_wait(Q, q);
+    }
 
     printf("\nsandfleet drivers benchmark: jail vs qemu (accel %s), %d samples per row, one "
            "loop, no Kafka/Redis\n", qd->cfg.kvm ? "kvm" : "tcg", n);
@@ -386,6 +473,10 @@ int main(int argc, char **argv)
     print_row(&r[3], q(&r[2], 0.5));
     for (int i = 4; i < 9; i++)
         print_row(&r[i], 0);
+    print_row(&r[11], 0);
+    print_row(&r[12], q(&r[11], 0.5));
+    print_row(&r[13], q(&r[0], 0.5));
+    print_row(&r[14], q(&r[0], 0.5));
     {
         double load[3] = {0};
         if (getloadavg(load, 3) == 3)
