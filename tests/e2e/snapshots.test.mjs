@@ -9,6 +9,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
 import { connect, call, sh, env, driver, until } from './lib.mjs';
 
 let alpha, beta;
@@ -47,6 +48,7 @@ const del = async (snapshot) => {
   assert.equal(r.isError, false, r.text);
   return r.structured;
 };
+const redis = (...args) => execFileSync('redis-cli', ['-u', env.SF_REDIS_URL, ...args]).toString().trim();
 const counter = 'setsid sh -c \'i=0; while true; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done\' >/dev/null 2>&1 &';
 const count = async (id) => Number((await sh(alpha, id, 'cat /tmp/n')).stdout);
 // the snapshot's files on the worker's host (the e2e stack's state_dir)
@@ -163,4 +165,21 @@ test('another team can neither see nor use nor delete a snapshot', jailOnly, asy
   assert.match(both.text, /Give from_template or from_snapshot, not both/);
   await kill(id);
   await del('private');
+});
+
+test('a create from a snapshot whose host is gone says so', jailOnly, async () => {
+  const id = await create({ name: 'snap-host' });
+  const s = await snapshot(id, 'on-a-host');
+  const key = `sf:team:{alpha}:snap:on-a-host`;
+  assert.equal(redis('HGET', key, 'host'), env.SF_HOST_ID);
+  // its host leaves the fleet (as the reaper leaves a dead host: out of sf:hosts); a
+  // snapshot starts only there
+  redis('HSET', key, 'host', 'gone-host');
+  const r = await call(alpha, 'sandbox_create', { from_snapshot: 'on-a-host' });
+  assert.equal(r.isError, true);
+  assert.match(r.text, /The host that holds snapshot 'on-a-host' \(gone-host\) is not responding or has no room; a snapshot starts only on its own host/);
+  redis('HSET', key, 'host', env.SF_HOST_ID);
+  const c = await create({ from_snapshot: s.snapshot_id });
+  for (const x of [c, id]) await kill(x);
+  await del('on-a-host');
 });
