@@ -110,6 +110,18 @@ int sf_claim_take(sf_redis *r, const char *team, const char *job, int reply, con
     return take(r, team, job, reply, field, cb, priv);
 }
 
+int sf_claim_read(sf_redis *r, const char *team, const char *job, int reply, const char *field,
+                  redisCallbackFn *cb, void *priv)
+{
+    char k[SF_CLAIM_KEY_MAX];
+    const char *argv[2] = {"GET", k};
+    int rc;
+
+    if ((rc = sf_claim_key(k, sizeof(k), team, job, reply, field)) < 0)
+        return rc;
+    return sf_redis_cmdargv(r, cb, priv, 2, argv, NULL);
+}
+
 int sf_claim_drop(sf_redis *r, const char *team, const char *job, int reply, const char *field,
                   redisCallbackFn *cb, void *priv)
 {

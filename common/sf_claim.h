@@ -40,6 +40,11 @@ int sf_claim_put(sf_redis *r, const char *team, const char *job, int reply, cons
  * taken already). */
 int sf_claim_take(sf_redis *r, const char *team, const char *job, int reply, const char *field,
                   redisCallbackFn *cb, void *priv);
+/* Reads a claim and leaves it in place (it goes with its TTL, counted in the team's
+ * budget until then): for an answer that may be asked for again (an idempotent call's).
+ * cb's reply: its bytes (a string), or nil when it is gone. */
+int sf_claim_read(sf_redis *r, const char *team, const char *job, int reply, const char *field,
+                  redisCallbackFn *cb, void *priv);
 /* Drops a claim nobody will take (the call failed before it was sent). */
 int sf_claim_drop(sf_redis *r, const char *team, const char *job, int reply, const char *field,
                   redisCallbackFn *cb, void *priv);

@@ -165,6 +165,14 @@ void gw_jobs_claims_drop(gw_ctx *ctx, const sf_job *job);
 void gw_jobs_on_progress(gw_pending *p, gw_progress_cb cb);
 /* The job's id. */
 const char *gw_jobs_id(const gw_pending *p);
+/* p's answer may be asked for again (an idempotent call): its claims are read and left to
+ * their TTL instead of taken. */
+void gw_jobs_keep_claims(gw_pending *p);
+/* Fetches the claimed fields of a result r (taken: r is the caller's no more) into it, then
+ * calls cb once with it, or with an error reply: `gone` when a claim no longer exists, else
+ * the state store is unreachable. keep: read the claims and leave them (else take them). */
+void gw_jobs_fetch_claims(gw_ctx *ctx, const char *team, sf_reply *r, int keep,
+                          const char *gone, gw_job_cb cb, void *arg);
 /* Tells the platform to stop p's job: an `sf.cancel` envelope (CONTRACTS.md) on sf.jobs,
  * keyed like the job; then forgets p (its callback never runs). 0 or -errno. */
 int gw_jobs_abandon(gw_ctx *ctx, gw_pending *p);

@@ -21,6 +21,7 @@ struct gw_pending {
     char sandbox[SF_ID_MAX];
     int fetching;       /* the reply's claims are being taken: no deadline, no map entry */
     int cancelled;      /* ...and its caller went away meanwhile */
+    int keep_claims;    /* its answer may be asked for again: claims are read, not taken */
     size_t len;   /* the encoded job, kept to publish it again (0: too large to keep) */
     char *msg;
 };
@@ -118,19 +119,41 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
 
 /* ---- claim checks (sf_claim.h) ---- */
 
-/* A reply whose large fields are in Redis: taken one by one, then handed to the call. */
+/* A reply whose large fields are in Redis: fetched one by one (taken, or read where the
+ * answer may be asked for again), then handed to cb. */
 typedef struct fetch {
-    gw_ctx *ctx;
-    gw_pending *p;
+    gw_job_cb cb;
+    void *arg;
+    const char *gone;  /* the error when a claim is gone */
     sf_reply r;
-    int next, failed;
+    int next, failed, expired;
 } fetch;
 
-static void on_claim_taken(redisAsyncContext *ac, void *rep_, void *priv)
+static void fetch_end(fetch *f)
+{
+    sf_reply err;
+
+    if (!f->failed) {
+        f->cb(f->arg, &f->r);
+    } else {
+        sf_warn("msg=\"a claimed answer could not be fetched\" job=%s expired=%d", f->r.id,
+                f->expired);
+        sf_reply_init(&err);
+        snprintf(err.id, sizeof(err.id), "%s", f->r.id);
+        err.kind = SF_REPLY_ERROR;
+        err.message = (char *)(f->expired ? f->gone :
+                               "The platform's state store is unreachable, so the answer "
+                               "could not be fetched; retry in a few seconds.");
+        f->cb(f->arg, &err);
+    }
+    sf_reply_fini(&f->r);
+    free(f);
+}
+
+static void on_claim_fetched(redisAsyncContext *ac, void *rep_, void *priv)
 {
     redisReply *rep = rep_;
     fetch *f = priv;
-    gw_pending *p = f->p;
     const char *name = f->r.claims.name[f->next++];
 
     (void)ac;
@@ -142,66 +165,63 @@ static void on_claim_taken(redisAsyncContext *ac, void *rep_, void *priv)
             f->failed = 1;
     } else {
         f->failed = 1;
+        f->expired |= rep && rep->type == REDIS_REPLY_NIL;
     }
-    if (f->next < f->r.claims.n)
-        return;
-    if (!p->cancelled) {
-        if (f->failed) {
-            sf_reply err;
-            sf_warn("msg=\"a claimed answer could not be taken\" job=%s", f->r.id);
-            sf_reply_init(&err);
-            snprintf(err.id, sizeof(err.id), "%s", f->r.id);
-            err.kind = SF_REPLY_ERROR;
-            err.message = (char *)"The answer to this call could not be fetched from the "
-                                  "platform's state store (it expired, or the store is "
-                                  "unreachable); retry the call.";
-            p->cb(p->arg, &err);
-        } else {
-            p->cb(p->arg, &f->r);
-        }
-    }
-    pending_free(p);
-    sf_reply_fini(&f->r);
-    free(f);
+    if (f->next == f->r.claims.n)
+        fetch_end(f);
 }
 
-static void fetch_claims(gw_ctx *ctx, gw_pending *p, sf_reply *r)
+void gw_jobs_fetch_claims(gw_ctx *ctx, const char *team, sf_reply *r, int keep,
+                          const char *gone, gw_job_cb cb, void *arg)
 {
     fetch *f = calloc(1, sizeof(*f));
     int sent = 0;
 
-    evtimer_del(p->timer);
-    p->fetching = 1;
-    if (f) {
-        f->ctx = ctx;
-        f->p = p;
-        f->r = *r;
-        for (int i = 0; i < r->claims.n; i++)
-            if (sf_claim_take(ctx->redis, p->team, r->id, 1, r->claims.name[i], on_claim_taken,
-                              f) == 0)
-                sent++;
-        if (sent == r->claims.n)
-            return;
-        /* Redis went down half-way: the answers in flight still arrive (with NULL) */
-        if (sent > 0) {
-            f->failed = 1;
-            f->r.claims.n = sent;
-            return;
-        }
-        free(f);
-    }
-    sf_warn("msg=\"cannot take a claimed answer; Redis is down\" job=%s", r->id);
-    {
+    if (!f) {
         sf_reply err;
         sf_reply_init(&err);
         snprintf(err.id, sizeof(err.id), "%s", r->id);
         err.kind = SF_REPLY_ERROR;
-        err.message = (char *)"The platform's state store is unreachable, so the answer could "
-                              "not be fetched; retry in a few seconds.";
-        p->cb(p->arg, &err);
+        err.message = (char *)"The server is out of memory; retry.";
+        cb(arg, &err);
+        sf_reply_fini(r);
+        return;
     }
+    f->cb = cb;
+    f->arg = arg;
+    f->gone = gone;
+    f->r = *r; /* taken */
+    for (int i = 0; i < r->claims.n; i++)
+        if ((keep ? sf_claim_read : sf_claim_take)(ctx->redis, team, r->id, 1,
+                                                   r->claims.name[i], on_claim_fetched, f) == 0)
+            sent++;
+        else
+            break;
+    if (sent == r->claims.n)
+        return;
+    /* Redis is down: the answers in flight still arrive (with NULL) and end it */
+    f->failed = 1;
+    f->r.claims.n = sent;
+    if (sent == 0)
+        fetch_end(f);
+}
+
+static void pending_fetched(void *arg, const sf_reply *r)
+{
+    gw_pending *p = arg;
+
+    if (!p->cancelled)
+        p->cb(p->arg, r);
     pending_free(p);
-    sf_reply_fini(r);
+}
+
+static void fetch_claims(gw_ctx *ctx, gw_pending *p, sf_reply *r)
+{
+    evtimer_del(p->timer);
+    p->fetching = 1;
+    gw_jobs_fetch_claims(ctx, p->team, r, p->keep_claims,
+                         "The answer to this call could not be fetched from the platform's "
+                         "state store (it expired); retry the call.", pending_fetched, p);
 }
 
 /* Arguments on their way to Redis before the job is sent. */
@@ -587,6 +607,11 @@ void gw_jobs_on_progress(gw_pending *p, gw_progress_cb cb)
 const char *gw_jobs_id(const gw_pending *p)
 {
     return p ? p->id : "";
+}
+
+void gw_jobs_keep_claims(gw_pending *p)
+{
+    p->keep_claims = 1;
 }
 
 int gw_jobs_abandon(gw_ctx *ctx, gw_pending *p)

@@ -5,6 +5,7 @@
  * cancels or goes away. It never knows which transport carried a request. */
 #include "gateway.h"
 #include "oauth.h"
+#include "sf_claim.h"
 #include "sf_jobio.h"
 #include "sf_jsonrpc.h"
 #include "sf_log.h"
@@ -291,13 +292,27 @@ static void on_idem_stored(redisAsyncContext *ac, void *r, void *priv)
                 "call again\" err=\"%s\"", rep ? rep->str : "Redis connection lost");
 }
 
-/* An idempotent call's final answer is kept 24 h under its key, for retries. */
+/* An idempotent call's final answer is kept 24 h under its key, for retries. Its claimed
+ * fields (large values: sf_claim.h) are kept as their claims' names only (empty); the claims were
+ * read, not taken, and stay until their TTL (SF_CLAIM_TTL_MS). */
 static void idem_store(mcp_call *c, const sf_reply *r)
 {
+    sf_reply slim = *r;
+    json_t *res = NULL;
     sf_buf b;
 
+    if (r->kind == SF_REPLY_RESULT && r->claims.n > 0) {
+        if (!(res = json_copy(r->result)))
+            return;
+        for (int i = 0; i < r->claims.n; i++) /* as the worker sends them: "" */
+            json_object_set_new(res, r->claims.name[i], json_string(""));
+        slim.result = res;
+    }
     sf_buf_init(&b, SF_MSG_MAX);
-    if (sf_reply_encode(r, &b) == 0) {
+    if (sf_reply_encode(&slim, &b) < 0) {
+        sf_warn("msg=\"cannot keep the answer under its idempotency key; a retry may run the "
+                "call again\" job=%s err=\"too large\"", c->job);
+    } else {
         const char *argv[] = {"SET", c->idem, b.p, "EX", "86400"};
         size_t lens[] = {3, strlen(c->idem), b.len, 2, 5};
         if (sf_redis_cmdargv(c->ctx->redis, on_idem_stored, NULL, 5, argv, lens) < 0)
@@ -305,6 +320,7 @@ static void idem_store(mcp_call *c, const sf_reply *r)
                     "job=%s", c->job);
     }
     sf_buf_fini(&b);
+    json_decref(res);
 }
 
 static void on_job_reply(void *arg, const sf_reply *r)
@@ -396,6 +412,25 @@ static void on_claims_stored(void *arg, int status);
 
 /* ---- idempotency keys: _meta["sandfleet/idempotency_key"] ---- */
 
+_Static_assert(SF_CLAIM_TTL_MS == 300 * 1000, "idem_gone says 5 minutes");
+static const char idem_gone[] =
+    "This call already ran (same idempotency key), but its answer was large and large "
+    "answers are kept only 5 minutes, so it is gone. Check the sandbox's state, then call "
+    "again with a new idempotency key if needed.";
+
+/* A retry's first answer, with its large values fetched again. */
+static void on_idem_fetched(void *arg, const sf_reply *r)
+{
+    mcp_call *c = arg;
+
+    c->busy = 0;
+    if (!c->req) {
+        call_free(c);
+        return;
+    }
+    on_job_reply(c, r);
+}
+
 /* The record of a key: the first call's answer, kept 24 h. Absent: the call is new, or
  * still running (its job id comes from the key, so publishing it again reaches the same
  * job: the worker's job guard answers it once, to every caller). */
@@ -422,6 +457,11 @@ static void on_idem_lookup(redisAsyncContext *ac, void *r, void *priv)
         sf_job_fini(job);
         free(job);
         c->idem[0] = '\0'; /* stored already */
+        if (rr.kind == SF_REPLY_RESULT && rr.claims.n > 0) { /* its large values */
+            c->busy = 1;
+            gw_jobs_fetch_claims(c->ctx, c->team, &rr, 1, idem_gone, on_idem_fetched, c);
+            return;
+        }
         on_job_reply(c, &rr);
         sf_reply_fini(&rr);
         return;
@@ -611,6 +651,8 @@ static void submit(mcp_call *c, sf_job *job)
         gw_jobs_claims_drop(ctx, job);
     sf_job_fini(job);
     if (rc == 0) { /* on_job_reply answers */
+        if (c->idem[0])
+            gw_jobs_keep_claims(c->pending);
         call_register(c);
         if (c->progress_token && c->sse_ok) {
             gw_jobs_on_progress(c->pending, on_job_progress);

@@ -128,6 +128,37 @@ test('an 8 MiB write travels by claim check and comes back byte-exact', async ()
   await sh(client, id, 'rm -rf /root/big');
 });
 
+test('an idempotent retry of a large answer gets the first answer again, not a new read', async () => {
+  // 1 MiB read as base64: its answer is a claim, and with its value over 1 MiB too large
+  // to keep whole under the key
+  const first = randomBytes(1024 * 1024), second = randomBytes(1024 * 1024);
+  const meta = { 'sandfleet/idempotency_key': `big-read-${randomBytes(6).toString('hex')}` };
+  const put = async (data) => assert.equal((await call(client, 'sandbox_files_write', { sandbox_id: id,
+    path: '/root/idem.bin', content: data.toString('base64'), encoding: 'base64' })).isError, false);
+  const read = (opts) => call(client, 'sandbox_files_read', { sandbox_id: id, path: '/root/idem.bin', encoding: 'base64' }, opts);
+  await put(first);
+  const a = await read({ meta });
+  assert.equal(a.isError, false, a.text);
+  assert.equal(sha(Buffer.from(a.structured.content, 'base64')), sha(first));
+  await put(second); // a second run would read this
+  const b = await read({ meta });
+  assert.equal(b.isError, false, b.text);
+  assert.equal(sha(Buffer.from(b.structured.content, 'base64')), sha(first), 'the retry ran the read again');
+  assert.equal(b.structured.bytes, first.length);
+  const c = await read({ meta: { 'sandfleet/idempotency_key': `${meta['sandfleet/idempotency_key']}-new` } });
+  assert.equal(sha(Buffer.from(c.structured.content, 'base64')), sha(second), 'another key is another call');
+  // Its large value lives 5 minutes (the claim's TTL): once it is gone, a retry is told
+  // that the call ran, and nothing runs again (here its claims are removed by hand).
+  const redis = (...args) => execFileSync('redis-cli', ['-u', env.SF_REDIS_URL, ...args]).toString().trim();
+  const claims = redis('--scan', '--pattern', 'sf:cc:*:job_i*:r:content').split('\n').filter(Boolean);
+  assert.ok(claims.length >= 2, `the idempotent reads' claims are kept: ${claims}`);
+  for (const k of claims) redis('DEL', k);
+  const d = await read({ meta });
+  assert.equal(d.isError, true);
+  assert.match(d.text, /already ran \(same idempotency key\).*large answers are kept only 5 minutes/);
+  await sh(client, id, 'rm -f /root/idem.bin');
+});
+
 test('paths stay inside the sandbox: .., absolute symlinks out, /proc/1/root', async () => {
   // A file on the host, where a careless worker would look.
   const host = mkdtempSync('/tmp/sf-host-');

@@ -28,7 +28,8 @@ export async function connect(key, name = 'sandfleet-e2e') {
 export async function call(client, name, args = {}, opts = {}) {
   // With onprogress the call carries a progressToken: the gateway answers with an SSE stream
   // at once and a progress beat every 15 s, so a long call never hits a header timeout.
-  const result = await client.callTool({ name, arguments: args }, undefined,
+  const params = { name, arguments: args, ...(opts.meta ? { _meta: opts.meta } : {}) };
+  const result = await client.callTool(params, undefined,
     { timeout: opts.timeout ?? 120000,
       ...(opts.onprogress ? { onprogress: opts.onprogress, resetTimeoutOnProgress: true } : {}) });
   const text = (result.content ?? []).filter((c) => c.type === 'text').map((c) => c.text).join('');
