@@ -6,6 +6,7 @@
  * --out and sends the others under the same ids: a job that ran already is answered
  * from the worker's job guard, never run twice. */
 #include "cli.h"
+#include "sf_claim.h"
 #include "sf_codec.h"
 #include "sf_jobauth.h"
 #include "sf_kafka.h"
@@ -70,6 +71,9 @@ typedef struct batch {
     int tty, interrupted, failed;
     int64_t *lat;       /* ms per answered job of this run */
     size_t nlat;
+    redisContext *redis; /* for claimed result values, connected at the first (or NULL) */
+    int redis_tried;
+    char team[SF_ID_MAX]; /* the key's team, which names its claims */
 } batch;
 
 /* Appends one result line (the whole line in one write, so a kill leaves no half line
@@ -331,6 +335,45 @@ static void fill(batch *b)
     finish_if_done(b);
 }
 
+/* The claimed fields of a result (values of 256 KiB or more wait in the platform's Redis
+ * for 5 minutes: envelope.md, "Claim checks") are read into it, where Redis is reachable
+ * (SF_REDIS_URL). Read, not taken: they go with their TTL, so a run again finds them too.
+ * Those left unfetched stay in r->claims (listed under "claims" for the caller). */
+static void fetch_claims(batch *b, sf_reply *r)
+{
+    char key[SF_CLAIM_KEY_MAX];
+    sf_claims left = {0};
+    redisReply *rep;
+
+    if (!b->redis_tried) {
+        b->redis_tried = 1;
+        if ((b->redis = cli_redis())) {
+            rep = redisCommand(b->redis, "HGET " SF_RK_PRODUCER " team", b->pid);
+            if (rep && rep->type == REDIS_REPLY_STRING && rep->len < sizeof(b->team))
+                snprintf(b->team, sizeof(b->team), "%s", rep->str);
+            freeReplyObject(rep);
+        }
+        if (!b->team[0])
+            fprintf(stderr, "%ssandfleet: results over 256 KiB stay in the platform's Redis "
+                    "(their fields are listed under \"claims\"): %s\n", b->tty ? "\n" : "",
+                    b->redis ? "this key has no producer record" : "Redis is unreachable");
+    }
+    for (int i = 0; i < r->claims.n; i++) {
+        int got = 0;
+        if (b->team[0] &&
+            sf_claim_key(key, sizeof(key), b->team, r->id, 1, r->claims.name[i]) == 0 &&
+            (rep = redisCommand(b->redis, "GET %s", key))) {
+            got = rep->type == REDIS_REPLY_STRING &&
+                  json_object_set_new(r->result, r->claims.name[i],
+                                      json_stringn(rep->str, rep->len)) == 0;
+            freeReplyObject(rep);
+        }
+        if (!got)
+            sf_claims_add(&left, r->claims.name[i]);
+    }
+    r->claims = left;
+}
+
 static void on_reply(void *arg, rd_kafka_message_t *msg)
 {
     batch *b = arg;
@@ -366,8 +409,10 @@ static void on_reply(void *arg, rd_kafka_message_t *msg)
                       r.message ? r.message : "");
         b->errors++;
     } else {
+        if (r.claims.n > 0)
+            fetch_claims(b, &r);
         o = json_pack("{s:s, s:O}", "id", f->uid, "result", r.result ? r.result : json_null());
-        if (r.claims.n > 0) { /* values over 256 KiB stay in the platform's Redis */
+        if (r.claims.n > 0) { /* values over 256 KiB left in the platform's Redis */
             json_t *c = json_array();
             for (int i = 0; i < r.claims.n; i++)
                 json_array_append_new(c, json_string(r.claims.name[i]));
@@ -609,6 +654,8 @@ static void teardown(batch *b)
         event_free(b->ev_term);
     sf_kafka_consumer_free(b->consumer);
     sf_kafka_producer_free(b->producer);
+    if (b->redis)
+        redisFree(b->redis);
     if (b->base)
         event_base_free(b->base);
     if (b->in)

@@ -7,6 +7,7 @@
 // once revoked its jobs are refused.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { spawn, spawnSync, execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -28,12 +29,12 @@ const lines = (f) => (existsSync(f) ? readFileSync(f, 'utf8').split('\n').filter
 const results = (f) => lines(f).map((l) => JSON.parse(l));
 const jsonl = (f, rows) => writeFileSync(f, rows.map((r) => (typeof r === 'string' ? r : JSON.stringify(r))).join('\n') + '\n');
 // A batch to its end: { status, stderr }.
-function batch(name, rows, { key = env.SF_KEY, args = [] } = {}) {
+function batch(name, rows, { key = env.SF_KEY, args = [], extraEnv = {} } = {}) {
   const jobs = join(dir, `${name}.jsonl`);
   const out = join(dir, `${name}.out.jsonl`);
   if (rows) jsonl(jobs, rows);
   const r = spawnSync(cli, ['batch', 'run', jobs, '--out', out, ...args],
-    { env: { ...baseEnv, SANDFLEET_API_KEY: key }, encoding: 'utf8', timeout: 240000 });
+    { env: { ...baseEnv, SANDFLEET_API_KEY: key, ...extraEnv }, encoding: 'utf8', timeout: 240000 });
   return { status: r.status, stderr: r.stderr, out };
 }
 
@@ -110,6 +111,26 @@ test(`${N} jobs, kill -9 half-way, run again: ${N} results, every side effect on
   const twice = [...counts].filter(([, n]) => n !== 1);
   assert.deepEqual(twice, [], 'no job ran twice');
   assert.equal(counts.size, N, 'every job ran');
+});
+
+test('a result of 256 KiB or more (a claim check) is fetched into its line; with Redis out of reach it is listed under "claims"', () => {
+  const sb = sandboxes[0];
+  const mk = batch('bigmk', [{ id: 'm', tool: 'sandbox_exec', arguments: { sandbox_id: sb,
+    command: "head -c 300000 /dev/urandom | od -An -tx1 | tr -d ' \\n' > /root/big.txt; sha256sum < /root/big.txt" } }]);
+  assert.equal(mk.status, 0, mk.stderr);
+  const want = results(mk.out)[0].result.stdout.split(' ')[0];
+  const read = [{ id: 'r', tool: 'sandbox_files_read', arguments: { sandbox_id: sb, path: '/root/big.txt' } }];
+  const rd = batch('bigrd', read);
+  assert.equal(rd.status, 0, rd.stderr);
+  const [x] = results(rd.out);
+  assert.equal(x.claims, undefined, JSON.stringify(x).slice(0, 300));
+  assert.equal(x.result.content.length, 600000);
+  assert.equal(createHash('sha256').update(x.result.content).digest('hex'), want);
+  const far = batch('bigfar', read, { extraEnv: { SF_REDIS_URL: 'redis://127.0.0.1:1' } });
+  assert.equal(far.status, 0, far.stderr);
+  const [y] = results(far.out);
+  assert.deepEqual(y.claims, ['content'], JSON.stringify(y).slice(0, 300));
+  assert.match(far.stderr, /results over 256 KiB stay in the platform's Redis .*Redis is unreachable/);
 });
 
 test('a key from `sandfleet keys create` signs jobs; revoked, its jobs are refused', () => {
