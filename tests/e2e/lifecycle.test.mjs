@@ -1,7 +1,7 @@
 // A sandbox's lifecycle through the pipeline: pause stops its processes and exec resumes
 // them where they were; timeout_seconds, auto_delete_seconds and the idle auto-pause fire
 // (short values; the worker runs here with a 2 s idle pause and a 100 ms timer tick), also
-// while the scheduler restarts; sandbox_update changes them; sandbox_info shows when each
+// while the scheduler and the gateway restart; sandbox_update changes them; sandbox_info shows when each
 // fires. The timers live in Redis (sf:host:{h}:timers).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -88,12 +88,22 @@ test('the counter really stops while paused', async () => {
   await call(client, 'sandbox_kill', { sandbox_id: id });
 });
 
-test('timeout_seconds kills the sandbox, also across a scheduler restart; info shows when', async () => {
-  const id = await create({ name: 'timeout', timeout_seconds: 3 });
+// The gateway restarts (kill -9, same port): the suite's client opens a new session (its
+// first try may meet a pooled connection to the gateway that died: fetch's pool is shared).
+const restartGateway = async () => {
+  stack('restart-gateway');
+  await client.close().catch(() => {});
+  client = await until('a session with the new gateway',
+    () => connect(env.SF_KEY_ALPHA).catch(() => null), 10000);
+};
+
+test('timeout_seconds kills the sandbox, also across a scheduler and a gateway restart; info shows when', async () => {
+  const id = await create({ name: 'timeout', timeout_seconds: 4 });
   const i = await info(id);
   const at = Date.parse(i.timers.timeout_at);
-  assert.ok(at > Date.now() && at <= Date.now() + 4000, i.timers.timeout_at);
+  assert.ok(at > Date.now() && at <= Date.now() + 5000, i.timers.timeout_at);
   stack('restart-scheduler');
+  await restartGateway();
   await until('the timeout', async () => /killed/.test(await status(id)), 20000);
   assert.equal(redis('ZSCORE', `sf:host:{${env.SF_HOST_ID}}:timers`, `t:${id}`), '', 'its timers are gone');
 });
@@ -114,7 +124,8 @@ test('auto_delete_seconds kills a paused sandbox; sandbox_update changes the tim
   const i = await info(id);
   assert.equal(i.auto_delete_seconds, 2);
   assert.ok(Date.parse(i.timers.auto_delete_at) <= Date.now() + 2500, i.timers.auto_delete_at);
-  await until('the auto-delete', async () => /killed/.test(await status(id)), 20000);
+  await restartGateway();
+  await until('the auto-delete (across a gateway restart)', async () => /killed/.test(await status(id)), 20000);
 
   // update: metadata replaced, auto-delete off, then a short timeout
   const u = await create({ name: 'upd', auto_delete_seconds: 1, metadata: { a: '1' } });
