@@ -1,6 +1,6 @@
-/* templates.c: `sandfleet templates build|list|logs`. build and list act as the team of
- * $SANDFLEET_API_KEY through the gateway (MCP over HTTP: initialize, then tools/call
- * sandbox_template_create / sandbox_template_list), so they get the same checks as any
+/* templates.c: `sandfleet templates build|list|delete|logs`. build, list and delete act as
+ * the team of $SANDFLEET_API_KEY through the gateway (MCP over HTTP: initialize, then
+ * tools/call sandbox_template_create / _list / _delete), so they get the same checks as any
  * client; build then polls the list and draws a progress bar on stderr until the template
  * is ready or failed. logs is an operator view: the build log kept in Redis. */
 #include "cli.h"
@@ -355,6 +355,29 @@ out:
     return ret;
 }
 
+static int delete(int argc, char **argv)
+{
+    const char *name = argc > 2 && argv[2][0] != '-' ? argv[2] : NULL;
+    json_t *res = NULL;
+    mcp m;
+    int ret = 1;
+
+    if (!name) {
+        fputs("usage: sandfleet templates delete NAME   delete one of your team's templates\n",
+              stderr);
+        return 2;
+    }
+    if (mcp_open(&m) ||
+        call_tool(&m, "sandbox_template_delete", json_pack("{s:s}", "name", name), &res))
+        goto out;
+    printf("%s deleted\n", name);
+    ret = 0;
+out:
+    json_decref(res);
+    mcp_close(&m);
+    return ret;
+}
+
 static int logs(int argc, char **argv)
 {
     const char *team = cli_opt(argc, argv, "--team");
@@ -396,8 +419,9 @@ int cli_templates(int argc, char **argv)
               "           [--memory_mib N] [--disk_mib N] [--start-cmd CMD] [--ready-cmd CMD]\n"
               "           [--no-wait]     build a team template (progress until ready or failed)\n"
               "       sandfleet templates list [--prefix P]   the team's templates and the built-ins\n"
+              "       sandfleet templates delete NAME   delete one of the team's templates\n"
               "       sandfleet templates logs NAME --team TEAM   a build's log (operator)\n"
-              "build and list act as the team of $SANDFLEET_API_KEY through the gateway\n"
+              "build, list and delete act as the team of $SANDFLEET_API_KEY through the gateway\n"
               "($SANDFLEET_URL, else SF_URL); logs reads Redis (SF_REDIS_URL).\n",
               argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
@@ -408,6 +432,8 @@ int cli_templates(int argc, char **argv)
         return list(argc, argv);
     if (!strcmp(argv[1], "logs"))
         return logs(argc, argv);
-    fprintf(stderr, "Unknown templates command '%s'; use build, list or logs.\n", argv[1]);
+    if (!strcmp(argv[1], "delete"))
+        return delete(argc, argv);
+    fprintf(stderr, "Unknown templates command '%s'; use build, list, delete or logs.\n", argv[1]);
     return 2;
 }

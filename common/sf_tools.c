@@ -25,7 +25,16 @@ static const char build_schema[] =
     " \"type\": \"object\", \"required\": [\"name\", \"from\"],"
     " \"x-sandfleet\": {\"runs\": \"worker\", \"sandbox\": \"none\"}}";
 
-static const char *const internal_schemas[] = {cancel_schema, build_schema};
+/* sf.template_delete: the scheduler tells each host that holds a deleted team template to
+ * remove its files (sandbox_template_delete answered the caller already). */
+static const char delete_schema[] =
+    "{\"title\": \"" SF_TOOL_TEMPLATE_DELETE "\", \"description\": \"Remove a team template.\","
+    " \"type\": \"object\", \"required\": [\"name\"],"
+    " \"x-sandfleet\": {\"runs\": \"worker\", \"sandbox\": \"none\"}}";
+
+static const char *const internal_schemas[] = {cancel_schema, build_schema, delete_schema};
+static const char *const internal_names[] = {SF_TOOL_CANCEL, SF_TOOL_TEMPLATE_BUILD,
+                                             SF_TOOL_TEMPLATE_DELETE};
 #define N_INTERNAL (sizeof(internal_schemas) / sizeof(internal_schemas[0]))
 
 static int json_file(const struct dirent *d)
@@ -197,7 +206,7 @@ int sf_toolset_load(sf_toolset *set, const char *dir, char *why, size_t whylen)
     for (size_t i = 0; i < N_INTERNAL; i++) {
         char twhy[384];
         json_t *sc = json_loads(internal_schemas[i], 0, NULL);
-        const char *iname = i == 0 ? SF_TOOL_CANCEL : SF_TOOL_TEMPLATE_BUILD;
+        const char *iname = internal_names[i];
         if (sf_toolset_find(set, iname)) {
             snprintf(why, whylen, "%s: a tool named '%s' is declared twice (it is built in)",
                      dir, iname);

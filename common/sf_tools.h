@@ -55,9 +55,10 @@ typedef struct sf_toolset {
  * runs on the worker, no reply (CONTRACTS.md). */
 #define SF_TOOL_CANCEL "sf.cancel"
 #define SF_TOOL_TEMPLATE_BUILD "sf.template_build"
+#define SF_TOOL_TEMPLATE_DELETE "sf.template_delete"
 
 /* Loads and checks every *.json in dir (schema keywords and the x-sandfleet block), plus the
- * internal sf.cancel and sf.template_build. 0, or -EINVAL with why naming the file and the problem. */
+ * internal sf.cancel, sf.template_build and sf.template_delete. 0, or -EINVAL with why naming the file and the problem. */
 int sf_toolset_load(sf_toolset *set, const char *dir, char *why, size_t whylen);
 void sf_toolset_fini(sf_toolset *set);
 const sf_tool *sf_toolset_find(const sf_toolset *set, const char *name);

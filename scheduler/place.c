@@ -41,15 +41,23 @@ static const char lua_create[] =
     "local tn = math.max(redis.call('SCARD', teamkey), tonumber(tr[1]) or 0)\n"
     "local tmem, tvcpu = tonumber(tr[2]) or 0, tonumber(tr[3]) or 0\n"
     "if tn >= limit then return {'quota', tostring(limit)} end\n"
-    /* a team template: its shape, and the host that holds it; 'debian': a host that has it */
-    "local tmpl, pin, disk = ARGV[6], nil, ''\n"
+    /* a team template: its shape, and the hosts that hold it; 'debian': a host that has it */
+    "local tmpl, pin, disk, tkey = ARGV[6], nil, '', nil\n"
     "local needdeb = tmpl == 'debian'\n"
     "if tmpl ~= 'base' and tmpl ~= 'debian' then\n"
-    "  local t = redis.call('HMGET', 'sf:team:{' .. team .. '}:tpl:' .. tmpl, 'status', 'host', "
-    "'memory_mib', 'vcpu_milli', 'disk_mib')\n"
+    "  tkey = 'sf:team:{' .. team .. '}:tpl:' .. tmpl\n"
+    "  local t = redis.call('HMGET', tkey, 'status', 'host', 'memory_mib', 'vcpu_milli', "
+    "'disk_mib')\n"
     "  if not t[1] then return {'notemplate'} end\n"
     "  if t[1] ~= 'ready' then return {'tplstatus', t[1]} end\n"
-    "  pin, mem, vcpu, disk = t[2], tonumber(t[3]) or mem, tonumber(t[4]) or vcpu, t[5] or ''\n"
+    "  mem, vcpu, disk = tonumber(t[3]) or mem, tonumber(t[4]) or vcpu, t[5] or ''\n"
+    /* on the hosts where it is ready (at:<host>); a record from before templates were
+     * built on several hosts: on its one host */
+    "  if redis.call('HEXISTS', tkey, 'at:' .. (t[2] or '')) == 0 then pin = t[2] end\n"
+    "end\n"
+    "local function holds(h)\n"
+    "  if pin then return h == pin end\n"
+    "  return not tkey or redis.call('HGET', tkey, 'at:' .. h) == 'ready'\n"
     "end\n"
     "if ARGV[14] ~= '' then pin = ARGV[14] end\n" /* from a snapshot: the host that holds it */
     "local live = redis.call('ZRANGEBYSCORE', 'sf:hosts', now - ttl, '+inf')\n"    "local anyjail = false\n"
@@ -99,7 +107,7 @@ static const char lua_create[] =
     "end\n"
     "local best, bn, bfree, fits = nil, 0, 0, false\n"
     "for _, e in ipairs(hosts) do\n"
-    "  if (pin and e.h ~= pin) or (needdeb and not e.deb) then\n"
+    "  if not holds(e.h) or (needdeb and not e.deb) then\n"
     "  elseif e.used < e.cap and (not e.mem or e.rmem + mem <= e.mem) and\n"
     "     (not e.vcpu or e.rvcpu + vcpu <= e.vcpu) then\n"
     "    fits = true\n"
@@ -117,7 +125,7 @@ static const char lua_create[] =
     "  end\n"
     "end\n"
     "if not best then\n"
-    "  if pin and not fits then return {'pinned'} end\n"
+    "  if tkey and not fits then return {'pinned'} end\n"
     "  if needdeb and not anyjail then return {'jailonly'} end\n"
     "  if needdeb and not fits then return {'nodebian'} end\n"
     "  if fits then return {'hostshare', tostring(hshare)} end\n"
@@ -225,8 +233,12 @@ static void on_create(redisAsyncContext *ac, void *r, void *priv)
         return;
     }
     if (!strcmp(verdict, "pinned")) {
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, "The host that holds this template has no room "
-                        "or is not responding; retry in a few seconds.");
+        const char *t = json_string_value(json_object_get(c->job.args, "from_template"));
+        snprintf(text, sizeof(text), "No host that holds template '%.64s' has room or is "
+                 "responding (a team template is built on the hosts that were up then; "
+                 "sandbox_template_list shows on how many it is ready); retry in a few seconds, "
+                 "or build it again to have it on today's hosts.", t ? t : "");
+        sch_reply_error(c, SF_ERR_UNAVAILABLE, text);
         return;
     }
     if (!strcmp(verdict, "jailonly")) {

@@ -22,6 +22,7 @@ static const sf_tool_handler handlers[] = {
     H("sandbox_template_create", sch_tpl_create),
     H("sandbox_snapshot_list", sch_snap_list),
     H("sandbox_snapshot_delete", sch_snap_delete),
+    H("sandbox_template_delete", sch_tpl_delete),
 };
 #undef H
 

@@ -89,6 +89,7 @@ void sch_snap_place(sch_call *c);
 /* templates.c: the team's templates (list) and their builds (create, handed to a host) */
 void sch_tpl_list(sch_call *c);
 void sch_tpl_create(sch_call *c);
+void sch_tpl_delete(sch_call *c);
 int sch_store_start_reaper(sch_ctx *ctx);
 
 #endif

@@ -1,6 +1,7 @@
 /* jobs.c: one host's job handling: create, exec and kill against the driver. */
 #include "worker.h"
 #include "tstore.h"
+#include "tpl_start.h"
 #include "egress.h"
 #include "sf_claim.h"
 #include "sf_events.h"
@@ -510,6 +511,40 @@ static int create_cut_short(wk_box *b)
     return 1;
 }
 
+/* The template's service came up (or failed: the sandbox goes, the create says why). */
+static void on_service(wk_box *b, int rc, const char *why)
+{
+    wk_call *c = b->create;
+    char text[2400];
+
+    if (create_cut_short(b))
+        return;
+    if (rc < 0) {
+        snprintf(text, sizeof(text), "The sandbox's template did not start its service: %s. The "
+                 "sandbox was removed; fix the template's start_cmd or ready_cmd (delete it and "
+                 "build it again), or create from another template.", why ? why : "no reason");
+        sf_info("msg=\"create failed: template service\" sandbox=%s rc=%d", b->id, rc);
+        b->create = NULL;
+        b->state = WK_BOX_RUNNING;
+        wk_box_kill(b, "failed");
+        wk_reply_error(c, rc == -ETIMEDOUT ? SF_ERR_INVALID : SF_ERR_UNAVAILABLE, text);
+        return;
+    }
+    started(b);
+}
+
+/* The driver and the egress are ready: the template's service (tpl_start.h), if it has
+ * one, then the create is answered. */
+static void service_then_started(wk_box *b)
+{
+    int rc = wk_tpl_start_box(b, on_service);
+
+    if (rc == 1)
+        started(b); /* its template has none */
+    else if (rc < 0)
+        on_service(b, rc, "the host is out of memory; retry in a few seconds");
+}
+
 static void on_egress_ready(wk_box *b, int rc, const char *code, const char *why)
 {
     wk_call *c = b->create;
@@ -524,7 +559,7 @@ static void on_egress_ready(wk_box *b, int rc, const char *code, const char *why
         wk_reply_error(c, code, why);
         return;
     }
-    started(b);
+    service_then_started(b);
 }
 
 static void on_created(void *arg, wk_sandbox *sb, int rc, const char *why)
@@ -554,7 +589,7 @@ static void on_created(void *arg, wk_sandbox *sb, int rc, const char *why)
         wk_egress_attach(ctx->egress, b, on_egress_ready);
         return;
     }
-    started(b);
+    service_then_started(b);
 }
 
 /* args.limits (set by the scheduler, CONTRACTS.md): missing fields take the worker's
@@ -1126,9 +1161,12 @@ static void dispatch(wk_call *c)
     char text[256];
     wk_box *b;
 
-    if (t && t->internal) { /* sf.cancel, sf.template_build: never answered */
+    if (t && t->internal) { /* sf.cancel, sf.template_build/_delete: never answered */
         if (!strcmp(c->job.tool, SF_TOOL_TEMPLATE_BUILD)) {
             wk_tpl_build(ctx, &c->job);
+            call_done(c);
+        } else if (!strcmp(c->job.tool, SF_TOOL_TEMPLATE_DELETE)) {
+            wk_tpl_delete(ctx, &c->job);
             call_done(c);
         } else {
             do_cancel(c);

@@ -9,10 +9,12 @@
  * build goes (common/sf_templates.h). Nothing here answers a caller. */
 #include "worker.h"
 #include "tstore.h"
+#include "tpl_start.h"
 #include "sf_log.h"
 #include "sf_templates.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +25,7 @@
 
 #define TB_PATH 4096
 #define TB_STEP_TIMEOUT_MS 600000
-#define TB_READY_TRIES 60 /* ready_cmd: once a second, for a minute */
+#define TB_READY_MS 60000 /* ready_cmd must succeed within a minute of start_cmd */
 
 /* jail_int.h (the jail library) */
 int wk_rmtree(const char *path);
@@ -35,12 +37,13 @@ extern char **environ;
 typedef struct tb {
     wk_ctx *ctx;
     char team[SF_ID_MAX], name[64], id[SF_ID_MAX];
+    char job[SF_ID_MAX];      /* the record's job: the create that asked for this build */
+    int lead;                 /* 1: this host writes the step and the log */
     json_t *args;
     char src[TB_PATH], dir[TB_PATH], tmp[TB_PATH];
     wk_limits lim;
     wk_sandbox *sb;
     size_t step, nsteps;
-    int ready_tries;
     size_t logged;            /* bytes of log written to Redis */
     int failed_step;          /* 1-based; 0: not a step */
     char error[2048];         /* "" while all goes well */
@@ -53,26 +56,91 @@ static void tb_free(tb *b)
     free(b);
 }
 
-static void rset(tb *b, const char *field, const char *value)
+/* The record and log are this build's only while the record's job is its own: a deleted
+ * template (or one built again under its name) is never written by an old build. Every
+ * host writes its own at:<host> (and err:<host>); the status follows from them: ready once
+ * a host has it, failed once every host failed (the lead's error first), else building.
+ * While the scheduler deletes it (status deleting) the status is left alone. */
+/* KEYS: record. ARGV: job, field, value, now. */
+static const char lua_set[] =
+    "if redis.call('HGET', KEYS[1], 'job') ~= ARGV[1] then return 0 end\n"
+    "redis.call('HSET', KEYS[1], ARGV[2], ARGV[3], 'updated', ARGV[4])\n"
+    "return 1\n";
+/* KEYS: record, log. ARGV: job, text, max bytes. */
+static const char lua_log[] =
+    "if redis.call('HGET', KEYS[1], 'job') ~= ARGV[1] then return 0 end\n"
+    "if redis.call('STRLEN', KEYS[2]) + #ARGV[2] > tonumber(ARGV[3]) then return 0 end\n"
+    "return redis.call('APPEND', KEYS[2], ARGV[2])\n";
+/* KEYS: record. ARGV: job, host, ready|failed, error, failed_step, now, lead (1/0). */
+static const char lua_done[] =
+    "local v = redis.call('HMGET', KEYS[1], 'job', 'status', 'error')\n"
+    "if v[1] ~= ARGV[1] then return 0 end\n"
+    "redis.call('HSET', KEYS[1], 'at:' .. ARGV[2], ARGV[3], 'updated', ARGV[6])\n"
+    "if ARGV[3] == 'failed' then\n"
+    "  redis.call('HSET', KEYS[1], 'err:' .. ARGV[2], ARGV[4])\n"
+    "  if ARGV[7] == '1' or not v[3] then\n"
+    "    redis.call('HSET', KEYS[1], 'error', ARGV[4], 'failed_step', ARGV[5])\n"
+    "  end\n"
+    "end\n"
+    "if v[2] == 'deleting' then return 1 end\n"
+    "local ready, failed, n = false, 0, 0\n"
+    "local h = redis.call('HGETALL', KEYS[1])\n"
+    "for i = 1, #h, 2 do\n"
+    "  if string.sub(h[i], 1, 3) == 'at:' then\n"
+    "    n = n + 1\n"
+    "    if h[i + 1] == 'ready' then ready = true end\n"
+    "    if h[i + 1] == 'failed' then failed = failed + 1 end\n"
+    "  end\n"
+    "end\n"
+    "local st = 'building'\n"
+    "if ready then st = 'ready' elseif failed == n then st = 'failed' end\n"
+    "redis.call('HSET', KEYS[1], 'status', st)\n"
+    "return 1\n";
+static sf_redis_script set_script = SF_REDIS_SCRIPT(lua_set);
+static sf_redis_script log_script = SF_REDIS_SCRIPT(lua_log);
+static sf_redis_script done_script = SF_REDIS_SCRIPT(lua_done);
+
+static void rcall(tb *b, sf_redis_script *sc, int nkeys, int nargs, const char **argv)
 {
-    char key[256];
-    snprintf(key, sizeof(key), SF_RK_TEMPLATE, b->team, b->name);
-    sf_redis_cmd(b->ctx->redis, wk_redis_logged, NULL, "HSET %s %s %s updated %lld", key, field,
-                 value, (long long)sf_now_ms());
+    size_t lens[12];
+    for (int i = 0; i < nkeys + nargs; i++)
+        lens[i] = strlen(argv[i]);
+    if (sf_redis_script_call(b->ctx->redis, sc, wk_redis_logged, NULL, nkeys, nargs, argv,
+                             lens) < 0)
+        sf_warn("msg=\"cannot write a template's record; Redis is down\" team=%s template=%s",
+                b->team, b->name);
 }
 
-/* Appends to the build log, at most SF_TEMPLATE_LOG_MAX bytes in all. */
+static void rset(tb *b, const char *field, const char *value)
+{
+    char key[256], now[24];
+    const char *argv[] = {key, b->job, field, value, now};
+
+    if (!b->lead)
+        return;
+    snprintf(key, sizeof(key), SF_RK_TEMPLATE, b->team, b->name);
+    snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
+    rcall(b, &set_script, 1, 4, argv);
+}
+
+/* Appends to the build log (the lead host's build only), at most SF_TEMPLATE_LOG_MAX
+ * bytes in all. */
 static void log_add(tb *b, const char *p, size_t n)
 {
-    char key[256];
+    char key[256], logkey[256], max[24], *text;
 
-    if (b->logged >= SF_TEMPLATE_LOG_MAX || n == 0)
+    if (!b->lead || b->logged >= SF_TEMPLATE_LOG_MAX || n == 0)
         return;
     if (n > SF_TEMPLATE_LOG_MAX - b->logged)
         n = SF_TEMPLATE_LOG_MAX - b->logged;
+    if (!(text = strndup(p, n))) /* (a NUL in the output ends the piece) */
+        return;
     b->logged += n;
-    snprintf(key, sizeof(key), SF_RK_TEMPLATE_LOG, b->team, b->name);
-    sf_redis_cmd(b->ctx->redis, wk_redis_logged, NULL, "APPEND %s %b", key, p, n);
+    snprintf(key, sizeof(key), SF_RK_TEMPLATE, b->team, b->name);
+    snprintf(logkey, sizeof(logkey), SF_RK_TEMPLATE_LOG, b->team, b->name);
+    snprintf(max, sizeof(max), "%d", SF_TEMPLATE_LOG_MAX);
+    rcall(b, &log_script, 2, 3, (const char *[]){key, logkey, b->job, text, max});
+    free(text);
 }
 
 static void log_str(tb *b, const char *s)
@@ -82,21 +150,71 @@ static void log_str(tb *b, const char *s)
 
 /* ---- the end: files back to host ids, into place; the record ---------------------- */
 
+/* Inside a sandbox every template file belongs to an id it does not map (nobody), so only
+ * the "other" bits count there: each file and directory gets for others what its owner
+ * had to read and search (a step's 0600 file or 0700 directory stays usable in the
+ * template's sandboxes, as it was for the build's root). Nothing gets write bits. */
+static int open_up(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    mode_t m = st->st_mode & 07777, add = 0;
+
+    (void)ftw;
+    if (flag == FTW_SL || S_ISLNK(st->st_mode) || !(S_ISREG(st->st_mode) || S_ISDIR(st->st_mode)))
+        return 0;
+    if (m & S_IRUSR)
+        add |= S_IRGRP | S_IROTH;
+    if (m & S_IXUSR)
+        add |= S_IXGRP | S_IXOTH;
+    if ((m | add) != m && chmod(path, m | add) < 0)
+        return errno;
+    return 0;
+}
+
+/* service.json beside rootfs: the start_cmd and ready_cmd every sandbox of the template
+ * runs (tstore.h); written before the tree is in place, so a template is never without it. */
+static int write_service(tb *b)
+{
+    char path[TB_PATH + 32];
+    json_t *j = json_object();
+    int rc = 0;
+
+    snprintf(path, sizeof(path), "%s/" WK_TSTORE_SERVICE, b->dir);
+    if (!j)
+        return -ENOMEM;
+    if (json_object_get(b->args, "start_cmd"))
+        json_object_set(j, "start_cmd", json_object_get(b->args, "start_cmd"));
+    if (json_object_get(b->args, "ready_cmd"))
+        json_object_set(j, "ready_cmd", json_object_get(b->args, "ready_cmd"));
+    if (json_dump_file(j, path, JSON_COMPACT) < 0)
+        rc = -EIO;
+    json_decref(j);
+    return rc;
+}
+
 static void finish_work(void *arg)
 {
     tb *b = arg;
     char final[TB_PATH + 16];
     struct stat st;
+    int w;
 
     if (b->error[0] || stat(b->tmp, &st) < 0) {
         wk_rmtree(b->tmp);
         return;
     }
     snprintf(final, sizeof(final), "%s/rootfs", b->dir);
-    if ((b->rc = wk_tree_shift(b->tmp, st.st_uid, 0)) < 0 ||
-        (wk_rmtree(final), rename(b->tmp, final) < 0)) {
-        if (b->rc == 0)
-            b->rc = -errno;
+    if ((b->rc = wk_tree_shift(b->tmp, st.st_uid, 0)) == 0 &&
+        (w = nftw(b->tmp, open_up, 64, FTW_PHYS | FTW_MOUNT)) != 0)
+        b->rc = w > 0 ? -w : -errno;
+    if (b->rc == 0)
+        b->rc = write_service(b);
+    if (b->rc == 0 && rename(b->tmp, final) < 0) {
+        /* the same build ran here before (a redelivered job): the tree in place is kept,
+         * since sandboxes may use it; this copy goes */
+        b->rc = errno == EEXIST || errno == ENOTEMPTY ? 0 : -errno;
+        wk_rmtree(b->tmp);
+    }
+    if (b->rc < 0) {
         snprintf(b->error, sizeof(b->error), "The host could not store the built template "
                  "(%s); build it again.", strerror(-b->rc));
         wk_rmtree(b->tmp);
@@ -106,24 +224,24 @@ static void finish_work(void *arg)
 static void finish_done(void *arg)
 {
     tb *b = arg;
-    char key[256], step[16];
+    char key[256], step[16], now[24];
 
     snprintf(key, sizeof(key), SF_RK_TEMPLATE, b->team, b->name);
+    snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
+    snprintf(step, sizeof(step), "%d", b->failed_step);
     /* the log's last line first: whoever sees the status finds the whole log */
     if (b->error[0]) {
         log_str(b, "== failed: ");
         log_str(b, b->error);
         log_str(b, "\n");
-        snprintf(step, sizeof(step), "%d", b->failed_step);
-        sf_redis_cmd(b->ctx->redis, wk_redis_logged, NULL,
-                     "HSET %s status failed error %s failed_step %s updated %lld", key, b->error,
-                     b->failed_step ? step : "", (long long)sf_now_ms());
+        rcall(b, &done_script, 1, 7, (const char *[]){key, b->job, b->ctx->host_id, "failed",
+              b->error, b->failed_step ? step : "", now, b->lead ? "1" : "0"});
         sf_info("msg=\"template build failed\" team=%s template=%s why=\"%s\"", b->team, b->name,
                 b->error);
     } else {
         log_str(b, "== ready\n");
-        sf_redis_cmd(b->ctx->redis, wk_redis_logged, NULL,
-                     "HSET %s status ready updated %lld", key, (long long)sf_now_ms());
+        rcall(b, &done_script, 1, 7, (const char *[]){key, b->job, b->ctx->host_id, "ready", "",
+              "", now, b->lead ? "1" : "0"});
         sf_info("msg=\"template ready\" team=%s template=%s", b->team, b->name);
     }
     tb_free(b);
@@ -232,55 +350,27 @@ static int exec_cmd(tb *b, const char *command, const char *const *env, wk_exec_
     return b->ctx->ops->exec(b->sb, &req, cb, b);
 }
 
-static void on_ready(void *arg, const wk_exec_result *res);
-
-static void retry_ready(evutil_socket_t fd, short what, void *arg)
+static void on_log_removed(void *arg, const wk_exec_result *res)
 {
-    tb *b = arg;
-    const char *ready = json_string_value(json_object_get(b->args, "ready_cmd"));
-    (void)fd;
-    (void)what;
-    if (exec_cmd(b, ready, NULL, on_ready, 30000) < 0)
-        fail(b, 0, "%s", "ready_cmd could not run in the build sandbox; build it again.");
+    (void)res;
+    finish(arg);
 }
 
-static void on_ready(void *arg, const wk_exec_result *res)
+/* The service check: start_cmd, then ready_cmd within a minute (tpl_start.h), as every
+ * sandbox of the template will run them. */
+static void on_service(void *arg, int rc, const char *why)
 {
     tb *b = arg;
-    struct timeval sec = {1, 0};
 
-    if (!res->error && res->exit_code == 0) {
-        log_str(b, "== ready_cmd succeeded\n");
+    if (rc < 0) {
+        fail(b, 0, "The template's %s; fix start_cmd or ready_cmd and build it again.", why);
+        return;
+    }
+    log_str(b, json_object_get(b->args, "ready_cmd") ? "== ready_cmd succeeded\n"
+                                                     : "== start_cmd started\n");
+    /* the check's log is not the template's: each sandbox writes its own */
+    if (exec_cmd(b, "rm -f " WK_START_LOG, NULL, on_log_removed, 10000) < 0)
         finish(b);
-        return;
-    }
-    if (res->error || ++b->ready_tries >= TB_READY_TRIES) {
-        char detail[1100];
-        if (!res->error)
-            log_result(b, res);
-        output_tail(res, detail, 1024);
-        fail(b, 0, "ready_cmd did not succeed within 60 seconds of start_cmd; its last "
-             "output: %s", res->error ? res->error : detail);
-        return;
-    }
-    event_base_once(b->ctx->d.base, -1, EV_TIMEOUT, retry_ready, b, &sec);
-}
-
-static void on_started(void *arg, const wk_exec_result *res)
-{
-    tb *b = arg;
-    const char *ready = json_string_value(json_object_get(b->args, "ready_cmd"));
-
-    if (res->error || res->exit_code != 0) {
-        fail(b, 0, "start_cmd could not be started: %s", res->error ? res->error : "the shell failed");
-        return;
-    }
-    if (!ready) {
-        finish(b);
-        return;
-    }
-    log_str(b, "== ready_cmd\n");
-    retry_ready(-1, 0, b);
 }
 
 static void run_next(tb *b)
@@ -303,25 +393,12 @@ static void run_next(tb *b)
                  "sandbox (is it over 1 MiB?); shorten it.");
         return;
     }
-    if (start) { /* in the background, its output in /tmp/sandfleet-start.log */
-        static const char bg[] = "nohup /bin/sh -c \"$SF_START_CMD\" >/tmp/sandfleet-start.log "
-                                 "2>&1 </dev/null &";
-        char *env[2] = {NULL, NULL};
-        int rc;
-        log_str(b, "== start_cmd\n");
-        if (asprintf(&env[0], "SF_START_CMD=%s", start) < 0) {
+    if (start || ready) {
+        wk_tpl_start_req req = {.start_cmd = start, .ready_cmd = ready,
+                                .deadline_ms = sf_now_ms() + TB_READY_MS};
+        log_str(b, start ? "== start_cmd\n" : "== ready_cmd\n");
+        if (wk_tpl_start(b->ctx, b->sb, &req, on_service, b) < 0)
             fail(b, 0, "%s", "The host is out of memory; build it again.");
-            return;
-        }
-        rc = exec_cmd(b, bg, (const char *const *)env, on_started, 30000);
-        free(env[0]);
-        if (rc < 0)
-            fail(b, 0, "%s", "start_cmd could not be started in the build sandbox.");
-        return;
-    }
-    if (ready) {
-        log_str(b, "== ready_cmd\n");
-        retry_ready(-1, 0, b);
         return;
     }
     finish(b);
@@ -406,6 +483,9 @@ void wk_tpl_build(wk_ctx *ctx, const sf_job *job)
     b->args = json_deep_copy(a);
     snprintf(b->team, sizeof(b->team), "%s", job->team);
     snprintf(b->name, sizeof(b->name), "%s", name);
+    snprintf(b->job, sizeof(b->job), "%s", job->id);
+    /* the lead host writes the step and the log (a single host's build always does) */
+    b->lead = !json_is_false(json_object_get(a, "lead"));
     sf_id_new(b->id, "tb_");
     b->lim.memory_mib = (uint64_t)json_integer_value(json_object_get(a, "memory_mib"));
     b->lim.vcpu_milli = (uint32_t)json_integer_value(json_object_get(a, "vcpu_milli"));
@@ -430,7 +510,7 @@ void wk_tpl_build(wk_ctx *ctx, const sf_job *job)
         wk_template_path(ctx->cfg.state_dir, b->src, sizeof(b->src));
     wk_tstore_layers_free(layers);
     if (!b->args || wk_tstore_team_dir(ctx->tstore, b->team, b->name, b->dir, sizeof(b->dir)) < 0 ||
-        snprintf(b->tmp, sizeof(b->tmp), "%s/rootfs.tmp-%d", b->dir, (int)getpid()) >=
+        snprintf(b->tmp, sizeof(b->tmp), "%s/rootfs.tmp-%d-%s", b->dir, (int)getpid(), b->id) >=
             (int)sizeof(b->tmp)) {
         snprintf(b->error, sizeof(b->error), "The template's path is too long on this host; "
                  "use a shorter name.");
@@ -442,4 +522,50 @@ void wk_tpl_build(wk_ctx *ctx, const sf_job *job)
         snprintf(b->error, sizeof(b->error), "The host is out of memory; build it again.");
         finish_done(b);
     }
+}
+
+/* ---- sf.template_delete: the template's files on this host ----------------------- */
+
+typedef struct tdel {
+    char trash[TB_PATH];
+} tdel;
+
+static void del_work(void *arg)
+{
+    tdel *d = arg;
+    int rc = wk_rmtree(d->trash);
+    if (rc < 0)
+        sf_warn("msg=\"cannot remove a deleted template's files\" dir=%s rc=%d", d->trash, rc);
+}
+
+static void del_done(void *arg)
+{
+    free(arg);
+}
+
+void wk_tpl_delete(wk_ctx *ctx, const sf_job *job)
+{
+    const char *name = json_string_value(json_object_get(job->args, "name"));
+    char dir[TB_PATH], id[SF_ID_MAX];
+    tdel *d;
+
+    if (!name || strlen(name) > 63 || !sf_id_valid(name) ||
+        wk_tstore_team_dir(ctx->tstore, job->team, name, dir, sizeof(dir)) < 0)
+        return; /* the scheduler validated it: never happens */
+    if (!(d = calloc(1, sizeof(*d))))
+        return;
+    /* out of the way at once (a build of the same name may start next; a build of this one
+     * still running here loses its copy, which lives in this directory, and fails), then
+     * removed on the pool */
+    sf_id_new(id, "del_");
+    if (wk_tstore_trash_path(ctx->tstore, id, d->trash, sizeof(d->trash)) < 0 ||
+        rename(dir, d->trash) < 0) {
+        if (errno != ENOENT)
+            sf_warn("msg=\"cannot move a deleted template aside\" dir=%s errno=%d", dir, errno);
+        free(d);
+        return;
+    }
+    sf_info("msg=\"template deleted\" team=%s template=%s", job->team, name);
+    if (wk_pool_run(ctx->pool, del_work, del_done, d) < 0)
+        free(d); /* the next start removes the trash */
 }

@@ -2,6 +2,8 @@
 #include "tstore.h"
 #include "sf_log.h"
 
+#include <jansson.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -23,6 +25,7 @@
 /* template.c, jail_fs.c (declared in jail_int.h) */
 int wk_template_path(const char *state_dir, char *buf, size_t n);
 int wk_rmtree(const char *path);
+int wk_mkdir_p(const char *path, mode_t mode);
 
 extern char **environ;
 
@@ -148,6 +151,9 @@ int wk_tstore_new(const char *templates_dir, const char *state_dir, int build_de
                 wk_rmtree(g.gl_pathv[i]);
             globfree(&g);
         }
+        /* ...and deleted templates it had not removed yet */
+        snprintf(pat, sizeof(pat), "%s/templates/trash", ts->state_dir);
+        wk_rmtree(pat);
     }
     atomic_init(&ts->debian, debian_present(ts) ? DEB_READY : DEB_MISSING);
     if (build_debian && atomic_load(&ts->debian) == DEB_MISSING)
@@ -258,4 +264,46 @@ int wk_tstore_layers(wk_tstore *ts, const char *team, const char *name,
                  "again under another name.", name, strerror(-rc));
     }
     return rc;
+}
+
+int wk_tstore_service(wk_tstore *ts, const char *team, const char *name, char **start,
+                      char **ready)
+{
+    char path[TS_PATH_MAX];
+    const char *s, *r;
+    json_t *j;
+    size_t len;
+
+    *start = *ready = NULL;
+    if (!name || !strcmp(name, "base") || !strcmp(name, "debian"))
+        return 0;
+    if (wk_tstore_team_dir(ts, team, name, path, sizeof(path) - 16) < 0)
+        return -ENOENT;
+    len = strlen(path);
+    snprintf(path + len, sizeof(path) - len, "/" WK_TSTORE_SERVICE);
+    /* a few KiB at most (the schema bounds both commands to 4 KiB) */
+    if (!(j = json_load_file(path, JSON_REJECT_DUPLICATES, NULL)))
+        return access(path, F_OK) == 0 ? 0 : -ENOENT;
+    s = json_string_value(json_object_get(j, "start_cmd"));
+    r = json_string_value(json_object_get(j, "ready_cmd"));
+    if ((s && *s && !(*start = strdup(s))) || (r && *r && !(*ready = strdup(r)))) {
+        free(*start);
+        *start = NULL;
+        json_decref(j);
+        return -ENOMEM;
+    }
+    json_decref(j);
+    return 0;
+}
+
+int wk_tstore_trash_path(const wk_tstore *ts, const char *id, char *buf, size_t n)
+{
+    int r = snprintf(buf, n, "%s/templates/trash", ts->state_dir), rc;
+
+    if (r < 0 || (size_t)r >= n)
+        return -ENAMETOOLONG;
+    if ((rc = wk_mkdir_p(buf, 0700)) < 0)
+        return rc;
+    r = snprintf(buf, n, "%s/templates/trash/%s", ts->state_dir, id);
+    return r < 0 || (size_t)r >= n ? -ENAMETOOLONG : 0;
 }

@@ -31,6 +31,17 @@ void wk_tstore_layers_free(char *l[WK_LAYERS_MAX + 1]);
 /* 1 when 'debian' is ready on this host (the heartbeat publishes it). */
 int wk_tstore_debian_ready(wk_tstore *ts);
 
+/* The service of template name for team (tpl_start.h): its start_cmd and ready_cmd
+ * (malloc'd; NULL when it has none), from service.json in its directory, which its build
+ * wrote. The built-ins have none. 0, -ENOENT (not on this host), -ENOMEM. */
+int wk_tstore_service(wk_tstore *ts, const char *team, const char *name, char **start,
+                      char **ready);
+#define WK_TSTORE_SERVICE "service.json" /* beside rootfs: {start_cmd, ready_cmd} */
+
+/* A new place for a deleted template's directory (state_dir/templates/trash/<id>; the
+ * trash is emptied at start-up), its parent created. 0 or -errno. */
+int wk_tstore_trash_path(const wk_tstore *ts, const char *id, char *buf, size_t n);
+
 /* The directory of a team's template (state_dir/templates/team/<team>/<name>). */
 int wk_tstore_team_dir(const wk_tstore *ts, const char *team, const char *name, char *buf,
                        size_t n);

@@ -172,8 +172,10 @@ void wk_life_stop(wk_ctx *ctx);
 /* update.c: sandbox_update (network rules, metadata, lifecycle timers; never resumes). */
 void wk_do_update(wk_call *c, wk_box *b);
 
-/* tpl_build.c: builds the team template job describes (sf.template_build); no reply. */
+/* tpl_build.c: builds the team template job describes (sf.template_build); removes a
+ * deleted one's files (sf.template_delete). No reply. */
 void wk_tpl_build(wk_ctx *ctx, const sf_job *job);
+void wk_tpl_delete(wk_ctx *ctx, const sf_job *job);
 
 /* snapshot.c: sandbox_snapshot (handler), the files of a create's from_snapshot (use:
  * their directory into dir, -errno + why; unuse once the driver answered), and the

@@ -4,7 +4,9 @@
 // their shape as their sandboxes' limits, and invisible to other teams.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { connect, call, sh, env, driver } from './lib.mjs';
+import { existsSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { connect, call, sh, env, driver, until } from './lib.mjs';
 import { readZip } from './zip.mjs';
 
 const alpha = await connect(env.SF_KEY_ALPHA);
@@ -177,6 +179,9 @@ test('a good template becomes ready; its sandboxes have what the steps installed
     const o = await sh(alpha, id, 'python3 -c "import greet; print(greet.hi())"; cat /opt/data/seed; id -u');
     assert.equal(o.exit_code, 0, o.stderr);
     assert.equal(o.stdout, 'hi from the template\n12345\n0\n');
+    // its start_cmd (python3 -m http.server) runs in the sandbox, ready when the create answered
+    const web = await sh(alpha, id, 'curl -sf -o /dev/null -w "%{http_code}" http://127.0.0.1:8000/');
+    assert.equal(web.stdout, '200', web.stderr);
     // the template underneath is read-only: a sandbox changes its own copy (the overlay)
     const w = await sh(alpha, id, 'echo mine >> /opt/data/seed 2>&1; cat /opt/data/seed');
     assert.match(w.stdout, /12345\n/);
@@ -191,4 +196,93 @@ test('a good template becomes ready; its sandboxes have what the steps installed
     assert.match(bc.text, new RegExp(`Template '${name}' does not exist`));
     const bb = await call(beta, 'sandbox_template_create', { name: `b-${uniq}`, from: name });
     assert.match(bb.text, new RegExp(`Template '${name}' does not exist`));
+  });
+
+test("a template's start_cmd runs in every sandbox created from it, ready before the create answers; files it left private stay readable",
+  { skip: driver !== 'jail' && 'jail hosts build templates' }, async () => {
+    const name = `svc-${uniq}`;
+    const r = await call(alpha, 'sandbox_template_create', {
+      name, from: 'base', memory_mib: 128,
+      run_steps: [
+        'mkdir -p /srv/www && echo hello-from-the-service > /srv/www/index.html',
+        // left private by the step: 0600 file, 0700 directory
+        'echo secret-1 > /srv/private.txt && chmod 600 /srv/private.txt && mkdir -m 700 /srv/locked && echo secret-2 > /srv/locked/f && chmod 600 /srv/locked/f',
+      ],
+      start_cmd: 'echo service starting; sleep 0.3; exec httpd -f -p 127.0.0.1:8080 -h /srv/www',
+      // FAIL_READY (a sandbox's env_vars) makes it fail on purpose in one case below
+      ready_cmd: 'test -z "$FAIL_READY" || { echo failing on purpose; exit 3; }; wget -q -Y off -O - http://127.0.0.1:8080/ >/dev/null',
+    });
+    assert.equal(r.isError, false, r.text);
+    const t = await settled(alpha, name);
+    assert.equal(t.status, 'ready', JSON.stringify(t));
+
+    // each sandbox runs its own service, answering as soon as the create has
+    for (const n of [1, 2]) {
+      const id = await create(alpha, { from_template: name, name: `svc-${n}` });
+      assert.equal(typeof id, 'string', id.text);
+      const o = await sh(alpha, id, 'wget -q -Y off -O - http://127.0.0.1:8080/; cat /tmp/sandfleet-start.log');
+      assert.equal(o.exit_code, 0, o.stderr);
+      assert.equal(o.stdout, 'hello-from-the-service\nservice starting\n');
+      const p = await sh(alpha, id, 'cat /srv/private.txt /srv/locked/f && ls /srv/locked');
+      assert.equal(p.exit_code, 0, p.stderr);
+      assert.equal(p.stdout, 'secret-1\nsecret-2\nf\n');
+    }
+
+    // ready_cmd never succeeds: the create fails naming the command and its output, and
+    // the sandbox is gone
+    const tag = `ready-fail-${uniq}`;
+    const bad = await call(alpha, 'sandbox_create', { from_template: name, env_vars: { FAIL_READY: '1' },
+      metadata: { case: tag } });
+    assert.equal(bad.isError, true, bad.text);
+    assert.match(bad.text, /did not start its service: ready_cmd \(test -z "\$FAIL_READY".*\) did not succeed within \d+ s of start_cmd \(its last exit status 3, its output ending: failing on purpose; start_cmd's output in \/tmp\/sandfleet-start.log ending: service starting\)\. The sandbox was removed; fix the template's start_cmd or ready_cmd/);
+    const l = await call(alpha, 'sandbox_list', { metadata: { case: tag } });
+    assert.deepEqual(l.structured.sandboxes, []);
+  });
+
+test('sandbox_template_delete: refused while in use (with the count), for other teams and built-ins; frees the files, record, log and name',
+  { skip: driver !== 'jail' && 'jail hosts build templates' }, async () => {
+    const redis = (...a) => execFileSync('redis-cli', ['-u', env.SF_REDIS_URL, ...a]).toString().trim();
+    const name = `del-${uniq}`;
+    const build = async (v) => {
+      const r = await call(alpha, 'sandbox_template_create', { name, from: 'base', run_steps: [`echo ${v} > /version`] });
+      assert.equal(r.isError, false, r.text);
+      assert.equal((await settled(alpha, name)).status, 'ready');
+    };
+    await build('v1');
+    const dir = `${env.SF_STATE}/worker/templates/team/alpha/${name}`;
+    assert.ok(existsSync(`${dir}/rootfs/version`), dir);
+    assert.equal(redis('EXISTS', `sf:team:{alpha}:tpl:${name}:log`), '1');
+
+    const id = await create(alpha, { from_template: name });
+    const inuse = await call(alpha, 'sandbox_template_delete', { name });
+    assert.equal(inuse.isError, true);
+    assert.equal(inuse.text, `Template '${name}' is used by 1 live sandbox (${id}); kill it with sandbox_kill, then delete the template again.`);
+    assert.equal((await settled(alpha, name)).status, 'ready', 'a refused delete leaves it ready');
+    assert.equal((await sh(alpha, id, 'cat /version')).stdout, 'v1\n');
+
+    const other = await call(beta, 'sandbox_template_delete', { name });
+    assert.equal(other.isError, true);
+    assert.match(other.text, new RegExp(`^Template '${name}' does not exist`));
+    const builtin = await call(alpha, 'sandbox_template_delete', { name: 'debian' });
+    assert.match(builtin.text, /'debian' is a built-in template and cannot be deleted/);
+
+    assert.equal((await call(alpha, 'sandbox_kill', { sandbox_id: id })).isError, false);
+    const d = await call(alpha, 'sandbox_template_delete', { name });
+    assert.equal(d.isError, false, d.text);
+    assert.deepEqual(d.structured, { name, status: 'deleted', hosts: 1 });
+    const l = await call(alpha, 'sandbox_template_list', { name_prefix: name });
+    assert.deepEqual(l.structured.templates, []);
+    const c = await call(alpha, 'sandbox_create', { from_template: name });
+    assert.match(c.text, new RegExp(`Template '${name}' does not exist`));
+    assert.equal(redis('EXISTS', `sf:team:{alpha}:tpl:${name}:log`), '0', 'its build log is gone');
+    await until('its files to go from the host', async () => !existsSync(dir), 20000);
+
+    // the name is free again: a new template under it, with what its own steps made
+    await build('v2');
+    const id2 = await create(alpha, { from_template: name });
+    assert.equal((await sh(alpha, id2, 'cat /version')).stdout, 'v2\n');
+    await call(alpha, 'sandbox_kill', { sandbox_id: id2 });
+    assert.equal((await call(alpha, 'sandbox_template_delete', { name })).isError, false);
+    const again = await call(alpha, 'sandbox_template_delete', { name });
+    assert.match(again.text, /does not exist/);
   });

@@ -1,6 +1,7 @@
-// `sandfleet templates build|list|logs` against the real stack: build as the key's team
-// with a progress line per step until ready (exit 0) or failed (exit 1, the step's output);
-// list shows only the key's team's templates; logs is the operator's view of the build log.
+// `sandfleet templates build|list|delete|logs` against the real stack: build as the key's
+// team with a progress line per step until ready (exit 0) or failed (exit 1, the step's
+// output); list shows only the key's team's templates; delete removes the key's team's own;
+// logs is the operator's view of the build log.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -37,6 +38,18 @@ test('templates build: progress per step, then ready; logs and list show it', ja
   assert.equal(lb.status, 0, lb.stderr);
   assert.doesNotMatch(lb.stdout, new RegExp(name));
   assert.match(lb.stdout, /^debian +/m);
+
+  // delete: not another team's, then the key's team's own, once
+  const db = cli(['delete', name], env.SF_KEY_BETA);
+  assert.equal(db.status, 1);
+  assert.match(db.stderr, new RegExp(`Template '${name}' does not exist`));
+  const d = cli(['delete', name]);
+  assert.equal(d.status, 0, d.stderr);
+  assert.equal(d.stdout, `${name} deleted\n`);
+  assert.doesNotMatch(cli(['list', '--prefix', 'cli-']).stdout, new RegExp(name));
+  const d2 = cli(['delete', name]);
+  assert.equal(d2.status, 1);
+  assert.match(d2.stderr, /does not exist/);
 });
 
 test('templates build: a failing step exits 1 with the step and its output', jail, () => {

@@ -48,19 +48,27 @@ static void real_declarations(void **state)
     assert_true(t->resume);
     assert_false(t->internal);
     assert_non_null(json_object_get(json_object_get(t->output, "properties"), "exit_code"));
-    /* every tool promises an object; none is internal but sf.cancel and sf.template_build */
+    /* every tool promises an object; none is internal but sf.cancel, sf.template_build and
+     * sf.template_delete */
     for (size_t i = 0; i < real.n; i++) {
         assert_string_equal(json_string_value(json_object_get(real.tools[i].output, "type")),
                             "object");
         assert_int_equal(real.tools[i].internal,
                          !strcmp(real.tools[i].name, SF_TOOL_CANCEL) ||
-                             !strcmp(real.tools[i].name, SF_TOOL_TEMPLATE_BUILD));
+                             !strcmp(real.tools[i].name, SF_TOOL_TEMPLATE_BUILD) ||
+                             !strcmp(real.tools[i].name, SF_TOOL_TEMPLATE_DELETE));
     }
     assert_non_null(t = sf_toolset_find(&real, SF_TOOL_CANCEL));
     assert_int_equal(t->runs, SF_RUNS_WORKER);
     assert_non_null(t = sf_toolset_find(&real, SF_TOOL_TEMPLATE_BUILD));
     assert_int_equal(t->runs, SF_RUNS_WORKER);
     assert_int_equal(t->sandbox, SF_SB_NONE);
+    assert_non_null(t = sf_toolset_find(&real, SF_TOOL_TEMPLATE_DELETE));
+    assert_int_equal(t->runs, SF_RUNS_WORKER);
+    assert_int_equal(t->sandbox, SF_SB_NONE);
+    assert_non_null(t = sf_toolset_find(&real, "sandbox_template_delete"));
+    assert_int_equal(t->runs, SF_RUNS_SCHEDULER);
+    assert_false(t->internal);
 }
 
 static void wait_follows_the_declaration(void **state)
