@@ -519,11 +519,21 @@ static void on_undone(redisAsyncContext *ac, void *r, void *priv)
     del_fail(d, SF_ERR_INVALID, text);
 }
 
+static void on_undo_logged(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+    (void)ac;
+    (void)priv;
+    if (!rep || rep->type == REDIS_REPLY_ERROR)
+        sf_warn("msg=\"cannot undo a template's deleting mark; it stays 'deleting' until "
+                "deleted again\" err=\"%s\"", rep ? rep->str : "no reply");
+}
+
 /* Every read answered: in use (the delete is undone and refused) or not (deleted). */
 static void del_decide(tdel *d)
 {
     if (d->failed) {
-        if (del_call(d, &del_undo_script, NULL, 1) < 0)
+        if (del_call(d, &del_undo_script, on_undo_logged, 1) < 0)
             sf_warn("msg=\"cannot undo a template's deleting mark\" template=%s", d->name);
         del_fail(d, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
         return;
