@@ -12,6 +12,7 @@
 #define TS_ENV_MAX 256
 #define TS_READY_TIMEOUT_MS 10000 /* one run of ready_cmd */
 #define TS_MARGIN_MS 1500         /* a box's create: answered this long before its deadline */
+#define TS_BOX_WAIT_MAX_MS 300000 /* ...and never waits longer (a batch job's long deadline) */
 
 /* The start: detached (setsid where the template has it), output to WK_START_LOG (a new
  * file of the sandbox's: one the template holds belongs to nobody there). */
@@ -230,6 +231,8 @@ int wk_tpl_start(wk_ctx *ctx, wk_sandbox *sb, const wk_tpl_start_req *req, wk_tp
     t->cb = cb;
     t->arg = arg;
     t->began_ms = sf_now_ms();
+    t->last_exit = -1;
+    snprintf(t->last, sizeof(t->last), "(none: no time was left to run it)");
     /* the environment, then SF_START_CMD last (begin finds it there) */
     if (!(t->env = calloc(n + 2, sizeof(char *))))
         goto oom;
@@ -319,6 +322,8 @@ int wk_tpl_start_box(wk_box *b, void (*done)(wk_box *b, int rc, const char *why)
     req.ready_cmd = ready;
     req.env = env;
     req.deadline_ms = b->create->job.deadline_ms - TS_MARGIN_MS;
+    if (req.deadline_ms > sf_now_ms() + TS_BOX_WAIT_MAX_MS)
+        req.deadline_ms = sf_now_ms() + TS_BOX_WAIT_MAX_MS;
     req.gone = box_gone;
     if ((rc = wk_tpl_start(ctx, b->sb, &req, box_done, s)) == 0) {
         s = NULL;

@@ -44,7 +44,27 @@ async function builds(count) {
   return stats("template build from 'debian' (1 step, to ready)", t);
 }
 
-const rows = [await creates('base', n), await creates('debian', n), await builds(3)];
+// A team template from 'base' whose service (busybox httpd) each sandbox starts, and whose
+// ready_cmd (wget) the create waits for.
+async function service() {
+  const name = `bench-svc-${Date.now().toString(36)}`;
+  const r = await tool('sandbox_template_create', { name, from: 'base', run_steps: ['mkdir -p /srv && echo ok > /srv/index.html'],
+    start_cmd: 'exec httpd -f -p 127.0.0.1:8080 -h /srv', ready_cmd: 'wget -q -Y off -O /dev/null http://127.0.0.1:8080/' });
+  if (r.isError) throw new Error(r.content[0].text);
+  for (;;) {
+    const l = (await tool('sandbox_template_list', { name_prefix: name })).structuredContent.templates;
+    const st = l.find((x) => x.name === name)?.status;
+    if (st === 'ready') break;
+    if (st !== 'building') throw new Error(`template ${name}: ${JSON.stringify(l)}`);
+    await new Promise((res) => setTimeout(res, 100));
+  }
+  const row = await creates(name, n);
+  row.label = "sandbox_create from a template with a service";
+  await tool('sandbox_template_delete', { name });
+  return row;
+}
+
+const rows = [await creates('base', n), await creates('debian', n), await service(), await builds(3)];
 const base = rows[0].p50;
 console.log(`\n${'call'.padEnd(50)} ${'n'.padStart(4)} ${'p50 ms'.padStart(9)} ${'p90 ms'.padStart(9)} ${'p99 ms'.padStart(9)} ${'mean'.padStart(9)}  p50 vs base`);
 for (const r of rows) {

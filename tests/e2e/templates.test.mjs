@@ -235,8 +235,8 @@ test("a template's start_cmd runs in every sandbox created from it, ready before
       metadata: { case: tag } });
     assert.equal(bad.isError, true, bad.text);
     assert.match(bad.text, /did not start its service: ready_cmd \(test -z "\$FAIL_READY".*\) did not succeed within \d+ s of start_cmd \(its last exit status 3, its output ending: failing on purpose; start_cmd's output in \/tmp\/sandfleet-start.log ending: service starting\)\. The sandbox was removed; fix the template's start_cmd or ready_cmd/);
-    const l = await call(alpha, 'sandbox_list', { metadata: { case: tag } });
-    assert.deepEqual(l.structured.sandboxes, []);
+    await until('the failed sandbox to leave the list', async () =>
+      (await call(alpha, 'sandbox_list', { metadata: { case: tag } })).structured.sandboxes.length === 0);
   });
 
 test('sandbox_template_delete: refused while in use (with the count), for other teams and built-ins; frees the files, record, log and name',

@@ -13,27 +13,32 @@ const stack = `${import.meta.dirname}/../integration/stack`;
 const second = 'e2e-host-2';
 const redis = (...a) => execFileSync('redis-cli', ['-u', env.SF_REDIS_URL, ...a]).toString().trim();
 const uniq = Date.now().toString(36);
-let beta;
+let client;
 const made = [];
 
+// a team of its own: no sandbox of another suite's sways the spread
+const team = `tplhosts${uniq}`;
 before(async () => {
   if (driver !== 'jail') return;
   execFileSync(stack, ['add-worker', env.SF_STATE, env.SF_BUILD, second], { stdio: 'inherit' });
-  beta = await connect(env.SF_KEY_BETA, 'beta');
+  const key = execFileSync(`${env.SF_BUILD}/cli/sandfleet`, ['keys', 'create', '--team', team],
+    { env: { ...process.env, SF_REDIS_URL: env.SF_REDIS_URL, SF_AUTH_SECRET_FILE: env.SF_AUTH_SECRET_FILE } })
+    .toString().trim();
+  client = await connect(key, team);
 });
 after(async () => {
   if (driver !== 'jail') return;
-  for (const id of made) await call(beta, 'sandbox_kill', { sandbox_id: id });
-  await beta.close();
+  for (const id of made) await call(client, 'sandbox_kill', { sandbox_id: id });
+  await client.close();
   execFileSync(stack, ['stop-worker', env.SF_STATE, env.SF_BUILD, second], { stdio: 'inherit' });
 });
 
-const listed = async (name) => (await call(beta, 'sandbox_template_list', { name_prefix: name }))
+const listed = async (name) => (await call(client, 'sandbox_template_list', { name_prefix: name }))
   .structured.templates.find((t) => t.name === name);
 
 test('a team template is built on every jail host; its sandboxes land on both; delete frees both', jail, async () => {
   const name = `multi-${uniq}`;
-  const r = await call(beta, 'sandbox_template_create', {
+  const r = await call(client, 'sandbox_template_create', {
     name, from: 'base', memory_mib: 128, run_steps: ['echo built > /built && chmod 600 /built'],
     start_cmd: 'exec httpd -f -p 127.0.0.1:8080 -h /', ready_cmd: 'wget -q -Y off -O /dev/null http://127.0.0.1:8080/built',
   });
@@ -47,38 +52,38 @@ test('a team template is built on every jail host; its sandboxes land on both; d
   assert.equal(t.status, 'ready');
   assert.equal(t.hosts, 2);
   const dirs = [`${env.SF_STATE}/worker`, `${env.SF_STATE}/worker-${second}`]
-    .map((d) => `${d}/templates/team/beta/${name}`);
+    .map((d) => `${d}/templates/team/${team}/${name}`);
   for (const d of dirs) {
     assert.ok(existsSync(`${d}/rootfs/built`), d);
     assert.deepEqual(JSON.parse(readFileSync(`${d}/service.json`, 'utf8')).ready_cmd,
       'wget -q -Y off -O /dev/null http://127.0.0.1:8080/built');
   }
   // the build log is the lead host's alone: one copy of each step
-  const log = redis('GET', `sf:team:{beta}:tpl:${name}:log`);
+  const log = redis('GET', `sf:team:{${team}}:tpl:${name}:log`);
   assert.equal(log.match(/== step 1\/1/g).length, 1, log);
 
   // placement spreads the team over the hosts that hold the template
   const hosts = new Set();
   for (let i = 0; i < 4; i++) {
-    const c = await call(beta, 'sandbox_create', { from_template: name });
+    const c = await call(client, 'sandbox_create', { from_template: name });
     assert.equal(c.isError, false, c.text);
     made.push(c.structured.id);
     hosts.add(redis('HGET', `sf:sb:{${c.structured.id}}`, 'host'));
-    const o = await sh(beta, c.structured.id, 'wget -q -Y off -O - http://127.0.0.1:8080/built');
+    const o = await sh(client, c.structured.id, 'wget -q -Y off -O - http://127.0.0.1:8080/built');
     assert.equal(o.stdout, 'built\n', o.stderr);
   }
   assert.deepEqual([...hosts].sort(), [env.SF_HOST_ID, second].sort());
 
   // a template built from it is built where it is ready: both hosts again
   const child = `${name}-2`;
-  const cr = await call(beta, 'sandbox_template_create', { name: child, from: name, run_steps: ['cat /built'] });
+  const cr = await call(client, 'sandbox_template_create', { name: child, from: name, run_steps: ['cat /built'] });
   assert.equal(cr.isError, false, cr.text);
   assert.equal(cr.structured.hosts, 2);
   await until('the child ready on both', async () => (await listed(child)).hosts_ready === 2, 120000);
 
-  for (const id of made.splice(0)) await call(beta, 'sandbox_kill', { sandbox_id: id });
+  for (const id of made.splice(0)) await call(client, 'sandbox_kill', { sandbox_id: id });
   for (const n of [name, child]) {
-    const d = await call(beta, 'sandbox_template_delete', { name: n });
+    const d = await call(client, 'sandbox_template_delete', { name: n });
     assert.equal(d.isError, false, d.text);
     assert.equal(d.structured.hosts, 2);
   }
@@ -87,13 +92,13 @@ test('a team template is built on every jail host; its sandboxes land on both; d
 
 test('placement says why when no host holding the template can take a sandbox', jail, async () => {
   const name = `gone-${uniq}`;
-  const r = await call(beta, 'sandbox_template_create', { name, from: 'base' });
+  const r = await call(client, 'sandbox_template_create', { name, from: 'base' });
   assert.equal(r.isError, false, r.text);
   await until('ready on both hosts', async () => (await listed(name)).hosts_ready === 2, 120000);
   // as if both hosts had lost it (a host that failed the build, or left): ready nowhere
-  for (const h of [env.SF_HOST_ID, second]) redis('HSET', `sf:team:{beta}:tpl:${name}`, `at:${h}`, 'failed');
-  const c = await call(beta, 'sandbox_create', { from_template: name });
+  for (const h of [env.SF_HOST_ID, second]) redis('HSET', `sf:team:{${team}}:tpl:${name}`, `at:${h}`, 'failed');
+  const c = await call(client, 'sandbox_create', { from_template: name });
   assert.equal(c.isError, true);
   assert.match(c.text, new RegExp(`No host that holds template '${name}' has room or is responding .*retry in a few seconds, or build it again`));
-  assert.equal((await call(beta, 'sandbox_template_delete', { name })).isError, false);
+  assert.equal((await call(client, 'sandbox_template_delete', { name })).isError, false);
 });
