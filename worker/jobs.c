@@ -511,23 +511,47 @@ static int create_cut_short(wk_box *b)
     return 1;
 }
 
-/* The template's service came up (or failed: the sandbox goes, the create says why). */
+typedef struct svc_failed {
+    wk_call *c;
+    const char *code;
+    char text[2400];
+} svc_failed;
+
+static void on_svc_failed_written(redisAsyncContext *ac, void *r, void *priv)
+{
+    svc_failed *f = priv;
+
+    wk_redis_logged(ac, r, NULL);
+    wk_reply_error(f->c, f->code, f->text);
+    free(f);
+}
+
+/* The template's service came up (or failed: the sandbox goes, and once its record says
+ * so the create says why). */
 static void on_service(wk_box *b, int rc, const char *why)
 {
     wk_call *c = b->create;
-    char text[2400];
+    svc_failed *f;
 
     if (create_cut_short(b))
         return;
     if (rc < 0) {
-        snprintf(text, sizeof(text), "The sandbox's template did not start its service: %s. The "
-                 "sandbox was removed; fix the template's start_cmd or ready_cmd (delete it and "
-                 "build it again), or create from another template.", why ? why : "no reason");
         sf_info("msg=\"create failed: template service\" sandbox=%s rc=%d", b->id, rc);
         b->create = NULL;
         b->state = WK_BOX_RUNNING;
-        wk_box_kill(b, "failed");
-        wk_reply_error(c, rc == -ETIMEDOUT ? SF_ERR_INVALID : SF_ERR_UNAVAILABLE, text);
+        if (!(f = calloc(1, sizeof(*f)))) {
+            wk_box_kill(b, "failed");
+            wk_reply_error(c, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+            return;
+        }
+        f->c = c;
+        f->code = rc == -ETIMEDOUT ? SF_ERR_INVALID : SF_ERR_UNAVAILABLE;
+        snprintf(f->text, sizeof(f->text), "The sandbox's template did not start its service: "
+                 "%s. The sandbox was removed; fix the template's start_cmd or ready_cmd "
+                 "(delete it and build it again), or create from another template.",
+                 why ? why : "no reason");
+        if (wk_box_kill_then(b, "failed", on_svc_failed_written, f) < 0)
+            on_svc_failed_written(NULL, NULL, f);
         return;
     }
     started(b);
