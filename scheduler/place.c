@@ -125,7 +125,7 @@ static const char lua_create[] =
     "  end\n"
     "end\n"
     "if not best then\n"
-    "  if tkey and not fits then return {'pinned'} end\n"
+    "  if (pin or tkey) and not fits then return {'pinned'} end\n"
     "  if needdeb and not anyjail then return {'jailonly'} end\n"
     "  if needdeb and not fits then return {'nodebian'} end\n"
     "  if fits then return {'hostshare', tostring(hshare)} end\n"
