@@ -108,10 +108,12 @@ test('timeout_seconds kills the sandbox, also across a scheduler and a gateway r
   assert.equal(redis('ZSCORE', `sf:host:{${env.SF_HOST_ID}}:timers`, `t:${id}`), '', 'its timers are gone');
 });
 
-test('idle sandboxes pause by themselves; a call resumes them', async () => {
+test('idle sandboxes pause by themselves, also across a scheduler and a gateway restart; a call resumes them', async () => {
   const id = await create({ name: 'idle' });
   const i = await info(id);
   assert.ok(Date.parse(i.timers.idle_pause_at) <= Date.now() + 3000, i.timers.idle_pause_at);
+  stack('restart-scheduler');
+  await restartGateway();
   await until('the idle pause', async () => (await status(id)) === 'paused');
   assert.equal((await sh(client, id, 'echo back')).stdout, 'back\n');
   assert.equal(await status(id), 'active');
