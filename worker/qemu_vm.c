@@ -1030,6 +1030,38 @@ static void on_resumed_ping(void *arg, int rc, const char *why)
     vm_release(sb);
 }
 
+static void on_continued(void *arg, json_t *ret, const char *err);
+
+/* `cont` again, after a VM's state was migrated out (a snapshot of a running sandbox). */
+static void on_cont_retry(evutil_socket_t fd, short what, void *arg)
+{
+    wk_sandbox *sb = arg;
+
+    (void)fd;
+    (void)what;
+    sb->depth--;
+    if (sb->st == VM_RESUMING && !sb->killed &&
+        wk_qmp_cmd(sb->qmp, "cont", NULL, -1, on_continued, sb) < 0)
+        fail_vm(sb, ERR_NOMEM, "cannot queue cont");
+    vm_release(sb);
+}
+
+/* QEMU announces a migration `completed` a moment before it leaves its finish-migrate
+ * state, and refuses `cont` until then ("Migration is not finalized yet"): once the
+ * snapshot of a running VM is taken, its `cont` may meet that moment. It is sent again
+ * every 5 ms; the move's deadline still bounds the whole resume. 1: retried. */
+static int cont_retry(wk_sandbox *sb, const char *err)
+{
+    struct timeval tv = {0, 5000};
+
+    if (sb->st != VM_RESUMING || !strstr(err, "not finalized") ||
+        event_base_once(sb->d->base, -1, EV_TIMEOUT, on_cont_retry, sb, &tv) < 0)
+        return 0;
+    sf_debug("msg=\"cont again: the migration is not finalized yet\" sandbox=%s", sb->id);
+    sb->depth++;
+    return 1;
+}
+
 static void on_continued(void *arg, json_t *ret, const char *err)
 {
     wk_sandbox *sb = arg;
@@ -1037,7 +1069,8 @@ static void on_continued(void *arg, json_t *ret, const char *err)
     if ((sb->st != VM_RESUMING && sb->st != VM_LOADING) || sb->killed)
         return;
     if (err) {
-        on_qmp_failed_step(sb, NULL, err);
+        if (!cont_retry(sb, err))
+            on_qmp_failed_step(sb, NULL, err);
         return;
     }
     wk_alink_hold(sb->link, 0);
