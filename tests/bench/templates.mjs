@@ -7,6 +7,17 @@ const n = Number(process.argv[2] ?? 50);
 const tool = (name, args) => rpc('tools/call', { name, arguments: args }, false);
 const ms = (s) => Number(process.hrtime.bigint() - s) / 1e6;
 
+// Polls the list until template name is ready (throws if it failed).
+async function ready(name) {
+  for (;;) {
+    const l = (await tool('sandbox_template_list', { name_prefix: name })).structuredContent.templates;
+    const st = l.find((x) => x.name === name)?.status;
+    if (st === 'ready') return;
+    if (st !== 'building') throw new Error(`template ${name}: ${JSON.stringify(l)}`);
+    await new Promise((res) => setTimeout(res, 100));
+  }
+}
+
 async function creates(template, count) {
   const t = [];
   for (let i = 0; i < count + 5; i++) { // 5 warm-up
@@ -32,13 +43,7 @@ async function builds(count) {
     const s = process.hrtime.bigint();
     const r = await tool('sandbox_template_create', { name, from: 'debian', run_steps: ['echo built > /opt/built'] });
     if (r.isError) throw new Error(r.content[0].text);
-    for (;;) {
-      const l = (await tool('sandbox_template_list', { name_prefix: name })).structuredContent.templates;
-      const st = l.find((x) => x.name === name)?.status;
-      if (st === 'ready') break;
-      if (st !== 'building') throw new Error(`template ${name}: ${JSON.stringify(l)}`);
-      await new Promise((res) => setTimeout(res, 100));
-    }
+    await ready(name);
     t.push(ms(s));
   }
   return stats("template build from 'debian' (1 step, to ready)", t);
@@ -51,13 +56,7 @@ async function service() {
   const r = await tool('sandbox_template_create', { name, from: 'base', run_steps: ['mkdir -p /srv && echo ok > /srv/index.html'],
     start_cmd: 'exec httpd -f -p 127.0.0.1:8080 -h /srv', ready_cmd: 'wget -q -Y off -O /dev/null http://127.0.0.1:8080/' });
   if (r.isError) throw new Error(r.content[0].text);
-  for (;;) {
-    const l = (await tool('sandbox_template_list', { name_prefix: name })).structuredContent.templates;
-    const st = l.find((x) => x.name === name)?.status;
-    if (st === 'ready') break;
-    if (st !== 'building') throw new Error(`template ${name}: ${JSON.stringify(l)}`);
-    await new Promise((res) => setTimeout(res, 100));
-  }
+  await ready(name);
   const row = await creates(name, n);
   row.label = "sandbox_create from a template with a service";
   await tool('sandbox_template_delete', { name });
