@@ -89,10 +89,12 @@ static void on_killed(void *arg, int rc)
 
 static int seq;
 
-static wk_sandbox *create(const wk_driver_ops *ops, wk_driver *drv, double *ms, char *id_out)
+/* A sandbox (from the snapshot in dir, or NULL); ms: its create time. */
+static wk_sandbox *create(const wk_driver_ops *ops, wk_driver *drv, const char *dir, double *ms,
+                          char *id_out)
 {
     char id[64];
-    wk_create_req req = {.id = id};
+    wk_create_req req = {.id = id, .snapshot = dir};
     done d = {0};
     uint64_t t0;
 
@@ -162,25 +164,6 @@ static double snapshot(const wk_driver_ops *ops, wk_sandbox *sb, const char *dir
     if (s.rc < 0)
         exit(1);
     return (double)(sf_mono_us() - t0) / 1000.0;
-}
-
-static wk_sandbox *create_from(const wk_driver_ops *ops, wk_driver *drv, const char *dir,
-                               double *ms)
-{
-    char id[64];
-    wk_create_req req = {.id = id, .snapshot = dir};
-    done d = {0};
-    uint64_t t0;
-
-    snprintf(id, sizeof(id), "sb_bench%d_%d", (int)getpid() % 100000, ++seq);
-    t0 = sf_mono_us();
-    if (ops->create(drv, &req, on_created, &d) < 0)
-        exit(1);
-    spin_until(&d.done);
-    *ms = (double)(sf_mono_us() - t0) / 1000.0;
-    if (d.rc < 0)
-        exit(1);
-    return d.sb;
 }
 
 static void wait_pool(wk_driver *d)
@@ -387,9 +370,9 @@ int main(int argc, char **argv)
         wk_sandbox *j, *q;
         double ms;
 
-        j = create(J, jd, &ms, NULL);
+        j = create(J, jd, NULL, &ms, NULL);
         r[0].v[r[0].n++] = ms;
-        q = create(Q, qd, &ms, NULL);
+        q = create(Q, qd, NULL, &ms, NULL);
         r[1].v[r[1].n++] = ms;
         r[8].v[r[8].n++] = cpu_ms(wk_qvm_pid(q));
         for (int k = 0; k < 5; k++) {
@@ -405,7 +388,7 @@ int main(int argc, char **argv)
         wk_sandbox *q;
         double ms;
         wait_pool(qd);
-        q = create(Q, qd, &ms, NULL);
+        q = create(Q, qd, NULL, &ms, NULL);
         r[9].v[r[9].n++] = ms;
         kill_wait(Q, q);
     }
@@ -416,7 +399,7 @@ int main(int argc, char **argv)
         r[3].n = nv;
     /* pause/resume and save/load cycles on one VM (exec between: it must answer) */
     {
-        wk_sandbox *q = create(Q, qd, NULL, NULL);
+        wk_sandbox *q = create(Q, qd, NULL, NULL, NULL);
         for (int i = 0; i < n; i++) {
             r[4].v[r[4].n++] = vm_op(wk_qvm_pause, q);
             r[5].v[r[5].n++] = vm_op(wk_qvm_resume, q);
@@ -430,7 +413,7 @@ int main(int argc, char **argv)
     /* snapshot of a running sandbox (a file written, a process running), then a create
      * from it; the snapshot's files go after each round (untimed) */
     {
-        wk_sandbox *j = create(J, jd, NULL, NULL), *q = create(Q, qd, NULL, NULL);
+        wk_sandbox *j = create(J, jd, NULL, NULL, NULL), *q = create(Q, qd, NULL, NULL, NULL);
         wk_exec_req req = {.command = "echo kept > /root/f; sleep 100000 >/dev/null 2>&1 &",
                            .timeout_ms = 60000};
         done d1 = {0}, d2 = {0};
@@ -446,11 +429,11 @@ int main(int argc, char **argv)
             snprintf(qsnap, sizeof(qsnap), "%s/snap-%d", qdir, i);
             r[11].v[r[11].n++] = snapshot(J, j, jsnap);
             r[12].v[r[12].n++] = snapshot(Q, q, qsnap);
-            x = create_from(J, jd, jsnap, &ms);
+            x = create(J, jd, jsnap, &ms, NULL);
             r[13].v[r[13].n++] = ms;
             exec_true(J, x);
             kill_wait(J, x);
-            x = create_from(Q, qd, qsnap, &ms);
+            x = create(Q, qd, qsnap, &ms, NULL);
             r[14].v[r[14].n++] = ms;
             exec_true(Q, x);
             kill_wait(Q, x);
@@ -491,8 +474,8 @@ int main(int argc, char **argv)
         char jid[M][64];
         long rss, priv, jr = 0, jp = 0, qr = 0, qp = 0, pr = 0, pp = 0, sr = 0;
         for (int i = 0; i < M; i++) {
-            js[i] = create(J, jd, NULL, jid[i]);
-            qs[i] = create(Q, qd, NULL, NULL);
+            js[i] = create(J, jd, NULL, NULL, jid[i]);
+            qs[i] = create(Q, qd, NULL, NULL, NULL);
             exec_true(J, js[i]);
             exec_true(Q, qs[i]);
         }
