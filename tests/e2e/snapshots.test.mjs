@@ -49,7 +49,9 @@ const del = async (snapshot) => {
   return r.structured;
 };
 const redis = (...args) => execFileSync('redis-cli', ['-u', env.SF_REDIS_URL, ...args]).toString().trim();
-const counter = 'setsid sh -c \'i=0; while true; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done\' >/dev/null 2>&1 &';
+// each count is written beside the file and renamed over it, so /tmp/n is never seen empty
+// (a snapshot taken between a truncate and its write restored an empty file once)
+const counter = 'setsid sh -c \'i=0; while true; do i=$((i+1)); echo $i > /tmp/n.new; mv /tmp/n.new /tmp/n; sleep 0.05; done\' >/dev/null 2>&1 &';
 const count = async (id) => Number((await sh(alpha, id, 'cat /tmp/n')).stdout);
 // the snapshot's files on the worker's host (the e2e stack's state_dir)
 const files = (snapshotId) => `${env.SF_STATE}/worker/snapshots/${snapshotId}`;
