@@ -45,21 +45,30 @@ static int show(redisContext *rc, const char *team)
     res = redisCommand(rc, "HGETALL " SF_RK_TEAM_RES, team);
     if (!cli_reply_ok(rc, res))
         return 1;
+    /* sandbox id -> "<host> <mem MiB> <vCPU milli> <disk>" */
     for (size_t i = 0; i + 1 < res->elements; i += 2) {
-        const char *f = res->element[i]->str, *v = res->element[i + 1]->str;
-        if (!strcmp(f, "n"))
-            sf_parse_i64(v, 0, INT64_MAX, &n);
-        else if (!strcmp(f, "mem"))
-            sf_parse_i64(v, 0, INT64_MAX, &mem);
-        else if (!strcmp(f, "vcpu"))
-            sf_parse_i64(v, 0, INT64_MAX, &vcpu);
+        char host[SF_ID_MAX];
+        long long m, c;
+        if (sscanf(res->element[i + 1]->str, "%63s %lld %lld", host, &m, &c) != 3)
+            continue;
+        n++, mem += m, vcpu += c;
     }
     printf("holds: %lld sandboxes, %lld MiB, %.1f vCPUs\n", (long long)n, (long long)mem,
            (double)vcpu / 1000.0);
-    for (size_t i = 0; i + 1 < res->elements; i += 2) /* per host: n@HOST, mem@HOST, ... */
-        if (!strncmp(res->element[i]->str, "n@", 2))
-            printf("  on %s: %s sandboxes\n", res->element[i]->str + 2,
-                   res->element[i + 1]->str);
+    for (size_t i = 0; i + 1 < res->elements; i += 2) { /* per host, in first-seen order */
+        char host[SF_ID_MAX], other[SF_ID_MAX];
+        long long m, c, on = 0;
+        int seen = 0;
+        if (sscanf(res->element[i + 1]->str, "%63s %lld %lld", host, &m, &c) != 3)
+            continue;
+        for (size_t j = 0; j + 1 < res->elements; j += 2)
+            if (sscanf(res->element[j + 1]->str, "%63s", other) == 1 && !strcmp(other, host)) {
+                seen |= j < i;
+                on++;
+            }
+        if (!seen)
+            printf("  on %s: %lld sandboxes\n", host, on);
+    }
     freeReplyObject(res);
     return 0;
 }

@@ -7,12 +7,13 @@
 #ifndef SF_NETLOG_H
 #define SF_NETLOG_H
 
+#include "sf_store.h" /* the key layout */
+
 #include <hiredis/hiredis.h>
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define SF_RK_NETLOG "sf:sb:{%s}:netlog"  /* stream, capped */
 #define SF_NETLOG_CAP_DEFAULT 1000          /* entries kept per sandbox */
 #define SF_NETLOG_LIMIT_DEFAULT 50          /* entries a read returns (TOOLS.md) */
 #define SF_NETLOG_LIMIT_MAX 200

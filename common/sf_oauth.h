@@ -5,6 +5,8 @@
 #ifndef SF_OAUTH_H
 #define SF_OAUTH_H
 
+#include "sf_store.h" /* the key layout */
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -16,14 +18,6 @@
 #define SF_OAUTH_CODE_PREFIX "sf_ac_" /* authorization code */
 
 /* Key layout (schemas/redis-keys.md). Values are JSON strings unless said otherwise. */
-#define SF_RK_OAUTH_CLIENT "sf:oauth:client:{%s}"   /* client id -> registration */
-#define SF_RK_OAUTH_REQ "sf:oauth:req:{%s}"         /* CSRF hash -> authorization request */
-#define SF_RK_OAUTH_CODE "sf:oauth:code:{%s}"       /* code hash -> what it grants (single use) */
-#define SF_RK_OAUTH_USEDCODE "sf:oauth:usedcode:{%s}" /* code hash -> grant id (reuse = attack) */
-#define SF_RK_OAUTH_AT "sf:oauth:at:{%s}"           /* access token hash -> grant */
-#define SF_RK_OAUTH_RT "sf:oauth:rt:{%s}"           /* refresh token hash -> grant */
-#define SF_RK_OAUTH_RTOLD "sf:oauth:rtold:{%s}"     /* rotated refresh token hash -> grant id */
-#define SF_RK_OAUTH_GRANT "sf:oauth:grant:{%s}"     /* grant id -> hash {team, client, ...} */
 
 /* A new secret: prefix + 43 base64url characters (256 random bits). 0 or -EIO. */
 int sf_oauth_secret_new(const char *prefix, char out[SF_OAUTH_SECRET_MAX]);

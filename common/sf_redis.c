@@ -195,6 +195,80 @@ redisContext *sf_redis_connect_sync(const char *url, char *why, size_t whylen)
 
 /* ---- scripts by SHA ---- */
 
+/* SHA-1 (FIPS 180-4), for the script's EVALSHA name only. */
+static uint32_t rol(uint32_t x, int n)
+{
+    return (x << n) | (x >> (32 - n));
+}
+
+static void sha1_block(uint32_t h[5], const unsigned char *p)
+{
+    uint32_t w[80], a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f, k, t;
+
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
+               (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    for (int i = 16; i < 80; i++)
+        w[i] = rol(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
+    for (int i = 0; i < 80; i++) {
+        if (i < 20)
+            f = (b & c) | (~b & d), k = 0x5A827999;
+        else if (i < 40)
+            f = b ^ c ^ d, k = 0x6ED9EBA1;
+        else if (i < 60)
+            f = (b & c) | (b & d) | (c & d), k = 0x8F1BBCDC;
+        else
+            f = b ^ c ^ d, k = 0xCA62C1D6;
+        t = rol(a, 5) + f + e + k + w[i];
+        e = d, d = c, c = rol(b, 30), b = a, a = t;
+    }
+    h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e;
+}
+
+static void sha1_hex(const char *src, size_t n, char out[41])
+{
+    uint32_t h[5] = {0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F0};
+    unsigned char last[128];
+    size_t full = n / 64 * 64, rest = n - full, tail;
+    uint64_t bits = (uint64_t)n * 8;
+
+    for (size_t i = 0; i < full; i += 64)
+        sha1_block(h, (const unsigned char *)src + i);
+    memset(last, 0, sizeof(last));
+    memcpy(last, src + full, rest);
+    last[rest] = 0x80;
+    tail = rest + 1 + 8 <= 64 ? 64 : 128;
+    for (int i = 0; i < 8; i++)
+        last[tail - 1 - i] = (unsigned char)(bits >> (8 * i));
+    sha1_block(h, last);
+    if (tail == 128)
+        sha1_block(h, last + 64);
+    for (int i = 0; i < 5; i++)
+        snprintf(out + 8 * i, 9, "%08x", h[i]);
+}
+
+const char *sf_redis_script_sha(sf_redis_script *s)
+{
+    char sha[41];
+
+    if (!__atomic_load_n(&s->ready, __ATOMIC_ACQUIRE)) {
+        sha1_hex(s->src, strlen(s->src), sha);
+        /* every thread computes the same 40 bytes: the first to get here publishes */
+        if (!__atomic_exchange_n(&s->ready, 2, __ATOMIC_ACQ_REL)) {
+            memcpy(s->sha, sha, sizeof(sha));
+            __atomic_store_n(&s->ready, 1, __ATOMIC_RELEASE);
+        }
+        while (__atomic_load_n(&s->ready, __ATOMIC_ACQUIRE) != 1)
+            ;
+    }
+    return s->sha;
+}
+
+static int is_noscript(const redisReply *rep)
+{
+    return rep && rep->type == REDIS_REPLY_ERROR && !strncmp(rep->str, "NOSCRIPT", 8);
+}
+
 typedef struct script_call {
     sf_redis *r;
     sf_redis_script *s;
@@ -215,25 +289,13 @@ static void script_call_free(script_call *sc)
     free(sc);
 }
 
-static void on_script_loaded(redisAsyncContext *ac, void *r, void *priv)
-{
-    redisReply *rep = r;
-    sf_redis_script *s = priv;
-
-    if (rep && rep->type == REDIS_REPLY_STRING && rep->len == 40)
-        memcpy(s->sha, rep->str, 41);
-    s->loading = 0;
-}
-
 static void on_script_reply(redisAsyncContext *ac, void *r, void *priv)
 {
     redisReply *rep = r;
     script_call *sc = priv;
 
-    if (rep && rep->type == REDIS_REPLY_ERROR && !strncmp(rep->str, "NOSCRIPT", 8) &&
-        !strcmp(sc->argv[0], "EVALSHA")) {
-        /* Redis lost its scripts (a restart): send the source, which loads it again */
-        sc->s->sha[0] = '\0';
+    if (is_noscript(rep) && !strcmp(sc->argv[0], "EVALSHA")) {
+        /* Redis does not have it (first use, a restart, SCRIPT FLUSH): the source loads it */
         sc->argv[0] = "EVAL";
         sc->argv[1] = sc->s->src;
         sc->lens[0] = 4;
@@ -273,11 +335,11 @@ int sf_redis_script_call(sf_redis *r, sf_redis_script *s, redisCallbackFn *cb, v
     sc->priv = priv;
     sc->argc = n + 3;
     snprintf(sc->numkeys, sizeof(sc->numkeys), "%d", nkeys);
-    sc->argv[0] = s->sha[0] ? "EVALSHA" : "EVAL";
-    sc->argv[1] = s->sha[0] ? s->sha : s->src;
+    sc->argv[0] = "EVALSHA";
+    sc->argv[1] = sf_redis_script_sha(s);
     sc->argv[2] = sc->numkeys;
-    sc->lens[0] = strlen(sc->argv[0]);
-    sc->lens[1] = strlen(sc->argv[1]);
+    sc->lens[0] = 7;
+    sc->lens[1] = 40;
     sc->lens[2] = strlen(sc->numkeys);
     for (int i = 0, off = 0; i < n; off += (int)lens[i], i++) {
         p = sc->data + off;
@@ -285,13 +347,40 @@ int sf_redis_script_call(sf_redis *r, sf_redis_script *s, redisCallbackFn *cb, v
         sc->argv[3 + i] = p;
         sc->lens[3 + i] = lens[i];
     }
-    if (!s->sha[0] && !s->loading) { /* learn its SHA for the next calls */
-        const char *la[] = {"SCRIPT", "LOAD", s->src};
-        size_t ll[] = {6, 4, strlen(s->src)};
-        if (sf_redis_cmdargv(r, on_script_loaded, s, 3, la, ll) == 0)
-            s->loading = 1;
-    }
     if ((rc = sf_redis_cmdargv(r, on_script_reply, sc, sc->argc, sc->argv, sc->lens)) < 0)
         script_call_free(sc);
     return rc;
+}
+
+redisReply *sf_redis_script_sync(redisContext *c, sf_redis_script *s, int nkeys, int nargs,
+                                 const char **argv, const size_t *lens)
+{
+    const char *a[3 + 64];
+    size_t l[3 + 64];
+    char numkeys[16];
+    redisReply *rep;
+    int n = nkeys + nargs;
+
+    if (nkeys < 0 || nargs < 0 || n > 64)
+        return NULL;
+    snprintf(numkeys, sizeof(numkeys), "%d", nkeys);
+    a[0] = "EVALSHA";
+    a[1] = sf_redis_script_sha(s);
+    a[2] = numkeys;
+    for (int i = 0; i < 3; i++)
+        l[i] = strlen(a[i]);
+    for (int i = 0; i < n; i++) {
+        a[3 + i] = argv[i];
+        l[3 + i] = lens ? lens[i] : strlen(argv[i]);
+    }
+    rep = redisCommandArgv(c, n + 3, a, l);
+    if (is_noscript(rep)) {
+        freeReplyObject(rep);
+        a[0] = "EVAL";
+        a[1] = s->src;
+        l[0] = 4;
+        l[1] = strlen(s->src);
+        rep = redisCommandArgv(c, n + 3, a, l);
+    }
+    return rep;
 }

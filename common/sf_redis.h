@@ -32,40 +32,33 @@ int sf_redis_is_oom(const redisReply *rep);
     "no longer need and retry, or ask the operator to raise the Redis maxmemory."
 
 /* A Lua script called by SHA (EVALSHA) with its keys declared, so it runs on Redis
- * Cluster when its keys share one hash slot. The first call sends the source (EVAL) and
- * learns the SHA (SCRIPT LOAD); a Redis that lost its scripts (NOSCRIPT) gets the source
- * again. One per script, static, used from one thread (event loop). */
+ * Cluster when its keys share one hash slot. Its SHA1 is computed here once; a Redis that
+ * does not have it (NOSCRIPT: first use, a restart, SCRIPT FLUSH) gets the source (EVAL),
+ * which loads it for the next calls. Every script starts with a "#!lua" line: Redis then
+ * refuses any access to a key of another hash slot, declared or not (on a cluster, and
+ * the one-node cluster of ops/test proves it). Static, one per script; usable from any
+ * thread. */
 typedef struct sf_redis_script {
     const char *src;
     char sha[41];
-    int loading;
+    int ready; /* sha is set (atomic) */
 } sf_redis_script;
 #define SF_REDIS_SCRIPT(source) {(source), "", 0}
 /* argv[0..nkeys) are the keys, the rest the arguments (binary-safe, lens). cb as for
  * sf_redis_cmd. 0, -ENOTCONN, -EINVAL or -ENOMEM (cb not called). */
 int sf_redis_script_call(sf_redis *r, sf_redis_script *s, redisCallbackFn *cb, void *priv,
                          int nkeys, int nargs, const char **argv, const size_t *lens);
+/* The same on a blocking connection: the reply (the caller frees it), or NULL when the
+ * connection broke. lens NULL: strlen of each. */
+redisReply *sf_redis_script_sync(redisContext *c, sf_redis_script *s, int nkeys, int nargs,
+                                 const char **argv, const size_t *lens);
+/* The script's SHA1 (40 hex digits). */
+const char *sf_redis_script_sha(sf_redis_script *s);
 
 /* Blocking connection for tools (CLI, tests). NULL with why. */
 redisContext *sf_redis_connect_sync(const char *url, char *why, size_t whylen);
 
-/* Key layout. */
-#define SF_RK_APIKEY "sf:apikey:{%s}"     /* hash-hex -> hash {id, team, created} */
-#define SF_RK_APIKEY_IDS "sf:apikeys"     /* hash: key id -> hash-hex */
-#define SF_RK_SANDBOX "sf:sb:{%s}"        /* sandbox id -> hash (record) */
-#define SF_RK_TEAM_SANDBOXES "sf:team:{%s}:sandboxes" /* set of sandbox ids */
-#define SF_RK_TEAM_RETIRED "sf:team:{%s}:retired" /* zset: retired sandbox id -> ms */
-#define SF_RK_TEAM_RES "sf:team:{%s}:res"   /* hash: what placement reserved for the team */
-#define SF_RK_TEAM_LIMITS "sf:team:{%s}:limits" /* hash: the operator's per-team limits */
-#define SF_RK_HOST_SANDBOXES "sf:host:{%s}:sandboxes" /* set of sandbox ids placed there */
-#define SF_RK_HOSTS "sf:hosts"            /* zset host id -> last heartbeat ms */
-#define SF_RK_HOST "sf:host:{%s}"         /* hash {topic, capacity, running, driver, ts} */
-#define SF_RK_JOB "sf:job:{%s}"           /* job guard: running where / done + reply */
-#define SF_RK_IDEM "sf:idem:{%s}:%s"      /* team, key hash -> an idempotent call's answer */
-#define SF_RK_SESSION "sf:mcpsess:{%s}"   /* MCP session -> hash {team, protocol} */
-#define SF_RK_TEAM_SESSIONS "sf:team:{%s}:sessions" /* zset session id -> last use ms */
-/* Pub/sub channel every gateway listens on: "key:<hash>" (an API key was revoked),
- * "sess:<id>" (an MCP session was deleted). */
-#define SF_CH_GATEWAY "sf:gw:events"
+/* The key layout and every script: sf_store.h. */
+#include "sf_store.h"
 
 #endif

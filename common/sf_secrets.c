@@ -1,4 +1,5 @@
 #include "sf_secrets.h"
+#include "sf_store.h"
 #include "sf_auth.h"
 #include "sf_util.h"
 
@@ -278,14 +279,6 @@ static char *hosts_json(const sf_secret *s)
     return txt;
 }
 
-static const char create_lua[] =
-    "if redis.call('exists', KEYS[1]) == 1 then return 0 end "
-    "if redis.call('scard', KEYS[2]) >= tonumber(ARGV[9]) then return -1 end "
-    "redis.call('hset', KEYS[1], 'name', ARGV[1], 'team', ARGV[2], 'value', ARGV[3], "
-    "'hosts', ARGV[4], 'header', ARGV[5], 'format', ARGV[6], 'created', ARGV[7], "
-    "'updated', ARGV[7], 'version', ARGV[8]) "
-    "redis.call('sadd', KEYS[2], ARGV[1]) return 1";
-
 static int meta_check(const sf_secret *m, const uint8_t *value, size_t n, char *why,
                       size_t whylen)
 {
@@ -323,8 +316,11 @@ int sf_secrets_create(redisContext *c, const uint8_t key[SF_SECRET_KEY_BYTES],
     snprintf(k2, sizeof(k2), SF_RK_TEAM_SECRETS, m->team);
     snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
     snprintf(cap, sizeof(cap), "%d", SF_SECRETS_TEAM_MAX);
-    r = redisCommand(c, "EVAL %s 2 %s %s %s %s %s %s %s %s %s 1 %s", create_lua, k1, k2, m->name,
-                     m->team, sealed, hosts, m->header, m->format, now, cap);
+    {
+        const char *argv[] = {k1, k2, m->name, m->team, sealed, hosts, m->header, m->format,
+                              now, "1", cap};
+        r = sf_redis_script_sync(c, &sf_store_secret_create, 2, 9, argv, NULL);
+    }
     free(sealed);
     free(hosts);
     if (redis_failed(c, r, why, whylen))
@@ -348,12 +344,6 @@ int sf_secrets_create(redisContext *c, const uint8_t key[SF_SECRET_KEY_BYTES],
     return 0;
 }
 
-static const char rotate_lua[] =
-    "if redis.call('exists', KEYS[1]) == 0 then return 0 end "
-    "redis.call('hset', KEYS[1], 'value', ARGV[1], 'updated', ARGV[2]) "
-    "if ARGV[3] ~= '' then redis.call('hset', KEYS[1], 'hosts', ARGV[3]) end "
-    "return redis.call('hincrby', KEYS[1], 'version', 1)";
-
 int sf_secrets_rotate(redisContext *c, const uint8_t key[SF_SECRET_KEY_BYTES],
                       const sf_secret *m, const uint8_t *value, size_t n, char *why,
                       size_t whylen)
@@ -372,7 +362,10 @@ int sf_secrets_rotate(redisContext *c, const uint8_t key[SF_SECRET_KEY_BYTES],
     }
     snprintf(k1, sizeof(k1), SF_RK_SECRET, m->team, m->name);
     snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
-    r = redisCommand(c, "EVAL %s 1 %s %s %s %s", rotate_lua, k1, sealed, now, hosts ? hosts : "");
+    {
+        const char *argv[] = {k1, sealed, now, hosts ? hosts : ""};
+        r = sf_redis_script_sync(c, &sf_store_secret_rotate, 1, 3, argv, NULL);
+    }
     free(sealed);
     free(hosts);
     if (redis_failed(c, r, why, whylen))
@@ -387,9 +380,6 @@ int sf_secrets_rotate(redisContext *c, const uint8_t key[SF_SECRET_KEY_BYTES],
     return 0;
 }
 
-static const char delete_lua[] =
-    "local n = redis.call('del', KEYS[1]) redis.call('srem', KEYS[2], ARGV[1]) return n";
-
 int sf_secrets_delete(redisContext *c, const char *team, const char *name, char *why,
                       size_t whylen)
 {
@@ -403,7 +393,10 @@ int sf_secrets_delete(redisContext *c, const char *team, const char *name, char 
     }
     snprintf(k1, sizeof(k1), SF_RK_SECRET, team, name);
     snprintf(k2, sizeof(k2), SF_RK_TEAM_SECRETS, team);
-    r = redisCommand(c, "EVAL %s 2 %s %s %s", delete_lua, k1, k2, name);
+    {
+        const char *argv[] = {k1, k2, name};
+        r = sf_redis_script_sync(c, &sf_store_secret_delete, 2, 1, argv, NULL);
+    }
     if (redis_failed(c, r, why, whylen))
         return -EIO;
     found = r->type == REDIS_REPLY_INTEGER && r->integer > 0;

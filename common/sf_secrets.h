@@ -14,6 +14,8 @@
 #ifndef SF_SECRETS_H
 #define SF_SECRETS_H
 
+#include "sf_store.h" /* the key layout */
+
 #include <hiredis/hiredis.h>
 #include <jansson.h>
 #include <stddef.h>
@@ -32,9 +34,6 @@
 #define SF_PLACEHOLDER_LEN 37           /* prefix + 32 */
 
 /* Keys (every key of a team's secrets shares the team's hash slot). */
-#define SF_RK_SECRET "sf:team:{%s}:secret:%s" /* hash: one secret */
-#define SF_RK_TEAM_SECRETS "sf:team:{%s}:secrets" /* set of the team's secret names */
-#define SF_RK_SECRETS_TEAMS "sf:secrets:teams"    /* set of teams that hold secrets (admin list) */
 
 /* A secret's metadata and (when opened) its value. */
 typedef struct sf_secret {

@@ -4,9 +4,8 @@
 #ifndef SF_TEMPLATES_H
 #define SF_TEMPLATES_H
 
-#define SF_RK_TEMPLATE "sf:team:{%s}:tpl:%s"          /* hash: one team template */
-#define SF_RK_TEMPLATE_LOG "sf:team:{%s}:tpl:%s:log"  /* string: its build log */
-#define SF_RK_TEAM_TEMPLATES "sf:team:{%s}:tpls"      /* set of the team's template names */
+#include "sf_store.h" /* the key layout */
+
 
 #define SF_TEMPLATE_LOG_MAX (64 * 1024) /* bytes of build log kept per template */
 #define SF_TEMPLATES_PER_TEAM 16        /* templates one team may hold */

@@ -1,138 +1,220 @@
 #include "sf_timers.h"
+#include "sf_store.h"
 #include "sf_util.h"
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-/* Every script: KEYS[1] the record, KEYS[2] the host's timers (sf_timers_due: only the
- * timers); ARGV[1] the sandbox id. The state changes must land even when Redis is full
- * (allow-oom: they replace fields and move a timer); a new sandbox's timers need room. */
+/* Each change is two single-slot steps (sf_store.h): the record (its state and fields,
+ * the verdict), then the host's timers zset with what the record step decided. A timer
+ * whose record step did not land fires and finds the record unchanged (the worker checks
+ * the state); a timer step that did not land (Redis went away between) leaves the
+ * sandbox without that timer until the next change or the worker's restart. */
 
-/* ARGV: id, now, timeout_at, lifetime_at, idle_ms, auto_delete_s. */
-static const char lua_start[] =
-    "#!lua\n"
-    "local st = redis.call('HGET', KEYS[1], 'state')\n"
-    "if st ~= 'running' and st ~= 'creating' then return 0 end\n"
-    "local now, idle, ad = tonumber(ARGV[2]), tonumber(ARGV[5]), tonumber(ARGV[6])\n"
-    "redis.call('HSET', KEYS[1], 'timeout_at', ARGV[3], 'lifetime_at', ARGV[4], 'idle_ms', idle)\n"
-    "if ad > 0 then redis.call('HSET', KEYS[1], 'auto_delete_seconds', ad) end\n"
-    "redis.call('ZADD', KEYS[2], ARGV[3], 't:' .. ARGV[1])\n"
-    "if idle > 0 then redis.call('ZADD', KEYS[2], now + idle, 'i:' .. ARGV[1]) end\n"
-    "return 1\n";
+enum { TM_START, TM_TOUCH, TM_PAUSED, TM_RESUMED, TM_UPDATE };
 
-/* ARGV: id, now. */
-static const char lua_touch[] =
-    "#!lua flags=allow-oom\n"
-    "local idle = tonumber(redis.call('HGET', KEYS[1], 'idle_ms') or '0') or 0\n"
-    "if idle <= 0 then return 0 end\n"
-    "return redis.call('ZADD', KEYS[2], 'XX', tonumber(ARGV[2]) + idle, 'i:' .. ARGV[1])\n";
+static redisReply tm_verdict[2] = {{.type = REDIS_REPLY_INTEGER, .integer = 0},
+                                   {.type = REDIS_REPLY_INTEGER, .integer = 1}};
 
-/* ARGV: id, now. */
-static const char lua_paused[] =
-    "#!lua flags=allow-oom\n"
-    "if redis.call('HGET', KEYS[1], 'state') ~= 'running' then return 0 end\n"
-    "redis.call('HSET', KEYS[1], 'state', 'paused', 'paused_at', ARGV[2])\n"
-    "redis.call('ZREM', KEYS[2], 'i:' .. ARGV[1])\n"
-    "local ad = tonumber(redis.call('HGET', KEYS[1], 'auto_delete_seconds') or '0') or 0\n"
-    "if ad > 0 then\n"
-    "  redis.call('ZADD', KEYS[2], tonumber(ARGV[2]) + ad * 1000, 'd:' .. ARGV[1])\n"
-    "end\n"
-    "return 1\n";
+typedef struct tm_op {
+    sf_redis *r;
+    int kind, verdict;
+    redisCallbackFn *cb;
+    void *priv;
+    char id[SF_ID_MAX], host[SF_ID_MAX];
+    int64_t now, timeout_at, idle;
+    char word[2][32]; /* sandbox_update's verdict and state */
+} tm_op;
 
-/* ARGV: id, now. */
-static const char lua_resumed[] =
-    "#!lua flags=allow-oom\n"
-    "if redis.call('HGET', KEYS[1], 'state') ~= 'paused' then return 0 end\n"
-    "redis.call('HSET', KEYS[1], 'state', 'running')\n"
-    "redis.call('HDEL', KEYS[1], 'paused_at')\n"
-    "redis.call('ZREM', KEYS[2], 'd:' .. ARGV[1])\n"
-    "local idle = tonumber(redis.call('HGET', KEYS[1], 'idle_ms') or '0') or 0\n"
-    "if idle > 0 then redis.call('ZADD', KEYS[2], tonumber(ARGV[2]) + idle, 'i:' .. ARGV[1]) end\n"
-    "return 1\n";
-
-/* KEYS: the timers. ARGV: now, max. */
-static const char lua_due[] =
-    "#!lua flags=allow-oom\n"
-    "local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, "
-    "tonumber(ARGV[2]))\n"
-    "if #due > 0 then redis.call('ZREM', KEYS[1], unpack(due)) end\n"
-    "return due\n";
-
-/* KEYS: the record. ARGV: id, team, now, set metadata (1/0), metadata, timeout (s, -1 keep,
- * -2 reset), auto_delete (s, -1 keep, 0 none). The host's timers key follows from the
- * record's host. */
-static const char lua_update[] =
-    "#!lua flags=allow-oom\n"
-    "local id, now = ARGV[1], tonumber(ARGV[3])\n"
-    "local v = redis.call('HMGET', KEYS[1], 'team', 'host', 'state', 'lifetime_at', "
-    "'paused_at')\n"
-    "if not v[1] or v[1] ~= ARGV[2] then return {'none', ''} end\n"
-    "local st = v[3] or ''\n"
-    "if st == 'creating' or not v[2] then return {'starting', st} end\n"
-    "if st ~= 'running' and st ~= 'paused' then return {'dead', st} end\n"
-    "local z = 'sf:host:{' .. v[2] .. '}:timers'\n"
-    "if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 'metadata', ARGV[5]) end\n"
-    "local t, ad = tonumber(ARGV[6]), tonumber(ARGV[7])\n"
-    "if t == -2 then\n"
-    "  redis.call('HDEL', KEYS[1], 'timeout_seconds')\n"
-    "  local at = tonumber(v[4])\n"
-    "  if at then\n"
-    "    redis.call('HSET', KEYS[1], 'timeout_at', at)\n"
-    "    redis.call('ZADD', z, at, 't:' .. id)\n"
-    "  end\n"
-    "elseif t > 0 then\n"
-    "  redis.call('HSET', KEYS[1], 'timeout_seconds', t, 'timeout_at', now + t * 1000)\n"
-    "  redis.call('ZADD', z, now + t * 1000, 't:' .. id)\n"
-    "end\n"
-    "if ad == 0 then\n"
-    "  redis.call('HDEL', KEYS[1], 'auto_delete_seconds')\n"
-    "  redis.call('ZREM', z, 'd:' .. id)\n"
-    "elseif ad > 0 then\n"
-    "  redis.call('HSET', KEYS[1], 'auto_delete_seconds', ad)\n"
-    "  if st == 'paused' and tonumber(v[5]) then\n"
-    "    redis.call('ZADD', z, tonumber(v[5]) + ad * 1000, 'd:' .. id)\n"
-    "  end\n"
-    "end\n"
-    "return {'ok', st}\n";
-
-typedef struct keyset {
-    char rec[128];
-    char timers[128];
-} keyset;
-
-static int keys_of(keyset *k, const char *id, const char *host)
+static void tm_done(tm_op *op, redisAsyncContext *ac, redisReply *err)
 {
-    int a = snprintf(k->rec, sizeof(k->rec), SF_RK_SANDBOX, id ? id : "");
-    int b = snprintf(k->timers, sizeof(k->timers), SF_RK_HOST_TIMERS, host ? host : "");
+    if (err) {
+        op->cb(ac, err, op->priv);
+    } else if (op->kind == TM_UPDATE) {
+        redisReply e[2] = {{.type = REDIS_REPLY_STRING, .str = op->word[0],
+                            .len = strlen(op->word[0])},
+                           {.type = REDIS_REPLY_STRING, .str = op->word[1],
+                            .len = strlen(op->word[1])}};
+        redisReply *ev[2] = {&e[0], &e[1]};
+        redisReply out = {.type = REDIS_REPLY_ARRAY, .elements = 2, .element = ev};
+        op->cb(ac, &out, op->priv);
+    } else {
+        op->cb(ac, &tm_verdict[op->verdict], op->priv);
+    }
+    free(op);
+}
 
-    if (a < 0 || (size_t)a >= sizeof(k->rec) || b < 0 || (size_t)b >= sizeof(k->timers))
-        return -ENAMETOOLONG;
+static void ignore(redisAsyncContext *ac, void *r, void *priv)
+{
+    (void)ac, (void)r, (void)priv;
+}
+
+static void on_timers_step(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+
+    tm_done(priv, ac, !rep || rep->type == REDIS_REPLY_ERROR ? rep : NULL);
+}
+
+/* Applies n (op, member, score) triples to op's host's timers; then answers. */
+static void timers_step(tm_op *op, redisAsyncContext *ac, sf_redis_script *s, size_t n,
+                        const char *const *ops)
+{
+    const char *argv[1 + 3 * 8];
+    size_t lens[SF_ARRAY_LEN(argv)];
+    char key[128];
+    int w = snprintf(key, sizeof(key), SF_RK_HOST_TIMERS, op->host);
+
+    if (n == 0 || n > 8 || w < 0 || (size_t)w >= sizeof(key)) {
+        tm_done(op, ac, NULL);
+        return;
+    }
+    argv[0] = key;
+    for (size_t i = 0; i < 3 * n; i++)
+        argv[1 + i] = ops[i];
+    for (size_t i = 0; i < 1 + 3 * n; i++)
+        lens[i] = strlen(argv[i]);
+    if (sf_redis_script_call(op->r, s, on_timers_step, op, 1, (int)(3 * n), argv, lens) < 0)
+        tm_done(op, ac, NULL);
+}
+
+static int64_t int_at(const redisReply *rep, size_t i)
+{
+    if (i >= rep->elements)
+        return 0;
+    if (rep->element[i]->type == REDIS_REPLY_INTEGER)
+        return rep->element[i]->integer;
+    if (rep->element[i]->type == REDIS_REPLY_STRING)
+        return strtoll(rep->element[i]->str, NULL, 10);
     return 0;
 }
 
-/* EVAL script 2 record timers id args... */
-static int eval2(sf_redis *r, const char *script, const char *id, const char *host, int nargs,
-                 const char *const *args, redisCallbackFn *cb, void *priv)
+static void on_record_step(redisAsyncContext *ac, void *r, void *priv)
 {
-    const char *argv[16];
-    keyset k;
-    int argc = 0, rc;
+    redisReply *rep = r;
+    tm_op *op = priv;
+    char a[2][80], at[2][24];
+    const char *ops[3 * 8];
+    size_t n = 0;
+    sf_redis_script *s = &sf_store_timers_set;
 
-    if (!id || !host || nargs > 8)
+    if (!rep || rep->type == REDIS_REPLY_ERROR) {
+        tm_done(op, ac, rep);
+        return;
+    }
+#define TIMER(o, kind, ms)                                                                     \
+    do {                                                                                       \
+        snprintf(a[n], sizeof(a[n]), "%c:%s", (kind), op->id);                                 \
+        snprintf(at[n], sizeof(at[n]), "%lld", (long long)(ms));                               \
+        ops[3 * n] = (o), ops[3 * n + 1] = a[n], ops[3 * n + 2] = at[n];                       \
+        n++;                                                                                   \
+    } while (0)
+    switch (op->kind) {
+    case TM_START: /* 1 or 0 */
+        if (!(op->verdict = rep->type == REDIS_REPLY_INTEGER && rep->integer == 1))
+            break;
+        s = &sf_store_timers_grow; /* a new sandbox's timers need room */
+        TIMER("a", SF_TIMER_TIMEOUT, op->timeout_at);
+        if (op->idle > 0)
+            TIMER("a", SF_TIMER_IDLE, op->now + op->idle);
+        break;
+    case TM_TOUCH: /* idle_ms */
+        op->verdict = 0;
+        if (rep->type == REDIS_REPLY_STRING && (op->idle = strtoll(rep->str, NULL, 10)) > 0)
+            TIMER("x", SF_TIMER_IDLE, op->now + op->idle);
+        break;
+    case TM_PAUSED: /* {1, auto_delete_s} or {0} */
+    case TM_RESUMED: /* {1, idle_ms} or {0} */
+        if (!(op->verdict = rep->type == REDIS_REPLY_ARRAY && int_at(rep, 0) == 1))
+            break;
+        if (op->kind == TM_PAUSED) {
+            TIMER("r", SF_TIMER_IDLE, 0);
+            if (int_at(rep, 1) > 0)
+                TIMER("a", SF_TIMER_DELETE, op->now + int_at(rep, 1) * 1000);
+        } else {
+            TIMER("r", SF_TIMER_DELETE, 0);
+            if (int_at(rep, 1) > 0)
+                TIMER("a", SF_TIMER_IDLE, op->now + int_at(rep, 1));
+        }
+        break;
+    default: /* TM_UPDATE: {verdict, state, host, (op, member, score)...} */
+        if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 2) {
+            tm_done(op, ac, rep);
+            return;
+        }
+        for (size_t i = 0; i < 2; i++)
+            snprintf(op->word[i], sizeof(op->word[i]), "%s",
+                     rep->element[i]->type == REDIS_REPLY_STRING ? rep->element[i]->str : "");
+        if (rep->elements >= 3 && rep->element[2]->type == REDIS_REPLY_STRING &&
+            rep->element[2]->len < SF_ID_MAX)
+            snprintf(op->host, sizeof(op->host), "%s", rep->element[2]->str);
+        for (size_t i = 3; i + 2 < rep->elements && n < 8; i += 3, n++)
+            for (size_t k = 0; k < 3; k++)
+                ops[3 * n + k] = rep->element[i + k]->type == REDIS_REPLY_STRING
+                                     ? rep->element[i + k]->str
+                                     : "";
+        /* (ops point into rep: used before this callback returns) */
+        if (n && op->host[0]) {
+            timers_step(op, ac, s, n, ops);
+            return;
+        }
+        n = 0;
+        break;
+    }
+#undef TIMER
+    if (n)
+        timers_step(op, ac, s, n, ops);
+    else
+        tm_done(op, ac, NULL);
+}
+
+/* Starts op: the record step (script, or HGET idle_ms for a touch). */
+static int tm_begin(sf_redis *r, int kind, const char *id, const char *host, int64_t now,
+                    int nargs, const char *const *args, redisCallbackFn *cb, void *priv,
+                    tm_op **out)
+{
+    static sf_redis_script *const script[] = {
+        [TM_START] = &sf_store_tm_start, [TM_PAUSED] = &sf_store_tm_paused,
+        [TM_RESUMED] = &sf_store_tm_resumed, [TM_UPDATE] = &sf_store_tm_update};
+    const char *argv[1 + 8];
+    size_t lens[1 + 8];
+    char key[128];
+    tm_op *op;
+    int w, rc;
+
+    if (!id || (kind != TM_UPDATE && !host) || nargs > 8 || strlen(id) >= SF_ID_MAX ||
+        (host && strlen(host) >= SF_ID_MAX))
         return -EINVAL;
-    if ((rc = keys_of(&k, id, host)) < 0)
-        return rc;
-    argv[argc++] = "EVAL";
-    argv[argc++] = script;
-    argv[argc++] = "2";
-    argv[argc++] = k.rec;
-    argv[argc++] = k.timers;
-    argv[argc++] = id;
-    for (int i = 0; i < nargs; i++)
-        argv[argc++] = args[i];
-    return sf_redis_cmdargv(r, cb, priv, argc, argv, NULL);
+    w = snprintf(key, sizeof(key), SF_RK_SANDBOX, id);
+    if (w < 0 || (size_t)w >= sizeof(key))
+        return -ENAMETOOLONG;
+    if (!(op = calloc(1, sizeof(*op))))
+        return -ENOMEM;
+    op->r = r;
+    op->kind = kind;
+    op->cb = cb ? cb : ignore;
+    op->priv = priv;
+    op->now = now;
+    snprintf(op->id, sizeof(op->id), "%s", id);
+    snprintf(op->host, sizeof(op->host), "%s", host ? host : "");
+    if (out)
+        *out = op;
+    if (kind == TM_TOUCH) {
+        rc = sf_redis_cmd(r, on_record_step, op, "HGET %s idle_ms", key);
+    } else {
+        argv[0] = key;
+        for (int i = 0; i < nargs; i++)
+            argv[1 + i] = args[i];
+        for (int i = 0; i < 1 + nargs; i++)
+            lens[i] = strlen(argv[i]);
+        rc = sf_redis_script_call(r, script[kind], on_record_step, op, 1, nargs, argv, lens);
+    }
+    if (rc < 0)
+        free(op);
+    return rc;
 }
 
 int sf_timers_start(sf_redis *r, const char *id, const char *host, int64_t now_ms,
@@ -141,55 +223,66 @@ int sf_timers_start(sf_redis *r, const char *id, const char *host, int64_t now_m
 {
     char a[5][24];
     const char *args[] = {a[0], a[1], a[2], a[3], a[4]};
+    tm_op *op = NULL;
+    int rc;
 
+    idle_ms = idle_ms > 0 ? idle_ms : 0;
     snprintf(a[0], sizeof(a[0]), "%lld", (long long)now_ms);
     snprintf(a[1], sizeof(a[1]), "%lld", (long long)timeout_at);
     snprintf(a[2], sizeof(a[2]), "%lld", (long long)lifetime_at);
-    snprintf(a[3], sizeof(a[3]), "%lld", (long long)(idle_ms > 0 ? idle_ms : 0));
+    snprintf(a[3], sizeof(a[3]), "%lld", (long long)idle_ms);
     snprintf(a[4], sizeof(a[4]), "%lld", (long long)(auto_delete_s > 0 ? auto_delete_s : 0));
-    return eval2(r, lua_start, id, host, 5, args, cb, priv);
+    rc = tm_begin(r, TM_START, id, host, now_ms, 5, args, cb, priv, &op);
+    if (rc == 0) { /* (the reply comes from the event loop, after this) */
+        op->timeout_at = timeout_at;
+        op->idle = idle_ms;
+    }
+    return rc;
 }
 
-static int eval_now(sf_redis *r, const char *script, const char *id, const char *host,
-                    int64_t now_ms, redisCallbackFn *cb, void *priv)
+static int now_op(sf_redis *r, int kind, const char *id, const char *host, int64_t now_ms,
+                  redisCallbackFn *cb, void *priv)
 {
     char now[24];
     const char *args[] = {now};
 
     snprintf(now, sizeof(now), "%lld", (long long)now_ms);
-    return eval2(r, script, id, host, 1, args, cb, priv);
+    return tm_begin(r, kind, id, host, now_ms, kind == TM_RESUMED ? 0 : 1, args, cb, priv, NULL);
 }
 
 int sf_timers_touch(sf_redis *r, const char *id, const char *host, int64_t now_ms,
                     redisCallbackFn *cb, void *priv)
 {
-    return eval_now(r, lua_touch, id, host, now_ms, cb, priv);
+    return now_op(r, TM_TOUCH, id, host, now_ms, cb, priv);
 }
 
 int sf_timers_paused(sf_redis *r, const char *id, const char *host, int64_t now_ms,
                      redisCallbackFn *cb, void *priv)
 {
-    return eval_now(r, lua_paused, id, host, now_ms, cb, priv);
+    return now_op(r, TM_PAUSED, id, host, now_ms, cb, priv);
 }
 
 int sf_timers_resumed(sf_redis *r, const char *id, const char *host, int64_t now_ms,
                       redisCallbackFn *cb, void *priv)
 {
-    return eval_now(r, lua_resumed, id, host, now_ms, cb, priv);
+    return now_op(r, TM_RESUMED, id, host, now_ms, cb, priv);
 }
 
 int sf_timers_due(sf_redis *r, const char *host, int64_t now_ms, int max, redisCallbackFn *cb,
                   void *priv)
 {
     char key[128], now[24], n[16];
-    const char *argv[] = {"EVAL", lua_due, "1", key, now, n};
+    const char *argv[] = {key, now, n};
+    size_t lens[3];
     int w = snprintf(key, sizeof(key), SF_RK_HOST_TIMERS, host ? host : "");
 
     if (!host || w < 0 || (size_t)w >= sizeof(key) || max < 1)
         return -EINVAL;
     snprintf(now, sizeof(now), "%lld", (long long)now_ms);
     snprintf(n, sizeof(n), "%d", max);
-    return sf_redis_cmdargv(r, cb, priv, (int)SF_ARRAY_LEN(argv), argv, NULL);
+    for (int i = 0; i < 3; i++)
+        lens[i] = strlen(argv[i]);
+    return sf_redis_script_call(r, &sf_store_timers_due, cb, priv, 1, 2, argv, lens);
 }
 
 int sf_timers_set(sf_redis *r, const char *host, char kind, const char *id, int64_t at_ms,
@@ -226,17 +319,15 @@ int sf_timers_update(sf_redis *r, const char *id, const char *team, int64_t now_
                      const char *metadata, int64_t timeout_s, int64_t auto_delete_s,
                      redisCallbackFn *cb, void *priv)
 {
-    char key[128], now[24], t[24], ad[24];
-    const char *argv[] = {"EVAL", lua_update, "1", key, id, team, now, metadata ? "1" : "0",
-                          metadata ? metadata : "", t, ad};
-    int w = snprintf(key, sizeof(key), SF_RK_SANDBOX, id ? id : "");
+    char now[24], t[24], ad[24];
+    const char *args[] = {id, team, now, metadata ? "1" : "0", metadata ? metadata : "", t, ad};
 
-    if (!id || !team || w < 0 || (size_t)w >= sizeof(key))
+    if (!id || !team)
         return -EINVAL;
     snprintf(now, sizeof(now), "%lld", (long long)now_ms);
     snprintf(t, sizeof(t), "%lld", (long long)timeout_s);
     snprintf(ad, sizeof(ad), "%lld", (long long)auto_delete_s);
-    return sf_redis_cmdargv(r, cb, priv, (int)SF_ARRAY_LEN(argv), argv, NULL);
+    return tm_begin(r, TM_UPDATE, id, NULL, now_ms, 7, args, cb, priv, NULL);
 }
 
 /* A record's integer field (a string in Redis), or the fallback field, or 0. */

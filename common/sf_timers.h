@@ -23,7 +23,6 @@
 
 #include <stdint.h>
 
-#define SF_RK_HOST_TIMERS "sf:host:{%s}:timers" /* zset "<kind>:<id>" -> fire time (ms) */
 
 enum { SF_TIMER_TIMEOUT = 't', SF_TIMER_IDLE = 'i', SF_TIMER_DELETE = 'd' };
 

@@ -16,6 +16,7 @@
 #include "sf_auth.h"
 #include "sf_oauth.h"
 #include "sf_log.h"
+#include "sf_store.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -430,32 +431,10 @@ void gw_auth_check(gw_ctx *ctx, const char *authorization, const char *session_i
 
 /* ------------------------------------------------------------------ create, delete, level */
 
-/* ARGV: sid, team, protocol, now ms, ttl s, team limit. Returns the number of sessions
- * evicted to make room (least recently used first). The team's zset ranks sessions by
- * last use; entries older than the TTL are gone already. Declared (shebang, no allow-oom)
- * so a full Redis refuses it whole: a script without flags may grow Redis past maxmemory
- * once its first write (the ZREMRANGEBYSCORE) ran. */
-static const char lua_session_create[] =
-    "#!lua\n"
-    "local z = 'sf:team:{' .. ARGV[2] .. '}:sessions'\n"
-    "local now, ttl = tonumber(ARGV[4]), tonumber(ARGV[5])\n"
-    "redis.call('ZREMRANGEBYSCORE', z, '-inf', now - ttl * 1000)\n"
-    "local over = redis.call('ZCARD', z) - tonumber(ARGV[6]) + 1\n"
-    "local evicted = 0\n"
-    "if over > 0 then\n"
-    "  for _, sid in ipairs(redis.call('ZRANGE', z, 0, over - 1)) do\n"
-    "    redis.call('DEL', 'sf:mcpsess:{' .. sid .. '}')\n"
-    "    evicted = evicted + 1\n"
-    "  end\n"
-    "  redis.call('ZREMRANGEBYRANK', z, 0, over - 1)\n"
-    "end\n"
-    "local key = 'sf:mcpsess:{' .. ARGV[1] .. '}'\n"
-    "redis.call('HSET', key, 'team', ARGV[2], 'protocol', ARGV[3], 'created', ARGV[4])\n"
-    "redis.call('EXPIRE', key, ttl)\n"
-    "redis.call('ZADD', z, now, ARGV[1])\n"
-    "redis.call('PEXPIRE', z, ttl * 1000)\n"
-    "return evicted\n";
-
+/* A new session is two single-slot steps (common/sf_store.c): the session's hash
+ * (sess_put; refused whole when Redis is full: 507), then the team's sessions zset
+ * (sess_team), which answers the least recently used sessions beyond the team's limit;
+ * each of those is deleted (its own slot). */
 typedef struct session_op {
     gw_ctx *ctx;
     gw_session_cb cb;
@@ -463,31 +442,64 @@ typedef struct session_op {
     char sid[SF_ID_MAX];
     char team[SF_ID_MAX];
     char protocol[16];
+    char now[24], ttl[24];
 } session_op;
+
+static void session_answer(session_op *op, int ok, const redisReply *rep)
+{
+    gw_session *s = NULL;
+
+    if (ok && (s = sess_cache_put(op->ctx, op->sid, op->team, op->protocol,
+                                  GW_LOG_LEVEL_DEFAULT)))
+        s->touched_ms = sf_mono_ms();
+    op->cb(op->arg, s ? 200 : sf_redis_is_oom(rep) ? 507 : 503, s ? op->sid : NULL);
+    free(op);
+}
+
+static void on_session_team(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+    session_op *op = priv;
+    size_t n = 0;
+
+    if (rep && rep->type == REDIS_REPLY_ARRAY) {
+        for (size_t i = 0; i < rep->elements; i++)
+            if (rep->element[i]->type == REDIS_REPLY_STRING && sf_id_valid(rep->element[i]->str) &&
+                sf_redis_cmd(op->ctx->redis, NULL, NULL, "DEL " SF_RK_SESSION,
+                             rep->element[i]->str) == 0)
+                n++;
+        if (n)
+            sf_info("msg=\"sessions evicted (least recently used)\" team=%s n=%zu", op->team, n);
+    }
+    session_answer(op, rep && rep->type == REDIS_REPLY_ARRAY, rep);
+}
 
 static void on_session_created(redisAsyncContext *ac, void *r, void *priv)
 {
     redisReply *rep = r;
     session_op *op = priv;
-    gw_session *s = NULL;
+    char key[128], limit[24];
+    const char *argv[] = {key, op->sid, op->now, op->ttl, limit};
+    size_t lens[SF_ARRAY_LEN(argv)];
 
-    if (rep && rep->type == REDIS_REPLY_INTEGER) {
-        if (rep->integer > 0)
-            sf_info("msg=\"sessions evicted (least recently used)\" team=%s n=%lld", op->team,
-                    (long long)rep->integer);
-        s = sess_cache_put(op->ctx, op->sid, op->team, op->protocol, GW_LOG_LEVEL_DEFAULT);
-        if (s)
-            s->touched_ms = sf_mono_ms();
+    if (!rep || rep->type != REDIS_REPLY_INTEGER) {
+        session_answer(op, 0, rep);
+        return;
     }
-    op->cb(op->arg, s ? 200 : sf_redis_is_oom(rep) ? 507 : 503, s ? op->sid : NULL);
-    free(op);
+    snprintf(key, sizeof(key), SF_RK_TEAM_SESSIONS, op->team);
+    snprintf(limit, sizeof(limit), "%lld", (long long)op->ctx->cfg.max_sessions_team);
+    for (size_t i = 0; i < SF_ARRAY_LEN(argv); i++)
+        lens[i] = strlen(argv[i]);
+    if (sf_redis_script_call(op->ctx->redis, &sf_store_sess_team, on_session_team, op, 1, 4,
+                             argv, lens) < 0)
+        session_answer(op, 0, NULL);
 }
 
 void gw_session_create(gw_ctx *ctx, const char *team, const char *protocol, gw_session_cb cb,
                        void *arg)
 {
     session_op *op = calloc(1, sizeof(*op));
-    char now[24], ttl[24], limit[24];
+    char key[128];
 
     if (!op || sf_id_new(op->sid, "mcp_") < 0) {
         free(op);
@@ -499,13 +511,19 @@ void gw_session_create(gw_ctx *ctx, const char *team, const char *protocol, gw_s
     op->arg = arg;
     snprintf(op->team, sizeof(op->team), "%s", team);
     snprintf(op->protocol, sizeof(op->protocol), "%s", protocol);
-    snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
-    snprintf(ttl, sizeof(ttl), "%lld", (long long)ctx->cfg.session_ttl_s);
-    snprintf(limit, sizeof(limit), "%lld", (long long)ctx->cfg.max_sessions_team);
-    if (sf_redis_cmd(ctx->redis, on_session_created, op, "EVAL %s 0 %s %s %s %s %s %s",
-                     lua_session_create, op->sid, team, protocol, now, ttl, limit) < 0) {
-        free(op);
-        cb(arg, 503, NULL);
+    snprintf(op->now, sizeof(op->now), "%lld", (long long)sf_now_ms());
+    snprintf(op->ttl, sizeof(op->ttl), "%lld", (long long)ctx->cfg.session_ttl_s);
+    snprintf(key, sizeof(key), SF_RK_SESSION, op->sid);
+    {
+        const char *argv[] = {key, op->team, op->protocol, op->now, op->ttl};
+        size_t lens[SF_ARRAY_LEN(argv)];
+        for (size_t i = 0; i < SF_ARRAY_LEN(argv); i++)
+            lens[i] = strlen(argv[i]);
+        if (sf_redis_script_call(ctx->redis, &sf_store_sess_put, on_session_created, op, 1, 4,
+                                 argv, lens) < 0) {
+            free(op);
+            cb(arg, 503, NULL);
+        }
     }
 }
 

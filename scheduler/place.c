@@ -1,152 +1,27 @@
 /* place.c: sandbox_create: the shape a new sandbox gets, the team's limits and fair
- * share, the choice of host, and the reservation of the shape there; one Lua script, so
- * placement is atomic and one round trip. The worker applies the shape it finds in the
- * forwarded job's args.limits; retiring the record releases the reservation
+ * share, the choice of host, and the reservation of the shape there. Single-slot steps
+ * (common/sf_store.c), so it runs on Redis Cluster:
+ *   1. read the live hosts (hosts.c: one call per host);
+ *   2. the team's step (place_team): limits, shares and template checked, the host
+ *      chosen, the team's part reserved under the sandbox id;
+ *   3. the host's step (place_host): re-checks that the host is live and the sandbox fits
+ *      (another scheduler may have filled it since step 1), reserves it there; if not, the
+ *      team's part is given back and placement starts again without that host (at most
+ *      PLACE_TRIES times, then "every host is at capacity");
+ *   4. the record (place_record), `creating` on that host; a record that exists answers
+ *      the same create redelivered (its host) or a conflict (the reservations go back).
+ * Each reservation is keyed by the sandbox id, so a create redelivered after a crash
+ * between steps finds and completes its own. The worker applies the shape it finds in
+ * the forwarded job's args.limits; retiring the record releases the reservations
  * (common/sf_records.c). */
 #include "sched.h"
 #include "sf_log.h"
+#include "sf_store.h"
+#include "sf_templates.h"
+#include "sf_timers.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-/* Placement: checks the team's limits and shares, picks a host, reserves the sandbox's
- * shape there and writes the record, atomically. ARGV: now, host_ttl, id, team, name,
- * template, metadata, timeout_s, team sandbox limit, host share %, fleet share %, memory
- * MiB, vCPU milli, the host to use ('' = any). The team's own limits (sf:team:{t}:limits: sandboxes, host_share_pct,
- * fleet_share_pct) override the last three defaults. Returns {verdict, ...}:
- * {'ok', host}, {'conflict'}, {'quota', limit}, {'share', what, limit}, {'hostshare', pct},
- * {'full'}, {'nohost'}. A host's capacity in memory and CPU counts only once its worker
- * publishes mem_mib / vcpu_milli; until then its count (capacity) bounds it. */
-static const char lua_create[] =
-    "#!lua\n" /* no allow-oom: a full Redis refuses it whole */
-    "local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])\n"
-    "local id, team = ARGV[3], ARGV[4]\n"
-    "local mem, vcpu = tonumber(ARGV[12]), tonumber(ARGV[13])\n"
-    "local sbkey = 'sf:sb:{' .. id .. '}'\n"
-    "local old = redis.call('HMGET', sbkey, 'team', 'host', 'state')\n"
-    "if old[1] then\n"
-    "  if old[1] == team and old[3] ~= 'killed' and old[3] ~= 'failed' and old[3] ~= 'lost' then\n"
-    "    return {'ok', old[2]}\n" /* the same create, redelivered */
-    "  end\n"
-    "  return {'conflict'}\n"
-    "end\n"
-    "local lim = redis.call('HMGET', 'sf:team:{' .. team .. '}:limits', 'sandboxes', "
-    "'host_share_pct', 'fleet_share_pct')\n"
-    "local limit = tonumber(lim[1]) or tonumber(ARGV[9])\n"
-    "local hshare = tonumber(lim[2]) or tonumber(ARGV[10])\n"
-    "local fshare = tonumber(lim[3]) or tonumber(ARGV[11])\n"
-    "local teamkey = 'sf:team:{' .. team .. '}:sandboxes'\n"
-    "local reskey = 'sf:team:{' .. team .. '}:res'\n"
-    "local tr = redis.call('HMGET', reskey, 'n', 'mem', 'vcpu')\n"
-    "local tn = math.max(redis.call('SCARD', teamkey), tonumber(tr[1]) or 0)\n"
-    "local tmem, tvcpu = tonumber(tr[2]) or 0, tonumber(tr[3]) or 0\n"
-    "if tn >= limit then return {'quota', tostring(limit)} end\n"
-    /* a team template: its shape, and the hosts that hold it; 'debian': a host that has it */
-    "local tmpl, pin, disk, tkey = ARGV[6], nil, '', nil\n"
-    "local needdeb = tmpl == 'debian'\n"
-    "if tmpl ~= 'base' and tmpl ~= 'debian' then\n"
-    "  tkey = 'sf:team:{' .. team .. '}:tpl:' .. tmpl\n"
-    "  local t = redis.call('HMGET', tkey, 'status', 'host', 'memory_mib', 'vcpu_milli', "
-    "'disk_mib')\n"
-    "  if not t[1] then return {'notemplate'} end\n"
-    "  if t[1] ~= 'ready' then return {'tplstatus', t[1]} end\n"
-    "  mem, vcpu, disk = tonumber(t[3]) or mem, tonumber(t[4]) or vcpu, t[5] or ''\n"
-    /* on the hosts where it is ready (at:<host>); a record from before templates were
-     * built on several hosts: on its one host */
-    "  if redis.call('HEXISTS', tkey, 'at:' .. (t[2] or '')) == 0 then pin = t[2] end\n"
-    "end\n"
-    "local function holds(h)\n"
-    "  if pin then return h == pin end\n"
-    "  return not tkey or redis.call('HGET', tkey, 'at:' .. h) == 'ready'\n"
-    "end\n"
-    "if ARGV[14] ~= '' then pin = ARGV[14] end\n" /* from a snapshot: the host that holds it */
-    "local live = redis.call('ZRANGEBYSCORE', 'sf:hosts', now - ttl, '+inf')\n"    "local anyjail = false\n"
-    "if #live == 0 then return {'nohost'} end\n"
-    "local hosts, fn, fmem, fvcpu, allmem, allvcpu = {}, 0, 0, 0, true, true\n"
-    "for _, h in ipairs(live) do\n"
-    "  local hk = 'sf:host:{' .. h .. '}'\n"
-    "  local v = redis.call('HMGET', hk, 'capacity', 'running', 'mem_mib', 'vcpu_milli', "
-    "'res_count', 'res_mem_mib', 'res_vcpu_milli', 'tpl_debian', 'driver')\n"
-    "  local e = {h = h, key = hk, cap = tonumber(v[1]) or 0, mem = tonumber(v[3]), "
-    "vcpu = tonumber(v[4]), deb = v[8] == '1'}\n"
-    "  if v[9] == 'jail' then anyjail = true end\n"
-    "  local rc = tonumber(v[5])\n"
-    "  if rc then\n"
-    "    e.rmem, e.rvcpu = tonumber(v[6]) or 0, tonumber(v[7]) or 0\n"
-    "  else\n" /* a new host, or its hash expired while it was silent: count again */
-    "    rc, e.rmem, e.rvcpu = 0, 0, 0\n"
-    "    for _, sid in ipairs(redis.call('SMEMBERS', 'sf:host:{' .. h .. '}:sandboxes')) do\n"
-    "      local r = redis.call('HMGET', 'sf:sb:{' .. sid .. '}', 'res_mem_mib', "
-    "'res_vcpu_milli')\n"
-    "      if r[1] then\n"
-    "        rc, e.rmem, e.rvcpu = rc + 1, e.rmem + tonumber(r[1]), e.rvcpu + (tonumber(r[2]) or 0)\n"
-    "      end\n"
-    "    end\n"
-    "    redis.call('HSET', hk, 'res_count', rc, 'res_mem_mib', e.rmem, 'res_vcpu_milli', "
-    "e.rvcpu)\n"
-    "  end\n"
-    "  e.used = math.max(rc, tonumber(v[2]) or 0)\n"
-    "  if e.cap > 0 then\n"
-    "    fn = fn + e.cap\n"
-    "    if e.mem then fmem = fmem + e.mem else allmem = false end\n"
-    "    if e.vcpu then fvcpu = fvcpu + e.vcpu else allvcpu = false end\n"
-    "    table.insert(hosts, e)\n"
-    "  end\n"
-    "end\n"
-    "local function over(used, add, cap, pct) return (used + add) * 100 > cap * pct end\n"
-    "if tn > 0 then\n" /* a team's first sandbox is never refused for its share */
-    "  if over(tn, 1, fn, fshare) then\n"
-    "    return {'share', 'sandboxes', tostring(math.floor(fn * fshare / 100))}\n"
-    "  end\n"
-    "  if allmem and fmem > 0 and over(tmem, mem, fmem, fshare) then\n"
-    "    return {'share', 'memory', tostring(math.floor(fmem * fshare / 100))}\n"
-    "  end\n"
-    "  if allvcpu and fvcpu > 0 and over(tvcpu, vcpu, fvcpu, fshare) then\n"
-    "    return {'share', 'vcpu', tostring(math.floor(fvcpu * fshare / 100))}\n"
-    "  end\n"
-    "end\n"
-    "local best, bn, bfree, fits = nil, 0, 0, false\n"
-    "for _, e in ipairs(hosts) do\n"
-    "  if not holds(e.h) or (needdeb and not e.deb) then\n"
-    "  elseif e.used < e.cap and (not e.mem or e.rmem + mem <= e.mem) and\n"
-    "     (not e.vcpu or e.rvcpu + vcpu <= e.vcpu) then\n"
-    "    fits = true\n"
-    "    local th = redis.call('HMGET', reskey, 'n@' .. e.h, 'mem@' .. e.h, 'vcpu@' .. e.h)\n"
-    "    local n, m, c = tonumber(th[1]) or 0, tonumber(th[2]) or 0, tonumber(th[3]) or 0\n"
-    "    if n == 0 or (not over(n, 1, e.cap, hshare) and\n"
-    "        (not e.mem or not over(m, mem, e.mem, hshare)) and\n"
-    "        (not e.vcpu or not over(c, vcpu, e.vcpu, hshare))) then\n"
-    /* spread: the host holding fewest of the team's sandboxes, then the most room left */
-    "      local free = (e.cap - e.used) / e.cap\n"
-    "      if e.mem and e.mem > 0 then free = math.min(free, (e.mem - e.rmem) / e.mem) end\n"
-    "      if e.vcpu and e.vcpu > 0 then free = math.min(free, (e.vcpu - e.rvcpu) / e.vcpu) end\n"
-    "      if not best or n < bn or (n == bn and free > bfree) then best, bn, bfree = e, n, free end\n"
-    "    end\n"
-    "  end\n"
-    "end\n"
-    "if not best then\n"
-    "  if (pin or tkey) and not fits then return {'pinned'} end\n"
-    "  if needdeb and not anyjail then return {'jailonly'} end\n"
-    "  if needdeb and not fits then return {'nodebian'} end\n"
-    "  if fits then return {'hostshare', tostring(hshare)} end\n"
-    "  return {'full'}\n"
-    "end\n"
-    "redis.call('HSET', sbkey, 'id', id, 'team', team, 'host', best.h, 'state', 'creating', "
-    "'name', ARGV[5], 'template', ARGV[6], 'metadata', ARGV[7], 'created', now, "
-    "'last_active', now, 'timeout_seconds', ARGV[8], 'res_mem_mib', mem, 'res_vcpu_milli', vcpu, "
-    "'res_team', 1)\n"
-    "redis.call('SADD', teamkey, id)\n"
-    "redis.call('SADD', 'sf:host:{' .. best.h .. '}:sandboxes', id)\n"
-    "redis.call('HINCRBY', best.key, 'res_count', 1)\n"
-    "redis.call('HINCRBY', best.key, 'res_mem_mib', mem)\n"
-    "redis.call('HINCRBY', best.key, 'res_vcpu_milli', vcpu)\n"
-    "redis.call('HINCRBY', reskey, 'n', 1)\n"
-    "redis.call('HINCRBY', reskey, 'mem', mem)\n"
-    "redis.call('HINCRBY', reskey, 'vcpu', vcpu)\n"
-    "redis.call('HINCRBY', reskey, 'n@' .. best.h, 1)\n"
-    "redis.call('HINCRBY', reskey, 'mem@' .. best.h, mem)\n"
-    "redis.call('HINCRBY', reskey, 'vcpu@' .. best.h, vcpu)\n"
-    "return {'ok', best.h, tostring(mem), tostring(vcpu), disk}\n";
 
 /* args.limits of the forwarded create: the shape the worker applies (CONTRACTS.md). A
  * size of 0 in the config leaves that field to the worker's own default. */
@@ -174,10 +49,9 @@ static const char *elem(const redisReply *rep, size_t i)
 static const char what_to_do[] =
     "Kill sandboxes you no longer need (sandbox_list, then sandbox_kill), then retry";
 
-static void on_create(redisAsyncContext *ac, void *r, void *priv)
+/* Answers a placement step's refusal (or error): everything but 'ok'. */
+static void refuse(sch_call *c, redisReply *rep)
 {
-    redisReply *rep = r;
-    sch_call *c = priv;
     const char *verdict;
     char text[512];
 
@@ -197,22 +71,6 @@ static void on_create(redisAsyncContext *ac, void *r, void *priv)
     if (strcmp(verdict, "ok") != 0)
         sf_info("msg=\"create refused\" job=%s team=%s verdict=%s", c->job.id, c->job.team,
                 verdict);
-    if (!strcmp(verdict, "ok")) {
-        json_t *l = shape(&c->ctx->cfg);
-        /* a team template's shape (the script answers the one it reserved) */
-        if (strtoll(elem(rep, 2), NULL, 10) > 0)
-            json_object_set_new(l, "memory_mib", json_integer(strtoll(elem(rep, 2), NULL, 10)));
-        if (strtoll(elem(rep, 3), NULL, 10) > 0)
-            json_object_set_new(l, "vcpu_milli", json_integer(strtoll(elem(rep, 3), NULL, 10)));
-        if (strtoll(elem(rep, 4), NULL, 10) > 0)
-            json_object_set_new(l, "disk_mib", json_integer(strtoll(elem(rep, 4), NULL, 10)));
-        /* from a snapshot: the captured sandbox's shape (sch_snap_place) */
-        if (json_is_object(json_object_get(c->job.args, "limits")))
-            json_object_update(l, json_object_get(c->job.args, "limits"));
-        json_object_set_new(c->job.args, "limits", l);
-        sch_forward(c, elem(rep, 1));
-        return;
-    }
     if (!strcmp(verdict, "notemplate") || !strcmp(verdict, "tplstatus")) {
         const char *t = json_string_value(json_object_get(c->job.args, "from_template"));
         if (!strcmp(verdict, "notemplate"))
@@ -286,52 +144,270 @@ static void on_create(redisAsyncContext *ac, void *r, void *priv)
     }
 }
 
+#define PLACE_TRIES 3 /* hosts that filled up between the read and the reservation */
+
+typedef struct place_op {
+    sch_call *c;
+    int tries, team_new, host_new;
+    json_t *skip; /* hosts that refused it in this placement */
+    char host[SF_ID_MAX], mem[24], vcpu[24], disk[24];
+    char *md_text;
+} place_op;
+
+static void place_free(place_op *op)
+{
+    json_decref(op->skip);
+    free(op->md_text);
+    free(op);
+}
+
+static void ignore_reply(redisAsyncContext *ac, void *r, void *priv)
+{
+    (void)ac, (void)r, (void)priv;
+}
+
+/* Gives back what this placement reserved (fire and forget: each is keyed by the id). */
+static void undo(place_op *op, int team, int host)
+{
+    sch_call *c = op->c;
+    char k[3][160];
+    const char *argv[8];
+    size_t lens[8];
+
+    if (team) {
+        snprintf(k[0], sizeof(k[0]), SF_RK_TEAM_SANDBOXES, c->job.team);
+        snprintf(k[1], sizeof(k[1]), SF_RK_TEAM_RES, c->job.team);
+        snprintf(k[2], sizeof(k[2]), SF_RK_TEAM_RETIRED, c->job.team);
+        const char *v[] = {k[0], k[1], k[2], c->job.sandbox, "0", "0", "0", "0"};
+        for (int i = 0; i < 8; i++)
+            argv[i] = v[i], lens[i] = strlen(v[i]);
+        sf_redis_script_call(c->ctx->redis, &sf_store_team_release, ignore_reply, NULL, 3, 5,
+                             argv, lens);
+    }
+    if (host) {
+        snprintf(k[0], sizeof(k[0]), SF_RK_HOST_RES, op->host);
+        snprintf(k[1], sizeof(k[1]), SF_RK_HOST_SANDBOXES, op->host);
+        snprintf(k[2], sizeof(k[2]), SF_RK_HOST_TIMERS, op->host);
+        const char *v[] = {k[0], k[1], k[2], c->job.sandbox};
+        for (int i = 0; i < 4; i++)
+            argv[i] = v[i], lens[i] = strlen(v[i]);
+        sf_redis_script_call(c->ctx->redis, &sf_store_host_release, ignore_reply, NULL, 3, 1,
+                             argv, lens);
+    }
+}
+
+static void placed(place_op *op, const char *host)
+{
+    sch_call *c = op->c;
+    json_t *l = shape(&c->ctx->cfg);
+
+    /* a team template's shape (the team's step answers the one it reserved) */
+    if (strtoll(op->mem, NULL, 10) > 0)
+        json_object_set_new(l, "memory_mib", json_integer(strtoll(op->mem, NULL, 10)));
+    if (strtoll(op->vcpu, NULL, 10) > 0)
+        json_object_set_new(l, "vcpu_milli", json_integer(strtoll(op->vcpu, NULL, 10)));
+    if (strtoll(op->disk, NULL, 10) > 0)
+        json_object_set_new(l, "disk_mib", json_integer(strtoll(op->disk, NULL, 10)));
+    /* from a snapshot: the captured sandbox's shape (sch_snap_place) */
+    if (json_is_object(json_object_get(c->job.args, "limits")))
+        json_object_update(l, json_object_get(c->job.args, "limits"));
+    json_object_set_new(c->job.args, "limits", l);
+    place_free(op);
+    sch_forward(c, host);
+}
+
+static void failed(place_op *op, redisReply *rep)
+{
+    sch_call *c = op->c;
+
+    place_free(op);
+    refuse(c, rep);
+}
+
+static int is_ok(const redisReply *rep)
+{
+    return rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 2 &&
+           !strcmp(elem(rep, 0), "ok");
+}
+
+static void on_record(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+    place_op *op = priv;
+    char host[SF_ID_MAX];
+
+    if (is_ok(rep)) {
+        snprintf(host, sizeof(host), "%s", elem(rep, 1));
+        if (strcmp(host, op->host) != 0) /* the same create, placed meanwhile elsewhere */
+            undo(op, 0, op->host_new);
+        placed(op, host);
+        return;
+    }
+    undo(op, op->team_new, op->host_new); /* a conflict, or refused (Redis full) */
+    failed(op, rep);
+}
+
+static void place_read(place_op *op);
+
+static void on_host(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+    place_op *op = priv;
+    sch_call *c = op->c;
+    char key[128], now[24], to[24];
+    const char *tmpl = json_string_value(json_object_get(c->job.args, "from_template"));
+    const char *name = json_string_value(json_object_get(c->job.args, "name"));
+
+    if (rep && rep->type == REDIS_REPLY_ARRAY && !strcmp(elem(rep, 0), "again")) {
+        undo(op, 1, 0); /* (also a part an earlier try of this id held: it did not finish) */
+        json_array_append_new(op->skip, json_string(op->host));
+        if (++op->tries < PLACE_TRIES) {
+            place_read(op);
+            return;
+        }
+        {
+            static redisReply full_e = {.type = REDIS_REPLY_STRING, .str = "full", .len = 4};
+            redisReply *fe[] = {&full_e};
+            redisReply full = {.type = REDIS_REPLY_ARRAY, .elements = 1, .element = fe};
+            failed(op, &full);
+        }
+        return;
+    }
+    if (!is_ok(rep)) {
+        undo(op, op->team_new, 0);
+        failed(op, rep);
+        return;
+    }
+    op->host_new = !strcmp(elem(rep, 1), "1");
+    snprintf(key, sizeof(key), SF_RK_SANDBOX, c->job.sandbox);
+    snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
+    snprintf(to, sizeof(to), "%lld",
+             (long long)json_integer_value(json_object_get(c->job.args, "timeout_seconds")));
+    {
+        const char *argv[] = {key, c->job.sandbox, c->job.team, op->host, name ? name : "",
+                              tmpl ? tmpl : "base", op->md_text ? op->md_text : "{}", now, to,
+                              op->mem, op->vcpu};
+        size_t lens[SF_ARRAY_LEN(argv)];
+        for (size_t i = 0; i < SF_ARRAY_LEN(argv); i++)
+            lens[i] = strlen(argv[i]);
+        if (sf_redis_script_call(c->ctx->redis, &sf_store_place_record, on_record, op, 1,
+                                 (int)SF_ARRAY_LEN(argv) - 1, argv, lens) < 0) {
+            undo(op, op->team_new, op->host_new);
+            failed(op, NULL);
+        }
+    }
+}
+
+static void on_team(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+    place_op *op = priv;
+    sch_call *c = op->c;
+    char k[3][160], now[24], ttl[24];
+
+    if (!is_ok(rep) || rep->elements < 6 || !sf_id_valid(elem(rep, 1))) {
+        failed(op, rep);
+        return;
+    }
+    snprintf(op->host, sizeof(op->host), "%s", elem(rep, 1));
+    snprintf(op->mem, sizeof(op->mem), "%s", elem(rep, 2));
+    snprintf(op->vcpu, sizeof(op->vcpu), "%s", elem(rep, 3));
+    snprintf(op->disk, sizeof(op->disk), "%s", elem(rep, 4));
+    op->team_new = !strcmp(elem(rep, 5), "1");
+    snprintf(k[0], sizeof(k[0]), SF_RK_HOST, op->host);
+    snprintf(k[1], sizeof(k[1]), SF_RK_HOST_RES, op->host);
+    snprintf(k[2], sizeof(k[2]), SF_RK_HOST_SANDBOXES, op->host);
+    snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
+    snprintf(ttl, sizeof(ttl), "%lld", (long long)c->ctx->cfg.host_ttl_ms);
+    {
+        const char *argv[] = {k[0], k[1], k[2], c->job.sandbox, op->mem, op->vcpu, now, ttl};
+        size_t lens[SF_ARRAY_LEN(argv)];
+        for (size_t i = 0; i < SF_ARRAY_LEN(argv); i++)
+            lens[i] = strlen(argv[i]);
+        if (sf_redis_script_call(c->ctx->redis, &sf_store_place_host, on_host, op, 3, 5, argv,
+                                 lens) < 0) {
+            undo(op, op->team_new, 0);
+            failed(op, NULL);
+        }
+    }
+}
+
+static void on_hosts(void *priv, json_t *hosts)
+{
+    place_op *op = priv;
+    sch_call *c = op->c;
+    const sch_cfg *cfg = &c->ctx->cfg;
+    const char *tmpl = json_string_value(json_object_get(c->job.args, "from_template"));
+    char k[4][200], num[5][24], *live, *skip;
+    int rc;
+
+    if (!hosts) {
+        failed(op, NULL);
+        return;
+    }
+    if (!tmpl)
+        tmpl = "base";
+    snprintf(k[0], sizeof(k[0]), SF_RK_TEAM_LIMITS, c->job.team);
+    snprintf(k[1], sizeof(k[1]), SF_RK_TEAM_SANDBOXES, c->job.team);
+    snprintf(k[2], sizeof(k[2]), SF_RK_TEAM_RES, c->job.team);
+    snprintf(k[3], sizeof(k[3]), SF_RK_TEMPLATE, c->job.team, tmpl);
+    snprintf(num[0], 24, "%lld", (long long)cfg->team_sandbox_limit);
+    snprintf(num[1], 24, "%lld", (long long)cfg->team_host_share_pct);
+    snprintf(num[2], 24, "%lld", (long long)cfg->team_fleet_share_pct);
+    snprintf(num[3], 24, "%lld", (long long)cfg->sandbox_memory_mib);
+    snprintf(num[4], 24, "%lld", (long long)cfg->sandbox_vcpu_milli);
+    if (c->pin[0]) { /* from a snapshot: its shape is reserved */
+        json_t *l = json_object_get(c->job.args, "limits");
+        if (json_integer_value(json_object_get(l, "memory_mib")) > 0)
+            snprintf(num[3], 24, "%lld", (long long)json_integer_value(json_object_get(l, "memory_mib")));
+        if (json_integer_value(json_object_get(l, "vcpu_milli")) > 0)
+            snprintf(num[4], 24, "%lld", (long long)json_integer_value(json_object_get(l, "vcpu_milli")));
+    }
+    live = json_dumps(hosts, JSON_COMPACT);
+    skip = json_dumps(op->skip, JSON_COMPACT);
+    if (!live || !skip) {
+        free(live);
+        free(skip);
+        failed(op, NULL);
+        return;
+    }
+    {
+        const char *argv[] = {k[0], k[1], k[2], k[3], c->job.sandbox, tmpl, num[0], num[1],
+                              num[2], num[3], num[4], live, skip, c->pin};
+        size_t lens[SF_ARRAY_LEN(argv)];
+        for (size_t i = 0; i < SF_ARRAY_LEN(argv); i++)
+            lens[i] = strlen(argv[i]);
+        rc = sf_redis_script_call(c->ctx->redis, &sf_store_place_team, on_team, op, 4, 10, argv,
+                                  lens);
+    }
+    free(live);
+    free(skip);
+    if (rc < 0)
+        failed(op, NULL);
+}
+
+static void place_read(place_op *op)
+{
+    if (sch_hosts_read(op->c->ctx, on_hosts, op) < 0)
+        failed(op, NULL);
+}
+
 void sch_place_create(sch_call *c)
 {
-    const sch_cfg *cfg = &c->ctx->cfg;
-    json_t *a = c->job.args;
-    const char *name = json_string_value(json_object_get(a, "name"));
-    const char *tmpl = json_string_value(json_object_get(a, "from_template"));
-    json_t *md = json_object_get(a, "metadata");
-    char num[8][24], *md_text;
-    const char *argv[18];
-    int argc = 0, rc;
+    json_t *md = json_object_get(c->job.args, "metadata");
+    place_op *op;
 
-    if (json_object_get(a, "from_snapshot") && !c->pin[0]) {
+    if (json_object_get(c->job.args, "from_snapshot") && !c->pin[0]) {
         sch_snap_place(c); /* finds the snapshot, then comes back here */
         return;
     }
-    md_text = json_is_object(md) ? json_dumps(md, JSON_COMPACT) : NULL;
-    snprintf(num[0], 24, "%lld", (long long)sf_now_ms());
-    snprintf(num[1], 24, "%lld", (long long)cfg->host_ttl_ms);
-    snprintf(num[2], 24, "%lld", (long long)json_integer_value(json_object_get(a, "timeout_seconds")));
-    snprintf(num[3], 24, "%lld", (long long)cfg->team_sandbox_limit);
-    snprintf(num[4], 24, "%lld", (long long)cfg->team_host_share_pct);
-    snprintf(num[5], 24, "%lld", (long long)cfg->team_fleet_share_pct);
-    snprintf(num[6], 24, "%lld", (long long)cfg->sandbox_memory_mib);
-    snprintf(num[7], 24, "%lld", (long long)cfg->sandbox_vcpu_milli);
-    if (c->pin[0]) { /* from a snapshot: its shape is reserved */
-        json_t *l = json_object_get(a, "limits");
-        if (json_integer_value(json_object_get(l, "memory_mib")) > 0)
-            snprintf(num[6], 24, "%lld", (long long)json_integer_value(json_object_get(l, "memory_mib")));
-        if (json_integer_value(json_object_get(l, "vcpu_milli")) > 0)
-            snprintf(num[7], 24, "%lld", (long long)json_integer_value(json_object_get(l, "vcpu_milli")));
-    }
-    argv[argc++] = "EVAL";
-    argv[argc++] = lua_create;
-    argv[argc++] = "0";
-    argv[argc++] = num[0];
-    argv[argc++] = num[1];
-    argv[argc++] = c->job.sandbox;
-    argv[argc++] = c->job.team;
-    argv[argc++] = name ? name : "";
-    argv[argc++] = tmpl ? tmpl : "base";
-    argv[argc++] = md_text ? md_text : "{}";
-    for (int i = 2; i < 8; i++)
-        argv[argc++] = num[i];
-    argv[argc++] = c->pin;
-    rc = sf_redis_cmdargv(c->ctx->redis, on_create, c, argc, argv, NULL);
-    free(md_text);
-    if (rc < 0)
+    op = calloc(1, sizeof(*op));
+    if (!op || !(op->skip = json_array())) {
+        free(op);
         sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        return;
+    }
+    op->c = c;
+    op->md_text = json_is_object(md) ? json_dumps(md, JSON_COMPACT) : NULL;
+    place_read(op);
 }

@@ -66,6 +66,13 @@ int sch_auth_init(sch_ctx *ctx, char *why, size_t whylen);
 void sch_auth_job(sch_call *c);
 void sch_route_job(sch_call *c);
 
+/* hosts.c: the live hosts as placement sees them, read one host per call: cb gets a JSON
+ * array (borrowed) of {h, cap, running, used (the most of running and reserved), mem,
+ * vcpu (absent until the worker publishes them), rmem, rvcpu (reserved), deb (has
+ * 'debian'), driver}, or NULL when Redis did not answer. 0, or -errno (cb not called). */
+typedef void (*sch_hosts_cb)(void *priv, json_t *hosts);
+int sch_hosts_read(sch_ctx *ctx, sch_hosts_cb cb, void *priv);
+
 /* place.c: sandbox_create (limits, fair share, host choice, reservation); finishes the
  * call. */
 void sch_place_create(sch_call *c);

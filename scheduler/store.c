@@ -1,5 +1,5 @@
-/* store.c: the Redis side of the scheduler: placement, sandbox records, routing
- * checks. Each multi-key step is one Lua script, so it is atomic and one round trip. */
+/* store.c: the Redis side of the scheduler: listing, sandbox info, routing checks, the
+ * reaper of dead hosts. Every read and write touches one hash slot (common/sf_store.h). */
 #include "sched.h"
 #include "sf_log.h"
 #include "sf_records.h"
@@ -8,50 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-/* One page of the team's live sandboxes, oldest first (created, then id). ARGV: team,
- * metadata filter (JSON object), cursor created, cursor id, limit. Only the page's
- * records are read whole. Returns JSON {items: [records], more: bool}. */
-static const char lua_list[] =
-    "#!lua flags=no-writes\n"
-    "local team, ccur, icur, limit = ARGV[1], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])\n"
-    "local filter = cjson.decode(ARGV[2])\n"
-    "local rows = {}\n"
-    "for _, id in ipairs(redis.call('SMEMBERS', 'sf:team:{' .. team .. '}:sandboxes')) do\n"
-    "  local v = redis.call('HMGET', 'sf:sb:{' .. id .. '}', 'team', 'created', 'metadata')\n"
-    "  local ok = v[1] == team\n"
-    "  if ok and next(filter) ~= nil then\n"
-    "    local md = cjson.decode(v[3] or '{}')\n"
-    "    for k, want in pairs(filter) do if md[k] ~= want then ok = false end end\n"
-    "  end\n"
-    "  local c = tonumber(v[2]) or 0\n"
-    "  if ok and (c > ccur or (c == ccur and id > icur)) then\n"
-    "    table.insert(rows, {c = c, id = id})\n"
-    "  end\n"
-    "end\n"
-    "table.sort(rows, function(a, b) return a.c < b.c or (a.c == b.c and a.id < b.id) end)\n"
-    "local out = {}\n"
-    "for i = 1, math.min(#rows, limit) do\n"
-    "  local r = redis.call('HGETALL', 'sf:sb:{' .. rows[i].id .. '}')\n"
-    "  local rec = {}\n"
-    "  for j = 1, #r, 2 do rec[r[j]] = r[j + 1] end\n"
-    "  out[i] = rec\n"
-    "end\n"
-    "return cjson.encode({items = out, more = #rows > limit})\n";
-
-/* KEYS: the record, sf:hosts. ARGV: team, now, host_ttl. Returns {verdict, host}.
- * Called by SHA (sf_redis_script_call); both keys declared. */
-static const char lua_route[] =
-    "#!lua flags=no-writes\n"
-    "local v = redis.call('HMGET', KEYS[1], 'team', 'host', 'state')\n"
-    "if not v[1] or v[1] ~= ARGV[1] then return {'none', ''} end\n"
-    "if v[3] == 'killed' or v[3] == 'failed' or v[3] == 'lost' then return {v[3], v[2]} end\n"
-    "local ts = redis.call('ZSCORE', KEYS[2], v[2])\n"
-    "if not ts or tonumber(ts) < tonumber(ARGV[2]) - tonumber(ARGV[3]) then\n"
-    "  return {'stale', v[2]}\n"
-    "end\n"
-    "return {'ok', v[2]}\n";
-
 
 static void not_found(sch_call *c)
 {
@@ -134,27 +90,55 @@ static int cursor_parse(const char *s, char created[24], char id[SF_ID_MAX])
     return 0;
 }
 
-static void on_list(redisAsyncContext *ac, void *r, void *priv)
-{
-    redisReply *rep = r;
-    sch_call *c = priv;
-    json_t *page, *items, *out, *rec, *last = NULL;
-    size_t i, bytes = 0;
-    int more;
+/* sandbox_list: the team's set (its slot), then each member's record (one slot each, all
+ * sent at once): team, created, metadata to filter and order them, then the page's
+ * records whole. */
+typedef struct list_op {
+    sch_call *c;
+    json_t *filter;         /* metadata filter (object), or NULL */
+    char ccur[24], icur[SF_ID_MAX];
+    size_t limit, pending;
+    int failed, more;
+    json_t *rows;           /* [{id, created}] that pass, then the page's records */
+} list_op;
 
-    if (!rep || rep->type != REDIS_REPLY_STRING ||
-        !(page = json_loadb(rep->str, rep->len, 0, NULL))) {
-        sf_error("msg=\"list script failed\" job=%s err=\"%s\"", c->job.id,
-                 rep && rep->type == REDIS_REPLY_ERROR ? rep->str : "no reply");
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
-        return;
-    }
-    items = json_object_get(page, "items"); /* {} when empty: Lua cannot tell the two apart */
-    more = json_is_true(json_object_get(page, "more"));
-    out = json_array();
-    json_array_foreach(items, i, rec) {
-        json_t *v = record_view(rec);
-        size_t n = json_dumpb(v, NULL, 0, JSON_COMPACT) + 1;
+static void list_free(list_op *op)
+{
+    json_decref(op->filter);
+    json_decref(op->rows);
+    free(op);
+}
+
+static void list_fail(list_op *op, const redisReply *rep)
+{
+    sch_call *c = op->c;
+
+    sf_error("msg=\"list read failed\" job=%s err=\"%s\"", c->job.id,
+             rep && rep->type == REDIS_REPLY_ERROR ? rep->str : "no reply");
+    list_free(op);
+    sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+}
+
+typedef struct list_one {
+    list_op *op;
+    char id[SF_ID_MAX];
+    json_t *slot; /* the page's record goes here */
+} list_one;
+
+static void list_answer(list_op *op)
+{
+    sch_call *c = op->c;
+    json_t *out = json_array(), *res, *rec, *last = NULL;
+    size_t i, bytes = 0;
+    int more = op->more;
+
+    json_array_foreach(op->rows, i, rec) {
+        json_t *v;
+        size_t n;
+        if (!json_object_size(rec)) /* gone between the two reads */
+            continue;
+        v = record_view(rec);
+        n = json_dumpb(v, NULL, 0, JSON_COMPACT) + 1;
         if (bytes + n > LIST_REPLY_BUDGET && json_array_size(out) > 0) {
             json_decref(v);
             more = 1;
@@ -164,19 +148,191 @@ static void on_list(redisAsyncContext *ac, void *r, void *priv)
         json_array_append_new(out, v);
         last = rec;
     }
-    {
-        json_t *res = json_pack("{s:o, s:I}", "sandboxes", out, "count",
-                                (json_int_t)json_array_size(out));
-        if (more && last) {
-            char cur[24 + SF_ID_MAX + 1];
-            snprintf(cur, sizeof(cur), "%s.%s",
-                     json_string_value(json_object_get(last, "created")) ?: "0",
-                     json_string_value(json_object_get(last, "id")) ?: "");
-            json_object_set_new(res, "next_cursor", json_string(cur));
-        }
-        json_decref(page);
-        sch_reply_result(c, res);
+    res = json_pack("{s:o, s:I}", "sandboxes", out, "count", (json_int_t)json_array_size(out));
+    if (more && last) {
+        char cur[24 + SF_ID_MAX + 1];
+        snprintf(cur, sizeof(cur), "%s.%s",
+                 json_string_value(json_object_get(last, "created")) ?: "0",
+                 json_string_value(json_object_get(last, "id")) ?: "");
+        json_object_set_new(res, "next_cursor", json_string(cur));
     }
+    list_free(op);
+    sch_reply_result(c, res);
+}
+
+static void on_list_record(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+    list_one *one = priv;
+    list_op *op = one->op;
+
+    if (!rep || rep->type != REDIS_REPLY_ARRAY) {
+        op->failed = 1;
+    } else {
+        for (size_t i = 0; i + 1 < rep->elements; i += 2)
+            json_object_set_new(one->slot, rep->element[i]->str,
+                                json_stringn(rep->element[i + 1]->str, rep->element[i + 1]->len));
+        /* a record that changed team since the first read is not listed */
+        if (strcmp(json_string_value(json_object_get(one->slot, "team")) ?: "", op->c->job.team))
+            json_object_clear(one->slot);
+    }
+    free(one);
+    if (--op->pending)
+        return;
+    if (op->failed)
+        list_fail(op, NULL);
+    else
+        list_answer(op);
+}
+
+static int row_cmp(const void *a, const void *b)
+{
+    json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+    json_int_t cx = json_integer_value(json_object_get(x, "c"));
+    json_int_t cy = json_integer_value(json_object_get(y, "c"));
+
+    if (cx != cy)
+        return cx < cy ? -1 : 1;
+    return strcmp(json_string_value(json_object_get(x, "id")),
+                  json_string_value(json_object_get(y, "id")));
+}
+
+/* Every member's team, created and metadata have arrived: filter, order, page. */
+static void list_page(list_op *op)
+{
+    size_t n = json_array_size(op->rows), keep = 0;
+    json_t **v = n ? calloc(n, sizeof(*v)) : NULL, *page = json_array();
+
+    if (n && !v) {
+        json_decref(page);
+        list_fail(op, NULL);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *row = json_array_get(op->rows, i);
+        if (json_is_true(json_object_get(row, "ok")))
+            v[keep++] = row;
+    }
+    if (keep)
+        qsort(v, keep, sizeof(*v), row_cmp);
+    op->more = keep > op->limit;
+    for (size_t i = 0; i < keep && i < op->limit; i++)
+        json_array_append_new(page, json_pack("{s:s}", "id",
+                                              json_string_value(json_object_get(v[i], "id"))));
+    free(v);
+    json_decref(op->rows);
+    op->rows = page;
+    op->pending = 1;
+    for (size_t i = 0; i < json_array_size(page); i++) {
+        list_one *one = calloc(1, sizeof(*one));
+        json_t *slot = json_array_get(page, i);
+        if (!one) {
+            op->failed = 1;
+            break;
+        }
+        one->op = op;
+        one->slot = slot;
+        snprintf(one->id, sizeof(one->id), "%s", json_string_value(json_object_get(slot, "id")));
+        json_object_clear(slot);
+        op->pending++;
+        if (sf_redis_cmd(op->c->ctx->redis, on_list_record, one, "HGETALL " SF_RK_SANDBOX,
+                         one->id) < 0) {
+            free(one);
+            op->pending--;
+            op->failed = 1;
+            break;
+        }
+    }
+    if (--op->pending)
+        return;
+    if (op->failed)
+        list_fail(op, NULL);
+    else
+        list_answer(op);
+}
+
+/* {team, created, metadata} of one member: does it pass the filter and the cursor? */
+static void on_list_head(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+    list_one *one = priv;
+    list_op *op = one->op;
+    json_int_t created;
+    int ok;
+
+    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 3) {
+        op->failed = 1;
+    } else if (rep->element[0]->type == REDIS_REPLY_STRING &&
+               !strcmp(rep->element[0]->str, op->c->job.team)) {
+        created = rep->element[1]->type == REDIS_REPLY_STRING
+                      ? strtoll(rep->element[1]->str, NULL, 10)
+                      : 0;
+        ok = created > strtoll(op->ccur, NULL, 10) ||
+             (created == strtoll(op->ccur, NULL, 10) && strcmp(one->id, op->icur) > 0);
+        if (ok && op->filter && json_object_size(op->filter)) {
+            json_t *md = rep->element[2]->type == REDIS_REPLY_STRING
+                             ? json_loads(rep->element[2]->str, 0, NULL)
+                             : NULL;
+            const char *k;
+            json_t *want;
+            json_object_foreach(op->filter, k, want) {
+                if (!json_equal(json_object_get(md, k), want))
+                    ok = 0;
+            }
+            json_decref(md);
+        }
+        json_object_set_new(one->slot, "c", json_integer(created));
+        json_object_set_new(one->slot, "ok", json_boolean(ok));
+    }
+    free(one);
+    if (--op->pending)
+        return;
+    if (op->failed)
+        list_fail(op, NULL);
+    else
+        list_page(op);
+}
+
+static void on_list_members(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+    list_op *op = priv;
+
+    if (!rep || rep->type != REDIS_REPLY_ARRAY) {
+        list_fail(op, rep);
+        return;
+    }
+    op->pending = 1;
+    for (size_t i = 0; i < rep->elements; i++) {
+        list_one *one;
+        json_t *row;
+        if (rep->element[i]->type != REDIS_REPLY_STRING || !sf_id_valid(rep->element[i]->str))
+            continue;
+        if (!(one = calloc(1, sizeof(*one))) ||
+            !(row = json_pack("{s:s}", "id", rep->element[i]->str))) {
+            free(one);
+            op->failed = 1;
+            break;
+        }
+        json_array_append_new(op->rows, row);
+        one->op = op;
+        one->slot = row;
+        snprintf(one->id, sizeof(one->id), "%s", rep->element[i]->str);
+        op->pending++;
+        if (sf_redis_cmd(op->c->ctx->redis, on_list_head, one,
+                         "HMGET " SF_RK_SANDBOX " team created metadata", one->id) < 0) {
+            free(one);
+            op->pending--;
+            op->failed = 1;
+            break;
+        }
+    }
+    if (--op->pending)
+        return;
+    if (op->failed)
+        list_fail(op, NULL);
+    else
+        list_page(op);
 }
 
 void sch_store_list(sch_call *c)
@@ -184,22 +340,29 @@ void sch_store_list(sch_call *c)
     json_t *a = c->job.args, *md = json_object_get(a, "metadata");
     const char *cursor = json_string_value(json_object_get(a, "cursor"));
     json_int_t limit = json_integer_value(json_object_get(a, "limit"));
-    char created[24] = "-1", id[SF_ID_MAX] = "", lim[24], *filter;
-    int rc;
+    list_op *op;
 
-    if (cursor && cursor_parse(cursor, created, id) < 0) {
+    if (!(op = calloc(1, sizeof(*op))) || !(op->rows = json_array())) {
+        free(op);
+        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        return;
+    }
+    op->c = c;
+    snprintf(op->ccur, sizeof(op->ccur), "-1");
+    if (cursor && cursor_parse(cursor, op->ccur, op->icur) < 0) {
+        list_free(op);
         sch_reply_error(c, SF_ERR_INVALID, "Argument 'cursor' is not a cursor sandbox_list "
                                            "gave; pass the next_cursor of the previous page, "
                                            "or omit it for the first page.");
         return;
     }
-    snprintf(lim, sizeof(lim), "%lld", (long long)(limit > 0 ? limit : LIST_LIMIT_DEFAULT));
-    filter = json_is_object(md) ? json_dumps(md, JSON_COMPACT) : NULL;
-    rc = sf_redis_cmd(c->ctx->redis, on_list, c, "EVAL %s 0 %s %s %s %s %s", lua_list,
-                      c->job.team, filter ? filter : "{}", created, id, lim);
-    free(filter);
-    if (rc < 0)
+    op->limit = (size_t)(limit > 0 ? limit : LIST_LIMIT_DEFAULT);
+    op->filter = json_is_object(md) ? json_incref(md) : NULL;
+    if (sf_redis_cmd(c->ctx->redis, on_list_members, op, "SMEMBERS " SF_RK_TEAM_SANDBOXES,
+                     c->job.team) < 0) {
+        list_free(op);
         sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+    }
 }
 
 /* A record's integer field (a string in Redis), or the fallback field, or 0. */
@@ -289,20 +452,12 @@ void sch_store_info(sch_call *c)
         sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
 }
 
-static void on_route(redisAsyncContext *ac, void *r, void *priv)
+static void route_verdict(sch_call *c, const char *verdict, const char *host)
 {
-    redisReply *rep = r;
-    sch_call *c = priv;
-    const char *verdict;
     char text[256];
 
-    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
-        return;
-    }
-    verdict = rep->element[0]->str;
     if (!strcmp(verdict, "ok")) {
-        sch_forward(c, rep->element[1]->str);
+        sch_forward(c, host);
         return;
     }
     if (!strcmp(verdict, "none")) {
@@ -334,21 +489,79 @@ static void on_route(redisAsyncContext *ac, void *r, void *priv)
     sch_reply_error(c, SF_ERR_NOT_FOUND, text);
 }
 
-static sf_redis_script route_script = SF_REDIS_SCRIPT(lua_route);
+/* Routing reads the record (its slot), then its host's heartbeat (sf:hosts): two reads,
+ * each one slot; no write depends on them. */
+typedef struct route_op {
+    sch_call *c;
+    char host[SF_ID_MAX];
+} route_op;
+
+static void on_route_host(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+    route_op *op = priv;
+    sch_call *c = op->c;
+    char host[SF_ID_MAX];
+
+    (void)ac;
+    snprintf(host, sizeof(host), "%s", op->host);
+    free(op);
+    if (!rep || (rep->type != REDIS_REPLY_STRING && rep->type != REDIS_REPLY_NIL)) {
+        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        return;
+    }
+    if (rep->type == REDIS_REPLY_NIL ||
+        strtoll(rep->str, NULL, 10) < sf_now_ms() - c->ctx->cfg.host_ttl_ms)
+        route_verdict(c, "stale", host);
+    else
+        route_verdict(c, "ok", host);
+}
+
+static void on_route_record(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+    route_op *op = priv;
+    sch_call *c = op->c;
+    const char *team, *st;
+
+    (void)ac;
+    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 3) {
+        free(op);
+        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        return;
+    }
+    team = rep->element[0]->type == REDIS_REPLY_STRING ? rep->element[0]->str : NULL;
+    st = rep->element[2]->type == REDIS_REPLY_STRING ? rep->element[2]->str : "";
+    if (rep->element[1]->type == REDIS_REPLY_STRING && rep->element[1]->len < SF_ID_MAX)
+        snprintf(op->host, sizeof(op->host), "%s", rep->element[1]->str);
+    if (!team || strcmp(team, c->job.team) != 0 || !strcmp(st, "killed") ||
+        !strcmp(st, "failed") || !strcmp(st, "lost") || !op->host[0]) {
+        const char *v = !team || strcmp(team, c->job.team) ? "none" : op->host[0] ? st : "stale";
+        free(op);
+        route_verdict(c, v, "");
+        return;
+    }
+    if (sf_redis_cmd(c->ctx->redis, on_route_host, op, "ZSCORE " SF_RK_HOSTS " %s", op->host) <
+        0) {
+        free(op);
+        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+    }
+}
 
 void sch_store_route(sch_call *c)
 {
-    char key[128], now[24], ttl[24];
-    const char *argv[] = {key, SF_RK_HOSTS, c->job.team, now, ttl};
-    size_t lens[SF_ARRAY_LEN(argv)];
+    route_op *op = calloc(1, sizeof(*op));
 
-    snprintf(key, sizeof(key), SF_RK_SANDBOX, c->job.sandbox);
-    snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
-    snprintf(ttl, sizeof(ttl), "%lld", (long long)c->ctx->cfg.host_ttl_ms);
-    for (size_t i = 0; i < SF_ARRAY_LEN(argv); i++)
-        lens[i] = strlen(argv[i]);
-    if (sf_redis_script_call(c->ctx->redis, &route_script, on_route, c, 2, 3, argv, lens) < 0)
+    if (!op) {
         sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        return;
+    }
+    op->c = c;
+    if (sf_redis_cmd(c->ctx->redis, on_route_record, op, "HMGET " SF_RK_SANDBOX " team host state",
+                     c->job.sandbox) < 0) {
+        free(op);
+        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+    }
 }
 
 static void on_reaped(redisAsyncContext *ac, void *r, void *priv)

@@ -4,120 +4,16 @@
  * writes the outcome into the record (worker/tpl_build.c). */
 #include "sched.h"
 #include "sf_log.h"
+#include "sf_store.h"
 #include "sf_templates.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ARGV: now, host_ttl, team, prefix. Returns JSON [debian status, [[name, status, from,
- * vcpu_milli, memory_mib, disk_mib, failed_step, error, created, updated, step, hosts,
- * hosts ready]...]]. */
-static const char lua_list[] =
-    "local now, ttl, team, prefix = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]\n"
-    "local deb = 'building'\n"
-    "for _, h in ipairs(redis.call('ZRANGEBYSCORE', 'sf:hosts', now - ttl, '+inf')) do\n"
-    "  if redis.call('HGET', 'sf:host:{' .. h .. '}', 'tpl_debian') == '1' then\n"
-    "    deb = 'ready'\n"
-    "    break\n"
-    "  end\n"
-    "end\n"
-    "local names = redis.call('SMEMBERS', 'sf:team:{' .. team .. '}:tpls')\n"
-    "table.sort(names)\n"
-    "local recs = {}\n"
-    "for _, n in ipairs(names) do\n"
-    "  if string.sub(n, 1, #prefix) == prefix then\n"
-    "    local v = redis.call('HMGET', 'sf:team:{' .. team .. '}:tpl:' .. n, 'status', 'from', "
-    "'vcpu_milli', 'memory_mib', 'disk_mib', 'failed_step', 'error', 'created', 'updated', "
-    "'step')\n"
-    "    if v[1] then\n"
-    "      local nh, nr = 0, 0\n" /* hosts it was built on; ready there */
-    "      for _, f in ipairs(redis.call('HKEYS', 'sf:team:{' .. team .. '}:tpl:' .. n)) do\n"
-    "        if string.sub(f, 1, 3) == 'at:' then\n"
-    "          nh = nh + 1\n"
-    "          if redis.call('HGET', 'sf:team:{' .. team .. '}:tpl:' .. n, f) == 'ready' then "
-    "nr = nr + 1 end\n"
-    "        end\n"
-    "      end\n"
-    "      if nh == 0 then nh = 1; if v[1] == 'ready' then nr = 1 end end\n"
-    "      table.insert(recs, {n, v[1], v[2] or '', v[3] or '', v[4] or '', v[5] or '', "
-    "v[6] or '', v[7] or '', v[8] or '', v[9] or '', v[10] or '', tostring(nh), tostring(nr)})\n"
-    "    end\n"
-    "  end\n"
-    "end\n"
-    "return cjson.encode({deb, recs})\n";
-
-/* ARGV: now, host_ttl, team, name, from, job, vcpu_milli, memory_mib, disk_mib, run_steps
- * (JSON), start_cmd, ready_cmd, per-team limit. A team template is built on every live jail
- * host that can (one with 'debian' when from is debian; one where `from` is ready when it
- * is a team template): each holds its own copy, and placement uses the hosts that have it
- * ready. The lead (the host with the most room) writes the step and the log. Records
- * at:<host> = building for each. Returns {'ok', start, ready, lead, host...},
- * {'exists', status}, {'quota', n}, {'nofrom'}, {'fromstatus', status}, {'pinned'},
- * {'nodebian'}, {'nohost'}. */
-static const char lua_create[] =
-    "local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])\n"
-    "local team, name, from, job = ARGV[3], ARGV[4], ARGV[5], ARGV[6]\n"
-    "local key = 'sf:team:{' .. team .. '}:tpl:' .. name\n"
-    "local set = 'sf:team:{' .. team .. '}:tpls'\n"
-    "local old = redis.call('HMGET', key, 'status', 'job', 'host', 'start_cmd', 'ready_cmd')\n"
-    "if old[1] then\n"
-    "  if old[2] == job then\n" /* the same call, redelivered: to the same hosts again */
-    "    local out = {'ok', old[4] or '', old[5] or '', old[3]}\n"
-    "    local h = redis.call('HGETALL', key)\n"
-    "    for i = 1, #h, 2 do\n"
-    "      local at = string.sub(h[i], 1, 3) == 'at:' and string.sub(h[i], 4)\n"
-    "      if at and at ~= old[3] then table.insert(out, at) end\n"
-    "    end\n"
-    "    return out\n"
-    "  end\n"
-    "  if old[1] ~= 'failed' then return {'exists', old[1]} end\n"
-    "elseif redis.call('SCARD', set) >= tonumber(ARGV[13]) then\n"
-    "  return {'quota', ARGV[13]}\n"
-    "end\n"
-    "local fkey, fhost, start, ready = nil, nil, ARGV[11], ARGV[12]\n"
-    "if from ~= 'base' and from ~= 'debian' then\n"
-    "  fkey = 'sf:team:{' .. team .. '}:tpl:' .. from\n"
-    "  local f = redis.call('HMGET', fkey, 'status', 'host', 'start_cmd', 'ready_cmd')\n"
-    "  if not f[1] then return {'nofrom'} end\n"
-    "  if f[1] ~= 'ready' then return {'fromstatus', f[1]} end\n"
-    /* a record from before templates were on several hosts: on its host only */
-    "  if redis.call('HEXISTS', fkey, 'at:' .. (f[2] or '')) == 0 then fhost = f[2] end\n"
-    /* its service is inherited unless the new template names its own */
-    "  if start == '' and ready == '' then start, ready = f[3] or '', f[4] or '' end\n"
-    "end\n"
-    "local hosts, best, bfree, deb = {}, nil, -1, false\n"
-    "for _, h in ipairs(redis.call('ZRANGEBYSCORE', 'sf:hosts', now - ttl, '+inf')) do\n"
-    "  local v = redis.call('HMGET', 'sf:host:{' .. h .. '}', 'driver', 'capacity', 'running', "
-    "'tpl_debian')\n"
-    "  local ok = v[1] == 'jail'\n"
-    "  if ok and fkey then\n"
-    "    ok = (fhost and fhost == h) or (not fhost and redis.call('HGET', fkey, 'at:' .. h) == 'ready')\n"
-    "  end\n"
-    "  if ok and from == 'debian' and v[4] ~= '1' then ok, deb = false, true end\n"
-    "  if ok then\n"
-    "    table.insert(hosts, h)\n"
-    "    local free = (tonumber(v[2]) or 0) - (tonumber(v[3]) or 0)\n"
-    "    if free > bfree then best, bfree = h, free end\n"
-    "  end\n"
-    "end\n"
-    "if not best then\n"
-    "  if fkey then return {'pinned'} end\n"
-    "  if deb then return {'nodebian'} end\n"
-    "  return {'nohost'}\n"
-    "end\n"
-    "redis.call('DEL', key, key .. ':log')\n"
-    "redis.call('HSET', key, 'name', name, 'team', team, 'from', from, 'status', 'building', "
-    "'host', best, 'job', job, 'created', now, 'updated', now, 'vcpu_milli', ARGV[7], "
-    "'memory_mib', ARGV[8], 'disk_mib', ARGV[9], 'run_steps', ARGV[10], 'start_cmd', start, "
-    "'ready_cmd', ready)\n"
-    "local out = {'ok', start, ready, best}\n"
-    "for _, h in ipairs(hosts) do\n"
-    "  redis.call('HSET', key, 'at:' .. h, 'building')\n"
-    "  if h ~= best then table.insert(out, h) end\n"
-    "end\n"
-    "redis.call('SADD', set, name)\n"
-    "return out\n";
+/* The list and the create go through the store (common/sf_store.c: tpl_row, tpl_create),
+ * each one slot: the live hosts are read one per call (hosts.c) and handed to the team's
+ * script. */
 
 static const char *elem(const redisReply *rep, size_t i)
 {
@@ -174,21 +70,15 @@ static void forward_all(sch_call *c, const char *const *hosts, size_t n, int lea
 
 /* ---- sandbox_template_list ------------------------------------------------------- */
 
-static void on_list(redisAsyncContext *ac, void *r, void *priv)
+/* doc: [debian status, [[name, status, from, vcpu_milli, memory_mib, disk_mib,
+ * failed_step, error, created, updated, step, hosts, hosts ready]...]] (stolen). */
+static void list_answer(sch_call *c, json_t *doc)
 {
-    redisReply *rep = r;
-    sch_call *c = priv;
     const sch_cfg *cfg = &c->ctx->cfg;
     const char *prefix = json_string_value(json_object_get(c->job.args, "name_prefix"));
-    json_t *doc, *out, *recs, *rec;
+    json_t *out, *recs, *rec;
     size_t i;
 
-    (void)ac;
-    if (!rep || rep->type != REDIS_REPLY_STRING ||
-        !(doc = json_loadb(rep->str, rep->len, 0, NULL))) {
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
-        return;
-    }
     if (!prefix)
         prefix = "";
     out = json_array();
@@ -204,7 +94,7 @@ static void on_list(redisAsyncContext *ac, void *r, void *priv)
                                                          "builtin", 1),
                                               cfg->sandbox_vcpu_milli, cfg->sandbox_memory_mib,
                                               cfg->sandbox_disk_mib));
-    recs = json_array_get(doc, 1); /* an empty Lua table encodes as {} */
+    recs = json_array_get(doc, 1);
     json_array_foreach(recs, i, rec) {
         const char *f[13];
         json_t *o;
@@ -233,16 +123,157 @@ static void on_list(redisAsyncContext *ac, void *r, void *priv)
                                   (json_int_t)json_array_size(out)));
 }
 
+/* The list: the live hosts (is 'debian' ready on one?), the team's names (its slot),
+ * then each template's row (tpl_row: the same slot, all sent at once). */
+typedef struct tpl_list_op {
+    sch_call *c;
+    json_t *doc;
+    size_t pending;
+    int failed;
+} tpl_list_op;
+
+typedef struct tpl_one {
+    tpl_list_op *op;
+    json_t *row; /* [name] until its fields arrive */
+} tpl_one;
+
+static void tpl_list_end(tpl_list_op *op)
+{
+    sch_call *c = op->c;
+    json_t *doc = op->doc, *recs = json_array_get(doc, 1), *keep = json_array(), *row;
+    size_t i;
+
+    if (op->failed) {
+        json_decref(doc);
+        json_decref(keep);
+        free(op);
+        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        return;
+    }
+    json_array_foreach(recs, i, row) {
+        if (json_array_size(row) == 13) /* gone between the two reads: not listed */
+            json_array_append(keep, row);
+    }
+    json_array_set_new(doc, 1, keep);
+    free(op);
+    list_answer(c, doc);
+}
+
+static void on_tpl_row(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+    tpl_one *one = priv;
+    tpl_list_op *op = one->op;
+
+    (void)ac;
+    if (!rep || rep->type != REDIS_REPLY_ARRAY)
+        op->failed = 1;
+    else if (rep->elements == 12)
+        for (size_t k = 0; k < 12; k++)
+            json_array_append_new(one->row, json_string(rep->element[k]->type ==
+                                                                REDIS_REPLY_STRING
+                                                            ? rep->element[k]->str
+                                                            : ""));
+    free(one);
+    if (--op->pending == 0)
+        tpl_list_end(op);
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static void on_tpl_names(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+    tpl_list_op *op = priv;
+    sch_call *c = op->c;
+    const char *prefix = json_string_value(json_object_get(c->job.args, "name_prefix")) ?: "";
+    const char **names;
+    size_t n = 0;
+
+    (void)ac;
+    if (!rep || rep->type != REDIS_REPLY_ARRAY ||
+        !(names = calloc(rep->elements + 1, sizeof(*names)))) {
+        op->failed = 1;
+        tpl_list_end(op);
+        return;
+    }
+    for (size_t i = 0; i < rep->elements; i++)
+        if (rep->element[i]->type == REDIS_REPLY_STRING &&
+            !strncmp(rep->element[i]->str, prefix, strlen(prefix)))
+            names[n++] = rep->element[i]->str;
+    if (n)
+        qsort(names, n, sizeof(*names), name_cmp);
+    op->pending = 1;
+    for (size_t i = 0; i < n; i++) {
+        tpl_one *one = calloc(1, sizeof(*one));
+        char key[256];
+        const char *argv[] = {key};
+        size_t lens[1];
+        if (!one) {
+            op->failed = 1;
+            break;
+        }
+        lens[0] = (size_t)snprintf(key, sizeof(key), SF_RK_TEMPLATE, c->job.team, names[i]);
+        one->op = op;
+        one->row = json_pack("[s]", names[i]);
+        json_array_append_new(json_array_get(op->doc, 1), one->row);
+        op->pending++;
+        if (lens[0] >= sizeof(key) ||
+            sf_redis_script_call(c->ctx->redis, &sf_store_tpl_row, on_tpl_row, one, 1, 0, argv,
+                                 lens) < 0) {
+            free(one);
+            op->pending--;
+            op->failed = 1;
+            break;
+        }
+    }
+    free(names);
+    if (--op->pending == 0)
+        tpl_list_end(op);
+}
+
+static void on_tpl_hosts(void *priv, json_t *hosts)
+{
+    tpl_list_op *op = priv;
+    sch_call *c = op->c;
+    const char *deb = "building";
+    json_t *h;
+    size_t i;
+
+    if (!hosts) {
+        op->failed = 1;
+        tpl_list_end(op);
+        return;
+    }
+    json_array_foreach(hosts, i, h) {
+        if (json_is_true(json_object_get(h, "deb")))
+            deb = "ready";
+    }
+    json_array_set_new(op->doc, 0, json_string(deb));
+    if (sf_redis_cmd(c->ctx->redis, on_tpl_names, op, "SMEMBERS " SF_RK_TEAM_TEMPLATES,
+                     c->job.team) < 0) {
+        op->failed = 1;
+        tpl_list_end(op);
+    }
+}
+
 void sch_tpl_list(sch_call *c)
 {
-    const char *prefix = json_string_value(json_object_get(c->job.args, "name_prefix"));
-    char now[24], ttl[24];
-    const char *argv[] = {"EVAL", lua_list, "0", now, ttl, c->job.team, prefix ? prefix : ""};
+    tpl_list_op *op = calloc(1, sizeof(*op));
 
-    snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
-    snprintf(ttl, sizeof(ttl), "%lld", (long long)c->ctx->cfg.host_ttl_ms);
-    if (sf_redis_cmdargv(c->ctx->redis, on_list, c, SF_ARRAY_LEN(argv), argv, NULL) < 0)
+    if (!op || !(op->doc = json_pack("[s, []]", "building"))) {
+        free(op);
         sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        return;
+    }
+    op->c = c;
+    if (sch_hosts_read(c->ctx, on_tpl_hosts, op) < 0) {
+        op->failed = 1;
+        tpl_list_end(op);
+    }
 }
 
 /* ---- sandbox_template_create ----------------------------------------------------- */
@@ -323,21 +354,59 @@ static void on_create(redisAsyncContext *ac, void *r, void *priv)
                     text);
 }
 
-void sch_tpl_create(sch_call *c)
+static void on_create_hosts(void *priv, json_t *hosts)
 {
-    const sch_cfg *cfg = &c->ctx->cfg;
+    sch_call *c = priv;
     json_t *a = c->job.args;
     const char *name = json_string_value(json_object_get(a, "name"));
     const char *from = json_string_value(json_object_get(a, "from"));
     json_t *steps = json_object_get(a, "run_steps");
     const char *start = json_string_value(json_object_get(a, "start_cmd"));
     const char *ready = json_string_value(json_object_get(a, "ready_cmd"));
-    char num_s[7][24], text[256], *steps_s;
+    char k[4][256], num_s[5][24], *steps_s, *live;
+    int rc = -1;
+
+    if (!hosts) {
+        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        return;
+    }
+    snprintf(k[0], sizeof(k[0]), SF_RK_TEMPLATE, c->job.team, name);
+    snprintf(k[1], sizeof(k[1]), SF_RK_TEMPLATE_LOG, c->job.team, name);
+    snprintf(k[2], sizeof(k[2]), SF_RK_TEAM_TEMPLATES, c->job.team);
+    snprintf(k[3], sizeof(k[3]), SF_RK_TEMPLATE, c->job.team, from);
+    snprintf(num_s[0], 24, "%lld", (long long)sf_now_ms());
+    snprintf(num_s[1], 24, "%lld", (long long)json_integer_value(json_object_get(a, "vcpu_milli")));
+    snprintf(num_s[2], 24, "%lld", (long long)json_integer_value(json_object_get(a, "memory_mib")));
+    snprintf(num_s[3], 24, "%lld", (long long)json_integer_value(json_object_get(a, "disk_mib")));
+    snprintf(num_s[4], 24, "%d", SF_TEMPLATES_PER_TEAM);
+    steps_s = json_is_array(steps) ? json_dumps(steps, JSON_COMPACT) : NULL;
+    live = json_dumps(hosts, JSON_COMPACT);
+    if (live) {
+        const char *argv[] = {k[0], k[1], k[2], k[3], c->job.team, name, from, c->job.id,
+                              num_s[0], num_s[1], num_s[2], num_s[3], steps_s ? steps_s : "[]",
+                              start ? start : "", ready ? ready : "", num_s[4], live};
+        size_t lens[SF_ARRAY_LEN(argv)];
+        for (size_t i = 0; i < SF_ARRAY_LEN(argv); i++)
+            lens[i] = strlen(argv[i]);
+        rc = sf_redis_script_call(c->ctx->redis, &sf_store_tpl_create, on_create, c, 4,
+                                  (int)SF_ARRAY_LEN(argv) - 4, argv, lens);
+    }
+    free(steps_s);
+    free(live);
+    if (rc < 0)
+        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+}
+
+void sch_tpl_create(sch_call *c)
+{
+    const sch_cfg *cfg = &c->ctx->cfg;
+    json_t *a = c->job.args;
+    const char *name = json_string_value(json_object_get(a, "name"));
+    const char *from = json_string_value(json_object_get(a, "from"));
+    char text[256];
     long long vcpu = json_integer_value(json_object_get(a, "vcpu"));
     long long mem = json_integer_value(json_object_get(a, "memory_mib"));
     long long disk = json_integer_value(json_object_get(a, "disk_mib"));
-    const char *argv[16];
-    int argc = 0, rc;
 
     if (!name || !from) { /* the schema requires both */
         sch_reply_error(c, SF_ERR_INVALID, "Arguments 'name' and 'from' are required.");
@@ -361,32 +430,8 @@ void sch_tpl_create(sch_call *c)
     json_object_set_new(a, "vcpu_milli", json_integer(vcpu));
     json_object_set_new(a, "memory_mib", json_integer(mem));
     json_object_set_new(a, "disk_mib", json_integer(disk));
-    steps_s = json_is_array(steps) ? json_dumps(steps, JSON_COMPACT) : NULL;
-    snprintf(num_s[0], 24, "%lld", (long long)sf_now_ms());
-    snprintf(num_s[1], 24, "%lld", (long long)cfg->host_ttl_ms);
-    snprintf(num_s[2], 24, "%lld", vcpu);
-    snprintf(num_s[3], 24, "%lld", mem);
-    snprintf(num_s[4], 24, "%lld", disk);
-    snprintf(num_s[5], 24, "%d", SF_TEMPLATES_PER_TEAM);
-    argv[argc++] = "EVAL";
-    argv[argc++] = lua_create;
-    argv[argc++] = "0";
-    argv[argc++] = num_s[0];
-    argv[argc++] = num_s[1];
-    argv[argc++] = c->job.team;
-    argv[argc++] = name;
-    argv[argc++] = from;
-    argv[argc++] = c->job.id;
-    argv[argc++] = num_s[2];
-    argv[argc++] = num_s[3];
-    argv[argc++] = num_s[4];
-    argv[argc++] = steps_s ? steps_s : "[]";
-    argv[argc++] = start ? start : "";
-    argv[argc++] = ready ? ready : "";
-    argv[argc++] = num_s[5];
-    rc = sf_redis_cmdargv(c->ctx->redis, on_create, c, argc, argv, NULL);
-    free(steps_s);
-    if (rc < 0)
+    /* the hosts first (hosts.c), then the team's step with them (on_create_hosts) */
+    if (sch_hosts_read(c->ctx, on_create_hosts, c) < 0)
         sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
 }
 

@@ -58,35 +58,7 @@ static int call_answer(wk_call *c, const void *p, size_t n)
  * then gets its first answer again instead of a second run or silence. */
 #define GUARD_REPLY_MAX (256 * 1024) /* larger replies are not kept for a repeat */
 
-/* KEYS[1] = sf:job:{id}; ARGV: host, instance, ttl (s), reply topic. Returns {'new'},
- * {'running'} (this process runs it: it answers; a second reply topic is kept in
- * `also`), {'done', reply} or {'orphan', host} (a worker process that is gone ran it). */
-static const char lua_guard_begin[] =
-    "#!lua\n" /* no allow-oom: a full Redis refuses it whole */
-    "local v = redis.call('HMGET', KEYS[1], 'state', 'host', 'inst', 'reply', 'topic')\n"
-    "if not v[1] then\n"
-    "  redis.call('HSET', KEYS[1], 'state', 'running', 'host', ARGV[1], 'inst', ARGV[2], "
-    "'topic', ARGV[4])\n"
-    "  redis.call('EXPIRE', KEYS[1], ARGV[3])\n"
-    "  return {'new'}\n"
-    "end\n"
-    "if v[1] == 'done' then return {'done', v[4] or ''} end\n"
-    "if v[3] == ARGV[2] then\n"
-    "  if v[5] ~= ARGV[4] then redis.call('HSET', KEYS[1], 'also', ARGV[4]) end\n"
-    "  return {'running'}\n"
-    "end\n"
-    "return {'orphan', v[2] or ''}\n";
-
-/* KEYS[1] = sf:job:{id}; ARGV: reply (may be empty: too large to keep), ttl (s). Returns
- * the other reply topic a repeat of the job named while it ran, or ''. */
-static const char lua_guard_done[] =
-    "local also = redis.call('HGET', KEYS[1], 'also')\n"
-    "redis.call('HSET', KEYS[1], 'state', 'done', 'reply', ARGV[1])\n"
-    "redis.call('EXPIRE', KEYS[1], ARGV[2])\n"
-    "return also or ''\n";
-
-static sf_redis_script guard_begin = SF_REDIS_SCRIPT(lua_guard_begin);
-static sf_redis_script guard_end = SF_REDIS_SCRIPT(lua_guard_done);
+/* Its two scripts: sf_store_guard_begin, sf_store_guard_done (common/sf_store.c). */
 
 /* This worker process among all that ever ran on the host (a restart is a new one). */
 static char instance[SF_ID_MAX];
@@ -146,7 +118,7 @@ static int guard_done(wk_call *c, const sf_buf *b)
     snprintf(ttl, sizeof(ttl), "%ld", guard_ttl_s(&c->job));
     argv[0] = key, argv[1] = keep ? g->msg : "", argv[2] = ttl;
     lens[0] = strlen(key), lens[1] = keep, lens[2] = strlen(ttl);
-    if (sf_redis_script_call(c->ctx->redis, &guard_end, on_guard_done, g, 1, 2, argv, lens) < 0) {
+    if (sf_redis_script_call(c->ctx->redis, &sf_store_guard_done, on_guard_done, g, 1, 2, argv, lens) < 0) {
         sf_warn("msg=\"cannot keep the job's answer; Redis is down\" job=%s", c->job.id);
         free(g);
         return -1;
@@ -1423,7 +1395,7 @@ void wk_on_job(void *arg, sf_job *job, sf_kafka_ticket tk)
         size_t lens[SF_ARRAY_LEN(argv)];
         for (size_t i = 0; i < SF_ARRAY_LEN(argv); i++)
             lens[i] = strlen(argv[i]);
-        rc = sf_redis_script_call(ctx->redis, &guard_begin, on_guard, c, 1, 4, argv, lens);
+        rc = sf_redis_script_call(ctx->redis, &sf_store_guard_begin, on_guard, c, 1, 4, argv, lens);
     }
     if (rc < 0)
         refuse(c, SF_ERR_UNAVAILABLE,

@@ -12,6 +12,8 @@ const cli = (...args) => execFileSync(`${env.SF_BUILD}/cli/sandfleet`, args,
   { env: { ...process.env, SF_REDIS_URL: env.SF_REDIS_URL, SF_AUTH_SECRET_FILE: env.SF_AUTH_SECRET_FILE } })
   .toString().trim();
 const host = (field) => Number(redis('hget', `sf:host:{${env.SF_HOST_ID}}`, field) || 0);
+// what placement holds reserved on the host: one field per sandbox (schemas/redis-keys.md)
+const reserved = () => Number(redis('hlen', `sf:host:{${env.SF_HOST_ID}}:res`) || 0);
 
 const beta = await connect(env.SF_KEY_BETA, 'beta');
 after(() => beta.close());
@@ -24,7 +26,7 @@ test('team A creating in a loop stops at its share; team B can still create', as
   const greedy = await connect(cli('keys', 'create', '--team', 'greedy'), 'greedy');
   const share = Math.floor(host('capacity') * 3 / 100);
   assert.ok(share >= 2, `capacity ${host('capacity')} gives a share of ${share}`);
-  const reservedBefore = host('res_count');
+  const reservedBefore = reserved();
 
   const ids = [];
   let refusal;
@@ -37,7 +39,7 @@ test('team A creating in a loop stops at its share; team B can still create', as
   assert.equal(refusal, `Your team is using its fair share of the platform (at most ${share} sandboxes `
     + 'across all hosts, shared with other teams). Kill sandboxes you no longer need '
     + '(sandbox_list, then sandbox_kill), then retry.');
-  assert.equal(host('res_count'), reservedBefore + share, 'each placement reserved on the host');
+  assert.equal(reserved(), reservedBefore + share, 'each placement reserved on the host');
   assert.match(cli('teams', 'show', 'greedy'),
     new RegExp(`holds: ${share} sandboxes, ${share * 64} MiB, ${(share * 0.1).toFixed(1)} vCPUs\n  on ${env.SF_HOST_ID}: ${share} sandboxes`));
 
@@ -59,8 +61,8 @@ test('team A creating in a loop stops at its share; team B can still create', as
   cli('teams', 'limits', 'greedy', '--sandboxes', 'default', '--fleet-share', 'default', '--host-share', 'default');
   assert.match(cli('teams', 'show', 'greedy'), /limits: sandboxes=default host_share_pct=default fleet_share_pct=default/);
   const until = Date.now() + 20000;
-  while (host('res_count') !== reservedBefore && Date.now() < until)
+  while (reserved() !== reservedBefore && Date.now() < until)
     await new Promise((r) => setTimeout(r, 100));
-  assert.equal(host('res_count'), reservedBefore, 'the host\'s reservations released');
+  assert.equal(reserved(), reservedBefore, 'the host\'s reservations released');
   await greedy.close();
 });

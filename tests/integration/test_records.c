@@ -1,10 +1,18 @@
-/* The sandbox records' scripts (common/sf_records.c) against the e2e stack's real Redis:
- * each is called by SHA with every key it touches declared, and does what the worker and
- * the scheduler rely on: started, touch, set, mark_killing, retire (reservations given
- * back once, tombstones bounded per team, old ones deleted), also after Redis lost its
- * scripts (SCRIPT FLUSH). Its own team and host names, so the stack's sandboxes are not
- * touched. Runs against the e2e stack (SF_E2E_STATE/env). */
+/* Every Lua script of the store (common/sf_store.c) against a real Redis: each starts
+ * with "#!lua" (so a cluster refuses any key of another slot), its SHA1 is the one Redis
+ * computes, and each does what its callers rely on, called by SHA with its keys declared,
+ * also after Redis lost its scripts (SCRIPT FLUSH before each group): the records'
+ * writes (started, touch, set, mark_killing, retire with reservations given back once and
+ * tombstones bounded), the host sweeps (a worker's start-up, the reaper), placement's
+ * steps, heartbeats, timers, claim checks, secrets, sessions, team templates and the job
+ * guard. Its own team and host names, so the stack's sandboxes are not touched. Runs
+ * against the stack in SF_E2E_STATE (the e2e stack, and the cluster suite's one-node
+ * Redis Cluster, where a key of another slot is an error). */
+#include "sf_claim.h"
 #include "sf_records.h"
+#include "sf_secrets.h"
+#include "sf_store.h"
+#include "sf_timers.h"
 #include "sf_util.h"
 
 #include <errno.h>
@@ -25,7 +33,7 @@
         }                                                                                      \
     } while (0)
 
-static char url[1024], team[64], host[64];
+static char url[1024], team[32], host[32];
 static struct event_base *base;
 static sf_redis *ar;
 static redisContext *sc;
@@ -48,10 +56,12 @@ static void read_env(void)
     CHECK(url[0], "no SF_REDIS_URL in %s", path);
 }
 
-/* The async reply of one call: its type and integer. */
+/* The async reply of one call: its type and integer, or its first two strings. */
 typedef struct answer {
     int done, type;
     long long integer;
+    size_t elements;
+    char s0[256], s1[256];
 } answer;
 
 static void on_answer(redisAsyncContext *ac, void *r, void *priv)
@@ -62,6 +72,14 @@ static void on_answer(redisAsyncContext *ac, void *r, void *priv)
     a->done = 1;
     a->type = rep ? rep->type : -1;
     a->integer = rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -999;
+    if (rep && rep->type == REDIS_REPLY_STRING)
+        snprintf(a->s0, sizeof(a->s0), "%s", rep->str);
+    if (rep && rep->type == REDIS_REPLY_ARRAY) {
+        a->elements = rep->elements;
+        for (size_t i = 0; i < rep->elements && i < 2; i++)
+            if (rep->element[i]->type == REDIS_REPLY_STRING)
+                snprintf(i ? a->s1 : a->s0, sizeof(a->s0), "%s", rep->element[i]->str);
+    }
     if (rep && rep->type == REDIS_REPLY_ERROR)
         fprintf(stderr, "redis error: %s\n", rep->str);
 }
@@ -106,19 +124,87 @@ static char *get(const char *fmt, ...)
     return o;
 }
 
-/* A record as placement writes it: creating, on host, with its reservations. */
+/* Runs script s by SHA on the blocking connection: nkeys keys, then args (NULL ends). */
+static redisReply *run(sf_redis_script *s, int nkeys, ...)
+{
+    const char *argv[32];
+    int n = 0;
+    va_list ap;
+    redisReply *rep;
+
+    va_start(ap, nkeys);
+    while (n < 32 && (argv[n] = va_arg(ap, const char *)))
+        n++;
+    va_end(ap);
+    rep = sf_redis_script_sync(sc, s, nkeys, n - nkeys, argv, NULL);
+    CHECK(rep, "redis connection lost");
+    CHECK(rep->type != REDIS_REPLY_ERROR, "script error: %s", rep->str);
+    return rep;
+}
+
+/* The reply's element i as text ("" when absent; integers printed). */
+static const char *el(const redisReply *rep, size_t i)
+{
+    static char out[4][256];
+    static int slot;
+    char *o = out[slot++ % 4];
+
+    o[0] = '\0';
+    if (rep->type == REDIS_REPLY_ARRAY && i < rep->elements) {
+        if (rep->element[i]->type == REDIS_REPLY_STRING)
+            snprintf(o, 256, "%s", rep->element[i]->str);
+        else if (rep->element[i]->type == REDIS_REPLY_INTEGER)
+            snprintf(o, 256, "%lld", rep->element[i]->integer);
+    }
+    return o;
+}
+
+static void flush_scripts(void)
+{
+    freeReplyObject(redisCommand(sc, "SCRIPT FLUSH")); /* Redis lost its scripts: they load again */
+}
+
+static void call_done(answer *a, int rc, const char *what)
+{
+    CHECK(rc == 0, "%s: rc %d", what, rc);
+    wait_for(a);
+}
+
+/* Every script: a "#!lua" line first (a cluster then refuses any key of another slot,
+ * declared or not), and the SHA1 we call it by is the one Redis computes. */
+static int test_all_scripts(void)
+{
+    int n = 0;
+
+    for (sf_redis_script *const *s = sf_store_all; *s; s++, n++) {
+        redisReply *rep = redisCommand(sc, "SCRIPT LOAD %s", (*s)->src);
+        CHECK(!strncmp((*s)->src, "#!lua", 5), "script %d has no #!lua line", n);
+        CHECK(rep && rep->type == REDIS_REPLY_STRING, "SCRIPT LOAD %d failed: %s", n,
+              rep && rep->type == REDIS_REPLY_ERROR ? rep->str : "no reply");
+        CHECK(!strcmp(rep->str, sf_redis_script_sha(*s)), "script %d: sha %s, Redis says %s", n,
+              sf_redis_script_sha(*s), rep->str);
+        freeReplyObject(rep);
+    }
+    CHECK(n >= 30, "only %d scripts listed", n);
+    return n;
+}
+
+/* A record as placement leaves it: creating, on host, with its reservations (the team's
+ * and the host's, each under the sandbox id). */
+static void placed_on(const char *id, const char *h, const char *state)
+{
+    freeReplyObject(redisCommand(sc, "HSET sf:sb:{%s} id %s team %s host %s state %s "
+                                     "metadata {\"k\":\"v\"} res_mem_mib 64 res_vcpu_milli 100",
+                                 id, id, team, h, state));
+    freeReplyObject(redisCommand(sc, "HSET sf:team:{%s}:res %s %s", team, id, "x 64 100 -"));
+    freeReplyObject(redisCommand(sc, "HSET sf:host:{%s}:res %s %s", h, id, "64 100"));
+    freeReplyObject(redisCommand(sc, "SADD sf:team:{%s}:sandboxes %s", team, id));
+    freeReplyObject(redisCommand(sc, "SADD sf:host:{%s}:sandboxes %s", h, id));
+}
+
 static void placed(const char *id)
 {
-    freeReplyObject(redisCommand(sc, "HSET sf:sb:{%s} id %s team %s host %s state creating "
-                                     "metadata {\"k\":\"v\"} res_team 1 res_mem_mib 64 "
-                                     "res_vcpu_milli 100", id, id, team, host));
-    freeReplyObject(redisCommand(sc, "HINCRBY sf:team:{%s}:res n 1", team));
-    freeReplyObject(redisCommand(sc, "HINCRBY sf:team:{%s}:res mem 64", team));
-    freeReplyObject(redisCommand(sc, "HINCRBY sf:team:{%s}:res n@%s 1", team, host));
-    freeReplyObject(redisCommand(sc, "HINCRBY sf:host:{%s} res_count 1", host));
-    freeReplyObject(redisCommand(sc, "HINCRBY sf:host:{%s} res_mem_mib 64", host));
-    freeReplyObject(redisCommand(sc, "SADD sf:team:{%s}:sandboxes %s", team, id));
-    freeReplyObject(redisCommand(sc, "SADD sf:host:{%s}:sandboxes %s", host, id));
+    placed_on(id, host, "creating");
 }
 
 static void test_lifecycle(void)
@@ -130,59 +216,61 @@ static void test_lifecycle(void)
 
     snprintf(id, sizeof(id), "sb_rectest%d", (int)getpid());
     placed(id);
+    flush_scripts();
 
     a = (answer){0};
-    CHECK(sf_records_started(ar, id, host, 4, kv, on_answer, &a) == 0, "started");
-    wait_for(&a);
+    call_done(&a, sf_records_started(ar, id, host, 4, kv, on_answer, &a), "started");
     CHECK(a.integer == 1, "started: %lld", a.integer);
     CHECK(!strcmp(get("HGET sf:sb:{%s} state", id), "running"), "state after started");
     CHECK(!strcmp(get("HGET sf:sb:{%s} driver", id), "jail"), "fields after started");
+    a = (answer){0}; /* another host's worker never starts it */
+    call_done(&a, sf_records_started(ar, id, "otherhost", 0, NULL, on_answer, &a), "started");
+    CHECK(a.integer == 0, "started elsewhere: %lld", a.integer);
 
-    freeReplyObject(redisCommand(sc, "SCRIPT FLUSH")); /* Redis lost its scripts: they load again */
+    flush_scripts();
     a = (answer){0};
-    CHECK(sf_records_touch(ar, id, 12345, on_answer, &a) == 0, "touch");
-    wait_for(&a);
+    call_done(&a, sf_records_touch(ar, id, 12345, on_answer, &a), "touch");
     CHECK(a.integer == 1 && !strcmp(get("HGET sf:sb:{%s} last_active", id), "12345"),
           "touch after SCRIPT FLUSH: %lld", a.integer);
 
     a = (answer){0};
-    CHECK(sf_records_set(ar, id, 2, md, on_answer, &a) == 0, "set");
-    wait_for(&a);
+    call_done(&a, sf_records_set(ar, id, 2, md, on_answer, &a), "set");
     CHECK(a.integer == 1 && !strcmp(get("HGET sf:sb:{%s} metadata", id), "{\"k\":\"w\"}"), "set");
     CHECK(sf_records_set(ar, id, 2, (const char *[]){"state", "x"}, on_answer, &a) == -EINVAL,
           "set refuses state");
 
     a = (answer){0};
-    CHECK(sf_records_mark_killing(ar, id, on_answer, &a) == 0, "mark_killing");
-    wait_for(&a);
+    call_done(&a, sf_records_mark_killing(ar, id, on_answer, &a), "mark_killing");
     CHECK(a.integer == 1, "mark_killing: %lld", a.integer);
     CHECK(!strcmp(get("HGET sf:sb:{%s} state", id), "killing"), "state killing");
     CHECK(!strcmp(get("SISMEMBER sf:team:{%s}:sandboxes %s", team, id), "0"), "left its team");
-    CHECK(!strcmp(get("HGET sf:team:{%s}:res n", team), ""), "team's reservation given back");
-    CHECK(!strcmp(get("HGET sf:host:{%s} res_count", host), "1"), "host's kept until retired");
+    CHECK(!strcmp(get("HEXISTS sf:team:{%s}:res %s", team, id), "0"), "team's part given back");
+    CHECK(!strcmp(get("HEXISTS sf:host:{%s}:res %s", host, id), "1"), "host's kept until retired");
 
     freeReplyObject(redisCommand(sc, "ZADD sf:host:{%s}:timers 1 t:%s", host, id));
     a = (answer){0};
-    CHECK(sf_records_retire(ar, id, "lost", 1, on_answer, &a) == 0, "retire");
-    wait_for(&a);
+    call_done(&a, sf_records_retire(ar, id, "lost", 1, on_answer, &a), "retire");
     CHECK(a.integer == 1, "retire: %lld", a.integer);
     CHECK(!strcmp(get("HGET sf:sb:{%s} state", id), "killed"), "a killing record retires killed");
     CHECK(!strcmp(get("HGET sf:sb:{%s} metadata", id), ""), "tombstone keeps no metadata");
     CHECK(!strcmp(get("SISMEMBER sf:host:{%s}:sandboxes %s", host, id), "0"), "left its host");
-    CHECK(!strcmp(get("HGET sf:host:{%s} res_count", host), "0"), "host's reservation back");
+    CHECK(!strcmp(get("HEXISTS sf:host:{%s}:res %s", host, id), "0"), "host's part given back");
     CHECK(atoi(get("TTL sf:sb:{%s}", id)) > 0, "tombstone expires");
     CHECK(!strcmp(get("ZSCORE sf:host:{%s}:timers t:%s", host, id), ""), "its timers went");
     CHECK(strcmp(get("ZSCORE sf:team:{%s}:retired %s", team, id), ""), "listed as retired");
 
+    /* a retire cut short after the record's step: retiring again completes it */
+    freeReplyObject(redisCommand(sc, "SADD sf:host:{%s}:sandboxes %s", host, id));
     a = (answer){0}; /* only_live: a dead record stays as it is */
-    CHECK(sf_records_retire(ar, id, "lost", 1, on_answer, &a) == 0, "retire again");
-    wait_for(&a);
+    call_done(&a, sf_records_retire(ar, id, "lost", 1, on_answer, &a), "retire again");
     CHECK(a.integer == 0 && !strcmp(get("HGET sf:sb:{%s} state", id), "killed"), "retire twice");
-    CHECK(!strcmp(get("HGET sf:host:{%s} res_count", host), "0"), "released once");
+    CHECK(!strcmp(get("SISMEMBER sf:host:{%s}:sandboxes %s", host, id), "0"), "healed");
 
     a = (answer){0}; /* no such record: nothing happens, nothing is created */
-    CHECK(sf_records_started(ar, "sb_rectest_none", host, 0, NULL, on_answer, &a) == 0, "none");
-    wait_for(&a);
+    call_done(&a, sf_records_started(ar, "sb_rectest_none", host, 0, NULL, on_answer, &a), "none");
+    CHECK(a.integer == 0 && !strcmp(get("EXISTS sf:sb:{sb_rectest_none}"), "0"), "no record");
+    a = (answer){0};
+    call_done(&a, sf_records_retire(ar, "sb_rectest_none", "lost", 0, on_answer, &a), "none");
     CHECK(a.integer == 0 && !strcmp(get("EXISTS sf:sb:{sb_rectest_none}"), "0"), "no record");
 }
 
@@ -198,19 +286,386 @@ static void test_tombstones_bounded(void)
         if (i == 0)
             snprintf(first, sizeof(first), "%s", id);
         placed(id);
-        CHECK(sf_records_retire(ar, id, "killed", 0, on_answer, &a) == 0, "retire %d", i);
-        wait_for(&a);
+        call_done(&a, sf_records_retire(ar, id, "killed", 0, on_answer, &a), "retire");
         CHECK(a.integer == 1, "retire %d: %lld", i, a.integer);
     }
     settle();
     CHECK(atoi(get("ZCARD sf:team:{%s}:retired", team)) <= SF_RETIRED_KEEP, "tombstones bounded");
     CHECK(!strcmp(get("EXISTS sf:sb:{%s}", first), "0"), "the oldest tombstone's record went");
     CHECK(!strcmp(get("EXISTS sf:sb:{%s}", id), "1"), "the newest stays");
+    CHECK(!strcmp(get("HLEN sf:host:{%s}:res", host), "0"), "every reservation given back");
+}
+
+/* A worker's start-up (its sandboxes lost, creating ones kept) and the reaper. */
+static void test_sweeps(void)
+{
+    char h[64], run_id[64], cre_id[64];
+    long long n = -1;
+    answer a = {0};
+
+    snprintf(h, sizeof(h), "sweephost%d", (int)getpid());
+    snprintf(run_id, sizeof(run_id), "sb_swr%d", (int)getpid());
+    snprintf(cre_id, sizeof(cre_id), "sb_swc%d", (int)getpid());
+    placed_on(run_id, h, "running");
+    placed_on(cre_id, h, "creating");
+    flush_scripts();
+    CHECK(sf_records_retire_host_sync(sc, h, &n) == 0 && n == 1, "retire_host: %lld", n);
+    CHECK(!strcmp(get("HGET sf:sb:{%s} state", run_id), "lost"), "running -> lost");
+    CHECK(!strcmp(get("HGET sf:sb:{%s} state", cre_id), "creating"), "creating kept");
+    CHECK(!strcmp(get("SMEMBERS sf:host:{%s}:sandboxes", h), ""), "set holds the creating one");
+    CHECK(!strcmp(get("SISMEMBER sf:host:{%s}:sandboxes %s", h, cre_id), "1"), "creating listed");
+    CHECK(!strcmp(get("HEXISTS sf:host:{%s}:res %s", h, run_id), "0"), "lost one released");
+
+    /* silent for an hour: the reaper removes the host; its creating sandbox is lost too */
+    freeReplyObject(redisCommand(sc, "HSET sf:host:{%s} capacity 1", h));
+    freeReplyObject(redisCommand(sc, "ZADD sf:hosts %lld %s", (long long)(sf_now_ms() - 3600000), h));
+    flush_scripts();
+    call_done(&a, sf_records_reap(ar, sf_now_ms(), 60000, on_answer, &a), "reap");
+    CHECK(a.type == REDIS_REPLY_INTEGER, "reap reply type %d", a.type);
+    for (int64_t until = sf_mono_ms() + 10000; sf_mono_ms() < until &&
+         (strcmp(get("HGET sf:sb:{%s} state", cre_id), "lost") ||
+          strcmp(get("EXISTS sf:host:{%s}", h), "0"));)
+        settle(); /* (the scheduler's own reaper may be the one that got it) */
+    CHECK(!strcmp(get("HGET sf:sb:{%s} state", cre_id), "lost"), "reaped: lost");
+    CHECK(!strcmp(get("ZSCORE sf:hosts %s", h), ""), "the host left sf:hosts");
+    CHECK(!strcmp(get("EXISTS sf:host:{%s}", h), "0"), "its hash went");
+    CHECK(!strcmp(get("EXISTS sf:host:{%s}:sandboxes", h), "0"), "its set went");
+    CHECK(!strcmp(get("EXISTS sf:host:{%s}:res", h), "0"), "its reservations went");
+}
+
+/* The heartbeat and placement's steps (host view, team, host, record). */
+static void test_placement(void)
+{
+    char h[64], now[24], old[24], k[6][160], id[3][64], err[128];
+    char hosts[512];
+    const char *kv[] = {"capacity", "2", "running", "0", "mem_mib", "256", "vcpu_milli", "1000",
+                        "driver", "jail", "ts", now};
+    redisReply *r;
+
+    snprintf(h, sizeof(h), "plhost%d", (int)getpid());
+    for (int i = 0; i < 3; i++)
+        snprintf(id[i], sizeof(id[i]), "sb_pl%d_%d", (int)getpid(), i);
+    snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
+    snprintf(old, sizeof(old), "%lld", (long long)sf_now_ms() - 3600000);
+    flush_scripts();
+    CHECK(sf_records_heartbeat_sync(sc, h, sf_now_ms(), 60000, SF_ARRAY_LEN(kv), kv, err,
+                                    sizeof(err)) == 0, "heartbeat: %s", err);
+    CHECK(strcmp(get("ZSCORE sf:hosts %s", h), ""), "the host is live");
+    CHECK(!strcmp(get("HGET sf:host:{%s} capacity", h), "2") && atoi(get("PTTL sf:host:{%s}", h)) > 0,
+          "the host's hash, expiring");
+    CHECK(sf_records_heartbeat_sync(sc, h, 1, 1, 2, (const char *[]){"res_x", "1"}, err,
+                                    sizeof(err)) == -EINVAL, "a worker never writes res_*");
+
+    snprintf(k[0], sizeof(k[0]), "sf:host:{%s}", h);
+    snprintf(k[1], sizeof(k[1]), "sf:host:{%s}:res", h);
+    snprintf(k[2], sizeof(k[2]), "sf:host:{%s}:sandboxes", h);
+    r = run(&sf_store_host_view, 2, k[0], k[1], NULL);
+    CHECK(r->elements == 10 && !strcmp(el(r, 0), "2") && !strcmp(el(r, 5), "jail") &&
+          !strcmp(el(r, 7), "0"), "host view");
+    freeReplyObject(r);
+
+    /* the team's step: limits, the host, the team's part */
+    snprintf(k[3], sizeof(k[3]), "sf:team:{%s}:limits", team);
+    snprintf(k[4], sizeof(k[4]), "sf:team:{%s}:sandboxes", team);
+    snprintf(k[5], sizeof(k[5]), "sf:team:{%s}:res", team);
+    snprintf(hosts, sizeof(hosts), "[{\"h\":\"%s\",\"cap\":2,\"used\":0,\"mem\":256,\"vcpu\":1000,"
+             "\"rmem\":0,\"rvcpu\":0,\"deb\":false,\"driver\":\"jail\"}]", h);
+    {
+        char tk[128];
+        snprintf(tk, sizeof(tk), "sf:team:{%s}:tpl:base", team);
+        r = run(&sf_store_place_team, 4, k[3], k[4], k[5], tk, id[0], "base", "8", "100", "100",
+                "64", "100", hosts, "[]", NULL);
+        CHECK(!strcmp(el(r, 0), "ok") && !strcmp(el(r, 1), h) && !strcmp(el(r, 5), "1"),
+              "team step: %s %s", el(r, 0), el(r, 1));
+        freeReplyObject(r);
+        r = run(&sf_store_place_team, 4, k[3], k[4], k[5], tk, id[0], "base", "8", "100", "100",
+                "64", "100", hosts, "[]", NULL);
+        CHECK(!strcmp(el(r, 0), "ok") && !strcmp(el(r, 5), "0"), "the same id again: held");
+        freeReplyObject(r);
+        r = run(&sf_store_place_team, 4, k[3], k[4], k[5], tk, id[1], "base", "1", "100", "100",
+                "64", "100", hosts, "[]", NULL);
+        CHECK(!strcmp(el(r, 0), "quota") && !strcmp(el(r, 1), "1"), "quota: %s", el(r, 0));
+        freeReplyObject(r);
+        r = run(&sf_store_place_team, 4, k[3], k[4], k[5], tk, id[1], "base", "8", "100", "100",
+                "64", "100", "[]", "[]", NULL);
+        CHECK(!strcmp(el(r, 0), "nohost"), "no host: %s", el(r, 0));
+        freeReplyObject(r);
+        {
+            char skip[96];
+            snprintf(skip, sizeof(skip), "[\"%s\"]", h);
+            r = run(&sf_store_place_team, 4, k[3], k[4], k[5], tk, id[1], "base", "8", "100",
+                    "100", "64", "100", hosts, skip, NULL);
+            CHECK(!strcmp(el(r, 0), "full"), "the only host refused it: %s", el(r, 0));
+            freeReplyObject(r);
+        }
+        snprintf(tk, sizeof(tk), "sf:team:{%s}:tpl:nope", team);
+        r = run(&sf_store_place_team, 4, k[3], k[4], k[5], tk, id[1], "nope", "8", "100", "100",
+                "64", "100", hosts, "[]", NULL);
+        CHECK(!strcmp(el(r, 0), "notemplate"), "no template: %s", el(r, 0));
+        freeReplyObject(r);
+    }
+
+    /* the host's step: re-checks room and liveness */
+    for (int i = 0; i < 3; i++) {
+        r = run(&sf_store_place_host, 3, k[0], k[1], k[2], id[i], "64", "100", now, "60000", NULL);
+        CHECK(!strcmp(el(r, 0), i < 2 ? "ok" : "again"), "host step %d: %s", i, el(r, 0));
+        freeReplyObject(r);
+    }
+    r = run(&sf_store_place_host, 3, k[0], k[1], k[2], id[0], "64", "100", now, "60000", NULL);
+    CHECK(!strcmp(el(r, 0), "ok") && !strcmp(el(r, 1), "0"), "held already");
+    freeReplyObject(r);
+    freeReplyObject(redisCommand(sc, "HSET sf:host:{%s} ts %s", h, old));
+    freeReplyObject(redisCommand(sc, "HDEL sf:host:{%s}:res %s", h, id[1]));
+    r = run(&sf_store_place_host, 3, k[0], k[1], k[2], id[1], "64", "100", now, "60000", NULL);
+    CHECK(!strcmp(el(r, 0), "again"), "a silent host: again");
+    freeReplyObject(r);
+    r = run(&sf_store_host_view, 2, k[0], k[1], NULL);
+    CHECK(!strcmp(el(r, 7), "1") && !strcmp(el(r, 8), "64") && !strcmp(el(r, 9), "100"),
+          "view counts the reservation");
+    freeReplyObject(r);
+
+    /* the record */
+    {
+        char rk[128];
+        snprintf(rk, sizeof(rk), "sf:sb:{%s}", id[0]);
+        r = run(&sf_store_place_record, 1, rk, id[0], team, h, "n", "base", "{}", now, "0", "64",
+                "100", NULL);
+        CHECK(!strcmp(el(r, 0), "ok") && !strcmp(el(r, 1), h), "record written");
+        freeReplyObject(r);
+        CHECK(!strcmp(get("HGET %s state", rk), "creating"), "creating");
+        r = run(&sf_store_place_record, 1, rk, id[0], team, "elsewhere", "n", "base", "{}", now,
+                "0", "64", "100", NULL);
+        CHECK(!strcmp(el(r, 0), "ok") && !strcmp(el(r, 1), h), "redelivered: its host");
+        freeReplyObject(r);
+        r = run(&sf_store_place_record, 1, rk, id[0], "otherteam", h, "n", "base", "{}", now,
+                "0", "64", "100", NULL);
+        CHECK(!strcmp(el(r, 0), "conflict"), "another team's id: conflict");
+        freeReplyObject(r);
+    }
+    /* (clean up: its retire gives both parts back) */
+    {
+        answer a = {0};
+        call_done(&a, sf_records_retire(ar, id[0], "killed", 0, on_answer, &a), "retire");
+        CHECK(!strcmp(get("HEXISTS sf:team:{%s}:res %s", team, id[0]), "0") &&
+              !strcmp(get("HEXISTS sf:host:{%s}:res %s", h, id[0]), "0"), "released");
+    }
+    r = run(&sf_store_hosts_drop, 1, "sf:hosts", h, old, NULL);
+    CHECK(r->type == REDIS_REPLY_INTEGER && r->integer == 0, "hosts_drop: a live host stays");
+    freeReplyObject(r);
+    snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms() + 1000);
+    r = run(&sf_store_hosts_drop, 1, "sf:hosts", h, now, NULL);
+    CHECK(r->type == REDIS_REPLY_INTEGER && r->integer == 1, "hosts_drop: older than the cutoff");
+    freeReplyObject(r);
+    freeReplyObject(redisCommand(sc, "DEL sf:host:{%s} sf:host:{%s}:res sf:host:{%s}:sandboxes",
+                                 h, h, h));
+}
+
+static void test_timers(void)
+{
+    char id[64], h[64];
+    int64_t now = sf_now_ms();
+    answer a = {0};
+
+    snprintf(id, sizeof(id), "sb_tm%d", (int)getpid());
+    snprintf(h, sizeof(h), "tmhost%d", (int)getpid());
+    placed_on(id, h, "running");
+    flush_scripts();
+    call_done(&a, sf_timers_start(ar, id, h, now, now + 60000, now + 90000, 5000, 0, on_answer, &a),
+              "start");
+    CHECK(a.integer == 1, "start: %lld", a.integer);
+    CHECK(atoll(get("ZSCORE sf:host:{%s}:timers t:%s", h, id)) == now + 60000, "t: set");
+    CHECK(atoll(get("ZSCORE sf:host:{%s}:timers i:%s", h, id)) == now + 5000, "i: set");
+    CHECK(!strcmp(get("HGET sf:sb:{%s} lifetime_at", id), "") == 0, "lifetime_at");
+
+    a = (answer){0};
+    call_done(&a, sf_timers_touch(ar, id, h, now + 1000, on_answer, &a), "touch");
+    CHECK(atoll(get("ZSCORE sf:host:{%s}:timers i:%s", h, id)) == now + 6000, "i: moved");
+
+    freeReplyObject(redisCommand(sc, "HSET sf:sb:{%s} auto_delete_seconds 30", id));
+    a = (answer){0};
+    call_done(&a, sf_timers_paused(ar, id, h, now + 2000, on_answer, &a), "paused");
+    CHECK(a.integer == 1 && !strcmp(get("HGET sf:sb:{%s} state", id), "paused"), "paused");
+    CHECK(!strcmp(get("ZSCORE sf:host:{%s}:timers i:%s", h, id), ""), "i: gone");
+    CHECK(atoll(get("ZSCORE sf:host:{%s}:timers d:%s", h, id)) == now + 32000, "d: set");
+
+    flush_scripts();
+    a = (answer){0};
+    call_done(&a, sf_timers_resumed(ar, id, h, now + 3000, on_answer, &a), "resumed");
+    CHECK(a.integer == 1 && !strcmp(get("HGET sf:sb:{%s} state", id), "running"), "resumed");
+    CHECK(!strcmp(get("ZSCORE sf:host:{%s}:timers d:%s", h, id), ""), "d: gone");
+    CHECK(atoll(get("ZSCORE sf:host:{%s}:timers i:%s", h, id)) == now + 8000, "i: back");
+
+    a = (answer){0};
+    call_done(&a, sf_timers_update(ar, id, team, now, "{\"a\":1}", 100, 0, on_answer, &a),
+              "update");
+    CHECK(a.elements == 2 && !strcmp(a.s0, "ok") && !strcmp(a.s1, "running"), "update: %s %s",
+          a.s0, a.s1);
+    CHECK(atoll(get("ZSCORE sf:host:{%s}:timers t:%s", h, id)) == now + 100000, "t: moved");
+    CHECK(!strcmp(get("HGET sf:sb:{%s} metadata", id), "{\"a\":1}"), "metadata");
+    a = (answer){0};
+    call_done(&a, sf_timers_update(ar, id, "otherteam", now, NULL, -1, -1, on_answer, &a),
+              "update");
+    CHECK(!strcmp(a.s0, "none"), "another team's: none");
+
+    a = (answer){0};
+    call_done(&a, sf_timers_due(ar, h, now + 200000, 10, on_answer, &a), "due");
+    CHECK(a.elements == 2, "due: %zu", a.elements);
+    CHECK(!strcmp(get("ZCARD sf:host:{%s}:timers", h), "0"), "popped");
+    {
+        answer b = {0};
+        call_done(&b, sf_records_retire(ar, id, "killed", 0, on_answer, &b), "retire");
+    }
+    freeReplyObject(redisCommand(sc, "DEL sf:host:{%s}:sandboxes", h));
+}
+
+static void test_claims(void)
+{
+    char job[64];
+    answer a = {0};
+
+    snprintf(job, sizeof(job), "job_cc%d", (int)getpid());
+    flush_scripts();
+    call_done(&a, sf_claim_put(ar, team, job, 0, "data", "hello", 5, 100, on_answer, &a), "put");
+    CHECK(a.elements == 2 && !strcmp(a.s0, "ok"), "put: %s", a.s0);
+    a = (answer){0};
+    call_done(&a, sf_claim_put(ar, team, job, 0, "big", "0123456789abcdef0123456789abcdef0123456789abcdef"
+                                           "0123456789abcdef0123456789abcdef0123456789abcdef",
+                                 96, 100, on_answer, &a),
+              "put");
+    CHECK(!strcmp(a.s0, "over"), "over the budget: %s", a.s0);
+    a = (answer){0};
+    call_done(&a, sf_claim_take(ar, team, job, 0, "data", on_answer, &a), "take");
+    CHECK(a.type == REDIS_REPLY_STRING && !strcmp(a.s0, "hello"), "take: %s", a.s0);
+    CHECK(!strcmp(get("HLEN sf:team:{%s}:ccb", team), "0"), "its size went");
+}
+
+static void test_secrets(void)
+{
+    uint8_t key[SF_SECRET_KEY_BYTES] = {1, 2, 3};
+    sf_secret m;
+    char why[256], name[64];
+
+    sf_secret_init(&m);
+    snprintf(name, sizeof(name), "RECTEST_%d", (int)getpid());
+    snprintf(m.name, sizeof(m.name), "%s", name);
+    snprintf(m.team, sizeof(m.team), "%s", team);
+    m.hosts[0] = "api.example.test";
+    m.hosts_n = 1;
+    flush_scripts();
+    CHECK(sf_secrets_create(sc, key, &m, (const uint8_t *)"v1", 2, why, sizeof(why)) == 0,
+          "create: %s", why);
+    CHECK(sf_secrets_create(sc, key, &m, (const uint8_t *)"v1", 2, why, sizeof(why)) == -EEXIST,
+          "create twice");
+    CHECK(sf_secrets_rotate(sc, key, &m, (const uint8_t *)"v2", 2, why, sizeof(why)) == 0,
+          "rotate: %s", why);
+    CHECK(!strcmp(get("HGET sf:team:{%s}:secret:%s version", team, name), "2"), "version 2");
+    CHECK(sf_secrets_delete(sc, team, name, why, sizeof(why)) == 0, "delete: %s", why);
+    CHECK(sf_secrets_delete(sc, team, name, why, sizeof(why)) == -ENOENT, "delete twice");
+    CHECK(!strcmp(get("SISMEMBER sf:team:{%s}:secrets %s", team, name), "0"), "name gone");
+    m.hosts_n = 0; /* (not owned) */
+    sf_secret_fini(&m);
+    freeReplyObject(redisCommand(sc, "SREM sf:secrets:teams %s", team));
+}
+
+static void test_sessions(void)
+{
+    char z[160], k[3][160], sid[3][64], now[24];
+    redisReply *r;
+
+    snprintf(z, sizeof(z), "sf:team:{%s}:sessions", team);
+    flush_scripts();
+    for (int i = 0; i < 3; i++) {
+        snprintf(sid[i], sizeof(sid[i]), "mcp_rt%d_%d", (int)getpid(), i);
+        snprintf(k[i], sizeof(k[i]), "sf:mcpsess:{%s}", sid[i]);
+        snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms() + i);
+        freeReplyObject(run(&sf_store_sess_put, 1, k[i], team, "2025-06-18", now, "60", NULL));
+        CHECK(!strcmp(get("HGET %s team", k[i]), team) && atoi(get("TTL %s", k[i])) > 0,
+              "session %d", i);
+        r = run(&sf_store_sess_team, 1, z, sid[i], now, "60", "2", NULL);
+        CHECK(r->type == REDIS_REPLY_ARRAY && r->elements == (i == 2 ? 1u : 0u),
+              "evicted at %d: %zu", i, r->elements);
+        if (i == 2)
+            CHECK(!strcmp(el(r, 0), sid[0]), "the least recently used goes: %s", el(r, 0));
+        freeReplyObject(r);
+    }
+    CHECK(!strcmp(get("ZCARD %s", z), "2"), "the team's limit");
+    for (int i = 0; i < 3; i++)
+        freeReplyObject(redisCommand(sc, "DEL %s", k[i]));
+    freeReplyObject(redisCommand(sc, "DEL %s", z));
+}
+
+static void test_templates(void)
+{
+    char k[4][160], now[24];
+    const char *hosts = "[{\"h\":\"tplhost\",\"driver\":\"jail\",\"cap\":4,\"running\":1,"
+                        "\"deb\":false},{\"h\":\"tplhost2\",\"driver\":\"jail\",\"cap\":4,"
+                        "\"running\":2,\"deb\":false},{\"h\":\"vmhost\",\"driver\":\"qemu\","
+                        "\"cap\":9,\"running\":0,\"deb\":true}]";
+    redisReply *r;
+
+    snprintf(k[0], sizeof(k[0]), "sf:team:{%s}:tpl:t1", team);
+    snprintf(k[1], sizeof(k[1]), "sf:team:{%s}:tpl:t1:log", team);
+    snprintf(k[2], sizeof(k[2]), "sf:team:{%s}:tpls", team);
+    snprintf(k[3], sizeof(k[3]), "sf:team:{%s}:tpl:base", team);
+    snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
+    flush_scripts();
+#define TPL(job, from, hs)                                                                     \
+    run(&sf_store_tpl_create, 4, k[0], k[1], k[2], k[3], team, "t1", from, job, now, "1000",   \
+        "256", "0", "[]", "", "", "16", hs, NULL)
+    r = TPL("j1", "base", hosts);
+    CHECK(!strcmp(el(r, 0), "ok") && !strcmp(el(r, 3), "tplhost") && r->elements == 5 &&
+          !strcmp(el(r, 4), "tplhost2"), "tpl create: %s, on every jail host", el(r, 0));
+    freeReplyObject(r);
+    r = run(&sf_store_tpl_row, 1, k[0], NULL);
+    CHECK(r->elements == 12 && !strcmp(el(r, 0), "building") && !strcmp(el(r, 10), "2") &&
+          !strcmp(el(r, 11), "0"), "tpl row: %s, built on %s", el(r, 0), el(r, 10));
+    freeReplyObject(r);
+    r = TPL("j1", "base", hosts);
+    CHECK(!strcmp(el(r, 0), "ok"), "the same job again");
+    freeReplyObject(r);
+    r = TPL("j2", "base", hosts);
+    CHECK(!strcmp(el(r, 0), "exists") && !strcmp(el(r, 1), "building"), "exists");
+    freeReplyObject(r);
+    freeReplyObject(redisCommand(sc, "HSET %s status failed", k[0]));
+    r = TPL("j3", "debian", hosts);
+    CHECK(!strcmp(el(r, 0), "nodebian"), "no host has debian: %s", el(r, 0));
+    freeReplyObject(r);
+    r = TPL("j3", "base", "[]");
+    CHECK(!strcmp(el(r, 0), "nohost"), "no host: %s", el(r, 0));
+    freeReplyObject(r);
+#undef TPL
+    freeReplyObject(redisCommand(sc, "DEL %s %s %s", k[0], k[1], k[2]));
+}
+
+static void test_guard(void)
+{
+    char k[128];
+    redisReply *r;
+
+    snprintf(k, sizeof(k), "sf:job:{job_rg%d}", (int)getpid());
+    flush_scripts();
+    r = run(&sf_store_guard_begin, 1, k, "h1", "inst1", "60", "topic1", NULL);
+    CHECK(!strcmp(el(r, 0), "new"), "guard new: %s", el(r, 0));
+    freeReplyObject(r);
+    r = run(&sf_store_guard_begin, 1, k, "h1", "inst1", "60", "topic2", NULL);
+    CHECK(!strcmp(el(r, 0), "running"), "guard running");
+    freeReplyObject(r);
+    r = run(&sf_store_guard_begin, 1, k, "h1", "inst2", "60", "topic1", NULL);
+    CHECK(!strcmp(el(r, 0), "orphan") && !strcmp(el(r, 1), "h1"), "guard orphan");
+    freeReplyObject(r);
+    r = run(&sf_store_guard_done, 1, k, "REPLY", "60", NULL);
+    CHECK(r->type == REDIS_REPLY_STRING && !strcmp(r->str, "topic2"), "done: the other topic");
+    freeReplyObject(r);
+    r = run(&sf_store_guard_begin, 1, k, "h1", "inst3", "60", "topic1", NULL);
+    CHECK(!strcmp(el(r, 0), "done") && !strcmp(el(r, 1), "REPLY"), "done: the reply again");
+    freeReplyObject(r);
+    freeReplyObject(redisCommand(sc, "DEL %s", k));
 }
 
 int main(void)
 {
     char why[256];
+    int n;
 
     read_env();
     snprintf(team, sizeof(team), "rectest%d", (int)getpid());
@@ -221,15 +676,25 @@ int main(void)
     for (int64_t until = sf_mono_ms() + 5000; !sf_redis_connected(ar) && sf_mono_ms() < until;)
         event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK), usleep(1000);
     CHECK(sf_redis_connected(ar), "async redis did not connect");
+    n = test_all_scripts();
     test_lifecycle();
     test_tombstones_bounded();
+    test_sweeps();
+    test_placement();
+    test_timers();
+    test_claims();
+    test_secrets();
+    test_sessions();
+    test_templates();
+    test_guard();
+    /* one slot per DEL */
     freeReplyObject(redisCommand(sc, "DEL sf:team:{%s}:res sf:team:{%s}:retired "
-                                     "sf:team:{%s}:sandboxes sf:host:{%s} sf:host:{%s}:sandboxes "
-                                     "sf:host:{%s}:timers",
-                                 team, team, team, host, host, host));
+                                     "sf:team:{%s}:sandboxes", team, team, team));
+    freeReplyObject(redisCommand(sc, "DEL sf:host:{%s} sf:host:{%s}:sandboxes sf:host:{%s}:timers "
+                                     "sf:host:{%s}:res", host, host, host, host));
     sf_redis_free(ar);
     redisFree(sc);
     event_base_free(base);
-    printf("records: 2 passed, 0 failed\n");
+    printf("store: %d scripts; 11 groups passed, 0 failed\n", n);
     return 0;
 }
