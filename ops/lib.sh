@@ -168,12 +168,20 @@ sf_stack_start() {
         [ "${SF_REDIS_PERSIST:-0}" = 1 ] && persist=yes
         # Bounded: at maxmemory Redis refuses writes that would grow it (noeviction: it
         # never drops a key) and sandfleet answers "the platform is full".
+        # SF_REDIS_CLUSTER=1: a one-node Redis Cluster owning every slot, which refuses any
+        # command or script whose keys span hash slots (the cluster suite, tests/cluster).
+        local cluster=()
+        [ "${SF_REDIS_CLUSTER:-0}" = 1 ] && cluster=(--cluster-enabled yes --cluster-config-file nodes.conf)
         sf_spawn "$state" redis redis-server --bind 127.0.0.1 --port "$redis_port" \
             --dir "$state/redis" --save '' --appendonly "$persist" --appendfsync everysec \
             --protected-mode yes --maxmemory "${SF_REDIS_MAXMEMORY:-1gb}" \
-            --maxmemory-policy noeviction
+            --maxmemory-policy noeviction "${cluster[@]}"
         export SF_REDIS_URL="redis://127.0.0.1:$redis_port"
         sf_wait 10 redis redis-cli -p "$redis_port" ping || return 1
+        if [ ${#cluster[@]} -gt 0 ]; then
+            redis-cli -p "$redis_port" cluster addslotsrange 0 16383 >/dev/null || return 1
+            sf_wait 10 "the Redis cluster" sh -c "redis-cli -p $redis_port cluster info | grep -q cluster_state:ok"
+        fi
     fi
     if [ -z "${SF_KAFKA_BROKERS:-}" ]; then
         # kafka.ports keeps the addresses: a restarted broker listens on them again, so the
