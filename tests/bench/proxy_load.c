@@ -1,7 +1,8 @@
 /* sp_load: a small HTTP/1.1 load generator for tests/bench/proxy. C keep-alive
  * connections (threads, blocking sockets, optional TLS without verification) send N
  * GET requests in all and read each response (Content-Length framing); prints one line:
- * "rps=.. p50_us=.. p90_us=.. p99_us=.. errors=..".
+ * "rps=.. p50_us=.. p90_us=.. p99_us=.. errors=..". HOSTNAME "http://NAME" sends the
+ * requests in absolute form (GET http://NAME/bench, Host: NAME), as to an HTTP proxy.
  *   sp_load IP PORT HOSTNAME CONNS N [tls] [HEADER] */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -24,7 +25,7 @@ typedef struct worker {
 } worker;
 
 static struct sockaddr_in addr;
-static const char *host, *header;
+static const char *host, *header, *target = "/bench"; /* target: absolute form to a proxy */
 static int use_tls;
 static SSL_CTX *ctx;
 
@@ -106,8 +107,8 @@ static void *run(void *arg)
 {
     worker *w = arg;
     char req[1024], buf[16384];
-    int rl = snprintf(req, sizeof(req), "GET /bench HTTP/1.1\r\nHost: %s\r\n%s%s\r\n", host,
-                      header ? header : "", header ? "\r\n" : "");
+    int rl = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: %s\r\n%s%s\r\n", target,
+                      host, header ? header : "", header ? "\r\n" : "");
     conn c = {.fd = -1};
 
     if (c_open(&c) < 0) {
@@ -150,6 +151,12 @@ int main(int argc, char **argv)
     addr.sin_port = htons((uint16_t)atoi(argv[2]));
     inet_pton(AF_INET, argv[1], &addr.sin_addr);
     host = argv[3];
+    if (!strncmp(host, "http://", 7)) {
+        static char abs_target[600];
+        snprintf(abs_target, sizeof(abs_target), "%s/bench", host);
+        target = abs_target;
+        host += 7;
+    }
     conns = atoi(argv[4]);
     n = atoi(argv[5]);
     use_tls = argc > 6 && !strcmp(argv[6], "tls");
