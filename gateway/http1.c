@@ -58,6 +58,7 @@
 #define GW_HTTP_LINGER_IDLE_S 2            /* lingering close: gap between client bytes */
 #define GW_HTTP_LINGER_MAX_S  5            /* lingering close: total */
 #define GW_HTTP_MAX_HEAD      (1u << 20)   /* response status line + headers */
+#define GW_HTTP_MAX_IO        (256u << 10) /* one read or write (libevent's default: 16 KiB) */
 
 static const char h2_preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 #define H2_PREFACE_LEN (sizeof(h2_preface) - 1)
@@ -87,6 +88,7 @@ struct gw_conn {
     unsigned keep_alive : 1, in_body : 1, peer_eof : 1, close_after : 1;
     unsigned head_paused : 1, want_continue : 1, h2c_upgrade : 1, tls : 1, head_checked : 1;
     unsigned parsing : 1;
+    unsigned raw : 1;      /* a plain socket: answers are written to it at once (conn_flush) */
     gw_addr *addr;         /* the client address's counts (NULL once handed over) */
     struct event *deadline_ev; /* header / body deadline (408) */
     int deadline_kind;     /* 0 none, 1 headers, 2 body */
@@ -560,6 +562,43 @@ static int conn_write_response(gw_conn *c, int minor, int status, const char *ct
     return 0;
 }
 
+/* Writes what the output holds straight to a plain socket (one writev, no write event to
+ * arm and disarm per answer); what the socket does not take now, and everything on a TLS
+ * connection, is left to the bufferevent's write event (which also reports a write error).
+ * 1 when the output is empty. */
+static int conn_flush(gw_conn *c)
+{
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+
+    if (c->raw && evbuffer_get_length(out) > 0) {
+        /* a socket bufferevent keeps its output's front frozen outside its own writes */
+        evbuffer_unfreeze(out, 1);
+        (void)evbuffer_write(out, bufferevent_getfd(c->bev));
+        evbuffer_freeze(out, 1);
+    }
+    if (evbuffer_get_length(out) == 0)
+        return 1;
+    bufferevent_enable(c->bev, EV_WRITE);
+    return 0;
+}
+
+static void conn_reset(gw_conn *c);
+
+/* An answer was queued (state C_WRITE): send it. When it all went out at once inside the
+ * parse loop (the handler answered synchronously) and the connection stays, the loop
+ * parses the next pipelined request itself; otherwise conn_write_cb goes on, from the
+ * event loop: once the bufferevent drained the rest, or deferred, so that no handler ever
+ * runs inside another one's answer and a connection is never freed under its caller. */
+static void conn_sent(gw_conn *c)
+{
+    if (!conn_flush(c))
+        return;
+    if (c->parsing && !c->close_after && c->state == C_WRITE)
+        conn_reset(c);
+    else
+        bufferevent_trigger(c->bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+}
+
 /* Answers a request the server rejects by itself, then closes. */
 static void conn_error(gw_conn *c, int status, const char *msg)
 {
@@ -607,15 +646,15 @@ static void conn_error(gw_conn *c, int status, const char *msg)
         snprintf(json, sizeof(json), "{\"error\":\"%s\"}", msg);
     conn_release_req(c);
     /* every 503 and 429 the server sends by itself is worth retrying soon */
-    if (conn_write_response(c, minor, status, "application/json",
-                            (status == 503 || status == 429) ? retry_after
-                            : status == 401                  ? www_auth
-                                                             : NULL,
-                            json, strlen(json), 1, &keep, 0, NULL) < 0)
-        bufferevent_trigger(c->bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+    conn_write_response(c, minor, status, "application/json",
+                        (status == 503 || status == 429) ? retry_after
+                        : status == 401                  ? www_auth
+                                                         : NULL,
+                        json, strlen(json), 1, &keep, 0, NULL);
     c->close_after = 1;
     c->state = C_WRITE;
     conn_timeouts(c, 0, 1);
+    conn_sent(c);
 }
 
 static void conn_parse_error(gw_conn *c, llhttp_errno_t e)
@@ -702,6 +741,8 @@ static void conn_body_start(gw_conn *c)
     } else if (c->want_continue && bufferevent_write(c->bev, cont, sizeof(cont) - 1) < 0) {
         status = 503;
         msg = "the server is out of memory; retry later";
+    } else if (c->want_continue) {
+        conn_flush(c);
     }
     if (status) {
         evbuffer_drain(in, evbuffer_get_length(in));
@@ -748,8 +789,6 @@ static int conn_parse_loop(gw_conn *c);
 
 static void conn_parse(gw_conn *c)
 {
-    if (!c->cur && !c->deadline_kind && evbuffer_get_length(bufferevent_get_input(c->bev)) > 0)
-        conn_deadline(c, 1, c->srv->lim.header_timeout_ms); /* a request begins: headers due */
     c->parsing = 1;
     if (conn_parse_loop(c) == 0) /* 1: c is gone (the h2c upgrade took the connection) */
         c->parsing = 0;
@@ -766,6 +805,8 @@ static int conn_parse_loop(gw_conn *c)
 
         if (avail == 0)
             break;
+        if (!c->cur && !c->deadline_kind) /* a request begins: its headers are due */
+            conn_deadline(c, 1, c->srv->lim.header_timeout_ms);
         if (evbuffer_peek(in, -1, NULL, &v, 1) < 1 || v.iov_len == 0) {
             v.iov_len = avail < 16384 ? avail : 16384;
             v.iov_base = evbuffer_pullup(in, (ev_ssize_t)v.iov_len);
@@ -804,8 +845,8 @@ static int conn_parse_loop(gw_conn *c)
     return 0;
 }
 
-/* The response is out and the connection stays: parse what the client sent meanwhile. */
-static void conn_next(gw_conn *c)
+/* The response is out and the connection stays: ready for the next request. */
+static void conn_reset(gw_conn *c)
 {
     llhttp_init(&c->parser, HTTP_REQUEST, &gw_parser_settings);
     c->parser.data = c;
@@ -815,6 +856,12 @@ static void conn_next(gw_conn *c)
     c->in_body = 0;
     c->state = C_READ;
     conn_timeouts(c, 1, 1);
+}
+
+/* ... and parse what the client sent meanwhile. */
+static void conn_next(gw_conn *c)
+{
+    conn_reset(c);
     conn_parse(c);
 }
 
@@ -870,6 +917,7 @@ static void conn_sniff(gw_conn *c)
         bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
         bufferevent_set_timeouts(bev, NULL, NULL);
         bufferevent_setwatermark(bev, EV_READ, 0, 0);
+        bufferevent_enable(bev, EV_READ | EV_WRITE); /* the TLS filter writes through it */
         c->bev = NULL;
         c->addr = NULL;
         conn_free(c);
@@ -908,6 +956,7 @@ static void conn_sniff(gw_conn *c)
         bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
         bufferevent_set_timeouts(bev, NULL, NULL);
         bufferevent_setwatermark(bev, EV_READ, 0, 0);
+        bufferevent_enable(bev, EV_READ | EV_WRITE);
         if (s->takeover(bev, c->peer, s->takeover_arg) == 0) {
             c->bev = NULL;
             conn_free(c);
@@ -952,7 +1001,11 @@ static void conn_write_cb(struct bufferevent *bev, void *arg)
 {
     gw_conn *c = arg;
 
-    if (c->state != C_WRITE || evbuffer_get_length(bufferevent_get_output(bev)) > 0)
+    if (evbuffer_get_length(bufferevent_get_output(bev)) > 0)
+        return;
+    if (c->raw) /* drained: the next answer is written at once again (conn_flush) */
+        bufferevent_disable(bev, EV_WRITE);
+    if (c->state != C_WRITE)
         return;
     if (c->close_after)
         conn_linger(c);
@@ -997,6 +1050,7 @@ static int conn_start(gw_http_server *s, struct bufferevent *bev, const char *pe
     snprintf(c->peer, sizeof(c->peer), "%s", peer ? peer : "unknown");
     c->peer_port = peer_port;
     c->tls = tls ? 1 : 0;
+    c->raw = !tls && !bufferevent_get_underlying(bev) && bufferevent_getfd(bev) >= 0;
     c->state = C_SNIFF;
     c->next = s->conns;
     if (s->conns)
@@ -1005,9 +1059,15 @@ static int conn_start(gw_http_server *s, struct bufferevent *bev, const char *pe
     s->nconns++;
     bufferevent_setcb(bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
     bufferevent_setwatermark(bev, EV_READ, 0, GW_HTTP_INPUT_HIGH_WM);
+    bufferevent_set_max_single_read(bev, GW_HTTP_MAX_IO);
+    bufferevent_set_max_single_write(bev, GW_HTTP_MAX_IO);
     conn_timeouts(c, 1, 1);
     conn_deadline(c, 1, s->lim.header_timeout_ms); /* a new connection owes us a request */
-    if (bufferevent_enable(bev, EV_READ | EV_WRITE) < 0) {
+    /* a plain socket's write event is armed only when an answer did not go out at once
+     * (a new bufferevent starts with writing enabled) */
+    if (c->raw)
+        bufferevent_disable(bev, EV_WRITE);
+    if (bufferevent_enable(bev, c->raw ? EV_READ : EV_READ | EV_WRITE) < 0) {
         conn_free(c);
         return -ENOMEM;
     }
@@ -1308,15 +1368,15 @@ static void h1_respond(gw_req *req, int status, const char *content_type,
         return;
     }
     keep = c->keep_alive && !c->peer_eof;
-    if (conn_write_response(c, req->minor, status, content_type, headers, body, len, !req->head,
-                            &keep, 0, req->id) < 0)
-        bufferevent_trigger(c->bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+    conn_write_response(c, req->minor, status, content_type, headers, body, len, !req->head, &keep,
+                        0, req->id);
     c->cur = NULL;
     req_free(req);
     conn_release_req(c);
     c->close_after = !keep;
     c->state = C_WRITE;
     conn_timeouts(c, 0, 1);
+    conn_sent(c);
 }
 
 static int h1_stream_begin(gw_req *req, int status, const char *ctype, const char *const *headers)
@@ -1336,6 +1396,7 @@ static int h1_stream_begin(gw_req *req, int status, const char *ctype, const cha
     conn_release_req(c);
     c->state = C_STREAM;
     conn_timeouts(c, 0, 1);
+    conn_flush(c);
     return 0;
 }
 
@@ -1357,6 +1418,7 @@ static int h1_stream_write(gw_req *req, const char *data, size_t len)
     rc |= evbuffer_add(out, data, len);
     if (req->minor >= 1)
         rc |= evbuffer_add(out, "\r\n", 2);
+    conn_flush(c);
     return rc ? -ENOMEM : 0;
 }
 
@@ -1372,8 +1434,7 @@ static void h1_stream_end(gw_req *req)
     req_free(req);
     c->state = C_WRITE;
     conn_timeouts(c, 0, 1);
-    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
-        bufferevent_trigger(c->bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+    conn_sent(c);
 }
 
 /* `Upgrade: h2c` taken: 101, then the connection and this request (stream 1) go to the
