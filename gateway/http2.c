@@ -33,6 +33,7 @@
 
 #define H2_MAX_STREAMS 128u
 #define H2_OUT_HIGH_WM (256u << 10) /* stop producing frames while this much waits unsent */
+#define H2_MAX_IO      (256u << 10) /* one read or write (libevent's default: 16 KiB) */
 
 typedef struct h2_stream h2_stream;
 
@@ -46,6 +47,7 @@ struct gw_h2_conn {
     int in_recv;          /* inside nghttp2_session_mem_recv: no sending, no freeing */
     int dead;             /* to be freed once out of callbacks */
     int tls;
+    int raw;              /* a plain socket: output is written to it at once (h2_flush) */
     int peer_port;
     gw_addr *addr;        /* the client address's counts */
     struct event *sweep;  /* checks the deadlines of requests still arriving */
@@ -175,6 +177,9 @@ static void stream_free(h2_stream *st)
     free(st);
 }
 
+/* A DATA frame's size: its bytes stay in st->out and are not copied into nghttp2's frame
+ * buffer (NO_COPY): send_data_cb moves them to the output (chains move without a copy; a
+ * fixed answer such as tools/list is a reference to its one encoding). */
 static ssize_t data_read_cb(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t length,
                             uint32_t *flags, nghttp2_data_source *src, void *user)
 {
@@ -185,11 +190,30 @@ static ssize_t data_read_cb(nghttp2_session *ng, int32_t id, uint8_t *buf, size_
         return NGHTTP2_ERR_DEFERRED;
     if (n > length)
         n = length;
-    if (n > 0 && evbuffer_remove(st->out, buf, n) != (int)n)
-        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    if (st->eof && evbuffer_get_length(st->out) == 0)
+    *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+    if (st->eof && n == evbuffer_get_length(st->out))
         *flags |= NGHTTP2_DATA_FLAG_EOF;
     return (ssize_t)n;
+}
+
+/* Sends one DATA frame whose size data_read_cb gave: its header, then its bytes from the
+ * stream's buffer (padding is never asked for: no select_padding callback). */
+static int send_data_cb(nghttp2_session *ng, nghttp2_frame *frame, const uint8_t *framehd,
+                        size_t length, nghttp2_data_source *src, void *user)
+{
+    static const uint8_t zeros[256];
+    gw_h2_conn *hc = user;
+    h2_stream *st = src->ptr;
+    struct evbuffer *out = bufferevent_get_output(hc->bev);
+    size_t pad = frame->data.padlen;
+    uint8_t padlen = (uint8_t)(pad > 0 ? pad - 1 : 0);
+
+    if (evbuffer_add(out, framehd, 9) < 0 || (pad > 0 && evbuffer_add(out, &padlen, 1) < 0) ||
+        evbuffer_get_length(st->out) < length ||
+        evbuffer_remove_buffer(st->out, out, length) != (int)length ||
+        (pad > 1 && evbuffer_add(out, zeros, pad - 1) < 0))
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    return 0;
 }
 
 /* Builds the header list; names are lower-cased into `store`. */
@@ -651,25 +675,40 @@ static void h2_conn_free(gw_h2_conn *hc)
     free(hc);
 }
 
+/* Produces frames into the output and, on a plain socket, writes them at once (one writev
+ * per batch, no write event armed and disarmed per answer); what the socket does not take
+ * now, and everything on TLS, goes out with the bufferevent's write event. */
 static void h2_flush(gw_h2_conn *hc)
 {
     struct evbuffer *out = bufferevent_get_output(hc->bev);
+    int full;
 
-    while (evbuffer_get_length(out) < H2_OUT_HIGH_WM) {
-        const uint8_t *data;
-        ssize_t n = nghttp2_session_mem_send(hc->ng, &data);
+    do {
+        full = 0;
+        while (!(full = evbuffer_get_length(out) >= H2_OUT_HIGH_WM)) {
+            const uint8_t *data;
+            ssize_t n = nghttp2_session_mem_send(hc->ng, &data);
 
-        if (n < 0) {
-            h2_conn_free(hc);
-            return;
+            if (n < 0) {
+                h2_conn_free(hc);
+                return;
+            }
+            if (n == 0)
+                break;
+            if (evbuffer_add(out, data, (size_t)n) < 0) {
+                h2_conn_free(hc);
+                return;
+            }
         }
-        if (n == 0)
+        if (!hc->raw || evbuffer_get_length(out) == 0)
             break;
-        if (evbuffer_add(out, data, (size_t)n) < 0) {
-            h2_conn_free(hc);
-            return;
-        }
-    }
+        /* a socket bufferevent keeps its output's front frozen outside its own writes */
+        evbuffer_unfreeze(out, 1);
+        (void)evbuffer_write(out, bufferevent_getfd(hc->bev)); /* errors: the write event */
+        evbuffer_freeze(out, 1);
+    } while (full && evbuffer_get_length(out) == 0);
+    if (hc->raw && evbuffer_get_length(out) > 0)
+        bufferevent_enable(hc->bev, EV_WRITE);
     if (evbuffer_get_length(out) == 0 && !nghttp2_session_want_read(hc->ng) &&
         !nghttp2_session_want_write(hc->ng))
         h2_conn_free(hc);
@@ -710,7 +749,11 @@ static void h2_read_cb(struct bufferevent *bev, void *arg)
 
 static void h2_write_cb(struct bufferevent *bev, void *arg)
 {
-    h2_flush(arg);
+    gw_h2_conn *hc = arg;
+
+    if (hc->raw && evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+        bufferevent_disable(bev, EV_WRITE); /* drained: h2_flush writes at once again */
+    h2_flush(hc);
 }
 
 static void h2_event_cb(struct bufferevent *bev, short what, void *arg)
@@ -784,6 +827,7 @@ int gw_h2_serve(gw_http_server *s, struct bufferevent *bev, const char *peer, in
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
     nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+    nghttp2_session_callbacks_set_send_data_callback(cbs, send_data_cb);
     if (nghttp2_session_server_new2(&hc->ng, cbs, hc, opt) != 0)
         goto fail;
     nghttp2_session_callbacks_del(cbs);
@@ -837,11 +881,16 @@ int gw_h2_serve(gw_http_server *s, struct bufferevent *bev, const char *peer, in
     }
     bufferevent_setcb(bev, h2_read_cb, h2_write_cb, h2_event_cb, hc);
     bufferevent_set_timeouts(bev, &idle, &idle);
+    bufferevent_set_max_single_read(bev, H2_MAX_IO);
+    bufferevent_set_max_single_write(bev, H2_MAX_IO);
     if ((hc->sweep = event_new(s->base, -1, EV_PERSIST, h2_sweep_cb, hc))) {
         struct timeval half = {0, 250000};
         event_add(hc->sweep, &half);
     }
-    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    hc->raw = !tls && !bufferevent_get_underlying(bev) && bufferevent_getfd(bev) >= 0;
+    if (hc->raw) /* armed only when output did not go out at once */
+        bufferevent_disable(bev, EV_WRITE);
+    bufferevent_enable(bev, hc->raw ? EV_READ : EV_READ | EV_WRITE);
     if (upgrade_req) {
         h2_stream *st = hc->streams;
         hc->in_recv = 1; /* the handler may answer at once: send after it */
