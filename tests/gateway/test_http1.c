@@ -126,6 +126,13 @@ static void handler(gw_req *req, void *arg)
         memcpy(out + n, body, blen);
         gw_req_respond(req, 200, "text/plain", NULL, out, (size_t)n + blen);
         free(out);
+    } else if (strcmp(path, "/big") == 0) { /* "?N": N bytes of a..z, repeated */
+        size_t n = (size_t)strtoul(gw_req_query(req), NULL, 10);
+        char *out = malloc(n ? n : 1);
+        for (size_t i = 0; i < n; i++)
+            out[i] = (char)('a' + i % 26);
+        gw_req_respond(req, 200, "text/plain", NULL, out, n);
+        free(out);
     } else if (strcmp(path, "/hdr") == 0) { /* value of the header named in the query */
         const char *v = gw_req_header(req, gw_req_query(req));
         v = v ? v : "(none)";
@@ -867,6 +874,65 @@ static void test_pipelining(void **state)
     resp_fini(&r);
     assert_int_equal(T.handled, 3);
     cli_close(c);
+}
+
+/* Answers given at once are written at once; a burst of pipelined requests in one packet
+ * is answered in order, each after the one before it. */
+static void test_pipelined_burst(void **state)
+{
+    enum { N = 200 };
+    cli *c = cli_connect();
+    char *all = malloc(N * 64), want[64];
+    size_t len = 0;
+    resp r;
+
+    for (int i = 0; i < N; i++)
+        len += (size_t)snprintf(all + len, 64, "GET /echo?%d HTTP/1.1\r\nHost: x\r\n\r\n", i);
+    assert_int_equal(cli_send(c, all, len), 0);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(cli_read(c, &r, 0), 0);
+        assert_int_equal(r.status, 200);
+        snprintf(want, sizeof(want), "GET /echo?%d ", i);
+        assert_string_equal(r.body, want);
+        resp_fini(&r);
+    }
+    assert_int_equal(T.handled, N);
+    free(all);
+    cli_close(c);
+    assert_true(loop_until_conns(0, WAIT_MS));
+}
+
+/* An answer larger than the socket takes, to a client that does not read for a while: the
+ * rest goes out with the write event, the pipelined request behind it waits for that, and
+ * the connection then goes on writing answers at once. */
+static void test_big_answer(void **state)
+{
+    const size_t n = 8 * MIB;
+    cli *c = cli_connect();
+    resp r;
+    size_t bad = 0;
+
+    assert_int_equal(cli_sends(c, "GET /big?8388608 HTTP/1.1\r\nHost: x\r\n\r\n"
+                                  "GET /echo?after HTTP/1.1\r\nHost: x\r\n\r\n"),
+                     0);
+    assert_true(loop_until(&T.handled, 1, WAIT_MS));
+    for (int i = 0; i < 20; i++)
+        loop_once();
+    assert_int_equal(T.handled, 1); /* 8 MiB do not fit in the sockets: the rest waits */
+    assert_int_equal(cli_read(c, &r, 0), 0);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(r.blen, n);
+    for (size_t i = 0; i < n; i++)
+        bad += r.body[i] != (char)('a' + i % 26);
+    assert_int_equal(bad, 0);
+    resp_fini(&r);
+    assert_int_equal(cli_read(c, &r, 0), 0);
+    assert_string_equal(r.body, "GET /echo?after ");
+    resp_fini(&r);
+    request(c, "GET /echo?again HTTP/1.1\r\nHost: x\r\n\r\n", &r, 200, "GET /echo?again ");
+    resp_fini(&r);
+    cli_close(c);
+    assert_true(loop_until_conns(0, WAIT_MS));
 }
 
 static void test_deferred(void **state)
@@ -1693,6 +1759,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_keepalive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_http10, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pipelining, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pipelined_burst, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_big_answer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deferred, setup, teardown),
         cmocka_unit_test_setup_teardown(test_abort, setup, teardown),
         cmocka_unit_test_setup_teardown(test_free_with_pending, setup, teardown),

@@ -28,6 +28,16 @@ check "TLS, ALPN http/1.1" 1.1 --http1.1 --cacert "$SF_TLS_CERT_FILE" "${hdr[@]}
 check "TLS, ALPN h2" 2 --http2 --cacert "$SF_TLS_CERT_FILE" "${hdr[@]}" -d "$ping" "$tls_url"
 # curl --http2 offers Upgrade: h2c; a POST with a body is served as HTTP/1.1 (allowed)
 check "Upgrade offered with a body" 1.1 --http2 "${hdr[@]}" -d "$ping" "$SF_URL"
+# an answer of several HTTP/2 DATA frames (tools/list, ~30 KB): the same bytes everywhere
+list='{"jsonrpc":"2.0","id":9,"method":"tools/list"}'
+want=$(curl -s --max-time 10 --http1.1 "${hdr[@]}" -d "$list" "$SF_URL")
+[ ${#want} -gt 20000 ] || bad "tools/list over HTTP/1.1" "${want:0:200}"
+for how in "h2c prior knowledge|--http2-prior-knowledge|$SF_URL" "TLS h2|--http2|$tls_url" \
+    "TLS http/1.1|--http1.1|$tls_url"; do
+    IFS='|' read -r name opt url <<<"$how"
+    got=$(curl -s --max-time 10 "$opt" --cacert "$SF_TLS_CERT_FILE" "${hdr[@]}" -d "$list" "$url")
+    [ "$got" = "$want" ] && ok "tools/list, $name: the same ${#got} bytes" || bad "tools/list, $name" "${#got} bytes"
+done
 # a GET takes the upgrade: 101, then the answer and the next request on HTTP/2
 out=$(curl -s --max-time 10 --http2 -w ' %{http_version}\n' "$base/healthz" "$base/healthz")
 [ "$out" = '{"status":"ok"} 2
@@ -48,6 +58,9 @@ h2() {
 h2 "h2load h2c" "$SF_URL"
 h2 "h2load TLS h2" "$tls_url"
 h2 "h2load HTTP/1.1" --h1 "$SF_URL"
+printf '%s' "$list" >"$SF_STATE/ping.json" # answers of several frames, pipelined on HTTP/1.1
+h2 "h2load h2c, tools/list" "$SF_URL"
+h2 "h2load HTTP/1.1, tools/list" --h1 "$SF_URL"
 # observability on the same port: readiness, Prometheus metrics, the access log
 out=$(curl -s -w ' %{http_code}' "$base/readyz")
 [ "$out" = '{"status":"ready","redis":true,"kafka":true} 200' ] && ok "/readyz" || bad "/readyz" "$out"
