@@ -31,6 +31,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -487,6 +488,32 @@ static const llhttp_settings_t gw_parser_settings = {
 
 /* ------------------------------------------------------------------ responses */
 
+/* Appends NUL-terminated strings (NULL ends the list): the head is assembled without
+ * printf, which was the largest share of the gateway's own CPU time per answer. */
+static int head_add(sf_buf *h, ...)
+{
+    va_list ap;
+    int rc = 0;
+
+    va_start(ap, h);
+    for (const char *s = va_arg(ap, const char *); s; s = va_arg(ap, const char *))
+        rc |= sf_buf_append(h, s, strlen(s));
+    va_end(ap);
+    return rc;
+}
+
+/* v in decimal, in out (>= 21 bytes). */
+static const char *fmt_uint(char *out, size_t v)
+{
+    char *p = out + 20;
+
+    *p = '\0';
+    do
+        *--p = (char)('0' + v % 10);
+    while ((v /= 10) > 0);
+    return p;
+}
+
 /* Queues status line, headers and body. *keep may be cleared (handler asked to close, or
  * out of memory). Returns 0, or -ENOMEM when the output could not be queued whole. */
 static int conn_write_response(gw_conn *c, int minor, int status, const char *ctype,
@@ -496,14 +523,16 @@ static int conn_write_response(gw_conn *c, int minor, int status, const char *ct
     struct evbuffer *out = bufferevent_get_output(c->bev);
     int no_len = status == 204 || status == 304;
     int has_cc = 0, rc = 0;
+    char num[24];
     sf_buf h;
 
     sf_buf_init(&h, GW_HTTP_MAX_HEAD);
-    rc |= sf_buf_appendf(&h, "HTTP/1.1 %d %s\r\nDate: %s\r\n", status, gw_http_reason(status),
-                         gw_http_date(&c->srv->date_sec, c->srv->date));
+    rc |= head_add(&h, "HTTP/1.1 ", fmt_uint(num, (size_t)(status >= 100 && status <= 999 ? status : 500)),
+                   " ", gw_http_reason(status), "\r\nDate: ",
+                   gw_http_date(&c->srv->date_sec, c->srv->date), "\r\n", NULL);
     if (ctype && *ctype) {
         if (gw_http_is_field_value(ctype))
-            rc |= sf_buf_appendf(&h, "Content-Type: %s\r\n", ctype);
+            rc |= head_add(&h, "Content-Type: ", ctype, "\r\n", NULL);
         else
             sf_warn("msg=\"dropped a Content-Type with CR/LF\" peer=%s", c->peer);
     }
@@ -523,19 +552,19 @@ static int conn_write_response(gw_conn *c, int minor, int status, const char *ct
             continue;
         if (strcasecmp(name, "Cache-Control") == 0)
             has_cc = 1;
-        rc |= sf_buf_appendf(&h, "%s: %s\r\n", name, value);
+        rc |= head_add(&h, name, ": ", value, "\r\n", NULL);
     }
     if (!has_cc)
         rc |= sf_buf_append(&h, "Cache-Control: no-store\r\n", 25);
     if (rid)
-        rc |= sf_buf_appendf(&h, "X-Request-Id: %s\r\n", rid);
+        rc |= head_add(&h, "X-Request-Id: ", rid, "\r\n", NULL);
     if (stream) {
         if (minor >= 1)
             rc |= sf_buf_append(&h, "Transfer-Encoding: chunked\r\n", 28);
         else
             *keep = 0; /* HTTP/1.0: the end of the body is the end of the connection */
     } else if (!no_len) {
-        rc |= sf_buf_appendf(&h, "Content-Length: %zu\r\n", len);
+        rc |= head_add(&h, "Content-Length: ", fmt_uint(num, len), "\r\n", NULL);
     }
     if (!*keep)
         rc |= sf_buf_append(&h, "Connection: close\r\n", 19);

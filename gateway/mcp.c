@@ -9,6 +9,7 @@
 #include "sf_jobio.h"
 #include "sf_jsonrpc.h"
 #include "sf_log.h"
+#include "sf_oauth.h"
 
 #include <errno.h>
 #include <sodium.h>
@@ -1055,6 +1056,18 @@ int gw_routes_add(gw_ctx *ctx)
     return 0;
 }
 
+/* The resource an OAuth access token must name (RFC 8707); an API key names none, so the
+ * hot path of a key formats no URL. */
+static const char *token_resource(gw_ctx *ctx, gw_req *req, char *buf, size_t n)
+{
+    const char *a = gw_req_header(req, "Authorization");
+
+    if (!a || !strstr(a, SF_OAUTH_AT_PREFIX))
+        return "";
+    gw_oauth_resource(ctx, req, buf, n);
+    return buf;
+}
+
 /* ---- the head check: the key before any body ---- */
 
 typedef struct head_op {
@@ -1101,9 +1114,8 @@ void gw_mcp_head_check(gw_req *req, void *arg)
     op->ctx = ctx;
     op->req = req;
     gw_req_set_abort_cb(req, head_abort, op);
-    gw_oauth_resource(ctx, req, resource, sizeof(resource));
-    gw_auth_check(ctx, gw_req_header(req, "Authorization"), NULL, NULL, resource, head_checked,
-                  op);
+    gw_auth_check(ctx, gw_req_header(req, "Authorization"), NULL, NULL,
+                  token_resource(ctx, req, resource, sizeof(resource)), head_checked, op);
 }
 
 void gw_mcp_handle(gw_req *req, void *arg)
@@ -1166,7 +1178,6 @@ void gw_mcp_handle(gw_req *req, void *arg)
     c->level = GW_LOG_LEVEL_DEFAULT;
     c->sse_ok = accept && strcasestr(accept, "text/event-stream") != NULL;
     gw_req_set_abort_cb(req, on_abort, c);
-    gw_oauth_resource(ctx, req, resource, sizeof(resource));
     gw_auth_check(ctx, gw_req_header(req, "Authorization"), gw_req_header(req, "Mcp-Session-Id"),
-                  pv, resource, on_auth, c);
+                  pv, token_resource(ctx, req, resource, sizeof(resource)), on_auth, c);
 }
