@@ -4,7 +4,9 @@
 # (stateful, JSON responses; HTTP/1.1 only) and nginx returning a static body of the same
 # size to POSTs. Rows: tools/list and ping over HTTP/1.1 and h2c, and sandbox_exec `true`
 # through the whole pipeline (gateway only: the baselines run no sandboxes). Prints req/s,
-# p50 and p99 (from h2load's per-request log) and the ratios gateway/SDK and gateway/nginx.
+# p50 and p99 (from h2load's per-request log), the server's CPU time per request (from
+# /proc: all its threads or workers), the ratios gateway/SDK and gateway/nginx, and (with
+# strace) system calls per tools/list request for the gateway and nginx.
 # Uses build/; starts and stops its own stack (access log off, log level warn).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -71,6 +73,9 @@ http {
     client_body_temp_path $state/nb; proxy_temp_path $state/np; fastcgi_temp_path $state/nf;
     uwsgi_temp_path $state/nu; scgi_temp_path $state/ns;
     keepalive_requests 1000000;
+    # nginx at its best for a static file: no open/fstat/close per request, body by sendfile
+    open_file_cache max=16 inactive=60s; open_file_cache_valid 60s;
+    sendfile on; tcp_nopush on;
     server { listen 127.0.0.1:$np1; listen 127.0.0.1:$np2 http2;
              # a POST to a static file is a 405 inside nginx: error_page turns it into the file
              location = /mcp { default_type application/json; root $state/www;
@@ -83,23 +88,39 @@ sf_wait 10 nginx curl -sf -d x "http://127.0.0.1:$np1/mcp" || sf_die "nginx does
 cmp -s <(curl -s -d x "http://127.0.0.1:$np1/mcp") "$state/list.response" ||
     sf_die "nginx's body differs from the gateway's tools/list answer"
 
-# run LABEL URL BODY PROTO [headers...]: one h2load row; prints "req/s p50_ms p99_ms"
+# cpu_ticks PID...: user+system clock ticks of these processes (every thread) so far
+cpu_ticks() {
+    local t=0 p
+    for p in "$@"; do
+        t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)))
+    done
+    echo "$t"
+}
+gw_pid=$(cat "$state/pids/gateway")
+ngx_pids=$(pgrep -P "$(cat "$state/nginx.pid")" | tr '\n' ' ')
+sdk_pid=${pids[0]}
+hz=$(getconf CLK_TCK)
+
+# run LABEL URL BODY PROTO PIDS [headers...]: one h2load row; prints
+# "req/s p50_ms p99_ms cpu_us_per_request" (the CPU time of PIDS during the row)
 run() {
-    local label=$1 url=$2 bodyf=$3 proto=$4 log="$state/h2load.log"; shift 4
+    local label=$1 url=$2 bodyf=$3 proto=$4 who=$5 log="$state/h2load.log"; shift 5
     local args=(-n "$n" -c "$c" -m 1 -d "$bodyf" "${hdr[@]}" --log-file="$log")
     [ "$proto" = h1 ] && args+=(--h1)
     rm -f "$log"
-    local out rps
+    local out rps t0 t1
+    t0=$(cpu_ticks $who)
     out=$(h2load "${args[@]}" "$@" "$url" 2>&1)
+    t1=$(cpu_ticks $who)
     rps=$(grep -o 'finished in [^,]*, [0-9.]* req/s' <<<"$out" | awk '{print $(NF-1)}')
     if ! grep -q "status codes: $n 2xx" <<<"$out"; then
         printf '%-34s %s\n' "$label" "FAILED: $(grep -E 'status codes|requests:' <<<"$out" | tr '\n' ' ')" >&2
-        echo "0 0 0"
+        echo "0 0 0 0"
         return
     fi
-    sort -n -k3 "$log" | awk -v n="$(wc -l <"$log")" '
+    sort -n -k3 "$log" | awk -v n="$(wc -l <"$log")" -v cpu="$(((t1 - t0) * 1000000 / hz))" -v reqs="$n" '
         NR==int(n*0.50+0.5){p50=$3} NR==int(n*0.99+0.5){p99=$3}
-        END{printf "%s %.2f %.2f\n", "'"$rps"'", p50/1000, p99/1000}'
+        END{printf "%s %.2f %.2f %.1f\n", "'"$rps"'", p50/1000, p99/1000, cpu/reqs}'
 }
 
 gwh=(-H "Authorization: Bearer $SF_KEY_ALPHA" -H "Mcp-Session-Id: $sid" -H "MCP-Protocol-Version: 2025-06-18")
@@ -107,19 +128,20 @@ sdkh=(-H "Mcp-Session-Id: $sdk_sid" -H "MCP-Protocol-Version: 2025-06-18")
 declare -A R
 for proto in h1 h2c; do
     for op in list ping; do
-        R[gw_${op}_$proto]=$(run "gateway $op $proto" "$gw" "$state/$op.json" "$proto" "${gwh[@]}")
+        R[gw_${op}_$proto]=$(run "gateway $op $proto" "$gw" "$state/$op.json" "$proto" "$gw_pid" "${gwh[@]}")
     done
-    R[nginx_list_$proto]=$(run "nginx list $proto" "http://127.0.0.1:$([ $proto = h1 ] && echo $np1 || echo $np2)/mcp" "$state/list.json" "$proto")
+    R[nginx_list_$proto]=$(run "nginx list $proto" "http://127.0.0.1:$([ $proto = h1 ] && echo $np1 || echo $np2)/mcp" "$state/list.json" "$proto" "$ngx_pids")
 done
-for op in list ping; do R[sdk_${op}_h1]=$(run "sdk $op h1" "$sdk" "$state/$op.json" h1 "${sdkh[@]}"); done
+for op in list ping; do R[sdk_${op}_h1]=$(run "sdk $op h1" "$sdk" "$state/$op.json" h1 "$sdk_pid" "${sdkh[@]}"); done
 ne=$((n / 4))
-R[gw_exec_h1]=$(n=$ne; run "gateway exec h1" "$gw" "$state/exec.json" h1 "${gwh[@]}")
-R[gw_exec_h2c]=$(n=$ne; run "gateway exec h2c" "$gw" "$state/exec.json" h2c "${gwh[@]}")
+R[gw_exec_h1]=$(n=$ne; run "gateway exec h1" "$gw" "$state/exec.json" h1 "$gw_pid" "${gwh[@]}")
+R[gw_exec_h2c]=$(n=$ne; run "gateway exec h2c" "$gw" "$state/exec.json" h2c "$gw_pid" "${gwh[@]}")
 
 printf '\ngateway vs the official MCP SDK server vs nginx (static body of the same size)\n'
 printf 'h2load -c %d -m 1, %d requests per row (exec: %d); %d cores; p50/p99 per request\n\n' "$c" "$n" "$ne" "$(nproc)"
-printf '| server | operation | proto | req/s | p50 ms | p99 ms |\n| --- | --- | --- | ---: | ---: | ---: |\n'
-row() { local v=(${R[$1]}); printf '| %s | %s | %s | %s | %s | %s |\n' "$2" "$3" "$4" "${v[0]}" "${v[1]}" "${v[2]}"; }
+printf 'load average at the end: %s\n\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+printf '| server | operation | proto | req/s | p50 ms | p99 ms | CPU us/req |\n| --- | --- | --- | ---: | ---: | ---: | ---: |\n'
+row() { local v=(${R[$1]}); printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$2" "$3" "$4" "${v[0]}" "${v[1]}" "${v[2]}" "${v[3]}"; }
 for proto in h1 h2c; do
     row gw_list_$proto gateway tools/list $proto
     row nginx_list_$proto nginx "static body" $proto
@@ -136,3 +158,26 @@ printf '\nratios (req/s): tools/list gateway/SDK h1 %s (h2c gateway vs SDK h1: %
     "$(ratio "${g1[0]}" "${s1[0]}")" "$(ratio "${g2[0]}" "${s1[0]}")" "$(ratio "${gp[0]}" "${sp[0]}")"
 printf '                tools/list gateway/nginx h1 %s, h2c %s\n' "$(ratio "${g1[0]}" "${x1[0]}")" "$(ratio "${g2[0]}" "${x2[0]}")"
 printf 'goals: >= 25x SDK, >= 0.8x nginx on tools/list, p99 <= 5 ms\n'
+
+# System calls per tools/list request (load-independent): strace -c on the gateway's
+# event-loop threads and on nginx's workers during one more HTTP/1.1 and h2c row each.
+command -v strace >/dev/null || exit 0
+gw_loops=$(for t in /proc/"$gw_pid"/task/*; do
+    [ "$(cat "$t/comm")" = "$(cat /proc/"$gw_pid"/comm)" ] && echo "-p ${t##*/}"; done)
+count() { # count LABEL PROTO URL "STRACE-ARGS" [headers...]
+    local label=$1 proto=$2 url=$3 who=$4 sp; shift 4
+    local args=(-n "$n" -c "$c" -m 1 -d "$state/list.json" "${hdr[@]}")
+    [ "$proto" = h1 ] && args+=(--h1)
+    strace -c -o "$state/strace.out" $who 2>/dev/null & sp=$!
+    sleep 1 # attached
+    h2load "${args[@]}" "$@" "$url" >/dev/null 2>&1
+    kill -INT "$sp"; wait "$sp"
+    awk -v n="$n" -v l="$label" '$4 ~ /^[0-9]+$/ && $NF != "total" && $4 / n >= 0.01 {s = s sprintf(" %s %.2f,", $NF, $4 / n)}
+        $NF == "total" {t = $4 / n} END {printf "| %s | %.2f |%s |\n", l, t, s}' "$state/strace.out"
+}
+printf '\nsystem calls per tools/list request (strace -c, %d requests; gateway: event-loop threads, nginx: workers)\n\n' "$n"
+printf '| server, proto | per request | the calls (>= 0.01 per request) |\n| --- | ---: | --- |\n'
+count "gateway h1" h1 "$gw" "$gw_loops" "${gwh[@]}"
+count "nginx h1" h1 "http://127.0.0.1:$np1/mcp" "$(printf -- '-p %s ' $ngx_pids)"
+count "gateway h2c" h2c "$gw" "$gw_loops" "${gwh[@]}"
+count "nginx h2c" h2c "http://127.0.0.1:$np2/mcp" "$(printf -- '-p %s ' $ngx_pids)"
