@@ -116,6 +116,7 @@ typedef struct gw_ctx {
     sf_toolset tools;         /* the tool schemas */
     json_t *tools_list;       /* the tools/list result, built once */
     char *tools_list_text;    /* ...and encoded once */
+    size_t tools_list_len;
     gw_metrics metrics;
     struct event *metrics_tick;
     struct gw_cimd *cimd;     /* client ID metadata document fetches (oauth_cimd.c) */

@@ -169,7 +169,7 @@ static void respond_rpc_result(mcp_call *c, json_t *result, const char *const *h
 
 /* A result that never changes, encoded once (result_text, alive while the gateway runs):
  * only the id is spliced in, and the result is sent without being copied. */
-static void respond_fixed(mcp_call *c, const char *result_text)
+static void respond_fixed_n(mcp_call *c, const char *result_text, size_t result_len)
 {
     static const char head[] = "{\"jsonrpc\":\"2.0\",\"id\":", mid[] = ",\"result\":", tail[] = "}";
     char idnum[32], *id = NULL;
@@ -184,11 +184,16 @@ static void respond_fixed(mcp_call *c, const char *result_text)
     pieces[0] = (gw_piece){head, sizeof(head) - 1, 1};
     pieces[1] = (gw_piece){id ? id : idnum, strlen(id ? id : idnum), 0};
     pieces[2] = (gw_piece){mid, sizeof(mid) - 1, 1};
-    pieces[3] = (gw_piece){result_text, strlen(result_text), 1};
+    pieces[3] = (gw_piece){result_text, result_len, 1};
     pieces[4] = (gw_piece){tail, 1, 1};
     gw_req_respond_pieces(c->req, 200, "application/json", NULL, pieces, 5);
     c->req = NULL;
     free(id);
+}
+
+static void respond_fixed(mcp_call *c, const char *result_text)
+{
+    respond_fixed_n(c, result_text, strlen(result_text));
 }
 
 static void respond_rpc_error_h(mcp_call *c, int http, const char *const *headers,
@@ -892,7 +897,7 @@ static void dispatch(mcp_call *c, const sf_rpc_msg *rpc, gw_session *s)
     if (!strcmp(method, "ping"))
         respond_fixed(c, "{}");
     else if (!strcmp(method, "tools/list"))
-        respond_fixed(c, c->ctx->tools_list_text);
+        respond_fixed_n(c, c->ctx->tools_list_text, c->ctx->tools_list_len); /* 30 KB */
     else if (!strcmp(method, "logging/setLevel")) {
         set_level(c, params, s);
         return;

@@ -60,6 +60,7 @@ int gw_tools_load(gw_ctx *ctx, char *why, size_t whylen)
     }
     ctx->tools_list = json_pack("{s:o}", "tools", list);
     ctx->tools_list_text = ctx->tools_list ? json_dumps(ctx->tools_list, JSON_COMPACT) : NULL;
+    ctx->tools_list_len = ctx->tools_list_text ? strlen(ctx->tools_list_text) : 0;
     if (!ctx->tools_list_text) {
         snprintf(why, whylen, "cannot encode the tool list");
         return -1;
