@@ -527,9 +527,10 @@ static int conn_write_response(gw_conn *c, int minor, int status, const char *ct
     sf_buf h;
 
     sf_buf_init(&h, GW_HTTP_MAX_HEAD);
-    rc |= head_add(&h, "HTTP/1.1 ", fmt_uint(num, (size_t)(status >= 100 && status <= 999 ? status : 500)),
-                   " ", gw_http_reason(status), "\r\nDate: ",
-                   gw_http_date(&c->srv->date_sec, c->srv->date), "\r\n", NULL);
+    if (status < 100 || status > 999)
+        status = 500;
+    rc |= head_add(&h, "HTTP/1.1 ", fmt_uint(num, (size_t)status), " ", gw_http_reason(status),
+                   "\r\nDate: ", gw_http_date(&c->srv->date_sec, c->srv->date), "\r\n", NULL);
     if (ctype && *ctype) {
         if (gw_http_is_field_value(ctype))
             rc |= head_add(&h, "Content-Type: ", ctype, "\r\n", NULL);
