@@ -318,7 +318,7 @@ int sf_redis_script_call(sf_redis *r, sf_redis_script *s, redisCallbackFn *cb, v
 
     if (!sf_redis_connected(r))
         return -ENOTCONN;
-    if (nkeys < 0 || nargs < 0 || n > 64)
+    if (nkeys < 0 || nargs < 0 || n > SF_REDIS_SCRIPT_ARGS_MAX)
         return -EINVAL;
     for (int i = 0; i < n; i++)
         total += lens[i];

@@ -44,8 +44,10 @@ typedef struct sf_redis_script {
     int ready; /* sha is set (atomic) */
 } sf_redis_script;
 #define SF_REDIS_SCRIPT(source) {(source), "", 0}
-/* argv[0..nkeys) are the keys, the rest the arguments (binary-safe, lens). cb as for
- * sf_redis_cmd. 0, -ENOTCONN, -EINVAL or -ENOMEM (cb not called). */
+/* argv[0..nkeys) are the keys, the rest the arguments (binary-safe, lens; at most
+ * SF_REDIS_SCRIPT_ARGS_MAX together, 64 for _sync). cb as for sf_redis_cmd. 0, -ENOTCONN,
+ * -EINVAL or -ENOMEM (cb not called). */
+#define SF_REDIS_SCRIPT_ARGS_MAX 2048
 int sf_redis_script_call(sf_redis *r, sf_redis_script *s, redisCallbackFn *cb, void *priv,
                          int nkeys, int nargs, const char **argv, const size_t *lens);
 /* The same on a blocking connection: the reply (the caller frees it), or NULL when the

@@ -2,7 +2,10 @@
  * record (reserve, then finish or drop) and keeps its files; the scheduler finds one for
  * sandbox_create's from_snapshot (its host and shape), lists and deletes them. A snapshot
  * is known by its name (unique in its team) or its id (snp_...); another team's is never
- * found. Keys of one team share its hash tag; every script declares them.
+ * found. Keys of one team share its hash tag; every script (common/sf_store.c) declares
+ * them: a call that looks at all the team's snapshots (reserve, finish, find, list,
+ * delete) first reads the team's set, then runs its script with every record declared
+ * (again, at most 3 times, when the set changed in between).
  *
  * Library code: no logging. Functions return 0 or -errno (-ENOTCONN: Redis is down, cb not
  * called). */
@@ -12,9 +15,6 @@
 #include "sf_redis.h"
 
 #include <stdint.h>
-
-#define SF_RK_SNAPSHOT "sf:team:{%s}:snap:%s"  /* hash: one snapshot, by name */
-#define SF_RK_TEAM_SNAPSHOTS "sf:team:{%s}:snaps" /* set of the team's snapshot names */
 
 /* What a snapshot record holds beside its name (the flat HGETALL order of
  * sf_snap_find / sf_snap_list is Redis's, field by field). */

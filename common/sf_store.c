@@ -556,6 +556,209 @@ S(tpl_row,
   "out[11], out[12] = tostring(nh), tostring(nr)\n"
   "return out\n");
 
+/* A build's writes (worker/tpl_build.c): the record and log are the build's only while
+ * the record's job is its own, so a deleted template (or one built again under its name)
+ * is never written by an old build. */
+
+/* KEYS: a team template. ARGV: job, field, value, now. 1, or 0 (not that job's). */
+S(tpl_set,
+  "#!lua flags=allow-oom\n"
+  "if redis.call('HGET', KEYS[1], 'job') ~= ARGV[1] then return 0 end\n"
+  "redis.call('HSET', KEYS[1], ARGV[2], ARGV[3], 'updated', ARGV[4])\n"
+  "return 1\n");
+
+/* KEYS: a team template, its log. ARGV: job, text, max bytes. Appended while the log stays
+ * within max bytes: its length, or 0. */
+S(tpl_log,
+  "#!lua\n"
+  "if redis.call('HGET', KEYS[1], 'job') ~= ARGV[1] then return 0 end\n"
+  "if redis.call('STRLEN', KEYS[2]) + #ARGV[2] > tonumber(ARGV[3]) then return 0 end\n"
+  "return redis.call('APPEND', KEYS[2], ARGV[2])\n");
+
+/* KEYS: a team template. ARGV: job, host, ready|failed, error, failed_step, now, lead
+ * (1/0). The host's at:<host> (and err:<host>); the status follows from every host's:
+ * ready once a host has it, failed once every host failed (the lead's error first), else
+ * building; left alone while a delete runs (deleting). 1, or 0 (not that job's). */
+S(tpl_done,
+  "#!lua flags=allow-oom\n"
+  "local v = redis.call('HMGET', KEYS[1], 'job', 'status', 'error')\n"
+  "if v[1] ~= ARGV[1] then return 0 end\n"
+  "redis.call('HSET', KEYS[1], 'at:' .. ARGV[2], ARGV[3], 'updated', ARGV[6])\n"
+  "if ARGV[3] == 'failed' then\n"
+  "  redis.call('HSET', KEYS[1], 'err:' .. ARGV[2], ARGV[4])\n"
+  "  if ARGV[7] == '1' or not v[3] then\n"
+  "    redis.call('HSET', KEYS[1], 'error', ARGV[4], 'failed_step', ARGV[5])\n"
+  "  end\n"
+  "end\n"
+  "if v[2] == 'deleting' then return 1 end\n"
+  "local ready, failed, n = false, 0, 0\n"
+  "local h = redis.call('HGETALL', KEYS[1])\n"
+  "for i = 1, #h, 2 do\n"
+  "  if string.sub(h[i], 1, 3) == 'at:' then\n"
+  "    n = n + 1\n"
+  "    if h[i + 1] == 'ready' then ready = true end\n"
+  "    if h[i + 1] == 'failed' then failed = failed + 1 end\n"
+  "  end\n"
+  "end\n"
+  "local st = 'building'\n"
+  "if ready then st = 'ready' elseif failed == n then st = 'failed' end\n"
+  "redis.call('HSET', KEYS[1], 'status', st)\n"
+  "return 1\n");
+
+/* KEYS: a team template. ARGV: the delete's job. Marks it `deleting` (no new sandbox or
+ * build uses it from now on), its status before kept in `before`. 'none' or 'ok'. */
+S(tpl_del_mark,
+  "#!lua flags=allow-oom\n"
+  "local st = redis.call('HGET', KEYS[1], 'status')\n"
+  "if not st then return 'none' end\n"
+  "if st ~= 'deleting' then\n"
+  "  redis.call('HSET', KEYS[1], 'status', 'deleting', 'before', st, 'deljob', ARGV[1])\n"
+  "end\n"
+  "return 'ok'\n");
+
+/* KEYS: a team template. ARGV: the delete's job. The delete was refused: the status it had
+ * again (ready when a host has it ready: a build that ended meanwhile counts). 1, or 0
+ * when it is not that delete's. */
+S(tpl_del_undo,
+  "#!lua flags=allow-oom\n"
+  "local v = redis.call('HMGET', KEYS[1], 'status', 'deljob', 'before')\n"
+  "if v[1] ~= 'deleting' or v[2] ~= ARGV[1] then return 0 end\n"
+  "local st = v[3] or 'ready'\n"
+  "local h = redis.call('HGETALL', KEYS[1])\n"
+  "for i = 1, #h, 2 do\n"
+  "  if string.sub(h[i], 1, 3) == 'at:' and h[i + 1] == 'ready' then st = 'ready' end\n"
+  "end\n"
+  "redis.call('HSET', KEYS[1], 'status', st)\n"
+  "redis.call('HDEL', KEYS[1], 'before', 'deljob')\n"
+  "return 1\n");
+
+/* KEYS: a team template, its log, the team's :tpls. ARGV: its name. Deletes them; answers
+ * the hosts that hold (or were building) it. */
+S(tpl_del,
+  "#!lua flags=allow-oom\n"
+  "local hosts, seen = {}, {}\n"
+  "local h = redis.call('HGETALL', KEYS[1])\n"
+  "for i = 1, #h, 2 do\n"
+  "  local host = nil\n"
+  "  if h[i] == 'host' then host = h[i + 1] end\n"
+  "  if string.sub(h[i], 1, 3) == 'at:' then host = string.sub(h[i], 4) end\n"
+  "  if host and host ~= '' and not seen[host] then\n"
+  "    seen[host] = true\n"
+  "    table.insert(hosts, host)\n"
+  "  end\n"
+  "end\n"
+  "redis.call('DEL', KEYS[1], KEYS[2])\n"
+  "redis.call('SREM', KEYS[3], ARGV[1])\n"
+  "return hosts\n");
+
+/* ==== a team's snapshots: sf:team:{<team>}:snaps, :snap:<name> (common/sf_snapshots.c) ===
+ * The scripts that look at every snapshot of the team (its count, the bytes they hold,
+ * one found by id) get every record declared: KEYS[1] is the team's :snaps, then records
+ * (the call's own first, then one per member of :snaps as the caller read it). A member
+ * whose record was not declared (the set changed since it was read) answers {'again'}:
+ * the caller reads the set again. SNAPS maps each declared record's name to its key (the
+ * name from the key, never a key from a name), names = the members. */
+#define SNAPS                                                                                 \
+    "local pre = string.sub(KEYS[1], 1, #KEYS[1] - 5) .. 'snap:'\n"                           \
+    "local rk = {}\n"                                                                         \
+    "for i = 2, #KEYS do\n"                                                                   \
+    "  if string.sub(KEYS[i], 1, #pre) == pre then rk[string.sub(KEYS[i], #pre + 1)] = KEYS[i] end\n" \
+    "end\n"                                                                                   \
+    "local names = redis.call('SMEMBERS', KEYS[1])\n"                                         \
+    "for _, n in ipairs(names) do if not rk[n] then return {'again'} end end\n"               \
+    "local function used(skip)\n"                                                             \
+    "  local sum = 0\n"                                                                       \
+    "  for _, n in ipairs(names) do\n"                                                        \
+    "    if n ~= skip then sum = sum + (tonumber(redis.call('HGET', rk[n], 'size')) or 0) end\n" \
+    "  end\n"                                                                                 \
+    "  return sum\n"                                                                          \
+    "end\n"                                                                                   \
+    "local function find(ref)\n"                                                              \
+    "  if rk[ref] and redis.call('SISMEMBER', KEYS[1], ref) == 1 then return ref end\n"       \
+    "  for _, n in ipairs(names) do\n"                                                        \
+    "    if redis.call('HGET', rk[n], 'id') == ref then return n end\n"                       \
+    "  end\n"                                                                                 \
+    "  return nil\n"                                                                          \
+    "end\n"
+
+/* KEYS: :snaps, the new record, the members' records. ARGV: max count, max bytes, then
+ * the record's field/value pairs. Refused unless the name is free and the team holds fewer
+ * than max count snapshots of less than max bytes: {'ok'}, {'taken'}, {'count'},
+ * {'bytes'}. */
+S(snap_reserve,
+  "#!lua\n" SNAPS
+  "if redis.call('EXISTS', KEYS[2]) == 1 then return {'taken'} end\n"
+  "if #names >= tonumber(ARGV[1]) then return {'count'} end\n"
+  "if used('') >= tonumber(ARGV[2]) then return {'bytes'} end\n"
+  "redis.call('HSET', KEYS[2], unpack(ARGV, 3))\n"
+  "redis.call('SADD', KEYS[1], string.sub(KEYS[2], #pre + 1))\n"
+  "return {'ok'}\n");
+
+/* KEYS: :snaps, the record, the members' records. ARGV: id, size, max bytes, now. Taken:
+ * `ready` with its size, unless the team would then hold more than max bytes (the record
+ * goes): {'ok'}, {'bytes'}, {'gone'} (it is not id's any more). */
+S(snap_finish,
+  "#!lua flags=allow-oom\n" SNAPS
+  "if redis.call('HGET', KEYS[2], 'id') ~= ARGV[1] then return {'gone'} end\n"
+  "local name = string.sub(KEYS[2], #pre + 1)\n"
+  "if used(name) + tonumber(ARGV[2]) > tonumber(ARGV[3]) then\n"
+  "  redis.call('DEL', KEYS[2])\n"
+  "  redis.call('SREM', KEYS[1], name)\n"
+  "  return {'bytes'}\n"
+  "end\n"
+  "redis.call('HSET', KEYS[2], 'status', 'ready', 'size', ARGV[2], 'ready_at', ARGV[4])\n"
+  "return {'ok'}\n");
+
+/* KEYS: :snaps and the members' records. ARGV: a name or an id. Its fields (HGETALL), or
+ * {} when the team has none such. */
+S(snap_find,
+  "#!lua flags=no-writes\n" SNAPS
+  "local n = find(ARGV[1])\n"
+  "if not n then return {} end\n"
+  "return redis.call('HGETALL', rk[n])\n");
+
+/* KEYS: :snaps and the members' records. Each record's fields (HGETALL), by name. */
+S(snap_list,
+  "#!lua flags=no-writes\n" SNAPS
+  "table.sort(names)\n"
+  "local out = {}\n"
+  "for _, n in ipairs(names) do table.insert(out, redis.call('HGETALL', rk[n])) end\n"
+  "return out\n");
+
+/* KEYS: :snaps and the members' records. ARGV: a name or an id. Deletes it unless it is
+ * being taken: {'ok', id, name, host}, {'none'}, {'taking'}. */
+S(snap_delete,
+  "#!lua flags=allow-oom\n" SNAPS
+  "local n = find(ARGV[1])\n"
+  "if not n then return {'none'} end\n"
+  "local v = redis.call('HMGET', rk[n], 'id', 'status', 'host')\n"
+  "if v[2] == 'taking' then return {'taking'} end\n"
+  "redis.call('DEL', rk[n])\n"
+  "redis.call('SREM', KEYS[1], n)\n"
+  "return {'ok', v[1] or '', n, v[3] or ''}\n");
+
+/* KEYS: the record, :snaps. ARGV: id, name. The record goes if it is still id's: 1, or 0. */
+S(snap_drop,
+  "#!lua flags=allow-oom\n"
+  "if redis.call('HGET', KEYS[1], 'id') ~= ARGV[1] then return 0 end\n"
+  "redis.call('DEL', KEYS[1])\n"
+  "redis.call('SREM', KEYS[2], ARGV[2])\n"
+  "return 1\n");
+
+/* KEYS: the record, :snaps. ARGV: id, name, stale_taking. Is the record still id's (its
+ * files are kept)? With stale_taking ('1'), one still `taking` goes (its worker restarted).
+ * 1 keep, 0 gone. */
+S(snap_check,
+  "#!lua flags=allow-oom\n"
+  "local v = redis.call('HMGET', KEYS[1], 'id', 'status')\n"
+  "if v[1] ~= ARGV[1] then return 0 end\n"
+  "if v[2] == 'taking' and ARGV[3] == '1' then\n"
+  "  redis.call('DEL', KEYS[1])\n"
+  "  redis.call('SREM', KEYS[2], ARGV[2])\n"
+  "  return 0\n"
+  "end\n"
+  "return 1\n");
+
 /* ==== the job guard: KEYS[1] = sf:job:{<id>} (worker/jobs.c) ========================= */
 
 /* KEYS[1] = sf:job:{id}; ARGV: host, instance, ttl (s), reply topic. Returns {'new'},
@@ -620,6 +823,19 @@ sf_redis_script *const sf_store_all[] = {
     &sf_store_sess_team,
     &sf_store_tpl_create,
     &sf_store_tpl_row,
+    &sf_store_tpl_set,
+    &sf_store_tpl_log,
+    &sf_store_tpl_done,
+    &sf_store_tpl_del_mark,
+    &sf_store_tpl_del_undo,
+    &sf_store_tpl_del,
+    &sf_store_snap_reserve,
+    &sf_store_snap_finish,
+    &sf_store_snap_find,
+    &sf_store_snap_list,
+    &sf_store_snap_delete,
+    &sf_store_snap_drop,
+    &sf_store_snap_check,
     &sf_store_guard_begin,
     &sf_store_guard_done,
     NULL,

@@ -47,6 +47,9 @@
 #define SF_RK_TEMPLATE "sf:team:{%s}:tpl:%s"          /* hash: one team template */
 #define SF_RK_TEMPLATE_LOG "sf:team:{%s}:tpl:%s:log"  /* string: its build log */
 #define SF_RK_TEAM_TEMPLATES "sf:team:{%s}:tpls"      /* set of the team's template names */
+/* sf_snapshots.h */
+#define SF_RK_SNAPSHOT "sf:team:{%s}:snap:%s"      /* hash: one snapshot, by name */
+#define SF_RK_TEAM_SNAPSHOTS "sf:team:{%s}:snaps" /* set of the team's snapshot names */
 /* sf_secrets.h */
 #define SF_RK_SECRET "sf:team:{%s}:secret:%s" /* hash: one secret */
 #define SF_RK_TEAM_SECRETS "sf:team:{%s}:secrets" /* set of the team's secret names */
@@ -102,6 +105,21 @@ extern sf_redis_script sf_store_sess_team; /* K team's sessions. A sid now ttl l
 /* ---- team templates (scheduler/templates.c) ---- */
 extern sf_redis_script sf_store_tpl_create; /* K tpl log tpls from. A see .c */
 extern sf_redis_script sf_store_tpl_row;    /* K tpl */
+extern sf_redis_script sf_store_tpl_set;  /* K tpl. A job field value now (worker/tpl_build.c) */
+extern sf_redis_script sf_store_tpl_log;  /* K tpl log. A job text max */
+extern sf_redis_script sf_store_tpl_done; /* K tpl. A job host ready|failed error step now lead */
+extern sf_redis_script sf_store_tpl_del_mark; /* K tpl. A job */
+extern sf_redis_script sf_store_tpl_del_undo; /* K tpl. A job */
+extern sf_redis_script sf_store_tpl_del;      /* K tpl log tpls. A name */
+/* ---- a team's snapshots (common/sf_snapshots.c): KEYS :snaps, [own record,] every
+ * member's record; {'again'} when a member was not declared (read the set again) ---- */
+extern sf_redis_script sf_store_snap_reserve; /* K snaps rec members. A max_n max_bytes kv... */
+extern sf_redis_script sf_store_snap_finish;  /* K snaps rec members. A id size max now */
+extern sf_redis_script sf_store_snap_find;    /* K snaps members. A ref */
+extern sf_redis_script sf_store_snap_list;    /* K snaps members */
+extern sf_redis_script sf_store_snap_delete;  /* K snaps members. A ref */
+extern sf_redis_script sf_store_snap_drop;    /* K rec snaps. A id name */
+extern sf_redis_script sf_store_snap_check;   /* K rec snaps. A id name stale_taking */
 
 /* ---- the job guard (worker/jobs.c) ---- */
 extern sf_redis_script sf_store_guard_begin; /* K job. A host inst ttl topic */

@@ -437,52 +437,6 @@ void sch_tpl_create(sch_call *c)
 
 /* ---- sandbox_template_delete ----------------------------------------------------- */
 
-/* KEYS: the record. ARGV: job. Marks it deleting (no new sandbox or build uses it from now
- * on; its status before is kept). Returns 'none' or 'ok'. */
-static const char lua_del_mark[] =
-    "local st = redis.call('HGET', KEYS[1], 'status')\n"
-    "if not st then return 'none' end\n"
-    "if st ~= 'deleting' then\n"
-    "  redis.call('HSET', KEYS[1], 'status', 'deleting', 'before', st, 'deljob', ARGV[1])\n"
-    "end\n"
-    "return 'ok'\n";
-
-/* KEYS: the record. ARGV: job. The delete was refused: the status it had again (ready
- * when a host has it ready, as a build that ended meanwhile counts). */
-static const char lua_del_undo[] =
-    "local v = redis.call('HMGET', KEYS[1], 'status', 'deljob', 'before')\n"
-    "if v[1] ~= 'deleting' or v[2] ~= ARGV[1] then return 0 end\n"
-    "local st = v[3] or 'ready'\n"
-    "local h = redis.call('HGETALL', KEYS[1])\n"
-    "for i = 1, #h, 2 do\n"
-    "  if string.sub(h[i], 1, 3) == 'at:' and h[i + 1] == 'ready' then st = 'ready' end\n"
-    "end\n"
-    "redis.call('HSET', KEYS[1], 'status', st)\n"
-    "redis.call('HDEL', KEYS[1], 'before', 'deljob')\n"
-    "return 1\n";
-
-/* KEYS: the record, its log, the team's set of names. ARGV: name. Deletes them; returns
- * the hosts that hold (or were building) it. */
-static const char lua_del[] =
-    "local hosts, seen = {}, {}\n"
-    "local h = redis.call('HGETALL', KEYS[1])\n"
-    "for i = 1, #h, 2 do\n"
-    "  local host = nil\n"
-    "  if h[i] == 'host' then host = h[i + 1] end\n"
-    "  if string.sub(h[i], 1, 3) == 'at:' then host = string.sub(h[i], 4) end\n"
-    "  if host and host ~= '' and not seen[host] then\n"
-    "    seen[host] = true\n"
-    "    table.insert(hosts, host)\n"
-    "  end\n"
-    "end\n"
-    "redis.call('DEL', KEYS[1], KEYS[2])\n"
-    "redis.call('SREM', KEYS[3], ARGV[1])\n"
-    "return hosts\n";
-
-static sf_redis_script del_mark_script = SF_REDIS_SCRIPT(lua_del_mark);
-static sf_redis_script del_undo_script = SF_REDIS_SCRIPT(lua_del_undo);
-static sf_redis_script del_script = SF_REDIS_SCRIPT(lua_del);
-
 #define DEL_IDS_SHOWN 3
 
 /* One delete: the call, and the count of the team's live sandboxes made from it. */
@@ -578,17 +532,17 @@ static void on_undo_logged(redisAsyncContext *ac, void *r, void *priv)
 static void del_decide(tdel *d)
 {
     if (d->failed) {
-        if (del_call(d, &del_undo_script, on_undo_logged, 1) < 0)
+        if (del_call(d, &sf_store_tpl_del_undo, on_undo_logged, 1) < 0)
             sf_warn("msg=\"cannot undo a template's deleting mark\" template=%s", d->name);
         del_fail(d, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
         return;
     }
     if (d->used) {
-        if (del_call(d, &del_undo_script, on_undone, 1) < 0)
+        if (del_call(d, &sf_store_tpl_del_undo, on_undone, 1) < 0)
             on_undone(NULL, NULL, d);
         return;
     }
-    if (del_call(d, &del_script, on_deleted, 3) < 0)
+    if (del_call(d, &sf_store_tpl_del, on_deleted, 3) < 0)
         del_fail(d, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
 }
 
@@ -696,6 +650,6 @@ void sch_tpl_delete(sch_call *c)
     snprintf(d->key, sizeof(d->key), SF_RK_TEMPLATE, c->job.team, name);
     snprintf(d->logkey, sizeof(d->logkey), SF_RK_TEMPLATE_LOG, c->job.team, name);
     snprintf(d->setkey, sizeof(d->setkey), SF_RK_TEAM_TEMPLATES, c->job.team);
-    if (del_call(d, &del_mark_script, on_marked, 1) < 0)
+    if (del_call(d, &sf_store_tpl_del_mark, on_marked, 1) < 0)
         del_fail(d, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
 }

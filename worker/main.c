@@ -62,7 +62,7 @@ static const sf_cfg_entry cfg_table[] = {
              "default lifetime of a sandbox created without timeout_seconds (s)"),
     SF_CFG_I(wk_cfg, timer_tick_ms, "1000", 50, 60000,
              "how often this host's due lifecycle timers are read from Redis"),
-    SF_CFG_I(wk_cfg, snapshots_per_team, "16", 0, 100000,
+    SF_CFG_I(wk_cfg, snapshots_per_team, "16", 0, 1000,
              "sandbox snapshots one team may hold (sandbox_snapshot)"),
     SF_CFG_I(wk_cfg, snapshot_team_mib, "8192", 1, 1073741824LL,
              "MiB one team's sandbox snapshots may hold together"),

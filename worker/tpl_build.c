@@ -56,50 +56,8 @@ static void tb_free(tb *b)
     free(b);
 }
 
-/* The record and log are this build's only while the record's job is its own: a deleted
- * template (or one built again under its name) is never written by an old build. Every
- * host writes its own at:<host> (and err:<host>); the status follows from them: ready once
- * a host has it, failed once every host failed (the lead's error first), else building.
- * While the scheduler deletes it (status deleting) the status is left alone. */
-/* KEYS: record. ARGV: job, field, value, now. */
-static const char lua_set[] =
-    "if redis.call('HGET', KEYS[1], 'job') ~= ARGV[1] then return 0 end\n"
-    "redis.call('HSET', KEYS[1], ARGV[2], ARGV[3], 'updated', ARGV[4])\n"
-    "return 1\n";
-/* KEYS: record, log. ARGV: job, text, max bytes. */
-static const char lua_log[] =
-    "if redis.call('HGET', KEYS[1], 'job') ~= ARGV[1] then return 0 end\n"
-    "if redis.call('STRLEN', KEYS[2]) + #ARGV[2] > tonumber(ARGV[3]) then return 0 end\n"
-    "return redis.call('APPEND', KEYS[2], ARGV[2])\n";
-/* KEYS: record. ARGV: job, host, ready|failed, error, failed_step, now, lead (1/0). */
-static const char lua_done[] =
-    "local v = redis.call('HMGET', KEYS[1], 'job', 'status', 'error')\n"
-    "if v[1] ~= ARGV[1] then return 0 end\n"
-    "redis.call('HSET', KEYS[1], 'at:' .. ARGV[2], ARGV[3], 'updated', ARGV[6])\n"
-    "if ARGV[3] == 'failed' then\n"
-    "  redis.call('HSET', KEYS[1], 'err:' .. ARGV[2], ARGV[4])\n"
-    "  if ARGV[7] == '1' or not v[3] then\n"
-    "    redis.call('HSET', KEYS[1], 'error', ARGV[4], 'failed_step', ARGV[5])\n"
-    "  end\n"
-    "end\n"
-    "if v[2] == 'deleting' then return 1 end\n"
-    "local ready, failed, n = false, 0, 0\n"
-    "local h = redis.call('HGETALL', KEYS[1])\n"
-    "for i = 1, #h, 2 do\n"
-    "  if string.sub(h[i], 1, 3) == 'at:' then\n"
-    "    n = n + 1\n"
-    "    if h[i + 1] == 'ready' then ready = true end\n"
-    "    if h[i + 1] == 'failed' then failed = failed + 1 end\n"
-    "  end\n"
-    "end\n"
-    "local st = 'building'\n"
-    "if ready then st = 'ready' elseif failed == n then st = 'failed' end\n"
-    "redis.call('HSET', KEYS[1], 'status', st)\n"
-    "return 1\n";
-static sf_redis_script set_script = SF_REDIS_SCRIPT(lua_set);
-static sf_redis_script log_script = SF_REDIS_SCRIPT(lua_log);
-static sf_redis_script done_script = SF_REDIS_SCRIPT(lua_done);
-
+/* The record and log are this build's only while the record's job is its own (the
+ * scripts sf_store_tpl_set, _log, _done in common/sf_store.c). */
 static void rcall(tb *b, sf_redis_script *sc, int nkeys, int nargs, const char **argv)
 {
     size_t lens[12];
@@ -120,7 +78,7 @@ static void rset(tb *b, const char *field, const char *value)
         return;
     snprintf(key, sizeof(key), SF_RK_TEMPLATE, b->team, b->name);
     snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
-    rcall(b, &set_script, 1, 4, argv);
+    rcall(b, &sf_store_tpl_set, 1, 4, argv);
 }
 
 /* Appends to the build log (the lead host's build only), at most SF_TEMPLATE_LOG_MAX
@@ -139,7 +97,7 @@ static void log_add(tb *b, const char *p, size_t n)
     snprintf(key, sizeof(key), SF_RK_TEMPLATE, b->team, b->name);
     snprintf(logkey, sizeof(logkey), SF_RK_TEMPLATE_LOG, b->team, b->name);
     snprintf(max, sizeof(max), "%d", SF_TEMPLATE_LOG_MAX);
-    rcall(b, &log_script, 2, 3, (const char *[]){key, logkey, b->job, text, max});
+    rcall(b, &sf_store_tpl_log, 2, 3, (const char *[]){key, logkey, b->job, text, max});
     free(text);
 }
 
@@ -234,13 +192,13 @@ static void finish_done(void *arg)
         log_str(b, "== failed: ");
         log_str(b, b->error);
         log_str(b, "\n");
-        rcall(b, &done_script, 1, 7, (const char *[]){key, b->job, b->ctx->host_id, "failed",
+        rcall(b, &sf_store_tpl_done, 1, 7, (const char *[]){key, b->job, b->ctx->host_id, "failed",
               b->error, b->failed_step ? step : "", now, b->lead ? "1" : "0"});
         sf_info("msg=\"template build failed\" team=%s template=%s why=\"%s\"", b->team, b->name,
                 b->error);
     } else {
         log_str(b, "== ready\n");
-        rcall(b, &done_script, 1, 7, (const char *[]){key, b->job, b->ctx->host_id, "ready", "",
+        rcall(b, &sf_store_tpl_done, 1, 7, (const char *[]){key, b->job, b->ctx->host_id, "ready", "",
               "", now, b->lead ? "1" : "0"});
         sf_info("msg=\"template ready\" team=%s template=%s", b->team, b->name);
     }

@@ -4,8 +4,9 @@
 // cross-slot EVAL, a script reaching an undeclared key of another slot, a multi-key DEL),
 // then the platform's spine through MCP, each step on the cluster: a session, a secret
 // bound, create, exec, list (with a metadata filter), info, update, pause and resume,
-// files by claim check, template list, kill, the reaper of a dead host; last, no daemon
-// logged a refusal of Redis's.
+// files by claim check, template list, kill; a team template built, used, refused and
+// deleted, a snapshot taken, listed, used and deleted; the reaper of a dead host; last, no
+// daemon logged a refusal of Redis's.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -99,6 +100,52 @@ test('the spine on the cluster: session, secret, create, exec, list, info, updat
     () => redis('HEXISTS', `sf:host:{${env.SF_HOST_ID}}:res`, id) === '0');
   assert.equal(redis('HEXISTS', 'sf:team:{alpha}:res', id), '0');
   assert.equal((await call(client, 'sandbox_list', { metadata: { tag } })).structured.count, 0);
+});
+
+test('templates and snapshots on the cluster: build, use, snapshot, list, a refused and a done delete', async () => {
+  const name = `cl-${tag}`;
+  const t = await call(client, 'sandbox_template_create', { name, from: 'base', run_steps: [`echo ${tag} > /version`] });
+  assert.equal(t.isError, false, t.text);
+  const row = await until('the template to be built', async () => {
+    const l = await call(client, 'sandbox_template_list', { name_prefix: name });
+    const x = l.structured?.templates?.find((y) => y.name === name);
+    return x && x.status !== 'building' && x;
+  }, 120000, 300);
+  assert.equal(row.status, 'ready', JSON.stringify(row));
+  const kill = async (id) => assert.equal((await call(client, 'sandbox_kill', { sandbox_id: id })).isError, false);
+  const c = await call(client, 'sandbox_create', { from_template: name });
+  assert.equal(c.isError, false, c.text);
+  const id = c.structured.id;
+  let sid;
+  try {
+    assert.equal((await sh(client, id, 'cat /version')).stdout, `${tag}\n`);
+    await sh(client, id, 'echo kept > /root/kept.txt');
+    const s = await call(client, 'sandbox_snapshot', { sandbox_id: id, name });
+    assert.equal(s.isError, false, s.text);
+    sid = s.structured.snapshot_id;
+    const listed = (await call(client, 'sandbox_snapshot_list', {})).structured.snapshots.find((x) => x.name === name);
+    assert.deepEqual([listed?.snapshot_id, listed?.status], [sid, 'ready']);
+    const inuse = await call(client, 'sandbox_template_delete', { name });
+    assert.equal(inuse.isError, true);
+    assert.match(inuse.text, /is used by 1 live sandbox/);
+    const from = await call(client, 'sandbox_create', { from_snapshot: sid });
+    assert.equal(from.isError, false, from.text);
+    try {
+      assert.equal((await sh(client, from.structured.id, 'cat /root/kept.txt /version')).stdout, `kept\n${tag}\n`);
+    } finally {
+      await kill(from.structured.id);
+    }
+  } finally {
+    await kill(id);
+  }
+  const d = await call(client, 'sandbox_snapshot_delete', { snapshot: sid });
+  assert.deepEqual(d.structured, { snapshot_id: sid, name, status: 'deleted' });
+  assert.equal((await call(client, 'sandbox_snapshot_list', {})).structured.snapshots.some((x) => x.name === name), false);
+  assert.equal(redis('EXISTS', `sf:team:{alpha}:snap:${name}`), '0');
+  const td = await call(client, 'sandbox_template_delete', { name });
+  assert.equal(td.isError, false, td.text);
+  assert.equal(td.structured.status, 'deleted');
+  assert.deepEqual((await call(client, 'sandbox_template_list', { name_prefix: name })).structured.templates, []);
 });
 
 test('the reaper on the cluster: a silent host is removed and its sandbox lost', async () => {

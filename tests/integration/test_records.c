@@ -4,13 +4,14 @@
  * also after Redis lost its scripts (SCRIPT FLUSH before each group): the records'
  * writes (started, touch, set, mark_killing, retire with reservations given back once and
  * tombstones bounded), the host sweeps (a worker's start-up, the reaper), placement's
- * steps, heartbeats, timers, claim checks, secrets, sessions, team templates and the job
- * guard. Its own team and host names, so the stack's sandboxes are not touched. Runs
+ * steps, heartbeats, timers, claim checks, secrets, sessions, team templates (create,
+ * row, delete), snapshots (through sf_snapshots.c) and the job guard. Its own team and host names, so the stack's sandboxes are not touched. Runs
  * against the stack in SF_E2E_STATE (the e2e stack, and the cluster suite's one-node
  * Redis Cluster, where a key of another slot is an error). */
 #include "sf_claim.h"
 #include "sf_records.h"
 #include "sf_secrets.h"
+#include "sf_snapshots.h"
 #include "sf_store.h"
 #include "sf_timers.h"
 #include "sf_util.h"
@@ -633,8 +634,146 @@ static void test_templates(void)
     r = TPL("j3", "base", "[]");
     CHECK(!strcmp(el(r, 0), "nohost"), "no host: %s", el(r, 0));
     freeReplyObject(r);
+    /* a build's writes: only while the job is its own; the status from every host's */
+    freeReplyObject(redisCommand(sc, "DEL %s %s", k[0], k[1]));
+    r = TPL("j4", "base", hosts);
+    CHECK(!strcmp(el(r, 0), "ok"), "tpl create j4: %s", el(r, 0));
+    freeReplyObject(r);
+    flush_scripts();
+    r = run(&sf_store_tpl_set, 1, k[0], "j4", "step", "1/2", now, NULL);
+    CHECK(r->integer == 1 && !strcmp(get("HGET %s step", k[0]), "1/2"), "tpl set");
+    freeReplyObject(r);
+    r = run(&sf_store_tpl_set, 1, k[0], "old", "step", "9/9", now, NULL);
+    CHECK(r->integer == 0 && !strcmp(get("HGET %s step", k[0]), "1/2"), "an old build's set");
+    freeReplyObject(r);
+    r = run(&sf_store_tpl_log, 2, k[0], k[1], "j4", "hello\n", "8", NULL);
+    CHECK(r->integer == 6, "tpl log: %lld", r->integer);
+    freeReplyObject(r);
+    r = run(&sf_store_tpl_log, 2, k[0], k[1], "j4", "more\n", "8", NULL);
+    CHECK(r->integer == 0 && !strcmp(get("GET %s", k[1]), "hello\n"), "the log's bound");
+    freeReplyObject(r);
+    r = run(&sf_store_tpl_done, 1, k[0], "j4", "tplhost", "failed", "step 1 failed", "1", now,
+            "1", NULL);
+    CHECK(r->integer == 1 && !strcmp(get("HGET %s status", k[0]), "building") &&
+          !strcmp(get("HGET %s error", k[0]), "step 1 failed"), "one host of two failed");
+    freeReplyObject(r);
+    r = run(&sf_store_tpl_done, 1, k[0], "old", "tplhost2", "ready", "", "", now, "0", NULL);
+    CHECK(r->integer == 0, "an old build's done");
+    freeReplyObject(r);
+    r = run(&sf_store_tpl_done, 1, k[0], "j4", "tplhost2", "ready", "", "", now, "0", NULL);
+    CHECK(r->integer == 1 && !strcmp(get("HGET %s status", k[0]), "ready") &&
+          !strcmp(get("HGET %s at:tplhost2", k[0]), "ready"), "ready once a host has it");
+    freeReplyObject(r);
 #undef TPL
+    /* delete: mark (a second mark keeps the first status), undo by that job only, delete */
+    freeReplyObject(redisCommand(sc, "HSET %s status building at:tplhost ready host tplhost2", k[0]));
+    freeReplyObject(redisCommand(sc, "SET %s log", k[1]));
+    freeReplyObject(redisCommand(sc, "SADD %s t1", k[2]));
+    flush_scripts();
+    r = run(&sf_store_tpl_del_mark, 1, k[0], "d1", NULL);
+    CHECK(r->type == REDIS_REPLY_STRING && !strcmp(r->str, "ok"), "del mark");
+    freeReplyObject(r);
+    freeReplyObject(run(&sf_store_tpl_del_mark, 1, k[0], "d2", NULL));
+    CHECK(!strcmp(get("HGET %s status", k[0]), "deleting") &&
+          !strcmp(get("HGET %s before", k[0]), "building"), "marked deleting, before kept");
+    r = run(&sf_store_tpl_del_undo, 1, k[0], "d2", NULL);
+    CHECK(r->integer == 0, "undo by another delete's job");
+    freeReplyObject(r);
+    r = run(&sf_store_tpl_del_undo, 1, k[0], "d1", NULL);
+    CHECK(r->integer == 1 && !strcmp(get("HGET %s status", k[0]), "ready") &&
+          !strcmp(get("HEXISTS %s before", k[0]), "0"), "undo: ready (a host has it ready)");
+    freeReplyObject(r);
+    r = run(&sf_store_tpl_del, 3, k[0], k[1], k[2], "t1", NULL);
+    CHECK(r->type == REDIS_REPLY_ARRAY && r->elements == 2, "del: its 2 hosts, %zu", r->elements);
+    freeReplyObject(r);
+    CHECK(!strcmp(get("EXISTS %s", k[0]), "0") && !strcmp(get("EXISTS %s", k[1]), "0") &&
+          !strcmp(get("SISMEMBER %s t1", k[2]), "0"), "del: record, log and name gone");
+    r = run(&sf_store_tpl_del_mark, 1, k[0], "d3", NULL);
+    CHECK(r->type == REDIS_REPLY_STRING && !strcmp(r->str, "none"), "del mark of none");
+    freeReplyObject(r);
     freeReplyObject(redisCommand(sc, "DEL %s %s %s", k[0], k[1], k[2]));
+}
+
+/* Snapshot records through sf_snapshots.c (each call reads the team's set, then runs its
+ * script with every record declared): limits of count and bytes, a taken name, finish,
+ * find by name and by id (never another team's), list, delete (not while taking), drop,
+ * check; a script given a set whose member it was not told of answers 'again'. */
+static void test_snapshots(void)
+{
+    char set[160], other[64], ida[40], idb[40], idc[40];
+    sf_snap_rec rec = {.host = host, .driver = "jail", .sandbox = "sb_x", .memory_mib = 64};
+    answer a;
+    redisReply *r;
+
+#define SNAP(call, what) (memset(&a, 0, sizeof(a)), call_done(&a, (call), what))
+    snprintf(set, sizeof(set), "sf:team:{%s}:snaps", team);
+    snprintf(other, sizeof(other), "%sb", team);
+    snprintf(ida, sizeof(ida), "snp_a%d", (int)getpid());
+    snprintf(idb, sizeof(idb), "snp_b%d", (int)getpid());
+    snprintf(idc, sizeof(idc), "snp_c%d", (int)getpid());
+    flush_scripts();
+    rec.id = ida, rec.name = "s1";
+    SNAP(sf_snap_reserve(ar, team, &rec, 1, 2, 1000, on_answer, &a), "reserve s1");
+    CHECK(!strcmp(a.s0, "ok"), "reserve: %s", a.s0);
+    CHECK(!strcmp(get("HGET sf:team:{%s}:snap:s1 status", team), "taking"), "taking");
+    SNAP(sf_snap_reserve(ar, team, &rec, 1, 2, 1000, on_answer, &a), "reserve s1 again");
+    CHECK(!strcmp(a.s0, "taken"), "a taken name: %s", a.s0);
+    SNAP(sf_snap_delete(ar, team, "s1", on_answer, &a), "delete while taking");
+    CHECK(!strcmp(a.s0, "taking"), "delete while taking: %s", a.s0);
+    SNAP(sf_snap_finish(ar, team, "s1", ida, 600, 1000, on_answer, &a), "finish s1");
+    CHECK(!strcmp(a.s0, "ok") && !strcmp(get("HGET sf:team:{%s}:snap:s1 status", team), "ready"),
+          "finish: %s", a.s0);
+    rec.id = idb, rec.name = "s2";
+    SNAP(sf_snap_reserve(ar, team, &rec, 1, 2, 1000, on_answer, &a), "reserve s2");
+    CHECK(!strcmp(a.s0, "ok"), "reserve s2: %s", a.s0);
+    rec.id = idc, rec.name = "s3";
+    SNAP(sf_snap_reserve(ar, team, &rec, 1, 2, 1000, on_answer, &a), "reserve s3");
+    CHECK(!strcmp(a.s0, "count"), "the count limit: %s", a.s0);
+    SNAP(sf_snap_finish(ar, team, "s2", idb, 500, 1000, on_answer, &a), "finish s2");
+    CHECK(!strcmp(a.s0, "bytes") && !strcmp(get("SISMEMBER %s s2", set), "0") &&
+          !strcmp(get("EXISTS sf:team:{%s}:snap:s2", team), "0"), "the bytes limit at finish");
+    SNAP(sf_snap_finish(ar, team, "s2", idb, 1, 1000, on_answer, &a), "finish s2 gone");
+    CHECK(!strcmp(a.s0, "gone"), "finish of a record gone: %s", a.s0);
+    SNAP(sf_snap_reserve(ar, team, &rec, 1, 5, 600, on_answer, &a), "reserve s3 bytes");
+    CHECK(!strcmp(a.s0, "bytes"), "the bytes limit at reserve: %s", a.s0);
+    flush_scripts();
+    SNAP(sf_snap_find(ar, team, "s1", on_answer, &a), "find by name");
+    CHECK(a.type == REDIS_REPLY_ARRAY && a.elements >= 20 && !strcmp(a.s1, ida), "find by name");
+    SNAP(sf_snap_find(ar, team, ida, on_answer, &a), "find by id");
+    CHECK(a.elements >= 20 && !strcmp(a.s1, ida), "find by id");
+    SNAP(sf_snap_find(ar, other, ida, on_answer, &a), "find by another team");
+    CHECK(a.type == REDIS_REPLY_ARRAY && a.elements == 0, "another team's is never found");
+    SNAP(sf_snap_find(ar, team, "nope", on_answer, &a), "find none");
+    CHECK(a.type == REDIS_REPLY_ARRAY && a.elements == 0, "find none");
+    /* a script told of fewer records than the set holds: 'again' (sf_snapshots re-reads) */
+    r = run(&sf_store_snap_find, 1, set, "s1", NULL);
+    CHECK(!strcmp(el(r, 0), "again") && r->elements == 1, "undeclared member: %s", el(r, 0));
+    freeReplyObject(r);
+    rec.id = idc, rec.name = "s3";
+    SNAP(sf_snap_reserve(ar, team, &rec, 1, 5, 1000, on_answer, &a), "reserve s3");
+    CHECK(!strcmp(a.s0, "ok"), "reserve s3: %s", a.s0);
+    SNAP(sf_snap_list(ar, team, on_answer, &a), "list");
+    CHECK(a.type == REDIS_REPLY_ARRAY && a.elements == 2, "list: %zu", a.elements);
+    SNAP(sf_snap_check(ar, team, "s3", idc, 0, on_answer, &a), "check");
+    CHECK(a.integer == 1, "check keeps a snapshot being taken");
+    SNAP(sf_snap_check(ar, team, "s3", idb, 0, on_answer, &a), "check other id");
+    CHECK(a.integer == 0, "check: the name is another id's");
+    SNAP(sf_snap_check(ar, team, "s3", idc, 1, on_answer, &a), "check stale");
+    CHECK(a.integer == 0 && !strcmp(get("SISMEMBER %s s3", set), "0"), "a stale 'taking' goes");
+    SNAP(sf_snap_reserve(ar, team, &rec, 1, 5, 1000, on_answer, &a), "reserve s3 again");
+    SNAP(sf_snap_drop(ar, team, "s3", idb, on_answer, &a), "drop other id");
+    CHECK(a.integer == 0, "drop: not that id's");
+    SNAP(sf_snap_drop(ar, team, "s3", idc, on_answer, &a), "drop");
+    CHECK(a.integer == 1 && !strcmp(get("EXISTS sf:team:{%s}:snap:s3", team), "0"), "dropped");
+    SNAP(sf_snap_delete(ar, other, ida, on_answer, &a), "delete by another team");
+    CHECK(!strcmp(a.s0, "none"), "another team cannot delete it: %s", a.s0);
+    SNAP(sf_snap_delete(ar, team, ida, on_answer, &a), "delete by id");
+    CHECK(!strcmp(a.s0, "ok") && !strcmp(a.s1, ida) && !strcmp(get("SCARD %s", set), "0") &&
+          !strcmp(get("EXISTS sf:team:{%s}:snap:s1", team), "0"), "delete by id: %s", a.s0);
+    SNAP(sf_snap_delete(ar, team, "s1", on_answer, &a), "delete again");
+    CHECK(!strcmp(a.s0, "none"), "delete again: %s", a.s0);
+#undef SNAP
+    freeReplyObject(redisCommand(sc, "DEL %s", set));
 }
 
 static void test_guard(void)
@@ -686,6 +825,7 @@ int main(void)
     test_secrets();
     test_sessions();
     test_templates();
+    test_snapshots();
     test_guard();
     /* one slot per DEL */
     freeReplyObject(redisCommand(sc, "DEL sf:team:{%s}:res sf:team:{%s}:retired "
@@ -695,6 +835,6 @@ int main(void)
     sf_redis_free(ar);
     redisFree(sc);
     event_base_free(base);
-    printf("store: %d scripts; 11 groups passed, 0 failed\n", n);
+    printf("store: %d scripts; 12 groups passed, 0 failed\n", n);
     return 0;
 }
