@@ -309,6 +309,8 @@ typedef struct reap_op {
     size_t nhosts, hi;
     char (*ids)[SF_ID_MAX];
     size_t nids, ii;
+    char (*tpls)[256];      /* the host's templates: "<team> <name>" */
+    size_t ntpls, ti;
     long long removed;
 } reap_op;
 
@@ -322,6 +324,7 @@ static void reap_done(reap_op *op, redisAsyncContext *ac, redisReply *rep)
         op->cb(ac, rep ? rep : &n, op->priv);
     free(op->hosts);
     free(op->ids);
+    free(op->tpls);
     free(op);
 }
 
@@ -332,8 +335,60 @@ static void reap_next_host(reap_op *op)
 }
 
 static void on_reap_retired(redisAsyncContext *ac, void *r, void *priv);
+static void on_reap_tpl(redisAsyncContext *ac, void *r, void *priv);
 
-/* The host's next sandbox, or its keys once all are lost. */
+/* The host's next template still building there (it failed with the host), or its keys
+ * once all are done. */
+static void reap_tpl(reap_op *op)
+{
+    const char *h = op->hosts[op->hi];
+    char key[400], why[256], now[24];
+
+    snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
+    snprintf(why, sizeof(why), "Host %s went down while it built this template; a failed "
+             "template can be built again under its name.", h);
+    while (op->ti < op->ntpls) {
+        const char *e = op->tpls[op->ti++], *sp = strchr(e, ' ');
+        const char *argv[] = {key, h, why, now};
+        size_t lens[4];
+
+        if (!sp || snprintf(key, sizeof(key), "sf:team:{%.*s}:tpl:%s", (int)(sp - e), e,
+                            sp + 1) >= (int)sizeof(key))
+            continue;
+        for (int i = 0; i < 4; i++)
+            lens[i] = strlen(argv[i]);
+        if (sf_redis_script_call(op->r, &sf_store_tpl_host_lost, on_reap_tpl, op, 1, 3, argv,
+                                 lens) == 0)
+            return;
+    }
+    sf_redis_cmd(op->r, NULL, NULL, "DEL " SF_RK_HOST " " SF_RK_HOST_SANDBOXES " " SF_RK_HOST_RES
+                 " " SF_RK_HOST_TEMPLATES, h, h, h, h);
+    reap_next_host(op);
+}
+
+static void on_reap_tpl(redisAsyncContext *ac, void *r, void *priv)
+{
+    reap_tpl(priv);
+}
+
+static void on_reap_tpls(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+    reap_op *op = priv;
+
+    free(op->tpls);
+    op->tpls = NULL;
+    op->ntpls = op->ti = 0;
+    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements &&
+        (op->tpls = calloc(rep->elements, sizeof(*op->tpls))))
+        for (size_t i = 0; i < rep->elements; i++)
+            if (rep->element[i]->type == REDIS_REPLY_STRING &&
+                rep->element[i]->len < sizeof(*op->tpls))
+                memcpy(op->tpls[op->ntpls++], rep->element[i]->str, rep->element[i]->len + 1);
+    reap_tpl(op);
+}
+
+/* The host's next sandbox, then its templates. */
 static void reap_sandbox(reap_op *op)
 {
     const char *h = op->hosts[op->hi];
@@ -342,9 +397,8 @@ static void reap_sandbox(reap_op *op)
         if (sf_records_retire(op->r, op->ids[op->ii++], "lost", 1, on_reap_retired, op) == 0)
             return;
     }
-    sf_redis_cmd(op->r, NULL, NULL, "DEL " SF_RK_HOST " " SF_RK_HOST_SANDBOXES " " SF_RK_HOST_RES,
-                 h, h, h);
-    reap_next_host(op);
+    if (sf_redis_cmd(op->r, on_reap_tpls, op, "SMEMBERS " SF_RK_HOST_TEMPLATES, h) < 0)
+        on_reap_tpls(NULL, NULL, op);
 }
 
 static void on_reap_retired(redisAsyncContext *ac, void *r, void *priv)

@@ -41,8 +41,9 @@ int sf_records_mark_killing(sf_redis *r, const char *id, redisCallbackFn *cb, vo
 /* Every live sandbox placed on host becomes `lost` (the host restarted): blocking, for a
  * worker's start-up before it takes any job. 0 and the number retired in *n, or -EIO. */
 int sf_records_retire_host_sync(redisContext *c, const char *host, long long *n);
-/* Hosts whose last heartbeat is older than dead_ms are removed, their sandboxes lost. The
- * reply is the number of hosts removed. */
+/* Hosts whose last heartbeat is older than dead_ms are removed, their sandboxes lost, the
+ * template builds still running there failed (the host's :tpls, tpl_host_lost). The reply
+ * is the number of hosts removed. */
 int sf_records_reap(sf_redis *r, int64_t now_ms, int64_t dead_ms, redisCallbackFn *cb,
                     void *priv);
 

@@ -575,12 +575,31 @@ S(tpl_log,
   "if redis.call('STRLEN', KEYS[2]) + #ARGV[2] > tonumber(ARGV[3]) then return 0 end\n"
   "return redis.call('APPEND', KEYS[2], ARGV[2])\n");
 
+/* A template's status from every host's at:<host>: ready once a host has it, failed once
+ * every host failed, else building. */
+#define TPL_STATUS                                                                            \
+    "local function tpl_status(k)\n"                                                          \
+    "  local ready, failed, n = false, 0, 0\n"                                                \
+    "  local h = redis.call('HGETALL', k)\n"                                                  \
+    "  for i = 1, #h, 2 do\n"                                                                 \
+    "    if string.sub(h[i], 1, 3) == 'at:' then\n"                                           \
+    "      n = n + 1\n"                                                                       \
+    "      if h[i + 1] == 'ready' then ready = true end\n"                                    \
+    "      if h[i + 1] == 'failed' then failed = failed + 1 end\n"                            \
+    "    end\n"                                                                               \
+    "  end\n"                                                                                 \
+    "  local st = 'building'\n"                                                               \
+    "  if ready then st = 'ready' elseif failed == n then st = 'failed' end\n"                \
+    "  redis.call('HSET', k, 'status', st)\n"                                                 \
+    "  return st\n"                                                                           \
+    "end\n"
+
 /* KEYS: a team template. ARGV: job, host, ready|failed, error, failed_step, now, lead
  * (1/0). The host's at:<host> (and err:<host>); the status follows from every host's:
  * ready once a host has it, failed once every host failed (the lead's error first), else
  * building; left alone while a delete runs (deleting). 1, or 0 (not that job's). */
 S(tpl_done,
-  "#!lua flags=allow-oom\n"
+  "#!lua flags=allow-oom\n" TPL_STATUS
   "local v = redis.call('HMGET', KEYS[1], 'job', 'status', 'error')\n"
   "if v[1] ~= ARGV[1] then return 0 end\n"
   "redis.call('HSET', KEYS[1], 'at:' .. ARGV[2], ARGV[3], 'updated', ARGV[6])\n"
@@ -591,18 +610,20 @@ S(tpl_done,
   "  end\n"
   "end\n"
   "if v[2] == 'deleting' then return 1 end\n"
-  "local ready, failed, n = false, 0, 0\n"
-  "local h = redis.call('HGETALL', KEYS[1])\n"
-  "for i = 1, #h, 2 do\n"
-  "  if string.sub(h[i], 1, 3) == 'at:' then\n"
-  "    n = n + 1\n"
-  "    if h[i + 1] == 'ready' then ready = true end\n"
-  "    if h[i + 1] == 'failed' then failed = failed + 1 end\n"
-  "  end\n"
-  "end\n"
-  "local st = 'building'\n"
-  "if ready then st = 'ready' elseif failed == n then st = 'failed' end\n"
-  "redis.call('HSET', KEYS[1], 'status', st)\n"
+  "tpl_status(KEYS[1])\n"
+  "return 1\n");
+
+/* KEYS: a team template. ARGV: host, why, now. The host went down (the reaper): a build
+ * still `building` there is `failed` with why (err:<host>; the template's error too when
+ * it has none), the status from every host's as for tpl_done (left alone while a delete
+ * runs). 1, or 0 when it was not building there. */
+S(tpl_host_lost,
+  "#!lua flags=allow-oom\n" TPL_STATUS
+  "local at = 'at:' .. ARGV[1]\n"
+  "if redis.call('HGET', KEYS[1], at) ~= 'building' then return 0 end\n"
+  "redis.call('HSET', KEYS[1], at, 'failed', 'err:' .. ARGV[1], ARGV[2], 'updated', ARGV[3])\n"
+  "if not redis.call('HGET', KEYS[1], 'error') then redis.call('HSET', KEYS[1], 'error', ARGV[2]) end\n"
+  "if redis.call('HGET', KEYS[1], 'status') ~= 'deleting' then tpl_status(KEYS[1]) end\n"
   "return 1\n");
 
 /* KEYS: a team template. ARGV: the delete's job. Marks it `deleting` (no new sandbox or
@@ -826,6 +847,7 @@ sf_redis_script *const sf_store_all[] = {
     &sf_store_tpl_set,
     &sf_store_tpl_log,
     &sf_store_tpl_done,
+    &sf_store_tpl_host_lost,
     &sf_store_tpl_del_mark,
     &sf_store_tpl_del_undo,
     &sf_store_tpl_del,

@@ -47,6 +47,7 @@
 #define SF_RK_TEMPLATE "sf:team:{%s}:tpl:%s"          /* hash: one team template */
 #define SF_RK_TEMPLATE_LOG "sf:team:{%s}:tpl:%s:log"  /* string: its build log */
 #define SF_RK_TEAM_TEMPLATES "sf:team:{%s}:tpls"      /* set of the team's template names */
+#define SF_RK_HOST_TEMPLATES "sf:host:{%s}:tpls" /* set "<team> <name>": templates built there */
 /* sf_snapshots.h */
 #define SF_RK_SNAPSHOT "sf:team:{%s}:snap:%s"      /* hash: one snapshot, by name */
 #define SF_RK_TEAM_SNAPSHOTS "sf:team:{%s}:snaps" /* set of the team's snapshot names */
@@ -108,6 +109,7 @@ extern sf_redis_script sf_store_tpl_row;    /* K tpl */
 extern sf_redis_script sf_store_tpl_set;  /* K tpl. A job field value now (worker/tpl_build.c) */
 extern sf_redis_script sf_store_tpl_log;  /* K tpl log. A job text max */
 extern sf_redis_script sf_store_tpl_done; /* K tpl. A job host ready|failed error step now lead */
+extern sf_redis_script sf_store_tpl_host_lost; /* K tpl. A host why now (the reaper) */
 extern sf_redis_script sf_store_tpl_del_mark; /* K tpl. A job */
 extern sf_redis_script sf_store_tpl_del_undo; /* K tpl. A job */
 extern sf_redis_script sf_store_tpl_del;      /* K tpl log tpls. A name */

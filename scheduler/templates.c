@@ -318,6 +318,12 @@ static void on_create(redisAsyncContext *ac, void *r, void *priv)
         json_decref(res);
         sf_info("msg=\"template build placed\" job=%s team=%s template=%s from=%s lead=%s "
                 "hosts=%zu", c->job.id, c->job.team, name, from, n ? hosts[0] : "", n);
+        /* each host lists it (the reaper fails a build its host took down with it) */
+        snprintf(text, sizeof(text), "%s %s", c->job.team, name);
+        for (size_t i = 0; i < n; i++)
+            if (sf_redis_cmd(c->ctx->redis, NULL, NULL, "SADD " SF_RK_HOST_TEMPLATES " %s",
+                             hosts[i], text) < 0)
+                break; /* (Redis went down: the build goes on; a host lost is not seen) */
         /* The build goes to every host as an internal message: the caller has its answer. */
         snprintf(c->job.tool, sizeof(c->job.tool), "%s", SF_TOOL_TEMPLATE_BUILD);
         c->job.deadline_ms = sf_now_ms() + 3600 * 1000LL;
@@ -491,7 +497,15 @@ static void on_deleted(redisAsyncContext *ac, void *r, void *priv)
     json_decref(res);
     sf_info("msg=\"template deleted\" job=%s team=%s template=%s hosts=%zu", c->job.id,
             c->job.team, d->name, n);
-    /* its hosts remove the files (the caller has its answer) */
+    /* its hosts no longer list it, and remove the files (the caller has its answer) */
+    {
+        char member[384];
+        snprintf(member, sizeof(member), "%s %s", c->job.team, d->name);
+        for (size_t i = 0; i < n; i++)
+            if (sf_redis_cmd(c->ctx->redis, NULL, NULL, "SREM " SF_RK_HOST_TEMPLATES " %s",
+                             hosts[i], member) < 0)
+                break;
+    }
     snprintf(c->job.tool, sizeof(c->job.tool), "%s", SF_TOOL_TEMPLATE_DELETE);
     c->job.deadline_ms = sf_now_ms() + 3600 * 1000LL;
     c->silent = 1;

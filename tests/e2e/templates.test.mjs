@@ -1,7 +1,8 @@
 // Templates through the pipeline with the official MCP SDK client: the built-in 'debian'
 // (python3, bash, git, curl just work) with the file tools on it; team templates built by
 // sandbox_template_create (asynchronous: building -> ready or failed with the step's output),
-// their shape as their sandboxes' limits, and invisible to other teams.
+// their shape as their sandboxes' limits, and invisible to other teams; a build whose host
+// went down (the reaper removed it) is failed there with why.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
@@ -285,4 +286,37 @@ test('sandbox_template_delete: refused while in use (with the count), for other 
     assert.equal((await call(alpha, 'sandbox_template_delete', { name })).isError, false);
     const again = await call(alpha, 'sandbox_template_delete', { name });
     assert.match(again.text, /does not exist/);
+  });
+
+test('a build whose host went down is failed there, with why; the template is ready where it was built',
+  { skip: driver !== 'jail' && 'jail hosts build templates' }, async () => {
+    const redis = (...a) => execFileSync('redis-cli', ['-u', env.SF_REDIS_URL, ...a]).toString().trim();
+    const name = `lost-${uniq}`;
+    const ghost = `ghost-tpl-${uniq}`;
+    const key = `sf:team:{alpha}:tpl:${name}`;
+    // a second jail host (full: not the lead while the live one has room) that heartbeats, is handed the build, and
+    // falls silent before it builds anything
+    redis('HSET', `sf:host:{${ghost}}`, 'id', ghost, 'driver', 'jail', 'ts', String(Date.now()),
+      'capacity', '1', 'running', '1', 'mem_mib', '1024', 'vcpu_milli', '1000');
+    redis('ZADD', 'sf:hosts', String(Date.now()), ghost);
+    let r;
+    try {
+      r = await call(alpha, 'sandbox_template_create', { name, from: 'base', run_steps: ['true'] });
+    } finally {
+      redis('ZADD', 'sf:hosts', String(Date.now() - 3600e3), ghost); // silent for an hour
+    }
+    assert.equal(r.isError, false, r.text);
+    assert.equal(r.structured.hosts, 2, 'handed to both hosts');
+    await until('the reaper to fail the build of the host that went down',
+      () => redis('HGET', key, `at:${ghost}`) === 'failed', 30000, 250);
+    assert.equal(redis('HGET', key, `err:${ghost}`),
+      `Host ${ghost} went down while it built this template; a failed template can be built again under its name.`);
+    assert.equal(redis('EXISTS', `sf:host:{${ghost}}:tpls`), '0', 'the host\'s keys went');
+    const t = await settled(alpha, name);
+    assert.equal(t.status, 'ready', JSON.stringify(t));
+    assert.deepEqual([t.hosts, t.hosts_ready], [2, 1]);
+    const d = await call(alpha, 'sandbox_template_delete', { name });
+    assert.equal(d.isError, false, d.text);
+    assert.equal(redis('SISMEMBER', `sf:host:{${env.SF_HOST_ID}}:tpls`, `alpha ${name}`), '0',
+      'a deleted template leaves its hosts\' lists');
   });

@@ -3,7 +3,8 @@
  * computes, and each does what its callers rely on, called by SHA with its keys declared,
  * also after Redis lost its scripts (SCRIPT FLUSH before each group): the records'
  * writes (started, touch, set, mark_killing, retire with reservations given back once and
- * tombstones bounded), the host sweeps (a worker's start-up, the reaper), placement's
+ * tombstones bounded), the host sweeps (a worker's start-up, the reaper: its sandboxes lost,
+ * its template builds failed), placement's
  * steps, heartbeats, timers, claim checks, secrets, sessions, team templates (create,
  * row, delete), snapshots (through sf_snapshots.c) and the job guard. Its own team and host names, so the stack's sandboxes are not touched. Runs
  * against the stack in SF_E2E_STATE (the e2e stack, and the cluster suite's one-node
@@ -317,6 +318,13 @@ static void test_sweeps(void)
     CHECK(!strcmp(get("SISMEMBER sf:host:{%s}:sandboxes %s", h, cre_id), "1"), "creating listed");
     CHECK(!strcmp(get("HEXISTS sf:host:{%s}:res %s", h, run_id), "0"), "lost one released");
 
+    /* two templates building there (one also ready elsewhere), listed by the host */
+    freeReplyObject(redisCommand(sc, "HSET sf:team:{%s}:tpl:tb1 status building at:%s building "
+                                     "at:elsewhere ready", team, h));
+    freeReplyObject(redisCommand(sc, "HSET sf:team:{%s}:tpl:tb2 status building at:%s building",
+                                 team, h));
+    freeReplyObject(redisCommand(sc, "SADD sf:host:{%s}:tpls %s%s %s%s", h, team, " tb1", team,
+                                 " tb2"));
     /* silent for an hour: the reaper removes the host; its creating sandbox is lost too */
     freeReplyObject(redisCommand(sc, "HSET sf:host:{%s} capacity 1", h));
     freeReplyObject(redisCommand(sc, "ZADD sf:hosts %lld %s", (long long)(sf_now_ms() - 3600000), h));
@@ -332,6 +340,19 @@ static void test_sweeps(void)
     CHECK(!strcmp(get("EXISTS sf:host:{%s}", h), "0"), "its hash went");
     CHECK(!strcmp(get("EXISTS sf:host:{%s}:sandboxes", h), "0"), "its set went");
     CHECK(!strcmp(get("EXISTS sf:host:{%s}:res", h), "0"), "its reservations went");
+    for (int64_t until = sf_mono_ms() + 10000; sf_mono_ms() < until &&
+         strcmp(get("EXISTS sf:host:{%s}:tpls", h), "0");)
+        settle();
+    CHECK(!strcmp(get("EXISTS sf:host:{%s}:tpls", h), "0"), "its templates' list went");
+    CHECK(!strcmp(get("HGET sf:team:{%s}:tpl:tb1 at:%s", team, h), "failed") &&
+          strstr(get("HGET sf:team:{%s}:tpl:tb1 err:%s", team, h), "went down while it built") &&
+          !strcmp(get("HGET sf:team:{%s}:tpl:tb1 status", team), "ready"),
+          "a build lost with its host, ready elsewhere: %s",
+          get("HGET sf:team:{%s}:tpl:tb1 status", team));
+    CHECK(!strcmp(get("HGET sf:team:{%s}:tpl:tb2 status", team), "failed") &&
+          strstr(get("HGET sf:team:{%s}:tpl:tb2 error", team), "went down"),
+          "built only there: failed, with why");
+    freeReplyObject(redisCommand(sc, "DEL sf:team:{%s}:tpl:tb1 sf:team:{%s}:tpl:tb2", team, team));
 }
 
 /* The heartbeat and placement's steps (host view, team, host, record). */
