@@ -613,6 +613,33 @@ S(tpl_done,
   "tpl_status(KEYS[1])\n"
   "return 1\n");
 
+/* KEYS: a team template, its `from` template (a key of the team's that does not exist when
+ * from is a built-in). ARGV: host, deb ('1': the host has 'debian'), from. A host that
+ * joined later: the template, ready, not at that host yet and built for several hosts (a
+ * record with at:<host> fields), whose `from` is at that host (debian: the host has it; a
+ * team template: ready there), becomes `building` there: {'build', job, run_steps,
+ * start_cmd, ready_cmd, vcpu_milli, memory_mib, disk_mib}; else {'no'}. */
+S(tpl_join,
+  "#!lua\n"
+  "local v = redis.call('HMGET', KEYS[1], 'status', 'job', 'from', 'run_steps', 'start_cmd', "
+  "'ready_cmd', 'vcpu_milli', 'memory_mib', 'disk_mib')\n"
+  "if v[1] ~= 'ready' or not v[2] or v[3] ~= ARGV[3] then return {'no'} end\n"
+  "local at = 'at:' .. ARGV[1]\n"
+  "if redis.call('HEXISTS', KEYS[1], at) == 1 then return {'no'} end\n"
+  "local multi = false\n"
+  "for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do\n"
+  "  if string.sub(f, 1, 3) == 'at:' then multi = true end\n"
+  "end\n"
+  "if not multi then return {'no'} end\n"
+  "if v[3] == 'debian' then\n"
+  "  if ARGV[2] ~= '1' then return {'no'} end\n"
+  "elseif v[3] ~= 'base' and redis.call('HGET', KEYS[2], at) ~= 'ready' then\n"
+  "  return {'no'}\n"
+  "end\n"
+  "redis.call('HSET', KEYS[1], at, 'building')\n"
+  "return {'build', v[2], v[4] or '[]', v[5] or '', v[6] or '', v[7] or '', v[8] or '', "
+  "v[9] or ''}\n");
+
 /* KEYS: a team template. ARGV: host, why, now. The host went down (the reaper): a build
  * still `building` there is `failed` with why (err:<host>; the template's error too when
  * it has none), the status from every host's as for tpl_done (left alone while a delete
@@ -848,6 +875,7 @@ sf_redis_script *const sf_store_all[] = {
     &sf_store_tpl_log,
     &sf_store_tpl_done,
     &sf_store_tpl_host_lost,
+    &sf_store_tpl_join,
     &sf_store_tpl_del_mark,
     &sf_store_tpl_del_undo,
     &sf_store_tpl_del,

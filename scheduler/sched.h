@@ -98,5 +98,8 @@ void sch_tpl_list(sch_call *c);
 void sch_tpl_create(sch_call *c);
 void sch_tpl_delete(sch_call *c);
 int sch_store_start_reaper(sch_ctx *ctx);
+/* tpl_join.c: each live jail host gets the ready team templates another live host holds
+ * (one pass at a time; run by the reaper's tick). */
+void sch_tpl_join(sch_ctx *ctx);
 
 #endif

@@ -579,8 +579,10 @@ static void reap(evutil_socket_t fd, short what, void *arg)
 {
     sch_ctx *ctx = arg;
 
-    if (sf_redis_connected(ctx->redis))
+    if (sf_redis_connected(ctx->redis)) {
         sf_records_reap(ctx->redis, sf_now_ms(), ctx->cfg.host_dead_ms, on_reaped, NULL);
+        sch_tpl_join(ctx); /* hosts that joined get the team templates */
+    }
 }
 
 int sch_store_start_reaper(sch_ctx *ctx)

@@ -1,7 +1,8 @@
 // Team templates on several hosts, through MCP with the SDK client: with a second worker
 // host in the stack (`stack add-worker`: its own state folder and uid range), a template is
 // built on both (sandbox_template_list says on how many it is ready), the sandboxes of one
-// template land on both, and its delete removes the files from both.
+// template land on both, and its delete removes the files from both; a third host that
+// joins once a template is ready gets it built too.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
@@ -100,5 +101,28 @@ test('placement says why when no host holding the template can take a sandbox', 
   const c = await call(client, 'sandbox_create', { from_template: name });
   assert.equal(c.isError, true);
   assert.match(c.text, new RegExp(`No host that holds template '${name}' has room or is responding .*retry in a few seconds, or build it again`));
+  assert.equal((await call(client, 'sandbox_template_delete', { name })).isError, false);
+});
+
+test('a host that joins after a template is ready gets it built there', jail, async () => {
+  const name = `late-${uniq}`;
+  const third = 'e2e-host-3';
+  const r = await call(client, 'sandbox_template_create', { name, from: 'base', run_steps: ['echo late > /late'] });
+  assert.equal(r.isError, false, r.text);
+  assert.equal(r.structured.hosts, 2);
+  await until('ready on both hosts', async () => (await listed(name)).hosts_ready === 2, 120000);
+  execFileSync(stack, ['add-worker', env.SF_STATE, env.SF_BUILD, third], { stdio: 'inherit' });
+  try {
+    const t = await until('built on the host that joined', async () => {
+      const x = await listed(name);
+      assert.notEqual(redis('HGET', `sf:team:{${team}}:tpl:${name}`, `at:${third}`), 'failed');
+      return x.hosts_ready === 3 && x;
+    }, 120000, 250);
+    assert.deepEqual([t.status, t.hosts], ['ready', 3]);
+    assert.equal(readFileSync(`${env.SF_STATE}/worker-${third}/templates/team/${team}/${name}/rootfs/late`, 'utf8'), 'late\n');
+    assert.equal(redis('SISMEMBER', `sf:host:{${third}}:tpls`, `${team} ${name}`), '1', 'the host lists it');
+  } finally {
+    execFileSync(stack, ['stop-worker', env.SF_STATE, env.SF_BUILD, third], { stdio: 'inherit' });
+  }
   assert.equal((await call(client, 'sandbox_template_delete', { name })).isError, false);
 });

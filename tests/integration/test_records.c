@@ -685,6 +685,39 @@ static void test_templates(void)
     CHECK(r->integer == 1 && !strcmp(get("HGET %s status", k[0]), "ready") &&
           !strcmp(get("HGET %s at:tplhost2", k[0]), "ready"), "ready once a host has it");
     freeReplyObject(r);
+    /* a host that joined later: handed a ready template once, when its `from` is there */
+    {
+        char fk[160];
+        snprintf(fk, sizeof(fk), "sf:team:{%s}:tpl:t0", team);
+        flush_scripts();
+        r = run(&sf_store_tpl_join, 2, k[0], k[3], "joinhost", "0", "base", NULL);
+        CHECK(!strcmp(el(r, 0), "build") && !strcmp(el(r, 1), "j4") &&
+              !strcmp(get("HGET %s at:joinhost", k[0]), "building"), "join: %s", el(r, 0));
+        freeReplyObject(r);
+        r = run(&sf_store_tpl_join, 2, k[0], k[3], "joinhost", "0", "base", NULL);
+        CHECK(!strcmp(el(r, 0), "no"), "join again: the host has it");
+        freeReplyObject(r);
+        r = run(&sf_store_tpl_join, 2, k[0], k[3], "joinhost2", "0", "other", NULL);
+        CHECK(!strcmp(el(r, 0), "no"), "join: its from changed meanwhile");
+        freeReplyObject(r);
+        freeReplyObject(redisCommand(sc, "HSET %s from debian", k[0]));
+        r = run(&sf_store_tpl_join, 2, k[0], k[3], "joinhost2", "0", "debian", NULL);
+        CHECK(!strcmp(el(r, 0), "no"), "join: a host without debian");
+        freeReplyObject(r);
+        freeReplyObject(redisCommand(sc, "HSET %s from t0", k[0]));
+        freeReplyObject(redisCommand(sc, "HSET %s status ready at:joinhost3 ready", fk));
+        r = run(&sf_store_tpl_join, 2, k[0], fk, "joinhost2", "1", "t0", NULL);
+        CHECK(!strcmp(el(r, 0), "no"), "join: its from is not ready there");
+        freeReplyObject(r);
+        r = run(&sf_store_tpl_join, 2, k[0], fk, "joinhost3", "0", "t0", NULL);
+        CHECK(!strcmp(el(r, 0), "build"), "join: its from is ready there");
+        freeReplyObject(r);
+        freeReplyObject(redisCommand(sc, "HSET %s status building", k[0]));
+        r = run(&sf_store_tpl_join, 2, k[0], k[3], "joinhost4", "0", "t0", NULL);
+        CHECK(!strcmp(el(r, 0), "no"), "join: not ready");
+        freeReplyObject(r);
+        freeReplyObject(redisCommand(sc, "DEL %s", fk));
+    }
 #undef TPL
     /* delete: mark (a second mark keeps the first status), undo by that job only, delete */
     freeReplyObject(redisCommand(sc, "HSET %s status building at:tplhost ready host tplhost2", k[0]));
@@ -705,7 +738,8 @@ static void test_templates(void)
           !strcmp(get("HEXISTS %s before", k[0]), "0"), "undo: ready (a host has it ready)");
     freeReplyObject(r);
     r = run(&sf_store_tpl_del, 3, k[0], k[1], k[2], "t1", NULL);
-    CHECK(r->type == REDIS_REPLY_ARRAY && r->elements == 2, "del: its 2 hosts, %zu", r->elements);
+    CHECK(r->type == REDIS_REPLY_ARRAY && r->elements == 4, "del: its 4 hosts (2 joined), %zu",
+          r->elements);
     freeReplyObject(r);
     CHECK(!strcmp(get("EXISTS %s", k[0]), "0") && !strcmp(get("EXISTS %s", k[1]), "0") &&
           !strcmp(get("SISMEMBER %s t1", k[2]), "0"), "del: record, log and name gone");
