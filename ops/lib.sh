@@ -68,6 +68,23 @@ sf_free_port() {
         echo $((20000 + RANDOM % 20000))
 }
 
+# A free port p <= 55535 whose p+10000 is free too: Redis Cluster's bus listens there (and
+# refuses to start on a port above 55535).
+sf_free_port_cluster() {
+    python3 -c '
+import random, socket
+for _ in range(500):
+    p = random.randint(20000, 55535)
+    try:
+        a, b = socket.socket(), socket.socket()
+        a.bind(("127.0.0.1", p)); b.bind(("127.0.0.1", p + 10000))
+    except OSError:
+        continue
+    print(p); break
+else:
+    raise SystemExit(1)' 2>/dev/null || echo $((20000 + RANDOM % 20000))
+}
+
 # A process's start time (clock ticks since boot): with its pid, it names the process even
 # after the pid is reused.
 sf_starttime() { awk '{print $22}' "/proc/$1/stat" 2>/dev/null; }
@@ -160,7 +177,9 @@ sf_stack_start() {
     local state=$1 build=$2 gw_port=$3 redis_port kafka
     mkdir -p "$state/redis" "$state/worker"
     if [ -z "${SF_REDIS_URL:-}" ]; then
-        redis_port=${SF_REDIS_PORT:-$(cat "$state/redis/port" 2>/dev/null || sf_free_port)}
+        local pick=sf_free_port
+        [ "${SF_REDIS_CLUSTER:-0}" = 1 ] && pick=sf_free_port_cluster
+        redis_port=${SF_REDIS_PORT:-$(cat "$state/redis/port" 2>/dev/null || $pick)}
         echo "$redis_port" >"$state/redis/port"
         # ops/run keeps Redis on disk (append-only file: API keys survive restarts); the
         # test stacks are throwaway.
