@@ -332,6 +332,7 @@ out:
         ctx.ops->host_fini(ctx.drv);
     wk_tstore_free(ctx.tstore);
     wk_pool_free(ctx.pool);
+    wk_tpl_build_free_all();
     sf_redis_free(ctx.redis);
     sf_jobq_free(ctx.jobq);
     sf_kafka_consumer_free(ctx.consumer);

@@ -48,10 +48,19 @@ typedef struct tb {
     int failed_step;          /* 1-based; 0: not a step */
     char error[2048];         /* "" while all goes well */
     int rc;
+    struct tb *prev, *next;   /* the builds running here (wk_tpl_build_free_all) */
 } tb;
+
+static tb *builds;
 
 static void tb_free(tb *b)
 {
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        builds = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
     json_decref(b->args);
     free(b);
 }
@@ -406,6 +415,13 @@ static void copy_done(void *arg)
     wk_create_req req = {0};
     int rc;
 
+    if (b->ctx->stopping) { /* the worker is stopping: its driver is going or gone */
+        wk_rmtree(b->tmp);
+        snprintf(b->error, sizeof(b->error), "The host shut down during the build; build the "
+                 "template again.");
+        finish_done(b);
+        return;
+    }
     if (b->rc < 0) {
         snprintf(b->error, sizeof(b->error), "The host could not copy template '%s' (disk "
                  "full?); build it again later.", json_string_value(json_object_get(b->args, "from")));
@@ -437,6 +453,9 @@ void wk_tpl_build(wk_ctx *ctx, const sf_job *job)
         return; /* the scheduler validated it: never happens */
     if (!(b = calloc(1, sizeof(*b))))
         return;
+    if ((b->next = builds))
+        builds->prev = b;
+    builds = b;
     b->ctx = ctx;
     b->args = json_deep_copy(a);
     snprintf(b->team, sizeof(b->team), "%s", job->team);
@@ -526,4 +545,10 @@ void wk_tpl_delete(wk_ctx *ctx, const sf_job *job)
     sf_info("msg=\"template deleted\" team=%s template=%s", job->team, name);
     if (wk_pool_run(ctx->pool, del_work, del_done, d) < 0)
         free(d); /* the next start removes the trash */
+}
+
+void wk_tpl_build_free_all(void)
+{
+    while (builds)
+        tb_free(builds);
 }

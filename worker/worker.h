@@ -175,6 +175,10 @@ void wk_do_update(wk_call *c, wk_box *b);
 /* tpl_build.c: builds the team template job describes (sf.template_build); removes a
  * deleted one's files (sf.template_delete). No reply. */
 void wk_tpl_build(wk_ctx *ctx, const sf_job *job);
+/* At exit, once the driver and the pool are gone: the builds cut short by the shutdown
+ * are freed (their sandboxes went with the driver; their records say `building` until
+ * the host is reaped or the template deleted). */
+void wk_tpl_build_free_all(void);
 void wk_tpl_delete(wk_ctx *ctx, const sf_job *job);
 
 /* snapshot.c: sandbox_snapshot (handler), the files of a create's from_snapshot (use:
