@@ -73,7 +73,14 @@ rd_kafka_t *sf_kafka_producer_new(const sf_kafka_settings *s, char *why, size_t 
 
     if (!c)
         return NULL;
+    /* One produce request in flight per broker: what is produced while it travels goes
+     * out together in the next one, one message set per partition. Batches so grow with
+     * the load by themselves, and an idle producer adds no delay (linger.ms can stay 0).
+     * The embedded broker (librdkafka's mock cluster) finds a fetch's offset by walking
+     * every message set a partition keeps and answers one message set per partition per
+     * fetch, so its cost per job falls with the square of the batch size. */
     if (conf_set_int(c, "linger.ms", s->linger_ms, why, whylen) < 0 ||
+        conf_set(c, "max.in.flight.requests.per.connection", "1", why, whylen) < 0 ||
         conf_set(c, "message.max.bytes", "2000000", why, whylen) < 0 ||
         conf_set(c, "message.timeout.ms", "30000", why, whylen) < 0) {
         rd_kafka_conf_destroy(c);

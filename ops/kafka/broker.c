@@ -8,7 +8,11 @@
  * program supplies bind() itself (librdkafka's call resolves to the executable's
  * definition before libc's), so each broker listens on the port recorded by the previous
  * run (--ports-file): clients reconnect by themselves. The messages do not survive (the
- * cluster is in memory): gateways publish their in-flight jobs again. */
+ * cluster is in memory): gateways publish their in-flight jobs again.
+ *
+ * One broker by default: the mock cluster serves all its brokers from one thread, so more
+ * of them add no capacity, only connections: each client would fetch from each broker
+ * every fetch.wait.max.ms (idle load), and a producer's batch would be split per broker. */
 #include "sf_log.h"
 #include "sf_util.h"
 
@@ -139,7 +143,7 @@ static int write_file(const char *path, const char *text)
 int main(int argc, char **argv)
 {
     const char *bootstrap_file = NULL, *ports_file = NULL;
-    int64_t brokers = 3, partitions = 4;
+    int64_t brokers = 1, partitions = 4;
     char errstr[512];
     rd_kafka_conf_t *conf;
     rd_kafka_t *rk;
