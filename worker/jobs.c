@@ -277,12 +277,24 @@ void wk_redis_logged(redisAsyncContext *ac, void *r, void *priv)
         sf_warn("msg=\"redis write failed\" err=\"%s\"", rep->str);
 }
 
+/* A sandbox's last_active and idle timer in Redis move at most once a second (two
+ * scripts per call were two of a job's seven Redis round trips). What decides an idle
+ * pause is last_active_ms here, which every call moves: a timer that comes due early
+ * because a write was skipped is set again for the time left (life.c, idle_due). So
+ * last_active in the record may lag the last call by up to WK_TOUCH_EVERY_MS. */
+#define WK_TOUCH_EVERY_MS 1000
+
 void wk_touch(wk_ctx *ctx, const char *id)
 {
     wk_box *b = sf_map_get(ctx->sandboxes, id);
+    int64_t now = sf_mono_ms();
 
-    if (b)
-        b->last_active_ms = sf_mono_ms();
+    if (b) {
+        b->last_active_ms = now;
+        if (b->touched_ms && now - b->touched_ms < WK_TOUCH_EVERY_MS)
+            return;
+        b->touched_ms = now;
+    }
     sf_records_touch(ctx->redis, id, sf_now_ms(), wk_redis_logged, NULL);
     wk_life_touch(ctx, id);
 }

@@ -116,6 +116,7 @@ typedef struct wk_box {
     struct wk_egbox *eg;    /* its egress (egress.h), NULL when egress is off */
     wk_call *create;        /* the create job, until the driver answered */
     int64_t last_active_ms; /* monotonic: the last call that used it */
+    int64_t touched_ms;     /* monotonic: when wk_touch last wrote last_active to Redis */
     int calls;              /* calls running on it now (no idle pause meanwhile) */
     int paused;             /* 1: paused (frozen) */
     int pausing;            /* 1: a pause is under way */
