@@ -12,20 +12,12 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
 import { randomBytes, createHash } from 'node:crypto';
-import { connect, call, sh, env, until } from '../e2e/lib.mjs';
+import { connect, call, sh, env, until, cli } from '../e2e/lib.mjs';
 
 const redis = (...args) => {
   const r = spawnSync('redis-cli', ['-u', env.SF_REDIS_URL, ...args], { encoding: 'utf8' });
   return (r.stdout + r.stderr).trim();
 };
-function cli(args, input) {
-  const r = spawnSync(`${env.SF_BUILD}/cli/sandfleet`, args, {
-    input, encoding: 'utf8',
-    env: { ...process.env, SF_REDIS_URL: env.SF_REDIS_URL, SF_SECRETS_KEY_FILE: env.SF_SECRETS_KEY_FILE },
-  });
-  assert.equal(r.status, 0, `sandfleet ${args.join(' ')}: ${r.stderr}`);
-  return r.stdout;
-}
 const tag = randomBytes(4).toString('hex');
 const client = await connect(env.SF_KEY_ALPHA, 'cluster');
 after(() => client.close());

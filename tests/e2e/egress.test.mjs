@@ -10,7 +10,7 @@ import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { networkInterfaces } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import { connect, call, sh, env, driver, until } from './lib.mjs';
+import { connect, call, sh, env, driver, until, cli } from './lib.mjs';
 
 const jailOnly = { skip: driver === 'qemu' ? 'jail stack only (the qemu stack runs the VM case)' : false };
 const NET = env.SF_UPSTREAM_NET;
@@ -24,14 +24,6 @@ const alpha = await connect(env.SF_KEY_ALPHA);
 const beta = await connect(env.SF_KEY_BETA);
 const made = [];
 
-function cli(args, input) {
-  const r = spawnSync(`${env.SF_BUILD}/cli/sandfleet`, args, {
-    input, encoding: 'utf8',
-    env: { ...process.env, SF_REDIS_URL: env.SF_REDIS_URL, SF_SECRETS_KEY_FILE: env.SF_SECRETS_KEY_FILE },
-  });
-  assert.equal(r.status, 0, `sandfleet ${args.join(' ')}: ${r.stderr}`);
-  return r.stdout;
-}
 
 function stack(cmd) {
   const r = spawnSync(new URL('../integration/stack', import.meta.url).pathname, [cmd, env.SF_STATE, env.SF_BUILD],

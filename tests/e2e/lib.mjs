@@ -1,5 +1,7 @@
 // Shared by the end-to-end suites: the stack's addresses and keys, and MCP clients
 // built with the official TypeScript SDK (StreamableHTTPClientTransport + bearer header).
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -71,4 +73,14 @@ export async function until(what, fn, ms = 15000, every = 100) {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, every));
   }
+}
+
+// The sandfleet CLI against the stack's Redis and secrets key; its stdout (a failure fails the test).
+export function cli(args, input) {
+  const r = spawnSync(`${env.SF_BUILD}/cli/sandfleet`, args, {
+    input, encoding: 'utf8',
+    env: { ...process.env, SF_REDIS_URL: env.SF_REDIS_URL, SF_SECRETS_KEY_FILE: env.SF_SECRETS_KEY_FILE },
+  });
+  assert.equal(r.status, 0, `sandfleet ${args.join(' ')}: ${r.stderr}`);
+  return r.stdout;
 }
