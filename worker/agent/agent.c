@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -315,44 +316,59 @@ static char **build_env(const sf_ap_msg *m)
     return env;
 }
 
-/* Child side of fork(): only async-signal-safe calls, report failures as
- * {stage, errno} on the close-on-exec pipe. script_fd >= 0: the command is in that
- * memfd and the shell sources it from SCRIPT_FD (which it closes first thing). */
-static void child_exec(const sf_ap_msg *m, const char *cwd, char **env, int out_w, int err_w,
-                       int report, int script_fd)
-{
-    sigset_t none;
-    int rep[2];
-    char *argv[] = {"sh", "-c", (char *)m->cmd, NULL};
-    char *argv_script[] = {"sh", "-c", ". /proc/self/fd/9", NULL};
+/* What the command's child needs; it runs on the agent's memory (CLONE_VM|CLONE_VFORK,
+ * the agent waits until it execs or exits), so it writes its failure here: stage (0 fds,
+ * 1 cwd, 2 exec, 3 cgroup; -1 none) and errno. */
+typedef struct spawn_arg {
+    const sf_ap_msg *m;
+    const char *cwd;
+    char **env;
+    int out_w, err_w, script_fd;
+    volatile int stage, err;
+} spawn_arg;
 
+/* The child, on its own small stack and the agent's memory until execve: only
+ * async-signal-safe calls, nothing that touches the agent's heap or its state. It has its
+ * own signal dispositions, fd table and cwd (no CLONE_SIGHAND, CLONE_FILES, CLONE_FS).
+ * script_fd >= 0: the command is in that memfd and the shell sources it from SCRIPT_FD
+ * (which it closes first thing). */
+static int child_exec(void *arg)
+{
+    spawn_arg *a = arg;
+    sigset_t none;
+    char *argv[] = {"sh", "-c", (char *)a->m->cmd, NULL};
+    char *argv_script[] = {"sh", "-c", ". /proc/self/fd/9", NULL};
+    int stage;
+
+    /* SIGPIPE back to its default before any signal is let in (the agent ignores it) */
+    signal(SIGPIPE, SIG_DFL);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    signal(SIGPIPE, SIG_DFL);
     setpgid(0, 0);
     /* Into the box first: a command never runs in the agent's own memory group. */
     if (box_fd >= 0 && write(box_fd, "0", 1) != 1) {
-        rep[0] = 3;
+        stage = 3;
         goto fail;
     }
-    if (dup2(devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0 ||
-        (script_fd >= 0 && dup2(script_fd, SCRIPT_FD) < 0)) {
-        rep[0] = 0;
+    if (dup2(devnull, 0) < 0 || dup2(a->out_w, 1) < 0 || dup2(a->err_w, 2) < 0 ||
+        (a->script_fd >= 0 && dup2(a->script_fd, SCRIPT_FD) < 0)) {
+        stage = 0;
         goto fail;
     }
-    if (chdir(cwd) < 0) {
-        rep[0] = 1;
+    if (chdir(a->cwd) < 0) {
+        stage = 1;
         goto fail;
     }
-    execve("/bin/sh", script_fd >= 0 ? argv_script : argv, env);
-    rep[0] = 2;
+    execve("/bin/sh", a->script_fd >= 0 ? argv_script : argv, a->env);
+    stage = 2;
 fail:
-    rep[1] = errno;
-    if (write(report, rep, sizeof(rep)) < 0) {
-        /* nothing left to tell */
-    }
+    a->err = errno;
+    a->stage = stage;
     _exit(127);
 }
+
+/* The child's stack: one child at a time uses it (the agent waits while it runs). */
+static char child_stack[64 * 1024] __attribute__((aligned(16)));
 
 /* A sealed memfd holding "exec 9<&-" and the command, for commands too long for argv. */
 static int script_memfd(const char *cmd)
@@ -416,11 +432,11 @@ static void spawn_error(uint32_t id, int stage, int err, const char *cwd)
 static void job_start(const sf_ap_msg *m)
 {
     const char *cwd = m->cwd ? m->cwd : DEFAULT_CWD;
-    int po[2] = {-1, -1}, pe[2] = {-1, -1}, pr[2] = {-1, -1}, rep[2], script = -1;
+    int po[2] = {-1, -1}, pe[2] = {-1, -1}, script = -1;
+    spawn_arg a;
     job *j = NULL;
     char **env = NULL;
     pid_t pid;
-    ssize_t n;
 
     for (int i = 0; i < JOBS_MAX; i++)
         if (jobs[i].used && jobs[i].id == m->id) {
@@ -438,8 +454,7 @@ static void job_start(const sf_ap_msg *m)
     memset(j, 0, sizeof(*j));
     j->fd[0] = j->fd[1] = -1;
     if (sf_cap_init(&j->cap[0], m->cap) < 0 || sf_cap_init(&j->cap[1], m->cap) < 0 ||
-        !(env = build_env(m)) || pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0 ||
-        pipe2(pr, O_CLOEXEC) < 0) {
+        !(env = build_env(m)) || pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0) {
         send_error(m->id, "The sandbox is out of memory or file descriptors; free some "
                           "resources, then retry.");
         goto fail;
@@ -452,7 +467,13 @@ static void job_start(const sf_ap_msg *m)
     if (vm)
         j->oom0 = vm_oom_kills();
     j->start_ms = sf_mono_ms();
-    pid = fork();
+    /* clone(CLONE_VM|CLONE_VFORK), as posix_spawn does: no copy of the agent's page
+     * tables and no copy-on-write faults after it (fork's cost, paid per command); the
+     * agent goes on once the child has exec'd or failed. */
+    a = (spawn_arg){.m = m, .cwd = cwd, .env = env, .out_w = po[1], .err_w = pe[1],
+                    .script_fd = script, .stage = -1, .err = 0};
+    pid = clone(child_exec, child_stack + sizeof(child_stack), CLONE_VM | CLONE_VFORK | SIGCHLD,
+                &a);
     if (pid < 0) {
         if (errno == EAGAIN)
             send_error(m->id, "The sandbox reached its process limit, so the command could "
@@ -462,21 +483,12 @@ static void job_start(const sf_ap_msg *m)
             send_error(m->id, "The sandbox could not start a process; retry.");
         goto fail;
     }
-    if (pid == 0)
-        child_exec(m, cwd, env, po[1], pe[1], pr[1], script);
     if (script >= 0)
         close(script);
     script = -1;
-    setpgid(pid, pid); /* also done by the child: whichever runs first */
     close(po[1]);
     close(pe[1]);
-    close(pr[1]);
-    po[1] = pe[1] = pr[1] = -1;
-    do
-        n = read(pr[0], rep, sizeof(rep));
-    while (n < 0 && errno == EINTR);
-    close(pr[0]);
-    pr[0] = -1;
+    po[1] = pe[1] = -1;
     free(env);
     env = NULL;
     j->used = 1;
@@ -488,9 +500,9 @@ static void job_start(const sf_ap_msg *m)
     fcntl(po[0], F_SETFL, O_NONBLOCK);
     fcntl(pe[0], F_SETFL, O_NONBLOCK);
     j->deadline_ms = j->start_ms + m->timeout_ms;
-    if (n == (ssize_t)sizeof(rep)) {
+    if (a.stage >= 0) {
         /* The child failed before exec; it exits 127 and is reaped by the loop. */
-        spawn_error(m->id, rep[0], rep[1], cwd);
+        spawn_error(m->id, a.stage, a.err, cwd);
         j->id = 0;
         j->timed_out = -1; /* marker: no result to send */
     }
@@ -504,8 +516,6 @@ fail:
             close(po[i]);
         if (pe[i] >= 0)
             close(pe[i]);
-        if (pr[i] >= 0)
-            close(pr[i]);
     }
     job_free(j);
 }
