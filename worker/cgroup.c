@@ -431,13 +431,25 @@ int wk_cgroup_open_tasks(const wk_cgroup *cg, int fds[WK_CG_N], int *box_fd)
     return 0;
 }
 
-uint64_t wk_cgroup_oom_kills(const wk_cgroup *cg)
+uint64_t wk_cgroup_oom_kills(const wk_cgroup *cg, int *fd)
 {
-    char buf[1024], *p;
+    char buf[1024], path[WK_PATH_MAX], *p;
+    ssize_t n;
 
-    if (!cg->box[0] ||
-        read_str(cg->box, cg->v2 ? "memory.events" : "memory.oom_control", buf, sizeof(buf)) <= 0 ||
-        !(p = strstr(buf, "oom_kill ")))
+    if (!cg->box[0])
+        return 0;
+    if (*fd < 0) {
+        int len = snprintf(path, sizeof(path), "%s/%s", cg->box,
+                           cg->v2 ? "memory.events" : "memory.oom_control");
+        if (len < 0 || (size_t)len >= sizeof(path) ||
+            (*fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+            return 0;
+    }
+    /* both files are a few short lines: one read from offset 0 has them whole */
+    if ((n = pread(*fd, buf, sizeof(buf) - 1, 0)) <= 0)
+        return 0;
+    buf[n] = '\0';
+    if (!(p = strstr(buf, "oom_kill ")))
         return 0;
     return strtoull(p + 9, NULL, 10);
 }

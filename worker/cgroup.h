@@ -49,8 +49,10 @@ int wk_cgroup_create(wk_cgroup *cg, const char *host, const char *id, const wk_l
  * threadgroup lock that moving a pid takes (an RCU grace period, 10-20 ms). v2: fds
  * all -1 (the child is born inside through CLONE_INTO_CGROUP). */
 int wk_cgroup_open_tasks(const wk_cgroup *cg, int fds[WK_CG_N], int *box_fd);
-/* OOM kills in the box so far (memory.oom_control / memory.events), 0 if unknown. */
-uint64_t wk_cgroup_oom_kills(const wk_cgroup *cg);
+/* OOM kills in the box so far (memory.oom_control / memory.events), 0 if unknown. *fd
+ * keeps that file open between calls (-1: not yet; it is read again from offset 0, as
+ * opening a cgroup file walks its path, the larger cost per exec); the caller closes it. */
+uint64_t wk_cgroup_oom_kills(const wk_cgroup *cg, int *fd);
 /* Thaws the group (a frozen task cannot die; also resume). */
 void wk_cgroup_thaw(const wk_cgroup *cg);
 /* Pause: asks the freezer to stop every task of the sandbox. 0, -ENOTSUP (no freezer

@@ -589,7 +589,7 @@ static int jail_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, 
     sb->base = d->base;
     sb->lim = lim;
     sb->pidfd = sb->slot_fd = sb->sock = sb->td_pidfd = sb->netns_fd = -1;
-    sb->cg.fd = -1;
+    sb->cg.fd = sb->oom_fd = -1;
     sb->create_cb = cb;
     sb->create_arg = arg;
     if (req->trust_pem && !(sb->trust_pem = strdup(req->trust_pem))) {

@@ -33,7 +33,7 @@ static void on_link_down(void *arg, const char *why)
 static uint64_t oom_kills(void *arg)
 {
     wk_sandbox *sb = arg;
-    return wk_cgroup_oom_kills(&sb->cg);
+    return wk_cgroup_oom_kills(&sb->cg, &sb->oom_fd);
 }
 
 int wk_agent_attach(wk_sandbox *sb, int fd)
@@ -52,6 +52,9 @@ void wk_agent_detach(wk_sandbox *sb, const char *error)
     wk_alink_close(sb->link, error);
     wk_alink_free(sb->link);
     sb->link = NULL;
+    if (sb->oom_fd >= 0) /* the OOM probe's file: only the link's results read it */
+        close(sb->oom_fd);
+    sb->oom_fd = -1;
 }
 
 int wk_agent_ping(int fd, int timeout_ms, const char **why)

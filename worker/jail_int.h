@@ -178,6 +178,7 @@ struct wk_sandbox {
     char sbdir[WK_PATH_MAX];
     int sock;                 /* the worker's end of the agent socket until attached */
     wk_alink *link;           /* the agent link (agent_link.h), once attached */
+    int oom_fd;               /* the box's OOM counter file, open while the link is (-1) */
     int paused;               /* 0 running, 1 freezing, 2 frozen (the cgroup freezer) */
     struct wk_jail_waiter *pause_w; /* pause calls waiting for "frozen" */
     struct event *ev_freeze;  /* polls the freezer while freezing */

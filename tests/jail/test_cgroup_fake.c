@@ -86,7 +86,7 @@ static void test_v2_layout_and_limits(void **state)
     wk_cg_caps caps = {.mem_bytes = 1ull << 30, .vcpu_milli = 1500};
     const char *why = NULL;
     wk_cgroup cg;
-    int fds[WK_CG_N], box = -1;
+    int fds[WK_CG_N], box = -1, oom_fd;
 
     put("cgroup.controllers", "cpuset cpu io memory hugetlb pids rdma misc\n");
     assert_int_equal(wk_cgroup_host_init("h1", &caps, &why), 0);
@@ -119,7 +119,13 @@ static void test_v2_layout_and_limits(void **state)
     assert_true(exists("sandfleet/h1/sb1/box/cgroup.procs"));
 
     put("sandfleet/h1/sb1/box/memory.events", "low 0\nhigh 0\nmax 7\noom 2\noom_kill 2\n");
-    assert_int_equal(wk_cgroup_oom_kills(&cg), 2);
+    oom_fd = -1;
+    assert_int_equal(wk_cgroup_oom_kills(&cg, &oom_fd), 2);
+    assert_true(oom_fd >= 0);
+    /* the file stays open and is read again from its start */
+    put("sandfleet/h1/sb1/box/memory.events", "low 0\nhigh 0\nmax 9\noom 3\noom_kill 3\n");
+    assert_int_equal(wk_cgroup_oom_kills(&cg, &oom_fd), 3);
+    close(oom_fd);
 
     assert_int_equal(wk_cgroup_destroy(&cg), 0);
     assert_false(exists("sandfleet/h1/sb1"));
@@ -155,7 +161,7 @@ static void test_v1_layout_and_limits(void **state)
     wk_cg_caps caps = {.mem_bytes = 8ull << 30, .tcp_bytes = 1ull << 30, .vcpu_milli = 1500};
     const char *why = NULL;
     wk_cgroup cg;
-    int fds[WK_CG_N], box = -1;
+    int fds[WK_CG_N], box = -1, oom_fd;
 
     dir("memory");
     dir("pids");
@@ -197,7 +203,9 @@ static void test_v1_layout_and_limits(void **state)
     assert_true(exists("memory/sandfleet/h1/sb1/box/tasks"));
 
     put("memory/sandfleet/h1/sb1/box/memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n");
-    assert_int_equal(wk_cgroup_oom_kills(&cg), 1);
+    oom_fd = -1;
+    assert_int_equal(wk_cgroup_oom_kills(&cg, &oom_fd), 1);
+    close(oom_fd);
 
     assert_int_equal(wk_cgroup_destroy(&cg), 0);
     {
