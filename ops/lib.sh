@@ -10,6 +10,8 @@ libsodium-dev libssl-dev libcurl4-openssl-dev redis-server redis-tools busybox-s
 iproute2 curl procps util-linux nghttp2-client openssl e2fsprogs lxcfs"
 # the secret-proxy: nftables in each sandbox's namespace
 SF_PACKAGES="$SF_PACKAGES nftables"
+# tests/bench/proxy's reference relays: io_uring, and the kernel (sockmap) relay
+SF_PACKAGES="$SF_PACKAGES liburing-dev clang libbpf-dev"
 # the file tools: ZIPs of sandbox directories
 SF_PACKAGES="$SF_PACKAGES libzip-dev"
 # the qemu driver: QEMU, qemu-img, and what worker/vm/build-guest uses

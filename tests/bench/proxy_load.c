@@ -1,7 +1,8 @@
 /* sp_load: a small HTTP/1.1 load generator for tests/bench/proxy. C keep-alive
  * connections (threads, blocking sockets, optional TLS without verification) send N
  * GET requests in all and read each response (Content-Length framing); prints one line:
- * "rps=.. p50_us=.. p90_us=.. p99_us=.. errors=..". HOSTNAME "http://NAME" sends the
+ * "rps=.. p50_us=.. p90_us=.. p99_us=.. cpu_us=.. errors=.." (cpu_us: this process's own CPU
+ * time per request, user + system). HOSTNAME "http://NAME" sends the
  * requests in absolute form (GET http://NAME/bench, Host: NAME), as to an HTTP proxy.
  *   sp_load IP PORT HOSTNAME CONNS N [tls] [HEADER] */
 #include <arpa/inet.h>
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -181,10 +183,15 @@ int main(int argc, char **argv)
         free(w[i].lat_us);
     }
     t1 = now_us();
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double cpu_us = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 + ru.ru_utime.tv_usec +
+                    ru.ru_stime.tv_usec;
     qsort(all, (size_t)total, sizeof(long), cmp);
-    printf("rps=%.0f p50_us=%ld p90_us=%ld p99_us=%ld errors=%d\n",
+    printf("rps=%.0f p50_us=%ld p90_us=%ld p99_us=%ld cpu_us=%.2f errors=%d\n",
            total / ((t1 - t0) / 1e6), total ? all[total / 2] : 0,
-           total ? all[total * 9 / 10] : 0, total ? all[total * 99 / 100] : 0, errors);
+           total ? all[total * 9 / 10] : 0, total ? all[total * 99 / 100] : 0,
+           total ? cpu_us / total : 0.0, errors);
     free(all);
     free(w);
     SSL_CTX_free(ctx);
