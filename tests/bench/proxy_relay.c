@@ -15,6 +15,8 @@
  *            kernel; user space only accepts and connects.
  * With SP_RELAY_DST=IP:PORT every connection goes there instead (for a namespace without
  * the sandbox's nftables, where there is no original destination to ask for).
+ * With SP_RELAY_TPROXY=1 the listener is transparent (IP_TRANSPARENT) and a connection's
+ * destination is its local address (nftables tproxy in place of the NAT redirect).
  * Prints "ready" once listening; runs until SIGTERM/SIGINT.
  *   sp_relay NETNS_PATH PORT epoll|splice|uring|sockmap [BPF_OBJECT] */
 #ifndef _GNU_SOURCE
@@ -56,6 +58,7 @@ typedef struct side {
 
 static side sides[MAX_FDS];
 static struct sockaddr_in fixed_dst; /* SP_RELAY_DST, when set */
+static int tproxy;                   /* SP_RELAY_TPROXY=1: the listener is transparent */
 
 /* The connection's destination: SP_RELAY_DST, or where the sandbox dialled. */
 static int destination(int c, struct sockaddr_in *dst)
@@ -66,6 +69,8 @@ static int destination(int c, struct sockaddr_in *dst)
         *dst = fixed_dst;
         return 0;
     }
+    if (tproxy) /* a TPROXY'd connection's local address is where the sandbox dialled */
+        return getsockname(c, (struct sockaddr *)dst, &dl);
     return getsockopt(c, SOL_IP, SO_ORIGINAL_DST, dst, &dl);
 }
 static enum mode mode;
@@ -444,6 +449,11 @@ int main(int argc, char **argv)
     a.sin_port = htons((uint16_t)atoi(argv[2]));
     lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    tproxy = getenv("SP_RELAY_TPROXY") && !strcmp(getenv("SP_RELAY_TPROXY"), "1");
+    if (tproxy && setsockopt(lfd, SOL_IP, IP_TRANSPARENT, &one, sizeof(one)) < 0) {
+        fprintf(stderr, "sp_relay: IP_TRANSPARENT: %s\n", strerror(errno));
+        return 1;
+    }
     if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, 128) < 0 ||
         setns(host_ns, CLONE_NEWNET) < 0) {
         fprintf(stderr, "sp_relay: cannot listen on port %s: %s\n", argv[2], strerror(errno));
