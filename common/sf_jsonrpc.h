@@ -22,7 +22,9 @@ typedef enum sf_rpc_kind {
 } sf_rpc_kind;
 
 typedef struct sf_rpc_msg {
-    json_t *msg;        /* the whole message (owned; NULL when the body was not JSON) */
+    json_t *msg;        /* owns what id, method and params point into: the whole message,
+                           or only the id when a fixed shape was read without jansson
+                           (ping, tools/list); NULL when the body was not JSON */
     sf_rpc_kind kind;
     json_t *id;         /* borrowed from msg: a string or an integer; NULL when there is
                            none to echo (a notification, or an id of the wrong type) */

@@ -99,6 +99,7 @@ typedef struct gw_ctx {
     sf_redis *redis_sub;      /* subscribed to SF_CH_GATEWAY (revocations, deleted sessions) */
     sf_map *key_cache;        /* key hash -> key_entry */
     sf_map *sess_cache;       /* session id -> gw_session */
+    struct gw_key_memo *key_memo; /* a key's tag -> its hash (auth.c) */
     sf_map *calls;            /* "<session>|<request id>" -> mcp_call, for cancellation */
     rd_kafka_t *producer, *consumer;
     sf_kafka_pump *pump;

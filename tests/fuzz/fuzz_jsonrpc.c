@@ -3,7 +3,8 @@
  * a tools/call has its arguments validated against the real tool schemas
  * (schemas/tools/, as the gateway and the scheduler do), and valid arguments are put in
  * a job envelope, encoded and decoded again, which must give the same arguments.
- * Every refusal must carry a JSON-RPC code and a sentence.
+ * Every refusal must carry a JSON-RPC code and a sentence, and what is accepted (by the
+ * fast path for fixed shapes, or by jansson) must be what jansson reads.
  *
  * Built with -DSF_LIBFUZZER and -fsanitize=fuzzer it is a libFuzzer target; otherwise
  * tests/fuzz/replay.c gives it a main() that replays files (or directories). */
@@ -46,6 +47,25 @@ static void to_job(const char *name, json_t *args)
     sf_job_fini(&j);
 }
 
+/* What sf_rpc_parse accepted (through its fast path or not) is what jansson reads: the
+ * same id and method, and params only when there are some. */
+static void same_as_jansson(const uint8_t *data, size_t size, int rc, const sf_rpc_msg *m)
+{
+    json_t *ref = json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, NULL);
+
+    if (!ref) {
+        if (rc != SF_RPC_PARSE_ERROR)
+            abort();
+        return;
+    }
+    if (rc == 0 && m->kind == SF_RPC_REQUEST &&
+        (!json_equal(m->id, json_object_get(ref, "id")) ||
+         strcmp(m->method, json_string_value(json_object_get(ref, "method"))) != 0 ||
+         !m->params != !json_object_get(ref, "params")))
+        abort();
+    json_decref(ref);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     sf_rpc_msg m;
@@ -61,6 +81,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     why[0] = '\0';
     rc = sf_rpc_parse((const char *)data, size, &m, why, sizeof(why));
+    same_as_jansson(data, size, rc, &m);
     if (rc < 0) {
         if ((rc != SF_RPC_PARSE_ERROR && rc != SF_RPC_INVALID_REQUEST &&
              rc != SF_RPC_INVALID_PARAMS) || !why[0])

@@ -77,11 +77,85 @@ static void refusals(void **state)
     }
 }
 
+/* The fast path for the fixed shapes of ping and tools/list: what it accepts is what the
+ * full parser reads, and every other shape goes to the full parser (same answer as before). */
+static void fixed_shapes(void **state)
+{
+    static const char *const bodies[] = {
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}",
+        " {\r\n \"method\" : \"ping\" ,\t\"id\":\"abc-1\", \"jsonrpc\":\"2.0\"}\n",
+        "{\"id\":-42,\"jsonrpc\":\"2.0\",\"method\":\"ping\"}",
+        "{\"jsonrpc\":\"2.0\",\"id\":123456789012345678,\"method\":\"ping\"}",
+        "{\"jsonrpc\":\"2.0\",\"id\":1234567890123456789,\"method\":\"ping\"}",
+        "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"ping\"}",
+        "{\"jsonrpc\":\"2.0\",\"id\":-0,\"method\":\"ping\"}",
+        "{\"jsonrpc\":\"2.0\",\"id\":01,\"method\":\"ping\"}",
+        "{\"jsonrpc\":\"2.0\",\"id\":1.0,\"method\":\"ping\"}",
+        "{\"jsonrpc\":\"2.0\",\"id\":1e2,\"method\":\"ping\"}",
+        "{\"jsonrpc\":\"2.0\",\"id\":-,\"method\":\"ping\"}",
+        "{\"jsonrpc\":\"2.0\",\"id\":\"a\\\"b\",\"method\":\"ping\"}",
+        "{\"jsonrpc\":\"2.0\",\"id\":\"\",\"method\":\"ping\"}",
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{}}",
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{\"cursor\":\"x\"}}",
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"x\":1}",
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"method\":\"ping\"}",
+        "{\"jsonrpc\":\"2.0\",\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}",
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"} x",
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"",
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",}",
+        "{\"jsonrpc\":\"1.0\",\"id\":1,\"method\":\"ping\"}",
+        "{\"id\":1,\"method\":\"ping\"}",
+        "{\"jsonrpc\":\"2.0\",\"method\":\"ping\"}",
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"pong\"}",
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\\u0000\"}",
+        "{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"ping\"}",
+        "{\"jsonrpc\":\"2.0\" \"id\":1,\"method\":\"ping\"}",
+    };
+    sf_rpc_msg m;
+    char why[256];
+
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        json_t *ref = json_loads(bodies[i], JSON_REJECT_DUPLICATES, NULL);
+        int rc = parse(bodies[i], &m, why);
+
+        if (!ref) {
+            if (rc != SF_RPC_PARSE_ERROR)
+                fail_msg("%s: jansson refuses it, got %d", bodies[i], rc);
+        } else if (rc == 0 && m.kind == SF_RPC_REQUEST) {
+            json_t *params = json_object_get(ref, "params");
+            if (!json_equal(m.id, json_object_get(ref, "id")) ||
+                strcmp(m.method, json_string_value(json_object_get(ref, "method"))) != 0 ||
+                !m.params != !params)
+                fail_msg("%s: not what jansson reads", bodies[i]);
+        }
+        sf_rpc_msg_fini(&m);
+        json_decref(ref);
+    }
+    /* the shapes of the hot path give what the handlers use */
+    assert_int_equal(parse(bodies[1], &m, why), 0);
+    assert_int_equal(m.kind, SF_RPC_REQUEST);
+    assert_string_equal(json_string_value(m.id), "abc-1");
+    assert_string_equal(m.method, "ping");
+    assert_null(m.params);
+    sf_rpc_msg_fini(&m);
+    assert_int_equal(parse(bodies[3], &m, why), 0);
+    assert_int_equal(json_integer_value(m.id), 123456789012345678LL);
+    sf_rpc_msg_fini(&m);
+    assert_int_equal(parse(bodies[16], &m, why), SF_RPC_PARSE_ERROR); /* a duplicate */
+    sf_rpc_msg_fini(&m);
+    assert_int_equal(parse(bodies[21], &m, why), SF_RPC_INVALID_REQUEST); /* not 2.0 */
+    sf_rpc_msg_fini(&m);
+    assert_int_equal(parse(bodies[26], &m, why), 0); /* null id: a notification */
+    assert_int_equal(m.kind, SF_RPC_NOTIFICATION);
+    sf_rpc_msg_fini(&m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(kinds),
         cmocka_unit_test(refusals),
+        cmocka_unit_test(fixed_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
