@@ -262,10 +262,10 @@ static const gw_req_transport h1_transport = {
 
 static gw_req *req_new(gw_conn *c)
 {
-    gw_req *r = gw_req_new(&h1_transport, c, c->srv->lim.max_header_bytes, c->srv->lim.max_body);
+    gw_req *r = gw_req_new(&h1_transport, c->srv, c, c->srv->lim.max_header_bytes,
+                           c->srv->lim.max_body);
 
     if (r) {
-        r->srv = c->srv;
         r->peer = c->peer;
         r->peer_port = c->peer_port;
         r->proto = c->tls ? "http/1.1+tls" : "http/1.1";
@@ -1338,6 +1338,7 @@ void gw_http_server_free(gw_http_server *srv)
         conn_free(srv->conns);
     gw_h2_free_all(srv);
     gw_tls_ctx_free(srv);
+    gw_req_pool_free(srv);
     if (srv->lis)
         evconnlistener_free(srv->lis);
     if (srv->accept_retry)

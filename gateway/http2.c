@@ -129,7 +129,7 @@ static h2_stream *stream_new(gw_h2_conn *hc, int32_t id)
     st->id = id;
     st->t0_ms = sf_mono_ms();
     if (!(st->out = evbuffer_new()) ||
-        !(st->req = gw_req_new(&h2_transport, st, hc->srv->lim.max_header_bytes,
+        !(st->req = gw_req_new(&h2_transport, hc->srv, st, hc->srv->lim.max_header_bytes,
                                hc->srv->lim.max_body))) {
         if (st->out)
             evbuffer_free(st->out);

@@ -84,6 +84,15 @@ static void call_free(mcp_call *c)
     free(c);
 }
 
+/* snprintf(dst, size, "%s", src) without printf (size > 0). */
+static void copy_str(char *dst, size_t size, const char *src)
+{
+    size_t n = strnlen(src, size - 1);
+
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
 /* ---- HTTP answers ---- */
 
 static void respond_raw(mcp_call *c, int status, const char *const *headers, const char *body)
@@ -167,6 +176,21 @@ static void respond_rpc_result(mcp_call *c, json_t *result, const char *const *h
                            "result", result));
 }
 
+/* v in decimal into out (>= 21 bytes), without printf. */
+static void fmt_int(char *out, json_int_t v)
+{
+    char tmp[24], *p = tmp + sizeof(tmp);
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+
+    *--p = '\0';
+    do
+        *--p = (char)('0' + u % 10);
+    while ((u /= 10) > 0);
+    if (v < 0)
+        *--p = '-';
+    memcpy(out, p, (size_t)(tmp + sizeof(tmp) - p));
+}
+
 /* A result that never changes, encoded once (result_text, alive while the gateway runs):
  * only the id is spliced in, and the result is sent without being copied. */
 static void respond_fixed_n(mcp_call *c, const char *result_text, size_t result_len)
@@ -178,7 +202,7 @@ static void respond_fixed_n(mcp_call *c, const char *result_text, size_t result_
     if (!c->req)
         return;
     if (json_is_integer(c->id))
-        snprintf(idnum, sizeof(idnum), "%" JSON_INTEGER_FORMAT, json_integer_value(c->id));
+        fmt_int(idnum, json_integer_value(c->id));
     else if (!(id = c->id ? json_dumps(c->id, JSON_ENCODE_ANY | JSON_COMPACT) : NULL))
         snprintf(idnum, sizeof(idnum), "null");
     pieces[0] = (gw_piece){head, sizeof(head) - 1, 1};
@@ -997,9 +1021,9 @@ static void on_auth(void *arg, int status, const char *team, gw_session *sess,
         call_free(c);
         return;
     }
-    snprintf(c->team, sizeof(c->team), "%s", team);
+    copy_str(c->team, sizeof(c->team), team);
     if (sess) {
-        snprintf(c->sid, sizeof(c->sid), "%s", sess->id);
+        copy_str(c->sid, sizeof(c->sid), sess->id);
         c->level = sess->level;
     }
     if (!strcmp(gw_req_method(c->req), "DELETE")) {
@@ -1038,6 +1062,18 @@ static int origin_allowed(const gw_ctx *ctx, const char *origin)
             return 1;
         p = comma ? comma + 1 : NULL;
     }
+    return 0;
+}
+
+/* strcasestr(hay, needle) != NULL for a short lowercase needle: glibc's two-way search
+ * sets up a factorization per call, which cost more than the match itself here. */
+static int ci_contains(const char *hay, const char *needle)
+{
+    size_t n = strlen(needle);
+
+    for (; *hay; hay++)
+        if ((*hay | 0x20) == needle[0] && !strncasecmp(hay, needle, n))
+            return 1;
     return 0;
 }
 
@@ -1162,13 +1198,13 @@ void gw_mcp_handle(gw_req *req, void *arg)
             return;
         }
     }
-    if (!strcmp(method, "POST") && accept && !strcasestr(accept, "application/json") &&
+    if (!strcmp(method, "POST") && accept && !ci_contains(accept, "application/json") &&
         !strstr(accept, "*/*")) {
         simple(req, 406, NULL, "{\"error\":\"This server answers with application/json; accept "
                                "it (Accept: application/json, text/event-stream).\"}");
         return;
     }
-    if (!strcmp(method, "POST") && ctype && !strcasestr(ctype, "application/json")) {
+    if (!strcmp(method, "POST") && ctype && !ci_contains(ctype, "application/json")) {
         simple(req, 415, NULL, "{\"error\":\"Send the JSON-RPC message as application/json.\"}");
         return;
     }
@@ -1181,7 +1217,7 @@ void gw_mcp_handle(gw_req *req, void *arg)
     c->t0 = sf_mono_us();
     c->busy = 1;
     c->level = GW_LOG_LEVEL_DEFAULT;
-    c->sse_ok = accept && strcasestr(accept, "text/event-stream") != NULL;
+    c->sse_ok = accept && ci_contains(accept, "text/event-stream");
     gw_req_set_abort_cb(req, on_abort, c);
     gw_auth_check(ctx, gw_req_header(req, "Authorization"), gw_req_header(req, "Mcp-Session-Id"),
                   pv, token_resource(ctx, req, resource, sizeof(resource)), on_auth, c);

@@ -40,38 +40,88 @@ static void request_id(char *out)
     out[16] = '\0';
 }
 
-gw_req *gw_req_new(const gw_req_transport *tp, void *conn, size_t max_header_bytes,
-                   size_t max_body)
-{
-    gw_req *r = calloc(1, sizeof(*r));
+/* Requests are recycled per server (one per thread), their buffers kept: a request, its
+ * header table, its buffers and their growth were ~10 allocations per request. A request
+ * whose buffers grew large is freed instead, and at most GW_REQ_POOL wait. */
+#define GW_REQ_POOL      64
+#define GW_REQ_POOL_KEEP (16u << 10) /* a buffer larger than this is not kept */
 
-    if (!r)
+static void req_release(gw_req *r)
+{
+    sf_buf_fini(&r->target);
+    sf_buf_fini(&r->pq);
+    sf_buf_fini(&r->hdrs);
+    sf_buf_fini(&r->body);
+    free(r->hv);
+    free(r);
+}
+
+gw_req *gw_req_new(const gw_req_transport *tp, gw_http_server *srv, void *conn,
+                   size_t max_header_bytes, size_t max_body)
+{
+    gw_req *r = srv ? srv->req_pool : NULL;
+    sf_buf target, pq, hdrs, body;
+    gw_hdr *hv = NULL;
+    size_t caph = 0;
+
+    if (r) { /* keep its buffers, clear the rest */
+        srv->req_pool = r->pool_next;
+        srv->nreq_pool--;
+        target = r->target, pq = r->pq, hdrs = r->hdrs, body = r->body;
+        hv = r->hv, caph = r->caph;
+        memset(r, 0, sizeof(*r));
+        r->target = target, r->pq = pq, r->hdrs = hdrs, r->body = body;
+        r->hv = hv, r->caph = caph;
+        sf_buf_reset(&r->target);
+        sf_buf_reset(&r->pq);
+        sf_buf_reset(&r->hdrs);
+        sf_buf_reset(&r->body);
+    } else if ((r = calloc(1, sizeof(*r)))) {
+        sf_buf_init(&r->target, GW_REQ_MAX_TARGET);
+        sf_buf_init(&r->pq, GW_REQ_MAX_TARGET + 2);
+    } else {
         return NULL;
+    }
+    r->hdrs.max = max_header_bytes + 2 * GW_REQ_MAX_HEADERS + 2;
+    r->body.max = max_body;
     r->tp = tp;
+    r->srv = srv;
     r->conn = conn;
     r->method = "GET";
     r->proto = "http/1.1";
     r->minor = 1;
     r->peer = "unknown";
     r->t0_us = sf_mono_us();
-    sf_buf_init(&r->target, GW_REQ_MAX_TARGET);
-    sf_buf_init(&r->hdrs, max_header_bytes + 2 * GW_REQ_MAX_HEADERS + 2);
-    sf_buf_init(&r->body, max_body);
     request_id(r->id);
     return r;
 }
 
 void gw_req_free(gw_req *r)
 {
+    gw_http_server *s;
+
     if (!r)
         return;
-    sf_buf_fini(&r->target);
-    free(r->path);
-    free(r->query);
-    sf_buf_fini(&r->hdrs);
-    sf_buf_fini(&r->body);
-    free(r->hv);
-    free(r);
+    s = r->srv;
+    if (!s || s->nreq_pool >= GW_REQ_POOL || r->target.cap > GW_REQ_POOL_KEEP ||
+        r->pq.cap > GW_REQ_POOL_KEEP || r->hdrs.cap > GW_REQ_POOL_KEEP ||
+        r->body.cap > GW_REQ_POOL_KEEP || r->caph > 64) {
+        req_release(r);
+        return;
+    }
+    r->pool_next = s->req_pool;
+    s->req_pool = r;
+    s->nreq_pool++;
+}
+
+void gw_req_pool_free(gw_http_server *s)
+{
+    while (s->req_pool) {
+        gw_req *r = s->req_pool;
+        s->req_pool = r->pool_next;
+        req_release(r);
+    }
+    s->nreq_pool = 0;
 }
 
 static int hdr_slot(gw_req *r)
@@ -188,14 +238,26 @@ int gw_req_split_target(gw_req *r)
             return -EINVAL;
         q = p + strcspn(p, "?#");
     }
-    r->path = (q == p) ? strdup("/") : strndup(p, (size_t)(q - p));
-    if (q < end && *q == '?') {
-        const char *f = q + 1 + strcspn(q + 1, "#");
-        r->query = strndup(q + 1, (size_t)(f - q - 1));
-    } else {
-        r->query = strdup("");
+    {
+        static const char nul = '\0';
+        const char *qs = q, *f = q;
+        size_t plen;
+        int rc;
+
+        if (q < end && *q == '?') {
+            qs = q + 1;
+            f = qs + strcspn(qs, "#");
+        }
+        sf_buf_reset(&r->pq);
+        plen = q == p ? 1 : (size_t)(q - p);
+        if ((rc = sf_buf_append(&r->pq, q == p ? "/" : p, plen)) < 0 ||
+            (rc = sf_buf_append(&r->pq, &nul, 1)) < 0 ||
+            (rc = sf_buf_append(&r->pq, qs, (size_t)(f - qs))) < 0)
+            return rc == -E2BIG ? -EINVAL : -ENOMEM;
+        r->path = r->pq.p;
+        r->query = r->pq.p + plen + 1;
     }
-    return (r->path && r->query) ? 0 : -ENOMEM;
+    return 0;
 }
 
 void gw_req_abort(gw_req *r)
@@ -361,11 +423,18 @@ void gw_req_set_data(gw_req *req, void *data) { req->data = data; }
 void *gw_req_data(const gw_req *req) { return req->data; }
 int gw_req_streaming(const gw_req *req) { return req->streaming; }
 
+/* Names are compared by length first (a name's NUL ends it right before its value), which
+ * leaves a strcasecmp only for names of the same length: lookups were ~56 strcasecmp per
+ * MCP request. */
 const char *gw_req_header(const gw_req *req, const char *name)
 {
+    size_t n = strlen(name);
+
     for (size_t i = 0; i < req->nh; i++) {
-        if (strcasecmp(req->hdrs.p + req->hv[i].name_off, name) == 0)
-            return req->hdrs.p + req->hv[i].val_off;
+        const gw_hdr *h = &req->hv[i];
+        if (h->val_off == h->name_off + n + 1 &&
+            strcasecmp(req->hdrs.p + h->name_off, name) == 0)
+            return req->hdrs.p + h->val_off;
     }
     return NULL;
 }

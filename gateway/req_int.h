@@ -54,6 +54,7 @@ struct gw_req {
     unsigned head : 1, dispatched : 1, aborting : 1, streaming : 1, in_headcheck : 1;
     int hstate;           /* GW_H_*: which header piece came last (HTTP/1 only) */
     sf_buf target;
+    sf_buf pq;            /* path '\0' query: what path and query point into */
     char *path, *query;
     sf_buf hdrs;          /* name '\0' value '\0' ... */
     gw_hdr *hv;
@@ -70,12 +71,16 @@ struct gw_req {
     int status;           /* the status answered (streams: when they began) */
     const gw_piece *pieces; /* gw_req_respond_pieces: the body, while respond runs */
     size_t npieces;
+    gw_req *pool_next;    /* in its server's pool of recycled requests */
 };
 
-/* A request with limits for its header block and body. NULL on ENOMEM. */
-gw_req *gw_req_new(const gw_req_transport *tp, void *conn, size_t max_header_bytes,
-                   size_t max_body);
+/* A request of srv (from its pool of recycled requests; srv may be NULL) with limits for
+ * its header block and body. NULL on ENOMEM. gw_req_free puts it back in the pool (or
+ * frees it); gw_req_pool_free frees the pool (with the server). */
+gw_req *gw_req_new(const gw_req_transport *tp, gw_http_server *srv, void *conn,
+                   size_t max_header_bytes, size_t max_body);
 void gw_req_free(gw_req *r);
+void gw_req_pool_free(gw_http_server *s);
 /* HTTP/1 header pieces as the parser hands them over: 0, -E2BIG (too many or too large),
  * -EINVAL (a value with no name), -ENOMEM. finish ends the header being collected. */
 int gw_req_hdr_field(gw_req *r, const char *at, size_t len);
@@ -126,6 +131,8 @@ struct gw_http_server {
     int port;
     time_t date_sec;
     char date[40];
+    gw_req *req_pool;     /* recycled requests (req.c) */
+    unsigned nreq_pool;
 };
 
 /* http2.c: serves HTTP/2 on bev (the client preface not yet read; for an upgrade, req
