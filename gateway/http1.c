@@ -13,7 +13,7 @@
  * response has been written. Reading stays enabled while a request is PENDING so that
  * a client closing the connection is noticed at once (abort callback).
  *
- * Buffer budget: each connection's share of srv->buffered is conn_held(): the raw bytes
+ * Buffer budget: each connection's share of srv->buffered is (conn_account): the raw bytes
  * the parser took for the current request (req_bytes, kept until it is answered) plus the
  * input buffer or, while a Content-Length body is still due, the rest of that body,
  * whichever is larger (the input holds that body first, so the two overlap). conn_account()
@@ -93,6 +93,11 @@ struct gw_conn {
     gw_addr *addr;         /* the client address's counts (NULL once handed over) */
     struct event *deadline_ev; /* header / body deadline (408) */
     int deadline_kind;     /* 0 none, 1 headers, 2 body */
+    int deadline_armed;    /* deadline_ev is pending, to fire at deadline_fire */
+    uint64_t deadline_at, deadline_fire; /* monotonic ms */
+    unsigned rd_full : 1;  /* raw: reading paused, the input holds GW_HTTP_INPUT_HIGH_WM */
+    size_t rd_max;         /* raw: the largest read allowed now (0: not set yet) */
+    struct timeval dispatched; /* (cached time) when the current request went to its handler */
     size_t req_bytes;      /* raw bytes parsed for the current request (budget) */
     size_t body_left;      /* Content-Length body bytes not parsed yet (not reserved) */
     size_t held;           /* this connection's share of srv->buffered */
@@ -126,6 +131,9 @@ static void fmt_size(char *out, size_t outlen, size_t v)
         snprintf(out, outlen, "%zu bytes", v);
 }
 
+/* The idle timeouts (idle_timeout_s) of a connection are set once: a read timeout counts
+ * only while the client owes us a request (conn_event_cb ignores it while an answer is
+ * due); setting them per request (three times) re-added both events each time. */
 static void conn_timeouts(gw_conn *c, int rd, int wr)
 {
     struct timeval tv = {(time_t)c->srv->lim.idle_timeout_s, 0};
@@ -134,10 +142,44 @@ static void conn_timeouts(gw_conn *c, int rd, int wr)
 
 /* ------------------------------------------------------------------ buffer budget */
 
-static size_t conn_held(const gw_conn *c)
+/* Pipelined input waits in the input buffer while a request runs, at most
+ * GW_HTTP_INPUT_HIGH_WM bytes. On a plain socket the server keeps that bound itself (a
+ * read takes at most what is left below it; reading pauses when it is reached) instead of
+ * libevent's read watermark, whose callback re-added the read event, with its timeout, at
+ * every drain (three times per request). */
+static void conn_input_limit(gw_conn *c, size_t in)
 {
-    size_t in = c->bev ? evbuffer_get_length(bufferevent_get_input(c->bev)) : 0;
-    return c->req_bytes + in; /* only bytes that arrived */
+    size_t room = in < GW_HTTP_INPUT_HIGH_WM ? GW_HTTP_INPUT_HIGH_WM - in : 0;
+
+    if (!c->raw || !c->bev || c->state == C_LINGER || c->state == C_DEAD)
+        return;
+    if (room == 0) {
+        if (!c->rd_full) {
+            c->rd_full = 1;
+            bufferevent_disable(c->bev, EV_READ);
+        }
+        return;
+    }
+    if (c->rd_full) {
+        c->rd_full = 0;
+        bufferevent_enable(c->bev, EV_READ);
+    }
+    if (room != c->rd_max) {
+        c->rd_max = room;
+        bufferevent_set_max_single_read(c->bev, room);
+    }
+}
+
+/* The bufferevent leaves this connection: reading as libevent has it by default. */
+static void conn_input_unlimit(gw_conn *c)
+{
+    if (!c->raw || !c->bev)
+        return;
+    if (c->rd_full)
+        bufferevent_enable(c->bev, EV_READ);
+    c->rd_full = 0;
+    c->rd_max = GW_HTTP_MAX_IO;
+    bufferevent_set_max_single_read(c->bev, GW_HTTP_MAX_IO);
 }
 
 void gw_budget_add(gw_http_server *s, gw_addr *a, size_t n)
@@ -157,8 +199,10 @@ void gw_budget_sub(gw_http_server *s, gw_addr *a, size_t n)
 /* Brings this connection's share of the server total up to date. */
 static void conn_account(gw_conn *c)
 {
-    size_t now = conn_held(c);
+    size_t in = c->bev ? evbuffer_get_length(bufferevent_get_input(c->bev)) : 0;
+    size_t now = c->req_bytes + in; /* its share: only bytes that arrived */
 
+    conn_input_limit(c, in);
     if (now > c->held)
         gw_budget_add(c->srv, c->addr, now - c->held);
     else
@@ -179,11 +223,29 @@ static int addr_over(const gw_conn *c)
 
 static void conn_error(gw_conn *c, int status, const char *msg);
 
+static void conn_deadline_arm(gw_conn *c, uint64_t now, uint64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+
+    if (evtimer_add(c->deadline_ev, &tv) == 0) {
+        c->deadline_armed = 1;
+        c->deadline_fire = now + ms;
+    }
+}
+
 static void conn_deadline_cb(evutil_socket_t fd, short what, void *arg)
 {
     gw_conn *c = arg;
     int kind = c->deadline_kind;
+    uint64_t now;
 
+    c->deadline_armed = 0;
+    if (!kind)
+        return;
+    if ((now = sf_mono_ms()) < c->deadline_at) { /* a later deadline than the one armed */
+        conn_deadline_arm(c, now, c->deadline_at - now);
+        return;
+    }
     c->deadline_kind = 0;
     if (c->state != C_SNIFF && c->state != C_READ && c->state != C_HEADCHECK)
         return;
@@ -196,17 +258,25 @@ static void conn_deadline_cb(evutil_socket_t fd, short what, void *arg)
                                  : "request headers not received in time; send them at once");
 }
 
+/* Sets (kind 1 headers, 2 body; ms from now) or ends (kind 0) the deadline. The timer is
+ * lazy: ending a deadline leaves it armed, and a new deadline later than the armed one
+ * leaves it too; when it fires it arms itself again for a deadline that moved (two
+ * evtimer changes per request were 5% of a request's instructions). */
 static void conn_deadline(gw_conn *c, int kind, uint64_t ms)
 {
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    uint64_t now;
 
-    if (!c->deadline_ev && !(c->deadline_ev = evtimer_new(c->srv->base, conn_deadline_cb, c)))
-        return;
     c->deadline_kind = kind;
-    if (kind)
-        evtimer_add(c->deadline_ev, &tv);
-    else
-        evtimer_del(c->deadline_ev);
+    if (!kind)
+        return;
+    if (!c->deadline_ev && !(c->deadline_ev = evtimer_new(c->srv->base, conn_deadline_cb, c))) {
+        c->deadline_kind = 0;
+        return;
+    }
+    now = sf_mono_ms();
+    c->deadline_at = now + ms;
+    if (!c->deadline_armed || c->deadline_at < c->deadline_fire)
+        conn_deadline_arm(c, now, ms);
 }
 
 /* The current request is over (answered or rejected): its bytes are released. */
@@ -683,7 +753,6 @@ static void conn_error(gw_conn *c, int status, const char *msg)
                         json, strlen(json), 1, &keep, 0, NULL);
     c->close_after = 1;
     c->state = C_WRITE;
-    conn_timeouts(c, 0, 1);
     conn_sent(c);
 }
 
@@ -811,7 +880,7 @@ static void conn_dispatch(gw_conn *c)
     conn_deadline(c, 0, 0);
     r->dispatched = 1;
     c->state = C_PENDING;
-    conn_timeouts(c, 0, 0);
+    event_base_gettimeofday_cached(c->srv->base, &c->dispatched);
     c->srv->handler(r, c->srv->arg);
 }
 
@@ -878,6 +947,8 @@ static int conn_parse_loop(gw_conn *c)
 /* The response is out and the connection stays: ready for the next request. */
 static void conn_reset(gw_conn *c)
 {
+    struct timeval now;
+
     llhttp_init(&c->parser, HTTP_REQUEST, &gw_parser_settings);
     c->parser.data = c;
     c->err_status = 0;
@@ -885,7 +956,11 @@ static void conn_reset(gw_conn *c)
     c->hdr_bytes = 0;
     c->in_body = 0;
     c->state = C_READ;
-    conn_timeouts(c, 1, 1);
+    /* the idle time starts now: after a request that took a while, the read timeout (which
+     * counts from the client's last bytes) is set again */
+    event_base_gettimeofday_cached(c->srv->base, &now);
+    if (now.tv_sec - c->dispatched.tv_sec > 1 || now.tv_sec < c->dispatched.tv_sec)
+        conn_timeouts(c, 1, 1);
 }
 
 /* ... and parse what the client sent meanwhile. */
@@ -922,6 +997,7 @@ static void conn_linger(gw_conn *c)
     shutdown(fd, SHUT_WR);
     evbuffer_drain(in, evbuffer_get_length(in));
     conn_account(c);
+    conn_input_unlimit(c);
     bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
     bufferevent_set_timeouts(c->bev, &idle, NULL);
     bufferevent_enable(c->bev, EV_READ);
@@ -944,6 +1020,7 @@ static void conn_sniff(gw_conn *c)
         gw_addr *addr = c->addr;
 
         memcpy(peer, c->peer, sizeof(peer));
+        conn_input_unlimit(c);
         bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
         bufferevent_set_timeouts(bev, NULL, NULL);
         bufferevent_setwatermark(bev, EV_READ, 0, 0);
@@ -968,6 +1045,7 @@ static void conn_sniff(gw_conn *c)
         gw_addr *addr = c->addr;
 
         memcpy(peer, c->peer, sizeof(peer));
+        conn_input_unlimit(c);
         bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
         bufferevent_set_timeouts(bev, NULL, NULL);
         bufferevent_setwatermark(bev, EV_READ, 0, 0);
@@ -983,6 +1061,7 @@ static void conn_sniff(gw_conn *c)
     if (s->takeover) {
         struct bufferevent *bev = c->bev;
 
+        conn_input_unlimit(c);
         bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
         bufferevent_set_timeouts(bev, NULL, NULL);
         bufferevent_setwatermark(bev, EV_READ, 0, 0);
@@ -993,7 +1072,8 @@ static void conn_sniff(gw_conn *c)
             return;
         }
         bufferevent_setcb(bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
-        bufferevent_setwatermark(bev, EV_READ, 0, GW_HTTP_INPUT_HIGH_WM);
+        if (!c->raw)
+            bufferevent_setwatermark(bev, EV_READ, 0, GW_HTTP_INPUT_HIGH_WM);
     }
     evbuffer_drain(in, evbuffer_get_length(in));
     conn_error(c, 505, "HTTP/2 is not served here: use HTTP/1.1");
@@ -1049,6 +1129,13 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
 
     if (what & BEV_EVENT_CONNECTED)
         return;
+    if ((what & BEV_EVENT_TIMEOUT) && (what & BEV_EVENT_READING) &&
+        (c->state == C_PENDING || c->state == C_STREAM || c->state == C_WRITE)) {
+        /* idle only counts while the client owes us a request: here it waits for us */
+        if (!c->rd_full)
+            bufferevent_enable(bev, EV_READ);
+        return;
+    }
     if (c->state == C_WRITE && (what & BEV_EVENT_EOF) && (what & BEV_EVENT_READING) &&
         !(what & BEV_EVENT_ERROR)) {
         /* The client finished sending; it may still read what we write. */
@@ -1088,7 +1175,9 @@ static int conn_start(gw_http_server *s, struct bufferevent *bev, const char *pe
     s->conns = c;
     s->nconns++;
     bufferevent_setcb(bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
-    bufferevent_setwatermark(bev, EV_READ, 0, GW_HTTP_INPUT_HIGH_WM);
+    if (!c->raw) /* a plain socket keeps the bound itself (conn_input_limit) */
+        bufferevent_setwatermark(bev, EV_READ, 0, GW_HTTP_INPUT_HIGH_WM);
+    c->rd_max = GW_HTTP_MAX_IO;
     bufferevent_set_max_single_read(bev, GW_HTTP_MAX_IO);
     bufferevent_set_max_single_write(bev, GW_HTTP_MAX_IO);
     conn_timeouts(c, 1, 1);
@@ -1406,7 +1495,6 @@ static void h1_respond(gw_req *req, int status, const char *content_type,
     conn_release_req(c);
     c->close_after = !keep;
     c->state = C_WRITE;
-    conn_timeouts(c, 0, 1);
     conn_sent(c);
 }
 
@@ -1426,7 +1514,6 @@ static int h1_stream_begin(gw_req *req, int status, const char *ctype, const cha
     c->close_after = !keep;
     conn_release_req(c);
     c->state = C_STREAM;
-    conn_timeouts(c, 0, 1);
     conn_flush(c);
     return 0;
 }
@@ -1464,7 +1551,6 @@ static void h1_stream_end(gw_req *req)
     c->cur = NULL;
     req_free(req);
     c->state = C_WRITE;
-    conn_timeouts(c, 0, 1);
     conn_sent(c);
 }
 
@@ -1491,6 +1577,7 @@ static void conn_upgrade_h2c(gw_conn *c)
     }
     c->cur = NULL;
     conn_release_req(c);
+    conn_input_unlimit(c);
     bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
     bufferevent_set_timeouts(bev, NULL, NULL);
     bufferevent_setwatermark(bev, EV_READ, 0, 0);
