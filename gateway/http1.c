@@ -572,17 +572,6 @@ static int head_add(sf_buf *h, ...)
     return rc;
 }
 
-/* v in decimal, in out (>= 21 bytes). */
-static const char *fmt_uint(char *out, size_t v)
-{
-    char *p = out + 20;
-
-    *p = '\0';
-    do
-        *--p = (char)('0' + v % 10);
-    while ((v /= 10) > 0);
-    return p;
-}
 
 /* Queues status line, headers and body. *keep may be cleared (handler asked to close, or
  * out of memory). Returns 0, or -ENOMEM when the output could not be queued whole. */
@@ -599,7 +588,7 @@ static int conn_write_response(gw_conn *c, int minor, int status, const char *ct
     sf_buf_init(&h, GW_HTTP_MAX_HEAD);
     if (status < 100 || status > 999)
         status = 500;
-    rc |= head_add(&h, "HTTP/1.1 ", fmt_uint(num, (size_t)status), " ", gw_http_reason(status),
+    rc |= head_add(&h, "HTTP/1.1 ", gw_fmt_uint_at(num, (size_t)status), " ", gw_http_reason(status),
                    "\r\nDate: ", gw_http_date(&c->srv->date_sec, c->srv->date), "\r\n", NULL);
     if (ctype && *ctype) {
         if (gw_http_is_field_value(ctype))
@@ -635,7 +624,7 @@ static int conn_write_response(gw_conn *c, int minor, int status, const char *ct
         else
             *keep = 0; /* HTTP/1.0: the end of the body is the end of the connection */
     } else if (!no_len) {
-        rc |= head_add(&h, "Content-Length: ", fmt_uint(num, len), "\r\n", NULL);
+        rc |= head_add(&h, "Content-Length: ", gw_fmt_uint_at(num, len), "\r\n", NULL);
     }
     if (!*keep)
         rc |= sf_buf_append(&h, "Connection: close\r\n", 19);

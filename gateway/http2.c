@@ -34,6 +34,7 @@
 #define H2_MAX_STREAMS 128u
 #define H2_OUT_HIGH_WM (256u << 10) /* stop producing frames while this much waits unsent */
 #define H2_MAX_IO      (256u << 10) /* one read or write (libevent's default: 16 KiB) */
+#define H2_FRAME       16384u      /* the DATA frame size a stream's body is cut for */
 
 typedef struct h2_stream h2_stream;
 
@@ -188,12 +189,49 @@ static ssize_t data_read_cb(nghttp2_session *ng, int32_t id, uint8_t *buf, size_
 
     if (n == 0 && !st->eof)
         return NGHTTP2_ERR_DEFERRED;
-    if (n > length)
-        n = length;
+    if (n > length) { /* end the frame where a chain ends, so that chains move whole */
+        struct evbuffer_iovec v[8];
+        int k = evbuffer_peek(st->out, (ev_ssize_t)length, NULL, v, 8);
+        size_t whole = 0;
+
+        for (int i = 0; i < k && i < 8 && whole + v[i].iov_len <= length; i++)
+            whole += v[i].iov_len;
+        n = whole > 0 ? whole : length;
+    }
     *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
     if (st->eof && n == evbuffer_get_length(st->out))
         *flags |= NGHTTP2_DATA_FLAG_EOF;
     return (ssize_t)n;
+}
+
+/* A body for st->out: referenced pieces (a fixed answer such as tools/list) become
+ * reference chains cut at every H2_FRAME bytes of the body, so that each DATA frame moves
+ * whole chains (a frame that ended inside a chain copied its part: the 30 KB tools/list
+ * was copied whole on h2c). */
+static int h2_body_add(h2_stream *st, const gw_req *r, const char *body, size_t len)
+{
+    size_t off = 0;
+    int rc = 0;
+
+    if (body)
+        return evbuffer_add(st->out, body, len);
+    for (size_t i = 0; i < r->npieces && rc == 0; i++) {
+        const gw_piece *pc = &r->pieces[i];
+
+        if (!pc->ref) {
+            rc = evbuffer_add(st->out, pc->p, pc->n);
+            off += pc->n;
+            continue;
+        }
+        for (size_t done = 0; done < pc->n && rc == 0;) {
+            size_t cut = H2_FRAME - off % H2_FRAME, k = pc->n - done < cut ? pc->n - done : cut;
+
+            rc = evbuffer_add_reference(st->out, pc->p + done, k, NULL, NULL);
+            done += k;
+            off += k;
+        }
+    }
+    return rc;
 }
 
 /* Sends one DATA frame whose size data_read_cb gave: its header, then its bytes from the
@@ -222,7 +260,7 @@ static int submit_head(h2_stream *st, int status, const char *ctype, const char 
 {
     gw_http_server *s = st->hc->srv;
     nghttp2_nv nv[40];
-    char status_s[8], len_s[24], names[32][64];
+    char status_s[24], len_s[24], names[32][64];
     size_t n = 0, nn = 0;
     int has_cc = 0;
     nghttp2_data_provider prd = {.source.ptr = st, .read_callback = data_read_cb};
@@ -236,7 +274,7 @@ static int submit_head(h2_stream *st, int status, const char *ctype, const char 
         nv[n].flags = NGHTTP2_NV_FLAG_NONE;                                                  \
         n++;                                                                                 \
     } while (0)
-    snprintf(status_s, sizeof(status_s), "%d", status);
+    gw_fmt_uint(status_s, (size_t)(status >= 100 && status <= 999 ? status : 500));
     NV(":status", status_s);
     NV("date", gw_http_date(&s->date_sec, s->date));
     if (ctype && *ctype && gw_http_is_field_value(ctype))
@@ -264,7 +302,7 @@ static int submit_head(h2_stream *st, int status, const char *ctype, const char 
         nv[n - 1].flags = NGHTTP2_NV_FLAG_NO_INDEX;
     }
     if (!stream && status != 204 && status != 304) {
-        snprintf(len_s, sizeof(len_s), "%zu", len);
+        gw_fmt_uint(len_s, len);
         NV("content-length", len_s);
     }
 #undef NV
@@ -357,7 +395,7 @@ static void h2_respond(gw_req *r, int status, const char *ctype, const char *con
     st->req = NULL;
     stream_release(st);
     if (send_body)
-        gw_body_add(st->out, r, body, len);
+        h2_body_add(st, r, body, len);
     st->eof = 1;
     if (submit_head(st, status, ctype, headers, send_body, 0, len, r->id) < 0)
         nghttp2_submit_rst_stream(hc->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);

@@ -356,6 +356,25 @@ int gw_http_is_framing(const char *name)
     return 0;
 }
 
+const char *gw_fmt_uint_at(char *out, size_t v)
+{
+    char *p = out + 20;
+
+    *p = '\0';
+    do
+        *--p = (char)('0' + v % 10);
+    while ((v /= 10) > 0);
+    return p;
+}
+
+void gw_fmt_uint(char *out, size_t v)
+{
+    char tmp[24];
+    const char *p = gw_fmt_uint_at(tmp, v);
+
+    memmove(out, p, (size_t)(tmp + 21 - p));
+}
+
 const char *gw_http_reason(int status)
 {
     switch (status) {

@@ -172,6 +172,10 @@ int gw_http_has_token(const char *list, const char *tok);
 /* True for the headers a handler may not set (framing, hop-by-hop). */
 int gw_http_is_framing(const char *name);
 const char *gw_http_reason(int status);
+/* v in decimal without printf: in out (>= 21 bytes) at the returned position (_at), or
+ * from out[0]. */
+const char *gw_fmt_uint_at(char *out, size_t v);
+void gw_fmt_uint(char *out, size_t v);
 /* The IMF-fixdate for now, cached per second in buf (>= 40 bytes). */
 const char *gw_http_date(time_t *cache_sec, char *buf);
 
