@@ -566,15 +566,76 @@ static int head_add(sf_buf *h, ...)
     int rc = 0;
 
     va_start(ap, h);
-    for (const char *s = va_arg(ap, const char *); s; s = va_arg(ap, const char *))
-        rc |= sf_buf_append(h, s, strlen(s));
+    for (const char *s = va_arg(ap, const char *); s; s = va_arg(ap, const char *)) {
+        size_t n = strlen(s);
+
+        if (h->p && n < h->cap - h->len && n <= h->max - h->len) { /* room: no call */
+            memcpy(h->p + h->len, s, n);
+            h->len += n;
+            h->p[h->len] = '\0';
+        } else {
+            rc |= sf_buf_append(h, s, n);
+        }
+    }
     va_end(ap);
     return rc;
 }
 
 
-/* Queues status line, headers and body. *keep may be cleared (handler asked to close, or
- * out of memory). Returns 0, or -ENOMEM when the output could not be queued whole. */
+#define GW_HTTP_DIRECT_IOV  16          /* parts of an answer sent without the output buffer */
+#define GW_HTTP_HEAD_KEEP   (16u << 10) /* a server keeps a head buffer up to this size */
+
+/* On a plain socket with nothing queued, an answer goes out with one sendmsg from where
+ * its parts are (the head, then the body or the handler's pieces), without the output
+ * evbuffer (a chain allocated per part, and its write path); only what the socket does
+ * not take now is queued there (referenced pieces by reference), for the write event,
+ * which also reports a write error. 0, -ENOMEM, or 1 when the answer has too many parts
+ * (the caller queues it). */
+static int conn_send_direct(gw_conn *c, const sf_buf *h, const char *body, size_t len)
+{
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    const gw_req *r = c->cur;
+    struct iovec iov[GW_HTTP_DIRECT_IOV];
+    int ref[GW_HTTP_DIRECT_IOV];
+    struct msghdr m;
+    size_t k = 0;
+    ssize_t sent;
+    int rc = 0;
+
+    iov[k] = (struct iovec){h->p, h->len};
+    ref[k++] = 0;
+    if (body && len > 0) {
+        iov[k] = (struct iovec){(void *)body, len};
+        ref[k++] = 0;
+    } else if (!body && len > 0) {
+        if (!r || r->npieces >= GW_HTTP_DIRECT_IOV)
+            return 1;
+        for (size_t i = 0; i < r->npieces; i++) {
+            iov[k] = (struct iovec){(void *)r->pieces[i].p, r->pieces[i].n};
+            ref[k++] = r->pieces[i].ref;
+        }
+    }
+    memset(&m, 0, sizeof(m));
+    m.msg_iov = iov;
+    m.msg_iovlen = k;
+    sent = sendmsg(bufferevent_getfd(c->bev), &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent < 0)
+        sent = 0; /* EAGAIN, or an error that the write event reports */
+    for (size_t i = 0; i < k && rc == 0; i++) {
+        size_t skip = (size_t)sent < iov[i].iov_len ? (size_t)sent : iov[i].iov_len;
+        const char *p = (const char *)iov[i].iov_base + skip;
+        size_t n = iov[i].iov_len - skip;
+
+        sent -= (ssize_t)skip;
+        if (n > 0)
+            rc = ref[i] ? evbuffer_add_reference(out, p, n, NULL, NULL) : evbuffer_add(out, p, n);
+    }
+    return rc < 0 ? -ENOMEM : 0;
+}
+
+/* Queues status line, headers and body (or sends them at once: conn_send_direct). *keep
+ * may be cleared (handler asked to close, or out of memory). Returns 0, or -ENOMEM when
+ * the output could not be queued whole. */
 static int conn_write_response(gw_conn *c, int minor, int status, const char *ctype,
                                const char *const *headers, const char *body, size_t len,
                                int send_body, int *keep, int stream, const char *rid)
@@ -583,9 +644,11 @@ static int conn_write_response(gw_conn *c, int minor, int status, const char *ct
     int no_len = status == 204 || status == 304;
     int has_cc = 0, rc = 0;
     char num[24];
-    sf_buf h;
+    sf_buf *hp = &c->srv->head, h;
 
-    sf_buf_init(&h, GW_HTTP_MAX_HEAD);
+    h = *hp; /* the server's head buffer, kept between answers */
+    sf_buf_reset(&h);
+    h.max = GW_HTTP_MAX_HEAD;
     if (status < 100 || status > 999)
         status = 500;
     rc |= head_add(&h, "HTTP/1.1 ", gw_fmt_uint_at(num, (size_t)status), " ", gw_http_reason(status),
@@ -637,13 +700,23 @@ static int conn_write_response(gw_conn *c, int minor, int status, const char *ct
                                        "Connection: close\r\n\r\n";
         sf_error("msg=\"could not build the response head\" status=%d peer=%s", status, c->peer);
         sf_buf_fini(&h);
+        *hp = h;
         *keep = 0;
         return evbuffer_add(out, fallback, sizeof(fallback) - 1) < 0 ? -ENOMEM : 0;
     }
-    rc = evbuffer_add(out, h.p, h.len);
-    sf_buf_fini(&h);
-    if (rc == 0 && send_body && !no_len && len > 0)
-        rc = gw_body_add(out, c->cur, body, len);
+    if (!send_body || no_len)
+        len = 0;
+    rc = 1;
+    if (c->raw && !stream && evbuffer_get_length(out) == 0)
+        rc = conn_send_direct(c, &h, body, len);
+    if (rc == 1) {
+        rc = evbuffer_add(out, h.p, h.len);
+        if (rc == 0 && len > 0)
+            rc = gw_body_add(out, c->cur, body, len);
+    }
+    if (h.cap > GW_HTTP_HEAD_KEEP)
+        sf_buf_fini(&h);
+    *hp = h;
     if (rc < 0) {
         *keep = 0;
         return -ENOMEM;
@@ -1417,6 +1490,7 @@ void gw_http_server_free(gw_http_server *srv)
     gw_h2_free_all(srv);
     gw_tls_ctx_free(srv);
     gw_req_pool_free(srv);
+    sf_buf_fini(&srv->head);
     if (srv->lis)
         evconnlistener_free(srv->lis);
     if (srv->accept_retry)

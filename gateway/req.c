@@ -124,6 +124,19 @@ void gw_req_pool_free(gw_http_server *s)
     s->nreq_pool = 0;
 }
 
+/* sf_buf_append with the common case (room left) inline: header bytes arrive in many
+ * small pieces. */
+static inline int hdr_append(sf_buf *b, const char *at, size_t len)
+{
+    if (b->p && len < b->cap - b->len && len <= b->max - b->len) {
+        memcpy(b->p + b->len, at, len);
+        b->len += len;
+        b->p[b->len] = '\0';
+        return 0;
+    }
+    return sf_buf_append(b, at, len);
+}
+
 static int hdr_slot(gw_req *r)
 {
     if (r->nh >= GW_REQ_MAX_HEADERS)
@@ -149,14 +162,14 @@ int gw_req_hdr_finish(gw_req *r)
     int rc = 0;
 
     if (r->hstate == GW_H_FIELD) { /* a field without a value: empty value */
-        rc = sf_buf_append(&r->hdrs, nul, 1);
+        rc = hdr_append(&r->hdrs, nul, 1);
         r->hv[r->nh - 1].val_off = r->hdrs.len;
         r->hv[r->nh - 1].val_len = 0;
         if (rc == 0)
-            rc = sf_buf_append(&r->hdrs, nul, 1);
+            rc = hdr_append(&r->hdrs, nul, 1);
     } else if (r->hstate == GW_H_VALUE) {
         gw_hdr *h = &r->hv[r->nh - 1];
-        rc = sf_buf_append(&r->hdrs, nul, 1);
+        rc = hdr_append(&r->hdrs, nul, 1);
         while (rc == 0 && h->val_len > 0 &&
                (r->hdrs.p[h->val_off + h->val_len - 1] == ' ' ||
                 r->hdrs.p[h->val_off + h->val_len - 1] == '\t'))
@@ -175,7 +188,7 @@ int gw_req_hdr_field(gw_req *r, const char *at, size_t len)
             return rc;
         r->hstate = GW_H_FIELD;
     }
-    return sf_buf_append(&r->hdrs, at, len);
+    return hdr_append(&r->hdrs, at, len);
 }
 
 int gw_req_hdr_value(gw_req *r, const char *at, size_t len)
@@ -186,12 +199,12 @@ int gw_req_hdr_value(gw_req *r, const char *at, size_t len)
     if (r->hstate == GW_H_NONE)
         return -EINVAL;
     if (r->hstate == GW_H_FIELD) {
-        if ((rc = sf_buf_append(&r->hdrs, &nul, 1)) < 0)
+        if ((rc = hdr_append(&r->hdrs, &nul, 1)) < 0)
             return rc;
         r->hv[r->nh - 1].val_off = r->hdrs.len;
         r->hstate = GW_H_VALUE;
     }
-    if ((rc = sf_buf_append(&r->hdrs, at, len)) < 0)
+    if ((rc = hdr_append(&r->hdrs, at, len)) < 0)
         return rc;
     r->hv[r->nh - 1].val_len += len;
     return 0;
@@ -578,6 +591,7 @@ void gw_req_stream_end(gw_req *req)
 
 typedef struct gw_route {
     char *method, *path;
+    size_t plen;          /* strlen(path) */
     gw_http_handler fn;
     void *arg;
 } gw_route;
@@ -620,6 +634,7 @@ int gw_router_add(gw_router *r, const char *method, const char *path, gw_http_ha
             return -E2BIG;
         rt = &r->routes[r->n];
         memset(rt, 0, sizeof(*rt));
+        rt->plen = strlen(path);
         if (!(rt->path = strdup(path)) || (method && !(rt->method = strdup(method)))) {
             free(rt->path);
             free(rt->method);
@@ -639,29 +654,32 @@ void gw_router_fallback(gw_router *r, gw_http_handler fn, void *arg)
     r->fallback_arg = arg;
 }
 
-static int path_match(const char *pattern, const char *path)
+/* Lengths first: most routes are told apart without comparing bytes. */
+static int path_match(const gw_route *rt, const char *path, size_t len)
 {
-    size_t n = strlen(pattern);
-    if (n > 0 && pattern[n - 1] == '/')
-        return !strncmp(pattern, path, n);
-    return !strcmp(pattern, path);
+    size_t n = rt->plen;
+
+    if (n > 0 && rt->path[n - 1] == '/')
+        return n <= len && !memcmp(rt->path, path, n);
+    return n == len && !memcmp(rt->path, path, n);
 }
 
 void gw_router_dispatch(gw_req *req, void *router)
 {
     gw_router *r = router;
     const char *path = gw_req_path(req), *method = gw_req_method(req);
+    size_t plen = strlen(path);
     char allow[160] = "";
     size_t alen = 0;
     const gw_route *best = NULL;
 
     for (size_t i = 0; i < r->n; i++) {
         const gw_route *rt = &r->routes[i];
-        if (!path_match(rt->path, path))
+        if (!path_match(rt, path, plen))
             continue;
         if (!rt->method || !strcmp(rt->method, method) ||
             (!strcmp(method, "HEAD") && !strcmp(rt->method, "GET"))) {
-            if (!best || strlen(rt->path) > strlen(best->path) ||
+            if (!best || rt->plen > best->plen ||
                 (best->method == NULL && rt->method != NULL))
                 best = rt;
         } else if (alen + strlen(rt->method) + 3 < sizeof(allow)) {

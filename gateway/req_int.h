@@ -132,6 +132,7 @@ struct gw_http_server {
     time_t date_sec;
     char date[40];
     gw_req *req_pool;     /* recycled requests (req.c) */
+    sf_buf head;          /* HTTP/1 response heads are built here (http1.c) */
     unsigned nreq_pool;
 };
 
