@@ -43,7 +43,11 @@ static void request_id(char *out)
 /* Requests are recycled per server (one per thread), their buffers kept: a request, its
  * header table, its buffers and their growth were ~10 allocations per request. A request
  * whose buffers grew large is freed instead, and at most GW_REQ_POOL wait. */
-#define GW_REQ_POOL      64
+#if defined(__SANITIZE_ADDRESS__)
+#define GW_REQ_POOL 0 /* ASan builds free every request, so a use after free is still caught */
+#else
+#define GW_REQ_POOL 64
+#endif
 #define GW_REQ_POOL_KEEP (16u << 10) /* a buffer larger than this is not kept */
 
 static void req_release(gw_req *r)
