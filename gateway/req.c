@@ -102,20 +102,23 @@ gw_req *gw_req_new(const gw_req_transport *tp, gw_http_server *srv, void *conn,
 
 void gw_req_free(gw_req *r)
 {
-    gw_http_server *s;
-
     if (!r)
         return;
-    s = r->srv;
-    if (!s || s->nreq_pool >= GW_REQ_POOL || r->target.cap > GW_REQ_POOL_KEEP ||
-        r->pq.cap > GW_REQ_POOL_KEEP || r->hdrs.cap > GW_REQ_POOL_KEEP ||
-        r->body.cap > GW_REQ_POOL_KEEP || r->caph > 64) {
-        req_release(r);
-        return;
+#if GW_REQ_POOL > 0
+    {
+        gw_http_server *s = r->srv;
+
+        if (s && s->nreq_pool < GW_REQ_POOL && r->target.cap <= GW_REQ_POOL_KEEP &&
+            r->pq.cap <= GW_REQ_POOL_KEEP && r->hdrs.cap <= GW_REQ_POOL_KEEP &&
+            r->body.cap <= GW_REQ_POOL_KEEP && r->caph <= 64) {
+            r->pool_next = s->req_pool;
+            s->req_pool = r;
+            s->nreq_pool++;
+            return;
+        }
     }
-    r->pool_next = s->req_pool;
-    s->req_pool = r;
-    s->nreq_pool++;
+#endif
+    req_release(r);
 }
 
 void gw_req_pool_free(gw_http_server *s)
