@@ -595,7 +595,7 @@ static int setup(batch *b, const char *jobs, const char *out, const char *key)
         return 1;
     b->total = count_jobs(b->in, b->line);
     b->ks.brokers = brokers;
-    b->ks.fetch_wait_ms = 5;
+    b->ks.fetch_wait_ms = 500; /* the broker answers a waiting fetch when data arrives */
     b->ks.session_timeout_ms = 6000;
     b->ks.linger_ms = 1;
     sf_id_new(rid, "batch_");

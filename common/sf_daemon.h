@@ -26,8 +26,9 @@ typedef struct sf_common_cfg {
      "Redis URL (redis://HOST:PORT or unix:/PATH)"},                                           \
     {"log_level", SF_CFG_STR, offsetof(st, common.log_level), "info", 0, 0,                   \
      "debug, info, warn or error"},                                                            \
-    {"kafka_fetch_wait_ms", SF_CFG_INT, offsetof(st, common.kafka_fetch_wait_ms), "2", 1,      \
-     10000, "Kafka fetch.wait.max.ms (1-10 for the embedded broker)"},                         \
+    {"kafka_fetch_wait_ms", SF_CFG_INT, offsetof(st, common.kafka_fetch_wait_ms), "500", 1,    \
+     10000, "Kafka fetch.wait.max.ms: how long an idle consumer's fetch waits at the broker "  \
+     "(answered as soon as data arrives, so no delay; lower only adds idle fetches)"},         \
     {"kafka_session_timeout_ms", SF_CFG_INT, offsetof(st, common.kafka_session_timeout_ms),   \
      "3000", 1000, 300000,                                                                     \
      "Kafka session.timeout.ms: a dead member's partitions move to the others after this"},    \

@@ -74,11 +74,9 @@ rd_kafka_t *sf_kafka_producer_new(const sf_kafka_settings *s, char *why, size_t 
     if (!c)
         return NULL;
     /* One produce request in flight per broker: what is produced while it travels goes
-     * out together in the next one, one message set per partition. Batches so grow with
-     * the load by themselves, and an idle producer adds no delay (linger.ms can stay 0).
-     * The embedded broker (librdkafka's mock cluster) finds a fetch's offset by walking
-     * every message set a partition keeps and answers one message set per partition per
-     * fetch, so its cost per job falls with the square of the batch size. */
+     * out together in the next one, one record batch per partition. Batches so grow with
+     * the load by themselves (fewer requests, fewer fetches to carry them), and an idle
+     * producer adds no delay (linger.ms can stay 0). */
     if (conf_set_int(c, "linger.ms", s->linger_ms, why, whylen) < 0 ||
         conf_set(c, "max.in.flight.requests.per.connection", "1", why, whylen) < 0 ||
         conf_set(c, "message.max.bytes", "2000000", why, whylen) < 0 ||
@@ -157,7 +155,12 @@ rd_kafka_t *sf_kafka_consumer_new(const sf_kafka_settings *s, const char *group,
     rd_kafka_conf_set_opaque(c, hooks);
     rd_kafka_conf_set_rebalance_cb(c, on_rebalance);
     if (conf_set(c, "group.id", group, why, whylen) < 0 ||
+        /* the broker long-polls (the embedded one and Apache Kafka alike): a fetch is
+         * answered as soon as fetch.min.bytes are there, else when fetch.wait.max.ms
+         * ends, so a message's latency does not depend on the wait, and an idle consumer
+         * asks once per wait */
         conf_set_int(c, "fetch.wait.max.ms", s->fetch_wait_ms, why, whylen) < 0 ||
+        conf_set(c, "fetch.min.bytes", "1", why, whylen) < 0 ||
         conf_set_int(c, "session.timeout.ms", s->session_timeout_ms, why, whylen) < 0 ||
         conf_set_int(c, "heartbeat.interval.ms", hb > 100 ? hb : 100, why, whylen) < 0 ||
         conf_set(c, "auto.offset.reset", "earliest", why, whylen) < 0 ||

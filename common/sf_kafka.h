@@ -16,7 +16,8 @@
 
 typedef struct sf_kafka_settings {
     const char *brokers;       /* bootstrap.servers */
-    int fetch_wait_ms;         /* fetch.wait.max.ms (1-10 for the embedded broker) */
+    int fetch_wait_ms;         /* fetch.wait.max.ms: the broker holds an idle fetch this long
+                                * (long-poll: data is answered at once), 100-500 */
     int session_timeout_ms;    /* session.timeout.ms (3000-6000 for the embedded broker) */
     int linger_ms;             /* linger.ms for producers (0-5) */
     /* Called (from the pump's poll) for each message Kafka finally refused; may be NULL. */

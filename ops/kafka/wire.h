@@ -1,0 +1,64 @@
+/* kb_wire: the Kafka protocol's primitive types, bounds-checked. A reader never reads past
+ * its buffer and never trusts a count before checking the bytes behind it: the first
+ * failure sticks (r->err = -EBADMSG) and every later read returns zeros, so a handler
+ * decodes a whole request and checks err once. A writer grows up to its maximum; a write
+ * past it sticks -E2BIG (or -ENOMEM). */
+#ifndef KB_WIRE_H
+#define KB_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kb_rbuf {
+    const uint8_t *p;
+    size_t len, off;
+    int err;
+} kb_rbuf;
+
+void kb_r_init(kb_rbuf *r, const void *p, size_t len);
+int8_t kb_r_i8(kb_rbuf *r);
+int16_t kb_r_i16(kb_rbuf *r);
+int32_t kb_r_i32(kb_rbuf *r);
+int64_t kb_r_i64(kb_rbuf *r);
+/* Unsigned varint (flexible versions' compact lengths and tagged fields). */
+uint32_t kb_r_uvarint(kb_rbuf *r);
+/* A string (int16 length). *s points into the buffer (not NUL-terminated); a null string
+ * gives s NULL and n 0 (an error unless nullable). */
+void kb_r_str(kb_rbuf *r, int nullable, const char **s, size_t *n);
+/* Bytes (int32 length), the same way. */
+void kb_r_bytes(kb_rbuf *r, int nullable, const uint8_t **b, size_t *n);
+/* An array's count (int32): -1 for a null array when nullable; an error when it exceeds
+ * max or when count * min_elem bytes are not left in the buffer. */
+int32_t kb_r_array(kb_rbuf *r, int nullable, int32_t max, size_t min_elem);
+/* Skips n bytes; skips flexible tagged fields. */
+void kb_r_skip(kb_rbuf *r, size_t n);
+void kb_r_tags(kb_rbuf *r);
+
+typedef struct kb_wbuf {
+    uint8_t *p;
+    size_t len, cap, max;
+    int err;
+} kb_wbuf;
+
+void kb_w_init(kb_wbuf *w, size_t max);
+void kb_w_fini(kb_wbuf *w);
+/* Makes room for n more bytes and returns where they go (NULL after an error). */
+uint8_t *kb_w_reserve(kb_wbuf *w, size_t n);
+void kb_w_i8(kb_wbuf *w, int8_t v);
+void kb_w_i16(kb_wbuf *w, int16_t v);
+void kb_w_i32(kb_wbuf *w, int32_t v);
+void kb_w_i64(kb_wbuf *w, int64_t v);
+void kb_w_uvarint(kb_wbuf *w, uint32_t v);
+/* s NULL writes a null string (length -1). */
+void kb_w_str(kb_wbuf *w, const char *s, size_t n);
+void kb_w_cstr(kb_wbuf *w, const char *s);
+void kb_w_bytes(kb_wbuf *w, const void *b, size_t n);
+void kb_w_raw(kb_wbuf *w, const void *b, size_t n);
+/* Overwrites 4 bytes at offset at (a length or count written before it was known). */
+void kb_w_put_i32_at(kb_wbuf *w, size_t at, int32_t v);
+
+void kb_put_be64(uint8_t *p, int64_t v);
+int64_t kb_get_be64(const uint8_t *p);
+int32_t kb_get_be32(const uint8_t *p);
+
+#endif
