@@ -18,7 +18,6 @@
 #include <unistd.h>
 
 #define KB_NODE_ID 1
-#define KB_CLUSTER_ID "sandfleet-embedded"
 #define KB_OUT_MAX (64u << 20)   /* a connection's unsent answers before it is read again */
 #define KB_CONNS_MAX 4096
 #define KB_TOPICS_MAX 16384
@@ -88,6 +87,7 @@ struct kb_server {
     long nconns;
     kb_fetch *fetches;
     kb_stats st;
+    char cluster_id[40];  /* new at every start: clients tell a restarted broker by it */
 };
 
 static int64_t now_ms(void)
@@ -290,7 +290,7 @@ static int h_metadata(kb_conn *c, kb_rbuf *r, const kb_req *req, kb_wbuf *w)
     kb_w_i32(w, s->cfg.port);
     kb_w_str(w, NULL, 0); /* rack */
     if (req->ver >= 2)
-        kb_w_cstr(w, KB_CLUSTER_ID);
+        kb_w_cstr(w, s->cluster_id);
     kb_w_i32(w, KB_NODE_ID); /* controller */
     if (nt < 0) {
         kb_w_i32(w, (int32_t)s->log->n);
@@ -1004,6 +1004,19 @@ kb_server *kb_server_new(struct event_base *base, const kb_server_cfg *cfg, int 
     }
     s->base = base;
     s->cfg = *cfg;
+    {
+        uint8_t rnd[12];
+        static const char hex[] = "0123456789abcdef";
+        if (sf_random(rnd, sizeof(rnd)) < 0) {
+            close(fd);
+            goto fail;
+        }
+        memcpy(s->cluster_id, "sandfleet-", 10);
+        for (size_t i = 0; i < sizeof(rnd); i++) {
+            s->cluster_id[10 + 2 * i] = hex[rnd[i] >> 4];
+            s->cluster_id[11 + 2 * i] = hex[rnd[i] & 15];
+        }
+    }
     if (!(s->log = kb_log_new(KB_TOPICS_MAX, cfg->part_cap)) ||
         !(s->groups = kb_groups_new(group_reply, s)) ||
         !(s->tick = event_new(base, -1, EV_PERSIST, server_on_tick, s)) ||

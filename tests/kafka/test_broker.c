@@ -264,6 +264,7 @@ int main(int argc, char **argv)
 {
     char why[512];
     rd_kafka_t *p, *c[2], *tail;
+    char *cluster;
     int want[2];
 
     CHECK(argc == 2, "usage: test_broker PATH-TO-sandfleet-kafka");
@@ -341,11 +342,19 @@ int main(int argc, char **argv)
 
     /* restart on the same port: the same producer and consumer go on by themselves */
     CHECK((tail = sf_kafka_consumer_new(&settings, "tail", why, sizeof(why))), "%s", why);
+    CHECK((cluster = rd_kafka_clusterid(p, 5000)), "no cluster id");
     stop_broker(SIGKILL);
     start_broker();
     produce_range(p, "t.basic", 1000, 1050);
     consume_until(c, 1, 1000, 1050, 30000);
-    printf("ok restart: the same clients produce and consume again\n");
+    {
+        /* a restarted broker is a new cluster (gateways publish their waiting jobs again) */
+        char *now = rd_kafka_clusterid(p, 5000);
+        CHECK(now && strcmp(now, cluster) != 0, "the cluster id did not change on restart");
+        rd_kafka_mem_free(p, now);
+        rd_kafka_mem_free(p, cluster);
+    }
+    printf("ok restart: the same clients produce and consume again, new cluster id\n");
 
     sf_kafka_consumer_free(tail);
     sf_kafka_consumer_free(c[0]);
