@@ -213,7 +213,7 @@ int main(int argc, char **argv)
     }
     printf("%s\n", bs);
     fflush(stdout);
-    sf_info("msg=\"embedded Kafka-protocol broker up\" brokers=%s", bs);
+    sf_info("msg=\"embedded Kafka-protocol broker up\" brokers=%s counts_on=SIGUSR1", bs);
     event_base_dispatch(base);
     sf_info("msg=\"stopping\"");
     kb_server_log_stats(srv);

@@ -6,6 +6,7 @@
 // from `sandfleet batch run` (straight onto the queue, 64 in flight), as fast as it goes
 // and with --rate at half that.
 import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -55,12 +56,33 @@ function batch(n, rate) {
     rate: Number(m[2]), p50: Number(m[3]), p99: Number(m[4]) };
 }
 
+// The broker's CPU time (/proc) and, when it counts them (ops/kafka: SIGUSR1 logs a
+// "broker counts" line), its Fetch and Produce requests, for the figures per job.
+const state = process.env.SF_FLEET_STATE;
+const brokerPid = Number(readFileSync(join(state, 'pids/kafka'), 'utf8'));
+const brokerLog = join(state, 'logs/kafka.log');
+async function brokerNow() {
+  const f = readFileSync(`/proc/${brokerPid}/stat`, 'utf8').split(') ')[1].split(' ');
+  const cpuMs = ((Number(f[11]) + Number(f[12])) * 1000) / 100; // utime + stime, 100 Hz ticks
+  if (!existsSync(brokerLog) || !readFileSync(brokerLog, 'utf8').includes('counts_on=SIGUSR1')) return { cpuMs };
+  const before = readFileSync(brokerLog, 'utf8').length;
+  process.kill(brokerPid, 'SIGUSR1');
+  for (let i = 0; i < 100; i++) {
+    const tail = readFileSync(brokerLog, 'utf8').slice(before);
+    const m = tail.match(/broker counts" produce=(\d+) fetch=(\d+)/);
+    if (m) return { cpuMs, produce: Number(m[1]), fetch: Number(m[2]) };
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return { cpuMs };
+}
+const broker0 = await brokerNow();
 const load0 = loadavg()[0];
 const base = load([{ jsonrpc: '2.0', id: 1, method: 'ping' }], '"result"');
 const full = load(execs, '"isError":false');
 const half = load(execs, '"isError":false', full.rate / 2);
 const bfull = batch(Math.round(Math.max(full.rate, 50) * secs * 1.5));
 const bhalf = batch(Math.round((bfull.rate / 2) * secs), bfull.rate / 2);
+const broker1 = await brokerNow();
 const row = (name, r) => `| ${name} | ${r.rate.toFixed(0)} | ${r.p50.toFixed(1)} | ${r.p99.toFixed(1)} | ${r.errors} | ${(r.p50 / base.p50).toFixed(1)}x |`;
 console.log(`\n${conc} concurrent clients, ${secs} s per row, 2 gateways, 2 schedulers, 3 workers; ` +
   `load average ${load0.toFixed(1)} before, ${loadavg()[0].toFixed(1)} after\n`);
@@ -73,5 +95,11 @@ console.log(row(`batch CLI: sandbox_exec \`true\` (${bfull.n} jobs), as fast as 
 console.log(row(`batch CLI: the same at half that rate (--rate, ${bhalf.n} jobs)`, bhalf));
 console.log(`\nexec per s vs the goal (1000): MCP ${(full.rate / 1000).toFixed(2)}x, batch ${(bfull.rate / 1000).toFixed(2)}x; ` +
   `p99 at half rate (goal <= 50 ms): MCP ${half.p99.toFixed(1)} ms, batch ${bhalf.p99.toFixed(1)} ms`);
+{
+  const jobs = full.n + half.n + bfull.n + bhalf.n;
+  const per = (k) => (broker1[k] - broker0[k]) / jobs;
+  console.log(`broker, per job of the four exec rows (${jobs} jobs): CPU ${per('cpuMs').toFixed(3)} ms` +
+    (broker1.fetch !== undefined ? `, Fetch requests ${per('fetch').toFixed(2)}, Produce requests ${per('produce').toFixed(2)}` : ''));
+}
 for (const id of sandboxes) await mcall(urls[0], key, 'sandbox_kill', { sandbox_id: id });
 rmSync(work, { recursive: true, force: true });

@@ -313,7 +313,11 @@ int main(int argc, char **argv)
     printf("ok long-poll: waiting fetches answered when data arrived\n");
 
     /* a member that dies without leaving: its partitions move to the other */
-    rd_kafka_destroy_flags(c[1], RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+    {
+        void *hooks = rd_kafka_opaque(c[1]); /* sf_kafka's, freed as its consumer_free would */
+        rd_kafka_destroy_flags(c[1], RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+        free(hooks);
+    }
     want[0] = 4;
     wait_assignment(c, 1, want, 20000, "a member died");
     produce_range(p, "t.basic", 340, 400);
@@ -361,6 +365,10 @@ int main(int argc, char **argv)
     sf_kafka_producer_free(p);
     stop_broker(SIGTERM);
     CHECK(broker_count("produce") > 0, "no counts logged at exit");
+    unlink(bs_file);
+    unlink(ports_file);
+    unlink(log_file);
+    rmdir(dir);
     printf("ok all\n");
     return 0;
 }
