@@ -951,16 +951,15 @@ static void conn_on_event(struct bufferevent *bev, short what, void *arg)
         conn_free(arg);
 }
 
-static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct sockaddr *sa,
-                      int salen, void *arg)
+/* A connection on fd (owned from here on); NULL when refused (too many, no memory). */
+static kb_conn *conn_new(kb_server *s, evutil_socket_t fd)
 {
-    kb_server *s = arg;
     kb_conn *c;
     int one = 1;
 
     if (s->nconns >= KB_CONNS_MAX || !(c = calloc(1, sizeof(*c)))) {
         evutil_closesocket(fd);
-        return;
+        return NULL;
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     c->s = s;
@@ -974,7 +973,7 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
         if (c->resume)
             event_free(c->resume);
         free(c);
-        return;
+        return NULL;
     }
     c->next = s->conns;
     if (s->conns)
@@ -984,6 +983,13 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
     s->st.conns++;
     bufferevent_setcb(c->bev, conn_on_read, conn_on_write, conn_on_event, c);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    return c;
+}
+
+static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct sockaddr *sa,
+                      int salen, void *arg)
+{
+    conn_new(arg, fd);
 }
 
 static void server_on_tick(evutil_socket_t fd, short what, void *arg)
@@ -999,7 +1005,8 @@ kb_server *kb_server_new(struct event_base *base, const kb_server_cfg *cfg, int 
     kb_topic *t;
 
     if (!s) {
-        close(fd);
+        if (fd >= 0)
+            close(fd);
         return NULL;
     }
     s->base = base;
@@ -1008,7 +1015,8 @@ kb_server *kb_server_new(struct event_base *base, const kb_server_cfg *cfg, int 
         uint8_t rnd[12];
         static const char hex[] = "0123456789abcdef";
         if (sf_random(rnd, sizeof(rnd)) < 0) {
-            close(fd);
+            if (fd >= 0)
+                close(fd);
             goto fail;
         }
         memcpy(s->cluster_id, "sandfleet-", 10);
@@ -1021,10 +1029,12 @@ kb_server *kb_server_new(struct event_base *base, const kb_server_cfg *cfg, int 
         !(s->groups = kb_groups_new(group_reply, s)) ||
         !(s->tick = event_new(base, -1, EV_PERSIST, server_on_tick, s)) ||
         !(s->wake = event_new(base, -1, 0, server_on_wake, s))) {
-        close(fd);
+        if (fd >= 0)
+            close(fd);
         goto fail;
     }
-    if (!(s->lis = evconnlistener_new(base, on_accept, s, LEV_OPT_CLOSE_ON_FREE, -1, fd))) {
+    if (fd >= 0 && !(s->lis = evconnlistener_new(base, on_accept, s, LEV_OPT_CLOSE_ON_FREE, -1,
+                                                  fd))) {
         close(fd);
         goto fail;
     }

@@ -22,8 +22,8 @@ typedef struct kb_server_cfg {
 
 typedef struct kb_server kb_server;
 
-/* Serves connections accepted on fd (listening, non-blocking; the server owns it). NULL
- * on failure (errno). */
+/* Serves connections accepted on fd (listening, non-blocking; the server owns it; -1: none,
+ * for the fuzz harness). NULL on failure (errno). */
 kb_server *kb_server_new(struct event_base *base, const kb_server_cfg *cfg, int fd);
 void kb_server_free(kb_server *s);
 /* One log line of counts: requests per API, fetches answered with data / empty at their
