@@ -595,7 +595,15 @@ static int setup(batch *b, const char *jobs, const char *out, const char *key)
         return 1;
     b->total = count_jobs(b->in, b->line);
     b->ks.brokers = brokers;
-    b->ks.fetch_wait_ms = 500; /* the broker answers a waiting fetch when data arrives */
+    /* the broker answers a waiting fetch when data arrives; SF_KAFKA_FETCH_WAIT_MS as the
+     * daemons read it */
+    b->ks.fetch_wait_ms = 500;
+    {
+        const char *fw = getenv("SF_KAFKA_FETCH_WAIT_MS");
+        int64_t v;
+        if (fw && sf_parse_i64(fw, 1, 10000, &v) == 0)
+            b->ks.fetch_wait_ms = (int)v;
+    }
     b->ks.session_timeout_ms = 6000;
     b->ks.linger_ms = 1;
     sf_id_new(rid, "batch_");

@@ -982,6 +982,8 @@ static kb_conn *conn_new(kb_server *s, evutil_socket_t fd)
     s->nconns++;
     s->st.conns++;
     bufferevent_setcb(c->bev, conn_on_read, conn_on_write, conn_on_event, c);
+    /* a client that sends while its request waits is not read past one whole request */
+    bufferevent_setwatermark(c->bev, EV_READ, 0, s->cfg.max_request + 4);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     return c;
 }
