@@ -5,7 +5,8 @@
 # size to POSTs. Rows: tools/list and ping over HTTP/1.1 and h2c, and sandbox_exec `true`
 # through the whole pipeline (gateway only: the baselines run no sandboxes). Prints req/s,
 # p50 and p99 (from h2load's per-request log), the server's CPU time per request (from
-# /proc: all its threads or workers), the ratios gateway/SDK and gateway/nginx, and (with
+# /proc: all its threads or workers), the ratios gateway/SDK and gateway/nginx, (with
+# valgrind) the gateway's user-space instructions and allocations per request, and (with
 # strace) system calls per tools/list request for the gateway and nginx.
 # Uses build/; starts and stops its own stack (access log off, log level warn).
 set -uo pipefail
@@ -158,6 +159,53 @@ printf '\nratios (req/s): tools/list gateway/SDK h1 %s (h2c gateway vs SDK h1: %
     "$(ratio "${g1[0]}" "${s1[0]}")" "$(ratio "${g2[0]}" "${s1[0]}")" "$(ratio "${gp[0]}" "${sp[0]}")"
 printf '                tools/list gateway/nginx h1 %s, h2c %s\n' "$(ratio "${g1[0]}" "${x1[0]}")" "$(ratio "${g2[0]}" "${x2[0]}")"
 printf 'goals: >= 25x SDK, >= 0.8x nginx on tools/list, p99 <= 5 ms\n'
+
+# Instructions and allocations per request (load-independent): a second gateway with one
+# event-loop thread, the stack's settings and its own port, under callgrind; counters
+# zeroed after 200 warm-up requests, then 2000 requests at 64 connections; only the
+# event-loop thread's profile is read (rdkafka's threads poll by the clock, not per request).
+instr() { # instr LABEL OP PROTO
+    local label=$1 op=$2 proto=$3 port vp f n=2000 out="$state/cg"
+    local args=(-c "$c" -m 1 -d "$state/$op.json" "${hdr[@]}" "${gwh[@]}")
+    [ "$proto" = h1 ] && args+=(--h1)
+    port=$(sf_free_port)
+    rm -f "$out"*
+    env -i $(tr '\0' '\n' <"/proc/$gw_pid/environ" | grep -v -e '^SF_PORT=' -e '^SF_GATEWAY_ID=' -e '^SF_THREADS=') \
+        SF_PORT="$port" SF_THREADS=1 SF_GATEWAY_ID=bench-cg \
+        valgrind --tool=callgrind --separate-threads=yes --compress-strings=no \
+        --callgrind-out-file="$out" "$root/build/gateway/sandfleet-gateway" >"$state/cg.log" 2>&1 &
+    vp=$!
+    if ! sf_wait 120 "the gateway under callgrind" curl -sf "http://127.0.0.1:$port/healthz"; then
+        kill "$vp" 2>/dev/null; wait "$vp" 2>/dev/null
+        printf '| %s | n/a | n/a |\n' "$label"
+        return
+    fi
+    h2load -n 200 "${args[@]}" "http://127.0.0.1:$port/mcp" >/dev/null 2>&1
+    callgrind_control -z "$vp" >/dev/null 2>&1
+    h2load -n "$n" "${args[@]}" "http://127.0.0.1:$port/mcp" >"$state/cg.h2" 2>&1
+    callgrind_control -d "$vp" >/dev/null 2>&1
+    kill "$vp" 2>/dev/null; wait "$vp" 2>/dev/null
+    f=$(ls -t "$out".*-01 2>/dev/null | head -1)
+    if [ -z "$f" ] || ! grep -q "status codes: $n 2xx" "$state/cg.h2"; then
+        printf '| %s | n/a | n/a |\n' "$label"
+        return
+    fi
+    awk -v n="$n" -v l="$label" '
+        /^summary:/ {ir = $2}
+        /^fn=/ {fn = substr($0, 4)} /^cfn=/ {cfn = substr($0, 5)}
+        /^calls=/ && (cfn == "malloc" || cfn == "calloc" || cfn == "realloc") &&
+            fn != "malloc" && fn != "calloc" && fn != "realloc" && fn != "_int_realloc" {
+            split(substr($0, 7), a, " "); al += a[1] }
+        END {printf "| %s | %.0f | %.1f |\n", l, ir / n, al / n}' "$f"
+}
+if command -v valgrind >/dev/null && command -v callgrind_control >/dev/null; then
+    printf '\nuser-space instructions and allocations per request of the gateway (callgrind on its event-loop thread, %d requests)\n\n' 2000
+    printf '| row | instructions | allocations |\n| --- | ---: | ---: |\n'
+    instr "tools/list h1" list h1
+    instr "tools/list h2c" list h2c
+    instr "ping h1" ping h1
+    instr "ping h2c" ping h2c
+fi
 
 # System calls per tools/list request (load-independent): strace -c on the gateway's
 # event-loop threads and on nginx's workers during one more HTTP/1.1 and h2c row each.
