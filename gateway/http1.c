@@ -96,7 +96,9 @@ struct gw_conn {
     int deadline_armed;    /* deadline_ev is pending, to fire at deadline_fire */
     uint64_t deadline_at, deadline_fire; /* monotonic ms */
     unsigned rd_full : 1;  /* raw: reading paused, the input holds GW_HTTP_INPUT_HIGH_WM */
-    size_t rd_max;         /* raw: the largest read allowed now (0: not set yet) */
+    size_t rd_max;         /* raw: the largest read allowed now */
+    struct event *rd_ev;   /* raw: the server's own reader (conn_rd_cb); NULL: the
+                              bufferevent reads (TLS, or handed over) */
     struct timeval dispatched; /* (cached time) when the current request went to its handler */
     size_t req_bytes;      /* raw bytes parsed for the current request (budget) */
     size_t body_left;      /* Content-Length body bytes not parsed yet (not reserved) */
@@ -137,6 +139,13 @@ static void fmt_size(char *out, size_t outlen, size_t v)
 static void conn_timeouts(gw_conn *c, int rd, int wr)
 {
     struct timeval tv = {(time_t)c->srv->lim.idle_timeout_s, 0};
+
+    if (c->rd_ev) { /* the read timeout is the own reader's */
+        if (!c->rd_full)
+            event_add(c->rd_ev, rd ? &tv : NULL);
+        bufferevent_set_timeouts(c->bev, NULL, wr ? &tv : NULL);
+        return;
+    }
     bufferevent_set_timeouts(c->bev, rd ? &tv : NULL, wr ? &tv : NULL);
 }
 
@@ -156,30 +165,37 @@ static void conn_input_limit(gw_conn *c, size_t in)
     if (room == 0) {
         if (!c->rd_full) {
             c->rd_full = 1;
-            bufferevent_disable(c->bev, EV_READ);
+            if (c->rd_ev)
+                event_del(c->rd_ev);
+            else
+                bufferevent_disable(c->bev, EV_READ);
         }
         return;
     }
     if (c->rd_full) {
         c->rd_full = 0;
-        bufferevent_enable(c->bev, EV_READ);
+        if (c->rd_ev)
+            conn_timeouts(c, 1, 1);
+        else
+            bufferevent_enable(c->bev, EV_READ);
     }
-    if (room != c->rd_max) {
-        c->rd_max = room;
-        bufferevent_set_max_single_read(c->bev, room);
-    }
+    c->rd_max = room < GW_HTTP_MAX_IO ? room : GW_HTTP_MAX_IO;
 }
 
-/* The bufferevent leaves this connection: reading as libevent has it by default. */
+/* The bufferevent leaves this connection, or goes on alone (lingering close): it reads
+ * again itself, as libevent has it by default. */
 static void conn_input_unlimit(gw_conn *c)
 {
     if (!c->raw || !c->bev)
         return;
-    if (c->rd_full)
-        bufferevent_enable(c->bev, EV_READ);
+    if (c->rd_ev) {
+        event_free(c->rd_ev);
+        c->rd_ev = NULL;
+    }
     c->rd_full = 0;
     c->rd_max = GW_HTTP_MAX_IO;
     bufferevent_set_max_single_read(c->bev, GW_HTTP_MAX_IO);
+    bufferevent_enable(c->bev, EV_READ);
 }
 
 void gw_budget_add(gw_http_server *s, gw_addr *a, size_t n)
@@ -859,6 +875,8 @@ static void conn_free(gw_conn *c)
         event_free(c->deadline_ev);
     if (c->linger_ev)
         event_free(c->linger_ev);
+    if (c->rd_ev)
+        event_free(c->rd_ev);
     if (c->bev)
         bufferevent_free(c->bev);
     if (c->prev)
@@ -1194,7 +1212,7 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
     if ((what & BEV_EVENT_TIMEOUT) && (what & BEV_EVENT_READING) &&
         (c->state == C_PENDING || c->state == C_STREAM || c->state == C_WRITE)) {
         /* idle only counts while the client owes us a request: here it waits for us */
-        if (!c->rd_full)
+        if (!c->rd_full && !c->rd_ev)
             bufferevent_enable(bev, EV_READ);
         return;
     }
@@ -1208,6 +1226,68 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
     if (c->state == C_PENDING)
         sf_debug("msg=\"client went away before the response\" peer=%s", c->peer);
     conn_free(c);
+}
+
+#define GW_HTTP_READ_CHUNK (16u << 10) /* what one read asks for (at most rd_max) */
+
+/* The own reader of a plain socket: libevent's bufferevent asked the kernel how much was
+ * readable (ioctl FIONREAD) before every read, a system call per request. Bytes go into
+ * the bufferevent's input buffer as before; an end of stream, an error or the idle
+ * timeout is reported as the bufferevent would (conn_event_cb), and reading stops. */
+static void conn_rd_cb(evutil_socket_t fd, short what, void *arg)
+{
+    gw_conn *c = arg;
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    struct evbuffer_iovec v[2];
+    size_t want = c->rd_max < GW_HTTP_READ_CHUNK ? c->rd_max : GW_HTTP_READ_CHUNK;
+    int nv;
+    ssize_t n;
+
+    if (what & EV_TIMEOUT) {
+        /* idle only counts while the client owes us a request (see conn_event_cb) */
+        if (c->state == C_PENDING || c->state == C_STREAM || c->state == C_WRITE)
+            return;
+        event_del(c->rd_ev);
+        conn_event_cb(c->bev, BEV_EVENT_READING | BEV_EVENT_TIMEOUT, c);
+        return;
+    }
+    if (want == 0) { /* (conn_input_limit pauses reading first) */
+        event_del(c->rd_ev);
+        c->rd_full = 1;
+        return;
+    }
+    evbuffer_unfreeze(in, 0); /* a socket bufferevent keeps its input's end frozen */
+    if ((nv = evbuffer_reserve_space(in, (ev_ssize_t)want, v, 2)) < 1) {
+        evbuffer_freeze(in, 0);
+        event_del(c->rd_ev);
+        conn_event_cb(c->bev, BEV_EVENT_READING | BEV_EVENT_ERROR, c);
+        return;
+    }
+    if (v[0].iov_len >= want) {
+        v[0].iov_len = want;
+        nv = 1;
+    } else if (nv > 1 && v[0].iov_len + v[1].iov_len > want) {
+        v[1].iov_len = want - v[0].iov_len;
+    }
+    n = readv(fd, (struct iovec *)v, nv);
+    if (n <= 0) {
+        evbuffer_commit_space(in, v, 0);
+        evbuffer_freeze(in, 0);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return;
+        event_del(c->rd_ev);
+        conn_event_cb(c->bev, BEV_EVENT_READING | (n == 0 ? BEV_EVENT_EOF : BEV_EVENT_ERROR), c);
+        return;
+    }
+    if ((size_t)n <= v[0].iov_len) {
+        v[0].iov_len = (size_t)n;
+        nv = 1;
+    } else {
+        v[1].iov_len = (size_t)n - v[0].iov_len;
+    }
+    evbuffer_commit_space(in, v, nv);
+    evbuffer_freeze(in, 0);
+    conn_read_cb(c->bev, c);
 }
 
 static int conn_start(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
@@ -1242,13 +1322,18 @@ static int conn_start(gw_http_server *s, struct bufferevent *bev, const char *pe
     c->rd_max = GW_HTTP_MAX_IO;
     bufferevent_set_max_single_read(bev, GW_HTTP_MAX_IO);
     bufferevent_set_max_single_write(bev, GW_HTTP_MAX_IO);
+    if (c->raw && !(c->rd_ev = event_new(s->base, bufferevent_getfd(bev), EV_READ | EV_PERSIST,
+                                         conn_rd_cb, c))) {
+        conn_free(c);
+        return -ENOMEM;
+    }
     conn_timeouts(c, 1, 1);
     conn_deadline(c, 1, s->lim.header_timeout_ms); /* a new connection owes us a request */
     /* a plain socket's write event is armed only when an answer did not go out at once
      * (a new bufferevent starts with writing enabled) */
     if (c->raw)
-        bufferevent_disable(bev, EV_WRITE);
-    if (bufferevent_enable(bev, c->raw ? EV_READ : EV_READ | EV_WRITE) < 0) {
+        bufferevent_disable(bev, EV_READ | EV_WRITE); /* the own reader reads */
+    else if (bufferevent_enable(bev, EV_READ | EV_WRITE) < 0) {
         conn_free(c);
         return -ENOMEM;
     }

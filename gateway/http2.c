@@ -35,6 +35,8 @@
 #define H2_OUT_HIGH_WM (256u << 10) /* stop producing frames while this much waits unsent */
 #define H2_MAX_IO      (256u << 10) /* one read or write (libevent's default: 16 KiB) */
 #define H2_FRAME       16384u      /* the DATA frame size a stream's body is cut for */
+#define H2_SMALL_PIECE 512u        /* a referenced piece below this is copied (a chain each
+                                      cost more than the copy) */
 
 typedef struct h2_stream h2_stream;
 
@@ -218,7 +220,7 @@ static int h2_body_add(h2_stream *st, const gw_req *r, const char *body, size_t 
     for (size_t i = 0; i < r->npieces && rc == 0; i++) {
         const gw_piece *pc = &r->pieces[i];
 
-        if (!pc->ref) {
+        if (!pc->ref || pc->n < H2_SMALL_PIECE) { /* small: into the current chain */
             rc = evbuffer_add(st->out, pc->p, pc->n);
             off += pc->n;
             continue;
