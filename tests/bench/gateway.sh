@@ -5,7 +5,8 @@
 # size to POSTs. Rows: tools/list and ping over HTTP/1.1 and h2c, and sandbox_exec `true`
 # through the whole pipeline (gateway only: the baselines run no sandboxes). Prints req/s,
 # p50 and p99 (from h2load's per-request log), the server's CPU time per request (from
-# /proc: all its threads or workers), the ratios gateway/SDK and gateway/nginx, (with
+# /proc: all its threads or workers; for the gateway also its event-loop threads alone,
+# without rdkafka's), the ratios gateway/SDK and gateway/nginx, (with
 # valgrind) the gateway's user-space instructions and allocations per request, and (with
 # strace) system calls per tools/list request for the gateway and nginx.
 # Uses build/; starts and stops its own stack (access log off, log level warn).
@@ -89,7 +90,8 @@ sf_wait 10 nginx curl -sf -d x "http://127.0.0.1:$np1/mcp" || sf_die "nginx does
 cmp -s <(curl -s -d x "http://127.0.0.1:$np1/mcp") "$state/list.response" ||
     sf_die "nginx's body differs from the gateway's tools/list answer"
 
-# cpu_ticks PID...: user+system clock ticks of these processes (every thread) so far
+# cpu_ticks PID...: user+system clock ticks of these processes (every thread) so far (a
+# PID/task/TID counts that thread alone)
 cpu_ticks() {
     local t=0 p
     for p in "$@"; do
@@ -101,27 +103,36 @@ gw_pid=$(cat "$state/pids/gateway")
 ngx_pids=$(pgrep -P "$(cat "$state/nginx.pid")" | tr '\n' ' ')
 sdk_pid=${pids[0]}
 hz=$(getconf CLK_TCK)
+# the gateway's event-loop threads (named like the process; rdkafka's are rdk:*)
+gw_loop_tasks=$(for t in /proc/"$gw_pid"/task/*; do
+    [ "$(cat "$t/comm")" = "$(cat /proc/"$gw_pid"/comm)" ] && echo "$gw_pid/task/${t##*/}"; done | tr '\n' ' ')
 
 # run LABEL URL BODY PROTO PIDS [headers...]: one h2load row; prints
-# "req/s p50_ms p99_ms cpu_us_per_request" (the CPU time of PIDS during the row)
+# "req/s p50_ms p99_ms cpu_us_per_request loop_us_per_request" (the CPU time of PIDS during
+# the row; for the gateway also of its event-loop threads alone, else "-")
 run() {
     local label=$1 url=$2 bodyf=$3 proto=$4 who=$5 log="$state/h2load.log"; shift 5
+    local loops=-; [ "$who" = "$gw_pid" ] && loops=$gw_loop_tasks
     local args=(-n "$n" -c "$c" -m 1 -d "$bodyf" "${hdr[@]}" --log-file="$log")
     [ "$proto" = h1 ] && args+=(--h1)
     rm -f "$log"
-    local out rps t0 t1
+    local out rps t0 t1 l0=0 l1=0
     t0=$(cpu_ticks $who)
+    [ "$loops" != - ] && l0=$(cpu_ticks $loops)
     out=$(h2load "${args[@]}" "$@" "$url" 2>&1)
     t1=$(cpu_ticks $who)
+    [ "$loops" != - ] && l1=$(cpu_ticks $loops)
     rps=$(grep -o 'finished in [^,]*, [0-9.]* req/s' <<<"$out" | awk '{print $(NF-1)}')
     if ! grep -q "status codes: $n 2xx" <<<"$out"; then
         printf '%-34s %s\n' "$label" "FAILED: $(grep -E 'status codes|requests:' <<<"$out" | tr '\n' ' ')" >&2
-        echo "0 0 0 0"
+        echo "0 0 0 0 -"
         return
     fi
-    sort -n -k3 "$log" | awk -v n="$(wc -l <"$log")" -v cpu="$(((t1 - t0) * 1000000 / hz))" -v reqs="$n" '
+    sort -n -k3 "$log" | awk -v n="$(wc -l <"$log")" -v cpu="$(((t1 - t0) * 1000000 / hz))" -v reqs="$n" \
+        -v loop="$([ "$loops" != - ] && echo $(((l1 - l0) * 1000000 / hz)) || echo -)" '
         NR==int(n*0.50+0.5){p50=$3} NR==int(n*0.99+0.5){p99=$3}
-        END{printf "%s %.2f %.2f %.1f\n", "'"$rps"'", p50/1000, p99/1000, cpu/reqs}'
+        END{printf "%s %.2f %.2f %.1f %s\n", "'"$rps"'", p50/1000, p99/1000, cpu/reqs,
+            loop == "-" ? "-" : sprintf("%.1f", loop/reqs)}'
 }
 
 gwh=(-H "Authorization: Bearer $SF_KEY_ALPHA" -H "Mcp-Session-Id: $sid" -H "MCP-Protocol-Version: 2025-06-18")
@@ -141,8 +152,8 @@ R[gw_exec_h2c]=$(n=$ne; run "gateway exec h2c" "$gw" "$state/exec.json" h2c "$gw
 printf '\ngateway vs the official MCP SDK server vs nginx (static body of the same size)\n'
 printf 'h2load -c %d -m 1, %d requests per row (exec: %d); %d cores; p50/p99 per request\n\n' "$c" "$n" "$ne" "$(nproc)"
 printf 'load average at the end: %s\n\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
-printf '| server | operation | proto | req/s | p50 ms | p99 ms | CPU us/req |\n| --- | --- | --- | ---: | ---: | ---: | ---: |\n'
-row() { local v=(${R[$1]}); printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$2" "$3" "$4" "${v[0]}" "${v[1]}" "${v[2]}" "${v[3]}"; }
+printf '| server | operation | proto | req/s | p50 ms | p99 ms | CPU us/req | loop threads us/req |\n| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n'
+row() { local v=(${R[$1]}); printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$2" "$3" "$4" "${v[0]}" "${v[1]}" "${v[2]}" "${v[3]}" "${v[4]}"; }
 for proto in h1 h2c; do
     row gw_list_$proto gateway tools/list $proto
     row nginx_list_$proto nginx "static body" $proto
