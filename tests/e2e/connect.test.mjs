@@ -3,11 +3,11 @@
 // right flags as the shell passes them), the Claude Desktop entry really starts a working
 // mcp-stdio, and --write merges into each client's file without losing what is there and,
 // for every file but Claude Desktop's, without the key.
-import { test } from 'node:test';
+import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdtempSync, mkdirSync, writeFileSync, readFileSync, statSync, symlinkSync, lstatSync,
-  accessSync, constants } from 'node:fs';
+  accessSync, constants, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parse } from 'smol-toml';
@@ -19,11 +19,14 @@ import { sandfleetBin } from './bridge.mjs';
 const bin = sandfleetBin(env.SF_BUILD);
 const parseToml = (text) => JSON.parse(JSON.stringify(parse(text))); // plain objects
 const KEY = env.SF_KEY_ALPHA;
+// every HOME and folder of this file under one scratch folder, removed at the end
+const scratch = mkdtempSync(join(tmpdir(), 'sf-connect-'));
+after(() => rmSync(scratch, { recursive: true, force: true }));
 
 // Runs `sandfleet connect ...` in a fresh HOME and folder (or the given ones).
 function connect(args, { home, cwd, extraEnv = {} } = {}) {
-  home ??= mkdtempSync(join(tmpdir(), 'sf-connect-home-'));
-  cwd ??= mkdtempSync(join(tmpdir(), 'sf-connect-cwd-'));
+  home ??= mkdtempSync(join(scratch, 'home-'));
+  cwd ??= mkdtempSync(join(scratch, 'cwd-'));
   const r = spawnSync(bin, ['connect', ...args], { cwd, encoding: 'utf8',
     env: { PATH: process.env.PATH, HOME: home, SF_HOME: '/nonexistent',
       ASAN_OPTIONS: process.env.ASAN_OPTIONS ?? '', ...extraEnv } });
@@ -100,8 +103,8 @@ test('claude-desktop: the entry starts a working mcp-stdio', async () => {
 });
 
 test('--write merges into each client file, keeps the rest, and only Claude Desktop holds the key', () => {
-  const home = mkdtempSync(join(tmpdir(), 'sf-connect-home-'));
-  const cwd = mkdtempSync(join(tmpdir(), 'sf-connect-cwd-'));
+  const home = mkdtempSync(join(scratch, 'home-'));
+  const cwd = mkdtempSync(join(scratch, 'cwd-'));
   const put = (p, text) => { mkdirSync(join(p, '..'), { recursive: true }); writeFileSync(p, text); };
   const other = { command: 'other-server', args: ['--x'] };
   put(join(cwd, '.vscode/mcp.json'), JSON.stringify({ inputs: [{ type: 'promptString', id: 'mine', password: true }],
@@ -159,13 +162,13 @@ test('--write merges into each client file, keeps the rest, and only Claude Desk
     sandfleet: { url, bearer_token_env_var: 'SANDFLEET_API_KEY', tool_timeout_sec: 120 } } });
 
   // A new Claude Desktop file (it holds the key) is private.
-  const fresh = mkdtempSync(join(tmpdir(), 'sf-connect-home-'));
+  const fresh = mkdtempSync(join(scratch, 'home-'));
   assert.equal(connect(['claude-desktop', '--write', '--url', url, '--key', KEY], { home: fresh }).status, 0);
   assert.equal(statSync(join(fresh, '.config/Claude/claude_desktop_config.json')).mode & 0o777, 0o600);
 });
 
 test('--write refuses what it cannot merge safely and changes nothing', () => {
-  const cwd = mkdtempSync(join(tmpdir(), 'sf-connect-cwd-'));
+  const cwd = mkdtempSync(join(scratch, 'cwd-'));
   mkdirSync(join(cwd, '.vscode'));
   const jsonc = '{\n  // my servers\n  "servers": {}\n}\n';
   writeFileSync(join(cwd, '.vscode/mcp.json'), jsonc);
@@ -174,7 +177,7 @@ test('--write refuses what it cannot merge safely and changes nothing', () => {
   assert.match(r.stderr, /is not plain JSON .*nothing was changed/);
   assert.equal(readFileSync(join(cwd, '.vscode/mcp.json'), 'utf8'), jsonc);
 
-  const home = mkdtempSync(join(tmpdir(), 'sf-connect-home-'));
+  const home = mkdtempSync(join(scratch, 'home-'));
   mkdirSync(join(home, '.codex'));
   const inline = '[mcp_servers]\nsandfleet = { url = "http://elsewhere/mcp" }\n';
   writeFileSync(join(home, '.codex/config.toml'), inline);
