@@ -85,44 +85,37 @@ uint32_t kb_r_uvarint(kb_rbuf *r)
     return 0;
 }
 
-void kb_r_str(kb_rbuf *r, int nullable, const char **s, size_t *n)
+/* A string's or bytes' body of len (read before it): NULL with *n 0 for null (-1, when
+ * nullable) or on error. */
+static const uint8_t *take_len(kb_rbuf *r, int64_t len, int nullable, size_t *n)
 {
-    int16_t len = kb_r_i16(r);
     const uint8_t *q;
 
-    *s = NULL;
     *n = 0;
     if (r->err)
-        return;
+        return NULL;
     if (len < 0) {
         if (len != -1 || !nullable)
             r->err = -EBADMSG;
-        return;
+        return NULL;
     }
-    if ((q = take(r, (size_t)len))) {
-        *s = (const char *)q;
+    if ((q = take(r, (size_t)len)))
         *n = (size_t)len;
-    }
+    return q;
+}
+
+void kb_r_str(kb_rbuf *r, int nullable, const char **s, size_t *n)
+{
+    int16_t len = kb_r_i16(r);
+
+    *s = (const char *)take_len(r, len, nullable, n);
 }
 
 void kb_r_bytes(kb_rbuf *r, int nullable, const uint8_t **b, size_t *n)
 {
     int32_t len = kb_r_i32(r);
-    const uint8_t *q;
 
-    *b = NULL;
-    *n = 0;
-    if (r->err)
-        return;
-    if (len < 0) {
-        if (len != -1 || !nullable)
-            r->err = -EBADMSG;
-        return;
-    }
-    if ((q = take(r, (size_t)len))) {
-        *b = q;
-        *n = (size_t)len;
-    }
+    *b = take_len(r, len, nullable, n);
 }
 
 int32_t kb_r_array(kb_rbuf *r, int nullable, int32_t max, size_t min_elem)
