@@ -58,6 +58,7 @@
 #define GW_HTTP_INPUT_HIGH_WM (256u << 10) /* pipelined bytes buffered while a request runs */
 #define GW_HTTP_LINGER_IDLE_S 2            /* lingering close: gap between client bytes */
 #define GW_HTTP_LINGER_MAX_S  5            /* lingering close: total */
+#define GW_HTTP_REFUSED_MAX   1024         /* refused connections lingering at once */
 #define GW_HTTP_MAX_HEAD      (1u << 20)   /* response status line + headers */
 #define GW_HTTP_MAX_IO        (256u << 10) /* one read or write (libevent's default: 16 KiB) */
 
@@ -1367,9 +1368,56 @@ static void peer_name(const struct sockaddr *sa, char *out, size_t outlen, int *
 }
 
 /* Refuses a connection before any byte is read, with a fixed answer. */
-static void refuse_conn(evutil_socket_t fd, int status, const char *body)
+/* A connection refused at accept (429, 503) closes the lingering way too (conn_linger):
+ * closed at once with the client's request unread, or with its next bytes on the way, it
+ * would be reset, and a client that had not read the refusal yet would see only the reset.
+ * Our side is shut down and what the client still sends is read and dropped until it
+ * closes, pauses GW_HTTP_LINGER_IDLE_S or GW_HTTP_LINGER_MAX_S passed; at most
+ * GW_HTTP_REFUSED_MAX at once (past it they close at once). */
+typedef struct gw_refused {
+    gw_http_server *s;
+    evutil_socket_t fd;
+    struct event *ev;
+    time_t until;
+    struct gw_refused *prev, *next;
+} gw_refused;
+
+static void refused_free(gw_refused *r)
 {
+    gw_http_server *s = r->s;
+
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        s->refused = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    s->nrefused--;
+    event_free(r->ev);
+    evutil_closesocket(r->fd);
+    free(r);
+}
+
+static void refused_cb(evutil_socket_t fd, short what, void *arg)
+{
+    gw_refused *r = arg;
+    char buf[16384];
+    ssize_t n = -1;
+
+    if (what & EV_READ) /* at most 256 KiB a turn */
+        for (int i = 0; i < 16 && (n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0; i++)
+            ;
+    if ((what & EV_TIMEOUT) || n == 0 ||
+        (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ||
+        time(NULL) >= r->until)
+        refused_free(r);
+}
+
+static void refuse_conn(gw_http_server *s, evutil_socket_t fd, int status, const char *body)
+{
+    struct timeval idle = {GW_HTTP_LINGER_IDLE_S, 0};
     char msg[512];
+    gw_refused *r = NULL;
     int n = snprintf(msg, sizeof(msg),
                      "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nCache-Control: no-store\r\n"
                      "Retry-After: 1\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
@@ -1377,7 +1425,23 @@ static void refuse_conn(evutil_socket_t fd, int status, const char *body)
 
     if (n > 0 && send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
         sf_debug("msg=\"could not send the refusal\" err=\"%s\"", strerror(errno));
-    evutil_closesocket(fd);
+    if (s->nrefused >= GW_HTTP_REFUSED_MAX || shutdown(fd, SHUT_WR) < 0 ||
+        !(r = calloc(1, sizeof(*r))) ||
+        !(r->ev = event_new(s->base, fd, EV_READ | EV_PERSIST, refused_cb, r)) ||
+        event_add(r->ev, &idle) < 0) {
+        if (r && r->ev)
+            event_free(r->ev);
+        free(r);
+        evutil_closesocket(fd);
+        return;
+    }
+    r->s = s;
+    r->fd = fd;
+    r->until = time(NULL) + GW_HTTP_LINGER_MAX_S;
+    if ((r->next = s->refused))
+        s->refused->prev = r;
+    s->refused = r;
+    s->nrefused++;
 }
 
 static void srv_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
@@ -1392,7 +1456,7 @@ static void srv_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct s
     if (s->nconns + s->nh2 >= s->lim.max_conns) {
         s->stats.refused[GW_REFUSE_503]++;
         sf_warn("msg=\"connection refused: max_conns reached\" max_conns=%u", s->lim.max_conns);
-        refuse_conn(fd, 503, "{\"error\":\"the server has too many connections open; retry later\"}");
+        refuse_conn(s, fd, 503, "{\"error\":\"the server has too many connections open; retry later\"}");
         return;
     }
     peer_name(salen > 0 ? sa : NULL, peer, sizeof(peer), &port);
@@ -1404,7 +1468,7 @@ static void srv_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct s
         s->stats.refused[GW_REFUSE_429]++;
         sf_debug("msg=\"connection refused: too many from one address\" peer=%s max=%u", peer,
                  s->lim.max_conns_per_addr);
-        refuse_conn(fd, 429, "{\"error\":\"too many connections from your address; close some, "
+        refuse_conn(s, fd, 429, "{\"error\":\"too many connections from your address; close some, "
                              "then retry\"}");
         return;
     }
@@ -1572,6 +1636,8 @@ void gw_http_server_free(gw_http_server *srv)
         return;
     while (srv->conns)
         conn_free(srv->conns);
+    while (srv->refused)
+        refused_free(srv->refused);
     gw_h2_free_all(srv);
     gw_tls_ctx_free(srv);
     gw_req_pool_free(srv);

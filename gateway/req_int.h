@@ -118,6 +118,8 @@ struct gw_http_server {
     unsigned nconns;
     gw_h2_conn *h2conns;
     unsigned nh2;
+    struct gw_refused *refused; /* refused at accept, lingering (http1.c) */
+    unsigned nrefused;
     size_t buffered;      /* request bytes held by all connections */
     gw_addr_table *addrs; /* client address -> gw_addr (maybe shared with other servers) */
     gw_addr_table *own_addrs;
