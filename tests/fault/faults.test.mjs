@@ -239,21 +239,28 @@ test('SIGTERM of a gateway mid-load: every call it accepted is answered', async 
   assert.ok(await flowing() >= 0, 'calls do not flow through the restarted gateway');
 });
 
+// (the calls sent to the worker while it is down wait in its topic until it is back: 1 s
+// down, then its start, its consumer's first fetch and its producer's first delivery, ~4 s
+// under ASan on a quiet machine and more at load 20, when an 8 s deadline was once reached:
+// their outcome is not known until then, so a longer deadline, as for the scheduler; each is
+// still answered at once when the worker is back, and the test still fails if any waits
+// for its deadline)
 test('kill -9 of a worker under load: its running calls are answered at once when it returns', async () => {
   const victim = load[load.length - 1].h;
   const probe = load.find((l) => l.h !== victim).sb;
   const slow = load.find((l) => l.h === victim).sb;
   await fault(`worker-${victim}`, {
     probe,
+    execTimeout: 12000,
     async before() { // a command that is surely running when its worker dies
-      const p = mcall(urls[0], key, 'sandbox_exec', { sandbox_id: slow, command: 'sleep 4', timeout_ms: 10000 });
+      const p = mcall(urls[0], key, 'sandbox_exec', { sandbox_id: slow, command: 'sleep 4', timeout_ms: 16000 });
       await sleep(700);
       return { p }; // (not the promise itself: an async function would wait for it)
     },
     async check(calls, slowCall) {
       const r = await slowCall.p;
       assert.match(r.text ?? r.neterr, /outcome is unknown: its host failed while it ran/);
-      assert.ok(r.ms < 9000, `the running call was answered only after ${r.ms} ms (its deadline is 13 s)`);
+      assert.ok(r.ms < 12000, `the running call was answered only after ${r.ms} ms (its deadline is 19 s)`);
       const lost = calls.filter((c) => load.find((l) => l.sb === c.sb).h === victim && !c.r.ok);
       for (const c of lost) {
         assert.match(c.r.text, /outcome is unknown: its host failed while it ran|lost|no longer running|shutting down|unreachable|is not responding; retry/,
