@@ -28,10 +28,11 @@ static pthread_cond_t beat_cv;
 static int beat_once(wk_ctx *ctx, redisContext *conn)
 {
     int64_t now = sf_now_ms();
-    char ts[24], cap[24], running[24], mem[24], vcpu[24], err[256];
+    char ts[24], cap[24], running[24], mem[24], vcpu[24], disk[24], dused[24], err[256];
     const char *kv[] = {"id", ctx->host_id, "topic", ctx->topic, "driver", ctx->ops->name,
                         "version", WK_VERSION, "ts", ts, "running", running, "capacity", cap,
-                        "mem_mib", mem, "vcpu_milli", vcpu,
+                        "mem_mib", mem, "vcpu_milli", vcpu, "disk_mib", disk,
+                        "disk_used_mib", dused,
                         /* 'debian' is on this host (placement prefers such hosts) */
                         "tpl_debian", ctx->tstore && wk_tstore_debian_ready(ctx->tstore) ? "1" : "0"};
     int rc;
@@ -41,6 +42,9 @@ static int beat_once(wk_ctx *ctx, redisContext *conn)
     snprintf(running, sizeof(running), "%d", atomic_load(&ctx->beat.running));
     snprintf(mem, sizeof(mem), "%llu", (unsigned long long)ctx->res.mem_mib);
     snprintf(vcpu, sizeof(vcpu), "%llu", (unsigned long long)ctx->res.vcpu_milli);
+    snprintf(disk, sizeof(disk), "%llu", (unsigned long long)atomic_load(&ctx->beat.disk_mib));
+    snprintf(dused, sizeof(dused), "%llu",
+             (unsigned long long)atomic_load(&ctx->beat.disk_used_mib));
     rc = sf_records_heartbeat_sync(conn, ctx->host_id, now,
                                    ctx->cfg.heartbeat_ms * 10, SF_ARRAY_LEN(kv), kv, err,
                                    sizeof(err));
@@ -144,6 +148,7 @@ static void check_boxes(evutil_socket_t fd, short what, void *arg)
     const char **argv;
     char key[128];
 
+    wk_host_disk_publish(ctx);
     if (n == 0 || !sf_redis_connected(ctx->redis) || !(bc = malloc(sizeof(*bc) + n * SF_ID_MAX)))
         return;
     if (!(argv = calloc(n + 2, sizeof(*argv)))) {
@@ -163,6 +168,15 @@ static void check_boxes(evutil_socket_t fd, short what, void *arg)
     free(argv);
 }
 
+/* The disk this host offers and holds (sandboxes' disks and the snapshots stored here),
+ * for the heartbeat thread. On the loop thread. */
+void wk_host_disk_publish(wk_ctx *ctx)
+{
+    atomic_store(&ctx->beat.disk_mib, (unsigned long long)ctx->res.disk_mib);
+    atomic_store(&ctx->beat.disk_used_mib,
+                 (unsigned long long)(ctx->used_disk_mib + ctx->snap_disk_mib));
+}
+
 int wk_host_start(wk_ctx *ctx)
 {
     struct timeval tv = {ctx->cfg.heartbeat_ms / 1000, (ctx->cfg.heartbeat_ms % 1000) * 1000};
@@ -174,6 +188,7 @@ int wk_host_start(wk_ctx *ctx)
     pthread_condattr_destroy(&ca);
     atomic_store(&ctx->beat.stop, 0);
     atomic_store(&ctx->beat.running, (int)sf_map_len(ctx->sandboxes));
+    wk_host_disk_publish(ctx);
     if (pthread_create(&ctx->beat_thread, NULL, beat_main, ctx) != 0)
         return -1;
     ctx->beat_started = 1;

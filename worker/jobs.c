@@ -647,8 +647,8 @@ static const char *no_room(const wk_ctx *ctx, const wk_limits *l)
         return "memory";
     if (ctx->used_vcpu_milli + l->vcpu_milli > ctx->res.vcpu_milli)
         return "cpu";
-    if (ctx->used_disk_mib + l->disk_mib > ctx->res.disk_mib)
-        return "disk";
+    if (ctx->used_disk_mib + ctx->snap_disk_mib + l->disk_mib > ctx->res.disk_mib)
+        return "disk"; /* (the snapshots stored here take their part: snapshot.c) */
     return NULL;
 }
 

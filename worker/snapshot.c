@@ -27,6 +27,7 @@
 
 static struct {
     sf_map *busy;        /* snapshot id -> (users), while taken or used by a create */
+    sf_map *mib;         /* snapshot id -> (MiB of disk it holds here), until its files go */
     struct event *ev_sweep;
     int swept;           /* a sweep ran (the first one drops stale `taking` records) */
     wk_ctx *ctx;
@@ -42,6 +43,31 @@ static void busy_add(const char *id, int d)
     sf_map_del(S.busy, id);
     if (n > 0 && sf_map_put(S.busy, id, (void *)n) < 0)
         sf_warn("msg=\"snapshot use not tracked (out of memory)\" snapshot=%s", id);
+}
+
+/* The disk a snapshot's files hold here counts in the host's (jobs.c no_room, the
+ * heartbeat's disk_used_mib) from when it is ready until its files are removed. */
+static void disk_add(wk_ctx *ctx, const char *id, uint64_t bytes)
+{
+    uint64_t mib = (bytes + (1 << 20) - 1) >> 20;
+
+    if (!S.mib || sf_map_get(S.mib, id) || mib == 0)
+        return;
+    if (sf_map_put(S.mib, id, (void *)(uintptr_t)mib) < 0) {
+        sf_warn("msg=\"snapshot disk not counted (out of memory)\" snapshot=%s", id);
+        return;
+    }
+    ctx->snap_disk_mib += mib;
+}
+
+static void disk_release(wk_ctx *ctx, const char *id)
+{
+    uint64_t mib = S.mib ? (uint64_t)(uintptr_t)sf_map_get(S.mib, id) : 0;
+
+    if (!mib)
+        return;
+    sf_map_del(S.mib, id);
+    ctx->snap_disk_mib -= mib < ctx->snap_disk_mib ? mib : ctx->snap_disk_mib;
 }
 
 static int snap_path(const wk_ctx *ctx, char *buf, size_t n, const char *id, const char *leaf)
@@ -71,6 +97,7 @@ static void rm_done(void *arg)
 {
     rm_job *j = arg;
 
+    disk_release(S.ctx, j->id);
     busy_add(j->id, -1);
     free(j);
 }
@@ -130,6 +157,8 @@ static void on_finished(redisAsyncContext *ac, void *r, void *priv)
         sf_info("msg=\"snapshot ready\" sandbox=%s snapshot=%s name=%s bytes=%llu",
                 s->c->job.sandbox, s->id, s->name, (unsigned long long)s->bytes);
         wk_touch(ctx, s->c->job.sandbox);
+        disk_add(ctx, s->id, s->bytes);
+        wk_host_disk_publish(ctx);
         busy_add(s->id, -1);
         wk_reply_result(s->c, json_pack("{s:s, s:s, s:I, s:s, s:s}", "snapshot_id", s->id,
                                         "name", s->name, "size", (json_int_t)s->bytes,
@@ -389,16 +418,39 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
     sweep(arg);
 }
 
+/* At start: the snapshots an earlier run left here. The host's offer was measured with
+ * their files on the disk, so they join it and count as held (a delete frees their room). */
+static void disk_count_all(wk_ctx *ctx)
+{
+    char dir[4200], files[4400];
+    struct dirent *e;
+    uint64_t before = ctx->snap_disk_mib;
+    DIR *d;
+
+    if (snap_path(ctx, dir, sizeof(dir), NULL, NULL) < 0 || !(d = opendir(dir)))
+        return;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "snp_", 4) != 0 || !sf_id_valid(e->d_name) ||
+            snprintf(files, sizeof(files), "%s/%s", dir, e->d_name) >= (int)sizeof(files))
+            continue;
+        disk_add(ctx, e->d_name, wk_snap_bytes(files));
+    }
+    closedir(d);
+    ctx->res.disk_mib += ctx->snap_disk_mib - before;
+}
+
 int wk_snap_start(wk_ctx *ctx)
 {
     struct timeval tv = {(time_t)(ctx->cfg.snapshot_sweep_ms / 1000),
                          (suseconds_t)(ctx->cfg.snapshot_sweep_ms % 1000) * 1000};
 
     S.ctx = ctx;
-    if (!(S.busy = sf_map_new(4096)) ||
+    if (!(S.busy = sf_map_new(4096)) || !(S.mib = sf_map_new(4096)) ||
         !(S.ev_sweep = event_new(ctx->d.base, -1, EV_PERSIST, on_sweep, ctx)) ||
         event_add(S.ev_sweep, &tv) < 0)
         return -ENOMEM;
+    disk_count_all(ctx);
+    wk_host_disk_publish(ctx);
     sweep(ctx);
     return 0;
 }
@@ -411,4 +463,6 @@ void wk_snap_stop(wk_ctx *ctx)
     S.ev_sweep = NULL;
     sf_map_free(S.busy);
     S.busy = NULL;
+    sf_map_free(S.mib);
+    S.mib = NULL;
 }

@@ -147,6 +147,28 @@ test('the team\'s snapshot limit and a taken name say what to do; a delete frees
   assert.deepEqual((await call(alpha, 'sandbox_snapshot_list', {})).structured.snapshots, []);
 });
 
+// The disk a host offers sandboxes is shared with the snapshots stored on it: a snapshot's
+// bytes count in the host's disk (the worker's room check and its heartbeat's
+// disk_used_mib) from when it is taken until its files are gone after the delete.
+test('a snapshot\'s bytes count in its host\'s disk until its files are removed', jailOnly, async () => {
+  const id = await create({ name: 'snap-disk' });
+  const host = redis('HGET', `sf:sb:{${id}}`, 'host');
+  const used = () => Number(redis('HGET', `sf:host:{${host}}`, 'disk_used_mib') || NaN);
+  // 24 MiB that take their room (random: nothing to share or leave sparse)
+  const w = await sh(alpha, id, 'head -c 25165824 /dev/urandom > /root/big && sync');
+  assert.equal(w.exit_code, 0, w.stderr);
+  const before = await until('the heartbeat with the disk held', async () => Number.isFinite(used()) && used());
+  assert.ok(Number(redis('HGET', `sf:host:{${host}}`, 'disk_mib')) > 0);
+  const s = await snapshot(id, 'disk-a');
+  const mib = Math.ceil(s.size / 1048576);
+  assert.ok(mib >= 24, `a snapshot of 24 MiB of data holds ${s.size} bytes`);
+  await until(`disk_used_mib ${before} + ${mib}`, async () => used() === before + mib, 10000);
+  await del(s.snapshot_id);
+  await until('the files removed', async () => !existsSync(files(s.snapshot_id)), 15000);
+  await until(`disk_used_mib back to ${before}`, async () => used() === before, 10000);
+  await kill(id);
+});
+
 test('another team can neither see nor use nor delete a snapshot', jailOnly, async () => {
   const id = await create({ name: 'snap-private' });
   const s = await snapshot(id, 'private');
