@@ -73,6 +73,7 @@ out:
     /* Redis first: the callbacks it fires for commands in flight answer their calls, which
      * needs the producer and the job queue. */
     sf_redis_free(ctx.redis);
+    sch_tpl_join_fini();
     sf_jobq_free(ctx.jobq);
     if (ctx.ev_reap)
         event_free(ctx.ev_reap);

@@ -101,5 +101,6 @@ int sch_store_start_reaper(sch_ctx *ctx);
 /* tpl_join.c: each live jail host gets the ready team templates another live host holds
  * (one pass at a time; run by the reaper's tick). */
 void sch_tpl_join(sch_ctx *ctx);
+void sch_tpl_join_fini(void); /* at exit, once Redis's callbacks ran */
 
 #endif

@@ -8,10 +8,19 @@
  * chain of templates follows over the next passes), marking it `building` at the host;
  * the scheduler then lists it for the host and sends the host the build (the record's job
  * id, so the build's writes are its own). Two schedulers offering the same one: the first
- * marks it, the second is told no. */
+ * marks it, the second is told no.
+ *
+ * An offer that is refused (a failed or deleted template, one that failed or is building on
+ * that host, one whose `from` is not there yet) is not made again on every pass: each
+ * scheduler waits 2, 4, 8 ... passes (at most JOIN_GAP_MAX, ~5 minutes at the default
+ * host_ttl_ms) before it offers that template to that host again, and forgets the pair once
+ * it is no longer a candidate (the host lists the template, or left, or the template is on no
+ * live host's list). Offers skipped so do not use up the JOIN_MAX of a pass, so templates
+ * that can be built are not held back by ones that cannot. */
 #include "sched.h"
 #include "sf_kafka.h"
 #include "sf_log.h"
+#include "sf_map.h"
 #include "sf_tools.h"
 #include "sf_util.h"
 
@@ -21,6 +30,18 @@
 #include <string.h>
 
 #define JOIN_MAX 64 /* offers per pass (the rest wait for the next) */
+#define JOIN_GAP_MAX 64   /* passes between two offers of one refused pair, at most */
+#define JOIN_PAIRS_MAX 65536 /* refused pairs remembered (past it: offered every pass) */
+
+/* A refused pair ("<host> <team> <name>"): when it is offered again. */
+typedef struct jskip {
+    unsigned next;   /* the pass from which it is offered again */
+    unsigned gap;    /* passes to wait after its next refusal */
+    unsigned seen;   /* the last pass it was a candidate in */
+} jskip;
+
+static sf_map *skips;
+static unsigned npass;
 
 typedef struct jpass {
     sch_ctx *ctx;
@@ -45,6 +66,88 @@ typedef struct jop {
 } jop;
 
 static int busy; /* one pass at a time */
+
+static void pair_key(char *buf, size_t n, const char *host, const char *team, const char *name)
+{
+    snprintf(buf, n, "%s %s %s", host, team, name);
+}
+
+/* The pair was refused: offered again after its gap, which doubles up to JOIN_GAP_MAX. */
+static void pair_refused(const char *host, const char *team, const char *name)
+{
+    char k[SF_ID_MAX * 2 + 130];
+    jskip *j;
+
+    pair_key(k, sizeof(k), host, team, name);
+    if (!skips && !(skips = sf_map_new(JOIN_PAIRS_MAX)))
+        return;
+    if (!(j = sf_map_get(skips, k))) {
+        if (!(j = calloc(1, sizeof(*j))))
+            return;
+        j->gap = 2;
+        if (sf_map_put(skips, k, j) < 0) {
+            free(j);
+            return;
+        }
+    }
+    j->seen = npass;
+    j->next = npass + j->gap;
+    j->gap = j->gap * 2 > JOIN_GAP_MAX ? JOIN_GAP_MAX : j->gap * 2;
+}
+
+static void pair_built(const char *host, const char *team, const char *name)
+{
+    char k[SF_ID_MAX * 2 + 130];
+
+    pair_key(k, sizeof(k), host, team, name);
+    if (skips)
+        free(sf_map_del(skips, k));
+}
+
+typedef struct stale {
+    char **keys;
+    size_t n;
+} stale;
+
+static void collect_stale(const char *key, void *val, void *arg)
+{
+    stale *st = arg;
+    char *k;
+
+    if (((jskip *)val)->seen != npass && (k = strdup(key)))
+        st->keys[st->n++] = k;
+}
+
+/* Forgets the pairs that were no candidate in this pass. */
+static void prune(void)
+{
+    stale st = {0};
+    size_t n = skips ? sf_map_len(skips) : 0;
+
+    if (!n || !(st.keys = calloc(n, sizeof(*st.keys))))
+        return;
+    sf_map_foreach(skips, collect_stale, &st);
+    for (size_t i = 0; i < st.n; i++) {
+        free(sf_map_del(skips, st.keys[i]));
+        free(st.keys[i]);
+    }
+    free(st.keys);
+}
+
+static void free_skip(const char *key, void *val, void *arg)
+{
+    (void)key;
+    (void)arg;
+    free(val);
+}
+
+void sch_tpl_join_fini(void)
+{
+    if (skips)
+        sf_map_foreach(skips, free_skip, NULL);
+    sf_map_free(skips);
+    skips = NULL;
+}
 
 static void pass_end(jpass *p)
 {
@@ -118,8 +221,11 @@ static void on_join(redisAsyncContext *ac, void *r, void *priv)
         sf_redis_cmd(o->p->ctx->redis, NULL, NULL, "SADD " SF_RK_HOST_TEMPLATES " %s", o->host,
                      member);
         send_build(o, rep);
+        pair_built(o->host, o->team, o->name);
     } else if (rep && rep->type == REDIS_REPLY_ERROR) {
         sf_error("msg=\"template join script failed\" err=\"%s\"", rep->str);
+    } else if (rep && rep->type == REDIS_REPLY_ARRAY) {
+        pair_refused(o->host, o->team, o->name);
     }
     pass_end(o->p);
     free(o);
@@ -134,6 +240,8 @@ static void on_from(redisAsyncContext *ac, void *r, void *priv)
     size_t lens[5];
 
     (void)ac;
+    if (rep && rep->type == REDIS_REPLY_NIL)
+        pair_refused(o->host, o->team, o->name); /* the template is gone */
     if (!rep || rep->type != REDIS_REPLY_STRING || rep->len >= sizeof(o->from))
         goto out; /* gone, or Redis went away */
     memcpy(o->from, rep->str, rep->len + 1);
@@ -192,15 +300,26 @@ static void offer_all(jpass *p)
         json_object_foreach(all, k, m) {
             int has = 0;
             json_t *x;
+            jskip *sk;
+            char pk[SF_ID_MAX * 2 + 130];
             json_array_foreach(l, j, x) {
                 if (!strcmp(json_string_value(x), k))
                     has = 1;
             }
-            if (!has && n++ < JOIN_MAX)
+            if (has)
+                continue;
+            snprintf(pk, sizeof(pk), "%s %s", json_string_value(json_object_get(e, "h")), k);
+            if (skips && (sk = sf_map_get(skips, pk))) {
+                sk->seen = npass;
+                if ((int)(npass - sk->next) < 0)
+                    continue; /* refused lately: not yet */
+            }
+            if (n++ < JOIN_MAX)
                 offer(p, e, k);
         }
     }
     json_decref(all);
+    prune();
 }
 
 static void on_list(redisAsyncContext *ac, void *r, void *priv)
@@ -265,6 +384,7 @@ void sch_tpl_join(sch_ctx *ctx)
     p->ctx = ctx;
     p->pending = 1;
     busy = 1;
+    npass++;
     if (sch_hosts_read(ctx, on_hosts, p) < 0)
         pass_end(p);
 }

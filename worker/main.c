@@ -129,6 +129,8 @@ static void reconcile(wk_ctx *ctx)
         rc = c ? sf_records_retire_host_sync(c, ctx->host_id, &n) : -1;
         if (rc == 0) /* their timers go with them */
             rc = sf_timers_clear_host_sync(c, ctx->host_id);
+        if (rc == 0) /* and the template builds it had under way */
+            rc = wk_tpl_build_reconcile_sync(ctx, c);
         if (c)
             redisFree(c);
         if (rc == 0) {
@@ -316,6 +318,7 @@ out:
      * sandboxes; then Redis writes and replies get 200 ms to go out. Redis goes before
      * Kafka, so callbacks it fires on the way out can still answer their calls. */
     ctx.stopping = 1;
+    wk_tpl_build_stop_all(&ctx); /* a clean stop is not reaped: its builds end here */
     if (ctx.sandboxes)
         kill_all(&ctx);
     wk_life_stop(&ctx);

@@ -48,6 +48,7 @@ typedef struct tb {
     int failed_step;          /* 1-based; 0: not a step */
     char error[2048];         /* "" while all goes well */
     int rc;
+    int stopped;              /* the worker stopped: the record was written, nothing more */
     struct tb *prev, *next;   /* the builds running here (wk_tpl_build_free_all) */
 } tb;
 
@@ -70,6 +71,9 @@ static void tb_free(tb *b)
 static void rcall(tb *b, sf_redis_script *sc, int nkeys, int nargs, const char **argv)
 {
     size_t lens[12];
+
+    if (b->stopped)
+        return;
     for (int i = 0; i < nkeys + nargs; i++)
         lens[i] = strlen(argv[i]);
     if (sf_redis_script_call(b->ctx->redis, sc, wk_redis_logged, NULL, nkeys, nargs, argv,
@@ -347,6 +351,10 @@ static void run_next(tb *b)
     const char *ready = json_string_value(json_object_get(b->args, "ready_cmd"));
     char head[160];
 
+    if (b->stopped) { /* the worker is stopping: no next step */
+        finish(b);
+        return;
+    }
     if (b->step < b->nsteps) {
         const char *cmd = json_string_value(json_array_get(steps, b->step));
         snprintf(head, sizeof(head), "%zu/%zu", b->step + 1, b->nsteps);
@@ -545,6 +553,77 @@ void wk_tpl_delete(wk_ctx *ctx, const sf_job *job)
     sf_info("msg=\"template deleted\" team=%s template=%s", job->team, name);
     if (wk_pool_run(ctx->pool, del_work, del_done, d) < 0)
         free(d); /* the next start removes the trash */
+}
+
+/* The worker is stopping (SIGTERM, a drain): a host that leaves cleanly is not reaped, so
+ * nobody else would end its builds, and their records would say `building` for ever. Each
+ * build still running here is failed on this host now, with the reason (its own error
+ * when it had failed already); the status follows from every host's as for any failure.
+ * The writes go out with the worker's last Redis traffic; the build sandboxes are killed
+ * with the host's others (host_fini) and their copies removed at the next start. */
+void wk_tpl_build_stop_all(wk_ctx *ctx)
+{
+    char key[256], step[16], now[24];
+
+    for (tb *b = builds; b; b = b->next) {
+        if (b->stopped)
+            continue;
+        if (!b->error[0])
+            snprintf(b->error, sizeof(b->error), "Host %s was stopped while it built this "
+                     "template; a failed template can be built again under its name.",
+                     ctx->host_id);
+        snprintf(key, sizeof(key), SF_RK_TEMPLATE, b->team, b->name);
+        snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
+        snprintf(step, sizeof(step), "%d", b->failed_step);
+        log_str(b, "== failed: ");
+        log_str(b, b->error);
+        log_str(b, "\n");
+        rcall(b, &sf_store_tpl_done, 1, 7, (const char *[]){key, b->job, ctx->host_id, "failed",
+              b->error, b->failed_step ? step : "", now, b->lead ? "1" : "0"});
+        b->stopped = 1;
+        sf_info("msg=\"template build stopped with the worker\" team=%s template=%s", b->team,
+                b->name);
+    }
+}
+
+/* At start, before any job: a build this host's previous run had under way when it died
+ * (kill -9, a crash: nothing wrote its end) is failed on this host, as the reaper does for a
+ * host that stays down (a host back within host_dead_ms is never reaped). Its build job is
+ * not run again (its offset went at once: builds are never answered). 0, or -EIO when the
+ * connection broke. */
+int wk_tpl_build_reconcile_sync(wk_ctx *ctx, redisContext *c)
+{
+    char key[400], why[256], now[24];
+    redisReply *l, *rep;
+    long n = 0;
+
+    if (!(l = redisCommand(c, "SMEMBERS " SF_RK_HOST_TEMPLATES, ctx->host_id)))
+        return -EIO;
+    snprintf(why, sizeof(why), "Host %s restarted while it built this template; a failed "
+             "template can be built again under its name.", ctx->host_id);
+    snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
+    for (size_t i = 0; l->type == REDIS_REPLY_ARRAY && i < l->elements; i++) {
+        const char *e = l->element[i]->str, *sp;
+        char team[SF_ID_MAX];
+        if (l->element[i]->type != REDIS_REPLY_STRING || !(sp = strchr(e, ' ')) ||
+            (size_t)(sp - e) >= sizeof(team))
+            continue;
+        memcpy(team, e, (size_t)(sp - e));
+        team[sp - e] = '\0';
+        if (snprintf(key, sizeof(key), SF_RK_TEMPLATE, team, sp + 1) >= (int)sizeof(key))
+            continue;
+        if (!(rep = sf_redis_script_sync(c, &sf_store_tpl_host_lost, 1, 3,
+                                         (const char *[]){key, ctx->host_id, why, now}, NULL))) {
+            freeReplyObject(l);
+            return -EIO;
+        }
+        n += rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
+        freeReplyObject(rep);
+    }
+    freeReplyObject(l);
+    if (n > 0)
+        sf_info("msg=\"template builds of a previous run marked failed\" count=%ld", n);
+    return 0;
 }
 
 void wk_tpl_build_free_all(void)

@@ -58,6 +58,7 @@ typedef struct wk_cfg {
 typedef struct wk_beat {
     atomic_int running;     /* sandboxes holding resources: starting, running, being killed */
     atomic_int stop;
+    atomic_ullong disk_mib, disk_used_mib; /* offered; held by sandboxes and snapshots */
 } wk_beat;
 
 typedef struct wk_ctx {
@@ -71,6 +72,7 @@ typedef struct wk_ctx {
     wk_host_res res;
     int64_t capacity;       /* effective: cfg, driver slots and resources */
     uint64_t used_mem_mib, used_vcpu_milli, used_disk_mib; /* held by the boxes */
+    uint64_t snap_disk_mib; /* held by the snapshots stored here (snapshot.c) */
     sf_redis *redis;
     rd_kafka_t *producer, *consumer;
     sf_jobq *jobq;
@@ -176,9 +178,15 @@ void wk_do_update(wk_call *c, wk_box *b);
 /* tpl_build.c: builds the team template job describes (sf.template_build); removes a
  * deleted one's files (sf.template_delete). No reply. */
 void wk_tpl_build(wk_ctx *ctx, const sf_job *job);
+/* At shutdown, first: each build still running here is recorded failed on this host
+ * ("Host h was stopped while it built this template; ..."), since a host that leaves
+ * cleanly is never reaped; the builds write nothing after it. */
+void wk_tpl_build_stop_all(wk_ctx *ctx);
+/* At start, on a blocking connection: the builds this host's previous run left `building`
+ * (it died) are failed here ("Host h restarted while it built ..."). 0 or -EIO. */
+int wk_tpl_build_reconcile_sync(wk_ctx *ctx, redisContext *c);
 /* At exit, once the driver and the pool are gone: the builds cut short by the shutdown
- * are freed (their sandboxes went with the driver; their records say `building` until
- * the host is reaped or the template deleted). */
+ * are freed (their sandboxes went with the driver). */
 void wk_tpl_build_free_all(void);
 void wk_tpl_delete(wk_ctx *ctx, const sf_job *job);
 
@@ -195,5 +203,7 @@ void wk_snap_stop(wk_ctx *ctx);
 /* host.c */
 int wk_host_start(wk_ctx *ctx);
 void wk_host_stop(wk_ctx *ctx);
+/* The disk offered and held (sandboxes + snapshots) into the heartbeat; loop thread. */
+void wk_host_disk_publish(wk_ctx *ctx);
 
 #endif

@@ -5,8 +5,8 @@
 // joins once a template is ready gets it built too.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
-import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
 import { connect, call, sh, env, driver, until } from './lib.mjs';
 
 const jail = { skip: driver !== 'jail' && 'jail hosts build templates' };
@@ -104,13 +104,27 @@ test('placement says why when no host holding the template can take a sandbox', 
   assert.equal((await call(client, 'sandbox_template_delete', { name })).isError, false);
 });
 
-test('a host that joins after a template is ready gets it built there', jail, async () => {
+// A failed template is on the lists of the hosts that tried it, so a host that joins lacks
+// it: the scheduler's offer of it is refused (it is not ready), and is made again only after
+// a growing gap, not on every pass (each pass reads each live host's list: SMEMBERS).
+test('a host that joins after a template is ready gets it built there; a failed one is not offered every pass', jail, async () => {
   const name = `late-${uniq}`;
+  const bad = `bad-${uniq}`;
   const third = 'e2e-host-3';
   const r = await call(client, 'sandbox_template_create', { name, from: 'base', run_steps: ['echo late > /late'] });
   assert.equal(r.isError, false, r.text);
   assert.equal(r.structured.hosts, 2);
+  const b = await call(client, 'sandbox_template_create', { name: bad, from: 'base', run_steps: ['exit 1'] });
+  assert.equal(b.isError, false, b.text);
   await until('ready on both hosts', async () => (await listed(name)).hosts_ready === 2, 120000);
+  await until('the bad one failed', async () => (await listed(bad)).status === 'failed', 120000);
+  // what the scheduler asks Redis from now on
+  const mon = spawn('redis-cli', ['-u', env.SF_REDIS_URL, 'monitor'], { stdio: ['ignore', 'pipe', 'ignore'] });
+  let seen = '';
+  mon.stdout.on('data', (d) => { seen += d.toString(); });
+  const count = (re) => (seen.match(re) ?? []).length;
+  const passes = () => count(new RegExp(`"SMEMBERS" "sf:host:\\{${third}\\}:tpls"`, 'g'));
+  const offers = () => count(new RegExp(`"HGET" "sf:team:\\{${team}\\}:tpl:${bad}" "from"`, 'g'));
   execFileSync(stack, ['add-worker', env.SF_STATE, env.SF_BUILD, third], { stdio: 'inherit' });
   try {
     const t = await until('built on the host that joined', async () => {
@@ -121,8 +135,84 @@ test('a host that joins after a template is ready gets it built there', jail, as
     assert.deepEqual([t.status, t.hosts], ['ready', 3]);
     assert.equal(readFileSync(`${env.SF_STATE}/worker-${third}/templates/team/${team}/${name}/rootfs/late`, 'utf8'), 'late\n');
     assert.equal(redis('SISMEMBER', `sf:host:{${third}}:tpls`, `${team} ${name}`), '1', 'the host lists it');
+    // four passes with the new host live: the failed template was offered to it at most twice
+    // (passes 1 and 3; every pass before), and never handed over
+    await until('four join passes', async () => passes() >= 4, 60000, 250);
+    assert.ok(offers() >= 1 && offers() <= 2, `the failed template was offered ${offers()} times in ${passes()} passes`);
+    assert.equal(redis('HGET', `sf:team:{${team}}:tpl:${bad}`, `at:${third}`), '');
+    assert.equal((await listed(bad)).status, 'failed');
   } finally {
+    mon.kill();
     execFileSync(stack, ['stop-worker', env.SF_STATE, env.SF_BUILD, third], { stdio: 'inherit' });
+  }
+  for (const n of [name, bad]) assert.equal((await call(client, 'sandbox_template_delete', { name: n })).isError, false);
+});
+
+// A worker that drains (SIGTERM) while it builds: it leaves sf:hosts cleanly, so the reaper
+// never sees it go, and its part of the build must end with it: failed on that host with
+// the reason, never `building` for ever. The same for one killed -9 and back before the
+// reaper would notice: it fails its part at its start. Each build's step waits for a file
+// the test puts into that host's build tree (the build sandbox's root).
+const [mine, theirs] = [`${env.SF_STATE}/worker`, `${env.SF_STATE}/worker-${second}`];
+const tree = (dir, name) => {
+  const d = `${dir}/templates/team/${team}/${name}`;
+  const t = existsSync(d) ? readdirSync(d).find((f) => f.startsWith('rootfs.tmp-')) : null;
+  return t && `${d}/${t}`;
+};
+async function buildOnBoth(name) {
+  const r = await call(client, 'sandbox_template_create', {
+    name, from: 'base',
+    run_steps: ['touch /started; while :; do [ -e /fail ] && exit 3; [ -e /release ] && exit 0; sleep 0.1; done'],
+  });
+  assert.equal(r.isError, false, r.text);
+  assert.equal(r.structured.hosts, 2);
+  await until('the step running on both hosts', async () =>
+    [mine, theirs].every((d) => tree(d, name) && existsSync(`${tree(d, name)}/started`)), 120000);
+}
+
+test('a worker killed mid-build and started again fails its part of the build', jail, async () => {
+  const name = `crash-${uniq}`;
+  const key = `sf:team:{${team}}:tpl:${name}`;
+  await buildOnBoth(name);
+  const pids = `${env.SF_STATE}/pids/worker-${second}`;
+  process.kill(Number(readFileSync(pids, 'utf8')), 'SIGKILL');
+  rmSync(pids, { force: true });
+  rmSync(`${pids}.start`, { force: true });
+  assert.equal(redis('HGET', key, `at:${second}`), 'building', 'nothing ended it with the worker');
+  execFileSync(stack, ['add-worker', env.SF_STATE, env.SF_BUILD, second], { stdio: 'inherit' });
+  await until('its part failed', async () => redis('HGET', key, `at:${second}`) === 'failed', 20000);
+  assert.match(redis('HGET', key, `err:${second}`),
+    new RegExp(`^Host ${second} restarted while it built this template; a failed template can be built again under its name\\.$`));
+  writeFileSync(`${tree(mine, name)}/release`, '');
+  const t = await until('ready on the other host', async () => {
+    const x = await listed(name);
+    return x.status === 'ready' && x;
+  }, 60000);
+  assert.deepEqual([t.hosts, t.hosts_ready], [2, 1]);
+  assert.equal((await call(client, 'sandbox_template_delete', { name })).isError, false);
+});
+
+test('a worker stopped mid-build fails its part of the build with the reason', jail, async () => {
+  const name = `drain-${uniq}`;
+  const key = `sf:team:{${team}}:tpl:${name}`;
+  await buildOnBoth(name);
+
+  execFileSync(stack, ['stop-worker', env.SF_STATE, env.SF_BUILD, second], { stdio: 'inherit' });
+  try {
+    await until('its part failed', async () => redis('HGET', key, `at:${second}`) === 'failed', 20000);
+    assert.match(redis('HGET', key, `err:${second}`),
+      new RegExp(`^Host ${second} was stopped while it built this template; a failed template can be built again under its name\\.$`));
+    assert.equal((await listed(name)).status, 'building', 'the other host still builds it');
+    // the other host's build fails too: the template has failed, and says why
+    writeFileSync(`${tree(mine, name)}/fail`, '');
+    const t = await until('failed everywhere', async () => {
+      const x = await listed(name);
+      return x.status === 'failed' && x;
+    }, 60000);
+    assert.match(t.error, /was stopped while it built this template|exited with 3/, JSON.stringify(t));
+    assert.equal(t.hosts_ready, 0);
+  } finally {
+    execFileSync(stack, ['add-worker', env.SF_STATE, env.SF_BUILD, second], { stdio: 'inherit' });
   }
   assert.equal((await call(client, 'sandbox_template_delete', { name })).isError, false);
 });
