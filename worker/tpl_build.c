@@ -49,6 +49,7 @@ typedef struct tb {
     char error[2048];         /* "" while all goes well */
     int rc;
     int stopped;              /* the worker stopped: the record was written, nothing more */
+    int pooled;               /* finish_work may be running: error and rc are the pool's */
     struct tb *prev, *next;   /* the builds running here (wk_tpl_build_free_all) */
 } tb;
 
@@ -197,6 +198,7 @@ static void finish_done(void *arg)
     tb *b = arg;
     char key[256], step[16], now[24];
 
+    b->pooled = 0;
     snprintf(key, sizeof(key), SF_RK_TEMPLATE, b->team, b->name);
     snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
     snprintf(step, sizeof(step), "%d", b->failed_step);
@@ -225,7 +227,9 @@ static void on_killed(void *arg, int rc)
     tb *b = arg;
     (void)rc;
     b->sb = NULL;
+    b->pooled = 1;
     if (wk_pool_run(b->ctx->pool, finish_work, finish_done, b) < 0) {
+        b->pooled = 0;
         snprintf(b->error, sizeof(b->error), "The host is out of memory; build it again.");
         finish_done(b);
     }
@@ -563,23 +567,23 @@ void wk_tpl_delete(wk_ctx *ctx, const sf_job *job)
  * with the host's others (host_fini) and their copies removed at the next start. */
 void wk_tpl_build_stop_all(wk_ctx *ctx)
 {
-    char key[256], step[16], now[24];
+    char key[256], step[16], now[24], why[256];
 
+    snprintf(why, sizeof(why), "Host %s was stopped while it built this template; a failed "
+             "template can be built again under its name.", ctx->host_id);
     for (tb *b = builds; b; b = b->next) {
+        /* (its own error once it failed, unless the pool may still be writing it) */
+        const char *err = !b->pooled && b->error[0] ? b->error : why;
         if (b->stopped)
             continue;
-        if (!b->error[0])
-            snprintf(b->error, sizeof(b->error), "Host %s was stopped while it built this "
-                     "template; a failed template can be built again under its name.",
-                     ctx->host_id);
         snprintf(key, sizeof(key), SF_RK_TEMPLATE, b->team, b->name);
         snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
-        snprintf(step, sizeof(step), "%d", b->failed_step);
+        snprintf(step, sizeof(step), "%d", err == why ? 0 : b->failed_step);
         log_str(b, "== failed: ");
-        log_str(b, b->error);
+        log_str(b, err);
         log_str(b, "\n");
         rcall(b, &sf_store_tpl_done, 1, 7, (const char *[]){key, b->job, ctx->host_id, "failed",
-              b->error, b->failed_step ? step : "", now, b->lead ? "1" : "0"});
+              err, err != why && b->failed_step ? step : "", now, b->lead ? "1" : "0"});
         b->stopped = 1;
         sf_info("msg=\"template build stopped with the worker\" team=%s template=%s", b->team,
                 b->name);
