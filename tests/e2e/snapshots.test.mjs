@@ -8,7 +8,7 @@
 // files on the host.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { connect, call, sh, env, driver, until } from './lib.mjs';
 
@@ -157,7 +157,15 @@ test('a snapshot\'s bytes count in its host\'s disk until its files are removed'
   // 24 MiB that take their room (random: nothing to share or leave sparse)
   const w = await sh(alpha, id, 'head -c 25165824 /dev/urandom > /root/big && sync');
   assert.equal(w.exit_code, 0, w.stderr);
-  const before = await until('the heartbeat with the disk held', async () => Number.isFinite(used()) && used());
+  // the snapshots the tests before deleted are swept (their files gone), and a heartbeat
+  // written two periods later says so (the loop publishes, the heartbeat thread writes)
+  const dir = `${env.SF_STATE}/worker/snapshots`;
+  await until('earlier snapshots swept', async () => !existsSync(dir) || readdirSync(dir).length === 0, 15000);
+  const swept = Date.now();
+  await until('a heartbeat after the sweep', async () =>
+    Number(redis('HGET', `sf:host:{${host}}`, 'ts')) > swept + 2000, 10000);
+  const before = used();
+  assert.ok(Number.isFinite(before), 'the heartbeat has disk_used_mib');
   assert.ok(Number(redis('HGET', `sf:host:{${host}}`, 'disk_mib')) > 0);
   const s = await snapshot(id, 'disk-a');
   const mib = Math.ceil(s.size / 1048576);
