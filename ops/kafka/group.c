@@ -83,12 +83,17 @@ kb_groups *kb_groups_new(kb_reply_fn fn, void *ctx)
     return gs;
 }
 
+static void protos_free(kb_proto *p, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(p[i].name);
+        free(p[i].meta);
+    }
+}
+
 static void member_protos_free(kb_member *m)
 {
-    for (int i = 0; i < m->nprotos; i++) {
-        free(m->protos[i].name);
-        free(m->protos[i].meta);
-    }
+    protos_free(m->protos, m->nprotos);
     m->nprotos = 0;
     free(m->type);
     m->type = NULL;
@@ -356,11 +361,33 @@ static void group_complete_join(kb_groups *gs, kb_group *g, int64_t now)
 
 /* ---- handlers ---- */
 
+/* A name and its bytes (a member's protocol and metadata, a member and its assignment),
+ * pointing into the request. */
+typedef struct kb_pair {
+    const char *name;
+    size_t nlen;
+    const uint8_t *b; /* NULL: null bytes */
+    size_t blen;
+} kb_pair;
+
+/* An array of at most max pairs into out; its count (0 after an error). */
+static int32_t read_pairs(kb_rbuf *r, int32_t max, kb_pair *out)
+{
+    int32_t n = kb_r_array(r, 0, max, 6);
+
+    for (int32_t i = 0; i < n && !r->err; i++) {
+        kb_r_str(r, 0, &out[i].name, &out[i].nlen);
+        kb_r_bytes(r, 1, &out[i].b, &out[i].blen);
+    }
+    return r->err ? 0 : n;
+}
+
 int kb_group_join(kb_groups *gs, kb_rbuf *r, const kb_req *req, int64_t now)
 {
     const char *gid, *mid, *type;
     size_t gn, mn, tn;
     int32_t session, rebalance, np;
+    kb_pair pp[KB_PROTOS_MAX];
     kb_proto protos[KB_PROTOS_MAX];
     kb_group *g;
     kb_member *m = NULL;
@@ -372,33 +399,21 @@ int kb_group_join(kb_groups *gs, kb_rbuf *r, const kb_req *req, int64_t now)
     rebalance = req->ver >= 1 ? kb_r_i32(r) : session;
     kb_r_str(r, 0, &mid, &mn);
     kb_r_str(r, 0, &type, &tn);
-    np = kb_r_array(r, 0, KB_PROTOS_MAX, 6);
-    for (i = 0; i < np && !r->err; i++) {
-        const char *pn;
-        size_t pl;
-        const uint8_t *meta;
-        size_t ml;
-        kb_r_str(r, 0, &pn, &pl);
-        kb_r_bytes(r, 1, &meta, &ml);
-        if (r->err)
-            break;
-        protos[i].name = strndup(pn, pl);
-        protos[i].meta = ml ? malloc(ml) : NULL;
-        protos[i].meta_len = ml;
+    np = read_pairs(r, KB_PROTOS_MAX, pp);
+    if (r->err)
+        return r->err;
+    for (i = 0; i < np; i++) { /* the member's copies */
+        protos[i].name = strndup(pp[i].name, pp[i].nlen);
+        protos[i].meta = pp[i].blen ? malloc(pp[i].blen) : NULL;
+        protos[i].meta_len = pp[i].blen;
         nprotos++;
-        if (!protos[i].name || (ml && !protos[i].meta) || ml > KB_META_MAX)
-            r->err = r->err ? r->err : -ENOMEM;
-        else if (ml)
-            memcpy(protos[i].meta, meta, ml);
+        if (!protos[i].name || (pp[i].blen && !protos[i].meta) || pp[i].blen > KB_META_MAX)
+            break;
+        if (pp[i].blen)
+            memcpy(protos[i].meta, pp[i].b, pp[i].blen);
     }
-    if (r->err) {
-        int err = r->err;
-        for (i = 0; i < nprotos; i++) {
-            free(protos[i].name);
-            free(protos[i].meta);
-        }
-        if (err != -ENOMEM)
-            return err;
+    if (i < np) { /* no memory, or metadata over its bound */
+        protos_free(protos, nprotos);
         join_error(gs, req, ERR_COORDINATOR_NOT_AVAILABLE, "");
         return 0;
     }
@@ -426,10 +441,7 @@ int kb_group_join(kb_groups *gs, kb_rbuf *r, const kb_req *req, int64_t now)
         if (err == ERR_NONE && !(ntype = strndup(type, tn)))
             err = ERR_COORDINATOR_NOT_AVAILABLE;
         if (err != ERR_NONE) {
-            for (i = 0; i < nprotos; i++) {
-                free(protos[i].name);
-                free(protos[i].meta);
-            }
+            protos_free(protos, nprotos);
             join_error(gs, req, err, "");
             return 0;
         }
@@ -456,24 +468,15 @@ int kb_group_sync(kb_groups *gs, kb_rbuf *r, const kb_req *req, int64_t now)
     const char *gid, *mid;
     size_t gn, mn;
     int32_t gen, na;
+    kb_pair as[KB_MEMBERS_MAX]; /* the leader's assignments */
     kb_group *g;
     kb_member *m;
     int i;
-    size_t mark;
 
     kb_r_str(r, 0, &gid, &gn);
     gen = kb_r_i32(r);
     kb_r_str(r, 0, &mid, &mn);
-    na = kb_r_array(r, 0, KB_MEMBERS_MAX, 6);
-    mark = r->off;
-    for (i = 0; i < na && !r->err; i++) { /* checked now, kept below if this is the leader */
-        const char *am;
-        size_t al;
-        const uint8_t *a;
-        size_t an;
-        kb_r_str(r, 0, &am, &al);
-        kb_r_bytes(r, 1, &a, &an);
-    }
+    na = read_pairs(r, KB_MEMBERS_MAX, as);
     if (r->err)
         return r->err;
     if (!(g = group_find(gs, gid, gn)) || (i = member_index(g, mid, mn)) < 0) {
@@ -500,23 +503,18 @@ int kb_group_sync(kb_groups *gs, kb_rbuf *r, const kb_req *req, int64_t now)
     m->sync_parked = 1;
     if (strcmp(m->id, g->leader) != 0)
         return 0; /* waits for the leader's assignments */
-    r->off = mark;
     for (i = 0; i < na; i++) {
-        const char *am;
-        size_t al;
-        const uint8_t *a;
-        size_t an;
+        kb_member *x;
         int j;
-        kb_r_str(r, 0, &am, &al);
-        kb_r_bytes(r, 1, &a, &an);
-        if ((j = member_index(g, am, al)) < 0 || an > KB_META_MAX)
+        if ((j = member_index(g, as[i].name, as[i].nlen)) < 0 || as[i].blen > KB_META_MAX)
             continue;
-        free(g->m[j]->assign);
-        g->m[j]->assign = NULL;
-        g->m[j]->assign_len = 0;
-        if (an && (g->m[j]->assign = malloc(an))) {
-            memcpy(g->m[j]->assign, a, an);
-            g->m[j]->assign_len = an;
+        x = g->m[j];
+        free(x->assign);
+        x->assign = NULL;
+        x->assign_len = 0;
+        if (as[i].blen && (x->assign = malloc(as[i].blen))) {
+            memcpy(x->assign, as[i].b, as[i].blen);
+            x->assign_len = as[i].blen;
         }
     }
     g->state = ST_STABLE;
@@ -627,37 +625,46 @@ fail:
     return ERR_COORDINATOR_NOT_AVAILABLE;
 }
 
+typedef struct commit_part {
+    int64_t offset;
+    const char *meta; /* NULL: null metadata */
+    size_t meta_len;
+    int32_t part;
+} commit_part;
+
+static void commit_part_read(kb_rbuf *r, int16_t ver, void *out)
+{
+    commit_part *p = out;
+
+    p->part = kb_r_i32(r);
+    p->offset = kb_r_i64(r);
+    kb_r_str(r, 1, &p->meta, &p->meta_len);
+}
+
+static const kb_rtopics_spec commit_spec = {
+    .max_topics = 10000, .topic_min = 6, .part = commit_part_read,
+    .part_size = sizeof(commit_part), .max_parts = 100000, .part_min = 14};
+
 int kb_group_offset_commit(kb_groups *gs, kb_rbuf *r, const kb_req *req, int64_t now)
 {
     const char *gid, *mid;
-    size_t gn, mn, mark;
-    int32_t gen, nt;
+    size_t gn, mn;
+    int32_t gen;
+    kb_rtopics rt;
+    const commit_part *cp;
     kb_group *g = NULL;
     int16_t gerr = ERR_NONE;
     kb_wbuf w;
-    int i;
+    int i, rc;
 
     kb_r_str(r, 0, &gid, &gn);
     gen = kb_r_i32(r);
     kb_r_str(r, 0, &mid, &mn);
     kb_r_i64(r); /* retention_time_ms (v2-v4) */
-    nt = kb_r_array(r, 0, 10000, 6);
-    mark = r->off;
-    for (int t = 0; t < nt && !r->err; t++) { /* the whole request is checked first */
-        const char *tn;
-        size_t tl, ml;
-        const char *meta;
-        int32_t np;
-        kb_r_str(r, 0, &tn, &tl);
-        np = kb_r_array(r, 0, 100000, 14);
-        for (int p = 0; p < np && !r->err; p++) {
-            kb_r_i32(r);
-            kb_r_i64(r);
-            kb_r_str(r, 1, &meta, &ml);
-        }
+    if ((rc = kb_r_topics(r, &commit_spec, req->ver, &rt)) < 0) {
+        kb_rtopics_fini(&rt);
+        return rc;
     }
-    if (r->err)
-        return r->err;
     if (gn == 0 || gn > KB_ID_MAX)
         gerr = ERR_INVALID_GROUP_ID;
     else if (!(g = group_get(gs, gid, gn)))
@@ -672,56 +679,60 @@ int kb_group_offset_commit(kb_groups *gs, kb_rbuf *r, const kb_req *req, int64_t
     } else if (g->nm > 0) { /* a plain commit into a group whose members own its offsets */
         gerr = ERR_UNKNOWN_MEMBER_ID;
     }
-    r->off = mark;
+    cp = rt.parts;
     kb_w_init(&w, 64u << 20);
     throttle(&w, req->ver, 3);
-    kb_w_i32(&w, nt);
-    for (int t = 0; t < nt; t++) {
-        const char *tn, *meta;
-        size_t tl, ml;
-        int32_t np;
-        kb_r_str(r, 0, &tn, &tl);
-        np = kb_r_array(r, 0, 100000, 14);
-        kb_w_str(&w, tn, tl);
-        kb_w_i32(&w, np);
-        for (int p = 0; p < np; p++) {
-            int32_t part = kb_r_i32(r);
-            int64_t off = kb_r_i64(r);
-            kb_r_str(r, 1, &meta, &ml);
-            kb_w_i32(&w, part);
-            kb_w_i16(&w, gerr != ERR_NONE ? gerr : offset_store(g, tn, tl, part, off, meta, ml));
+    kb_w_i32(&w, rt.nt);
+    for (int32_t t = 0; t < rt.nt; t++) {
+        const kb_rtopic *rtp = &rt.t[t];
+        kb_w_str(&w, rtp->name, rtp->len);
+        kb_w_i32(&w, rtp->n);
+        for (int32_t p = 0; p < rtp->n; p++) {
+            const commit_part *c = &cp[rtp->first + (size_t)p];
+            kb_w_i32(&w, c->part);
+            kb_w_i16(&w, gerr != ERR_NONE ? gerr
+                                          : offset_store(g, rtp->name, rtp->len, c->part,
+                                                         c->offset, c->meta, c->meta_len));
         }
     }
+    kb_rtopics_fini(&rt);
     send(gs, req, &w);
     return 0;
 }
 
+static void fetch_part_read(kb_rbuf *r, int16_t ver, void *out)
+{
+    *(int32_t *)out = kb_r_i32(r);
+}
+
+static const kb_rtopics_spec offset_fetch_spec = {
+    .max_topics = 10000, .topic_min = 6, .part = fetch_part_read, .part_size = sizeof(int32_t),
+    .max_parts = 100000, .part_min = 4};
+static const kb_rtopics_spec offset_fetch_spec_v2 = { /* a null array: every offset */
+    .nullable = 1, .max_topics = 10000, .topic_min = 6, .part = fetch_part_read,
+    .part_size = sizeof(int32_t), .max_parts = 100000, .part_min = 4};
+
 int kb_group_offset_fetch(kb_groups *gs, kb_rbuf *r, const kb_req *req, int64_t now)
 {
     const char *gid;
-    size_t gn, mark;
-    int32_t nt;
+    size_t gn;
+    kb_rtopics rt;
+    const int32_t *parts;
     kb_group *g;
     kb_wbuf w;
+    int rc;
 
     kb_r_str(r, 0, &gid, &gn);
-    nt = kb_r_array(r, req->ver >= 2, 10000, 6);
-    mark = r->off;
-    for (int t = 0; t < nt && !r->err; t++) {
-        const char *tn;
-        size_t tl;
-        int32_t np;
-        kb_r_str(r, 0, &tn, &tl);
-        np = kb_r_array(r, 0, 100000, 4);
-        kb_r_skip(r, (size_t)np * 4);
+    rc = kb_r_topics(r, req->ver >= 2 ? &offset_fetch_spec_v2 : &offset_fetch_spec, req->ver, &rt);
+    if (rc < 0) {
+        kb_rtopics_fini(&rt);
+        return rc;
     }
-    if (r->err)
-        return r->err;
     g = group_find(gs, gid, gn);
-    r->off = mark;
+    parts = rt.parts;
     kb_w_init(&w, 64u << 20);
     throttle(&w, req->ver, 3);
-    if (nt < 0) { /* all of the group's offsets, one topic entry per partition */
+    if (rt.nt < 0) { /* all of the group's offsets, one topic entry per partition */
         kb_w_i32(&w, g ? (int32_t)g->noffs : 0);
         for (size_t i = 0; g && i < g->noffs; i++) {
             kb_w_cstr(&w, g->offs[i].topic);
@@ -732,18 +743,14 @@ int kb_group_offset_fetch(kb_groups *gs, kb_rbuf *r, const kb_req *req, int64_t 
             kb_w_i16(&w, ERR_NONE);
         }
     } else {
-        kb_w_i32(&w, nt);
-        for (int t = 0; t < nt; t++) {
-            const char *tn;
-            size_t tl;
-            int32_t np;
-            kb_r_str(r, 0, &tn, &tl);
-            np = kb_r_array(r, 0, 100000, 4);
-            kb_w_str(&w, tn, tl);
-            kb_w_i32(&w, np);
-            for (int p = 0; p < np; p++) {
-                int32_t part = kb_r_i32(r);
-                kb_offset *o = g ? offset_find(g, tn, tl, part) : NULL;
+        kb_w_i32(&w, rt.nt);
+        for (int32_t t = 0; t < rt.nt; t++) {
+            const kb_rtopic *rtp = &rt.t[t];
+            kb_w_str(&w, rtp->name, rtp->len);
+            kb_w_i32(&w, rtp->n);
+            for (int32_t p = 0; p < rtp->n; p++) {
+                int32_t part = parts[rtp->first + (size_t)p];
+                kb_offset *o = g ? offset_find(g, rtp->name, rtp->len, part) : NULL;
                 kb_w_i32(&w, part);
                 kb_w_i64(&w, o ? o->offset : -1);
                 kb_w_cstr(&w, o ? o->meta : "");
@@ -753,6 +760,7 @@ int kb_group_offset_fetch(kb_groups *gs, kb_rbuf *r, const kb_req *req, int64_t 
     }
     if (req->ver >= 2)
         kb_w_i16(&w, ERR_NONE);
+    kb_rtopics_fini(&rt);
     send(gs, req, &w);
     return 0;
 }

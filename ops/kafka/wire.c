@@ -280,3 +280,55 @@ void kb_w_put_i32_at(kb_wbuf *w, size_t at, int32_t v)
     w->p[at + 2] = (uint8_t)((uint32_t)v >> 8);
     w->p[at + 3] = (uint8_t)v;
 }
+
+int kb_r_topics(kb_rbuf *r, const kb_rtopics_spec *spec, int16_t ver, kb_rtopics *out)
+{
+    int32_t nt = kb_r_array(r, spec->nullable, spec->max_topics, spec->topic_min);
+    size_t cap = 0;
+
+    memset(out, 0, sizeof(*out));
+    out->nt = nt;
+    if (nt <= 0)
+        return r->err;
+    if (!(out->t = calloc((size_t)nt, sizeof(*out->t))))
+        return -ENOMEM;
+    for (int32_t i = 0; i < nt && !r->err; i++) {
+        kb_rtopic *t = &out->t[i];
+        int32_t np;
+
+        kb_r_str(r, 0, &t->name, &t->len);
+        if (!spec->part)
+            continue;
+        np = kb_r_array(r, 0, spec->max_parts, spec->part_min);
+        if (np > 0 && out->nparts + (size_t)np > cap) {
+            /* (exactly what is needed: the bytes read bound it) */
+            void *n = realloc(out->parts, (out->nparts + (size_t)np) * spec->part_size);
+            if (!n)
+                return -ENOMEM;
+            out->parts = n;
+            cap = out->nparts + (size_t)np;
+        }
+        t->first = out->nparts;
+        for (int32_t p = 0; p < np && !r->err; p++)
+            spec->part(r, ver, (uint8_t *)out->parts + (out->nparts + (size_t)p) * spec->part_size);
+        t->n = np;
+        out->nparts += (size_t)np;
+    }
+    return r->err;
+}
+
+void kb_rtopics_fini(kb_rtopics *rt)
+{
+    free(rt->t);
+    free(rt->parts);
+    memset(rt, 0, sizeof(*rt));
+}
+
+void kb_rtopics_rebase(kb_rtopics *rt, const uint8_t *old, const uint8_t *new_, size_t len)
+{
+    for (int32_t i = 0; i < rt->nt; i++) {
+        size_t at = (size_t)((const uint8_t *)rt->t[i].name - old);
+        if (at <= len)
+            rt->t[i].name = (const char *)new_ + at;
+    }
+}

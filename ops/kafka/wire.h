@@ -34,6 +34,45 @@ int32_t kb_r_array(kb_rbuf *r, int nullable, int32_t max, size_t min_elem);
 void kb_r_skip(kb_rbuf *r, size_t n);
 void kb_r_tags(kb_rbuf *r);
 
+/* A request's topics and their partitions, decoded in one validating pass: every count is
+ * checked against the bytes behind it before anything is kept, so the arrays are bounded
+ * by the request's size (an entry of part_size bytes per part_min bytes read). Names and
+ * bytes point into the request. */
+typedef struct kb_rtopic {
+    const char *name;
+    size_t len;
+    size_t first;  /* its partitions: entries first .. first + n - 1 of parts */
+    int32_t n;
+} kb_rtopic;
+
+/* Reads one partition entry (its fields for version ver) into part. */
+typedef void (*kb_rpart_fn)(kb_rbuf *r, int16_t ver, void *part);
+
+typedef struct kb_rtopics_spec {
+    int nullable;        /* a null array (-1: every topic) is allowed */
+    int32_t max_topics;
+    size_t topic_min;    /* a topic entry's smallest size on the wire */
+    kb_rpart_fn part;    /* NULL: topics are names only */
+    size_t part_size;    /* sizeof the entry part fills */
+    int32_t max_parts;   /* per topic */
+    size_t part_min;     /* a partition entry's smallest size on the wire */
+} kb_rtopics_spec;
+
+typedef struct kb_rtopics {
+    kb_rtopic *t;
+    int32_t nt;          /* -1: a null array */
+    void *parts;
+    size_t nparts;
+} kb_rtopics;
+
+/* 0, or the reader's error (-EBADMSG) or -ENOMEM; out is filled (and to be finished)
+ * either way. */
+int kb_r_topics(kb_rbuf *r, const kb_rtopics_spec *spec, int16_t ver, kb_rtopics *out);
+void kb_rtopics_fini(kb_rtopics *rt);
+/* The topic names, made to point into a copy (at new_) of the request's len bytes at old
+ * (for a request kept past its buffer; partition entries must hold no pointers). */
+void kb_rtopics_rebase(kb_rtopics *rt, const uint8_t *old, const uint8_t *new_, size_t len);
+
 typedef struct kb_wbuf {
     uint8_t *p;
     size_t len, cap, max;

@@ -9,8 +9,11 @@
  * Metadata, Produce, Fetch, ListOffsets, FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
  * OffsetCommit, OffsetFetch, LeaveGroup, CreateTopics, DeleteTopics), recorded from the
  * broker test. */
-#include "server.c"
+#include "broker.h"
+#include "sf_log.h"
+#include "sf_util.h"
 
+#include <event2/event.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -40,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) == 0) {
         char sink[65536];
-        if ((c = conn_new(s, sv[0]))) {
+        if ((c = kb_conn_new(s, sv[0]))) {
             /* (a bufferevent's input takes bytes from its socket only) */
             for (size_t off = 0; off < size;) {
                 ssize_t n = write(sv[1], data + off, size - off);
@@ -53,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
             for (int i = 0; i < 4; i++)
                 event_base_loop(base, EVLOOP_NONBLOCK);
-            kb_groups_tick(s->groups, now_ms() + 3600 * 1000);
+            kb_groups_tick(s->groups, sf_mono_ms() + 3600 * 1000);
             event_base_loop(base, EVLOOP_NONBLOCK);
         }
         close(sv[1]);
