@@ -3,6 +3,7 @@
  * crashing anything; every job is signed (a gateway's credential for the first cases,
  * a producer key's in the last), and a job whose signature fails is answered
  * `unauthenticated` and dead-lettered. Runs against the e2e stack (SF_E2E_STATE/env). */
+#include "check.h"
 #include "sf_auth.h"
 #include "sf_codec.h"
 #include "sf_jobauth.h"
@@ -21,16 +22,6 @@
 static char brokers[2048], topic[SF_TOPIC_MAX], redis_url[1024], secret_file[4096];
 static uint8_t secret[32], gw_key[32];
 static rd_kafka_t *producer, *consumer;
-
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                               \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fprintf(stderr, "\n");                                                             \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
 
 static void read_env(void)
 {

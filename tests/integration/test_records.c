@@ -9,6 +9,7 @@
  * row, delete), snapshots (through sf_snapshots.c) and the job guard. Its own team and host names, so the stack's sandboxes are not touched. Runs
  * against the stack in SF_E2E_STATE (the e2e stack, and the cluster suite's one-node
  * Redis Cluster, where a key of another slot is an error). */
+#include "check.h"
 #include "sf_claim.h"
 #include "sf_records.h"
 #include "sf_secrets.h"
@@ -24,16 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                               \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fprintf(stderr, "\n");                                                             \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
 
 static char url[1024], team[32], host[32];
 static struct event_base *base;

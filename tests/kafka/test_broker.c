@@ -5,6 +5,8 @@
  * malformed request that closes only its own connection, and a broker killed and restarted
  * on the same port that the same clients find again by themselves.
  * Usage: test_broker PATH-TO-sandfleet-kafka */
+#define CHECK_CLEANUP() stop_broker(SIGKILL) /* (stop_broker: below) */
+#include "check.h"
 #include "sf_kafka.h"
 #include "sf_util.h"
 
@@ -20,17 +22,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                               \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fprintf(stderr, "\n");                                                             \
-            stop_broker(SIGKILL);                                                              \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
 
 static const char *broker_bin;
 static char dir[256], bs_file[512], ports_file[512], log_file[512], brokers[256];
