@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "sf_claim.h"
 #include "sf_codec.h"
+#include "sf_daemon.h"
 #include "sf_jobauth.h"
 #include "sf_kafka.h"
 #include "sf_map.h"
@@ -565,6 +566,16 @@ static int setup(batch *b, const char *jobs, const char *out, const char *key)
     char why[512], real[PATH_MAX], rid[SF_ID_MAX];
     const char *brokers = cli_setting("SF_KAFKA_BROKERS", "127.0.0.1:9092");
 
+    { /* the broker answers a waiting fetch when data arrives; kafka_fetch_wait_ms
+       * (SF_KAFKA_FETCH_WAIT_MS) from the daemons' own table */
+        sf_common_cfg cc;
+        if (sf_common_config_load(&cc, why, sizeof(why)) < 0) {
+            fprintf(stderr, "sandfleet: %s\n", why);
+            return 1;
+        }
+        b->ks.fetch_wait_ms = (int)cc.kafka_fetch_wait_ms;
+        sf_common_config_free(&cc);
+    }
     if (sf_producer_derive(key, b->pid, b->psk) < 0) {
         fprintf(stderr, "sandfleet: SANDFLEET_API_KEY is not a sandfleet API key (sf_live_...); "
                         "create one with 'sandfleet keys create --team TEAM'.\n");
@@ -595,15 +606,6 @@ static int setup(batch *b, const char *jobs, const char *out, const char *key)
         return 1;
     b->total = count_jobs(b->in, b->line);
     b->ks.brokers = brokers;
-    /* the broker answers a waiting fetch when data arrives; SF_KAFKA_FETCH_WAIT_MS as the
-     * daemons read it */
-    b->ks.fetch_wait_ms = 500;
-    {
-        const char *fw = getenv("SF_KAFKA_FETCH_WAIT_MS");
-        int64_t v;
-        if (fw && sf_parse_i64(fw, 1, 10000, &v) == 0)
-            b->ks.fetch_wait_ms = (int)v;
-    }
     b->ks.session_timeout_ms = 6000;
     b->ks.linger_ms = 1;
     sf_id_new(rid, "batch_");

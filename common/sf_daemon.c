@@ -1,5 +1,6 @@
 #include "sf_daemon.h"
 #include "sf_log.h"
+#include "sf_util.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -125,4 +126,31 @@ void sf_daemon_fini(sf_daemon *d)
     if (d->base)
         event_base_free(d->base);
     memset(d, 0, sizeof(*d));
+}
+
+typedef struct common_only {
+    sf_common_cfg common;
+} common_only;
+
+static const sf_cfg_entry common_tbl[] = {SF_COMMON_CFG_ENTRIES(common_only)};
+
+int sf_common_config_load(sf_common_cfg *c, char *why, size_t whylen)
+{
+    common_only o = {0};
+    int rc = sf_config_load(common_tbl, SF_ARRAY_LEN(common_tbl), &o, NULL, why, whylen);
+
+    if (rc < 0) {
+        sf_config_free(common_tbl, SF_ARRAY_LEN(common_tbl), &o);
+        return rc;
+    }
+    *c = o.common;
+    return 0;
+}
+
+void sf_common_config_free(sf_common_cfg *c)
+{
+    common_only o = {.common = *c};
+
+    sf_config_free(common_tbl, SF_ARRAY_LEN(common_tbl), &o);
+    memset(c, 0, sizeof(*c));
 }

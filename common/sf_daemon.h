@@ -36,6 +36,12 @@ typedef struct sf_common_cfg {
      500, 600000,                                                                              \
      "after SIGTERM the daemon exits within this, even when Kafka or Redis is gone"}
 
+/* The common settings alone, for a program that is not a daemon (the batch CLI): the
+ * defaults, then the SF_* environment variables, checked against the same table. 0, or
+ * -EINVAL with a sentence in why naming the setting. sf_common_config_free frees them. */
+int sf_common_config_load(sf_common_cfg *c, char *why, size_t whylen);
+void sf_common_config_free(sf_common_cfg *c);
+
 typedef struct sf_daemon {
     struct event_base *base;
     struct event *ev_int, *ev_term;

@@ -153,3 +153,14 @@ test('a key from `sandfleet keys create` signs jobs; revoked, its jobs are refus
   assert.equal(bad.status, 1);
   assert.match(bad.stderr, /not a sandfleet API key/);
 });
+
+test('SF_KAFKA_FETCH_WAIT_MS is read through the daemons\' config table: out of its bounds, the batch stops before it starts', () => {
+  const list = [{ id: 'l', tool: 'sandbox_list', arguments: {} }];
+  const bad = batch('fetchwait-bad', list, { extraEnv: { SF_KAFKA_FETCH_WAIT_MS: '0' } });
+  assert.equal(bad.status, 1);
+  assert.match(bad.stderr, /'kafka_fetch_wait_ms' from \$SF_KAFKA_FETCH_WAIT_MS must be an integer from 1 to 10000/);
+  assert.equal(existsSync(bad.out), false, 'nothing is written');
+  const ok = batch('fetchwait-ok', list, { extraEnv: { SF_KAFKA_FETCH_WAIT_MS: '100' } });
+  assert.equal(ok.status, 0, ok.stderr);
+  assert.ok(Array.isArray(results(ok.out)[0]?.result?.sandboxes), JSON.stringify(results(ok.out)));
+});
