@@ -51,6 +51,7 @@
 
 #include "req_int.h"
 #include "sf_buf.h"
+#include "sf_list.h"
 #include "sf_log.h"
 #include "sf_map.h"
 
@@ -880,12 +881,7 @@ static void conn_free(gw_conn *c)
         event_free(c->rd_ev);
     if (c->bev)
         bufferevent_free(c->bev);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        s->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    SF_LIST_UNLINK(s->conns, c);
     s->nconns--;
     assert(s->nconns + s->nh2 > 0 || s->buffered == 0);
     free(c);
@@ -1312,10 +1308,7 @@ static int conn_start(gw_http_server *s, struct bufferevent *bev, const char *pe
     c->tls = tls ? 1 : 0;
     c->raw = !tls && !bufferevent_get_underlying(bev) && bufferevent_getfd(bev) >= 0;
     c->state = C_SNIFF;
-    c->next = s->conns;
-    if (s->conns)
-        s->conns->prev = c;
-    s->conns = c;
+    SF_LIST_PUSH(s->conns, c);
     s->nconns++;
     bufferevent_setcb(bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
     if (!c->raw) /* a plain socket keeps the bound itself (conn_input_limit) */

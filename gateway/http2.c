@@ -29,6 +29,7 @@
 #include <event2/event.h>
 #include <nghttp2/nghttp2.h>
 
+#include "sf_list.h"
 #include "sf_log.h"
 
 #define H2_MAX_STREAMS 128u
@@ -144,10 +145,7 @@ static h2_stream *stream_new(gw_h2_conn *hc, int32_t id)
     st->req->peer_port = hc->peer_port;
     st->req->proto = hc->tls ? "h2" : "h2c";
     st->req->minor = 1;
-    st->next = hc->streams;
-    if (hc->streams)
-        hc->streams->prev = st;
-    hc->streams = st;
+    SF_LIST_PUSH(hc->streams, st);
     hc->nstreams++;
     return st;
 }
@@ -168,12 +166,7 @@ static void stream_free(h2_stream *st)
         nghttp2_session_consume_connection(hc->ng, st->unconsumed);
     st->unconsumed = 0;
     evbuffer_free(st->out);
-    if (st->prev)
-        st->prev->next = st->next;
-    else
-        hc->streams = st->next;
-    if (st->next)
-        st->next->prev = st->prev;
+    SF_LIST_UNLINK(hc->streams, st);
     hc->nstreams--;
     if (hc->ng)
         nghttp2_session_set_stream_user_data(hc->ng, st->id, NULL);
@@ -709,12 +702,7 @@ static void h2_conn_free(gw_h2_conn *hc)
         bufferevent_free(hc->bev);
     gw_addr_release(s, hc->addr);
     hc->addr = NULL;
-    if (hc->prev)
-        hc->prev->next = hc->next;
-    else
-        s->h2conns = hc->next;
-    if (hc->next)
-        hc->next->prev = hc->prev;
+    SF_LIST_UNLINK(s->h2conns, hc);
     s->nh2--;
     free(hc);
 }
@@ -879,10 +867,7 @@ int gw_h2_serve(gw_http_server *s, struct bufferevent *bev, const char *peer, in
     if (opt)
         nghttp2_option_del(opt);
     opt = NULL;
-    hc->next = s->h2conns;
-    if (s->h2conns)
-        s->h2conns->prev = hc;
-    s->h2conns = hc;
+    SF_LIST_PUSH(s->h2conns, hc);
     s->nh2++;
     if (nghttp2_submit_settings(hc->ng, NGHTTP2_FLAG_NONE, iv, SF_ARRAY_LEN(iv)) != 0) {
         h2_conn_free(hc);
@@ -915,10 +900,7 @@ int gw_h2_serve(gw_http_server *s, struct bufferevent *bev, const char *peer, in
         upgrade_req->conn = st;
         upgrade_req->proto = "h2c";
         upgrade_req->peer = hc->peer;
-        st->next = hc->streams;
-        if (hc->streams)
-            hc->streams->prev = st;
-        hc->streams = st;
+        SF_LIST_PUSH(hc->streams, st);
         hc->nstreams++;
         st->dispatched = 1;
         upgrade_req->dispatched = 1;

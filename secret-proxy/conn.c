@@ -15,6 +15,7 @@
  * and relayed as they came. Each upstream connection is one network-log entry; each
  * refused request is one more. */
 #include "proxy.h"
+#include "sf_list.h"
 #include "sf_log.h"
 
 #include <arpa/inet.h>
@@ -705,10 +706,7 @@ void sp_conn_accept(sp_sandbox *sb, evutil_socket_t fd, int explicit_proxy)
     c->proto = "tcp";
     sp_head_init(&c->head);
     sf_buf_init(&c->out, SP_HEAD_MAX * 2);
-    c->next = sb->conns;
-    if (sb->conns)
-        sb->conns->prev = c;
-    sb->conns = c;
+    SF_LIST_PUSH(sb->conns, c);
     sb->conns_n++;
     if (!(c->cl = bufferevent_socket_new(ctx->d.base, fd, BEV_OPT_CLOSE_ON_FREE))) {
         close(fd);
@@ -750,12 +748,7 @@ static void conn_free(sp_conn *c)
     rd_stop(c, c->cl, 0);
     if (c->cl)
         bufferevent_free(c->cl);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        sb->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    SF_LIST_UNLINK(sb->conns, c);
     sb->conns_n--;
     sp_head_fini(&c->head);
     sf_buf_fini(&c->out);
