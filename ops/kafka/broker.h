@@ -68,6 +68,8 @@ struct kb_server {
     kb_conn *conns;
     long nconns;
     kb_fetch *fetches;    /* waiting fetches */
+    kb_rtopics rt;        /* the request being answered (its arrays reused; a waiting fetch
+                           * takes them with it) */
     kb_stats st;
     char cluster_id[40];  /* new at every start: clients tell a restarted broker by it */
 };

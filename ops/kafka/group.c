@@ -67,6 +67,7 @@ struct kb_groups {
     uint64_t next_member;
     uint32_t nonce;
     long rebalances;
+    kb_rtopics rt;  /* the request being answered (its arrays reused) */
 };
 
 kb_groups *kb_groups_new(kb_reply_fn fn, void *ctx)
@@ -129,6 +130,7 @@ void kb_groups_free(kb_groups *gs)
     for (size_t i = 0; i < gs->n; i++)
         group_free(gs->g[i]);
     free(gs->g);
+    kb_rtopics_fini(&gs->rt);
     free(gs);
 }
 
@@ -650,7 +652,7 @@ int kb_group_offset_commit(kb_groups *gs, kb_rbuf *r, const kb_req *req, int64_t
     const char *gid, *mid;
     size_t gn, mn;
     int32_t gen;
-    kb_rtopics rt;
+    kb_rtopics *rt = &gs->rt;
     const commit_part *cp;
     kb_group *g = NULL;
     int16_t gerr = ERR_NONE;
@@ -661,8 +663,8 @@ int kb_group_offset_commit(kb_groups *gs, kb_rbuf *r, const kb_req *req, int64_t
     gen = kb_r_i32(r);
     kb_r_str(r, 0, &mid, &mn);
     kb_r_i64(r); /* retention_time_ms (v2-v4) */
-    if ((rc = kb_r_topics(r, &commit_spec, req->ver, &rt)) < 0) {
-        kb_rtopics_fini(&rt);
+    if ((rc = kb_r_topics(r, &commit_spec, req->ver, rt)) < 0) {
+        kb_rtopics_done(rt);
         return rc;
     }
     if (gn == 0 || gn > KB_ID_MAX)
@@ -679,12 +681,12 @@ int kb_group_offset_commit(kb_groups *gs, kb_rbuf *r, const kb_req *req, int64_t
     } else if (g->nm > 0) { /* a plain commit into a group whose members own its offsets */
         gerr = ERR_UNKNOWN_MEMBER_ID;
     }
-    cp = rt.parts;
+    cp = rt->parts;
     kb_w_init(&w, 64u << 20);
     throttle(&w, req->ver, 3);
-    kb_w_i32(&w, rt.nt);
-    for (int32_t t = 0; t < rt.nt; t++) {
-        const kb_rtopic *rtp = &rt.t[t];
+    kb_w_i32(&w, rt->nt);
+    for (int32_t t = 0; t < rt->nt; t++) {
+        const kb_rtopic *rtp = &rt->t[t];
         kb_w_str(&w, rtp->name, rtp->len);
         kb_w_i32(&w, rtp->n);
         for (int32_t p = 0; p < rtp->n; p++) {
@@ -695,7 +697,7 @@ int kb_group_offset_commit(kb_groups *gs, kb_rbuf *r, const kb_req *req, int64_t
                                                          c->offset, c->meta, c->meta_len));
         }
     }
-    kb_rtopics_fini(&rt);
+    kb_rtopics_done(rt);
     send(gs, req, &w);
     return 0;
 }
@@ -716,23 +718,23 @@ int kb_group_offset_fetch(kb_groups *gs, kb_rbuf *r, const kb_req *req, int64_t 
 {
     const char *gid;
     size_t gn;
-    kb_rtopics rt;
+    kb_rtopics *rt = &gs->rt;
     const int32_t *parts;
     kb_group *g;
     kb_wbuf w;
     int rc;
 
     kb_r_str(r, 0, &gid, &gn);
-    rc = kb_r_topics(r, req->ver >= 2 ? &offset_fetch_spec_v2 : &offset_fetch_spec, req->ver, &rt);
+    rc = kb_r_topics(r, req->ver >= 2 ? &offset_fetch_spec_v2 : &offset_fetch_spec, req->ver, rt);
     if (rc < 0) {
-        kb_rtopics_fini(&rt);
+        kb_rtopics_done(rt);
         return rc;
     }
     g = group_find(gs, gid, gn);
-    parts = rt.parts;
+    parts = rt->parts;
     kb_w_init(&w, 64u << 20);
     throttle(&w, req->ver, 3);
-    if (rt.nt < 0) { /* all of the group's offsets, one topic entry per partition */
+    if (rt->nt < 0) { /* all of the group's offsets, one topic entry per partition */
         kb_w_i32(&w, g ? (int32_t)g->noffs : 0);
         for (size_t i = 0; g && i < g->noffs; i++) {
             kb_w_cstr(&w, g->offs[i].topic);
@@ -743,9 +745,9 @@ int kb_group_offset_fetch(kb_groups *gs, kb_rbuf *r, const kb_req *req, int64_t 
             kb_w_i16(&w, ERR_NONE);
         }
     } else {
-        kb_w_i32(&w, rt.nt);
-        for (int32_t t = 0; t < rt.nt; t++) {
-            const kb_rtopic *rtp = &rt.t[t];
+        kb_w_i32(&w, rt->nt);
+        for (int32_t t = 0; t < rt->nt; t++) {
+            const kb_rtopic *rtp = &rt->t[t];
             kb_w_str(&w, rtp->name, rtp->len);
             kb_w_i32(&w, rtp->n);
             for (int32_t p = 0; p < rtp->n; p++) {
@@ -760,7 +762,7 @@ int kb_group_offset_fetch(kb_groups *gs, kb_rbuf *r, const kb_req *req, int64_t 
     }
     if (req->ver >= 2)
         kb_w_i16(&w, ERR_NONE);
-    kb_rtopics_fini(&rt);
+    kb_rtopics_done(rt);
     send(gs, req, &w);
     return 0;
 }

@@ -38,19 +38,19 @@ int kb_h_produce(kb_conn *c, kb_rbuf *r, const kb_req *req, kb_wbuf *w)
     const char *txid;
     size_t txn;
     int16_t acks;
-    kb_rtopics rt;
+    kb_rtopics *rt = &s->rt;
     const produce_part *pp;
     int rc, appended = 0;
 
     kb_r_str(r, 1, &txid, &txn);
     acks = kb_r_i16(r);
     kb_r_i32(r); /* timeout_ms */
-    if ((rc = kb_r_topics(r, &produce_spec, req->ver, &rt)) < 0)
+    if ((rc = kb_r_topics(r, &produce_spec, req->ver, rt)) < 0)
         goto out;
-    pp = rt.parts;
-    kb_w_i32(w, rt.nt);
-    for (int32_t i = 0; i < rt.nt; i++) {
-        const kb_rtopic *rtp = &rt.t[i];
+    pp = rt->parts;
+    kb_w_i32(w, rt->nt);
+    for (int32_t i = 0; i < rt->nt; i++) {
+        const kb_rtopic *rtp = &rt->t[i];
         int16_t terr;
         kb_topic *t = kb_topic_get(s, rtp->name, rtp->len, 1, &terr);
         kb_w_str(w, rtp->name, rtp->len);
@@ -88,7 +88,7 @@ int kb_h_produce(kb_conn *c, kb_rbuf *r, const kb_req *req, kb_wbuf *w)
     if (appended && s->fetches)
         event_active(s->wake, EV_READ, 0);
 out:
-    kb_rtopics_fini(&rt);
+    kb_rtopics_done(rt);
     return rc < 0 ? rc : acks == 0 ? KB_SILENT : KB_ANSWER;
 }
 
@@ -324,6 +324,7 @@ int kb_h_fetch(kb_conn *c, kb_rbuf *r, const kb_req *req, kb_wbuf *w)
     fetch_req fr;
     int rc;
 
+    fr.rt = s->rt; /* (the server's arrays, given back below unless the fetch waits) */
     if ((rc = fetch_decode(r, req->ver, &fr)) < 0)
         goto out;
     if (fetch_ready(s, &fr) || fr.max_wait <= 0) {
@@ -333,8 +334,10 @@ int kb_h_fetch(kb_conn *c, kb_rbuf *r, const kb_req *req, kb_wbuf *w)
     }
     if ((rc = fetch_park(c, &fr, req, body, len)) < 0)
         goto out;
-    return KB_PARKED; /* (fr is the fetch's now) */
+    memset(&s->rt, 0, sizeof(s->rt)); /* the waiting fetch has them */
+    return KB_PARKED;
 out:
-    kb_rtopics_fini(&fr.rt);
+    s->rt = fr.rt;
+    kb_rtopics_done(&s->rt);
     return rc < 0 ? rc : KB_ANSWER;
 }

@@ -244,6 +244,7 @@ void kb_server_free(kb_server *s)
         event_free(s->wake);
     kb_groups_free(s->groups);
     kb_log_free(s->log);
+    kb_rtopics_fini(&s->rt);
     free(s);
 }
 

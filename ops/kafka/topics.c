@@ -59,8 +59,8 @@ static void write_topic_meta(kb_wbuf *w, const char *name, size_t n, const kb_to
 int kb_h_metadata(kb_conn *c, kb_rbuf *r, const kb_req *req, kb_wbuf *w)
 {
     kb_server *s = c->s;
-    kb_rtopics rt;
-    int create = 1, rc = kb_r_topics(r, &names_spec, req->ver, &rt);
+    kb_rtopics *rt = &s->rt;
+    int create = 1, rc = kb_r_topics(r, &names_spec, req->ver, rt);
 
     if (req->ver >= 4)
         create = kb_r_i8(r) != 0;
@@ -76,7 +76,7 @@ int kb_h_metadata(kb_conn *c, kb_rbuf *r, const kb_req *req, kb_wbuf *w)
     if (req->ver >= 2)
         kb_w_cstr(w, s->cluster_id);
     kb_w_i32(w, KB_NODE_ID); /* controller */
-    if (rt.nt < 0) {
+    if (rt->nt < 0) {
         kb_w_i32(w, (int32_t)s->log->n);
         for (size_t i = 0; i < s->log->n; i++) {
             const kb_topic *t = s->log->topics[i];
@@ -84,14 +84,14 @@ int kb_h_metadata(kb_conn *c, kb_rbuf *r, const kb_req *req, kb_wbuf *w)
         }
         goto out;
     }
-    kb_w_i32(w, rt.nt);
-    for (int32_t i = 0; i < rt.nt; i++) {
+    kb_w_i32(w, rt->nt);
+    for (int32_t i = 0; i < rt->nt; i++) {
         int16_t err;
-        kb_topic *t = kb_topic_get(s, rt.t[i].name, rt.t[i].len, create, &err);
-        write_topic_meta(w, rt.t[i].name, rt.t[i].len, t, err);
+        kb_topic *t = kb_topic_get(s, rt->t[i].name, rt->t[i].len, create, &err);
+        write_topic_meta(w, rt->t[i].name, rt->t[i].len, t, err);
     }
 out:
-    kb_rtopics_fini(&rt);
+    kb_rtopics_done(rt);
     return rc < 0 ? rc : KB_ANSWER;
 }
 
@@ -190,28 +190,28 @@ static const kb_rtopics_spec delete_spec = {.max_topics = 1024, .topic_min = 2};
 int kb_h_delete_topics(kb_conn *c, kb_rbuf *r, const kb_req *req, kb_wbuf *w)
 {
     kb_server *s = c->s;
-    kb_rtopics rt;
-    int rc = kb_r_topics(r, &delete_spec, req->ver, &rt);
+    kb_rtopics *rt = &s->rt;
+    int rc = kb_r_topics(r, &delete_spec, req->ver, rt);
 
     kb_r_i32(r); /* timeout_ms */
     if (rc < 0 || (rc = r->err) < 0)
         goto out;
     if (req->ver >= 1)
         kb_w_i32(w, 0);
-    kb_w_i32(w, rt.nt);
-    for (int32_t i = 0; i < rt.nt; i++) {
-        const char *name = rt.t[i].name;
-        size_t n = rt.t[i].len;
+    kb_w_i32(w, rt->nt);
+    for (int32_t i = 0; i < rt->nt; i++) {
+        const char *name = rt->t[i].name;
+        size_t n = rt->t[i].len;
         int deleted = kb_log_delete(s->log, name, n) == 0;
         kb_w_str(w, name, n);
         kb_w_i16(w, deleted ? ERR_NONE : ERR_UNKNOWN_TOPIC_OR_PARTITION);
         if (deleted)
             sf_info("msg=\"topic deleted\" topic=%.*s", (int)n, name);
     }
-    if (rt.nt > 0)
+    if (rt->nt > 0)
         event_active(s->wake, EV_READ, 0); /* fetches waiting on them answer now */
 out:
-    kb_rtopics_fini(&rt);
+    kb_rtopics_done(rt);
     return rc < 0 ? rc : KB_ANSWER;
 }
 
@@ -237,20 +237,20 @@ static const kb_rtopics_spec list_spec = {.max_topics = KB_TOPICS_MAX, .topic_mi
 int kb_h_list_offsets(kb_conn *c, kb_rbuf *r, const kb_req *req, kb_wbuf *w)
 {
     kb_server *s = c->s;
-    kb_rtopics rt;
+    kb_rtopics *rt = &s->rt;
     int rc;
 
     kb_r_i32(r); /* replica_id */
     if (req->ver >= 2)
         kb_r_i8(r); /* isolation_level */
-    if ((rc = kb_r_topics(r, &list_spec, req->ver, &rt)) < 0)
+    if ((rc = kb_r_topics(r, &list_spec, req->ver, rt)) < 0)
         goto out;
     if (req->ver >= 2)
         kb_w_i32(w, 0);
-    kb_w_i32(w, rt.nt);
-    for (int32_t i = 0; i < rt.nt; i++) {
-        const kb_rtopic *rtp = &rt.t[i];
-        const list_part *lp = rt.parts;
+    kb_w_i32(w, rt->nt);
+    for (int32_t i = 0; i < rt->nt; i++) {
+        const kb_rtopic *rtp = &rt->t[i];
+        const list_part *lp = rt->parts;
         kb_topic *t = kb_log_find(s->log, rtp->name, rtp->len);
         kb_w_str(w, rtp->name, rtp->len);
         kb_w_i32(w, rtp->n);
@@ -273,6 +273,6 @@ int kb_h_list_offsets(kb_conn *c, kb_rbuf *r, const kb_req *req, kb_wbuf *w)
         }
     }
 out:
-    kb_rtopics_fini(&rt);
+    kb_rtopics_done(rt);
     return rc < 0 ? rc : KB_ANSWER;
 }

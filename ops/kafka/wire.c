@@ -284,37 +284,61 @@ void kb_w_put_i32_at(kb_wbuf *w, size_t at, int32_t v)
 int kb_r_topics(kb_rbuf *r, const kb_rtopics_spec *spec, int16_t ver, kb_rtopics *out)
 {
     int32_t nt = kb_r_array(r, spec->nullable, spec->max_topics, spec->topic_min);
-    size_t cap = 0;
 
-    memset(out, 0, sizeof(*out));
     out->nt = nt;
+    out->nparts = 0;
     if (nt <= 0)
         return r->err;
-    if (!(out->t = calloc((size_t)nt, sizeof(*out->t))))
-        return -ENOMEM;
-    for (int32_t i = 0; i < nt && !r->err; i++) {
+    if ((size_t)nt > out->tcap) {
+        kb_rtopic *t = realloc(out->t, (size_t)nt * sizeof(*t));
+        if (!t) {
+            out->nt = 0;
+            return -ENOMEM;
+        }
+        out->t = t;
+        out->tcap = (size_t)nt;
+    }
+    for (int32_t i = 0; i < nt; i++) {
         kb_rtopic *t = &out->t[i];
         int32_t np;
 
+        if (r->err) {
+            out->nt = i; /* (what was read) */
+            break;
+        }
         kb_r_str(r, 0, &t->name, &t->len);
+        t->first = out->nparts;
+        t->n = 0;
         if (!spec->part)
             continue;
         np = kb_r_array(r, 0, spec->max_parts, spec->part_min);
-        if (np > 0 && out->nparts + (size_t)np > cap) {
+        if (np > 0 && (out->nparts + (size_t)np) * spec->part_size > out->pcap) {
             /* (exactly what is needed: the bytes read bound it) */
-            void *n = realloc(out->parts, (out->nparts + (size_t)np) * spec->part_size);
-            if (!n)
+            size_t need = (out->nparts + (size_t)np) * spec->part_size;
+            void *n = realloc(out->parts, need);
+            if (!n) {
+                out->nt = i;
                 return -ENOMEM;
+            }
             out->parts = n;
-            cap = out->nparts + (size_t)np;
+            out->pcap = need;
         }
-        t->first = out->nparts;
         for (int32_t p = 0; p < np && !r->err; p++)
             spec->part(r, ver, (uint8_t *)out->parts + (out->nparts + (size_t)p) * spec->part_size);
         t->n = np;
         out->nparts += (size_t)np;
     }
     return r->err;
+}
+
+void kb_rtopics_done(kb_rtopics *rt)
+{
+    if (rt->tcap * sizeof(kb_rtopic) + rt->pcap > KB_RTOPICS_KEEP) {
+        kb_rtopics_fini(rt);
+        return;
+    }
+    rt->nt = 0;
+    rt->nparts = 0;
 }
 
 void kb_rtopics_fini(kb_rtopics *rt)

@@ -63,11 +63,16 @@ typedef struct kb_rtopics {
     int32_t nt;          /* -1: a null array */
     void *parts;
     size_t nparts;
+    size_t tcap, pcap;   /* the arrays' room (entries of t, bytes of parts), kept for reuse */
 } kb_rtopics;
 
-/* 0, or the reader's error (-EBADMSG) or -ENOMEM; out is filled (and to be finished)
- * either way. */
+/* Decodes into out (zeroed once by its owner), reusing its arrays when they have room: 0,
+ * or the reader's error (-EBADMSG) or -ENOMEM. */
 int kb_r_topics(kb_rbuf *r, const kb_rtopics_spec *spec, int16_t ver, kb_rtopics *out);
+/* The request is answered: its arrays stay for the next one unless they hold more than
+ * KB_RTOPICS_KEEP bytes (a large request's are freed). */
+#define KB_RTOPICS_KEEP (64u << 10)
+void kb_rtopics_done(kb_rtopics *rt);
 void kb_rtopics_fini(kb_rtopics *rt);
 /* The topic names, made to point into a copy (at new_) of the request's len bytes at old
  * (for a request kept past its buffer; partition entries must hold no pointers). */
