@@ -687,8 +687,7 @@ int kb_group_offset_commit(kb_groups *gs, kb_rbuf *r, const kb_req *req, int64_t
     kb_w_i32(&w, rt->nt);
     for (int32_t t = 0; t < rt->nt; t++) {
         const kb_rtopic *rtp = &rt->t[t];
-        kb_w_str(&w, rtp->name, rtp->len);
-        kb_w_i32(&w, rtp->n);
+        kb_w_rtopic(&w, rtp);
         for (int32_t p = 0; p < rtp->n; p++) {
             const commit_part *c = &cp[rtp->first + (size_t)p];
             kb_w_i32(&w, c->part);
@@ -748,8 +747,7 @@ int kb_group_offset_fetch(kb_groups *gs, kb_rbuf *r, const kb_req *req, int64_t 
         kb_w_i32(&w, rt->nt);
         for (int32_t t = 0; t < rt->nt; t++) {
             const kb_rtopic *rtp = &rt->t[t];
-            kb_w_str(&w, rtp->name, rtp->len);
-            kb_w_i32(&w, rtp->n);
+            kb_w_rtopic(&w, rtp);
             for (int32_t p = 0; p < rtp->n; p++) {
                 int32_t part = parts[rtp->first + (size_t)p];
                 kb_offset *o = g ? offset_find(g, rtp->name, rtp->len, part) : NULL;

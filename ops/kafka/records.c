@@ -53,8 +53,7 @@ int kb_h_produce(kb_conn *c, kb_rbuf *r, const kb_req *req, kb_wbuf *w)
         const kb_rtopic *rtp = &rt->t[i];
         int16_t terr;
         kb_topic *t = kb_topic_get(s, rtp->name, rtp->len, 1, &terr);
-        kb_w_str(w, rtp->name, rtp->len);
-        kb_w_i32(w, rtp->n);
+        kb_w_rtopic(w, rtp);
         for (int32_t p = 0; p < rtp->n; p++) {
             const produce_part *in = &pp[rtp->first + (size_t)p];
             int32_t part = in->part;
@@ -189,8 +188,7 @@ static int fetch_write(kb_server *s, const fetch_req *fr, int16_t ver, kb_wbuf *
     for (int32_t i = 0; i < fr->rt.nt; i++) {
         const kb_rtopic *rtp = &fr->rt.t[i];
         kb_topic *t = kb_log_find(s->log, rtp->name, rtp->len);
-        kb_w_str(w, rtp->name, rtp->len);
-        kb_w_i32(w, rtp->n);
+        kb_w_rtopic(w, rtp);
         for (int32_t p = 0; p < rtp->n; p++) {
             int32_t part = fp[rtp->first + (size_t)p].part;
             int32_t pmax = fp[rtp->first + (size_t)p].max_bytes;

@@ -252,8 +252,7 @@ int kb_h_list_offsets(kb_conn *c, kb_rbuf *r, const kb_req *req, kb_wbuf *w)
         const kb_rtopic *rtp = &rt->t[i];
         const list_part *lp = rt->parts;
         kb_topic *t = kb_log_find(s->log, rtp->name, rtp->len);
-        kb_w_str(w, rtp->name, rtp->len);
-        kb_w_i32(w, rtp->n);
+        kb_w_rtopic(w, rtp);
         for (int32_t p = 0; p < rtp->n; p++) {
             int32_t part = lp[rtp->first + (size_t)p].part;
             int64_t ts = lp[rtp->first + (size_t)p].ts, off = -1;

@@ -271,6 +271,12 @@ void kb_w_bytes(kb_wbuf *w, const void *b, size_t n)
     kb_w_raw(w, b, n);
 }
 
+void kb_w_rtopic(kb_wbuf *w, const kb_rtopic *t)
+{
+    kb_w_str(w, t->name, t->len);
+    kb_w_i32(w, t->n);
+}
+
 void kb_w_put_i32_at(kb_wbuf *w, size_t at, int32_t v)
 {
     if (w->err || at + 4 > w->len)

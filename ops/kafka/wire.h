@@ -98,6 +98,8 @@ void kb_w_str(kb_wbuf *w, const char *s, size_t n);
 void kb_w_cstr(kb_wbuf *w, const char *s);
 void kb_w_bytes(kb_wbuf *w, const void *b, size_t n);
 void kb_w_raw(kb_wbuf *w, const void *b, size_t n);
+/* A topic's answer header: its name and partition count, as its request named them. */
+void kb_w_rtopic(kb_wbuf *w, const kb_rtopic *t);
 /* Overwrites 4 bytes at offset at (a length or count written before it was known). */
 void kb_w_put_i32_at(kb_wbuf *w, size_t at, int32_t v);
 
