@@ -405,11 +405,13 @@ int kb_group_join(kb_groups *gs, kb_rbuf *r, const kb_req *req, int64_t now)
     if (r->err)
         return r->err;
     for (i = 0; i < np; i++) { /* the member's copies */
+        if (pp[i].blen > KB_META_MAX)
+            break;
         protos[i].name = strndup(pp[i].name, pp[i].nlen);
         protos[i].meta = pp[i].blen ? malloc(pp[i].blen) : NULL;
         protos[i].meta_len = pp[i].blen;
         nprotos++;
-        if (!protos[i].name || (pp[i].blen && !protos[i].meta) || pp[i].blen > KB_META_MAX)
+        if (!protos[i].name || (pp[i].blen && !protos[i].meta))
             break;
         if (pp[i].blen)
             memcpy(protos[i].meta, pp[i].b, pp[i].blen);
