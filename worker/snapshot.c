@@ -349,7 +349,9 @@ static void on_checked(redisAsyncContext *ac, void *r, void *priv)
     check_arg *a = priv;
 
     (void)ac;
-    if (rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0 &&
+    /* (S.busy is gone once wk_snap_stop ran: a check answered during the stop removes
+     * nothing; the next start's sweep looks again) */
+    if (S.busy && rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0 &&
         !sf_map_get(S.busy, a->id)) {
         sf_info("msg=\"removing the files of a deleted snapshot\" snapshot=%s", a->id);
         snap_remove(a->ctx, a->id);
