@@ -43,6 +43,27 @@ static wk_box *op_box(const life_op *op)
     return b && b->state == WK_BOX_RUNNING ? b : NULL;
 }
 
+/* The op's end: its caller hears the outcome. */
+static void op_end(life_op *op, int rc, const char *why)
+{
+    if (rc < 0 && !op->c)
+        sf_warn("msg=\"idle pause failed\" sandbox=%s rc=%d why=\"%s\"", op->id, rc,
+                why ? why : "");
+    if (op->done)
+        op->done(op->c, rc, why);
+    free(op);
+}
+
+/* The record says paused (or running again): only now is the call answered. The state
+ * write is a script, and on a Redis that lacks it yet (first use, a restart, SCRIPT FLUSH)
+ * it goes again by its source after what was queued meanwhile, the reply's guard write
+ * included: a caller reading the record right after the answer saw the old state. */
+static void on_recorded(redisAsyncContext *ac, void *r, void *priv)
+{
+    wk_redis_logged(ac, r, NULL);
+    op_end(priv, 0, NULL);
+}
+
 static void on_paused(void *arg, int rc, const char *why)
 {
     life_op *op = arg;
@@ -52,24 +73,20 @@ static void on_paused(void *arg, int rc, const char *why)
         int was_pausing = b->pausing; /* 0: a resume came first */
         b->pausing = 0;
         if (rc == 0 && was_pausing && !b->paused) {
+            json_t *x = json_pack("{s:s}", "by", op->c ? "call" : "idle");
+            int rec;
             b->paused = 1;
-            if (sf_timers_paused(op->ctx->redis, b->id, op->ctx->host_id, sf_now_ms(),
-                                 wk_redis_logged, NULL) < 0)
-                sf_warn("msg=\"cannot record the pause; Redis is down\" sandbox=%s", b->id);
             sf_info("msg=\"sandbox paused\" sandbox=%s by=%s", b->id, op->c ? "call" : "idle");
-            {
-                json_t *x = json_pack("{s:s}", "by", op->c ? "call" : "idle");
-                wk_event(op->ctx, "paused", b->team, b->id, x);
-                json_decref(x);
-            }
+            wk_event(op->ctx, "paused", b->team, b->id, x);
+            json_decref(x);
+            rec = sf_timers_paused(op->ctx->redis, b->id, op->ctx->host_id, sf_now_ms(),
+                                   on_recorded, op);
+            if (rec == 0)
+                return; /* answered once recorded */
+            sf_warn("msg=\"cannot record the pause; Redis is down\" sandbox=%s", b->id);
         }
     }
-    if (rc < 0 && !op->c)
-        sf_warn("msg=\"idle pause failed\" sandbox=%s rc=%d why=\"%s\"", op->id, rc,
-                why ? why : "");
-    if (op->done)
-        op->done(op->c, rc, why);
-    free(op);
+    op_end(op, rc, why);
 }
 
 int wk_box_pause(wk_box *b, wk_call *c, life_done done)
@@ -105,11 +122,12 @@ static void on_resumed(void *arg, int rc, const char *why)
         b->pausing = 0;
         b->last_active_ms = sf_mono_ms();
         if (was) {
-            if (sf_timers_resumed(op->ctx->redis, b->id, op->ctx->host_id, sf_now_ms(),
-                                  wk_redis_logged, NULL) < 0)
-                sf_warn("msg=\"cannot record the resume; Redis is down\" sandbox=%s", b->id);
             sf_info("msg=\"sandbox resumed\" sandbox=%s", b->id);
             wk_event(op->ctx, "resumed", b->team, b->id, NULL);
+            if (sf_timers_resumed(op->ctx->redis, b->id, op->ctx->host_id, sf_now_ms(),
+                                  on_recorded, op) == 0)
+                return; /* answered once recorded */
+            sf_warn("msg=\"cannot record the resume; Redis is down\" sandbox=%s", b->id);
         }
     }
     if (op->done)
