@@ -12,6 +12,7 @@
 #include "sf_jobauth.h"
 #include "sf_kafka.h"
 #include "sf_map.h"
+#include "sf_trace.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -281,6 +282,8 @@ static int send_next(batch *b)
                                              job.sandbox[0] ? job.sandbox : job.id, buf.p, buf.len,
                                              b->pid, b->psk)) == -ENOBUFS && i < 100; i++)
         rd_kafka_poll(b->producer, 100);
+    if (rc == 0)
+        SF_TRACE(job.id, "pub", 0);
     if (rc == -E2BIG) {
         result_error(b, uid, b->lineno, SF_ERR_LIMIT, "The job is larger than the queue's "
                      "message limit; put large inputs in a file in the sandbox first.");
@@ -405,6 +408,7 @@ static void on_reply(void *arg, rd_kafka_message_t *msg)
         sf_reply_fini(&r); /* progress, or an answer already taken (a repeat) */
         return;
     }
+    SF_TRACE(r.id, "ans", msg->partition);
     if (r.kind == SF_REPLY_ERROR) {
         o = json_pack("{s:s, s:{s:s, s:s}}", "id", f->uid, "error", "code", r.code, "message",
                       r.message ? r.message : "");
@@ -608,6 +612,11 @@ static int setup(batch *b, const char *jobs, const char *out, const char *key)
     b->ks.brokers = brokers;
     b->ks.session_timeout_ms = 6000;
     b->ks.linger_ms = 1;
+    if (sf_trace_open(getenv("SF_TRACE_DIR"), "batch") < 0) { /* stage stamps: benchmarks */
+        fprintf(stderr, "sandfleet: cannot write stage stamps in SF_TRACE_DIR %s; check the "
+                "folder.\n", getenv("SF_TRACE_DIR"));
+        return 1;
+    }
     sf_id_new(rid, "batch_");
     if (!(b->producer = sf_kafka_producer_new(&b->ks, why, sizeof(why))) ||
         !(b->consumer = sf_kafka_consumer_new(&b->ks, rid, why, sizeof(why)))) {

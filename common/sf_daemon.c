@@ -1,4 +1,5 @@
 #include "sf_daemon.h"
+#include "sf_trace.h"
 #include "sf_log.h"
 #include "sf_util.h"
 
@@ -97,6 +98,11 @@ int sf_daemon_init(sf_daemon *d, const char *component, const sf_common_cfg *c)
         return -1;
     }
     sf_log_init(component, level);
+    if (sf_trace_open(c->trace_dir, component) < 0) {
+        fprintf(stderr, "%s: cannot write stage stamps in trace_dir %s; check the folder.\n",
+                component, c->trace_dir);
+        return -1;
+    }
     signal(SIGPIPE, SIG_IGN);
     if (!(d->base = event_base_new())) {
         fprintf(stderr, "%s: cannot create the event loop.\n", component);
@@ -119,6 +125,7 @@ int sf_daemon_init(sf_daemon *d, const char *component, const sf_common_cfg *c)
 
 void sf_daemon_fini(sf_daemon *d)
 {
+    sf_trace_close();
     if (d->ev_int)
         event_free(d->ev_int);
     if (d->ev_term)

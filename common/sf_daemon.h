@@ -17,6 +17,7 @@ typedef struct sf_common_cfg {
     int64_t kafka_fetch_wait_ms;
     int64_t kafka_session_timeout_ms;
     int64_t shutdown_deadline_ms;
+    char *trace_dir;
 } sf_common_cfg;
 
 #define SF_COMMON_CFG_ENTRIES(st)                                                              \
@@ -34,7 +35,9 @@ typedef struct sf_common_cfg {
      "Kafka session.timeout.ms: a dead member's partitions move to the others after this"},    \
     {"shutdown_deadline_ms", SF_CFG_INT, offsetof(st, common.shutdown_deadline_ms), "9000",    \
      500, 600000,                                                                              \
-     "after SIGTERM the daemon exits within this, even when Kafka or Redis is gone"}
+     "after SIGTERM the daemon exits within this, even when Kafka or Redis is gone"},         \
+    {"trace_dir", SF_CFG_STR, offsetof(st, common.trace_dir), "", 0, 0,                       \
+     "benchmarks: a folder for per-job stage stamps (empty: off; tests/bench/README.md)"}
 
 /* The common settings alone, for a program that is not a daemon (the batch CLI): the
  * defaults, then the SF_* environment variables, checked against the same table. 0, or

@@ -1,5 +1,6 @@
 #include "sf_jobauth.h"
 #include "sf_auth.h"
+#include "sf_kafka.h"
 #include "sf_util.h"
 
 #include <errno.h>
@@ -166,10 +167,16 @@ int sf_jobauth_produce(rd_kafka_t *producer, const char *topic, const char *key,
     char iat[24], hex[65];
     int64_t now = sf_now_ms();
     rd_kafka_headers_t *h = rd_kafka_headers_new(3);
+    rd_kafka_topic_t *rkt = sf_kafka_topic(producer, topic);
     rd_kafka_resp_err_t err;
 
-    if (!h)
+    if (!h || !rkt) {
+        if (h)
+            rd_kafka_headers_destroy(h);
+        if (rkt)
+            rd_kafka_topic_destroy(rkt);
         return -ENOMEM;
+    }
     crypto_hash_sha256(digest, p, n);
     sf_jobauth_mac(psk, id, now, digest, mac);
     snprintf(iat, sizeof(iat), "%" PRId64, now);
@@ -177,10 +184,11 @@ int sf_jobauth_produce(rd_kafka_t *producer, const char *topic, const char *key,
     rd_kafka_header_add(h, SF_JOBAUTH_HDR_KEY, -1, id, -1);
     rd_kafka_header_add(h, SF_JOBAUTH_HDR_IAT, -1, iat, -1);
     rd_kafka_header_add(h, SF_JOBAUTH_HDR_MAC, -1, hex, -1);
-    err = rd_kafka_producev(producer, RD_KAFKA_V_TOPIC(topic),
+    err = rd_kafka_producev(producer, RD_KAFKA_V_RKT(rkt),
                             RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                             RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
                             RD_KAFKA_V_VALUE((void *)p, n), RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END);
+    rd_kafka_topic_destroy(rkt);
     switch (err) {
     case RD_KAFKA_RESP_ERR_NO_ERROR:
         return 0; /* the headers are librdkafka's now */

@@ -1,4 +1,5 @@
 #include "sf_jobio.h"
+#include "sf_trace.h"
 #include "sf_jobauth.h"
 #include "sf_kafka.h"
 
@@ -119,6 +120,7 @@ struct sf_jobq {
 typedef struct jobq_sent {
     sf_jobq *q;
     sf_kafka_ticket tk;
+    char id[SF_ID_MAX]; /* (for a stage stamp: sf_trace.h) */
 } jobq_sent;
 
 /* (on the thread that polls the producer: the event loop, or the producer's flush) */
@@ -129,6 +131,7 @@ static void on_sent(void *arg, int err)
 
     /* refused for good (30 s of retries) ends it too: an answer that cannot be sent must
      * not hold back every later offset of its partition */
+    SF_TRACE(s->id, "dr", err);
     q->sending--;
     if (!q->freed)
         sf_kafka_track_end(q->track, s->tk);
@@ -138,7 +141,7 @@ static void on_sent(void *arg, int err)
 }
 
 int sf_jobq_send(sf_jobq *q, rd_kafka_t *producer, const char *topic, const char *key,
-                 const void *p, size_t n, sf_kafka_ticket tk)
+                 const void *p, size_t n, sf_kafka_ticket tk, const char *job_id)
 {
     jobq_sent *s = malloc(sizeof(*s));
     int rc;
@@ -147,10 +150,14 @@ int sf_jobq_send(sf_jobq *q, rd_kafka_t *producer, const char *topic, const char
         return -ENOMEM;
     s->q = q;
     s->tk = tk;
+    s->id[0] = 0;
+    if (sf_trace_enabled)
+        snprintf(s->id, sizeof(s->id), "%s", job_id);
     if ((rc = sf_kafka_produce_cb(producer, topic, key, p, n, on_sent, s)) < 0) {
         free(s);
         return rc;
     }
+    SF_TRACE(s->id, "out", 0);
     q->sending++;
     return 0;
 }
@@ -175,6 +182,7 @@ static void jobq_on_message(void *arg, rd_kafka_message_t *msg)
         return;
     }
     sf_jobauth_read(msg, &job.auth);
+    SF_TRACE(job.id, "in", msg->partition);
     q->on_job(q->arg, &job, tk);
 }
 

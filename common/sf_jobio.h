@@ -47,9 +47,10 @@ sf_jobq *sf_jobq_new(struct event_base *base, rd_kafka_t *consumer, rd_kafka_t *
 void sf_jobq_done(sf_jobq *q, sf_kafka_ticket tk);
 /* Produces p (the job's forward or reply) and ends tk once Kafka confirmed it (or finally
  * refused it), so an offset never moves past a job whose answer could still be lost. 0,
- * or -errno with tk still the caller's (the message was not queued). */
+ * or -errno with tk still the caller's (the message was not queued). job_id names the job
+ * in stage stamps (sf_trace.h). */
 int sf_jobq_send(sf_jobq *q, rd_kafka_t *producer, const char *topic, const char *key,
-                 const void *p, size_t n, sf_kafka_ticket tk);
+                 const void *p, size_t n, sf_kafka_ticket tk, const char *job_id);
 void sf_jobq_free(sf_jobq *q);
 
 /* Replaces invalid UTF-8 in s[0..n) with U+FFFD; returns a new NUL-terminated string

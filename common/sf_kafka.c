@@ -348,13 +348,23 @@ static int topic_partitions(rd_kafka_t *rk, const char *topic, int timeout_ms)
     return n;
 }
 
+rd_kafka_topic_t *sf_kafka_topic(rd_kafka_t *producer, const char *topic)
+{
+    return rd_kafka_topic_new(producer, topic, NULL);
+}
+
 static int produce(rd_kafka_t *producer, const char *topic, const char *key, const void *p,
                    size_t n, delivery_cb *d)
 {
-    rd_kafka_resp_err_t err = rd_kafka_producev(
-        producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-        RD_KAFKA_V_KEY(key, key ? strlen(key) : 0), RD_KAFKA_V_VALUE((void *)p, n),
-        RD_KAFKA_V_OPAQUE(d), RD_KAFKA_V_END);
+    rd_kafka_topic_t *rkt = sf_kafka_topic(producer, topic);
+    rd_kafka_resp_err_t err;
+
+    if (!rkt)
+        return -ENOMEM;
+    err = rd_kafka_producev(producer, RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                            RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
+                            RD_KAFKA_V_VALUE((void *)p, n), RD_KAFKA_V_OPAQUE(d), RD_KAFKA_V_END);
+    rd_kafka_topic_destroy(rkt);
 
     switch (err) {
     case RD_KAFKA_RESP_ERR_NO_ERROR:
@@ -433,7 +443,7 @@ int sf_kafka_assign_all(rd_kafka_t *consumer, rd_kafka_t *producer, const char *
 
 struct sf_kafka_pump {
     rd_kafka_t *consumer, *producer;
-    rd_kafka_queue_t *queue;
+    rd_kafka_queue_t *queue, *pqueue; /* the consumer's queue; the producer's (reports) */
     int fds[2];
     struct event *ev_wake, *ev_tick;
     sf_kafka_msg_cb cb;
@@ -460,6 +470,8 @@ static void pump_on_wake(evutil_socket_t fd, short what, void *arg)
 
     while (read(fd, sink, sizeof(sink)) > 0)
         ;
+    if (p->producer)
+        rd_kafka_poll(p->producer, 0);
     pump_drain(p);
 }
 
@@ -495,6 +507,10 @@ sf_kafka_pump *sf_kafka_pump_new(struct event_base *base, rd_kafka_t *consumer,
     if (!p->ev_wake || !p->ev_tick)
         goto fail;
     rd_kafka_queue_io_event_enable(p->queue, p->fds[1], "w", 1);
+    /* delivery reports wake the loop too: a job's offset moves as soon as its forward or
+     * reply is confirmed, not at the next tick */
+    if (producer && (p->pqueue = rd_kafka_queue_get_main(producer)))
+        rd_kafka_queue_io_event_enable(p->pqueue, p->fds[1], "w", 1);
     event_add(p->ev_wake, NULL);
     event_add(p->ev_tick, &tick);
     return p;
@@ -510,6 +526,10 @@ void sf_kafka_pump_free(sf_kafka_pump *p)
     if (p->queue) {
         rd_kafka_queue_io_event_enable(p->queue, -1, NULL, 0);
         rd_kafka_queue_destroy(p->queue);
+    }
+    if (p->pqueue) {
+        rd_kafka_queue_io_event_enable(p->pqueue, -1, NULL, 0);
+        rd_kafka_queue_destroy(p->pqueue);
     }
     if (p->ev_wake)
         event_free(p->ev_wake);

@@ -40,6 +40,13 @@ void sf_kafka_on_revoke(rd_kafka_t *consumer, void (*fn)(void *arg, int32_t part
 void sf_kafka_consumer_free(rd_kafka_t *consumer);
 /* Delivers what is queued (up to 2 s) and destroys; NULL-safe. */
 void sf_kafka_producer_free(rd_kafka_t *producer);
+/* The producer's handle of topic, for rd_kafka_producev's RD_KAFKA_V_RKT (release it with
+ * rd_kafka_topic_destroy; NULL when out of memory). Every produce goes through one:
+ * rd_kafka_topic_new() asks a topic new to the producer for its leader at once, while
+ * librdkafka 2.0's producev given a topic name waits for its 1 s metadata timer (fixed in
+ * 2.10.1, librdkafka #5032), so a worker's first reply to a new gateway or batch reply
+ * topic waited up to 1 s. */
+rd_kafka_topic_t *sf_kafka_topic(rd_kafka_t *producer, const char *topic);
 /* Copies the payload; never blocks. 0 or a negative errno (queue full: -ENOBUFS). */
 int sf_kafka_produce(rd_kafka_t *producer, const char *topic, const char *key, const void *p,
                      size_t n);

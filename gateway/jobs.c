@@ -3,6 +3,7 @@
  * with a timeout, and a late reply is dropped. */
 #include "gateway.h"
 #include "sf_claim.h"
+#include "sf_trace.h"
 #include "sf_jobauth.h"
 #include "sf_log.h"
 
@@ -363,6 +364,7 @@ static void on_reply(void *arg, rd_kafka_message_t *msg)
         sf_reply_fini(&r);
         return;
     }
+    SF_TRACE(r.id, "ans", msg->partition);
     p->cb(p->arg, &r);
     pending_free(p);
     sf_reply_fini(&r);
@@ -570,6 +572,8 @@ int gw_jobs_submit(gw_ctx *ctx, sf_job *job, int64_t wait_ms, gw_job_cb cb, void
         rc = -EMSGSIZE;
     if (rc == 0)
         rc = produce_job(ctx, job->sandbox[0] ? job->sandbox : job->team, b.p, b.len);
+    if (rc == 0)
+        SF_TRACE(job->id, "pub", 0);
     if (rc == 0 && b.len <= KEEP_JOB_MAX && (p->msg = malloc(b.len)))
         memcpy(p->msg, b.p, (p->len = b.len));
     sf_buf_fini(&b);

@@ -43,7 +43,8 @@ static void call_free(sch_call *c)
 static int send_then_done(sch_call *c, const char *topic, const char *key, sf_buf *b, int rc)
 {
     if (rc == 0)
-        rc = sf_jobq_send(c->ctx->jobq, c->ctx->producer, topic, key, b->p, b->len, c->ticket);
+        rc = sf_jobq_send(c->ctx->jobq, c->ctx->producer, topic, key, b->p, b->len, c->ticket,
+                          c->job.id);
     sf_buf_fini(b);
     if (rc < 0) {
         sf_error("msg=\"cannot produce\" job=%s topic=%s rc=%d", c->job.id, topic, rc);

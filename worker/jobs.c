@@ -9,6 +9,7 @@
 #include "sf_log.h"
 #include "sf_records.h"
 #include "sf_tools.h"
+#include "sf_trace.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -40,7 +41,7 @@ static void call_done(wk_call *c)
 static int call_answer(wk_call *c, const void *p, size_t n)
 {
     int rc = sf_jobq_send(c->ctx->jobq, c->ctx->producer, c->job.reply, c->job.id, p, n,
-                          c->ticket);
+                          c->ticket, c->job.id);
 
     if (rc < 0) {
         sf_error("msg=\"cannot produce reply\" job=%s rc=%d", c->job.id, rc);
@@ -85,6 +86,7 @@ static void on_guard_done(redisAsyncContext *ac, void *r, void *priv)
     guard_done_arg *g = priv;
     wk_ctx *ctx = g->c->ctx;
 
+    SF_TRACE(g->id, "kept", 0);
     if (rep && rep->type == REDIS_REPLY_ERROR)
         sf_warn("msg=\"cannot keep the job's answer\" job=%s err=\"%s\"", g->id, rep->str);
     else if (rep && rep->type == REDIS_REPLY_STRING && rep->len > 0 && rep->len < SF_TOPIC_MAX &&
@@ -838,6 +840,7 @@ static void on_exec_done(void *arg, const wk_exec_result *res)
     wk_call *c = arg;
     json_t *r;
 
+    SF_TRACE(c->job.id, "exit", res->error ? -1 : (int64_t)res->duration_ms);
     sf_map_del(c->ctx->running, c->job.id);
     if (c->cancelled) { /* its caller left: the one final reply, which nobody shows */
         sf_info("msg=\"exec cancelled\" job=%s sandbox=%s", c->job.id, c->job.sandbox);
@@ -936,6 +939,7 @@ static void do_exec(wk_call *c, wk_box *b)
         wk_reply_error(c, SF_ERR_INVALID, "Argument 'command' is required.");
         return;
     }
+    SF_TRACE(c->job.id, "exec", 0);
     rc = c->ctx->ops->exec(b->sb, &req, on_exec_done, c);
     if (rc == 0 && sf_map_put(c->ctx->running, c->job.id, c) < 0)
         sf_warn("msg=\"exec cannot be cancelled (out of memory)\" job=%s", c->job.id);
@@ -1316,6 +1320,7 @@ static void on_guard(redisAsyncContext *ac, void *r, void *priv)
     redisReply *rep = r, *verdict;
     wk_call *c = priv;
 
+    SF_TRACE(c->job.id, "guard", 0);
     if (sf_redis_is_oom(rep) && !strcmp(c->job.tool, "sandbox_kill")) {
         dispatch(c); /* Redis is full: a kill frees room, and runs twice harmlessly */
         return;

@@ -7,7 +7,7 @@
 // and with --rate at half that.
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fleetEnv, mcall } from '../fault/load.mjs';
@@ -75,14 +75,49 @@ async function brokerNow() {
   }
   return { cpuMs };
 }
+// CPU throttling of the workers' cgroups (cgroup v1 cpu/sandfleet/<host>/<sandbox>, or v2
+// sandfleet/<host>/<sandbox>): periods, periods throttled, time throttled; the hosts'
+// groups (their share of the box) apart from the bench's six sandboxes.
+function throttle() {
+  const sum = { host: { periods: 0, throttled: 0, ms: 0 }, box: { periods: 0, throttled: 0, ms: 0 } };
+  const add = (t, file) => {
+    let text;
+    try { text = readFileSync(file, 'utf8'); } catch { return; }
+    const v = (k) => Number(text.match(new RegExp(`^${k} (\\d+)`, 'm'))?.[1] ?? 0);
+    t.periods += v('nr_periods');
+    t.throttled += v('nr_throttled');
+    t.ms += v('throttled_time') / 1e6 + v('throttled_usec') / 1e3;
+  };
+  for (const root of ['/sys/fs/cgroup/cpu/sandfleet', '/sys/fs/cgroup/sandfleet']) {
+    for (const h of [1, 2, 3]) {
+      const dir = join(root, `fleet-${h}`);
+      if (!existsSync(dir)) continue;
+      add(sum.host, join(dir, 'cpu.stat'));
+      for (const d of readdirSync(dir)) if (sandboxes.includes(d)) add(sum.box, join(dir, d, 'cpu.stat'));
+    }
+  }
+  return sum;
+}
 const broker0 = await brokerNow();
+const throttle0 = throttle();
 const load0 = loadavg()[0];
+// With stage stamps on (SF_TRACE_DIR: tests/bench/fleet --trace), each exec row's window
+// goes to rows.json for tests/bench/trace.mjs.
+const windows = [];
+function timed(name, kind, fn) {
+  const from = Date.now() * 1000;
+  const r = fn();
+  windows.push({ name, kind, from, to: Date.now() * 1000 });
+  return r;
+}
 const base = load([{ jsonrpc: '2.0', id: 1, method: 'ping' }], '"result"');
-const full = load(execs, '"isError":false');
-const half = load(execs, '"isError":false', full.rate / 2);
-const bfull = batch(Math.round(Math.max(full.rate, 50) * secs * 1.5));
-const bhalf = batch(Math.round((bfull.rate / 2) * secs), bfull.rate / 2);
+const full = timed('MCP, as fast as it goes', 'gateway', () => load(execs, '"isError":false'));
+const half = timed('MCP, at half that rate', 'gateway', () => load(execs, '"isError":false', full.rate / 2));
+const bfull = timed('batch, as fast as it goes', 'batch', () => batch(Math.round(Math.max(full.rate, 50) * secs * 1.5)));
+const bhalf = timed('batch, at half that rate', 'batch', () => batch(Math.round((bfull.rate / 2) * secs), bfull.rate / 2));
+if (process.env.SF_TRACE_DIR) writeFileSync(join(process.env.SF_TRACE_DIR, 'rows.json'), JSON.stringify(windows));
 const broker1 = await brokerNow();
+const throttle1 = throttle();
 const row = (name, r) => `| ${name} | ${r.rate.toFixed(0)} | ${r.p50.toFixed(1)} | ${r.p99.toFixed(1)} | ${r.errors} | ${(r.p50 / base.p50).toFixed(1)}x |`;
 console.log(`\n${conc} concurrent clients, ${secs} s per row, 2 gateways, 2 schedulers, 3 workers; ` +
   `load average ${load0.toFixed(1)} before, ${loadavg()[0].toFixed(1)} after\n`);
@@ -100,6 +135,11 @@ console.log(`\nexec per s vs the goal (1000): MCP ${(full.rate / 1000).toFixed(2
   const per = (k) => (broker1[k] - broker0[k]) / jobs;
   console.log(`broker, per job of the four exec rows (${jobs} jobs): CPU ${per('cpuMs').toFixed(3)} ms` +
     (broker1.fetch !== undefined ? `, Fetch requests ${per('fetch').toFixed(2)}, Produce requests ${per('produce').toFixed(2)}` : ''));
+}
+for (const k of ['box', 'host']) {
+  const d = (f) => throttle1[k][f] - throttle0[k][f];
+  console.log(`CPU throttling of the ${k === 'box' ? 'sandboxes\' groups (6)' : 'hosts\' groups (3)'} during the exec rows: ` +
+    `${d('throttled')} of ${d('periods')} periods, ${(d('ms') / 1000).toFixed(1)} s in all`);
 }
 for (const id of sandboxes) await mcall(urls[0], key, 'sandbox_kill', { sandbox_id: id });
 rmSync(work, { recursive: true, force: true });
