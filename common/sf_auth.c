@@ -11,27 +11,35 @@
 
 static const char b62[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 
+/* Made whole under a temporary name, then linked in place: daemons started together all
+ * create it when it is missing, and one that found the name before the bytes were written
+ * read an empty file ("must hold 64 hex characters"). 0 when it exists (ours or another's). */
 static int secret_create(const char *path)
 {
     uint8_t s[32];
-    char hex[65];
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    char hex[65], tmp[4096];
+    int fd, rc = 0;
 
-    if (fd < 0)
-        return errno == EEXIST ? 0 : -errno;
+    if (access(path, F_OK) == 0)
+        return 0;
+    if (snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof(tmp))
+        return -ENAMETOOLONG;
+    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
+        return -errno;
     if (sf_random(s, sizeof(s)) < 0) {
-        close(fd);
-        return -EIO;
+        rc = -EIO;
+        goto out;
     }
     sodium_bin2hex(hex, sizeof(hex), s, sizeof(s));
     hex[64] = '\n';
-    if (write(fd, hex, 65) != 65) {
-        close(fd);
-        unlink(path);
-        return -EIO;
-    }
+    if (write(fd, hex, 65) != 65 || fsync(fd) < 0)
+        rc = -EIO;
+    else if (link(tmp, path) < 0 && errno != EEXIST)
+        rc = -errno;
+out:
     close(fd);
-    return 0;
+    unlink(tmp);
+    return rc;
 }
 
 int sf_auth_secret_load(const char *path, uint8_t secret[32], char *why, size_t whylen)
