@@ -1379,12 +1379,7 @@ static void refused_free(gw_refused *r)
 {
     gw_http_server *s = r->s;
 
-    if (r->prev)
-        r->prev->next = r->next;
-    else
-        s->refused = r->next;
-    if (r->next)
-        r->next->prev = r->prev;
+    SF_LIST_UNLINK(s->refused, r);
     s->nrefused--;
     event_free(r->ev);
     evutil_closesocket(r->fd);
@@ -1431,9 +1426,7 @@ static void refuse_conn(gw_http_server *s, evutil_socket_t fd, int status, const
     r->s = s;
     r->fd = fd;
     r->until = time(NULL) + GW_HTTP_LINGER_MAX_S;
-    if ((r->next = s->refused))
-        s->refused->prev = r;
-    s->refused = r;
+    SF_LIST_PUSH(s->refused, r);
     s->nrefused++;
 }
 
