@@ -837,6 +837,36 @@ S(guard_done,
     "redis.call('EXPIRE', KEYS[1], ARGV[2])\n"
     "return also or ''\n");
 
+/* ==== unauthenticated writes: KEYS[1] sf:oauth:{kind}:addr:<a>, KEYS[2] its live zset === */
+
+/* ARGV: per minute (this address), most alive, now (ms), ttl (ms), member. Admits one more
+ * entry: {'ok', 0}, or refuses it without writing: {'rate', s} (the address's minute is
+ * used up; s until it ends) or {'full', s} (most alive; s until the oldest expires). */
+S(oauth_admit,
+    "#!lua\n" /* no allow-oom: a full Redis refuses it whole */
+    "local now, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])\n"
+    "local n = tonumber(redis.call('GET', KEYS[1]) or '0')\n"
+    "if n >= tonumber(ARGV[1]) then\n"
+    "  local left = redis.call('TTL', KEYS[1])\n"
+    "  if left < 1 then left = 1 end\n"
+    "  return {'rate', left}\n"
+    "end\n"
+    "redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)\n"
+    "if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[2]) then\n"
+    "  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')\n"
+    "  local left = math.ceil((tonumber(first[2]) - now) / 1000)\n"
+    "  if left < 1 then left = 1 end\n"
+    "  return {'full', left}\n"
+    "end\n"
+    "if redis.call('INCR', KEYS[1]) == 1 then redis.call('EXPIRE', KEYS[1], 60) end\n"
+    "redis.call('ZADD', KEYS[2], now + ttl, ARGV[5])\n"
+    "redis.call('PEXPIRE', KEYS[2], ttl)\n"
+    "return {'ok', 0}\n");
+
+/* KEYS[1] the live zset; ARGV: member. It no longer counts (used, or consumed). Frees. */
+S(oauth_used,
+    "#!lua flags=allow-oom\n"
+    "return redis.call('ZREM', KEYS[1], ARGV[1])\n");
 
 /* Every script above, for the store's tests (NULL-terminated). */
 sf_redis_script *const sf_store_all[] = {
@@ -888,5 +918,7 @@ sf_redis_script *const sf_store_all[] = {
     &sf_store_snap_check,
     &sf_store_guard_begin,
     &sf_store_guard_done,
+    &sf_store_oauth_admit,
+    &sf_store_oauth_used,
     NULL,
 };

@@ -41,6 +41,13 @@
 #define SF_RK_OAUTH_RT "sf:oauth:rt:{%s}"           /* refresh token hash -> grant */
 #define SF_RK_OAUTH_RTOLD "sf:oauth:rtold:{%s}"     /* rotated refresh token hash -> grant id */
 #define SF_RK_OAUTH_GRANT "sf:oauth:grant:{%s}"     /* grant id -> hash {team, client, ...} */
+/* What unauthenticated clients may write, bounded (gateway/oauth.c, script oauth_admit):
+ * a per-address counter (a minute's window) and a zset of the live entries by expiry, one
+ * slot per kind: registrations not yet used, sign-in pages. */
+#define SF_RK_OAUTH_REG_ADDR "sf:oauth:{reg}:addr:%s"   /* address -> registrations this minute */
+#define SF_RK_OAUTH_REG_UNUSED "sf:oauth:{reg}:unused"  /* zset client id -> expiry ms */
+#define SF_RK_OAUTH_PAGE_ADDR "sf:oauth:{page}:addr:%s" /* address -> sign-in pages this minute */
+#define SF_RK_OAUTH_PAGES "sf:oauth:{page}:live"        /* zset CSRF hash -> expiry ms */
 /* sf_netlog.h */
 #define SF_RK_NETLOG "sf:sb:{%s}:netlog"  /* stream, capped */
 /* sf_templates.h */
@@ -127,6 +134,9 @@ extern sf_redis_script sf_store_snap_check;   /* K rec snaps. A id name stale_ta
 /* ---- the job guard (worker/jobs.c) ---- */
 extern sf_redis_script sf_store_guard_begin; /* K job. A host inst ttl topic */
 extern sf_redis_script sf_store_guard_done;  /* K job. A reply ttl */
+/* ---- unauthenticated writes (gateway/oauth.c): KEYS addr counter, live zset ---- */
+extern sf_redis_script sf_store_oauth_admit;  /* K addr live. A per_min max now ttl_ms member */
+extern sf_redis_script sf_store_oauth_used;   /* K live. A member (a registration was used) */
 
 /* Every script above (NULL-terminated): the store's tests check them all. */
 extern sf_redis_script *const sf_store_all[];
