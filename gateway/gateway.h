@@ -35,6 +35,10 @@ typedef struct gw_cfg {
     char *public_url;           /* how clients reach us (OAuth issuer, resource); "" = from Host */
     int64_t oauth_access_ttl_s; /* OAuth access token lifetime */
     int64_t oauth_refresh_ttl_s; /* OAuth refresh token (and grant) lifetime */
+    int64_t oauth_register_per_min; /* registrations per source address a minute */
+    int64_t oauth_clients_max;      /* unused registrations kept at once */
+    int64_t oauth_signin_per_min;   /* sign-in pages per source address a minute */
+    int64_t oauth_signins_max;      /* sign-in pages alive at once */
     int64_t oauth_cimd_timeout_ms; /* a client ID metadata document arrives within this */
     int64_t oauth_cimd_max_bytes;  /* ...and is at most this large */
     char *oauth_cimd_ca_file;      /* extra CA bundle for those fetches ("" = the system's) */

@@ -17,6 +17,7 @@
 #include "sf_log.h"
 #include "sf_oauth.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -30,7 +31,8 @@
 #define URI_MAX 2048
 #define STATE_MAX 1024
 #define NAME_MAX_LEN 200
-#define CLIENT_TTL_S (90 * 86400)  /* a registration unused this long is forgotten */
+#define CLIENT_TTL_S (90 * 86400)  /* a used registration unused this long is forgotten */
+#define CLIENT_NEW_TTL_S 86400     /* a registration nobody signed in with: a day */
 #define REQ_TTL_S 600              /* a sign-in page is good for 10 minutes */
 #define CODE_TTL_S 60
 #define SCOPE "mcp"
@@ -155,6 +157,22 @@ static void json_answer(gw_req *req, int status, json_t *body)
     json_decref(body);
 }
 
+/* 429 with Retry-After (seconds) and an OAuth error body. */
+static void json_429(gw_req *req, long retry_s, const char *description)
+{
+    char ra[24], *text;
+    json_t *body = json_pack("{s:s, s:s}", "error", "temporarily_unavailable",
+                             "error_description", description);
+    const char *h[] = {"Cache-Control", "no-store", "Access-Control-Allow-Origin", "*",
+                       "Access-Control-Expose-Headers", "Retry-After", "Retry-After", ra, NULL};
+
+    snprintf(ra, sizeof(ra), "%ld", retry_s);
+    text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    gw_req_respond(req, 429, "application/json", h, text ? text : "{}", text ? strlen(text) : 2);
+    free(text);
+    json_decref(body);
+}
+
 /* An OAuth error answer (RFC 6749 5.2): {error, error_description}. */
 static void oauth_error(gw_req *req, int status, const char *error, const char *description)
 {
@@ -180,6 +198,30 @@ static void html(gw_req *req, int status, char *page, const char *cookie)
 static void error_page(gw_req *req, int status, const char *title, const char *sentence)
 {
     html(req, status, gw_oauth_error_page(title, sentence), NULL);
+}
+
+/* A 429 page with Retry-After (seconds). */
+static void page_429(gw_req *req, long retry_s, const char *sentence)
+{
+    const char *const *ph = gw_oauth_page_headers(NULL);
+    const char *h[20];
+    char ra[24], *page = gw_oauth_error_page("Too many sign-ins", sentence);
+    size_t i = 0;
+
+    snprintf(ra, sizeof(ra), "%ld", retry_s);
+    while (ph[i] && i + 3 < SF_ARRAY_LEN(h)) {
+        h[i] = ph[i];
+        i++;
+    }
+    h[i++] = "Retry-After";
+    h[i++] = ra;
+    h[i] = NULL;
+    if (!page) {
+        gw_req_respond(req, 503, "text/plain", NULL, "out of memory", 13);
+        return;
+    }
+    gw_req_respond(req, 429, "text/html; charset=utf-8", h, page, strlen(page));
+    free(page);
 }
 
 /* ------------------------------------------------------------------ where we are */
@@ -298,8 +340,10 @@ typedef struct op {
     char team[SF_ID_MAX];
     char key_hash[SF_APIKEY_HASH_HEX];
     char redirect[URI_MAX + 1];
+    char page_hash[SF_OAUTH_HASH_HEX]; /* the sign-in page being stored */
     int pending;        /* Redis replies still to come before the answer */
     int status;
+    char *text;         /* the record to store once admitted (oauth_admit) */
 } op;
 
 static void op_abort(gw_req *req, void *arg)
@@ -329,6 +373,7 @@ static void op_free(op *o)
         gw_req_set_abort_cb(o->req, NULL, NULL);
     params_free(&o->p);
     json_decref(o->rec);
+    free(o->text);
     free(o);
 }
 
@@ -362,42 +407,156 @@ static int redis_down(op *o, redisReply *rep)
     return 1;
 }
 
+/* ------------------------------------------------------------------ bounded writes */
+
+/* What unauthenticated clients write is bounded (the oauth_admit script): a registration
+ * and a sign-in page each count against their source address's minute and against the
+ * most alive at once; refused ones write nothing and answer 429 with Retry-After. */
+
+static void on_ignored(redisAsyncContext *ac, void *r, void *priv)
+{
+    (void)ac, (void)r, (void)priv;
+}
+
+/* The source address as the limits count it: IPv4 as it is, IPv6 by its /64 (one host
+ * may hold a whole /64). */
+static void addr_bucket(gw_req *req, char *out, size_t n)
+{
+    const char *p = req ? gw_req_peer(req) : "unknown";
+    struct in6_addr a6;
+    char t[INET6_ADDRSTRLEN];
+
+    if (strchr(p, ':') && inet_pton(AF_INET6, p, &a6) == 1 && !IN6_IS_ADDR_V4MAPPED(&a6)) {
+        memset(a6.s6_addr + 8, 0, 8);
+        if (inet_ntop(AF_INET6, &a6, t, sizeof(t))) {
+            snprintf(out, n, "%s/64", t);
+            return;
+        }
+    }
+    snprintf(out, n, "%.*s", (int)strcspn(p, "{}"), p);
+}
+
+/* Asks for one more entry: addr_key counts o's address, live_key (a zset) the entries
+ * alive, member is the new one (ttl_ms). cb gets the script's reply (admit_verdict). */
+static int admit(op *o, const char *addr_key, const char *live_key, int64_t per_min,
+                 int64_t max, int64_t ttl_ms, const char *member, redisCallbackFn *cb)
+{
+    char pm[24], mx[24], now[24], ttl[24];
+    const char *argv[7] = {addr_key, live_key, pm, mx, now, ttl, member};
+    size_t lens[7];
+
+    snprintf(pm, sizeof(pm), "%lld", (long long)per_min);
+    snprintf(mx, sizeof(mx), "%lld", (long long)max);
+    snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
+    snprintf(ttl, sizeof(ttl), "%lld", (long long)ttl_ms);
+    for (size_t i = 0; i < SF_ARRAY_LEN(argv); i++)
+        lens[i] = strlen(argv[i]);
+    return sf_redis_script_call(o->ctx->redis, &sf_store_oauth_admit, cb, o, 2, 5, argv, lens);
+}
+
+/* 1 admitted; 0 refused (*retry_s, *full: the most alive, not the address's minute); -1
+ * Redis down or full. */
+static int admit_verdict(const redisReply *rep, long *retry_s, int *full)
+{
+    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+        rep->element[0]->type != REDIS_REPLY_STRING ||
+        rep->element[1]->type != REDIS_REPLY_INTEGER)
+        return -1;
+    if (!strcmp(rep->element[0]->str, "ok"))
+        return 1;
+    *retry_s = (long)rep->element[1]->integer;
+    *full = !strcmp(rep->element[0]->str, "full");
+    return 0;
+}
+
+/* An entry of the live zset live_key no longer counts (used, or consumed). */
+static void admit_release(gw_ctx *ctx, const char *live_key, const char *member)
+{
+    const char *argv[2] = {live_key, member};
+    size_t lens[2] = {strlen(live_key), strlen(member)};
+
+    sf_redis_script_call(ctx->redis, &sf_store_oauth_used, on_ignored, NULL, 1, 1, argv, lens);
+}
+
+static void addr_key(op *o, const char *fmt_is_page, char *out, size_t n)
+{
+    char addr[INET6_ADDRSTRLEN + 8];
+
+    addr_bucket(o->req, addr, sizeof(addr));
+    if (fmt_is_page)
+        snprintf(out, n, SF_RK_OAUTH_PAGE_ADDR, addr);
+    else
+        snprintf(out, n, SF_RK_OAUTH_REG_ADDR, addr);
+}
+
 /* ------------------------------------------------------------------ registration */
+
+/* A plain authority: a host (letters, digits, '-' and '.', or a bracketed IPv6 literal)
+ * and an optional ":port" of 1 to 5 digits; no userinfo, nothing else. *hostlen: the
+ * host's length. */
+static int authority_plain(const char *a, size_t n, size_t *hostlen)
+{
+    size_t h = 0, i;
+
+    if (n > 0 && a[0] == '[') {
+        for (h = 1; h < n && a[h] != ']'; h++)
+            if (!isxdigit((unsigned char)a[h]) && a[h] != ':' && a[h] != '.')
+                return 0;
+        if (h == n || h == 1)
+            return 0;
+        h++;
+    } else {
+        while (h < n && (isalnum((unsigned char)a[h]) || a[h] == '-' || a[h] == '.'))
+            h++;
+        if (h == 0)
+            return 0;
+    }
+    if (h < n) {
+        if (a[h] != ':' || n - h - 1 == 0 || n - h - 1 > 5)
+            return 0;
+        for (i = h + 1; i < n; i++)
+            if (!isdigit((unsigned char)a[i]))
+                return 0;
+    }
+    *hostlen = h;
+    return 1;
+}
 
 int gw_oauth_redirect_uri_ok(const char *u, const char **why)
 {
-    size_t n = strlen(u), s = strcspn(u, ":");
+    size_t n = strlen(u), alen, hlen;
+    const char *a;
 
-    if (n == 0 || n > URI_MAX || strchr(u, '#') || strspn(u, " \t\r\n") || s == n || s == 0) {
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)u[i] <= 0x20 || u[i] == 0x7f || u[i] == '\\') {
+            *why = "a redirect URI may not hold spaces, control characters or backslashes";
+            return 0;
+        }
+    if (n == 0 || n > URI_MAX || strchr(u, '#')) {
         *why = "each redirect URI must be an absolute URI without a fragment";
         return 0;
     }
-    if (!strncasecmp(u, "https://", 8)) {
-        if (u[8] != '\0' && u[8] != '/')
-            return 1;
-        *why = "an https redirect URI must name a host";
+    if (!strncasecmp(u, "https://", 8))
+        a = u + 8;
+    else if (!strncasecmp(u, "http://", 7))
+        a = u + 7;
+    else {
+        *why = "a redirect URI must be an absolute https URI, or http on a loopback host "
+               "(http://127.0.0.1, http://[::1] or http://localhost)";
         return 0;
     }
-    if (!strncasecmp(u, "http://", 7)) {
-        const char *h = u + 7;
-        if (!strncmp(h, "localhost", 9) && strchr(":/", h[9] ? h[9] : '/'))
-            return 1;
-        if (!strncmp(h, "127.0.0.1", 9) && strchr(":/", h[9] ? h[9] : '/'))
-            return 1;
-        if (!strncmp(h, "[::1]", 5) && strchr(":/", h[5] ? h[5] : '/'))
-            return 1;
+    alen = strcspn(a, "/?");
+    if (memchr(a, '@', alen)) {
+        *why = "a redirect URI may not carry a user name or password before its host";
+        return 0;
+    }
+    if (!authority_plain(a, alen, &hlen)) {
+        *why = "a redirect URI must name a plain host (and at most a numeric port)";
+        return 0;
+    }
+    if (a == u + 7 && !(hlen == 9 && !strncasecmp(a, "localhost", 9)) &&
+        !(hlen == 9 && !strncmp(a, "127.0.0.1", 9)) && !(hlen == 5 && !strncmp(a, "[::1]", 5))) {
         *why = "plain http redirect URIs are allowed only on loopback (localhost, 127.0.0.1, [::1])";
-        return 0;
-    }
-    for (size_t i = 0; i < s; i++)
-        if (!isalnum((unsigned char)u[i]) && !strchr("+-.", u[i])) {
-            *why = "a redirect URI has a malformed scheme";
-            return 0;
-        }
-    if ((s == 10 && !strncasecmp(u, "javascript", 10)) || (s == 4 && !strncasecmp(u, "data", 4)) ||
-        (s == 4 && !strncasecmp(u, "file", 4)) || (s == 8 && !strncasecmp(u, "vbscript", 8)) ||
-        (s == 4 && !strncasecmp(u, "blob", 4))) {
-        *why = "that redirect URI scheme is not allowed";
         return 0;
     }
     return 1;
@@ -415,6 +574,48 @@ static void on_registered(redisAsyncContext *ac, void *r, void *priv)
     op_free(o);
 }
 
+/* Admitted (a registration is stored for CLIENT_NEW_TTL_S; a sign-in with it keeps it
+ * CLIENT_TTL_S), or refused with 429. */
+static void on_register_admitted(redisAsyncContext *ac, void *r, void *priv)
+{
+    op *o = priv;
+    long retry = 60;
+    int full = 0, v = admit_verdict(r, &retry, &full);
+    char msg[300];
+
+    if (!o->req) {
+        op_free(o);
+        return;
+    }
+    if (v < 0) {
+        if (sf_redis_is_oom(r))
+            oauth_error(op_take(o), 503, "temporarily_unavailable", SF_MSG_PLATFORM_FULL);
+        else
+            redis_down(o, NULL);
+        op_free(o);
+        return;
+    }
+    if (v == 0) {
+        if (full)
+            snprintf(msg, sizeof(msg), "This server holds as many new application registrations "
+                     "as it allows (oauth_clients_max); reuse a registration you have, or retry "
+                     "in %ld seconds.", retry);
+        else
+            snprintf(msg, sizeof(msg), "Too many applications were registered from this address "
+                     "in the last minute (oauth_register_per_min); retry in %ld seconds.", retry);
+        sf_warn("msg=\"OAuth registration refused\" peer=%s why=%s", gw_req_peer(o->req),
+                full ? "oauth_clients_max" : "oauth_register_per_min");
+        json_429(op_take(o), retry, msg);
+        op_free(o);
+        return;
+    }
+    if (sf_redis_cmd(o->ctx->redis, on_registered, o, "SET " SF_RK_OAUTH_CLIENT " %s EX %d",
+                     o->grant, o->text, CLIENT_NEW_TTL_S) < 0) {
+        redis_down(o, NULL);
+        op_free(o);
+    }
+}
+
 static void reg_error(gw_req *req, const char *why)
 {
     oauth_error(req, 400, "invalid_client_metadata", why);
@@ -426,7 +627,7 @@ static void do_register(gw_req *req, void *arg)
     size_t len, i;
     const char *body = gw_req_body(req, &len), *why = NULL, *name, *auth;
     json_t *meta, *uris, *u, *grants, *types, *rec;
-    char id[SF_ID_MAX], *text;
+    char id[SF_ID_MAX], key[200], *text;
     op *o;
 
     if (len > REG_BODY_MAX || !(meta = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL)) ||
@@ -493,12 +694,15 @@ static void do_register(gw_req *req, void *arg)
         return;
     }
     o->rec = rec;
-    if (sf_redis_cmd(ctx->redis, on_registered, o, "SET " SF_RK_OAUTH_CLIENT " %s EX %d", id,
-                     text, CLIENT_TTL_S) < 0) {
+    o->text = text;
+    snprintf(o->grant, sizeof(o->grant), "%s", id); /* (the new client's id) */
+    addr_key(o, NULL, key, sizeof(key));
+    if (admit(o, key, SF_RK_OAUTH_REG_UNUSED, ctx->cfg.oauth_register_per_min,
+              ctx->cfg.oauth_clients_max, (int64_t)CLIENT_NEW_TTL_S * 1000, id,
+              on_register_admitted) < 0) {
         redis_down(o, NULL);
         op_free(o);
     }
-    free(text);
 }
 
 /* ------------------------------------------------------------------ authorize */
@@ -545,9 +749,44 @@ static void on_page_stored(redisAsyncContext *ac, void *r, void *priv)
     op_free(o);
 }
 
+/* The sign-in page may be kept (or 429: too many from this address, or alive). */
+static void on_page_admitted(redisAsyncContext *ac, void *r, void *priv)
+{
+    op *o = priv;
+    long retry = 60;
+    int full = 0, v = admit_verdict(r, &retry, &full);
+    char msg[300];
+
+    if (!o->req) {
+        op_free(o);
+        return;
+    }
+    if (v != 1) {
+        if (v == 0)
+            snprintf(msg, sizeof(msg), "%s; retry in %ld seconds.",
+                     full ? "This server has as many sign-ins in progress as it allows "
+                            "(oauth_signins_max)"
+                          : "Too many sign-ins were started from this address in the last "
+                            "minute (oauth_signin_per_min)", retry);
+        if (v == 0)
+            page_429(op_take(o), retry, msg);
+        else
+            error_page(op_take(o), 503, "Try again", sf_redis_is_oom(r) ? SF_MSG_PLATFORM_FULL
+                       : "The platform's state store is unreachable; retry in a few seconds.");
+        op_free(o);
+        return;
+    }
+    if (sf_redis_cmd(o->ctx->redis, on_page_stored, o, "SET " SF_RK_OAUTH_REQ " %s EX %d",
+                     o->page_hash, o->text, REQ_TTL_S) < 0) {
+        error_page(op_take(o), 503, "Try again", "The platform's state store is unreachable; "
+                                                 "retry in a few seconds.");
+        op_free(o);
+    }
+}
+
 static void show_page(op *o, json_t *areq, const char *error)
 {
-    char csrf[SF_OAUTH_SECRET_MAX], hash[SF_OAUTH_HASH_HEX], host[256];
+    char csrf[SF_OAUTH_SECRET_MAX], hash[SF_OAUTH_HASH_HEX], host[256], key[200];
     const char *ru = jstr(areq, "redirect_uri"), *p = strstr(ru, "://");
     char *text;
 
@@ -563,13 +802,18 @@ static void show_page(op *o, json_t *areq, const char *error)
     json_decref(o->rec);
     o->rec = json_pack("{s:s, s:s, s:s, s:s?}", "csrf", csrf, "client_name",
                        jstr(areq, "client_name"), "redirect_host", host, "error", error);
-    if (!o->rec || sf_redis_cmd(o->ctx->redis, on_page_stored, o, "SET " SF_RK_OAUTH_REQ " %s EX %d",
-                                hash, text, REQ_TTL_S) < 0) {
+    free(o->text);
+    o->text = text;
+    memcpy(o->page_hash, hash, sizeof(o->page_hash));
+    addr_key(o, "page", key, sizeof(key));
+    if (!o->rec || !o->req ||
+        admit(o, key, SF_RK_OAUTH_PAGES, o->ctx->cfg.oauth_signin_per_min,
+              o->ctx->cfg.oauth_signins_max, (int64_t)REQ_TTL_S * 1000, hash,
+              on_page_admitted) < 0) {
         error_page(op_take(o), 503, "Try again", "The platform's state store is unreachable; "
                                                  "retry in a few seconds.");
         op_free(o);
     }
-    free(text);
 }
 
 /* The client (a registration, or a metadata document) is known: check the request against
@@ -580,6 +824,7 @@ static void authorize_with(op *o, json_t *client)
     const char *ru = param(&o->p, "redirect_uri"), *state = param(&o->p, "state"), *match = NULL;
     const char *rt = param(&o->p, "response_type"), *cc = param(&o->p, "code_challenge");
     const char *ccm = param(&o->p, "code_challenge_method"), *res = param(&o->p, "resource");
+    const char *why;
     size_t i;
 
     if (!client) {
@@ -596,6 +841,13 @@ static void authorize_with(op *o, json_t *client)
         error_page(op_take(o), 400, "Wrong redirect address",
                    "The application asked to come back to an address it did not register. "
                    "Nothing was granted; tell the application's maker.");
+        goto done;
+    }
+    if (!gw_oauth_redirect_uri_ok(match, &why)) { /* registered before the rules were strict */
+        error_page(op_take(o), 400, "Unsafe redirect address",
+                   "The application registered an address to come back to that is not safe "
+                   "(not https, or not a plain host); nothing was granted: the application "
+                   "must register again with a correct redirect URI.");
         goto done;
     }
     snprintf(o->redirect, sizeof(o->redirect), "%s", match);
@@ -745,6 +997,11 @@ static void on_key_for_approve(redisAsyncContext *ac, void *r, void *priv)
     }
     memcpy(o->team, rep->str, rep->len);
     o->team[rep->len] = '\0';
+    if (sf_id_valid(jstr(areq, "client_id") ?: "")) { /* used: it keeps the longer life */
+        sf_redis_cmd(o->ctx->redis, NULL, NULL, "EXPIRE " SF_RK_OAUTH_CLIENT " %d",
+                     jstr(areq, "client_id"), CLIENT_TTL_S);
+        admit_release(o->ctx, SF_RK_OAUTH_REG_UNUSED, jstr(areq, "client_id"));
+    }
     if (sf_oauth_secret_new(SF_OAUTH_CODE_PREFIX, code) < 0 ||
         sf_oauth_hash(o->ctx->auth_secret, code, hash) < 0) {
         error_page(op_take(o), 503, "Try again", "The server could not make a code; retry.");
@@ -858,8 +1115,11 @@ static void authorize_post(gw_req *req, gw_ctx *ctx)
         return;
     }
     if (sf_redis_cmd(ctx->redis, on_request_for_post, o, "GETDEL " SF_RK_OAUTH_REQ,
-                     o->csrf_hash) < 0)
+                     o->csrf_hash) < 0) {
         on_request_for_post(NULL, NULL, o);
+        return;
+    }
+    admit_release(ctx, SF_RK_OAUTH_PAGES, o->csrf_hash);
 }
 
 static void do_authorize(gw_req *req, void *arg)
@@ -1223,24 +1483,47 @@ typedef struct token_op {
     gw_ctx *ctx;
     gw_token_cb cb;
     void *arg;
+    int pending;      /* replies still to come: the key's, the grant's */
+    int status;       /* 200, or 401/503 from the first that failed */
+    const char *why;  /* the 401's sentence */
     char resource[300];
     char team[SF_ID_MAX];
     char key[SF_APIKEY_HASH_HEX];
 } token_op;
 
-static void on_token_key(redisAsyncContext *ac, void *r, void *priv)
+/* The key's and the grant's EXISTS came back: a token lives only while both do, so a
+ * revoked grant (sandfleet tokens revoke, /oauth/revoke, a reused code or refresh token)
+ * ends every access token it ever issued at once, the rotated ones too. */
+static void on_token_alive(redisAsyncContext *ac, void *r, void *priv, int is_key)
 {
     token_op *t = priv;
     redisReply *rep = r;
 
     if (!rep || rep->type == REDIS_REPLY_ERROR)
-        t->cb(t->arg, 503, NULL, NULL);
-    else if (rep->type != REDIS_REPLY_INTEGER || rep->integer != 1)
-        t->cb(t->arg, 401, NULL, "The API key this token was granted with has been revoked; "
-                                 "sign in again.");
-    else
+        t->status = 503;
+    else if ((rep->type != REDIS_REPLY_INTEGER || rep->integer != 1) && t->status == 200) {
+        t->status = 401;
+        t->why = is_key ? "The API key this token was granted with has been revoked; sign in "
+                          "again."
+                        : "The access token is unknown or was revoked; sign in again.";
+    }
+    if (--t->pending > 0)
+        return;
+    if (t->status == 200)
         t->cb(t->arg, 200, t->team, t->key);
+    else
+        t->cb(t->arg, t->status, NULL, t->status == 401 ? t->why : NULL);
     free(t);
+}
+
+static void on_token_key(redisAsyncContext *ac, void *r, void *priv)
+{
+    on_token_alive(ac, r, priv, 1);
+}
+
+static void on_token_grant(redisAsyncContext *ac, void *r, void *priv)
+{
+    on_token_alive(ac, r, priv, 0);
 }
 
 static void on_token(redisAsyncContext *ac, void *r, void *priv)
@@ -1248,7 +1531,7 @@ static void on_token(redisAsyncContext *ac, void *r, void *priv)
     token_op *t = priv;
     redisReply *rep = r;
     json_t *g = reply_json(rep);
-    const char *why = NULL;
+    const char *why = NULL, *grant;
 
     if (!rep || rep->type == REDIS_REPLY_ERROR) {
         t->cb(t->arg, 503, NULL, NULL);
@@ -1256,13 +1539,15 @@ static void on_token(redisAsyncContext *ac, void *r, void *priv)
         json_decref(g);
         return;
     }
+    grant = jstr(g, "grant");
     if (!g)
         why = "The access token is unknown or was revoked; sign in again.";
     else if (json_integer_value(json_object_get(g, "exp")) < sf_now_ms())
         why = "The access token expired; refresh it, or sign in again.";
     else if (strcmp(jstr(g, "resource") ?: "", t->resource) != 0)
         why = "The access token was issued for another resource; get one for this server.";
-    else if (!jstr(g, "team") || !jstr(g, "key") || strlen(jstr(g, "key")) >= sizeof(t->key))
+    else if (!jstr(g, "team") || !jstr(g, "key") || strlen(jstr(g, "key")) >= sizeof(t->key) ||
+             !grant || !sf_id_valid(grant))
         why = "The access token is unknown or was revoked; sign in again.";
     if (why) {
         t->cb(t->arg, 401, NULL, why);
@@ -1272,9 +1557,17 @@ static void on_token(redisAsyncContext *ac, void *r, void *priv)
     }
     snprintf(t->team, sizeof(t->team), "%s", jstr(g, "team"));
     snprintf(t->key, sizeof(t->key), "%s", jstr(g, "key"));
-    json_decref(g);
+    t->status = 200;
+    t->pending = 2;
     if (sf_redis_cmd(t->ctx->redis, on_token_key, t, "EXISTS " SF_RK_APIKEY, t->key) < 0)
-        on_token_key(NULL, NULL, t);
+        t->pending--, t->status = 503;
+    if (sf_redis_cmd(t->ctx->redis, on_token_grant, t, "EXISTS " SF_RK_OAUTH_GRANT, grant) < 0)
+        t->pending--, t->status = 503;
+    json_decref(g);
+    if (t->pending == 0) {
+        t->pending = 1;
+        on_token_alive(NULL, NULL, t, 0);
+    }
 }
 
 void gw_oauth_token_check(gw_ctx *ctx, const char *token, const char *resource, gw_token_cb cb,
