@@ -807,15 +807,31 @@ S(snap_check,
   "end\n"
   "return 1\n");
 
-/* ==== the job guard: KEYS[1] = sf:job:{<id>} (worker/jobs.c) ========================= */
+/* ==== the job guard: KEYS[1] = sf:job:{<team>}:<id>, KEYS[2] sf:team:{<team>}:gk, KEYS[3]
+ * sf:team:{<team>}:gkb (worker/jobs.c): one slot, the team's ============================ */
 
-/* KEYS[1] = sf:job:{id}; ARGV: host, instance, ttl (s), reply topic. Returns {'new'},
- * {'running'} (this process runs it: it answers; a second reply topic is kept in
- * `also`), {'done', reply} or {'orphan', host} (a worker process that is gone ran it). */
+/* ARGV: host, instance, ttl (s), reply topic, now (ms), the team's budget (bytes), force
+ * ('1': a kill, which frees room, is never refused). Returns {'new'}, {'full', bytes}
+ * (the team's kept replies fill its budget: nothing written), {'running'} (this process
+ * runs it: it answers; a second reply topic is kept in `also`), {'done', reply} or
+ * {'orphan', host} (a worker process that is gone ran it). Kept replies that expired give
+ * their bytes back here (at most 256 a call: cheap, and the rest on the next ones). */
 S(guard_begin,
     "#!lua\n" /* no allow-oom: a full Redis refuses it whole */
     "local v = redis.call('HMGET', KEYS[1], 'state', 'host', 'inst', 'reply', 'topic')\n"
     "if not v[1] then\n"
+    "  local now = tonumber(ARGV[5])\n"
+    "  local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 256)\n"
+    "  if #gone > 0 then\n"
+    "    local freed = 0\n"
+    "    for _, m in ipairs(gone) do\n"
+    "      freed = freed + (tonumber(string.match(m, ':(%d+)$')) or 0)\n"
+    "      redis.call('ZREM', KEYS[2], m)\n"
+    "    end\n"
+    "    if redis.call('DECRBY', KEYS[3], freed) <= 0 then redis.call('DEL', KEYS[3]) end\n"
+    "  end\n"
+    "  local used = tonumber(redis.call('GET', KEYS[3]) or '0')\n"
+    "  if ARGV[7] ~= '1' and used >= tonumber(ARGV[6]) then return {'full', used} end\n"
     "  redis.call('HSET', KEYS[1], 'state', 'running', 'host', ARGV[1], 'inst', ARGV[2], "
     "'topic', ARGV[4])\n"
     "  redis.call('EXPIRE', KEYS[1], ARGV[3])\n"
@@ -828,13 +844,27 @@ S(guard_begin,
     "end\n"
     "return {'orphan', v[2] or ''}\n");
 
-/* KEYS[1] = sf:job:{id}; ARGV: reply (may be empty: too large to keep), ttl (s). Returns
- * the other reply topic a repeat of the job named while it ran, or ''. */
+/* ARGV: reply (may be empty: too large to keep), ttl (s), now (ms), the team's budget
+ * (bytes), job id. A reply is kept while the team is under its budget (so it overshoots by
+ * at most one reply per job in flight, and then its new jobs are refused); at the budget
+ * it is not kept (a repeat is told so). Returns the other reply topic a repeat of the job
+ * named while it ran, or ''. */
 S(guard_done,
     "#!lua\n" /* no allow-oom: as before, a full Redis refuses it */
     "local also = redis.call('HGET', KEYS[1], 'also')\n"
-    "redis.call('HSET', KEYS[1], 'state', 'done', 'reply', ARGV[1])\n"
+    "local reply, n, ttl = ARGV[1], string.len(ARGV[1]), tonumber(ARGV[2]) * 1000\n"
+    "if n > 0 and tonumber(redis.call('GET', KEYS[3]) or '0') >= tonumber(ARGV[4]) then\n"
+    "  reply, n = '', 0\n"
+    "end\n"
+    "redis.call('HSET', KEYS[1], 'state', 'done', 'reply', reply)\n"
     "redis.call('EXPIRE', KEYS[1], ARGV[2])\n"
+    "if n > 0 then\n"
+    "  redis.call('ZADD', KEYS[2], tonumber(ARGV[3]) + ttl, ARGV[5] .. ':' .. n)\n"
+    "  redis.call('INCRBY', KEYS[3], n)\n"
+    "  for i = 2, 3 do\n"
+    "    if redis.call('PTTL', KEYS[i]) < ttl then redis.call('PEXPIRE', KEYS[i], ttl) end\n"
+    "  end\n"
+    "end\n"
     "return also or ''\n");
 
 /* ==== unauthenticated writes: KEYS[1] sf:oauth:{kind}:addr:<a>, KEYS[2] its live zset === */

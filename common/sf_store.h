@@ -24,7 +24,9 @@
 #define SF_RK_HOST_SANDBOXES "sf:host:{%s}:sandboxes" /* set of sandbox ids placed there */
 #define SF_RK_HOSTS "sf:hosts"            /* zset host id -> last heartbeat ms */
 #define SF_RK_HOST "sf:host:{%s}"         /* hash {topic, capacity, running, driver, ts} */
-#define SF_RK_JOB "sf:job:{%s}"           /* job guard: running where / done + reply */
+#define SF_RK_JOB "sf:job:{%s}:%s"        /* team, job id -> guard: running where / done + reply */
+#define SF_RK_TEAM_GUARDS "sf:team:{%s}:gk" /* zset "<job id>:<bytes>" -> expiry ms: kept replies */
+#define SF_RK_TEAM_GUARD_BYTES "sf:team:{%s}:gkb" /* their bytes (a counter) */
 #define SF_RK_IDEM "sf:idem:{%s}:%s"      /* team, key hash -> an idempotent call's answer */
 #define SF_RK_SESSION "sf:mcpsess:{%s}"   /* MCP session -> hash {team, protocol} */
 #define SF_RK_TEAM_SESSIONS "sf:team:{%s}:sessions" /* zset session id -> last use ms */
@@ -132,8 +134,8 @@ extern sf_redis_script sf_store_snap_drop;    /* K rec snaps. A id name */
 extern sf_redis_script sf_store_snap_check;   /* K rec snaps. A id name stale_taking */
 
 /* ---- the job guard (worker/jobs.c) ---- */
-extern sf_redis_script sf_store_guard_begin; /* K job. A host inst ttl topic */
-extern sf_redis_script sf_store_guard_done;  /* K job. A reply ttl */
+extern sf_redis_script sf_store_guard_begin; /* K job gk gkb. A host inst ttl topic now budget force */
+extern sf_redis_script sf_store_guard_done;  /* K job gk gkb. A reply ttl now budget id */
 /* ---- unauthenticated writes (gateway/oauth.c): KEYS addr counter, live zset ---- */
 extern sf_redis_script sf_store_oauth_admit;  /* K addr live. A per_min max now ttl_ms member */
 extern sf_redis_script sf_store_oauth_used;   /* K live. A member (a registration was used) */

@@ -70,6 +70,22 @@ static long guard_ttl_s(const sf_job *job)
     return (long)(left > 0 ? left / 1000 : 0) + 60;
 }
 
+/* The guard's keys, in its team's slot: the guard, the team's kept replies (zset) and
+ * their bytes (counter). A job without a team counts under "-". */
+static void guard_keys(const sf_job *job, char k[3][160])
+{
+    const char *team = job->team[0] ? job->team : "-";
+
+    snprintf(k[0], 160, SF_RK_JOB, team, job->id);
+    snprintf(k[1], 160, SF_RK_TEAM_GUARDS, team);
+    snprintf(k[2], 160, SF_RK_TEAM_GUARD_BYTES, team);
+}
+
+#define MSG_GUARD_FULL                                                                        \
+    "This team's recent answers, kept so a retried call gets the same answer, fill its "     \
+    "budget (guard_team_mib, %lld MiB); retry in a minute, when the oldest have expired, "   \
+    "or ask the operator to raise guard_team_mib."
+
 typedef struct guard_done_arg {
     wk_call *c;   /* answered once the guard holds its reply */
     char id[SF_ID_MAX];
@@ -105,9 +121,9 @@ static int guard_done(wk_call *c, const sf_buf *b)
 {
     size_t keep = b->len <= GUARD_REPLY_MAX ? b->len : 0;
     guard_done_arg *g = malloc(sizeof(*g) + b->len + 1);
-    char key[128], ttl[24];
-    const char *argv[3];
-    size_t lens[3];
+    char key[3][160], ttl[24], now[24], budget[24];
+    const char *argv[8];
+    size_t lens[8];
 
     if (!g)
         return -1;
@@ -116,11 +132,17 @@ static int guard_done(wk_call *c, const sf_buf *b)
     memcpy(g->msg, b->p ? b->p : "", b->len);
     snprintf(g->id, sizeof(g->id), "%s", c->job.id);
     snprintf(g->reply, sizeof(g->reply), "%s", c->job.reply);
-    snprintf(key, sizeof(key), SF_RK_JOB, c->job.id);
+    guard_keys(&c->job, key);
     snprintf(ttl, sizeof(ttl), "%ld", guard_ttl_s(&c->job));
-    argv[0] = key, argv[1] = keep ? g->msg : "", argv[2] = ttl;
-    lens[0] = strlen(key), lens[1] = keep, lens[2] = strlen(ttl);
-    if (sf_redis_script_call(c->ctx->redis, &sf_store_guard_done, on_guard_done, g, 1, 2, argv, lens) < 0) {
+    snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
+    snprintf(budget, sizeof(budget), "%lld", (long long)(c->ctx->cfg.guard_team_mib << 20));
+    argv[0] = key[0], argv[1] = key[1], argv[2] = key[2];
+    argv[3] = keep ? g->msg : "", argv[4] = ttl, argv[5] = now, argv[6] = budget;
+    argv[7] = c->job.id;
+    for (size_t i = 0; i < 8; i++)
+        lens[i] = i == 3 ? keep : strlen(argv[i]); /* the reply is binary: its own length */
+    if (sf_redis_script_call(c->ctx->redis, &sf_store_guard_done, on_guard_done, g, 3, 5, argv,
+                             lens) < 0) {
         sf_warn("msg=\"cannot keep the job's answer; Redis is down\" job=%s", c->job.id);
         free(g);
         return -1;
@@ -1344,6 +1366,14 @@ static void on_guard(redisAsyncContext *ac, void *r, void *priv)
         take_claims(c);
         return;
     }
+    if (!strcmp(verdict->str, "full")) {
+        char text[400];
+        snprintf(text, sizeof(text), MSG_GUARD_FULL, (long long)c->ctx->cfg.guard_team_mib);
+        sf_info("msg=\"job refused: the team's kept answers fill guard_team_mib\" job=%s "
+                "team=%s", c->job.id, c->job.team);
+        refuse(c, SF_ERR_LIMIT, text);
+        return;
+    }
     if (!strcmp(verdict->str, "running")) { /* this process runs it and will answer */
         sf_info("msg=\"repeat of a running job: it answers when done\" job=%s", c->job.id);
         call_done(c);
@@ -1376,7 +1406,8 @@ void wk_on_job(void *arg, sf_job *job, sf_kafka_ticket tk)
 {
     wk_ctx *ctx = arg;
     wk_call *c = calloc(1, sizeof(*c));
-    char key[128], ttl[24];
+    char key[3][160], ttl[24], now[24], budget[24];
+    int64_t latest;
     int rc;
 
     if (!c) {
@@ -1388,6 +1419,10 @@ void wk_on_job(void *arg, sf_job *job, sf_kafka_ticket tk)
     c->ticket = tk;
     c->job = *job;
     c->tool = sf_toolset_find(&ctx->tools, c->job.tool);
+    /* a producer chooses its deadline: it bounds how long the guard (and its reply) is kept */
+    latest = sf_now_ms() + ctx->cfg.job_deadline_max_ms;
+    if (c->job.deadline_ms > latest)
+        c->job.deadline_ms = latest;
     if (ctx->stopping) {
         refuse(c, SF_ERR_UNAVAILABLE, "This host is shutting down; retry in a few seconds.");
         return;
@@ -1405,14 +1440,18 @@ void wk_on_job(void *arg, sf_job *job, sf_kafka_ticket tk)
         refuse(c, SF_ERR_INTERNAL, "The host has no randomness; tell the operator.");
         return;
     }
-    snprintf(key, sizeof(key), SF_RK_JOB, c->job.id);
+    guard_keys(&c->job, key);
     snprintf(ttl, sizeof(ttl), "%ld", guard_ttl_s(&c->job));
+    snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
+    snprintf(budget, sizeof(budget), "%lld", (long long)(ctx->cfg.guard_team_mib << 20));
     {
-        const char *argv[] = {key, ctx->host_id, instance, ttl, c->job.reply};
+        const char *argv[] = {key[0], key[1], key[2], ctx->host_id, instance, ttl,
+                              c->job.reply, now, budget,
+                              strcmp(c->job.tool, "sandbox_kill") ? "0" : "1"};
         size_t lens[SF_ARRAY_LEN(argv)];
         for (size_t i = 0; i < SF_ARRAY_LEN(argv); i++)
             lens[i] = strlen(argv[i]);
-        rc = sf_redis_script_call(ctx->redis, &sf_store_guard_begin, on_guard, c, 1, 4, argv, lens);
+        rc = sf_redis_script_call(ctx->redis, &sf_store_guard_begin, on_guard, c, 3, 7, argv, lens);
     }
     if (rc < 0)
         refuse(c, SF_ERR_UNAVAILABLE,

@@ -45,6 +45,8 @@ typedef struct wk_cfg {
     int64_t vm_save_after_ms;
     int64_t vm_pool;
     int64_t claim_team_mib; /* a team's large answers in Redis at once (claim checks) */
+    int64_t guard_team_mib; /* a team's answers kept for repeats (job guards) at once */
+    int64_t job_deadline_max_ms; /* a producer's deadline is capped at arrival + this */
     int64_t zips;           /* downloads (ZIPs) built at once on this host */
     int64_t idle_pause_ms;  /* a running sandbox without calls this long is paused (0 = never) */
     int64_t lifetime_s;     /* the platform's default lifetime (no timeout_seconds given) */

@@ -824,27 +824,68 @@ static void test_snapshots(void)
 
 static void test_guard(void)
 {
-    char k[128];
+    char k[128], gk[128], gkb[128], k2[128], k3[128], now[24], past[24];
     redisReply *r;
 
-    snprintf(k, sizeof(k), "sf:job:{job_rg%d}", (int)getpid());
+    snprintf(k, sizeof(k), "sf:job:{%s}:job_rg%d", team, (int)getpid());
+    snprintf(k2, sizeof(k2), "sf:job:{%s}:job_rg%d_2", team, (int)getpid());
+    snprintf(k3, sizeof(k3), "sf:job:{%s}:job_rg%d_3", team, (int)getpid());
+    snprintf(gk, sizeof(gk), "sf:team:{%s}:gk", team);
+    snprintf(gkb, sizeof(gkb), "sf:team:{%s}:gkb", team);
+    snprintf(now, sizeof(now), "%lld", (long long)sf_now_ms());
     flush_scripts();
-    r = run(&sf_store_guard_begin, 1, k, "h1", "inst1", "60", "topic1", NULL);
+#define BEGIN(key, inst, topic, budget, force) \
+    run(&sf_store_guard_begin, 3, key, gk, gkb, "h1", inst, "60", topic, now, budget, force, NULL)
+    r = BEGIN(k, "inst1", "topic1", "100", "0");
     CHECK(!strcmp(el(r, 0), "new"), "guard new: %s", el(r, 0));
     freeReplyObject(r);
-    r = run(&sf_store_guard_begin, 1, k, "h1", "inst1", "60", "topic2", NULL);
+    r = BEGIN(k, "inst1", "topic2", "100", "0");
     CHECK(!strcmp(el(r, 0), "running"), "guard running");
     freeReplyObject(r);
-    r = run(&sf_store_guard_begin, 1, k, "h1", "inst2", "60", "topic1", NULL);
+    r = BEGIN(k, "inst2", "topic1", "100", "0");
     CHECK(!strcmp(el(r, 0), "orphan") && !strcmp(el(r, 1), "h1"), "guard orphan");
     freeReplyObject(r);
-    r = run(&sf_store_guard_done, 1, k, "REPLY", "60", NULL);
+    r = run(&sf_store_guard_done, 3, k, gk, gkb, "REPLY", "60", now, "100", "job1", NULL);
     CHECK(r->type == REDIS_REPLY_STRING && !strcmp(r->str, "topic2"), "done: the other topic");
     freeReplyObject(r);
-    r = run(&sf_store_guard_begin, 1, k, "h1", "inst3", "60", "topic1", NULL);
+    r = BEGIN(k, "inst3", "topic1", "100", "0");
     CHECK(!strcmp(el(r, 0), "done") && !strcmp(el(r, 1), "REPLY"), "done: the reply again");
     freeReplyObject(r);
-    freeReplyObject(redisCommand(sc, "DEL %s", k));
+    /* the team's budget of 8: 5 bytes kept, a 4-byte reply still kept (9); now a new job
+     * is refused, a kill is not, and its reply is not kept */
+    r = BEGIN(k2, "inst1", "topic1", "8", "0");
+    CHECK(!strcmp(el(r, 0), "new"), "within budget: %s", el(r, 0));
+    freeReplyObject(r);
+    freeReplyObject(run(&sf_store_guard_done, 3, k2, gk, gkb, "ABCD", "60", now, "8", "job2", NULL));
+    r = BEGIN(k2, "inst3", "topic1", "8", "0");
+    CHECK(!strcmp(el(r, 0), "done") && !strcmp(el(r, 1), "ABCD"), "under budget: kept");
+    freeReplyObject(r);
+    r = BEGIN(k3, "inst1", "topic1", "8", "0");
+    CHECK(!strcmp(el(r, 0), "full") && !strcmp(el(r, 1), "9"), "full: %s %s", el(r, 0), el(r, 1));
+    freeReplyObject(r);
+    r = BEGIN(k3, "inst1", "topic1", "8", "1");
+    CHECK(!strcmp(el(r, 0), "new"), "a kill is never refused");
+    freeReplyObject(r);
+    freeReplyObject(run(&sf_store_guard_done, 3, k3, gk, gkb, "XY", "60", now, "8", "job4", NULL));
+    r = BEGIN(k3, "inst3", "topic1", "8", "0");
+    CHECK(!strcmp(el(r, 0), "done") && !strcmp(el(r, 1), ""), "at the budget: not kept");
+    freeReplyObject(r);
+    /* expired kept replies give their bytes back */
+    snprintf(past, sizeof(past), "%lld", (long long)sf_now_ms() - 120000);
+    freeReplyObject(redisCommand(sc, "DEL %s %s %s", gk, gkb, k2));
+    freeReplyObject(run(&sf_store_guard_done, 3, k2, gk, gkb, "OLD", "60", past, "8", "job3", NULL));
+    r = redisCommand(sc, "GET %s", gkb);
+    CHECK(r->type == REDIS_REPLY_STRING && !strcmp(r->str, "3"), "3 bytes counted");
+    freeReplyObject(r);
+    freeReplyObject(redisCommand(sc, "DEL %s", k3));
+    r = BEGIN(k3, "inst1", "topic1", "3", "0");
+    CHECK(!strcmp(el(r, 0), "new"), "expired replies were given back: %s", el(r, 0));
+    freeReplyObject(r);
+    r = redisCommand(sc, "EXISTS %s", gkb);
+    CHECK(r->type == REDIS_REPLY_INTEGER && r->integer == 0, "the counter went with them");
+    freeReplyObject(r);
+#undef BEGIN
+    freeReplyObject(redisCommand(sc, "DEL %s %s %s %s %s", k, k2, k3, gk, gkb));
 }
 
 int main(void)
