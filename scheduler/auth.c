@@ -13,6 +13,7 @@
 #include <inttypes.h>
 #include <sodium.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int sch_auth_init(sch_ctx *ctx, char *why, size_t whylen)
@@ -137,6 +138,16 @@ void sch_auth_job(sch_call *c)
         if (sf_jobauth_check(a, c->ctx->gateway_key) < 0) {
             refuse(c, "The job claims to come from a gateway but its HMAC does not match the "
                       "gateways' credential; only gateways sign as 'gateway'.");
+            return;
+        }
+        /* fresh too: a captured gateway job put back on the queue later is refused (a
+         * gateway signs again whenever it publishes, a retry after a broker restart too) */
+        if (a->iat < now - SF_JOBAUTH_WINDOW_MS || a->iat > now + SF_JOBAUTH_SKEW_MS) {
+            snprintf(text, sizeof(text), "The job expired: a gateway signed it %lld s %s and "
+                     "signed jobs are taken for %d s after signing; call again.",
+                     (long long)(llabs(now - a->iat) / 1000), a->iat > now ? "ahead" : "ago",
+                     SF_JOBAUTH_WINDOW_MS / 1000);
+            refuse(c, text);
             return;
         }
         sch_route_job(c);
