@@ -8,11 +8,11 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { env, url, post } from '../e2e/lib.mjs';
+import { env, url, post, connect, call, sh } from '../e2e/lib.mjs';
 
 const base = new URL(url);
 const redis = (...args) => execFileSync('redis-cli', ['-u', env.SF_REDIS_URL, ...args]).toString().trim();
-const PER_MIN = 10, CLIENTS_MAX = 40;
+const PER_MIN = 10, CLIENTS_MAX = 40, GUARD_MIB = 4; // the attack stack's settings
 const REDIRECT = 'http://127.0.0.1:9/callback';
 
 // One request from a chosen loopback source address (fetch cannot pick it).
@@ -166,4 +166,35 @@ test('oauth: a registration flood from one address gets 429 + Retry-After, Redis
   assert.ok(Number(full.headers['retry-after']) >= 1);
   assert.ok(clientKeys() <= CLIENTS_MAX + 10, `registrations kept: ${clientKeys()}`);
   assert.equal(Number(redis('ZCARD', 'sf:oauth:{reg}:unused')), CLIENTS_MAX);
+});
+
+test('guard: a flood of large answers kept for repeats stops at the team budget (guard_team_mib) with a sentence; another team still works', async () => {
+  const key = execFileSync(`${env.SF_BUILD}/cli/sandfleet`, ['keys', 'create', '--team', 'guardflood'],
+    { env: { ...process.env, SF_REDIS_URL: env.SF_REDIS_URL, SF_AUTH_SECRET_FILE: env.SF_AUTH_SECRET_FILE } })
+    .toString().trim();
+  const c = await connect(key);
+  const sb = (await call(c, 'sandbox_create', { name: 'guardflood' })).structured.id;
+  assert.ok(sb);
+  // 258,000 bytes: under the claim-check size, so each answer is kept whole in its guard
+  assert.equal((await sh(c, sb, "head -c 258000 /dev/zero | tr '\\0' a > /root/big && wc -c < /root/big")).stdout.trim(), '258000');
+  let refused = null, ok = 0;
+  for (let i = 0; i < 60 && !refused; i++) {
+    const r = await call(c, 'sandbox_files_read', { sandbox_id: sb, path: '/root/big' });
+    if (r.isError) refused = r;
+    else ok++;
+  }
+  assert.ok(refused, `60 reads of 258 KB (${(60 * 258000 / 1048576).toFixed(1)} MiB) all kept: no budget`);
+  assert.match(refused.text, /guard_team_mib, 4 MiB.*retry in a minute/);
+  assert.ok(ok >= 12 && ok <= 17, `${ok} answers kept before the budget of ${GUARD_MIB} MiB`);
+  const used = Number(redis('GET', 'sf:team:{guardflood}:gkb'));
+  assert.ok(used >= (GUARD_MIB << 20) && used < (GUARD_MIB << 20) + 300000, `kept bytes ${used}`);
+  // another team is not affected
+  const b = await connect(env.SF_KEY_BETA);
+  const other = await call(b, 'sandbox_list', {});
+  assert.equal(other.isError, false, other.text);
+  await b.close();
+  // the flooding team can still kill what it holds
+  const k = await call(c, 'sandbox_kill', { sandbox_id: sb });
+  assert.equal(k.isError, false, k.text);
+  await c.close();
 });
