@@ -1,11 +1,45 @@
 /* hosts.c: the admin views `sandfleet hosts` (worker hosts: heartbeat age, driver, load)
- * and `sandfleet sandboxes` (every team's sandboxes, with host and state). */
+ * and `sandfleet sandboxes` (every team's sandboxes, with host and state), and `sandfleet
+ * hosts key HOST` (the key a worker checks its jobs with, worker/hostauth.c). */
 #include "cli.h"
+#include "sf_jobauth.h"
 #include "sf_redis.h"
 #include "sf_util.h"
 
+#include <sodium.h>
 #include <stdio.h>
 #include <string.h>
+
+static const char hosts_usage[] =
+    "usage: sandfleet hosts            worker hosts: heartbeat age, driver, sandboxes/capacity\n"
+    "       sandfleet hosts key HOST   the key worker HOST checks its jobs with: write it to\n"
+    "                                  the file its host_key_file (SF_HOST_KEY_FILE) names\n";
+
+/* Prints HOST's key (64 hex characters) from the auth secret; it is never stored. */
+static int host_key(const char *host)
+{
+    uint8_t secret[32], key[32];
+    char why[512], hex[65];
+
+    if (!sf_id_valid(host)) {
+        fprintf(stderr, "sandfleet: HOST must be a worker's host id ([a-z0-9_-], at most 63 "
+                "characters; 'sandfleet hosts' lists them).\n");
+        return 2;
+    }
+    if (sf_key_file_read(cli_setting("SF_AUTH_SECRET_FILE", CLI_DEFAULT_HOME "/auth.key"), secret,
+                         why, sizeof(why)) < 0) {
+        fprintf(stderr, "sandfleet: %s Run this where the scheduler's auth secret is "
+                "(SF_AUTH_SECRET_FILE).\n", why);
+        return 1;
+    }
+    sf_host_job_key(secret, host, key);
+    sodium_bin2hex(hex, sizeof(hex), key, sizeof(key));
+    printf("%s\n", hex);
+    sodium_memzero(secret, sizeof(secret));
+    sodium_memzero(key, sizeof(key));
+    sodium_memzero(hex, sizeof(hex));
+    return 0;
+}
 
 int cli_hosts(int argc, char **argv)
 {
@@ -13,9 +47,10 @@ int cli_hosts(int argc, char **argv)
     redisReply *r;
     int64_t now = sf_now_ms();
 
+    if (argc == 3 && !strcmp(argv[1], "key"))
+        return host_key(argv[2]);
     if (cli_wants_help(argc, argv) || argc != 1) {
-        fputs("usage: sandfleet hosts   worker hosts: heartbeat age, driver, sandboxes/capacity\n",
-              argc == 1 ? stdout : stderr);
+        fputs(hosts_usage, argc == 1 ? stdout : stderr);
         return argc == 1 ? 0 : 2;
     }
     if (!(rc = cli_redis()))

@@ -4,10 +4,12 @@
 #include "sf_util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAC_CONTEXT "sandfleet-job-v1\n"
 
@@ -160,46 +162,66 @@ int sf_jobauth_check(const sf_job_auth *a, const uint8_t psk[32])
     return sodium_memcmp(want, a->mac, 32) == 0 ? 0 : -EPERM;
 }
 
+rd_kafka_headers_t *sf_jobauth_headers(const void *p, size_t n, const char *id,
+                                       const uint8_t psk[32], int64_t iat)
+{
+    uint8_t digest[32], mac[32];
+    char iats[24], hex[65];
+    rd_kafka_headers_t *h = rd_kafka_headers_new(3);
+
+    if (!h)
+        return NULL;
+    crypto_hash_sha256(digest, p, n);
+    sf_jobauth_mac(psk, id, iat, digest, mac);
+    snprintf(iats, sizeof(iats), "%" PRId64, iat);
+    sodium_bin2hex(hex, sizeof(hex), mac, sizeof(mac));
+    rd_kafka_header_add(h, SF_JOBAUTH_HDR_KEY, -1, id, -1);
+    rd_kafka_header_add(h, SF_JOBAUTH_HDR_IAT, -1, iats, -1);
+    rd_kafka_header_add(h, SF_JOBAUTH_HDR_MAC, -1, hex, -1);
+    return h;
+}
+
 int sf_jobauth_produce(rd_kafka_t *producer, const char *topic, const char *key, const void *p,
                        size_t n, const char *id, const uint8_t psk[32])
 {
-    uint8_t digest[32], mac[32];
-    char iat[24], hex[65];
-    int64_t now = sf_now_ms();
-    rd_kafka_headers_t *h = rd_kafka_headers_new(3);
-    rd_kafka_topic_t *rkt = sf_kafka_topic(producer, topic);
-    rd_kafka_resp_err_t err;
+    rd_kafka_headers_t *h = sf_jobauth_headers(p, n, id, psk, sf_now_ms());
+    int rc;
 
-    if (!h || !rkt) {
-        if (h)
-            rd_kafka_headers_destroy(h);
-        if (rkt)
-            rd_kafka_topic_destroy(rkt);
+    if (!h)
         return -ENOMEM;
+    if ((rc = sf_kafka_produce_h(producer, topic, key, p, n, h, NULL, NULL)) < 0)
+        rd_kafka_headers_destroy(h);
+    return rc;
+}
+
+void sf_host_job_key(const uint8_t auth_secret[32], const char *host, uint8_t key[32])
+{
+    static const char ctx[] = "sandfleet host job key v1\n";
+    char text[sizeof(ctx) + SF_ID_MAX];
+    int n = snprintf(text, sizeof(text), "%s%s", ctx, host);
+
+    hmac(auth_secret, 32, text, (size_t)n, key);
+    sodium_memzero(text, sizeof(text));
+}
+
+int sf_key_file_read(const char *path, uint8_t key[32], char *why, size_t whylen)
+{
+    char hex[80];
+    size_t bin_len = 0;
+    ssize_t n;
+    int fd;
+
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)) < 0) {
+        snprintf(why, whylen, "Cannot read the key file %s: %s.", path, strerror(errno));
+        return -errno;
     }
-    crypto_hash_sha256(digest, p, n);
-    sf_jobauth_mac(psk, id, now, digest, mac);
-    snprintf(iat, sizeof(iat), "%" PRId64, now);
-    sodium_bin2hex(hex, sizeof(hex), mac, sizeof(mac));
-    rd_kafka_header_add(h, SF_JOBAUTH_HDR_KEY, -1, id, -1);
-    rd_kafka_header_add(h, SF_JOBAUTH_HDR_IAT, -1, iat, -1);
-    rd_kafka_header_add(h, SF_JOBAUTH_HDR_MAC, -1, hex, -1);
-    err = rd_kafka_producev(producer, RD_KAFKA_V_RKT(rkt),
-                            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                            RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
-                            RD_KAFKA_V_VALUE((void *)p, n), RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END);
-    rd_kafka_topic_destroy(rkt);
-    switch (err) {
-    case RD_KAFKA_RESP_ERR_NO_ERROR:
-        return 0; /* the headers are librdkafka's now */
-    case RD_KAFKA_RESP_ERR__QUEUE_FULL:
-        rd_kafka_headers_destroy(h);
-        return -ENOBUFS;
-    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
-        rd_kafka_headers_destroy(h);
-        return -E2BIG;
-    default:
-        rd_kafka_headers_destroy(h);
-        return -EIO;
+    n = read(fd, hex, sizeof(hex) - 1);
+    close(fd);
+    if (n < 64 || sodium_hex2bin(key, 32, hex, 64, NULL, &bin_len, NULL) != 0 || bin_len != 32) {
+        sodium_memzero(hex, sizeof(hex));
+        snprintf(why, whylen, "The key file %s must hold 64 hex characters.", path);
+        return -EINVAL;
     }
+    sodium_memzero(hex, sizeof(hex));
+    return 0;
 }

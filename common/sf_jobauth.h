@@ -29,6 +29,13 @@
  * refused as a replay. */
 #define SF_JOBAUTH_WINDOW_MS (10 * 60 * 1000)
 #define SF_JOBAUTH_SKEW_MS (60 * 1000)
+/* Host jobs (sf.host.<host>): the scheduler signs every job it hands a worker as
+ * "scheduler" with that host's own key (sf_host_job_key); the worker takes one only this
+ * long after it was signed: as long as its job guard answers a repeat of the same job id
+ * (job_deadline_max_ms, 1 h by default), so a copy put back on the topic is either a
+ * repeat the guard answers or refused as stale. */
+#define SF_JOBAUTH_SCHEDULER "scheduler"
+#define SF_HOSTJOB_WINDOW_MS (3600 * 1000)
 
 /* The producer id and credential of an API key:
  * id = "p" + first 20 hex chars of HMAC-SHA256(key, "sandfleet producer id v1"),
@@ -52,6 +59,16 @@ void sf_jobauth_mac(const uint8_t psk[32], const char *id, int64_t iat, const ui
 void sf_jobauth_read(const rd_kafka_message_t *msg, sf_job_auth *a);
 /* 0 when a's MAC is the one psk makes, else -EPERM (constant time). */
 int sf_jobauth_check(const sf_job_auth *a, const uint8_t psk[32]);
+/* Headers signing p as id with psk at iat (ms), for sf_kafka_produce_h; NULL when out of
+ * memory. */
+rd_kafka_headers_t *sf_jobauth_headers(const void *p, size_t n, const char *id,
+                                       const uint8_t psk[32], int64_t iat);
+/* Host `host`'s key for the jobs the scheduler hands it:
+ * HMAC-SHA256(auth secret, "sandfleet host job key v1\n" + host). A worker holds only its
+ * own (host_key_file, written by `sandfleet hosts key HOST`), never the auth secret. */
+void sf_host_job_key(const uint8_t auth_secret[32], const char *host, uint8_t key[32]);
+/* Reads a 32-byte key (64 hex characters) from path, never creating it. 0 or -errno (why). */
+int sf_key_file_read(const char *path, uint8_t key[32], char *why, size_t whylen);
 /* Produces p to topic signed by id with psk at the current time (the payload is copied).
  * 0 or a negative errno (queue full: -ENOBUFS; too large: -E2BIG). */
 int sf_jobauth_produce(rd_kafka_t *producer, const char *topic, const char *key, const void *p,

@@ -141,7 +141,8 @@ static void on_sent(void *arg, int err)
 }
 
 int sf_jobq_send(sf_jobq *q, rd_kafka_t *producer, const char *topic, const char *key,
-                 const void *p, size_t n, sf_kafka_ticket tk, const char *job_id)
+                 const void *p, size_t n, rd_kafka_headers_t *h, sf_kafka_ticket tk,
+                 const char *job_id)
 {
     jobq_sent *s = malloc(sizeof(*s));
     int rc;
@@ -153,7 +154,7 @@ int sf_jobq_send(sf_jobq *q, rd_kafka_t *producer, const char *topic, const char
     s->id[0] = 0;
     if (sf_trace_enabled)
         snprintf(s->id, sizeof(s->id), "%s", job_id);
-    if ((rc = sf_kafka_produce_cb(producer, topic, key, p, n, on_sent, s)) < 0) {
+    if ((rc = sf_kafka_produce_h(producer, topic, key, p, n, h, on_sent, s)) < 0) {
         free(s);
         return rc;
     }

@@ -46,11 +46,13 @@ sf_jobq *sf_jobq_new(struct event_base *base, rd_kafka_t *consumer, rd_kafka_t *
                      const char *topic, sf_jobq_job_cb on_job, sf_jobq_bad_cb on_bad, void *arg);
 void sf_jobq_done(sf_jobq *q, sf_kafka_ticket tk);
 /* Produces p (the job's forward or reply) and ends tk once Kafka confirmed it (or finally
- * refused it), so an offset never moves past a job whose answer could still be lost. 0,
+ * refused it), so an offset never moves past a job whose answer could still be lost; h: its
+ * Kafka headers (NULL: none; librdkafka's once queued, else still the caller's). 0,
  * or -errno with tk still the caller's (the message was not queued). job_id names the job
  * in stage stamps (sf_trace.h). */
 int sf_jobq_send(sf_jobq *q, rd_kafka_t *producer, const char *topic, const char *key,
-                 const void *p, size_t n, sf_kafka_ticket tk, const char *job_id);
+                 const void *p, size_t n, rd_kafka_headers_t *h, sf_kafka_ticket tk,
+                 const char *job_id);
 void sf_jobq_free(sf_jobq *q);
 
 /* Replaces invalid UTF-8 in s[0..n) with U+FFFD; returns a new NUL-terminated string

@@ -353,17 +353,27 @@ rd_kafka_topic_t *sf_kafka_topic(rd_kafka_t *producer, const char *topic)
     return rd_kafka_topic_new(producer, topic, NULL);
 }
 
+/* h (may be NULL) becomes librdkafka's when the message is queued, else stays the caller's. */
 static int produce(rd_kafka_t *producer, const char *topic, const char *key, const void *p,
-                   size_t n, delivery_cb *d)
+                   size_t n, rd_kafka_headers_t *h, delivery_cb *d)
 {
     rd_kafka_topic_t *rkt = sf_kafka_topic(producer, topic);
     rd_kafka_resp_err_t err;
 
     if (!rkt)
         return -ENOMEM;
-    err = rd_kafka_producev(producer, RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                            RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
-                            RD_KAFKA_V_VALUE((void *)p, n), RD_KAFKA_V_OPAQUE(d), RD_KAFKA_V_END);
+    if (h)
+        err = rd_kafka_producev(producer, RD_KAFKA_V_RKT(rkt),
+                                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
+                                RD_KAFKA_V_VALUE((void *)p, n), RD_KAFKA_V_HEADERS(h),
+                                RD_KAFKA_V_OPAQUE(d), RD_KAFKA_V_END);
+    else
+        err = rd_kafka_producev(producer, RD_KAFKA_V_RKT(rkt),
+                                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
+                                RD_KAFKA_V_VALUE((void *)p, n), RD_KAFKA_V_OPAQUE(d),
+                                RD_KAFKA_V_END);
     rd_kafka_topic_destroy(rkt);
 
     switch (err) {
@@ -381,22 +391,30 @@ static int produce(rd_kafka_t *producer, const char *topic, const char *key, con
 int sf_kafka_produce(rd_kafka_t *producer, const char *topic, const char *key, const void *p,
                      size_t n)
 {
-    return produce(producer, topic, key, p, n, NULL);
+    return produce(producer, topic, key, p, n, NULL, NULL);
+}
+
+int sf_kafka_produce_h(rd_kafka_t *producer, const char *topic, const char *key, const void *p,
+                       size_t n, rd_kafka_headers_t *h, void (*fn)(void *arg, int err), void *arg)
+{
+    delivery_cb *d = NULL;
+    int rc;
+
+    if (fn && !(d = malloc(sizeof(*d))))
+        return -ENOMEM;
+    if (d) {
+        d->fn = fn;
+        d->arg = arg;
+    }
+    if ((rc = produce(producer, topic, key, p, n, h, d)) < 0)
+        free(d);
+    return rc;
 }
 
 int sf_kafka_produce_cb(rd_kafka_t *producer, const char *topic, const char *key, const void *p,
                         size_t n, void (*fn)(void *arg, int err), void *arg)
 {
-    delivery_cb *d = malloc(sizeof(*d));
-    int rc;
-
-    if (!d)
-        return -ENOMEM;
-    d->fn = fn;
-    d->arg = arg;
-    if ((rc = produce(producer, topic, key, p, n, d)) < 0)
-        free(d);
-    return rc;
+    return sf_kafka_produce_h(producer, topic, key, p, n, NULL, fn, arg);
 }
 
 int sf_kafka_subscribe(rd_kafka_t *consumer, const char *topic)

@@ -54,6 +54,10 @@ int sf_kafka_produce(rd_kafka_t *producer, const char *topic, const char *key, c
  * (from the producer's poll; also when the producer is destroyed). */
 int sf_kafka_produce_cb(rd_kafka_t *producer, const char *topic, const char *key, const void *p,
                         size_t n, void (*fn)(void *arg, int err), void *arg);
+/* The same with Kafka headers h (NULL: none; librdkafka's once queued, still the caller's
+ * when this fails) and fn optional (NULL: no confirmation wanted). */
+int sf_kafka_produce_h(rd_kafka_t *producer, const char *topic, const char *key, const void *p,
+                       size_t n, rd_kafka_headers_t *h, void (*fn)(void *arg, int err), void *arg);
 /* Subscribes to one topic (group-managed), or assigns all partitions of it from
  * start_offset (no rebalance: for per-host and per-gateway topics; RD_KAFKA_OFFSET_END is
  * resolved before it returns, so nothing produced after it is skipped). */

@@ -8,8 +8,10 @@
 #include "sched.h"
 #include "sf_auth.h"
 #include "sf_jobauth.h"
+#include "sf_kafka.h"
 #include "sf_log.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -22,6 +24,31 @@ int sch_auth_init(sch_ctx *ctx, char *why, size_t whylen)
         return -1;
     sf_gateway_job_key(ctx->auth_secret, ctx->gateway_key);
     return 0;
+}
+
+rd_kafka_headers_t *sch_host_headers(sch_ctx *ctx, const char *host, const void *p, size_t n)
+{
+    uint8_t key[32];
+    rd_kafka_headers_t *h;
+
+    sf_host_job_key(ctx->auth_secret, host, key);
+    h = sf_jobauth_headers(p, n, SF_JOBAUTH_SCHEDULER, key, sf_now_ms());
+    sodium_memzero(key, sizeof(key));
+    return h;
+}
+
+int sch_host_produce(sch_ctx *ctx, const char *host, const char *key, const void *p, size_t n)
+{
+    char topic[SF_TOPIC_MAX];
+    rd_kafka_headers_t *h = sch_host_headers(ctx, host, p, n);
+    int rc;
+
+    if (!h)
+        return -ENOMEM;
+    snprintf(topic, sizeof(topic), SF_TOPIC_HOST_PREFIX "%s", host);
+    if ((rc = sf_kafka_produce_h(ctx->producer, topic, key, p, n, h, NULL, NULL)) < 0)
+        rd_kafka_headers_destroy(h);
+    return rc;
 }
 
 /* Answers the call `unauthenticated` with text, after copying the job to sf.dead. */

@@ -38,13 +38,18 @@ static void call_free(sch_call *c)
     free(c);
 }
 
-/* Sends b (encoded: rc) to topic; the job's offset moves once Kafka confirmed it. Ends the
- * call; -errno when nothing was sent. */
-static int send_then_done(sch_call *c, const char *topic, const char *key, sf_buf *b, int rc)
+/* Sends b (encoded: rc) to topic, signed for host `host` when not NULL (auth.c); the job's
+ * offset moves once Kafka confirmed it. Ends the call; -errno when nothing was sent. */
+static int send_then_done(sch_call *c, const char *topic, const char *key, sf_buf *b, int rc,
+                          const char *host)
 {
-    if (rc == 0)
-        rc = sf_jobq_send(c->ctx->jobq, c->ctx->producer, topic, key, b->p, b->len, c->ticket,
-                          c->job.id);
+    rd_kafka_headers_t *h = NULL;
+
+    if (rc == 0 && host && !(h = sch_host_headers(c->ctx, host, b->p, b->len)))
+        rc = -ENOMEM;
+    if (rc == 0 && (rc = sf_jobq_send(c->ctx->jobq, c->ctx->producer, topic, key, b->p, b->len,
+                                      h, c->ticket, c->job.id)) < 0)
+        rd_kafka_headers_destroy(h);
     sf_buf_fini(b);
     if (rc < 0) {
         sf_error("msg=\"cannot produce\" job=%s topic=%s rc=%d", c->job.id, topic, rc);
@@ -68,7 +73,7 @@ void sch_reply_error(sch_call *c, const char *code, const char *message)
         sf_buf b;
         sf_buf_init(&b, SF_MSG_MAX);
         if (send_then_done(c, c->job.reply, c->job.id, &b,
-                           sf_jobio_encode_error(&c->job, code, message, &b)) < 0)
+                           sf_jobio_encode_error(&c->job, code, message, &b), NULL) < 0)
             sch_call_done(c);
     }
 }
@@ -81,7 +86,7 @@ void sch_reply_result(sch_call *c, json_t *result)
     sf_buf_init(&b, SF_MSG_MAX);
     rc = sf_jobio_encode_result(&c->job, result, NULL, &b);
     json_decref(result);
-    if (send_then_done(c, c->job.reply, c->job.id, &b, rc) < 0)
+    if (send_then_done(c, c->job.reply, c->job.id, &b, rc, NULL) < 0)
         sch_call_done(c);
 }
 
@@ -97,7 +102,7 @@ void sch_forward(sch_call *c, const char *host)
              c->job.sandbox, host);
     sf_buf_init(&b, SF_MSG_MAX);
     rc = sf_job_encode(&c->job, &b);
-    if ((rc = send_then_done(c, topic, c->job.sandbox, &b, rc)) == 0)
+    if ((rc = send_then_done(c, topic, c->job.sandbox, &b, rc, host)) == 0)
         return; /* c is gone: its offset moves once the forward is confirmed */
     if (rc == -E2BIG) { /* what the scheduler adds (host, limits) pushed it past the limit */
         sch_reply_error(c, SF_ERR_INVALID, "The arguments are too large for one call (over "

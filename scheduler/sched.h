@@ -64,6 +64,11 @@ void sch_call_done(sch_call *c);
  * dead-lettered. sch_route_job goes on with a job that passed. */
 int sch_auth_init(sch_ctx *ctx, char *why, size_t whylen);
 void sch_auth_job(sch_call *c);
+/* Kafka headers signing p (a job for host `host`) as the scheduler with that host's key
+ * (sf_host_job_key), now; NULL when out of memory. */
+rd_kafka_headers_t *sch_host_headers(sch_ctx *ctx, const char *host, const void *p, size_t n);
+/* Produces p to host's topic (sf.host.<host>), signed; 0 or -errno. */
+int sch_host_produce(sch_ctx *ctx, const char *host, const char *key, const void *p, size_t n);
 void sch_route_job(sch_call *c);
 
 /* hosts.c: the live hosts as placement sees them, read one host per call: cb gets a JSON

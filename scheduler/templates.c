@@ -44,17 +44,15 @@ static long long num(const char *s)
  * hosts[0] only. */
 static void forward_all(sch_call *c, const char *const *hosts, size_t n, int lead)
 {
-    char topic[SF_TOPIC_MAX];
     sf_buf b;
 
     for (size_t i = 0; i + 1 < n; i++) {
         if (lead)
             json_object_set_new(c->job.args, "lead", json_boolean(i == 0));
         snprintf(c->job.host, sizeof(c->job.host), "%s", hosts[i]);
-        snprintf(topic, sizeof(topic), SF_TOPIC_HOST_PREFIX "%s", hosts[i]);
         sf_buf_init(&b, SF_MSG_MAX);
         if (sf_job_encode(&c->job, &b) < 0 ||
-            sf_kafka_produce(c->ctx->producer, topic, c->job.sandbox, b.p, b.len) < 0)
+            sch_host_produce(c->ctx, hosts[i], c->job.sandbox, b.p, b.len) < 0)
             sf_error("msg=\"cannot hand a template job to a host\" job=%s tool=%s host=%s",
                      c->job.id, c->job.tool, hosts[i]);
         sf_buf_fini(&b);

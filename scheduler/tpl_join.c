@@ -170,7 +170,6 @@ static const char *el(const redisReply *rep, size_t i)
 static void send_build(jop *o, const redisReply *rep)
 {
     sch_ctx *ctx = o->p->ctx;
-    char topic[SF_TOPIC_MAX];
     json_t *steps = json_loads(el(rep, 2), 0, NULL);
     sf_job job;
     sf_buf b;
@@ -195,10 +194,9 @@ static void send_build(jop *o, const redisReply *rep)
         json_object_set_new(job.args, "start_cmd", json_string(el(rep, 3)));
     if (job.args && *el(rep, 4))
         json_object_set_new(job.args, "ready_cmd", json_string(el(rep, 4)));
-    snprintf(topic, sizeof(topic), SF_TOPIC_HOST_PREFIX "%s", o->host);
     sf_buf_init(&b, SF_MSG_MAX);
     if (job.args && sf_id_valid(job.id) && (rc = sf_job_encode(&job, &b)) == 0)
-        rc = sf_kafka_produce(ctx->producer, topic, "", b.p, b.len);
+        rc = sch_host_produce(ctx, o->host, "", b.p, b.len);
     sf_buf_fini(&b);
     sf_job_fini(&job);
     if (rc < 0)

@@ -40,7 +40,7 @@ static void call_done(wk_call *c)
 /* Sends a reply; its job's offset moves once Kafka confirmed it. Ends the call. */
 static int call_answer(wk_call *c, const void *p, size_t n)
 {
-    int rc = sf_jobq_send(c->ctx->jobq, c->ctx->producer, c->job.reply, c->job.id, p, n,
+    int rc = sf_jobq_send(c->ctx->jobq, c->ctx->producer, c->job.reply, c->job.id, p, n, NULL,
                           c->ticket, c->job.id);
 
     if (rc < 0) {
@@ -335,6 +335,26 @@ static void refuse(wk_call *c, const char *code, const char *message)
     if (!strcmp(c->job.tool, "sandbox_create"))
         record_retire(c->ctx, c->job.sandbox, "failed", 0);
     wk_reply_error(c, code, message);
+}
+
+/* A job not signed by the scheduler for this host (hostauth.c): dead-lettered and answered
+ * `unauthenticated` (an internal one never is), before any guard, record or sandbox. */
+static void refuse_forged(wk_call *c, const char *text)
+{
+    int answer = !(c->tool && c->tool->internal) && c->job.reply[0];
+    sf_buf b;
+
+    sf_warn("msg=\"host job refused\" job=%s tool=%s key=%s why=\"%s\"", c->job.id, c->job.tool,
+            c->job.auth.key, text);
+    sf_buf_init(&b, SF_MSG_MAX);
+    if (sf_job_encode(&c->job, &b) == 0)
+        sf_kafka_produce(c->ctx->producer, SF_TOPIC_DEAD, "unauthenticated", b.p, b.len);
+    sf_buf_reset(&b);
+    if (answer && sf_jobio_encode_error(&c->job, SF_ERR_UNAUTH, text, &b) == 0)
+        call_answer(c, b.p, b.len); /* ends the call, sent or not */
+    else
+        call_done(c);
+    sf_buf_fini(&b);
 }
 
 /* A job for a sandbox this worker does not hold: the record says why (killed moments
@@ -1406,7 +1426,7 @@ void wk_on_job(void *arg, sf_job *job, sf_kafka_ticket tk)
 {
     wk_ctx *ctx = arg;
     wk_call *c = calloc(1, sizeof(*c));
-    char key[3][160], ttl[24], now[24], budget[24];
+    char key[3][160], ttl[24], now[24], budget[24], text[400];
     int64_t latest;
     int rc;
 
@@ -1419,6 +1439,10 @@ void wk_on_job(void *arg, sf_job *job, sf_kafka_ticket tk)
     c->ticket = tk;
     c->job = *job;
     c->tool = sf_toolset_find(&ctx->tools, c->job.tool);
+    if (wk_hostauth_check(ctx, &c->job, text, sizeof(text)) < 0) {
+        refuse_forged(c, text);
+        return;
+    }
     /* a producer chooses its deadline: it bounds how long the guard (and its reply) is kept */
     latest = sf_now_ms() + ctx->cfg.job_deadline_max_ms;
     if (c->job.deadline_ms > latest)

@@ -15,6 +15,10 @@
 static const sf_cfg_entry cfg_table[] = {
     SF_COMMON_CFG_ENTRIES(wk_cfg),
     SF_CFG_S(wk_cfg, host_id, "", "this host's id ([a-z0-9_-]); empty = from the hostname"),
+    SF_CFG_S(wk_cfg, host_key_file, "",
+             "this host's key for the scheduler's jobs ('sandfleet hosts key HOST' writes it)"),
+    SF_CFG_S(wk_cfg, auth_secret_file, "/var/lib/sandfleet/auth.key",
+             "without host_key_file: the host key is derived from this auth secret (one box)"),
     SF_CFG_S(wk_cfg, state_dir, "/var/lib/sandfleet/worker", "sandboxes and templates live here"),
     SF_CFG_S(wk_cfg, agent_path, "", "the static sandfleet-agent binary; empty = beside this one"),
     SF_CFG_S(wk_cfg, driver, "jail", "isolation driver: jail (namespaces) or qemu (microVMs)"),
@@ -232,6 +236,10 @@ int main(int argc, char **argv)
     }
     if (sf_daemon_init(&ctx.d, "worker", &ctx.cfg.common) < 0 || pick_host_id(&ctx) < 0)
         goto out;
+    if (wk_hostauth_init(&ctx, why, sizeof(why)) < 0) {
+        sf_error("msg=\"no host key\" err=\"%s\"", why);
+        goto out;
+    }
     if (sf_toolset_load(&ctx.tools, ctx.cfg.schemas_dir, why, sizeof(why)) < 0 ||
         wk_jobs_check(&ctx.tools, why, sizeof(why)) < 0) {
         sf_error("msg=\"cannot load the tool schemas\" err=\"%s\"", why);

@@ -19,6 +19,8 @@
 typedef struct wk_cfg {
     sf_common_cfg common;
     char *host_id;          /* "" = derived from the hostname */
+    char *host_key_file;    /* this host's key for the scheduler's jobs (hostauth.c) */
+    char *auth_secret_file; /* ...or derived from the auth secret when no host_key_file */
     char *state_dir;
     char *agent_path;
     char *driver;           /* "jail" */
@@ -68,6 +70,7 @@ typedef struct wk_ctx {
     wk_cfg cfg;
     char host_id[SF_ID_MAX];
     char topic[SF_TOPIC_MAX];
+    uint8_t host_key[32];   /* checks the scheduler's signature on each job (hostauth.c) */
     const wk_driver_ops *ops;
     wk_driver *drv;
     wk_pool *pool;
@@ -146,6 +149,10 @@ void wk_files_download(wk_call *c, wk_box *b);
 /* 0 when this worker handles exactly the tools the catalogue declares to run on a host. */
 int wk_jobs_check(const sf_toolset *tools, char *why, size_t whylen);
 void wk_on_job(void *arg, sf_job *job, sf_kafka_ticket tk);
+/* hostauth.c: this host's key (0, or -1 with why); 0 when job carries the scheduler's fresh
+ * signature for this host, else -1 with a sentence in text. */
+int wk_hostauth_init(wk_ctx *ctx, char *why, size_t whylen);
+int wk_hostauth_check(const wk_ctx *ctx, const sf_job *job, char *text, size_t n);
 void wk_on_bad(void *arg, const rd_kafka_message_t *msg, const char *why);
 /* Starts the kill of a sandbox (any state); the record becomes end_state when the
  * teardown ended. */

@@ -1,7 +1,9 @@
 /* Jobs put on the queue by hand, as an attacker with Kafka access would (on the attack
  * stack: tests/attack/CMakeLists.txt): a batch job whose producer chose a 30-day deadline
  * has its guard kept for job_deadline_max_ms at most, not 30 days; a gateway-signed job
- * signed 20 minutes ago is refused as expired (a captured one cannot be put back). */
+ * signed 20 minutes ago is refused as expired (a captured one cannot be put back); a job
+ * put straight on a host's topic is refused unless the scheduler signed it for that host
+ * within the hour. */
 #include "check.h"
 #include "sf_auth.h"
 #include "sf_codec.h"
@@ -86,25 +88,64 @@ static void encode(sf_buf *b, const char *id, const char *team, const char *tool
     sf_job_fini(&j);
 }
 
-/* Produces p onto topic t signed as `gateway` at iat (ms). */
-static void produce_signed_at(const char *t, const sf_buf *b, int64_t iat)
+/* Produces p onto topic t signed as signer with key at iat (ms); signer NULL: unsigned. */
+static void produce_as(const char *t, const sf_buf *b, const char *signer, const uint8_t key[32],
+                       int64_t iat)
 {
     rd_kafka_headers_t *h = rd_kafka_headers_new(3);
     uint8_t digest[32], mac[32];
     char iats[24], hex[65];
 
     crypto_hash_sha256(digest, (const uint8_t *)b->p, b->len);
-    sf_jobauth_mac(gw_key, SF_JOBAUTH_GATEWAY, iat, digest, mac);
-    sodium_bin2hex(hex, sizeof(hex), mac, sizeof(mac));
-    snprintf(iats, sizeof(iats), "%" PRId64, iat);
-    rd_kafka_header_add(h, SF_JOBAUTH_HDR_KEY, -1, SF_JOBAUTH_GATEWAY, -1);
-    rd_kafka_header_add(h, SF_JOBAUTH_HDR_IAT, -1, iats, -1);
-    rd_kafka_header_add(h, SF_JOBAUTH_HDR_MAC, -1, hex, -1);
+    if (signer) {
+        sf_jobauth_mac(key, signer, iat, digest, mac);
+        sodium_bin2hex(hex, sizeof(hex), mac, sizeof(mac));
+        snprintf(iats, sizeof(iats), "%" PRId64, iat);
+        rd_kafka_header_add(h, SF_JOBAUTH_HDR_KEY, -1, signer, -1);
+        rd_kafka_header_add(h, SF_JOBAUTH_HDR_IAT, -1, iats, -1);
+        rd_kafka_header_add(h, SF_JOBAUTH_HDR_MAC, -1, hex, -1);
+    }
     CHECK(rd_kafka_producev(producer, RD_KAFKA_V_TOPIC(t), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                             RD_KAFKA_V_KEY("bounds", 6), RD_KAFKA_V_VALUE(b->p, b->len),
                             RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR_NO_ERROR,
           "producev");
     rd_kafka_flush(producer, 5000);
+}
+
+/* Produces p onto topic t signed as `gateway` at iat (ms). */
+static void produce_signed_at(const char *t, const sf_buf *b, int64_t iat)
+{
+    produce_as(t, b, SF_JOBAUTH_GATEWAY, gw_key, iat);
+}
+
+/* A create put straight on the host's topic (as an attacker with Kafka access would) by
+ * signer/key at iat is refused `unauthenticated` with a sentence holding `says`, and no
+ * sandbox record for it exists. */
+static void host_create_refused(const char *what, const char *signer, const uint8_t key[32],
+                                int64_t iat, const char *says)
+{
+    char id[SF_ID_MAX], sb[SF_ID_MAX];
+    redisReply *k;
+    sf_reply r;
+    sf_buf b;
+
+    sf_id_new(id, "job_bh");
+    sf_id_new(sb, "sb_bh");
+    encode(&b, id, "boundsh", "sandbox_create", sb, sf_now_ms() + 30000);
+    produce_as(SF_TOPIC_HOST_PREFIX "attack-host", &b, signer, key, iat);
+    sf_buf_fini(&b);
+    await_reply(id, &r);
+    CHECK(r.kind == SF_REPLY_ERROR && !strcmp(r.code, SF_ERR_UNAUTH),
+          "%s: the worker refuses it (%s: %s)", what, r.kind == SF_REPLY_ERROR ? r.code : "a result",
+          r.message ? r.message : "");
+    CHECK(r.message && strstr(r.message, says), "%s: the refusal says '%s': %s", what, says,
+          r.message);
+    k = redisCommand(rc, "KEYS *%s*", sb);
+    CHECK(k && k->type == REDIS_REPLY_ARRAY && k->elements == 0,
+          "%s: nothing of the sandbox was written (%zu keys)", what, k ? k->elements : 0);
+    freeReplyObject(k);
+    printf("ok - %s is refused: %s\n", what, r.message);
+    sf_reply_fini(&r);
 }
 
 /* The longest TTL (s) of the job's guard under any key layout (sf:job:*<id>*), -2: none. */
@@ -125,7 +166,7 @@ static long long guard_ttl(const char *id)
     return best;
 }
 
-/* argv[1]: "deadline" or "stale" runs that case alone (each fails on its own); none: both. */
+/* argv[1]: "deadline", "stale" or "host" runs that case alone (each fails on its own); none: both. */
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : "";
@@ -188,9 +229,23 @@ int main(int argc, char **argv)
     sf_reply_fini(&r);
     }
 
-    rd_kafka_consumer_close(consumer);
-    rd_kafka_destroy(consumer);
-    rd_kafka_destroy(producer);
+    /* 3. Jobs put straight on a host's topic: unsigned, signed with another key, or signed
+     * by the scheduler's key for this host two hours ago: each refused, nothing created. */
+    if (!*only || !strcmp(only, "host")) {
+    uint8_t hk[32], other[32];
+    sf_host_job_key(secret, "attack-host", hk);
+    sf_host_job_key(secret, "another-host", other);
+    host_create_refused("an unsigned create on sf.host.attack-host", NULL, NULL, 0, "not signed");
+    host_create_refused("a create on the host topic signed as a gateway", SF_JOBAUTH_GATEWAY,
+                        gw_key, sf_now_ms(), "not this host's scheduler's");
+    host_create_refused("a create signed with another host's key", SF_JOBAUTH_SCHEDULER, other,
+                        sf_now_ms(), "not this host's scheduler's");
+    host_create_refused("a create signed by this host's key 2 hours ago", SF_JOBAUTH_SCHEDULER,
+                        hk, sf_now_ms() - 2 * 3600 * 1000LL, "expired");
+    }
+
+    sf_kafka_consumer_free(consumer);
+    sf_kafka_producer_free(producer);
     redisFree(rc);
     return 0;
 }
