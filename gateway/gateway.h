@@ -42,6 +42,7 @@ typedef struct gw_cfg {
     int64_t oauth_cimd_timeout_ms; /* a client ID metadata document arrives within this */
     int64_t oauth_cimd_max_bytes;  /* ...and is at most this large */
     char *oauth_cimd_ca_file;      /* extra CA bundle for those fetches ("" = the system's) */
+    int64_t oauth_cimd_cache_s;    /* a fetched document is used this long (0 = every time) */
     int64_t key_cache_ms;       /* a verified API key is trusted this long without Redis */
     int64_t progress_interval_ms; /* a call with a progressToken hears from us this often */
     int test_fixtures;          /* register the conformance suite's fixture tools (tests only) */

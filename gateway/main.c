@@ -61,6 +61,9 @@ static const sf_cfg_entry cfg_table[] = {
              "a client ID metadata document (an https client_id) must arrive within this"),
     SF_CFG_I(gw_cfg, oauth_cimd_max_bytes, "5120", 512, 65536,
              "largest client ID metadata document (bytes)"),
+    SF_CFG_I(gw_cfg, oauth_cimd_cache_s, "300", 0, 86400,
+             "a fetched client ID metadata document is used this long before it is fetched "
+             "again (a refused one: 10 s at most; 0 = fetch every time)"),
     SF_CFG_S(gw_cfg, oauth_cimd_ca_file, "",
              "extra CA bundle (PEM) trusted for client ID metadata documents (default: the "
              "system's CAs)"),

@@ -8,12 +8,18 @@
  *     so a name that resolves to a private address is refused too, and a rebinding answer
  *     cannot slip through) is checked, and loopback, private, link-local, carrier-grade
  *     NAT, documentation, multicast and reserved ranges are refused before any packet;
- *   - a few at a time per event loop (MAX_FETCHES), never blocking it (sf_curl).
+ *   - a few at a time per event loop (MAX_FETCHES), at most HOST_FETCHES from one host (so
+ *     one slow host cannot hold every slot), never blocking the loop (sf_curl);
+ *   - once for all who ask together (later callers wait on the running fetch), and the
+ *     answer is kept for oauth_cimd_cache_s (a refusal: REFUSED_CACHE_S), in a cache of at
+ *     most CACHE_MAX documents per event loop (the oldest go first).
  * The document must name itself (client_id equal to the URL), list acceptable redirect
  * URIs, and be a public client (no secret). */
 #include "oauth.h"
 #include "sf_curl.h"
 #include "sf_log.h"
+#include "sf_map.h"
+#include "sf_util.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -24,15 +30,37 @@
 #include <strings.h>
 #include <sys/socket.h>
 
-#define MAX_FETCHES 8
+#define MAX_FETCHES 32     /* fetches running at once per event loop */
+#define HOST_FETCHES 2     /* ...of them from one host */
+#define MAX_WAITERS 64     /* callers waiting on one fetch */
+#define CACHE_MAX 1024     /* documents (and refusals) kept per event loop */
+#define REFUSED_CACHE_S 10 /* a refusal is kept this long (the client may fix its document) */
 #define CIMD_URL_MAX 2048
 #define NAME_MAX_LEN 200
 #define MAX_REDIRECTS 10
+#define WHY_MAX 400
+
+/* A caller of gw_cimd_get waiting for its fetch. */
+typedef struct waiter {
+    struct waiter *next;
+    gw_cimd_cb cb;
+    void *arg;
+} waiter;
+
+/* A kept answer: the client record, or NULL and why it was refused. */
+typedef struct cached {
+    json_t *client;
+    char why[WHY_MAX];
+    int64_t until;   /* sf_mono_ms */
+    uint64_t seq;    /* insertion order: the oldest goes first when the cache is full */
+} cached;
 
 typedef struct gw_cimd {
     sf_curl *http;
     struct fetch *live; /* fetches running, for gw_cimd_stop */
     int n;
+    sf_map *cache;      /* URL -> cached */
+    uint64_t seq;
 } gw_cimd;
 
 typedef struct fetch {
@@ -40,8 +68,8 @@ typedef struct fetch {
     gw_ctx *ctx;
     CURL *easy;
     struct curl_slist *headers;
-    gw_cimd_cb cb;
-    void *arg;
+    waiter *waiters;    /* everyone asking for this URL, the first caller last */
+    int nwait;
     char url[CIMD_URL_MAX + 1];
     char *body;
     size_t len, max;
@@ -250,14 +278,98 @@ static void fetch_free(fetch *f)
     free(f);
 }
 
+/* ------------------------------------------------------------------ the cache */
+
+static void cached_free(cached *e)
+{
+    json_decref(e->client);
+    free(e);
+}
+
+static void cache_drop(gw_cimd *c, const char *url)
+{
+    cached *e = sf_map_del(c->cache, url);
+
+    if (e)
+        cached_free(e);
+}
+
+typedef struct oldest {
+    const char *key;
+    uint64_t seq;
+} oldest;
+
+static void find_oldest(const char *key, void *val, void *arg)
+{
+    oldest *o = arg;
+    const cached *e = val;
+
+    if (!o->key || e->seq < o->seq) {
+        o->key = key;
+        o->seq = e->seq;
+    }
+}
+
+/* Keeps url's answer (client, or NULL and why) for ttl_s; when the cache is full, the
+ * oldest entry goes (an expired one goes when it is next asked for, or as the oldest). */
+static void cache_put(gw_cimd *c, const char *url, json_t *client, const char *why, int64_t ttl_s)
+{
+    cached *e;
+
+    if (ttl_s <= 0 || !c->cache || !(e = calloc(1, sizeof(*e))))
+        return;
+    cache_drop(c, url);
+    if (sf_map_len(c->cache) >= CACHE_MAX) {
+        oldest o = {0};
+        char victim[CIMD_URL_MAX + 1];
+        sf_map_foreach(c->cache, find_oldest, &o);
+        if (o.key) {
+            snprintf(victim, sizeof(victim), "%s", o.key); /* the key goes with its entry */
+            cache_drop(c, victim);
+        }
+    }
+    e->client = json_incref(client);
+    snprintf(e->why, sizeof(e->why), "%s", why ? why : "");
+    e->until = sf_mono_ms() + ttl_s * 1000;
+    e->seq = ++c->seq;
+    if (sf_map_put(c->cache, url, e) < 0)
+        cached_free(e);
+}
+
+/* url's kept answer, or NULL (none, or expired: then dropped). */
+static cached *cache_get(gw_cimd *c, const char *url)
+{
+    cached *e = c->cache ? sf_map_get(c->cache, url) : NULL;
+
+    if (e && e->until <= sf_mono_ms()) {
+        cache_drop(c, url);
+        return NULL;
+    }
+    return e;
+}
+
+/* ------------------------------------------------------------------ answers */
+
+/* Answers every waiter of f (f is already freed by then: they get their own copies). */
+static void answer_all(waiter *w, json_t *client, const char *why)
+{
+    while (w) {
+        waiter *next = w->next;
+        w->cb(w->arg, client, client ? NULL : why);
+        free(w);
+        w = next;
+    }
+}
+
 static void on_done(void *arg, CURLcode result)
 {
     fetch *f = arg;
     long status = 0;
-    char why[400];
+    char why[WHY_MAX], url[CIMD_URL_MAX + 1];
     json_t *doc = NULL, *client = NULL;
-    gw_cimd_cb cb = f->cb;
-    void *cb_arg = f->arg;
+    waiter *w = f->waiters;
+    gw_cimd *c = f->ctx->cimd;
+    int64_t ttl = f->ctx->cfg.oauth_cimd_cache_s;
 
     curl_easy_getinfo(f->easy, CURLINFO_RESPONSE_CODE, &status);
     if (f->refused[0]) {
@@ -286,15 +398,24 @@ static void on_done(void *arg, CURLcode result)
     if (!client)
         sf_info("msg=\"client metadata document refused\" url=\"%s\" why=\"%s\"", f->url, why);
     json_decref(doc);
+    snprintf(url, sizeof(url), "%s", f->url);
+    f->waiters = NULL;
     fetch_free(f);
-    cb(cb_arg, client, client ? NULL : why);
+    cache_put(c, url, client, why, client ? ttl : (ttl < REFUSED_CACHE_S ? ttl : REFUSED_CACHE_S));
+    answer_all(w, client, why);
     json_decref(client);
+}
+
+/* The length of url's authority (host and port): fetches per host are counted by it. */
+static size_t host_len(const char *url)
+{
+    return strcspn(url + 8, "/?");
 }
 
 void gw_cimd_get(gw_ctx *ctx, const char *client_id, gw_cimd_cb cb, void *arg)
 {
     const char *problem = url_problem(client_id);
-    char why[300];
+    char why[WHY_MAX];
     gw_cimd *c = ctx->cimd;
     fetch *f = NULL;
 
@@ -305,12 +426,51 @@ void gw_cimd_get(gw_ctx *ctx, const char *client_id, gw_cimd_cb cb, void *arg)
         return;
     }
     if (!c && (!(c = ctx->cimd = calloc(1, sizeof(*c))) ||
-               !(c->http = sf_curl_new(ctx->d.base)))) {
-        if (c)
+               !(c->http = sf_curl_new(ctx->d.base)) || !(c->cache = sf_map_new(CACHE_MAX)))) {
+        if (c) {
+            sf_curl_free(c->http);
             free(c);
+        }
         ctx->cimd = NULL;
         cb(arg, NULL, "The server could not start fetching its client metadata document; retry.");
         return;
+    }
+    {
+        cached *e = cache_get(c, client_id);
+        if (e) {
+            json_t *client = json_incref(e->client);
+            snprintf(why, sizeof(why), "%s", e->why);
+            cb(arg, client, client ? NULL : why);
+            json_decref(client);
+            return;
+        }
+    }
+    {
+        size_t hl = host_len(client_id);
+        int from_host = 0;
+        for (fetch *l = c->live; l; l = l->next) {
+            if (!strcmp(l->url, client_id)) { /* being fetched: wait for that answer */
+                waiter *w;
+                if (l->nwait >= MAX_WAITERS || !(w = malloc(sizeof(*w)))) {
+                    cb(arg, NULL, "The server is fetching this client metadata document for "
+                                  "too many sign-ins at once; retry in a few seconds.");
+                    return;
+                }
+                w->cb = cb;
+                w->arg = arg;
+                w->next = l->waiters;
+                l->waiters = w;
+                l->nwait++;
+                return;
+            }
+            if (host_len(l->url) == hl && !strncmp(l->url + 8, client_id + 8, hl))
+                from_host++;
+        }
+        if (from_host >= HOST_FETCHES) {
+            cb(arg, NULL, "The server is already fetching client metadata documents from that "
+                          "host; retry in a few seconds.");
+            return;
+        }
     }
     if (c->n >= MAX_FETCHES) {
         cb(arg, NULL, "The server is fetching too many client metadata documents at once; retry "
@@ -319,11 +479,13 @@ void gw_cimd_get(gw_ctx *ctx, const char *client_id, gw_cimd_cb cb, void *arg)
     }
     if (!(f = calloc(1, sizeof(*f))) || !(f->body = malloc((size_t)ctx->cfg.oauth_cimd_max_bytes)) ||
         !(f->easy = curl_easy_init()) ||
-        !(f->headers = curl_slist_append(NULL, "Accept: application/json")))
+        !(f->headers = curl_slist_append(NULL, "Accept: application/json")) ||
+        !(f->waiters = calloc(1, sizeof(*f->waiters))))
         goto fail;
     f->ctx = ctx;
-    f->cb = cb;
-    f->arg = arg;
+    f->waiters->cb = cb;
+    f->waiters->arg = arg;
+    f->nwait = 1;
     f->max = (size_t)ctx->cfg.oauth_cimd_max_bytes;
     snprintf(f->url, sizeof(f->url), "%s", client_id);
     curl_easy_setopt(f->easy, CURLOPT_URL, f->url);
@@ -358,10 +520,18 @@ fail:
         if (f->easy)
             curl_easy_cleanup(f->easy);
         curl_slist_free_all(f->headers);
+        free(f->waiters);
         free(f->body);
         free(f);
     }
     cb(arg, NULL, "The server could not start fetching its client metadata document; retry.");
+}
+
+static void free_cached(const char *key, void *val, void *arg)
+{
+    (void)key;
+    (void)arg;
+    cached_free(val);
 }
 
 void gw_cimd_stop(gw_ctx *ctx)
@@ -372,12 +542,14 @@ void gw_cimd_stop(gw_ctx *ctx)
         return;
     while (c->live) { /* their requests are gone; their callbacks free what they hold */
         fetch *f = c->live;
-        gw_cimd_cb cb = f->cb;
-        void *arg = f->arg;
+        waiter *w = f->waiters;
+        f->waiters = NULL;
         fetch_free(f);
-        cb(arg, NULL, "The gateway is stopping.");
+        answer_all(w, NULL, "The gateway is stopping.");
     }
     sf_curl_free(c->http);
+    sf_map_foreach(c->cache, free_cached, NULL);
+    sf_map_free(c->cache);
     free(c);
     ctx->cimd = NULL;
 }

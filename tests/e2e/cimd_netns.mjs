@@ -6,7 +6,9 @@
 // namespace. Checks: a good document signs in end to end (page, form, code, tokens with the
 // URL as client_id, `sandfleet tokens list`); a document too large, too slow, redirected,
 // not JSON, naming another client_id, or asking for a client secret is refused with a
-// sentence; the wrong certificate is refused. (The embedded Kafka broker runs here too: the
+// sentence; the wrong certificate is refused; a document is fetched once for the sign-ins
+// that follow (oauth_cimd_cache_s); one slow host (a second address, 203.0.114.11, serves
+// the other) cannot hold every fetch slot. (The embedded Kafka broker runs here too: the
 // gateway starts only with one.)
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -24,13 +26,16 @@ const build = process.env.SF_BUILD;
 if (!build) throw new Error('SF_BUILD is not set: run this through ctest (ops/test)');
 const ADDR = '203.0.114.10';
 const ORIGIN = `https://${ADDR}`;
+const ADDR2 = '203.0.114.11';
+const ORIGIN2 = `https://${ADDR2}`;
+const hits = {};
 const REDIRECT = 'http://127.0.0.1:9/callback';
 const GW_PORT = 18080;
 const REDIS_PORT = 16379;
 const base = `http://127.0.0.1:${GW_PORT}`;
 const dir = mkdtempSync(resolve(tmpdir(), 'sf-cimd-'));
 const procs = [];
-let server;
+let server, server2;
 let slowHeld = [];
 
 const sh = (cmd, args) => execFileSync(cmd, args, { encoding: 'utf8' });
@@ -44,6 +49,8 @@ const pages = {
   '/other-id.json': () => [200, doc('/good.json')],
   '/secret.json': () => [200, doc('/secret.json', { token_endpoint_auth_method: 'client_secret_basic' })],
   '/missing.json': () => [404, 'no'],
+  '/cert.json': () => [200, doc('/cert.json')],
+  '/counted.json': () => [200, doc('/counted.json')],
 };
 
 function startDaemon(name, cmd, args, env) {
@@ -61,20 +68,26 @@ before(async () => {
   assert.doesNotMatch(sh('ip', ['-o', 'link']), /eth|veth|ens|enp/, 'run this in a fresh network namespace');
   sh('ip', ['link', 'set', 'lo', 'up']);
   sh('ip', ['addr', 'add', `${ADDR}/32`, 'dev', 'lo']);
+  sh('ip', ['addr', 'add', `${ADDR2}/32`, 'dev', 'lo']);
   sh('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
-    '-days', '2', '-subj', '/CN=cimd', '-addext', `subjectAltName=IP:${ADDR}`,
+    '-days', '2', '-subj', '/CN=cimd', '-addext', `subjectAltName=IP:${ADDR},IP:${ADDR2}`,
     '-keyout', `${dir}/key.pem`, '-out', `${dir}/cert.pem`]);
   sh('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
     '-days', '2', '-subj', '/CN=other', '-addext', `subjectAltName=IP:${ADDR}`,
     '-keyout', `${dir}/other-key.pem`, '-out', `${dir}/other.pem`]);
   server = https.createServer({ key: readFileSync(`${dir}/key.pem`), cert: readFileSync(`${dir}/cert.pem`) },
     (req, res) => {
-      if (req.url === '/slow.json') { slowHeld.push(res); return; } // never answered
+      hits[req.url] = (hits[req.url] ?? 0) + 1;
+      if (req.url.startsWith('/slow')) { slowHeld.push(res); return; } // never answered
       const page = pages[req.url];
       const [status, body, headers] = page ? page() : [404, ''];
       res.writeHead(status, { 'Content-Type': 'application/json', ...headers }).end(body);
     });
   await new Promise((ok) => server.listen(443, ADDR, ok));
+  server2 = https.createServer({ key: readFileSync(`${dir}/key.pem`), cert: readFileSync(`${dir}/cert.pem`) },
+    (req, res) => res.writeHead(200, { 'Content-Type': 'application/json' }).end(JSON.stringify({
+      client_id: `${ORIGIN2}${req.url}`, client_name: 'Second host', redirect_uris: [REDIRECT] })));
+  await new Promise((ok) => server2.listen(443, ADDR2, ok));
 
   startDaemon('redis', 'redis-server', ['--port', String(REDIS_PORT), '--bind', '127.0.0.1', '--save', '',
     '--appendonly', 'no', '--dir', dir], {});
@@ -100,6 +113,7 @@ before(async () => {
 after(async () => {
   for (const r of slowHeld) r.destroy();
   server?.close();
+  server2?.close();
   for (const p of procs.reverse()) {
     p.kill('SIGTERM');
     await p.done;
@@ -169,10 +183,32 @@ test('bad documents are refused with a sentence, never a redirect', async () => 
 test('a certificate the gateway does not trust is refused', async () => {
   server.setSecureContext({ key: readFileSync(`${dir}/other-key.pem`), cert: readFileSync(`${dir}/other.pem`) });
   try {
-    const r = await authorize(`${ORIGIN}/good.json`);
+    const r = await authorize(`${ORIGIN}/cert.json`); // not fetched before: nothing kept
     assert.equal(r.status, 400);
     assert.match(r.text, /could not be fetched: .*(certificate|SSL)/i);
   } finally {
     server.setSecureContext({ key: readFileSync(`${dir}/key.pem`), cert: readFileSync(`${dir}/cert.pem`) });
   }
+});
+
+test('a document is fetched once for the sign-ins that follow (oauth_cimd_cache_s)', async () => {
+  for (let i = 0; i < 3; i++) {
+    const page = await authorize(`${ORIGIN}/counted.json`);
+    assert.equal(page.status, 200, page.text);
+  }
+  assert.equal(hits['/counted.json'], 1, 'three sign-ins, one fetch');
+});
+
+test('one slow host cannot hold every fetch slot', async () => {
+  const held = slowHeld.length;
+  const slow = Array.from({ length: 10 }, (_, i) => authorize(`${ORIGIN}/slow-${i}.json`));
+  await waitFor('the slow host to hold fetches', () => slowHeld.length > held);
+  const other = await authorize(`${ORIGIN2}/second.json`);
+  assert.equal(other.status, 200, `another host's document is fetched while one host is slow: ${other.text}`);
+  assert.match(other.text, /Second host \(203\.0\.114\.11\)/);
+  const answers = await Promise.all(slow);
+  for (const a of answers) assert.equal(a.status, 400);
+  assert.ok(answers.some((a) => /already fetching client metadata documents from that host/.test(a.text)),
+    'fetches beyond the per-host slots are refused with a sentence');
+  assert.ok(slowHeld.length - held <= 2, `at most 2 fetches from one host at once (${slowHeld.length - held})`);
 });
