@@ -399,9 +399,7 @@ static void create_work(void *arg)
         /* the CA bundle of the template: the topmost layer that has one */
         trust_lower = sb->layers[0];
         for (int i = 0; sb->layers[i]; i++) {
-            char ca[WK_PATH_MAX];
-            snprintf(ca, sizeof(ca), "%s/etc/ssl/certs/ca-certificates.crt", sb->layers[i]);
-            if (access(ca, F_OK) == 0) {
+            if (wk_trust_has_bundle(sb->layers[i])) {
                 trust_lower = sb->layers[i];
                 break;
             }

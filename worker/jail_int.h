@@ -101,6 +101,9 @@ void wk_lxcfs_stop(wk_lxcfs *lx);
  * the jail starts. 0 or -errno with why. */
 int wk_trust_write(const char *lower, const char *upper, uint32_t uid, const char *pem,
                    const char **why);
+/* 1 when the layer has an entry etc/ssl/certs/ca-certificates.crt (looked up inside the
+ * layer, safefs.h: a link there is not followed). */
+int wk_trust_has_bundle(const char *layer);
 
 /* ---- jail_seccomp.c ---- */
 /* The deny-list as a BPF program, compiled on first use and kept. */

@@ -11,7 +11,12 @@
  * Directories take the mode of the template's (0755 where it has none); they and the
  * files (0644) belong to the sandbox's root (an overlay in a user namespace refuses
  * upper-layer entries of ids the namespace does not map), so it may change them like any
- * file of its own: what the proxy enforces does not depend on them. */
+ * file of its own: what the proxy enforces does not depend on them.
+ *
+ * The template's layers and the sandbox's disk are trees a tenant writes (a team build, a
+ * snapshot restored into upper/): every access below goes through safefs (safefs.h),
+ * rooted at the layer or at upper/, so a link to /proc/self/environ, a ../.. link, a
+ * directory link in etc/ssl or a FIFO in place of the bundle never reach the host. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -21,63 +26,56 @@
 #include <unistd.h>
 
 #include "jail_int.h"
+#include "safefs.h"
 
 #define TRUST_TEMPLATE_MAX (8u << 20) /* the template's own bundle: ~220 KiB on Debian */
 #define TRUST_PEM_MAX (64u << 10)
+#define TRUST_BUNDLE_REL "etc/ssl/certs/ca-certificates.crt"
 
 static const char resolv_conf[] = "# sandfleet: the secret-proxy answers DNS inside this sandbox\n"
                                   "nameserver 127.0.0.1\noptions timeout:2 attempts:2\n";
 
-/* Opens (creating it with the mode of the template's directory at lower_path) dir under
- * parent, owned by uid. */
-static int subdir(int parent, const char *name, const char *lower_path, uid_t uid)
+/* The mode of the template's directory rel (0755 where it has none or it is not a
+ * directory: a link there is not followed). */
+static mode_t lower_mode(int lower, const char *rel)
 {
     struct stat st;
-    mode_t mode = 0755;
-    gid_t gid = uid;
-    int fd;
+    if (lower >= 0 && wk_sfs_stat(lower, rel, &st, WK_SFS_AUTO) == 0 && S_ISDIR(st.st_mode))
+        return st.st_mode & 07777;
+    return 0755;
+}
 
-    if (stat(lower_path, &st) == 0 && S_ISDIR(st.st_mode))
-        mode = st.st_mode & 07777;
-    if (mkdirat(parent, name, 0700) < 0 && errno != EEXIST)
-        return -errno;
-    if ((fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
-        return -errno;
-    if (fchown(fd, uid, gid) < 0 || fchmod(fd, mode) < 0) {
-        int rc = -errno;
+/* Opens (creating it with mode) the directory rel of the upper root, owned by uid. A link
+ * or a file there (a restored snapshot's) is refused, never followed. */
+static int subdir(int up, const char *rel, mode_t mode, uid_t uid)
+{
+    int fd, rc;
+
+    if ((rc = wk_sfs_mkdir(up, rel, 0700, WK_SFS_AUTO)) < 0 && rc != -EEXIST)
+        return rc;
+    if ((fd = wk_sfs_open(up, rel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, WK_SFS_AUTO)) < 0)
+        return fd;
+    if (fchown(fd, uid, uid) < 0 || fchmod(fd, mode) < 0) {
+        rc = -errno;
         close(fd);
         return rc;
     }
     return fd;
 }
 
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return w < 0 ? -errno : -EIO;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* Writes name under dir (a new file of uid, 0644): a, then b. */
+/* Writes name under the directory fd dir (a new file of uid, 0644): a, then b. */
 static int put_file(int dir, const char *name, uid_t uid, const char *a, size_t alen,
                     const char *b, size_t blen)
 {
     int fd, rc;
 
-    if (unlinkat(dir, name, 0) < 0 && errno != ENOENT)
-        return -errno;
-    if ((fd = openat(dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644)) < 0)
-        return -errno;
-    rc = write_all(fd, a, alen);
+    if ((rc = wk_sfs_unlink(dir, name, 0, WK_SFS_AUTO)) < 0 && rc != -ENOENT)
+        return rc;
+    if ((fd = wk_sfs_create(dir, name, 0644, 1, WK_SFS_AUTO)) < 0)
+        return fd;
+    rc = wk_sfs_write_all(fd, a, alen);
     if (rc == 0 && blen)
-        rc = write_all(fd, b, blen);
+        rc = wk_sfs_write_all(fd, b, blen);
     if (rc == 0 && (fchown(fd, uid, uid) < 0 || fchmod(fd, 0644) < 0))
         rc = -errno;
     if (close(fd) < 0 && rc == 0)
@@ -85,62 +83,42 @@ static int put_file(int dir, const char *name, uid_t uid, const char *a, size_t 
     return rc;
 }
 
-/* The template's own bundle (malloc'd, possibly empty): at most TRUST_TEMPLATE_MAX. */
-static int read_template_bundle(const char *lower, char **out, size_t *len)
+int wk_trust_has_bundle(const char *layer)
 {
-    char path[WK_PATH_MAX];
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    int fd;
+    struct stat st;
+    int root = wk_sfs_root(layer), rc;
+
+    if (root < 0)
+        return 0;
+    rc = wk_sfs_stat(root, TRUST_BUNDLE_REL, &st, WK_SFS_AUTO) == 0;
+    close(root);
+    return rc;
+}
+
+/* The template's own bundle (malloc'd, possibly empty): at most TRUST_TEMPLATE_MAX, read
+ * inside the layer's root; absent, a link out of it, a FIFO or a device reads as none. */
+static int read_template_bundle(int lower, char **out, size_t *len)
+{
+    char *buf = NULL, *nb;
+    size_t n = 0;
+    int rc;
 
     *out = NULL;
     *len = 0;
-    if (snprintf(path, sizeof(path), "%s/etc/ssl/certs/ca-certificates.crt", lower) >=
-        (int)sizeof(path))
-        return -ENAMETOOLONG;
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-        return errno == ENOENT ? 0 : -errno;
-    for (;;) {
-        ssize_t r;
-        if (n == cap) {
-            char *nb;
-            if (cap >= TRUST_TEMPLATE_MAX) {
-                free(buf);
-                close(fd);
-                return -EFBIG;
-            }
-            cap = cap ? cap * 2 : 64 * 1024;
-            if (!(nb = realloc(buf, cap))) {
-                free(buf);
-                close(fd);
-                return -ENOMEM;
-            }
-            buf = nb;
-        }
-        r = read(fd, buf + n, cap - n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            int rc = -errno;
-            free(buf);
-            close(fd);
-            return rc;
-        }
-        if (r == 0)
-            break;
-        n += (size_t)r;
-    }
-    close(fd);
+    if (lower < 0)
+        return 0;
+    rc = wk_sfs_read_file(lower, TRUST_BUNDLE_REL, TRUST_TEMPLATE_MAX, &buf, &n, WK_SFS_AUTO);
+    if (rc == -EFBIG)
+        return rc;
+    if (rc < 0) /* absent, not a regular file, or it resolved nowhere inside the layer */
+        return 0;
     /* each bundle ends its last certificate with a newline before the next one starts */
     if (n > 0 && buf[n - 1] != '\n') {
-        if (n == cap) {
-            char *nb = realloc(buf, cap + 1);
-            if (!nb) {
-                free(buf);
-                return -ENOMEM;
-            }
-            buf = nb;
+        if (!(nb = realloc(buf, n + 2))) {
+            free(buf);
+            return -ENOMEM;
         }
+        buf = nb;
         buf[n++] = '\n';
     }
     *out = buf;
@@ -151,10 +129,9 @@ static int read_template_bundle(const char *lower, char **out, size_t *len)
 int wk_trust_write(const char *lower, const char *upper, uint32_t uid, const char *pem,
                    const char **why)
 {
-    char lp[WK_PATH_MAX];
     char *tpl = NULL;
     size_t tpl_len = 0, pem_len = pem ? strlen(pem) : 0;
-    int up = -1, etc = -1, ssl = -1, certs = -1, rc;
+    int lo = -1, up = -1, etc = -1, ssl = -1, certs = -1, rc;
 
     *why = "Cannot write the sandbox's trust store and resolver into its disk; check the "
            "worker's state_dir.";
@@ -163,22 +140,19 @@ int wk_trust_write(const char *lower, const char *upper, uint32_t uid, const cha
                "secret-proxy's proxy_ca_cert_file.";
         return -EINVAL;
     }
-    if ((rc = read_template_bundle(lower, &tpl, &tpl_len)) < 0) {
-        *why = "Cannot read the template's CA bundle (etc/ssl/certs/ca-certificates.crt).";
-        return rc;
-    }
-    if ((up = open(upper, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
-        rc = -errno;
+    lo = wk_sfs_root(lower); /* a template without a root reads as one without CAs */
+    if ((rc = read_template_bundle(lo, &tpl, &tpl_len)) < 0) {
+        *why = "The template's CA bundle (etc/ssl/certs/ca-certificates.crt) is larger than "
+               "8 MiB; rebuild the template with a smaller one.";
         goto out;
     }
-    snprintf(lp, sizeof(lp), "%s/etc", lower);
-    if ((rc = etc = subdir(up, "etc", lp, uid)) < 0)
+    if ((rc = up = wk_sfs_root(upper)) < 0)
         goto out;
-    snprintf(lp, sizeof(lp), "%s/etc/ssl", lower);
-    if ((rc = ssl = subdir(etc, "ssl", lp, uid)) < 0)
+    if ((rc = etc = subdir(up, "etc", lower_mode(lo, "etc"), uid)) < 0)
         goto out;
-    snprintf(lp, sizeof(lp), "%s/etc/ssl/certs", lower);
-    if ((rc = certs = subdir(ssl, "certs", lp, uid)) < 0)
+    if ((rc = ssl = subdir(up, "etc/ssl", lower_mode(lo, "etc/ssl"), uid)) < 0)
+        goto out;
+    if ((rc = certs = subdir(up, "etc/ssl/certs", lower_mode(lo, "etc/ssl/certs"), uid)) < 0)
         goto out;
     if ((rc = put_file(etc, "resolv.conf", uid, resolv_conf, sizeof(resolv_conf) - 1, NULL,
                        0)) < 0 ||
@@ -198,5 +172,7 @@ out:
         close(etc);
     if (up >= 0)
         close(up);
+    if (lo >= 0)
+        close(lo);
     return rc;
 }
