@@ -22,6 +22,7 @@
 #define LIST_MAX 10000               /* sandbox_files_list: entries in one answer */
 #define LIST_BYTES (768u * 1024)     /* ...and their JSON, so the answer fits one message */
 #define ZIP_MAX (10u << 20)          /* sandbox_files_download_dir: the largest ZIP */
+#define UNSAFE_LIST_MAX 100          /* download_dir: unsafe names named in the answer */
 #define ZIP_RAW_MAX (64u << 20)      /* ...and the most file bytes read to build one */
 #define ZIP_FILES_MAX 10000
 #define ZIP_DIRS_MAX 10000
@@ -57,6 +58,8 @@ typedef struct fop {
     size_t nqueue, cap_queue, qhead;
     uint64_t raw;                    /* file bytes read so far */
     size_t skipped;                  /* symlinks and special files left out */
+    size_t unsafe;                   /* names unsafe on Windows (\\, ':', ".."), left out */
+    json_t *unsafe_names;            /* the first UNSAFE_LIST_MAX of them (relative) */
     int zipping;                     /* counted in ctx->zips_running */
     char *zip;                       /* the archive (pool thread) */
     size_t zip_len;
@@ -73,6 +76,7 @@ static void fop_free(fop *f)
         f->ctx->zips_running--;
     sf_buf_fini(&f->buf);
     json_decref(f->entries);
+    json_decref(f->unsafe_names);
     for (size_t i = 0; i < f->nfiles; i++) {
         free(f->files[i].rel);
         free(f->files[i].data);
@@ -554,6 +558,32 @@ static void zip_fail_limit(fop *f, const char *what)
     fail(f, SF_ERR_LIMIT, text);
 }
 
+/* 1 when an archive entry of this name could land outside the folder it is unpacked
+ * into on Windows: a backslash (a separator there), a ':' (a drive, "C:x", or an NTFS
+ * stream, "a:b"), or a name that is "..". ('/' cannot be in a name.) */
+static int zip_name_unsafe(const char *name)
+{
+    return strchr(name, '\\') || strchr(name, ':') || strcmp(name, "..") == 0 ||
+           strcmp(name, ".") == 0;
+}
+
+/* Counts child (relative, malloc'd; freed here) as left out for its name, and names the
+ * first UNSAFE_LIST_MAX in the answer (bytes outside printable ASCII as '?', so any name
+ * can go into JSON). */
+static void zip_unsafe(fop *f, char *child)
+{
+    f->unsafe++;
+    if (!f->unsafe_names)
+        f->unsafe_names = json_array();
+    if (f->unsafe_names && json_array_size(f->unsafe_names) < UNSAFE_LIST_MAX) {
+        for (char *p = child; *p; p++)
+            if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
+                *p = '?';
+        json_array_append_new(f->unsafe_names, json_string(child));
+    }
+    free(child);
+}
+
 static void on_zip_listed(void *arg, const wk_file_result *res)
 {
     fop *f = arg;
@@ -585,6 +615,10 @@ static void on_zip_listed(void *arg, const wk_file_result *res)
         if (strlen(child) + strlen(f->path) + 2 > PATH_MAX_SB) {
             free(child);
             f->skipped++;
+            continue;
+        }
+        if (zip_name_unsafe(e->name)) { /* a directory: not descended into either */
+            zip_unsafe(f, child);
             continue;
         }
         if (e->type == 'd') {
@@ -779,7 +813,7 @@ static void zip_built(void *arg)
     fop *f = arg;
     char text[SF_MESSAGE_MAX];
     size_t nf = 0;
-    json_t *content;
+    json_t *content, *r;
 
     if (f->zip_err) {
         fail(f, SF_ERR_INTERNAL, f->zip_err);
@@ -799,9 +833,22 @@ static void zip_built(void *arg)
         fail(f, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
         return;
     }
-    done(f, json_pack("{s:s, s:o, s:s, s:I, s:I, s:I}", "path", f->path, "content", content,
-                      "encoding", "base64", "bytes", (json_int_t)f->zip_len, "files",
-                      (json_int_t)nf, "skipped", (json_int_t)f->skipped));
+    r = json_pack("{s:s, s:o, s:s, s:I, s:I, s:I}", "path", f->path, "content", content,
+                  "encoding", "base64", "bytes", (json_int_t)f->zip_len, "files",
+                  (json_int_t)nf, "skipped", (json_int_t)f->skipped);
+    if (r && f->unsafe) {
+        int one = f->unsafe == 1;
+        snprintf(text, sizeof(text), "%zu %s left out of the ZIP: %s a '\\', a ':' or a "
+                 "'..' that would unpack outside the target folder on Windows (see "
+                 "unsafe_names); rename %s in the sandbox (mv) and download again.",
+                 f->unsafe, one ? "entry was" : "entries were",
+                 one ? "its name has" : "their names have", one ? "it" : "them");
+        json_object_set_new(r, "unsafe_skipped", json_integer((json_int_t)f->unsafe));
+        if (f->unsafe_names)
+            json_object_set(r, "unsafe_names", f->unsafe_names);
+        json_object_set_new(r, "note", json_string(text));
+    }
+    done(f, r);
 }
 
 void wk_files_download(wk_call *c, wk_box *b)
