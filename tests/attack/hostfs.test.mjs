@@ -23,6 +23,11 @@ const MARK = `HOST-ONLY-${uniq}`;
 mkdirSync(HOSTDIR, { recursive: true });
 writeFileSync(`${HOSTDIR}/ca-certificates.crt`, `${MARK}\n`);
 chmodSync(HOSTDIR, 0o711);
+// the same one level up: /etc/ssl made a link to a host directory holding certs/
+const HOSTSSL = `${HOSTDIR}-ssl`;
+mkdirSync(`${HOSTSSL}/certs`, { recursive: true });
+writeFileSync(`${HOSTSSL}/certs/ca-certificates.crt`, `${MARK}\n`);
+chmodSync(`${HOSTSSL}/certs`, 0o711);
 
 // This stack's teardowns (of sandboxes and of template builds) stop themselves half-way
 // (teardown_stop, for attack.suite): this suite lets each one go on (SIGCONT).
@@ -46,6 +51,7 @@ after(async () => {
   }, 120000, 100);
   await alpha.close();
   rmSync(HOSTDIR, { recursive: true, force: true });
+  rmSync(HOSTSSL, { recursive: true, force: true });
 });
 
 async function settled(name, deadlineMs = 600000) {
@@ -81,6 +87,7 @@ const cases = {
   rel: [`mkdir -p ${CERTS}`, `rm -f ${CERTS}/ca-certificates.crt`,
     `ln -s ${'../'.repeat(48)}proc/self/environ ${CERTS}/ca-certificates.crt`],
   dir: ['mkdir -p /etc/ssl', `rm -rf ${CERTS}`, `ln -s ${HOSTDIR} ${CERTS}`],
+  ssl: ['rm -rf /etc/ssl', `ln -s ${HOSTSSL} /etc/ssl`],
   fifo: [`mkdir -p ${CERTS}`, `rm -f ${CERTS}/ca-certificates.crt`,
     `mkfifo ${CERTS}/ca-certificates.crt`],
 };
