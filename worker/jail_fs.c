@@ -18,7 +18,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +27,7 @@
 #include <unistd.h>
 
 #include "jail_int.h"
+#include "safefs.h"
 
 int wk_mkdir_p(const char *path, mode_t mode)
 {
@@ -277,36 +277,40 @@ int wk_rmtree(const char *path)
 
 /* ---- template builds: a tree given to a sandbox's ids and back ------------------- */
 
-static uint32_t shift_from, shift_to;
+typedef struct shift {
+    uint32_t from, to;
+} shift;
 
-static uint32_t shift_id(uint32_t id)
+static uint32_t shift_id(const shift *s, uint32_t id)
 {
-    return id >= shift_from && id - shift_from < 65536 ? shift_to + (id - shift_from)
-                                                        : shift_to + 65534;
+    return id >= s->from && id - s->from < 65536 ? s->to + (id - s->from) : s->to + 65534;
 }
 
-static int shift_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+/* One entry, through its parent's fd (safefs.h: the tree is the tenant's; a link is
+ * changed itself, never what it names). */
+static int shift_one(int dir, const char *name, const struct stat *st, void *arg)
 {
-    (void)flag;
-    (void)ftw;
-    if (lchown(path, shift_id(st->st_uid), shift_id(st->st_gid)) < 0)
-        return errno;
-    /* chown clears set-user-ID and set-group-ID: put them back */
+    const shift *s = arg;
+
+    if (fchownat(dir, name, shift_id(s, st->st_uid), shift_id(s, st->st_gid),
+                 AT_SYMLINK_NOFOLLOW) < 0)
+        return -errno;
+    /* chown clears set-user-ID and set-group-ID: put them back (files and directories
+     * only, through an fd of each) */
     if (!S_ISLNK(st->st_mode) && (st->st_mode & (S_ISUID | S_ISGID)) &&
-        chmod(path, st->st_mode & 07777) < 0)
-        return errno;
+        (S_ISREG(st->st_mode) || S_ISDIR(st->st_mode)))
+        return wk_sfs_chmod(dir, name, st->st_mode & 07777, (uid_t)-1, (gid_t)-1, WK_SFS_AUTO);
     return 0;
 }
 
 int wk_tree_shift(const char *root, uint32_t from, uint32_t to)
 {
-    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* nftw has no argument */
-    int rc;
+    shift s = {.from = from, .to = to};
+    int fd = wk_sfs_root(root), rc;
 
-    pthread_mutex_lock(&mu);
-    shift_from = from;
-    shift_to = to;
-    rc = nftw(root, shift_one, 64, FTW_PHYS | FTW_MOUNT);
-    pthread_mutex_unlock(&mu);
-    return rc == 0 ? 0 : rc > 0 ? -rc : -errno;
+    if (fd < 0)
+        return fd;
+    rc = wk_sfs_walk(fd, WK_SFS_DEPTH_MAX, shift_one, &s);
+    close(fd);
+    return rc;
 }

@@ -385,3 +385,59 @@ int wk_sfs_rm_contents(int dir, int depth)
     closedir(d);
     return first;
 }
+
+static int walk_dir(int dir, dev_t dev, int depth, wk_sfs_visit fn, void *arg)
+{
+    struct dirent *de;
+    DIR *d;
+    int fd, rc = 0;
+
+    if (depth <= 0)
+        return -ELOOP;
+    if ((fd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return -errno;
+    if (!(d = fdopendir(fd))) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    while (rc == 0 && (errno = 0, de = readdir(d))) {
+        struct stat st;
+        if (!wk_sfs_name_ok(de->d_name))
+            continue;
+        if (fstatat(fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+            if (errno != ENOENT)
+                rc = -errno;
+            continue;
+        }
+        if ((rc = fn(fd, de->d_name, &st, arg)) != 0)
+            break;
+        if (S_ISDIR(st.st_mode) && st.st_dev == dev) {
+            int sub = openat(fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub < 0) {
+                rc = -errno;
+                break;
+            }
+            rc = walk_dir(sub, dev, depth - 1, fn, arg);
+            close(sub);
+        }
+    }
+    if (rc == 0 && errno != 0 && !de)
+        rc = -errno;
+    closedir(d);
+    return rc;
+}
+
+int wk_sfs_walk(int root, int depth, wk_sfs_visit fn, void *arg)
+{
+    struct stat st;
+    int rc;
+
+    if (fstat(root, &st) < 0)
+        return -errno;
+    if (!S_ISDIR(st.st_mode))
+        return -ENOTDIR;
+    if ((rc = fn(root, ".", &st, arg)) != 0)
+        return rc;
+    return walk_dir(root, st.st_dev, depth, fn, arg);
+}

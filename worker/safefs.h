@@ -88,6 +88,16 @@ DIR *wk_sfs_opendir_at(int dir, const char *name);
  * (-ELOOP beyond it). Keeps going after errors; returns the first. */
 int wk_sfs_rm_contents(int dir, int depth);
 
+/* Visits the tree under the directory fd root: fn(dir, name, st, arg) for root itself
+ * (dir = root, name ".") and then every entry, parents before children, with dir an fd
+ * of the entry's parent (act with *at(dir, name, ...) calls, AT_SYMLINK_NOFOLLOW, or
+ * wk_sfs_chmod(dir, name, ...)). Never follows a link, never crosses into another file
+ * system (FTW_PHYS | FTW_MOUNT), at most depth levels (-ELOOP past it: one fd each).
+ * A nonzero return of fn (a -errno) stops the walk and is returned. */
+#define WK_SFS_DEPTH_MAX 256 /* levels a walk of a tenant's tree goes down */
+typedef int (*wk_sfs_visit)(int dir, const char *name, const struct stat *st, void *arg);
+int wk_sfs_walk(int root, int depth, wk_sfs_visit fn, void *arg);
+
 /* 1 when name is a usable last component: not empty, not "." or "..", no '/'. */
 int wk_sfs_name_ok(const char *name);
 

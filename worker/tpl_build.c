@@ -10,11 +10,11 @@
 #include "worker.h"
 #include "tstore.h"
 #include "tpl_start.h"
+#include "safefs.h"
 #include "sf_log.h"
 #include "sf_templates.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,20 +126,33 @@ static void log_str(tb *b, const char *s)
  * the "other" bits count there: each file and directory gets for others what its owner
  * had to read and search (a step's 0600 file or 0700 directory stays usable in the
  * template's sandboxes, as it was for the build's root). Nothing gets write bits. */
-static int open_up(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+static int open_up(int dir, const char *name, const struct stat *st, void *arg)
 {
     mode_t m = st->st_mode & 07777, add = 0;
 
-    (void)ftw;
-    if (flag == FTW_SL || S_ISLNK(st->st_mode) || !(S_ISREG(st->st_mode) || S_ISDIR(st->st_mode)))
+    (void)arg;
+    if (S_ISLNK(st->st_mode) || !(S_ISREG(st->st_mode) || S_ISDIR(st->st_mode)))
         return 0;
     if (m & S_IRUSR)
         add |= S_IRGRP | S_IROTH;
     if (m & S_IXUSR)
         add |= S_IXGRP | S_IXOTH;
-    if ((m | add) != m && chmod(path, m | add) < 0)
-        return errno;
+    /* through an fd of the entry (safefs.h): the built tree is the tenant's */
+    if ((m | add) != m)
+        return wk_sfs_chmod(dir, name, m | add, (uid_t)-1, (gid_t)-1, WK_SFS_AUTO);
     return 0;
+}
+
+/* The walk of open_up over the built tree at path. */
+static int open_up_tree(const char *path)
+{
+    int fd = wk_sfs_root(path), rc;
+
+    if (fd < 0)
+        return fd;
+    rc = wk_sfs_walk(fd, WK_SFS_DEPTH_MAX, open_up, NULL);
+    close(fd);
+    return rc;
 }
 
 /* service.json beside rootfs: the start_cmd and ready_cmd every sandbox of the template
@@ -168,16 +181,14 @@ static void finish_work(void *arg)
     tb *b = arg;
     char final[TB_PATH + 16];
     struct stat st;
-    int w;
 
-    if (b->error[0] || stat(b->tmp, &st) < 0) {
+    if (b->error[0] || lstat(b->tmp, &st) < 0 || !S_ISDIR(st.st_mode)) {
         wk_rmtree(b->tmp);
         return;
     }
     snprintf(final, sizeof(final), "%s/rootfs", b->dir);
-    if ((b->rc = wk_tree_shift(b->tmp, st.st_uid, 0)) == 0 &&
-        (w = nftw(b->tmp, open_up, 64, FTW_PHYS | FTW_MOUNT)) != 0)
-        b->rc = w > 0 ? -w : -errno;
+    if ((b->rc = wk_tree_shift(b->tmp, st.st_uid, 0)) == 0)
+        b->rc = open_up_tree(b->tmp);
     if (b->rc == 0)
         b->rc = write_service(b);
     if (b->rc == 0 && rename(b->tmp, final) < 0) {

@@ -271,6 +271,57 @@ static void rm_contents_keeps_host(void **state)
     closedir(d);
 }
 
+typedef struct count {
+    int entries, links, dirs;
+    int root_seen;
+} count;
+
+static int count_one(int dir, const char *name, const struct stat *st, void *arg)
+{
+    count *c = arg;
+    c->entries++;
+    c->links += S_ISLNK(st->st_mode);
+    c->dirs += S_ISDIR(st->st_mode);
+    c->root_seen += strcmp(name, ".") == 0;
+    /* what tree_shift and open_up do: change through the parent's fd */
+    if (S_ISREG(st->st_mode) || S_ISDIR(st->st_mode))
+        return wk_sfs_chmod(dir, name, 0750, (uid_t)-1, (gid_t)-1, WK_SFS_AUTO);
+    return 0;
+}
+
+static int deny_one(int dir, const char *name, const struct stat *st, void *arg)
+{
+    (void)dir;
+    (void)st;
+    (void)arg;
+    return strcmp(name, "real.crt") == 0 ? -EPERM : 0;
+}
+
+static void walk_stays_inside(void **state)
+{
+    tree *t = *state;
+    struct stat st;
+    count c = {0};
+    char p[256];
+    /* a directory link and a file link into the host: visited as links, never entered */
+    link_at(t, "/tmp", "etc/tmp-link");
+    link_at(t, t->host, "etc/host-link");
+    chmod(t->host, 0600);
+    assert_int_equal(wk_sfs_walk(t->root, 64, count_one, &c), 0);
+    assert_int_equal(c.root_seen, 1);
+    assert_int_equal(c.links, 2);
+    assert_int_equal(c.dirs, 4); /* ., etc, etc/ssl, etc/ssl/certs */
+    assert_int_equal(c.entries, 7);
+    stat(t->host, &st);
+    assert_int_equal(st.st_mode & 0777, 0600); /* the host file is untouched */
+    at(p, sizeof(p), t, "etc/ssl/certs/real.crt");
+    stat(p, &st);
+    assert_int_equal(st.st_mode & 0777, 0750);
+    /* an error stops the walk and is returned; a depth bound is kept */
+    assert_int_equal(wk_sfs_walk(t->root, 64, deny_one, NULL), -EPERM);
+    assert_int_equal(wk_sfs_walk(t->root, 2, deny_one, NULL), -ELOOP);
+}
+
 #define BOTH(f)                                                                            \
     cmocka_unit_test_setup_teardown(f, setup_openat2, teardown),                           \
         cmocka_unit_test_setup_teardown(f, setup_walk, teardown)
@@ -281,6 +332,7 @@ int main(void)
         BOTH(regular_file),    BOTH(absolute_link),   BOTH(relative_link),
         BOTH(dir_link_in_middle), BOTH(magic_link),   BOTH(fifo_fails_fast),
         BOTH(create_write_rename), BOTH(rm_contents_keeps_host),
+        cmocka_unit_test_setup_teardown(walk_stays_inside, setup_openat2, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
