@@ -116,8 +116,7 @@ int wk_sfs_open(int root, const char *path, int flags, int mode)
 {
     int fd;
 
-    if (!path || !*path || (flags & (O_CREAT | O_TMPFILE)) == O_CREAT ||
-        (flags & O_TMPFILE) == O_TMPFILE)
+    if (!path || !*path || (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE)
         return -EINVAL;
     if (strlen(path) >= SFS_PATH_MAX)
         return -ENAMETOOLONG;

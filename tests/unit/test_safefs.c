@@ -118,6 +118,37 @@ static void regular_file(void **state)
                      -EFBIG);
     assert_int_equal(wk_sfs_stat(t->root, "etc/ssl/certs/real.crt", &st, t->mode), 0);
     assert_true(S_ISREG(st.st_mode));
+    /* a link that stays inside: openat2 resolves it in the root; the walk refuses it */
+    link_at(t, "/etc/ssl/certs/real.crt", "etc/ssl/certs/ca-certificates.crt");
+    link_at(t, "../ssl", "etc/ssl/again");
+    if (t->mode == WK_SFS_OPENAT2) {
+        assert_int_equal(read_rel(t, "etc/ssl/certs/ca-certificates.crt", &b), 0);
+        assert_string_equal(b, "TENANT-CA\n");
+        free(b);
+        assert_int_equal(read_rel(t, "etc/ssl/again/certs/real.crt", &b), 0);
+        free(b);
+    } else {
+        assert_int_equal(read_rel(t, "etc/ssl/certs/ca-certificates.crt", NULL), -ELOOP);
+        assert_int_equal(read_rel(t, "etc/ssl/again/certs/real.crt", NULL), -ENOTDIR);
+    }
+}
+
+/* WK_SFS_AUTO takes openat2 here (the kernel has it) unless SF_SAFEFS_FORCE_WALK=1 was set
+ * before its first use: then it walks (what a kernel without openat2 gets). Runs first. */
+static void auto_mode_and_env(void **state)
+{
+    tree *t = *state;
+    link_at(t, "/etc/ssl/certs/real.crt", "etc/ssl/certs/ca-certificates.crt");
+    setenv("SF_SAFEFS_FORCE_WALK", "1", 1);
+    assert_int_equal(wk_sfs_read_file(t->root, "etc/ssl/certs/ca-certificates.crt", 4096,
+                                      &(char *){NULL}, &(size_t){0}, WK_SFS_AUTO),
+                     -ELOOP);
+    unsetenv("SF_SAFEFS_FORCE_WALK"); /* read once: AUTO stays the walk in this process */
+    char *b = NULL;
+    size_t n;
+    assert_int_equal(wk_sfs_read_file(t->root, "etc/ssl/certs/real.crt", 4096, &b, &n,
+                                      WK_SFS_AUTO), 0);
+    free(b);
 }
 
 static void absolute_link(void **state)
@@ -329,6 +360,7 @@ static void walk_stays_inside(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(auto_mode_and_env, setup_openat2, teardown),
         BOTH(regular_file),    BOTH(absolute_link),   BOTH(relative_link),
         BOTH(dir_link_in_middle), BOTH(magic_link),   BOTH(fifo_fails_fast),
         BOTH(create_write_rename), BOTH(rm_contents_keeps_host),
