@@ -49,7 +49,7 @@ static int via_openat2(int root, const char *path, int flags)
 
     do
         fd = syscall(SYS_openat2, root, path, &how, sizeof(how));
-    while (fd < 0 && (errno == EINTR || errno == EAGAIN));
+    while (fd < 0 && errno == EINTR);
     return fd < 0 ? -errno : (int)fd;
 }
 
