@@ -28,6 +28,11 @@ const HOSTSSL = `${HOSTDIR}-ssl`;
 mkdirSync(`${HOSTSSL}/certs`, { recursive: true });
 writeFileSync(`${HOSTSSL}/certs/ca-certificates.crt`, `${MARK}\n`);
 chmodSync(`${HOSTSSL}/certs`, 0o711);
+// and /etc itself made a link to a host directory holding ssl/certs/
+const HOSTETC = `${HOSTDIR}-etc`;
+mkdirSync(`${HOSTETC}/ssl/certs`, { recursive: true });
+writeFileSync(`${HOSTETC}/ssl/certs/ca-certificates.crt`, `${MARK}\n`);
+chmodSync(`${HOSTETC}/ssl/certs`, 0o711);
 
 // This stack's teardowns (of sandboxes and of template builds) stop themselves half-way
 // (teardown_stop, for attack.suite): this suite lets each one go on (SIGCONT).
@@ -52,6 +57,7 @@ after(async () => {
   await alpha.close();
   rmSync(HOSTDIR, { recursive: true, force: true });
   rmSync(HOSTSSL, { recursive: true, force: true });
+  rmSync(HOSTETC, { recursive: true, force: true });
 });
 
 async function settled(name, deadlineMs = 600000) {
@@ -88,6 +94,7 @@ const cases = {
     `ln -s ${'../'.repeat(48)}proc/self/environ ${CERTS}/ca-certificates.crt`],
   dir: ['mkdir -p /etc/ssl', `rm -rf ${CERTS}`, `ln -s ${HOSTDIR} ${CERTS}`],
   ssl: ['rm -rf /etc/ssl', `ln -s ${HOSTSSL} /etc/ssl`],
+  etc: ['rm -rf /etc', `ln -s ${HOSTETC} /etc`],
   fifo: [`mkdir -p ${CERTS}`, `rm -f ${CERTS}/ca-certificates.crt`,
     `mkfifo ${CERTS}/ca-certificates.crt`],
 };
