@@ -349,15 +349,19 @@ static void reap_tpl(reap_op *op)
              "template can be built again under its name.", h);
     while (op->ti < op->ntpls) {
         const char *e = op->tpls[op->ti++], *sp = strchr(e, ' ');
-        const char *argv[] = {key, h, why, now};
-        size_t lens[4];
+        char res[200];
+        const char *argv[] = {key, res, h, why, now, sp ? sp + 1 : ""};
+        size_t lens[6];
 
         if (!sp || snprintf(key, sizeof(key), "sf:team:{%.*s}:tpl:%s", (int)(sp - e), e,
-                            sp + 1) >= (int)sizeof(key))
+                            sp + 1) >= (int)sizeof(key) ||
+            snprintf(res, sizeof(res), "sf:team:{%.*s}:res", (int)(sp - e), e) >= /* SF_RK_TEAM_RES */
+                (int)sizeof(res))
             continue;
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 6; i++)
             lens[i] = strlen(argv[i]);
-        if (sf_redis_script_call(op->r, &sf_store_tpl_host_lost, on_reap_tpl, op, 1, 3, argv,
+        /* (and the build's part of the team's share: worker/tpl_build.c reserve()) */
+        if (sf_redis_script_call(op->r, &sf_store_tpl_host_lost, on_reap_tpl, op, 2, 4, argv,
                                  lens) == 0)
             return;
     }

@@ -226,18 +226,19 @@ S(host_release,
   "return n\n");
 
 /* KEYS: the host's hash, res. What placement reads of a host: {capacity, running, mem_mib,
- * vcpu_milli, tpl_debian, driver, ts ('' when absent), reserved count, MiB, vCPU milli}. */
+ * vcpu_milli, tpl_debian, driver, ts ('' when absent), reserved count, MiB, vCPU milli,
+ * disk_mib ('' when absent)}. */
 S(host_view,
   "#!lua flags=no-writes\n"
   "local v = redis.call('HMGET', KEYS[1], 'capacity', 'running', 'mem_mib', 'vcpu_milli', "
-  "'tpl_debian', 'driver', 'ts')\n"
+  "'tpl_debian', 'driver', 'ts', 'disk_mib')\n"
   "local n, m, c = 0, 0, 0\n"
   "for _, e in ipairs(redis.call('HVALS', KEYS[2])) do\n"
   "  local a, b = string.match(e, '^(%d+) (%d+)')\n"
   "  if a then n, m, c = n + 1, m + tonumber(a), c + tonumber(b) end\n"
   "end\n"
-  "for i = 1, 7 do v[i] = v[i] or '' end\n"
-  "return {v[1], v[2], v[3], v[4], v[5], v[6], v[7], n, m, c}\n");
+  "for i = 1, 8 do v[i] = v[i] or '' end\n"
+  "return {v[1], v[2], v[3], v[4], v[5], v[6], v[7], n, m, c, v[8]}\n");
 
 /* Placement's host step. KEYS: the host's hash, res, sandboxes. ARGV: id, memory MiB,
  * vCPU milli, now, host_ttl. Re-checks what placement read: the host is live and the
@@ -640,12 +641,15 @@ S(tpl_join,
   "return {'build', v[2], v[4] or '[]', v[5] or '', v[6] or '', v[7] or '', v[8] or '', "
   "v[9] or ''}\n");
 
-/* KEYS: a team template. ARGV: host, why, now. The host went down (the reaper): a build
- * still `building` there is `failed` with why (err:<host>; the template's error too when
- * it has none), the status from every host's as for tpl_done (left alone while a delete
- * runs). 1, or 0 when it was not building there. */
+/* KEYS: a team template[, the team's res]. ARGV: host, why, now[, the template's name].
+ * The host went down (the reaper): the build's part of the team's share there goes
+ * (tb:<name>@<host>, worker/tpl_build.c); a build still `building` there is `failed` with
+ * why (err:<host>; the template's error too when it has none), the status from every
+ * host's as for tpl_done (left alone while a delete runs). 1, or 0 when it was not
+ * building there. */
 S(tpl_host_lost,
   "#!lua flags=allow-oom\n" TPL_STATUS
+  "if KEYS[2] then redis.call('HDEL', KEYS[2], 'tb:' .. ARGV[4] .. '@' .. ARGV[1]) end\n"
   "local at = 'at:' .. ARGV[1]\n"
   "if redis.call('HGET', KEYS[1], at) ~= 'building' then return 0 end\n"
   "redis.call('HSET', KEYS[1], at, 'failed', 'err:' .. ARGV[1], ARGV[2], 'updated', ARGV[3])\n"

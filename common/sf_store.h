@@ -118,7 +118,7 @@ extern sf_redis_script sf_store_tpl_row;    /* K tpl */
 extern sf_redis_script sf_store_tpl_set;  /* K tpl. A job field value now (worker/tpl_build.c) */
 extern sf_redis_script sf_store_tpl_log;  /* K tpl log. A job text max */
 extern sf_redis_script sf_store_tpl_done; /* K tpl. A job host ready|failed error step now lead */
-extern sf_redis_script sf_store_tpl_host_lost; /* K tpl. A host why now (the reaper) */
+extern sf_redis_script sf_store_tpl_host_lost; /* K tpl [team res]. A host why now [name] */
 extern sf_redis_script sf_store_tpl_join; /* K tpl from. A host deb from (scheduler/tpl_join.c) */
 extern sf_redis_script sf_store_tpl_del_mark; /* K tpl. A job */
 extern sf_redis_script sf_store_tpl_del_undo; /* K tpl. A job */

@@ -47,7 +47,7 @@ static json_int_t int_at(const redisReply *rep, size_t i)
     return strtoll(str_at(rep, i), NULL, 10);
 }
 
-/* {capacity, running, mem_mib, vcpu_milli, tpl_debian, driver, ts, n, mem, vcpu} */
+/* {capacity, running, mem_mib, vcpu_milli, tpl_debian, driver, ts, n, mem, vcpu, disk_mib} */
 static void on_view(redisAsyncContext *ac, void *r, void *priv)
 {
     redisReply *rep = r;
@@ -58,7 +58,7 @@ static void on_view(redisAsyncContext *ac, void *r, void *priv)
 
     (void)ac;
     free(v);
-    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 10) {
+    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 11) {
         hr->failed = 1;
     } else {
         running = int_at(rep, 1);
@@ -70,6 +70,8 @@ static void on_view(redisAsyncContext *ac, void *r, void *priv)
             json_object_set_new(e, "mem", json_integer(int_at(rep, 2)));
         if (*str_at(rep, 3))
             json_object_set_new(e, "vcpu", json_integer(int_at(rep, 3)));
+        if (*str_at(rep, 10))
+            json_object_set_new(e, "disk", json_integer(int_at(rep, 10)));
         json_object_set_new(e, "deb", json_boolean(!strcmp(str_at(rep, 4), "1")));
         json_object_set_new(e, "driver", json_string(str_at(rep, 5)));
         json_object_set_new(e, "rmem", json_integer(int_at(rep, 8)));

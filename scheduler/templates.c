@@ -358,6 +358,48 @@ static void on_create(redisAsyncContext *ac, void *r, void *priv)
                     text);
 }
 
+/* A build is a sandbox of the template's shape on each jail host (worker/tpl_build.c): a
+ * shape no live jail host can give at all (its memory, CPU or disk, as it publishes them) is
+ * refused now, with the most a host offers. 1 when refused (answered). */
+static int shape_refused(sch_call *c, json_t *hosts)
+{
+    json_t *a = c->job.args, *e;
+    long long mem = json_integer_value(json_object_get(a, "memory_mib"));
+    long long vcpu = json_integer_value(json_object_get(a, "vcpu_milli"));
+    long long disk = json_integer_value(json_object_get(a, "disk_mib"));
+    long long bm = 0, bc = 0, bd = 0;
+    int known = 0;
+    char text[512];
+    size_t i;
+
+    json_array_foreach(hosts, i, e) {
+        json_t *hm = json_object_get(e, "mem"), *hc = json_object_get(e, "vcpu"),
+               *hd = json_object_get(e, "disk");
+        if (strcmp(json_string_value(json_object_get(e, "driver")) ?: "", "jail") != 0)
+            continue;
+        if (!hm && !hc && !hd)
+            return 0; /* a host that has not said yet: the build may fit there */
+        known = 1;
+        if ((!hm || mem <= json_integer_value(hm)) && (!hc || vcpu <= json_integer_value(hc)) &&
+            (!hd || disk <= json_integer_value(hd)))
+            return 0;
+        if (hm && json_integer_value(hm) > bm)
+            bm = json_integer_value(hm);
+        if (hc && json_integer_value(hc) > bc)
+            bc = json_integer_value(hc);
+        if (hd && json_integer_value(hd) > bd)
+            bd = json_integer_value(hd);
+    }
+    if (!known)
+        return 0; /* no jail host: the team's step says so */
+    snprintf(text, sizeof(text), "No host can build a template of memory_mib %lld, vcpu %lld "
+             "and disk_mib %lld: the largest a host offers is %lld MiB of memory, %lld vCPU "
+             "(%lld milli) and %lld MiB of disk; ask for a smaller shape.", mem,
+             vcpu >= 1000 ? vcpu / 1000 : 1, disk, bm, bc / 1000, bc, bd);
+    sch_reply_error(c, SF_ERR_LIMIT, text);
+    return 1;
+}
+
 static void on_create_hosts(void *priv, json_t *hosts)
 {
     sch_call *c = priv;
@@ -374,6 +416,8 @@ static void on_create_hosts(void *priv, json_t *hosts)
         sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
         return;
     }
+    if (shape_refused(c, hosts))
+        return;
     snprintf(k[0], sizeof(k[0]), SF_RK_TEMPLATE, c->job.team, name);
     snprintf(k[1], sizeof(k[1]), SF_RK_TEMPLATE_LOG, c->job.team, name);
     snprintf(k[2], sizeof(k[2]), SF_RK_TEAM_TEMPLATES, c->job.team);

@@ -81,11 +81,14 @@ typedef struct wk_create_req {
                                   filesystem layers (directories), top first, NULL-terminated,
                                   at most WK_LAYERS_MAX (drivers that cannot use them refuse
                                   the create with -ENOTSUP) */
-    const char *build_root;    /* NULL, or a template build (jail only; others -ENOTSUP):
-                                  the sandbox's root is this directory itself, writable; the
-                                  driver first gives its files to the sandbox's ids (+ the
-                                  sandbox's host uid) and the builder gives them back with
-                                  wk_tree_shift once the sandbox is killed */
+    const char *build_from;    /* NULL, or a template build (jail only; others -ENOTSUP):
+                                  this directory's tree is copied onto the sandbox's own
+                                  disk (a loop image of the template's size + disk_mib, so
+                                  what the build writes is bounded by disk_mib as any
+                                  sandbox's writes are), given to the sandbox's ids (+ its
+                                  host uid) and is its root, writable. The builder takes
+                                  the tree with `snapshot` (its upper: the whole root) and
+                                  gives it back to host ids with wk_tree_shift */
     wk_limits limits;          /* 0 fields = the defaults */
     const char *trust_pem;     /* NULL, or the egress proxy's CA certificate (PEM, at most
                                   64 KiB): before the sandbox's first command the driver puts
@@ -255,6 +258,10 @@ typedef struct wk_driver_ops {
      * Returns 0, or -ESRCH (being killed), -EAGAIN (still starting), -EBUSY (a snapshot of
      * it is under way), -EIO (the sandbox died), -ENOMEM. */
     int (*snapshot)(wk_sandbox *sb, const char *dir, wk_snap_cb cb, void *arg);
+
+    /* Optional (NULL = unknown). Bytes still free on the sandbox's own disk (what its
+     * writes may still use), or -errno. Blocking only as long as a statvfs. */
+    int64_t (*disk_free)(const wk_sandbox *sb);
 } wk_driver_ops;
 
 /* Gives every file under root (not crossing mounts) whose uid/gid is in [from, from+65536)

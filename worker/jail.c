@@ -369,6 +369,65 @@ static int snap_restore(wk_sandbox *sb, const char **why)
     return 0;
 }
 
+static void layers_free(wk_sandbox *sb)
+{
+    for (int i = 0; i < WK_LAYERS_MAX && sb->layers[i]; i++) {
+        free(sb->layers[i]);
+        sb->layers[i] = NULL;
+    }
+}
+
+/* A template build's disk: the `from` tree's size (and files) on top of the build's own
+ * disk_mib (and inodes), with room for the file system's own blocks and inode tables, so
+ * that the build's writes, not its template, are what disk_mib bounds. */
+static int build_disk(wk_sandbox *sb, uint32_t *disk_mib, uint64_t *inodes, const char **why)
+{
+    uint64_t files = 0, bytes = wk_snap_measure(sb->build_from, &files), add;
+
+    add = (bytes >> 20) + (bytes >> 24) + ((files * 256) >> 20) + 8;
+    if (add + *disk_mib > (1u << 24) || files + *inodes > (1ull << 32)) {
+        *why = "The template named in 'from' is too large to build on; build from a smaller one.";
+        return -EFBIG;
+    }
+    /* (the build's own files: one per 16 KiB of its disk at most, mkfs's own ratio, so a
+     * small disk_mib still formats) */
+    if (*inodes > (uint64_t)*disk_mib * 64)
+        *inodes = (uint64_t)*disk_mib * 64 < 4096 ? 4096 : (uint64_t)*disk_mib * 64;
+    *disk_mib += (uint32_t)add;
+    *inodes += files + files / 8 + 64;
+    return 0;
+}
+
+/* A template build's root: a copy of `from` on its own disk (its upper directory, which
+ * the jail mounts as its root, writable, and `snapshot` takes), given to its ids. */
+static int build_root(wk_sandbox *sb, const char **why)
+{
+    char from[WK_PATH_MAX], upper[WK_PATH_MAX];
+    int rc;
+
+    if (snprintf(from, sizeof(from), "%s/.", sb->build_from) >= (int)sizeof(from) ||
+        snprintf(upper, sizeof(upper), "%s/" WK_DISK_MOUNT "/upper", sb->sbdir) >=
+            (int)sizeof(upper)) {
+        *why = "state_dir is too long; use a shorter path.";
+        return -ENAMETOOLONG;
+    }
+    if ((rc = wk_snap_copy(from, upper)) < 0) {
+        *why = "The template named in 'from' could not be copied onto the build's disk; "
+               "check free space under state_dir and build it again.";
+        return rc;
+    }
+    if ((rc = wk_tree_shift(upper, 0, sb->host_uid)) < 0) {
+        *why = "Cannot give the template build's files to its sandbox; check state_dir.";
+        return rc;
+    }
+    layers_free(sb);
+    if (!(sb->layers[0] = strdup(upper))) {
+        *why = "The worker is out of memory; retry later.";
+        return -ENOMEM;
+    }
+    return 0;
+}
+
 /* Blocking: everything a sandbox needs, up to the agent's first answer. On failure
  * whatever was made is removed again. */
 static void create_work(void *arg)
@@ -381,20 +440,12 @@ static void create_work(void *arg)
     uint64_t t0 = sf_mono_us();
     const char *why = NULL;
     wk_spawn_args sa;
+    uint32_t disk_mib = sb->lim.disk_mib;
+    uint64_t inodes = sb->lim.inodes;
     int sv[2] = {-1, -1}, dir_made = 0, rc;
 
     if ((rc = wk_seccomp_prog(&prog, &why)) < 0)
         goto fail;
-    if (sb->build_root) {
-        free(sb->layers[0]);
-        sb->layers[0] = strdup(sb->build_root);
-        sb->layers[1] = NULL;
-        if (!sb->layers[0]) {
-            rc = -ENOMEM;
-            why = "The worker is out of memory; retry later.";
-            goto fail;
-        }
-    }
     if (sb->layers[0]) {
         /* the CA bundle of the template: the topmost layer that has one */
         trust_lower = sb->layers[0];
@@ -416,15 +467,14 @@ static void create_work(void *arg)
                             : "Cannot lock a uid range under " WK_UID_LOCK_DIR "; run the worker as root.";
         goto fail;
     }
-    if (sb->build_root && (rc = wk_tree_shift(sb->build_root, 0, sb->host_uid)) < 0) {
-        why = "Cannot give the template build's files to its sandbox; check state_dir.";
-        goto fail;
-    }
     if ((rc = wk_sbdir_create(sb->sbdir, sb->host_uid, &why)) < 0)
         goto fail;
     dir_made = 1;
-    if ((rc = wk_disk_attach(d->state_dir, sb->sbdir, sb->lim.disk_mib, sb->lim.inodes,
-                             sb->host_uid, &why)) < 0)
+    if (sb->build_from && (rc = build_disk(sb, &disk_mib, &inodes, &why)) < 0)
+        goto fail;
+    if ((rc = wk_disk_attach(d->state_dir, sb->sbdir, disk_mib, inodes, sb->host_uid, &why)) < 0)
+        goto fail;
+    if (sb->build_from && (rc = build_root(sb, &why)) < 0)
         goto fail;
     if (sb->snapshot && (rc = snap_restore(sb, &why)) < 0)
         goto fail;
@@ -448,7 +498,7 @@ static void create_work(void *arg)
     }
     sa = (wk_spawn_args){
         .lowers = sb->layers[0] ? (const char *const *)sb->layers : base_layers,
-        .rw_root = sb->build_root != NULL,
+        .rw_root = sb->build_from != NULL,
         .sbdir = sb->sbdir,
         .agent_path = d->agent_path,
         .hostname = sb->id,
@@ -509,14 +559,6 @@ fail:
 
 static void teardown_start(wk_sandbox *sb);
 
-static void layers_free(wk_sandbox *sb)
-{
-    for (int i = 0; i < WK_LAYERS_MAX && sb->layers[i]; i++) {
-        free(sb->layers[i]);
-        sb->layers[i] = NULL;
-    }
-}
-
 static void create_done(void *arg)
 {
     wk_sandbox *sb = arg;
@@ -527,8 +569,8 @@ static void create_done(void *arg)
     free(sb->trust_pem);
     sb->trust_pem = NULL;
     layers_free(sb);
-    free(sb->build_root);
-    sb->build_root = NULL;
+    free(sb->build_from);
+    sb->build_from = NULL;
     free(sb->snapshot);
     sb->snapshot = NULL;
     if (sb->create_rc == 0 && wk_agent_attach(sb, sb->sock) < 0) {
@@ -601,7 +643,7 @@ static int jail_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, 
             free(sb);
             return i == WK_LAYERS_MAX ? -EINVAL : -ENOMEM;
         }
-    if (req->build_root && !(sb->build_root = strdup(req->build_root))) {
+    if (req->build_from && !(sb->build_from = strdup(req->build_from))) {
         layers_free(sb);
         free(sb->trust_pem);
         free(sb);
@@ -609,7 +651,7 @@ static int jail_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, 
     }
     if (req->snapshot && !(sb->snapshot = strdup(req->snapshot))) {
         layers_free(sb);
-        free(sb->build_root);
+        free(sb->build_from);
         free(sb->trust_pem);
         free(sb);
         return -ENOMEM;
@@ -617,7 +659,7 @@ static int jail_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, 
     if ((rc = wk_pool_run(d->pool, create_work, create_done, sb)) < 0) {
         layers_free(sb);
         free(sb->snapshot);
-        free(sb->build_root);
+        free(sb->build_from);
         free(sb->trust_pem);
         free(sb);
         return rc;
@@ -1038,6 +1080,19 @@ static void jail_kill(wk_sandbox *sb, wk_kill_cb cb, void *arg)
     teardown_start(sb);
 }
 
+static int64_t jail_disk_free(const wk_sandbox *sb)
+{
+    char mnt[WK_PATH_MAX];
+    struct statvfs v;
+
+    if (!sb->sbdir[0] ||
+        snprintf(mnt, sizeof(mnt), "%s/" WK_DISK_MOUNT, sb->sbdir) >= (int)sizeof(mnt))
+        return -ENAMETOOLONG;
+    if (statvfs(mnt, &v) < 0)
+        return -errno;
+    return (int64_t)v.f_bavail * (int64_t)v.f_frsize;
+}
+
 const wk_driver_ops wk_jail_driver = {
     .name = "jail",
     .host_init = jail_host_init,
@@ -1053,4 +1108,5 @@ const wk_driver_ops wk_jail_driver = {
     .pause = jail_pause,
     .resume = jail_resume,
     .snapshot = jail_snapshot,
+    .disk_free = jail_disk_free,
 };

@@ -170,7 +170,7 @@ struct wk_sandbox {
     int slot_fd;
     int netns_fd;             /* its network namespace (driver.h `netns`), from the create */
     char *trust_pem;          /* the create's trust_pem until the create ran */
-    char *build_root;         /* a template build's root (driver.h), else NULL */
+    char *build_from;         /* a template build's `from` tree (driver.h), else NULL */
     char *layers[WK_LAYERS_MAX + 1]; /* the create's template layers (NULL-terminated; none
                                   = base) until the create ran */
     char *snapshot;           /* the create's snapshot directory (driver.h), until it ran */

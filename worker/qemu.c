@@ -386,7 +386,7 @@ static int qemu_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, 
 
     if (!req->id || !sf_id_valid(req->id) || !cb)
         return -EINVAL;
-    if (req->layers || req->build_root) /* its guest image is built from 'base' only (README: Templates) */
+    if (req->layers || req->build_from) /* its guest image is built from 'base' only (README: Templates) */
         return -ENOTSUP;
     if (!r.limits.memory_mib)
         r.limits.memory_mib = d->defaults.memory_mib;

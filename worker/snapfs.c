@@ -28,7 +28,7 @@ int wk_snap_copy(const char *from, const char *to)
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EIO;
 }
 
-static uint64_t bytes_sum; /* nftw has no argument: under bytes_mu */
+static uint64_t bytes_sum, files_sum; /* nftw has no argument: under bytes_mu */
 static pthread_mutex_t bytes_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static int add_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -37,19 +37,27 @@ static int add_one(const char *path, const struct stat *st, int flag, struct FTW
     (void)flag;
     (void)ftw;
     bytes_sum += (uint64_t)st->st_blocks * 512u;
+    files_sum++;
     return 0;
 }
 
-uint64_t wk_snap_bytes(const char *root)
+uint64_t wk_snap_measure(const char *root, uint64_t *files)
 {
     uint64_t n;
 
     pthread_mutex_lock(&bytes_mu);
-    bytes_sum = 0;
+    bytes_sum = files_sum = 0;
     nftw(root, add_one, 32, FTW_PHYS | FTW_MOUNT);
     n = bytes_sum;
+    if (files)
+        *files = files_sum;
     pthread_mutex_unlock(&bytes_mu);
     return n;
+}
+
+uint64_t wk_snap_bytes(const char *root)
+{
+    return wk_snap_measure(root, NULL);
 }
 
 int wk_snap_meta_write(const char *dir, const char *driver, const char *words)

@@ -14,6 +14,8 @@
 int wk_snap_copy(const char *from, const char *to);
 /* The bytes a tree holds on disk (allocated blocks; not crossing mounts). */
 uint64_t wk_snap_bytes(const char *root);
+/* The same, and the count of its files and directories in *files (NULL: not wanted). */
+uint64_t wk_snap_measure(const char *root, uint64_t *files);
 /* Writes dir/meta ("<driver> <words>\n"), or reads it into buf: 0 or -errno (-ESTALE: it
  * names another driver). */
 int wk_snap_meta_write(const char *dir, const char *driver, const char *words);

@@ -1,9 +1,14 @@
 /* tpl_build.c: builds a team template on this host (sf.template_build, handed over by the
- * scheduler once sandbox_template_create was answered). A copy of the `from` template's
- * root filesystem becomes the root of a build sandbox (a jail like any other: its own
- * uid range, namespaces, seccomp, limits of the template's shape, no network), where the
- * run_steps run in order; start_cmd is started and ready_cmd polled; then the sandbox is
- * killed, the files are given back to host ids and the tree is renamed into
+ * scheduler once sandbox_template_create was answered). The build is a sandbox: a jail
+ * like any other (its own uid range, namespaces, seccomp, the template's shape as its
+ * limits, no network) whose root is a copy of the `from` template's root filesystem on
+ * its own disk (driver.h `build_from`: a loop image of that tree + disk_mib, so a build
+ * that writes more than disk_mib gets ENOSPC and fails naming disk_mib), reserved on this
+ * host and in the team's share like a sandbox (tb:<team>:<name> in the host's res,
+ * tb:<name>@<host> in the team's; released when the build ends here, when this host
+ * restarts, or by the reaper when it goes down). The run_steps run in order; start_cmd is
+ * started and ready_cmd polled; then the tree is taken with the driver's `snapshot`, the
+ * sandbox killed, the files given back to host ids and renamed into
  * state_dir/templates/team/<team>/<name>/rootfs. The record's status (building -> ready
  * or failed, with the failing step and its output) and a bounded log go to Redis as the
  * build goes (common/sf_templates.h). Nothing here answers a caller. */
@@ -11,28 +16,27 @@
 #include "tstore.h"
 #include "tpl_start.h"
 #include "safefs.h"
+#include "snapfs.h"
 #include "sf_log.h"
+#include "sf_store.h"
 #include "sf_templates.h"
 
 #include <errno.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #define TB_PATH 4096
 #define TB_STEP_TIMEOUT_MS 600000
 #define TB_READY_MS 60000 /* ready_cmd must succeed within a minute of start_cmd */
+#define TB_FULL_BYTES (1 << 20) /* a step failed with less than this free: the disk was full */
 
 /* jail_int.h (the jail library) */
 int wk_rmtree(const char *path);
 int wk_mkdir_p(const char *path, mode_t mode);
 int wk_template_path(const char *state_dir, char *buf, size_t n);
-
-extern char **environ;
 
 typedef struct tb {
     wk_ctx *ctx;
@@ -50,6 +54,8 @@ typedef struct tb {
     int rc;
     int stopped;              /* the worker stopped: the record was written, nothing more */
     int pooled;               /* finish_work may be running: error and rc are the pool's */
+    int reserved;             /* the host's and the team's reservations were written */
+    int taken;                /* the snapshot of the built tree was asked for */
     struct tb *prev, *next;   /* the builds running here (wk_tpl_build_free_all) */
 } tb;
 
@@ -176,32 +182,64 @@ static int write_service(tb *b)
     return rc;
 }
 
+/* b->tmp is the snapshot the driver took of the build sandbox (its upper: the whole root,
+ * owned by the sandbox's ids, the uid in its meta). */
 static void finish_work(void *arg)
 {
     tb *b = arg;
-    char final[TB_PATH + 16];
-    struct stat st;
+    char final[TB_PATH + 16], tree[TB_PATH + 16], words[64], *end;
+    unsigned long uid = 0;
 
-    if (b->error[0] || lstat(b->tmp, &st) < 0 || !S_ISDIR(st.st_mode)) {
+    if (b->error[0]) {
         wk_rmtree(b->tmp);
         return;
     }
     snprintf(final, sizeof(final), "%s/rootfs", b->dir);
-    if ((b->rc = wk_tree_shift(b->tmp, st.st_uid, 0)) == 0)
-        b->rc = open_up_tree(b->tmp);
+    snprintf(tree, sizeof(tree), "%s/upper", b->tmp);
+    if ((b->rc = wk_snap_meta_read(b->tmp, "jail", words, sizeof(words))) == 0) {
+        uid = strtoul(words, &end, 10);
+        b->rc = *end || uid > UINT32_MAX ? -EINVAL : 0;
+    }
+    if (b->rc == 0 && (b->rc = wk_tree_shift(tree, (uint32_t)uid, 0)) == 0)
+        b->rc = open_up_tree(tree);
     if (b->rc == 0)
         b->rc = write_service(b);
-    if (b->rc == 0 && rename(b->tmp, final) < 0) {
-        /* the same build ran here before (a redelivered job): the tree in place is kept,
-         * since sandboxes may use it; this copy goes */
+    /* (a redelivered job: the same build ran here before; the tree in place is kept, since
+     * sandboxes may use it, and this copy goes) */
+    if (b->rc == 0 && rename(tree, final) < 0)
         b->rc = errno == EEXIST || errno == ENOTEMPTY ? 0 : -errno;
-        wk_rmtree(b->tmp);
-    }
-    if (b->rc < 0) {
+    if (b->rc < 0)
         snprintf(b->error, sizeof(b->error), "The host could not store the built template "
                  "(%s); build it again.", strerror(-b->rc));
-        wk_rmtree(b->tmp);
+    wk_rmtree(b->tmp);
+}
+
+/* The build's part of this host and of the team's share (a sandbox's, as placement
+ * counts it: common/sf_store.c place_team, place_host, host_view). */
+static void reserve(tb *b, int on)
+{
+    wk_ctx *ctx = b->ctx;
+    char hkey[160], tkey[160], hid[160], tid[160], hv[64], tv[200];
+
+    if (!on && !b->reserved)
+        return;
+    snprintf(hkey, sizeof(hkey), SF_RK_HOST_RES, ctx->host_id);
+    snprintf(tkey, sizeof(tkey), SF_RK_TEAM_RES, b->team);
+    snprintf(hid, sizeof(hid), "tb:%s:%s", b->team, b->name);
+    snprintf(tid, sizeof(tid), "tb:%s@%s", b->name, ctx->host_id);
+    if (on) {
+        snprintf(hv, sizeof(hv), "%u %u", b->lim.memory_mib, b->lim.vcpu_milli);
+        snprintf(tv, sizeof(tv), "%s %u %u %u", ctx->host_id, b->lim.memory_mib,
+                 b->lim.vcpu_milli, b->lim.disk_mib);
+        b->reserved = sf_redis_cmd(ctx->redis, wk_redis_logged, NULL, "HSET %s %s %s", hkey,
+                                   hid, hv) == 0 &&
+                      sf_redis_cmd(ctx->redis, wk_redis_logged, NULL, "HSET %s %s %s", tkey,
+                                   tid, tv) == 0;
+        return;
     }
+    sf_redis_cmd(ctx->redis, wk_redis_logged, NULL, "HDEL %s %s", hkey, hid);
+    sf_redis_cmd(ctx->redis, wk_redis_logged, NULL, "HDEL %s %s", tkey, tid);
+    b->reserved = 0;
 }
 
 static void finish_done(void *arg)
@@ -228,6 +266,7 @@ static void finish_done(void *arg)
               "", now, b->lead ? "1" : "0"});
         sf_info("msg=\"template ready\" team=%s template=%s", b->team, b->name);
     }
+    reserve(b, 0);
     tb_free(b);
 }
 
@@ -255,8 +294,28 @@ static void fail(tb *b, int step, const char *fmt, const char *detail)
     finish(b);
 }
 
+static void on_taken(void *arg, int rc, uint64_t bytes, const char *why)
+{
+    tb *b = arg;
+
+    (void)bytes;
+    if (rc < 0 && !b->error[0])
+        snprintf(b->error, sizeof(b->error), "The host could not store the built template "
+                 "(%s); build it again.", why ? why : strerror(-rc));
+    finish(b);
+}
+
 static void finish(tb *b)
 {
+    if (b->sb && !b->error[0] && !b->stopped && !b->taken) {
+        /* the built tree, out of the build's disk (frozen while it is copied) */
+        b->taken = 1;
+        log_str(b, "== taking the built root filesystem\n");
+        if (b->ctx->ops->snapshot && b->ctx->ops->snapshot(b->sb, b->tmp, on_taken, b) == 0)
+            return;
+        snprintf(b->error, sizeof(b->error), "The host could not store the built template; "
+                 "build it again.");
+    }
     if (b->sb) {
         wk_sandbox *sb = b->sb;
         b->ctx->ops->kill(sb, on_killed, b);
@@ -301,6 +360,18 @@ static void output_tail(const wk_exec_result *res, char *buf, size_t n)
             buf[i] = ' ';
 }
 
+/* A step that failed on a full disk: (almost) nothing left on the build's disk, or the
+ * step said so. */
+static int disk_full(tb *b, const wk_exec_result *res)
+{
+    static const char nospc[] = "No space left on device";
+    int64_t left = b->ctx->ops->disk_free ? b->ctx->ops->disk_free(b->sb) : -1;
+
+    return (left >= 0 && left < TB_FULL_BYTES) ||
+           (res->out_len && memmem(res->out, res->out_len, nospc, sizeof(nospc) - 1)) ||
+           (res->err_len && memmem(res->err, res->err_len, nospc, sizeof(nospc) - 1));
+}
+
 static void on_step(void *arg, const wk_exec_result *res)
 {
     tb *b = arg;
@@ -315,6 +386,22 @@ static void on_step(void *arg, const wk_exec_result *res)
         return;
     }
     log_result(b, res);
+    if (res->exit_code != 0 && disk_full(b, res)) {
+        snprintf(msg, sizeof(msg), "Step %zu (%.120s) failed: the build wrote more than its "
+                 "disk_mib (%u MiB); raise disk_mib or write less.", b->step + 1, cmd ? cmd : "",
+                 b->lim.disk_mib);
+        b->step++;
+        fail(b, (int)b->step, "%s", msg);
+        return;
+    }
+    if (res->exit_code != 0 && res->oom_killed) {
+        snprintf(msg, sizeof(msg), "Step %zu (%.120s) failed: the build used more than its "
+                 "memory_mib (%u MiB) and a process was killed; raise memory_mib or use less.",
+                 b->step + 1, cmd ? cmd : "", b->lim.memory_mib);
+        b->step++;
+        fail(b, (int)b->step, "%s", msg);
+        return;
+    }
     if (res->exit_code != 0) {
         output_tail(res, detail, 1024);
         snprintf(msg, sizeof(msg), "Step %zu (%.120s) exited with %d%s; its output ends: %s",
@@ -399,7 +486,6 @@ static void on_created(void *arg, wk_sandbox *sb, int rc, const char *why)
     tb *b = arg;
 
     if (rc < 0) {
-        wk_rmtree(b->tmp); /* on the loop: rare, and the tree is the copy's */
         snprintf(b->error, sizeof(b->error), "The build sandbox could not start (%s); build "
                  "it again.", why ? why : "driver error");
         finish_done(b);
@@ -410,53 +496,38 @@ static void on_created(void *arg, wk_sandbox *sb, int rc, const char *why)
     run_next(b);
 }
 
-/* ---- the copy of `from` ------------------------------------------------------------- */
+/* ---- the build sandbox: a copy of `from` on its own disk (the driver makes it) -------- */
 
-static void copy_work(void *arg)
+static void prep_work(void *arg)
 {
     tb *b = arg;
-    char *argv[] = {"cp", "-a", b->src, b->tmp, NULL};
-    int status = 0;
-    pid_t pid;
 
-    wk_rmtree(b->tmp);
-    if ((b->rc = wk_mkdir_p(b->dir, 0700)) < 0)
-        return;
-    if ((b->rc = -posix_spawnp(&pid, "cp", NULL, NULL, argv, environ)) < 0)
-        return;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        b->rc = -EIO;
-        wk_rmtree(b->tmp);
-    }
+    wk_rmtree(b->tmp); /* (a redelivered job's) */
+    b->rc = wk_mkdir_p(b->dir, 0700);
 }
 
-static void copy_done(void *arg)
+static void prep_done(void *arg)
 {
     tb *b = arg;
     wk_create_req req = {0};
     int rc;
 
     if (b->ctx->stopping) { /* the worker is stopping: its driver is going or gone */
-        wk_rmtree(b->tmp);
         snprintf(b->error, sizeof(b->error), "The host shut down during the build; build the "
                  "template again.");
         finish_done(b);
         return;
     }
     if (b->rc < 0) {
-        snprintf(b->error, sizeof(b->error), "The host could not copy template '%s' (disk "
-                 "full?); build it again later.", json_string_value(json_object_get(b->args, "from")));
+        snprintf(b->error, sizeof(b->error), "The host could not make the template's directory "
+                 "(%s); build it again later.", strerror(-b->rc));
         finish_done(b);
         return;
     }
-    log_str(b, "== copied the root filesystem\n");
     req.id = b->id;
     req.limits = b->lim;
-    req.build_root = b->tmp;
+    req.build_from = b->src;
     if ((rc = b->ctx->ops->create(b->ctx->drv, &req, on_created, b)) < 0) {
-        wk_rmtree(b->tmp);
         snprintf(b->error, sizeof(b->error), "The build sandbox could not start (%s); build "
                  "it again.", strerror(-rc));
         finish_done(b);
@@ -517,8 +588,9 @@ void wk_tpl_build(wk_ctx *ctx, const sf_job *job)
         finish_done(b);
         return;
     }
+    reserve(b, 1);
     rset(b, "step", "copy");
-    if (wk_pool_run(ctx->pool, copy_work, copy_done, b) < 0) {
+    if (wk_pool_run(ctx->pool, prep_work, prep_done, b) < 0) {
         snprintf(b->error, sizeof(b->error), "The host is out of memory; build it again.");
         finish_done(b);
     }
@@ -596,6 +668,7 @@ void wk_tpl_build_stop_all(wk_ctx *ctx)
         rcall(b, &sf_store_tpl_done, 1, 7, (const char *[]){key, b->job, ctx->host_id, "failed",
               err, err != why && b->failed_step ? step : "", now, b->lead ? "1" : "0"});
         b->stopped = 1;
+        reserve(b, 0);
         sf_info("msg=\"template build stopped with the worker\" team=%s template=%s", b->team,
                 b->name);
     }
@@ -633,6 +706,19 @@ int wk_tpl_build_reconcile_sync(wk_ctx *ctx, redisContext *c)
             return -EIO;
         }
         n += rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
+        freeReplyObject(rep);
+        /* its reservations (reserve()), whatever its record says */
+        if (!(rep = redisCommand(c, "HDEL " SF_RK_HOST_RES " tb:%s:%s", ctx->host_id, team,
+                                 sp + 1))) {
+            freeReplyObject(l);
+            return -EIO;
+        }
+        freeReplyObject(rep);
+        if (!(rep = redisCommand(c, "HDEL " SF_RK_TEAM_RES " tb:%s@%s", team, sp + 1,
+                                 ctx->host_id))) {
+            freeReplyObject(l);
+            return -EIO;
+        }
         freeReplyObject(rep);
     }
     freeReplyObject(l);

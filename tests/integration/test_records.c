@@ -373,7 +373,7 @@ static void test_placement(void)
     snprintf(k[1], sizeof(k[1]), "sf:host:{%s}:res", h);
     snprintf(k[2], sizeof(k[2]), "sf:host:{%s}:sandboxes", h);
     r = run(&sf_store_host_view, 2, k[0], k[1], NULL);
-    CHECK(r->elements == 10 && !strcmp(el(r, 0), "2") && !strcmp(el(r, 5), "jail") &&
+    CHECK(r->elements == 11 && !strcmp(el(r, 0), "2") && !strcmp(el(r, 5), "jail") &&
           !strcmp(el(r, 7), "0"), "host view");
     freeReplyObject(r);
 
