@@ -152,12 +152,15 @@ test('a host that joins after a template is ready gets it built there; a failed 
 // never sees it go, and its part of the build must end with it: failed on that host with
 // the reason, never `building` for ever. The same for one killed -9 and back before the
 // reaper would notice: it fails its part at its start. Each build's step waits for a file
-// the test puts into that host's build tree (the build sandbox's root).
-const [mine, theirs] = [`${env.SF_STATE}/worker`, `${env.SF_STATE}/worker-${second}`];
-const tree = (dir, name) => {
-  const d = `${dir}/templates/team/${team}/${name}`;
-  const t = existsSync(d) ? readdirSync(d).find((f) => f.startsWith('rootfs.tmp-')) : null;
-  return t && `${d}/${t}`;
+// the test puts into that host's build tree (the build sandbox's root: the upper directory
+// of its own disk, mounted in its worker's mount namespace; one build at a time here).
+const [mine, theirs] = [['worker', 'worker'], [`worker-${second}`, `worker-${second}`]];
+const tree = ([dir, pid]) => {
+  let p;
+  try { p = Number(readFileSync(`${env.SF_STATE}/pids/${pid}`, 'utf8')); } catch { return null; }
+  const d = `/proc/${p}/root${env.SF_STATE}/${dir}/sandboxes`;
+  const t = existsSync(d) ? readdirSync(d).find((f) => f.startsWith('tb_') && existsSync(`${d}/${f}/fs/upper/bin`)) : null;
+  return t && `${d}/${t}/fs/upper`;
 };
 async function buildOnBoth(name) {
   const r = await call(client, 'sandbox_template_create', {
@@ -167,7 +170,7 @@ async function buildOnBoth(name) {
   assert.equal(r.isError, false, r.text);
   assert.equal(r.structured.hosts, 2);
   await until('the step running on both hosts', async () =>
-    [mine, theirs].every((d) => tree(d, name) && existsSync(`${tree(d, name)}/started`)), 120000);
+    [mine, theirs].every((d) => tree(d) && existsSync(`${tree(d)}/started`)), 120000);
 }
 
 test('a worker killed mid-build and started again fails its part of the build', jail, async () => {
@@ -183,7 +186,7 @@ test('a worker killed mid-build and started again fails its part of the build', 
   await until('its part failed', async () => redis('HGET', key, `at:${second}`) === 'failed', 20000);
   assert.match(redis('HGET', key, `err:${second}`),
     new RegExp(`^Host ${second} restarted while it built this template; a failed template can be built again under its name\\.$`));
-  writeFileSync(`${tree(mine, name)}/release`, '');
+  writeFileSync(`${tree(mine)}/release`, '');
   const t = await until('ready on the other host', async () => {
     const x = await listed(name);
     return x.status === 'ready' && x;
@@ -204,7 +207,7 @@ test('a worker stopped mid-build fails its part of the build with the reason', j
       new RegExp(`^Host ${second} was stopped while it built this template; a failed template can be built again under its name\\.$`));
     assert.equal((await listed(name)).status, 'building', 'the other host still builds it');
     // the other host's build fails too: the template has failed, and says why
-    writeFileSync(`${tree(mine, name)}/fail`, '');
+    writeFileSync(`${tree(mine)}/fail`, '');
     const t = await until('failed everywhere', async () => {
       const x = await listed(name);
       return x.status === 'failed' && x;
