@@ -26,7 +26,7 @@ test('templates build: progress per step, then ready; logs and list show it', ja
 
   const logs = cli(['logs', name, '--team', 'alpha'], null);
   assert.equal(logs.status, 0, logs.stderr);
-  assert.match(logs.stdout, /== step 1\/2: sleep 2; echo hello-cli > \/built.txt\n-- exit 0\n== step 2\/2: cat \/built.txt\nhello-cli\n-- exit 0\n== ready\n$/);
+  assert.match(logs.stdout, /^== build sandbox started\n== step 1\/2: sleep 2; echo hello-cli > \/built.txt\n-- exit 0\n== step 2\/2: cat \/built.txt\nhello-cli\n-- exit 0\n== taking the built root filesystem\n== ready\n$/);
   const other = cli(['logs', name, '--team', 'beta'], null);
   assert.equal(other.status, 1);
   assert.match(other.stderr, /has no build log/);
