@@ -20,6 +20,11 @@
 
 #define BUSYBOX "/bin/busybox"
 #define TEMPLATE_SUB "/templates/base"
+/* Written last into a build; a rootfs without this exact stamp was built by an older
+ * worker and is rebuilt (the old one moved aside: running sandboxes still use it).
+ * Bump when what a build holds changes. */
+#define STAMP_PATH "etc/sandfleet-base"
+#define STAMP "sandfleet-base 2 (busybox + nohup, disown)\n"
 
 extern char **environ;
 
@@ -171,6 +176,23 @@ static const struct {
     {"etc/hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost\n", 0644},
     {"etc/profile", "export PS1='\\h:\\w\\$ '\n", 0644},
     {"sbin/sandfleet-agent", "", 0755}, /* bind-mount target */
+    /* busybox-static has no nohup applet, and ash no disown builtin: without these,
+     * `nohup CMD &` and `CMD & disown` fail with "not found" (issue 20). */
+    {"usr/bin/nohup",
+     "#!/bin/sh\n"
+     "# nohup for the busybox template: ignore SIGHUP, then run the command.\n"
+     "if [ $# -eq 0 ]; then echo 'Usage: nohup COMMAND [ARG]...' >&2; exit 125; fi\n"
+     "trap '' HUP\n"
+     "if [ -t 1 ]; then exec >>nohup.out; echo 'nohup: appending output to nohup.out' >&2; fi\n"
+     "if [ -t 2 ]; then exec 2>&1; fi\n"
+     "exec \"$@\"\n",
+     0755},
+    {"usr/bin/disown",
+     "#!/bin/sh\n"
+     "# disown for the busybox template: background jobs already outlive the command\n"
+     "# (the sandbox's agent never signals them), so there is nothing to detach.\n"
+     "exit 0\n",
+     0755},
 };
 
 static int build(const char *dir, const char **why)
@@ -204,24 +226,44 @@ static int build(const char *dir, const char **why)
         *why = "Cannot list busybox applets (/bin/busybox --list-full); install busybox-static.";
         goto out;
     }
+    if ((rc = write_file(fd, STAMP_PATH, STAMP, 0644)) < 0) {
+        *why = "Cannot write the template's files; check state_dir.";
+        goto out;
+    }
     rc = 0;
 out:
     close(fd);
     return rc;
 }
 
+/* True when root holds this version's stamp. */
+static int stamp_ok(const char *root)
+{
+    char path[WK_PATH_MAX], buf[sizeof(STAMP) + 1];
+    ssize_t n;
+    int fd, r = snprintf(path, sizeof(path), "%s/" STAMP_PATH, root);
+
+    if (r < 0 || (size_t)r >= sizeof(path) ||
+        (fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
+        return 0;
+    n = read(fd, buf, sizeof(buf));
+    close(fd);
+    return n == (ssize_t)(sizeof(STAMP) - 1) && !memcmp(buf, STAMP, sizeof(STAMP) - 1);
+}
+
 int wk_template_ensure(const char *state_dir, const char **why)
 {
     char root[WK_PATH_MAX], tmp[WK_PATH_MAX], sh[WK_PATH_MAX];
     struct stat st;
-    int rc, n;
+    int rc, n, older;
 
     if (wk_template_path(state_dir, root, sizeof(root)) < 0)
         goto toolong;
     n = snprintf(sh, sizeof(sh), "%s/bin/sh", root);
     if (n < 0 || (size_t)n >= sizeof(sh))
         goto toolong;
-    if (lstat(sh, &st) == 0)
+    older = lstat(sh, &st) == 0;
+    if (older && stamp_ok(root))
         return 0;
     if (access(BUSYBOX, X_OK) < 0) {
         *why = "The jail template needs a static busybox at /bin/busybox; install busybox-static.";
@@ -241,6 +283,17 @@ int wk_template_ensure(const char *state_dir, const char **why)
     if ((rc = build(tmp, why)) < 0) {
         wk_rmtree(tmp);
         return rc;
+    }
+    if (older) {
+        /* An older build: moved aside, not removed (sandboxes running on it keep it as
+         * their lower layer). */
+        char old[WK_PATH_MAX];
+        n = snprintf(old, sizeof(old), "%s.old-%d", root, (int)getpid());
+        if (n < 0 || (size_t)n >= sizeof(old) || (rename(root, old) < 0 && errno != ENOENT)) {
+            wk_rmtree(tmp);
+            *why = "Cannot move the older base template aside; check state_dir.";
+            return -EIO;
+        }
     }
     if (rename(tmp, root) < 0) {
         rc = -errno;
