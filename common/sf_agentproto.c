@@ -16,6 +16,7 @@ enum {
     K_OOM,                 /* result, from a VM agent: the guest's OOM killer struck */
     K_ERRNO, K_STREAM, K_PATH, K_TO, K_OFF, K_LEN, K_FLAGS, K_DATA, K_SIZE, K_MTIME,
     K_ENTRIES, K_MORE, K_S, K_TARGET,
+    K_IN, K_BG, K_PID, K_SIG, K_GRACE, K_TAIL, K_PROCS, /* stdin, background, processes */
     K_COUNT
 };
 
@@ -61,6 +62,13 @@ static const struct {
     [K_MORE] = {"more", "missing key 'more'", "'more' must be a boolean"},
     [K_S] = {"s", "missing key 's'", "'s' must be 0 (stdout) or 1 (stderr)"},
     [K_TARGET] = {"target", "missing key 'target'", "'target' must be an unsigned 32-bit integer"},
+    [K_IN] = {"in", "missing key 'in'", "'in' must be a boolean"},
+    [K_BG] = {"bg", "missing key 'bg'", "'bg' must be a boolean"},
+    [K_PID] = {"pid", "missing key 'pid'", "'pid' must be an integer from 1 to 4294967295"},
+    [K_SIG] = {"sig", "missing key 'sig'", "'sig' must be a signal number from 1 to 64"},
+    [K_GRACE] = {"grace_ms", "missing key 'grace_ms'", "'grace_ms' must be an integer from 0 to 600000"},
+    [K_TAIL] = {"tail", "missing key 'tail'", "'tail' must be an integer from 1 to 786432"},
+    [K_PROCS] = {"procs", "missing key 'procs'", "'procs' must be an array of at most 4096 [pid, cmd, start_ms, cpu_ms, rss_kib, state] arrays (cmd 1-1024 bytes, state one letter)"},
 };
 
 static const struct {
@@ -74,7 +82,7 @@ static const struct {
     [SF_AP_EXEC] = {"exec",
                     BIT(K_OP) | BIT(K_ID) | BIT(K_CMD) | BIT(K_TIMEOUT) | BIT(K_CAP),
                     BIT(K_OP) | BIT(K_ID) | BIT(K_CMD) | BIT(K_TIMEOUT) | BIT(K_CAP) |
-                        BIT(K_CWD) | BIT(K_ENV) | BIT(K_STREAM)},
+                        BIT(K_CWD) | BIT(K_ENV) | BIT(K_STREAM) | BIT(K_IN) | BIT(K_BG)},
     [SF_AP_RESULT] = {"result",
                       BIT(K_OP) | BIT(K_ID) | BIT(K_EXIT) | BIT(K_TIMED_OUT) |
                           BIT(K_TRUNCATED) | BIT(K_MS) | BIT(K_OUT) | BIT(K_OUT_TOTAL) |
@@ -103,10 +111,21 @@ static const struct {
                       BIT(K_OP) | BIT(K_ID) | BIT(K_TARGET)},
     [SF_AP_OUTPUT] = {"output", BIT(K_OP) | BIT(K_ID) | BIT(K_S) | BIT(K_DATA),
                       BIT(K_OP) | BIT(K_ID) | BIT(K_S) | BIT(K_DATA)},
+    [SF_AP_INPUT] = {"input", BIT(K_OP) | BIT(K_ID) | BIT(K_DATA) | BIT(K_MORE),
+                     BIT(K_OP) | BIT(K_ID) | BIT(K_DATA) | BIT(K_MORE)},
+    [SF_AP_PLIST] = {"plist", BIT(K_OP) | BIT(K_ID), BIT(K_OP) | BIT(K_ID)},
+    [SF_AP_PROCS] = {"procs", BIT(K_OP) | BIT(K_ID) | BIT(K_PROCS) | BIT(K_MORE),
+                     BIT(K_OP) | BIT(K_ID) | BIT(K_PROCS) | BIT(K_MORE)},
+    [SF_AP_PKILL] = {"pkill", BIT(K_OP) | BIT(K_ID) | BIT(K_PID) | BIT(K_SIG),
+                     BIT(K_OP) | BIT(K_ID) | BIT(K_PID) | BIT(K_SIG) | BIT(K_GRACE)},
+    [SF_AP_PLOGS] = {"plogs", BIT(K_OP) | BIT(K_ID) | BIT(K_PID),
+                     BIT(K_OP) | BIT(K_ID) | BIT(K_PID) | BIT(K_OFF) | BIT(K_TAIL)},
+    [SF_AP_LOG] = {"log", BIT(K_OP) | BIT(K_ID) | BIT(K_DATA) | BIT(K_SIZE) | BIT(K_OFF),
+                   BIT(K_OP) | BIT(K_ID) | BIT(K_DATA) | BIT(K_SIZE) | BIT(K_OFF) | BIT(K_EXIT)},
 };
 
 #define OP_FIRST SF_AP_PING
-#define OP_LAST SF_AP_OUTPUT
+#define OP_LAST SF_AP_LOG
 #define SIZE_MAX_FILE ((uint64_t)1 << 62)
 #define FLAGS_ALL (SF_AP_F_NOFOLLOW | SF_AP_F_CREATE | SF_AP_F_MKDIRS | SF_AP_F_EXCL)
 #define CWD_MAX 4096
@@ -160,6 +179,12 @@ static int entry_name_ok(const char *s, size_t n)
 static int entry_type_ok(char t)
 {
     return t == 'f' || t == 'd' || t == 'l' || t == 'o';
+}
+
+static int proc_ok(uint64_t pid, const char *cmd, size_t n, char state)
+{
+    return pid > 0 && pid <= UINT32_MAX && n > 0 && n <= SF_AP_CMDLINE_MAX &&
+           !memchr(cmd, '\0', n) && state > ' ' && state <= '~';
 }
 
 static int validate(const sf_ap_msg *m, const char **why)
@@ -264,6 +289,36 @@ static int validate(const sf_ap_msg *m, const char **why)
         if (m->data_len == 0 || m->data_len > SF_AP_OUTPUT_MAX || !m->data)
             return set_why(why, keys[K_DATA].bad, -EINVAL);
         return 0;
+    case SF_AP_INPUT:
+    case SF_AP_LOG:
+        if (m->data_len > SF_AP_DATA_MAX || (m->data_len && !m->data))
+            return set_why(why, keys[K_DATA].bad, -EINVAL);
+        if (m->op == SF_AP_LOG && (m->off >= SIZE_MAX_FILE || m->size > m->off))
+            return set_why(why, keys[K_OFF].bad, -EINVAL);
+        return 0;
+    case SF_AP_PLIST:
+        return 0;
+    case SF_AP_PROCS:
+        if (m->n_procs > SF_AP_PROCS_MAX || (m->n_procs && !m->procs))
+            return set_why(why, keys[K_PROCS].bad, -EINVAL);
+        for (size_t i = 0; i < m->n_procs; i++)
+            if (!m->procs[i].cmd || !proc_ok(m->procs[i].pid, m->procs[i].cmd,
+                                             strlen(m->procs[i].cmd), m->procs[i].state))
+                return set_why(why, keys[K_PROCS].bad, -EINVAL);
+        return 0;
+    case SF_AP_PKILL:
+    case SF_AP_PLOGS:
+        if (m->pid == 0)
+            return set_why(why, keys[K_PID].bad, -EINVAL);
+        if (m->op == SF_AP_PKILL && (m->sig == 0 || m->sig > 64))
+            return set_why(why, keys[K_SIG].bad, -EINVAL);
+        if (m->grace_ms > SF_AP_GRACE_MAX)
+            return set_why(why, keys[K_GRACE].bad, -EINVAL);
+        if (m->tail > SF_AP_DATA_MAX)
+            return set_why(why, keys[K_TAIL].bad, -EINVAL);
+        if (m->off >= SIZE_MAX_FILE)
+            return set_why(why, keys[K_OFF].bad, -EINVAL);
+        return 0;
     }
     return set_why(why, keys[K_OP].bad, -EINVAL);
 }
@@ -360,9 +415,24 @@ static void pack_body(msgpack_packer *pk, const sf_ap_msg *m)
     case SF_AP_CANCEL:
         n += 1;
         break;
+    case SF_AP_INPUT:
+    case SF_AP_PROCS:
+        n += 2;
+        break;
+    case SF_AP_PLIST:
+        break;
+    case SF_AP_PKILL:
+        n += 2 + (m->grace_ms != 0);
+        break;
+    case SF_AP_PLOGS:
+        n += 1 + (m->has_off != 0) + (m->tail != 0);
+        break;
+    case SF_AP_LOG:
+        n += 3 + (m->exited != 0);
+        break;
     }
-    if (m->op == SF_AP_EXEC && m->stream)
-        n++;
+    if (m->op == SF_AP_EXEC)
+        n += (m->stream != 0) + (m->in != 0) + (m->bg != 0);
     msgpack_pack_map(pk, n);
     pack_cstr(pk, K_OP, ops[m->op].name);
     pack_u64(pk, K_ID, m->id);
@@ -392,6 +462,10 @@ static void pack_body(msgpack_packer *pk, const sf_ap_msg *m)
         }
         if (m->stream)
             pack_bool(pk, K_STREAM, 1);
+        if (m->in)
+            pack_bool(pk, K_IN, 1);
+        if (m->bg)
+            pack_bool(pk, K_BG, 1);
         break;
     case SF_AP_RESULT:
         pack_key(pk, K_EXIT);
@@ -461,6 +535,49 @@ static void pack_body(msgpack_packer *pk, const sf_ap_msg *m)
     case SF_AP_OUTPUT:
         pack_u64(pk, K_S, m->s);
         pack_bin(pk, K_DATA, m->data, m->data_len);
+        break;
+    case SF_AP_INPUT:
+        pack_bin(pk, K_DATA, m->data, m->data_len);
+        pack_bool(pk, K_MORE, m->more);
+        break;
+    case SF_AP_PLIST:
+        break;
+    case SF_AP_PROCS:
+        pack_key(pk, K_PROCS);
+        msgpack_pack_array(pk, m->n_procs);
+        for (size_t i = 0; i < m->n_procs; i++) {
+            const sf_ap_proc *p = &m->procs[i];
+            msgpack_pack_array(pk, 6);
+            msgpack_pack_uint32(pk, p->pid);
+            msgpack_pack_str_with_body(pk, p->cmd, strlen(p->cmd));
+            msgpack_pack_uint64(pk, p->start_ms);
+            msgpack_pack_uint64(pk, p->cpu_ms);
+            msgpack_pack_uint64(pk, p->rss_kib);
+            msgpack_pack_str_with_body(pk, &p->state, 1);
+        }
+        pack_bool(pk, K_MORE, m->more);
+        break;
+    case SF_AP_PKILL:
+        pack_u64(pk, K_PID, m->pid);
+        pack_u64(pk, K_SIG, m->sig);
+        if (m->grace_ms)
+            pack_u64(pk, K_GRACE, m->grace_ms);
+        break;
+    case SF_AP_PLOGS:
+        pack_u64(pk, K_PID, m->pid);
+        if (m->has_off)
+            pack_u64(pk, K_OFF, m->off);
+        if (m->tail)
+            pack_u64(pk, K_TAIL, m->tail);
+        break;
+    case SF_AP_LOG:
+        pack_bin(pk, K_DATA, m->data, m->data_len);
+        pack_u64(pk, K_SIZE, m->size);
+        pack_u64(pk, K_OFF, m->off);
+        if (m->exited) {
+            pack_key(pk, K_EXIT);
+            msgpack_pack_int32(pk, m->exit_code);
+        }
         break;
     }
 }
@@ -580,7 +697,7 @@ static int decode_map(const msgpack_object *root, sf_ap_msg *m, const char **why
     const msgpack_object *v[K_COUNT] = {0};
     uint64_t seen = 0;
     uint64_t u;
-    size_t need, nenv = 0, nent = 0;
+    size_t need, nenv = 0, nent = 0, nproc = 0;
     arena a;
     int op = 0;
 
@@ -784,6 +901,63 @@ static int decode_map(const msgpack_object *root, sf_ap_msg *m, const char **why
             return set_why(why, keys[K_TARGET].bad, -EBADMSG);
         m->target = (uint32_t)u;
     }
+    if (v[K_IN]) {
+        if (v[K_IN]->type != MSGPACK_OBJECT_BOOLEAN)
+            return set_why(why, keys[K_IN].bad, -EBADMSG);
+        m->in = v[K_IN]->via.boolean;
+    }
+    if (v[K_BG]) {
+        if (v[K_BG]->type != MSGPACK_OBJECT_BOOLEAN)
+            return set_why(why, keys[K_BG].bad, -EBADMSG);
+        m->bg = v[K_BG]->via.boolean;
+    }
+    if (v[K_PID]) {
+        if (get_uint(v[K_PID], UINT32_MAX, &u) < 0 || u == 0)
+            return set_why(why, keys[K_PID].bad, -EBADMSG);
+        m->pid = (uint32_t)u;
+    }
+    if (v[K_SIG]) {
+        if (get_uint(v[K_SIG], 64, &u) < 0 || u == 0)
+            return set_why(why, keys[K_SIG].bad, -EBADMSG);
+        m->sig = (uint32_t)u;
+    }
+    if (v[K_GRACE]) {
+        if (get_uint(v[K_GRACE], SF_AP_GRACE_MAX, &u) < 0)
+            return set_why(why, keys[K_GRACE].bad, -EBADMSG);
+        m->grace_ms = (uint32_t)u;
+    }
+    if (v[K_TAIL]) {
+        if (get_uint(v[K_TAIL], SF_AP_DATA_MAX, &u) < 0 || u == 0)
+            return set_why(why, keys[K_TAIL].bad, -EBADMSG);
+        m->tail = (uint32_t)u;
+    }
+    m->has_off = v[K_OFF] != NULL;
+    if (op == SF_AP_LOG) {
+        if (m->size > m->off)
+            return set_why(why, keys[K_OFF].bad, -EBADMSG);
+        m->exited = v[K_EXIT] != NULL;
+    }
+    if (v[K_PROCS]) {
+        const msgpack_object_array *arr = &v[K_PROCS]->via.array;
+        if (v[K_PROCS]->type != MSGPACK_OBJECT_ARRAY || arr->size > SF_AP_PROCS_MAX)
+            return set_why(why, keys[K_PROCS].bad, -EBADMSG);
+        for (uint32_t i = 0; i < arr->size; i++) {
+            const msgpack_object *e = &arr->ptr[i], *f;
+            uint64_t x;
+            if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size != 6)
+                return set_why(why, keys[K_PROCS].bad, -EBADMSG);
+            f = e->via.array.ptr;
+            if (get_uint(&f[0], UINT32_MAX, &x) < 0 || f[1].type != MSGPACK_OBJECT_STR ||
+                f[5].type != MSGPACK_OBJECT_STR || f[5].via.str.size != 1 ||
+                !proc_ok(x, f[1].via.str.ptr, f[1].via.str.size, f[5].via.str.ptr[0]) ||
+                get_uint(&f[2], UINT64_MAX, &x) < 0 || get_uint(&f[3], UINT64_MAX, &x) < 0 ||
+                get_uint(&f[4], UINT64_MAX, &x) < 0)
+                return set_why(why, keys[K_PROCS].bad, -EBADMSG);
+            need += f[1].via.str.size + 1;
+        }
+        nproc = arr->size;
+        need += nproc * sizeof(sf_ap_proc);
+    }
     if (v[K_ENTRIES]) {
         const msgpack_object_array *arr = &v[K_ENTRIES]->via.array;
         if (v[K_ENTRIES]->type != MSGPACK_OBJECT_ARRAY || arr->size > SF_AP_ENTRIES_MAX)
@@ -829,6 +1003,21 @@ static int decode_map(const msgpack_object *root, sf_ap_msg *m, const char **why
         }
         m->entries = ents;
         m->n_entries = nent;
+    }
+    if (v[K_PROCS]) { /* procs only: the block's start is free */
+        sf_ap_proc *procs = (sf_ap_proc *)(void *)a.p;
+        a.used = nproc * sizeof(sf_ap_proc);
+        for (size_t i = 0; i < nproc; i++) {
+            const msgpack_object *f = v[K_PROCS]->via.array.ptr[i].via.array.ptr;
+            procs[i].pid = (uint32_t)f[0].via.u64;
+            procs[i].cmd = arena_str(&a, f[1].via.str.ptr, f[1].via.str.size);
+            procs[i].start_ms = f[2].via.u64;
+            procs[i].cpu_ms = f[3].via.u64;
+            procs[i].rss_kib = f[4].via.u64;
+            procs[i].state = f[5].via.str.ptr[0];
+        }
+        m->procs = procs;
+        m->n_procs = nproc;
     }
     if (v[K_ENV]) { /* never with entries (exec only): the block's start is free */
         const char **env = (const char **)(void *)a.p;

@@ -35,6 +35,9 @@
 #define SF_AP_OUTPUT_MAX (64u * 1024)    /* bytes in one output frame */
 #define SF_AP_ENTRIES_MAX 4096           /* entries in one `entries` answer */
 #define SF_AP_ENTRY_NAME_MAX 255         /* bytes of one entry name */
+#define SF_AP_PROCS_MAX 4096             /* processes in one `procs` answer */
+#define SF_AP_CMDLINE_MAX 1024           /* bytes of one process's command line */
+#define SF_AP_GRACE_MAX 600000u          /* pkill.grace_ms */
 
 /* fread / fwrite flags */
 #define SF_AP_F_NOFOLLOW 1u              /* fread: a symlink as the last component fails */
@@ -59,7 +62,23 @@ typedef enum sf_ap_op {
     SF_AP_OK,       /* agent -> worker: {op, id, size?}: fwrite, fmove, fdel, cancel done */
     SF_AP_CANCEL,   /* worker -> agent: {op, id, target}: kill exec `target`'s processes */
     SF_AP_OUTPUT,   /* agent -> worker: {op, id, s, data}: output of the streamed exec `id` */
+    SF_AP_INPUT,    /* worker -> agent: {op, id, data, more}: stdin of exec `id` (no answer) */
+    SF_AP_PLIST,    /* worker -> agent: {op, id} */
+    SF_AP_PROCS,    /* agent -> worker: {op, id, procs, more}: plist's answer */
+    SF_AP_PKILL,    /* worker -> agent: {op, id, pid, sig, grace_ms?} -> ok {size: 1 if KILLed} */
+    SF_AP_PLOGS,    /* worker -> agent: {op, id, pid, off?, tail?} */
+    SF_AP_LOG,      /* agent -> worker: {op, id, data, size, off, exit?}: plogs' answer */
 } sf_ap_op;
+
+/* One process of a `procs` answer. */
+typedef struct sf_ap_proc {
+    uint32_t pid;            /* as the sandbox sees it */
+    const char *cmd;         /* 1..SF_AP_CMDLINE_MAX bytes, no NUL */
+    uint64_t start_ms;       /* Unix time in milliseconds */
+    uint64_t cpu_ms;         /* user + system */
+    uint64_t rss_kib;
+    char state;              /* /proc's letter: R S D Z T t I X ... */
+} sf_ap_proc;
 
 /* One directory entry of an `entries` answer. */
 typedef struct sf_ap_entry {
@@ -125,6 +144,20 @@ typedef struct sf_ap_msg {
     uint32_t s;              /* 0 stdout, 1 stderr */
     /* cancel */
     uint32_t target;         /* the exec whose processes are killed */
+    /* exec: stdin follows in `input` frames (in); run in the background (bg: the agent
+     * answers `ok` with size = the process's pid at once, its output merged into a log) */
+    int in;
+    int bg;
+    /* pkill, plogs */
+    uint32_t pid;            /* > 0 */
+    uint32_t sig;            /* pkill: 1..64 */
+    uint32_t grace_ms;       /* pkill: 0 = none; SIGKILL after this when still alive */
+    uint32_t tail;           /* plogs: 0 = absent; else the last tail bytes (1..DATA_MAX) */
+    int has_off;             /* plogs: off was given (the log from that offset) */
+    int exited;              /* log: the process exited (exit_code holds its status) */
+    /* procs */
+    const sf_ap_proc *procs;
+    size_t n_procs;
     void *mem_;              /* decoder-owned storage */
 } sf_ap_msg;
 

@@ -44,6 +44,7 @@ typedef struct req {
     uint64_t deadline_ms;  /* monotonic; when held: the time that was left */
     const char *error;     /* set: the request can only fail (link down when queued) */
     uint64_t oom0;         /* exec: the OOM kills counted when it started (oom probe) */
+    int bg;                /* exec in the background: answered by `ok` (size = its pid) */
 } req;
 
 struct wk_alink {
@@ -178,6 +179,8 @@ static int answers(sf_ap_op op)
         return R_EXEC;
     case SF_AP_DATA:
     case SF_AP_ENTRIES:
+    case SF_AP_PROCS:
+    case SF_AP_LOG:
         return R_FILE;
     case SF_AP_OK:
     case SF_AP_ERROR:
@@ -207,6 +210,19 @@ static void handle_file(wk_alink *l, req *r, const sf_ap_msg *m)
         fres.n_entries = m->n_entries;
         fres.more = m->more;
         break;
+    case SF_AP_PROCS:
+        fres.procs = m->procs;
+        fres.n_procs = m->n_procs;
+        fres.more = m->more;
+        break;
+    case SF_AP_LOG:
+        fres.data = m->data;
+        fres.data_len = m->data_len;
+        fres.size = m->size;
+        fres.off = m->off;
+        fres.exited = m->exited;
+        fres.exit_code = m->exit_code;
+        break;
     default: /* ok */
         fres.size = m->size;
         break;
@@ -225,7 +241,8 @@ static void handle_msg(wk_alink *l, const sf_ap_msg *m)
         return;
     }
     if (!(r = req_find(l, m->id)) || r->error || (kind >= 0 && r->kind != kind) ||
-        (m->op == SF_AP_OK && r->kind != R_FILE && r->kind != R_CANCEL) ||
+        (m->op == SF_AP_OK && r->kind != R_FILE && r->kind != R_CANCEL && !r->bg) ||
+        (m->op == SF_AP_RESULT && r->bg) ||
         (r->kind == R_PING && m->op != SF_AP_PONG)) {
         /* late (its deadline passed) or never asked */
         sf_debug("msg=\"agent reply without a request\" sandbox=%s id=%u op=%s", l->name, m->id,
@@ -254,6 +271,12 @@ static void handle_msg(wk_alink *l, const sf_ap_msg *m)
     if (m->op == SF_AP_ERROR) {
         res.exit_code = -1;
         res.error = m->msg;
+    } else if (m->op == SF_AP_OK) { /* a background exec started */
+        if (m->size == 0 || m->size > UINT32_MAX) {
+            go_down(l, ERR_BAD, "the agent answered a background exec without a pid");
+            return;
+        }
+        res.pid = (uint32_t)m->size;
     } else {
         res.exit_code = m->exit_code;
         res.timed_out = m->timed_out;
@@ -465,6 +488,30 @@ int wk_alink_ping(wk_alink *l, uint64_t now_ns, const void *seed, size_t seed_le
     return rc == -E2BIG ? -EINVAL : rc;
 }
 
+/* Queues the stdin of exec id right behind it: `input` frames of at most SF_AP_DATA_MAX
+ * bytes, the last one with more = false (also when there is nothing: EOF at once). */
+static int send_input(wk_alink *l, uint32_t id, const char *p, size_t len)
+{
+    sf_buf b;
+    int rc = 0;
+    size_t off = 0;
+
+    sf_buf_init(&b, SF_AP_HDR_LEN + SF_AP_FRAME_MAX);
+    do {
+        size_t n = len - off > SF_AP_DATA_MAX ? SF_AP_DATA_MAX : len - off;
+        sf_ap_msg m = {.op = SF_AP_INPUT, .id = id, .data = p + off, .data_len = n,
+                       .more = off + n < len};
+        b.len = 0;
+        if ((rc = sf_ap_encode(&b, &m, NULL)) < 0 || bufferevent_write(l->bev, b.p, b.len) < 0) {
+            rc = rc < 0 ? rc : -ENOMEM;
+            break;
+        }
+        off += n;
+    } while (off < len);
+    sf_buf_fini(&b);
+    return rc;
+}
+
 int wk_alink_exec(wk_alink *l, const wk_exec_req *req_in, wk_exec_cb cb, void *arg)
 {
     sf_ap_msg m = {.op = SF_AP_EXEC};
@@ -489,15 +536,28 @@ int wk_alink_exec(wk_alink *l, const wk_exec_req *req_in, wk_exec_cb cb, void *a
         m.cap = SF_AP_CAP_MIN;
     if (!(r = calloc(1, sizeof(*r))))
         return -ENOMEM;
-    m.stream = req_in->on_output != NULL;
+    if (req_in->has_stdin && (req_in->stdin_len > WK_EXEC_STDIN_MAX ||
+                              (req_in->stdin_len && !req_in->stdin_data))) {
+        free(r);
+        return -E2BIG;
+    }
+    m.stream = req_in->on_output != NULL && !req_in->background;
+    m.in = req_in->has_stdin;
+    m.bg = req_in->background;
+    r->bg = m.bg;
     r->kind = R_EXEC;
     r->exec_cb = cb;
     r->output_cb = req_in->on_output;
     r->arg = arg;
     r->oom0 = l->oom ? l->oom(l->oom_arg) : 0;
-    if ((rc = submit(l, r, &m, (uint64_t)m.timeout_ms + WK_ALINK_GRACE_MS)) < 0)
+    if ((rc = submit(l, r, &m, m.bg ? WK_ALINK_FILE_MS
+                                    : (uint64_t)m.timeout_ms + WK_ALINK_GRACE_MS)) < 0) {
         req_free(r);
-    return rc;
+        return rc;
+    }
+    if (m.in && !r->error && (rc = send_input(l, r->id, req_in->stdin_data, req_in->stdin_len)) < 0)
+        go_down(l, ERR_BAD, "cannot queue a command's stdin (out of memory)");
+    return 0;
 }
 
 int wk_alink_file(wk_alink *l, const wk_file_req *fr, wk_file_cb cb, void *arg)
@@ -505,13 +565,14 @@ int wk_alink_file(wk_alink *l, const wk_file_req *fr, wk_file_cb cb, void *arg)
     static const sf_ap_op op_of[] = {
         [WK_FILE_READ] = SF_AP_FREAD, [WK_FILE_WRITE] = SF_AP_FWRITE,
         [WK_FILE_LIST] = SF_AP_FLIST, [WK_FILE_MOVE] = SF_AP_FMOVE,
-        [WK_FILE_DELETE] = SF_AP_FDEL,
+        [WK_FILE_DELETE] = SF_AP_FDEL, [WK_PROC_LIST] = SF_AP_PLIST,
+        [WK_PROC_KILL] = SF_AP_PKILL, [WK_PROC_LOGS] = SF_AP_PLOGS,
     };
     sf_ap_msg m = {0};
     req *r;
     int rc;
 
-    if (!l || !fr || !cb || (unsigned)fr->op > WK_FILE_DELETE)
+    if (!l || !fr || !cb || (unsigned)fr->op > WK_PROC_LOGS)
         return -EINVAL;
     m.op = op_of[fr->op];
     m.path = fr->path;
@@ -521,12 +582,17 @@ int wk_alink_file(wk_alink *l, const wk_file_req *fr, wk_file_cb cb, void *arg)
     m.flags = fr->flags;
     m.data = fr->data;
     m.data_len = fr->data_len;
+    m.pid = fr->pid;
+    m.sig = fr->sig;
+    m.grace_ms = fr->grace_ms;
+    m.tail = fr->tail;
+    m.has_off = fr->has_off;
     if (!(r = calloc(1, sizeof(*r))))
         return -ENOMEM;
     r->kind = R_FILE;
     r->file_cb = cb;
     r->arg = arg;
-    if ((rc = submit(l, r, &m, WK_ALINK_FILE_MS)) < 0)
+    if ((rc = submit(l, r, &m, WK_ALINK_FILE_MS + (uint64_t)fr->grace_ms)) < 0)
         req_free(r);
     return rc == -E2BIG ? -EINVAL : rc;
 }

@@ -119,7 +119,16 @@ typedef struct wk_exec_req {
      * chunk at most 100 ms or 8 KiB and streams at most 1 MiB per command; the rest is
      * counted in a marker chunk). Called with exec's arg, before the result. */
     void (*on_output)(void *arg, int stream, const char *data, size_t len);
+    /* has_stdin: stdin_len bytes (<= WK_EXEC_STDIN_MAX) are the command's stdin, then EOF
+     * (else stdin is /dev/null). */
+    int has_stdin;
+    const char *stdin_data;
+    size_t stdin_len;
+    /* 1: the command runs in the background: the result comes at once with its pid (no
+     * timeout; stdout and stderr merged into a log the agent keeps: WK_PROC_LOGS). */
+    int background;
 } wk_exec_req;
+#define WK_EXEC_STDIN_MAX (8u << 20)
 
 typedef struct wk_exec_result {
     int exit_code;             /* exit status, 128+signal when killed by a signal, -1 on timeout */
@@ -137,6 +146,7 @@ typedef struct wk_exec_result {
     const char *error;         /* non-NULL when the command could not run at all (bad cwd,
                                   agent gone, sandbox killed...): one actionable sentence;
                                   the other fields are then unset */
+    uint32_t pid;              /* background: the process's pid in the sandbox (the rest unset) */
 } wk_exec_result;
 
 /* One file request, done by the sandbox's agent inside the sandbox (its mount namespace
@@ -148,6 +158,11 @@ typedef enum wk_file_op {
     WK_FILE_LIST,     /* path, off (entries to skip), len (1..4096) -> entries, more */
     WK_FILE_MOVE,     /* path -> to (rename) */
     WK_FILE_DELETE,   /* path (not a directory) */
+    /* The sandbox's processes (through the same path: the agent answers) */
+    WK_PROC_LIST,     /* -> procs, n_procs, more */
+    WK_PROC_KILL,     /* pid, sig, grace_ms -> size 1 when SIGKILL followed after grace_ms */
+    WK_PROC_LOGS,     /* pid, off (has_off) or tail -> data, size (first byte's offset), off
+                         (next offset), exited, exit_code */
 } wk_file_op;
 #define WK_FILE_CHUNK SF_AP_DATA_MAX
 #define WK_FILE_NOFOLLOW SF_AP_F_NOFOLLOW
@@ -165,6 +180,8 @@ typedef struct wk_file_req {
     const void *data;
     size_t data_len;
     uint32_t flags;
+    uint32_t pid, sig, grace_ms, tail; /* WK_PROC_KILL, WK_PROC_LOGS */
+    int has_off;                       /* WK_PROC_LOGS: off given */
 } wk_file_req;
 
 typedef struct wk_file_result {
@@ -177,6 +194,10 @@ typedef struct wk_file_result {
     const wk_file_entry *entries; /* LIST: one page, in directory order */
     size_t n_entries;
     int more;                  /* LIST: entries follow past off + n_entries */
+    const sf_ap_proc *procs;   /* PROC_LIST */
+    size_t n_procs;
+    uint64_t off;              /* PROC_LOGS: the offset after data */
+    int exited, exit_code;     /* PROC_LOGS */
 } wk_file_result;
 
 /* sb is NULL and rc < 0 (why set) when the create failed. */

@@ -893,6 +893,14 @@ static void on_exec_done(void *arg, const wk_exec_result *res)
         wk_reply_error(c, SF_ERR_UNAVAILABLE, res->error);
         return;
     }
+    if (res->pid) { /* background: it runs on, its output in its log */
+        wk_touch(c->ctx, c->job.sandbox);
+        wk_reply_result(c, json_pack("{s:I, s:b, s:s, s:s, s:i, s:s}", "pid",
+                                     (json_int_t)res->pid, "background", 1, "stdout", "",
+                                     "stderr", "", "exit_code", 0, "log",
+                                     "sandbox_process_logs"));
+        return;
+    }
     r = json_object();
     json_object_set_new(r, "stdout", stream_text(res->out, res->out_len, res->out_total));
     json_object_set_new(r, "stderr", stream_text(res->err, res->err_len, res->err_total));
@@ -938,6 +946,26 @@ static int env_add(json_t *obj, const char **env, size_t *n, char **store)
     return 0;
 }
 
+/* background and stdin (issue 20); -1 (answered) when stdin is unusable. */
+static int exec_extras(wk_call *c, wk_exec_req *req)
+{
+    json_t *in = json_object_get(c->job.args, "stdin");
+
+    req->background = json_is_true(json_object_get(c->job.args, "background"));
+    if (!in)
+        return 0;
+    if (!json_is_string(in) || json_string_length(in) > WK_EXEC_STDIN_MAX) {
+        wk_reply_error(c, SF_ERR_INVALID, "Argument 'stdin' must be a UTF-8 string of at most "
+                                          "8 MiB; pass larger input through a file "
+                                          "(sandbox_files_write, then `cmd < file`).");
+        return -1;
+    }
+    req->has_stdin = 1;
+    req->stdin_data = json_string_value(in);
+    req->stdin_len = json_string_length(in);
+    return 0;
+}
+
 static void do_exec(wk_call *c, wk_box *b)
 {
     json_t *a = c->job.args, *all = json_object();
@@ -975,6 +1003,11 @@ static void do_exec(wk_call *c, wk_box *b)
     req.cap_bytes = EXEC_CAP_BYTES;
     if (c->job.progress)
         req.on_output = on_exec_output;
+    if (exec_extras(c, &req) < 0) {
+        for (size_t i = 0; i < n; i++)
+            free(store[i]);
+        return;
+    }
     if (!req.command) {
         for (size_t i = 0; i < n; i++)
             free(store[i]);
@@ -1139,6 +1172,9 @@ static const sf_tool_handler handlers[] = {
     H("sandbox_files_write", wk_files_write),
     H("sandbox_files_list", wk_files_list),
     H("sandbox_files_download_dir", wk_files_download),
+    H("sandbox_process_list", wk_procs_list),
+    H("sandbox_process_kill", wk_procs_kill),
+    H("sandbox_process_logs", wk_procs_logs),
     H("sandbox_pause", wk_do_pause),
     H("sandbox_resume", wk_do_resume),
     H("sandbox_snapshot", wk_do_snapshot),

@@ -65,6 +65,9 @@ typedef struct waiter {
     char *command, *cwd;
     char **env;
     uint32_t timeout_ms, cap_bytes;
+    int has_stdin, background;
+    char *stdin_data;
+    size_t stdin_len;
     /* a file request waiting for RUNNING: its request, copied */
     wk_file_cb file_cb;
     wk_file_req freq;
@@ -201,6 +204,7 @@ static void waiter_free(waiter *w)
     free(w->fto);
     free(w->fdata);
     free(w->snap_dir);
+    free(w->stdin_data);
     free(w);
 }
 
@@ -215,7 +219,9 @@ static void waiter_fire(wk_sandbox *sb, waiter *w, int rc, const char *why)
             const wk_exec_req req = {.command = w->command, .cwd = w->cwd,
                                      .env = (const char *const *)w->env,
                                      .timeout_ms = w->timeout_ms, .cap_bytes = w->cap_bytes,
-                                     .on_output = w->on_output};
+                                     .on_output = w->on_output, .has_stdin = w->has_stdin,
+                                     .stdin_data = w->stdin_data, .stdin_len = w->stdin_len,
+                                     .background = w->background};
             if (wk_alink_exec(sb->link, &req, w->exec_cb, w->arg) < 0) {
                 wk_exec_result res = {.exit_code = -1, .error = ERR_NOMEM};
                 w->exec_cb(w->arg, &res);
@@ -1520,7 +1526,8 @@ int wk_qvm_exec(wk_sandbox *sb, const wk_exec_req *req, wk_exec_cb cb, void *arg
             return -E2BIG;
     if (!(w = calloc(1, sizeof(*w))) || !(w->command = strdup(req->command)) ||
         (req->cwd && !(w->cwd = strdup(req->cwd))) ||
-        !(w->env = calloc(env_n + 1, sizeof(char *)))) {
+        !(w->env = calloc(env_n + 1, sizeof(char *))) ||
+        (req->has_stdin && req->stdin_len && !(w->stdin_data = malloc(req->stdin_len)))) {
         if (w)
             waiter_free(w);
         return -ENOMEM;
@@ -1536,6 +1543,11 @@ int wk_qvm_exec(wk_sandbox *sb, const wk_exec_req *req, wk_exec_cb cb, void *arg
     w->arg = arg;
     w->timeout_ms = req->timeout_ms;
     w->cap_bytes = req->cap_bytes;
+    w->has_stdin = req->has_stdin;
+    w->background = req->background;
+    w->stdin_len = req->has_stdin ? req->stdin_len : 0;
+    if (w->stdin_len)
+        memcpy(w->stdin_data, req->stdin_data, w->stdin_len);
     add_waiter(sb, w);
     kick(sb);
     return 0;

@@ -146,6 +146,11 @@ void wk_files_write(wk_call *c, wk_box *b);
 void wk_files_list(wk_call *c, wk_box *b);
 void wk_files_download(wk_call *c, wk_box *b);
 
+/* procs.c: the process tools (handlers, as in jobs.c's table). */
+void wk_procs_list(wk_call *c, wk_box *b);
+void wk_procs_kill(wk_call *c, wk_box *b);
+void wk_procs_logs(wk_call *c, wk_box *b);
+
 /* 0 when this worker handles exactly the tools the catalogue declares to run on a host. */
 int wk_jobs_check(const sf_toolset *tools, char *why, size_t whylen);
 void wk_on_job(void *arg, sf_job *job, sf_kafka_ticket tk);

@@ -3,7 +3,7 @@
 // tools (sandbox_process_list, _kill, _logs) manage it. Both drivers (e2e.qemu.background).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { connect, call, sh, env, until } from './lib.mjs';
+import { connect, call, sh, env, until, driver } from './lib.mjs';
 
 let client, box;
 before(async () => {
@@ -53,5 +53,177 @@ for (const [name, cmd] of Object.entries(idioms)) {
     const r2 = await call(client, 'sandbox_resume', { sandbox_id: box });
     assert.equal(r2.isError, false, r2.text);
     await grows(box, f, 'after resume');
+    // gone after sandbox_process_kill: the loop's shell, found by its command line
+    const mine = async () => (await list(box)).filter((p) => p.command.includes(`count-${name}`) &&
+                                                             p.command.includes('while'));
+    const procs = await mine();
+    assert.ok(procs.length >= 1, `the loop of ${name} is listed`);
+    for (const p of procs) {
+      const k = await call(client, 'sandbox_process_kill', { sandbox_id: box, pid: p.pid });
+      assert.equal(k.isError, false, k.text);
+      assert.equal(k.structured.exited, true);
+    }
+    assert.deepEqual(await mine(), [], 'no loop left after the kill');
+    const n = await lines(box, f);
+    await sh(client, box, 'sleep 0.3');
+    assert.equal(await lines(box, f), n, 'the counter stopped');
   });
 }
+
+async function list(id) {
+  const r = await call(client, 'sandbox_process_list', { sandbox_id: id });
+  assert.equal(r.isError, false, r.text);
+  return r.structured.processes;
+}
+
+test('sandbox_process_list: every process, with command, start time, cpu, memory and state', async () => {
+  const r = await call(client, 'sandbox_exec', { sandbox_id: box, command: 'sleep 300', background: true });
+  assert.equal(r.isError, false, r.text);
+  const pid = r.structured.pid;
+  assert.ok(Number.isInteger(pid) && pid > 1, r.text);
+  // the pid is the one ps in the sandbox shows
+  const ps = await sh(client, box, 'ps -o pid,args');
+  assert.match(ps.stdout, new RegExp(`^\\s*${pid}\\s+sleep 300`, 'm'), ps.stdout);
+  const p = (await list(box)).find((q) => q.pid === pid);
+  assert.ok(p, 'listed');
+  assert.equal(p.command, 'sleep 300');
+  assert.match(p.started_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/);
+  assert.ok(Math.abs(Date.parse(p.started_at) - Date.now()) < 120000, p.started_at);
+  assert.equal(typeof p.cpu_ms, 'number');
+  assert.ok(p.rss_kib > 0, `rss ${p.rss_kib}`);
+  assert.equal(p.state, 'sleeping');
+  assert.ok((await list(box)).some((q) => q.pid === 1), 'pid 1 (the agent) is listed too');
+  // TERM ends it; the log says how
+  const k = await call(client, 'sandbox_process_kill', { sandbox_id: box, pid });
+  assert.equal(k.isError, false, k.text);
+  assert.equal(k.structured.signal, 'TERM');
+  assert.equal((await list(box)).some((q) => q.pid === pid), false);
+  const l = await call(client, 'sandbox_process_logs', { sandbox_id: box, pid });
+  assert.equal(l.structured.exited, true);
+  assert.equal(l.structured.exit_code, 143);
+});
+
+test('sandbox_process_kill: a process that ignores TERM is KILLed after grace_ms; errors', async () => {
+  const r = await call(client, 'sandbox_exec', { sandbox_id: box, background: true,
+    command: "trap '' TERM; echo ready; while true; do sleep 0.05; done" });
+  const pid = r.structured.pid;
+  await until('the trap to be set', async () => (await call(client, 'sandbox_process_logs',
+    { sandbox_id: box, pid })).structured.data.includes('ready'));
+  const t0 = Date.now();
+  const k = await call(client, 'sandbox_process_kill', { sandbox_id: box, pid, grace_ms: 300 });
+  assert.equal(k.isError, false, k.text);
+  assert.equal(k.structured.killed_after_grace, true);
+  assert.ok(Date.now() - t0 >= 300);
+  assert.equal((await list(box)).some((q) => q.pid === pid), false);
+  const gone = await call(client, 'sandbox_process_kill', { sandbox_id: box, pid });
+  assert.equal(gone.isError, true);
+  assert.match(gone.text, /No process \d+ runs in the sandbox; sandbox_process_list/);
+  const one = await call(client, 'sandbox_process_kill', { sandbox_id: box, pid: 1 });
+  assert.equal(one.isError, true);
+  assert.match(one.text, /sandbox_kill/);
+  const bad = await call(client, 'sandbox_process_kill', { sandbox_id: box, pid, signal: 'USR1' });
+  assert.equal(bad.isError, true);
+});
+
+test('background: answers at once, timeout_ms does not apply, stdout and stderr merged in its log', async () => {
+  const t0 = Date.now();
+  const r = await call(client, 'sandbox_exec', { sandbox_id: box, background: true, timeout_ms: 200,
+    command: 'echo out; echo err >&2; sleep 1; echo late; i=0; while [ $i -lt 3000 ]; do echo line$i; i=$((i+1)); done; exit 7' });
+  assert.equal(r.isError, false, r.text);
+  assert.ok(Date.now() - t0 < 900, 'answered before the command ended');
+  const pid = r.structured.pid;
+  const logs = (args = {}) => call(client, 'sandbox_process_logs', { sandbox_id: box, pid, ...args });
+  await until('it to exit (well past timeout_ms)', async () => (await logs()).structured.exited);
+  const all = (await logs()).structured;
+  assert.equal(all.exit_code, 7);
+  assert.match(all.data, /^out\nerr\nlate\nline0\n/);
+  assert.match(all.data, /line2999\n$/);
+  assert.equal(all.next_offset, Buffer.byteLength(all.data));
+  const tail = (await logs({ tail_bytes: 9 })).structured;
+  assert.equal(tail.data, 'line2999\n');
+  assert.equal(tail.next_offset, all.next_offset);
+  const from = (await logs({ offset: 4 })).structured;
+  assert.equal(from.data, all.data.slice(4));
+  const none = (await logs({ offset: all.next_offset })).structured;
+  assert.equal(none.data, '');
+  const not = await call(client, 'sandbox_process_logs', { sandbox_id: box, pid: 1 });
+  assert.equal(not.isError, true);
+  assert.match(not.text, /background: true/);
+});
+
+test('the log keeps the last 1 MiB; offsets keep counting', async () => {
+  const r = await call(client, 'sandbox_exec', { sandbox_id: box, background: true,
+    command: 'head -c 1500000 /dev/zero | tr "\\0" a; echo END' });
+  const pid = r.structured.pid;
+  const logs = (args = {}) => call(client, 'sandbox_process_logs', { sandbox_id: box, pid, ...args });
+  await until('it to exit', async () => (await logs()).structured.exited);
+  const first = (await logs()).structured;
+  assert.equal(first.offset, 1500004 - 1048576, 'the oldest bytes were dropped');
+  let off = first.offset, text = '';
+  for (;;) {
+    const c = (await logs({ offset: off })).structured;
+    if (!c.data.length) break;
+    text += c.data;
+    off = c.next_offset;
+  }
+  assert.equal(off, 1500004);
+  assert.equal(text.length, 1048576);
+  assert.ok(text.endsWith('aEND\n'));
+});
+
+test('stdin: wc -c of "12345" is 5; large stdin arrives whole', async () => {
+  const r = await sh(client, box, 'wc -c', { stdin: '12345' });
+  assert.equal(r.stdout.trim(), '5');
+  assert.equal(r.exit_code, 0);
+  const big = 'x'.repeat(3 * 1024 * 1024 + 7);
+  const b = await sh(client, box, 'wc -c', { stdin: big });
+  assert.equal(b.stdout.trim(), String(big.length));
+  const e = await sh(client, box, 'cat', { stdin: '' });
+  assert.equal(e.stdout, '');
+  const c = await sh(client, box, 'true', { stdin: big }); // never read: no hang
+  assert.equal(c.exit_code, 0);
+});
+
+test('the background-process cap (64) gives its actionable error', async () => {
+  const id = await create({ name: 'bg-cap' });
+  try {
+    const pids = [];
+    for (let i = 0; i < 64; i++) {
+      const r = await call(client, 'sandbox_exec', { sandbox_id: id, command: 'sleep 600', background: true });
+      assert.equal(r.isError, false, r.text);
+      pids.push(r.structured.pid);
+    }
+    const over = await call(client, 'sandbox_exec', { sandbox_id: id, command: 'sleep 600', background: true });
+    assert.equal(over.isError, true);
+    assert.match(over.text, /64 background processes .*sandbox_process_kill/);
+    const k = await call(client, 'sandbox_process_kill', { sandbox_id: id, pid: pids[0], signal: 'KILL' });
+    assert.equal(k.isError, false, k.text);
+    const again = await call(client, 'sandbox_exec', { sandbox_id: id, command: 'sleep 600', background: true });
+    assert.equal(again.isError, false, again.text);
+  } finally {
+    await kill(id);
+  }
+});
+
+test('python3 -m http.server in the background answers a later curl; its log is readable', async (t) => {
+  const tl = await call(client, 'sandbox_template_list', {});
+  if (!tl.structured?.templates?.some((x) => x.name === 'debian' && (x.status ?? 'ready') === 'ready')) {
+    t.skip(`no debian template on this stack (${driver})`);
+    return;
+  }
+  const id = await create({ name: 'bg-http', from_template: 'debian' });
+  try {
+    const r = await call(client, 'sandbox_exec', { sandbox_id: id, background: true,
+      command: 'cd /tmp && echo hello > index.txt && exec python3 -u -m http.server 8123' });
+    assert.equal(r.isError, false, r.text);
+    const pid = r.structured.pid;
+    await until('the server to answer', async () =>
+      (await sh(client, id, 'curl -s http://127.0.0.1:8123/index.txt')).stdout === 'hello\n', 30000);
+    const l = await call(client, 'sandbox_process_logs', { sandbox_id: id, pid });
+    assert.equal(l.structured.exited, false);
+    assert.match(l.structured.data, /GET \/index.txt/);
+    assert.ok((await list(id)).some((p) => p.pid === pid && p.command.includes('http.server')));
+  } finally {
+    await kill(id);
+  }
+});

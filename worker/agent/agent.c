@@ -45,6 +45,7 @@
 #define STREAM_SEND (8 * 1024)  /* ...sent once this much is held */
 #define STREAM_FLUSH_MS 100     /* ...or once its first byte waited this long */
 #define STREAM_BUDGET (1u << 20) /* output streamed per command; the rest only counts */
+#define PROC_FDS (2 * AGENT_BG_MAX + 64) /* background logs + stdin feeders (agent_proc.c) */
 
 typedef struct job {
     int used;
@@ -323,7 +324,7 @@ typedef struct spawn_arg {
     const sf_ap_msg *m;
     const char *cwd;
     char **env;
-    int out_w, err_w, script_fd;
+    int in_r, out_w, err_w, script_fd; /* in_r -1: /dev/null */
     volatile int stage, err;
 } spawn_arg;
 
@@ -350,7 +351,8 @@ static int child_exec(void *arg)
         stage = 3;
         goto fail;
     }
-    if (dup2(devnull, 0) < 0 || dup2(a->out_w, 1) < 0 || dup2(a->err_w, 2) < 0 ||
+    if (dup2(a->in_r >= 0 ? a->in_r : devnull, 0) < 0 || dup2(a->out_w, 1) < 0 ||
+        dup2(a->err_w, 2) < 0 ||
         (a->script_fd >= 0 && dup2(a->script_fd, SCRIPT_FD) < 0)) {
         stage = 0;
         goto fail;
@@ -432,7 +434,7 @@ static void spawn_error(uint32_t id, int stage, int err, const char *cwd)
 static void job_start(const sf_ap_msg *m)
 {
     const char *cwd = m->cwd ? m->cwd : DEFAULT_CWD;
-    int po[2] = {-1, -1}, pe[2] = {-1, -1}, script = -1;
+    int po[2] = {-1, -1}, pe[2] = {-1, -1}, pi[2] = {-1, -1}, script = -1;
     spawn_arg a;
     job *j = NULL;
     char **env = NULL;
@@ -443,6 +445,11 @@ static void job_start(const sf_ap_msg *m)
             send_error(m->id, "A command with this request id is already running.");
             return;
         }
+    if (m->bg && !agent_bg_room()) {
+        send_error(m->id, "64 background processes already run in this sandbox (the limit); "
+                          "end some with sandbox_process_kill, then retry.");
+        return;
+    }
     for (int i = 0; i < JOBS_MAX && !j; i++)
         if (!jobs[i].used)
             j = &jobs[i];
@@ -454,7 +461,8 @@ static void job_start(const sf_ap_msg *m)
     memset(j, 0, sizeof(*j));
     j->fd[0] = j->fd[1] = -1;
     if (sf_cap_init(&j->cap[0], m->cap) < 0 || sf_cap_init(&j->cap[1], m->cap) < 0 ||
-        !(env = build_env(m)) || pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0) {
+        !(env = build_env(m)) || pipe2(po, O_CLOEXEC) < 0 ||
+        (!m->bg && pipe2(pe, O_CLOEXEC) < 0) || (m->in && pipe2(pi, O_CLOEXEC) < 0)) {
         send_error(m->id, "The sandbox is out of memory or file descriptors; free some "
                           "resources, then retry.");
         goto fail;
@@ -470,8 +478,9 @@ static void job_start(const sf_ap_msg *m)
     /* clone(CLONE_VM|CLONE_VFORK), as posix_spawn does: no copy of the agent's page
      * tables and no copy-on-write faults after it (fork's cost, paid per command); the
      * agent goes on once the child has exec'd or failed. */
-    a = (spawn_arg){.m = m, .cwd = cwd, .env = env, .out_w = po[1], .err_w = pe[1],
-                    .script_fd = script, .stage = -1, .err = 0};
+    /* background: stdout and stderr on one pipe (its log) */
+    a = (spawn_arg){.m = m, .cwd = cwd, .env = env, .in_r = pi[0], .out_w = po[1],
+                    .err_w = m->bg ? po[1] : pe[1], .script_fd = script, .stage = -1, .err = 0};
     pid = clone(child_exec, child_stack + sizeof(child_stack), CLONE_VM | CLONE_VFORK | SIGCHLD,
                 &a);
     if (pid < 0) {
@@ -487,10 +496,30 @@ static void job_start(const sf_ap_msg *m)
         close(script);
     script = -1;
     close(po[1]);
-    close(pe[1]);
-    po[1] = pe[1] = -1;
+    if (pe[1] >= 0)
+        close(pe[1]);
+    if (pi[0] >= 0)
+        close(pi[0]);
+    po[1] = pe[1] = pi[0] = -1;
     free(env);
     env = NULL;
+    if (m->in && (a.stage >= 0 || agent_in_add(m->id, pi[1]) < 0))
+        close(pi[1]); /* not started, or 64 stdins pending: this command reads EOF */
+    pi[1] = -1;
+    if (m->bg) {
+        if (a.stage >= 0) { /* it exits 127 and is reaped as an unknown child */
+            spawn_error(m->id, a.stage, a.err, cwd);
+            close(po[0]);
+        } else if (agent_bg_add(pid, po[0]) < 0) {
+            close(po[0]); /* cannot happen: agent_bg_room() said there is a slot */
+        }
+        if (a.stage < 0) {
+            sf_ap_msg ok = {.op = SF_AP_OK, .id = m->id, .size = (uint64_t)pid};
+            agent_send(&ok);
+        }
+        job_free(j);
+        return;
+    }
     j->used = 1;
     j->id = m->id;
     j->pid = pid;
@@ -516,6 +545,8 @@ fail:
             close(po[i]);
         if (pe[i] >= 0)
             close(pe[i]);
+        if (pi[i] >= 0)
+            close(pi[i]);
     }
     job_free(j);
 }
@@ -533,6 +564,8 @@ static void reap(void)
     pid_t pid;
 
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        if (agent_bg_reaped(pid, status))
+            continue;
         for (int i = 0; i < JOBS_MAX; i++) {
             job *j = &jobs[i];
             if (!j->used || j->pid != pid)
@@ -624,6 +657,12 @@ static void handle_frame(const char *payload, size_t len)
     case SF_AP_FDEL:
         agent_fs_request(&m);
         break;
+    case SF_AP_INPUT:
+    case SF_AP_PLIST:
+    case SF_AP_PKILL:
+    case SF_AP_PLOGS:
+        agent_proc_request(&m);
+        break;
     default:
         send_error(m.id, "The agent only accepts requests (ping, exec, cancel and the file "
                          "requests).");
@@ -686,9 +725,10 @@ static int flush_sock(void)
 
 int main(void)
 {
-    struct pollfd pfd[2 + 2 * JOBS_MAX + ORPHANS_MAX];
-    job *owner[2 + 2 * JOBS_MAX + ORPHANS_MAX];
-    int stream[2 + 2 * JOBS_MAX + ORPHANS_MAX];
+#define NFDS (2 + 2 * JOBS_MAX + ORPHANS_MAX + PROC_FDS)
+    struct pollfd pfd[NFDS];
+    job *owner[NFDS];
+    int stream[NFDS];
     struct stat st;
     sigset_t mask;
     int sfd;
@@ -726,7 +766,9 @@ int main(void)
 
     for (;;) {
         int64_t now = sf_mono_ms(), next = -1;
-        int n = 0, timeout;
+        int n = 0, nj, timeout;
+        /* First: a kill it answers now must be in outq before pfd[0] asks for POLLOUT. */
+        int64_t pn = agent_proc_tick(now);
 
         /* An unplugged port polls as POLLHUP at once: leave it out and retry it. */
         pfd[n] = (struct pollfd){.fd = unplugged ? -1 : sock,
@@ -758,6 +800,10 @@ int main(void)
             stream[n] = i;
             pfd[n++] = (struct pollfd){.fd = orphans[i], .events = POLLIN};
         }
+        nj = n;
+        n += agent_proc_fds(pfd + n, NFDS - n);
+        if (pn >= 0 && (next < 0 || pn < next))
+            next = pn;
         timeout = next < 0 ? -1 : next <= now ? 0 : (int)(next - now > 60000 ? 60000 : next - now);
         if (poll(pfd, (nfds_t)n, timeout) < 0) {
             if (errno == EINTR)
@@ -776,7 +822,8 @@ int main(void)
                 unplugged = 0;
             }
         }
-        for (int i = 2; i < n; i++) {
+        agent_proc_events(pfd + nj, n - nj);
+        for (int i = 2; i < nj; i++) {
             if (!pfd[i].revents)
                 continue;
             if (owner[i]) {

@@ -3,6 +3,8 @@
 #ifndef AGENT_INT_H
 #define AGENT_INT_H
 
+#include <sys/types.h>
+
 #include "sf_agentproto.h"
 
 /* Finds the virtio-serial port named SF_AP_VIRTIO_PORT and opens it
@@ -21,5 +23,25 @@ void agent_send_error(uint32_t id, int errnum, const char *msg);
 /* agent_fs.c: answers one fread, fwrite, flist, fmove or fdel request (never blocks:
  * regular files only, opened O_NONBLOCK; bounded pages). */
 void agent_fs_request(const sf_ap_msg *m);
+
+/* agent_proc.c: background commands (their logs), stdin feeders, process requests. */
+#define AGENT_BG_MAX 64         /* background commands running at once */
+struct pollfd;
+/* 1 while another background command may start. */
+int agent_bg_room(void);
+/* Registers background command pid, its merged output's read end fd (taken). 0, or -1
+ * when no slot is free (fd not taken). */
+int agent_bg_add(pid_t pid, int fd);
+/* The loop reaped pid: 1 when it was a background command (its status kept). */
+int agent_bg_reaped(pid_t pid, int status);
+/* Holds the stdin of exec id (fd: its pipe's write end, taken). 0, or -1 (no room). */
+int agent_in_add(uint32_t id, int fd);
+/* input, plist, pkill, plogs */
+void agent_proc_request(const sf_ap_msg *m);
+/* The fds to poll (at most room); then their events. */
+int agent_proc_fds(struct pollfd *pfd, int room);
+void agent_proc_events(const struct pollfd *pfd, int n);
+/* Pending kills; returns when to be called again (-1: nothing pending). */
+int64_t agent_proc_tick(int64_t now);
 
 #endif
