@@ -974,10 +974,183 @@ static void test_file_ops_decode_errors(void **state)
     msgpack_sbuffer_destroy(&m.sb);
 }
 
+/* Background, stdin and the process requests (issue 20). */
+static void test_proc_ops_round_trip(void **state)
+{
+    static char chunk[SF_AP_DATA_MAX];
+    sf_ap_proc procs[2] = {{1, "/sbin/sandfleet-agent", 1700000000123ull, 5, 900, 'S'},
+                           {42, "python3 -m http.server", 1, 2, 3, 'R'}};
+    sf_ap_msg m = {.op = SF_AP_EXEC, .id = 9, .cmd = "wc -c", .timeout_ms = 1, .cap = 2,
+                   .in = 1, .bg = 1}, out;
+
+    (void)state;
+    round_trip(&m, &out);
+    assert_true(out.in);
+    assert_true(out.bg);
+    assert_false(out.stream);
+    sf_ap_msg_fini(&out);
+
+    memset(chunk, 'x', sizeof(chunk));
+    m = (sf_ap_msg){.op = SF_AP_INPUT, .id = 9, .data = chunk, .data_len = sizeof(chunk),
+                    .more = 1};
+    round_trip(&m, &out);
+    assert_int_equal(out.data_len, sizeof(chunk));
+    assert_true(out.more);
+    sf_ap_msg_fini(&out);
+    m = (sf_ap_msg){.op = SF_AP_INPUT, .id = 9}; /* EOF, nothing more */
+    round_trip(&m, &out);
+    assert_int_equal(out.data_len, 0);
+    assert_false(out.more);
+    sf_ap_msg_fini(&out);
+
+    m = (sf_ap_msg){.op = SF_AP_PLIST, .id = 10};
+    round_trip(&m, &out);
+    assert_int_equal(out.op, SF_AP_PLIST);
+    sf_ap_msg_fini(&out);
+
+    m = (sf_ap_msg){.op = SF_AP_PROCS, .id = 10, .procs = procs, .n_procs = 2, .more = 1};
+    round_trip(&m, &out);
+    assert_int_equal(out.n_procs, 2);
+    assert_true(out.more);
+    assert_int_equal(out.procs[0].start_ms, 1700000000123ull);
+    assert_string_equal(out.procs[1].cmd, "python3 -m http.server");
+    assert_int_equal(out.procs[1].pid, 42);
+    assert_int_equal(out.procs[1].state, 'R');
+    assert_int_equal(out.procs[0].rss_kib, 900);
+    sf_ap_msg_fini(&out);
+
+    m = (sf_ap_msg){.op = SF_AP_PKILL, .id = 11, .pid = 42, .sig = 15, .grace_ms = 5000};
+    round_trip(&m, &out);
+    assert_int_equal(out.pid, 42);
+    assert_int_equal(out.sig, 15);
+    assert_int_equal(out.grace_ms, 5000);
+    sf_ap_msg_fini(&out);
+
+    m = (sf_ap_msg){.op = SF_AP_PLOGS, .id = 12, .pid = 42, .has_off = 1, .off = 0};
+    round_trip(&m, &out);
+    assert_true(out.has_off);
+    assert_int_equal(out.tail, 0);
+    sf_ap_msg_fini(&out);
+    m = (sf_ap_msg){.op = SF_AP_PLOGS, .id = 12, .pid = 42, .tail = 9};
+    round_trip(&m, &out);
+    assert_false(out.has_off);
+    assert_int_equal(out.tail, 9);
+    sf_ap_msg_fini(&out);
+
+    m = (sf_ap_msg){.op = SF_AP_LOG, .id = 12, .data = "end\n", .data_len = 4, .size = 100,
+                    .off = 104, .exited = 1, .exit_code = 143};
+    round_trip(&m, &out);
+    assert_true(out.exited);
+    assert_int_equal(out.exit_code, 143);
+    assert_int_equal(out.size, 100);
+    assert_int_equal(out.off, 104);
+    sf_ap_msg_fini(&out);
+    m = (sf_ap_msg){.op = SF_AP_LOG, .id = 12, .size = 3, .off = 3};
+    round_trip(&m, &out);
+    assert_false(out.exited);
+    sf_ap_msg_fini(&out);
+}
+
+static void test_proc_ops_rejected(void **state)
+{
+    static char big[SF_AP_DATA_MAX + 1], longcmd[SF_AP_CMDLINE_MAX + 2];
+    sf_ap_proc nopid[1] = {{0, "x", 0, 0, 0, 'S'}}, empty[1] = {{1, "", 0, 0, 0, 'S'}},
+               badstate[1] = {{1, "x", 0, 0, 0, ' '}}, toolong[1] = {{1, longcmd, 0, 0, 0, 'S'}};
+    const sf_ap_msg bad[] = {
+        {.op = SF_AP_INPUT, .data = big, .data_len = sizeof(big)},
+        {.op = SF_AP_PKILL, .pid = 0, .sig = 15},
+        {.op = SF_AP_PKILL, .pid = 2, .sig = 0},
+        {.op = SF_AP_PKILL, .pid = 2, .sig = 65},
+        {.op = SF_AP_PKILL, .pid = 2, .sig = 9, .grace_ms = SF_AP_GRACE_MAX + 1},
+        {.op = SF_AP_PLOGS, .pid = 0},
+        {.op = SF_AP_PLOGS, .pid = 2, .tail = SF_AP_DATA_MAX + 1},
+        {.op = SF_AP_LOG, .size = 5, .off = 4}, /* starts after its end */
+        {.op = SF_AP_LOG, .data = big, .data_len = sizeof(big), .off = sizeof(big)},
+        {.op = SF_AP_PROCS, .procs = nopid, .n_procs = 1},
+        {.op = SF_AP_PROCS, .procs = empty, .n_procs = 1},
+        {.op = SF_AP_PROCS, .procs = badstate, .n_procs = 1},
+        {.op = SF_AP_PROCS, .procs = toolong, .n_procs = 1},
+        {.op = SF_AP_PROCS, .n_procs = 1},
+    };
+    const char *why;
+    sf_buf b;
+
+    (void)state;
+    memset(longcmd, 'a', sizeof(longcmd) - 1);
+    sf_buf_init(&b, 2 * SF_AP_FRAME_MAX);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        why = NULL;
+        if (sf_ap_encode(&b, &bad[i], &why) != -EINVAL)
+            fail_msg("case %zu was encoded", i);
+        assert_non_null(why);
+        assert_int_equal(b.len, 0);
+    }
+    sf_buf_fini(&b);
+}
+
+/* procs of the wrong shape, a pkill without its signal, input keys on exec. */
+static void test_proc_ops_decode_errors(void **state)
+{
+    const char *why = NULL;
+    sf_ap_msg out;
+    mp m;
+
+    (void)state;
+    mp_init(&m);
+    msgpack_pack_map(&m.pk, 4);
+    mp_kv_str(&m, "op", "procs");
+    mp_kv_uint(&m, "id", 1);
+    mp_str(&m, "procs");
+    msgpack_pack_array(&m.pk, 1);
+    msgpack_pack_array(&m.pk, 5); /* state missing */
+    msgpack_pack_uint8(&m.pk, 7);
+    mp_str(&m, "sleep 1");
+    msgpack_pack_uint8(&m.pk, 1);
+    msgpack_pack_uint8(&m.pk, 1);
+    msgpack_pack_uint8(&m.pk, 1);
+    mp_str(&m, "more");
+    msgpack_pack_false(&m.pk);
+    assert_int_equal(sf_ap_decode(m.sb.data, m.sb.size, &out, &why), -EBADMSG);
+    assert_non_null(strstr(why, "procs"));
+    msgpack_sbuffer_destroy(&m.sb);
+
+    mp_init(&m);
+    msgpack_pack_map(&m.pk, 3);
+    mp_kv_str(&m, "op", "pkill");
+    mp_kv_uint(&m, "id", 1);
+    mp_kv_uint(&m, "pid", 5);
+    assert_int_equal(sf_ap_decode(m.sb.data, m.sb.size, &out, &why), -EBADMSG);
+    assert_string_equal(why, "missing key 'sig'");
+    msgpack_sbuffer_destroy(&m.sb);
+
+    mp_init(&m);
+    msgpack_pack_map(&m.pk, 4);
+    mp_kv_str(&m, "op", "pkill");
+    mp_kv_uint(&m, "id", 1);
+    mp_kv_uint(&m, "pid", 5);
+    mp_kv_uint(&m, "sig", 99);
+    assert_int_equal(sf_ap_decode(m.sb.data, m.sb.size, &out, &why), -EBADMSG);
+    assert_non_null(strstr(why, "'sig'"));
+    msgpack_sbuffer_destroy(&m.sb);
+
+    mp_init(&m);
+    msgpack_pack_map(&m.pk, 4);
+    mp_kv_str(&m, "op", "input");
+    mp_kv_uint(&m, "id", 1);
+    mp_kv_str(&m, "cmd", "x");
+    mp_str(&m, "more");
+    msgpack_pack_false(&m.pk);
+    assert_int_equal(sf_ap_decode(m.sb.data, m.sb.size, &out, &why), -EBADMSG);
+    msgpack_sbuffer_destroy(&m.sb);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ping_pong),
+        cmocka_unit_test(test_proc_ops_round_trip),
+        cmocka_unit_test(test_proc_ops_rejected),
+        cmocka_unit_test(test_proc_ops_decode_errors),
         cmocka_unit_test(test_file_ops_round_trip),
         cmocka_unit_test(test_file_ops_rejected),
         cmocka_unit_test(test_file_ops_decode_errors),
