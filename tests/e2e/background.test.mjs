@@ -182,6 +182,10 @@ test('stdin: wc -c of "12345" is 5; large stdin arrives whole', async () => {
   assert.equal(e.stdout, '');
   const c = await sh(client, box, 'true', { stdin: big }); // never read: no hang
   assert.equal(c.exit_code, 0);
+  const over = await call(client, 'sandbox_exec', { sandbox_id: box, command: 'wc -c',
+                                                    stdin: 'y'.repeat(8 * 1024 * 1024 + 1) });
+  assert.equal(over.isError, true);
+  assert.match(over.text, /stdin/);
 });
 
 test('the background-process cap (64) gives its actionable error', async () => {
