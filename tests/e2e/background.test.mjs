@@ -5,12 +5,15 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect, call, sh, env, until, driver } from './lib.mjs';
 
-let client, box;
+let client, box, deb = null;
 before(async () => {
   client = await connect(env.SF_KEY_ALPHA);
-  box = await create({ name: 'bg-idioms' });
+  box = await create({ name: 'bg-idioms', from_template: 'base' });
+  const c = await call(client, 'sandbox_create', { name: 'bg-idioms-debian', from_template: 'debian' });
+  deb = c.isError ? null : c.structured.id;
 });
 after(async () => {
+  if (deb) await kill(deb);
   if (box) await kill(box);
   await client?.close();
 });
@@ -37,6 +40,22 @@ const grows = async (id, f, what) => {
   await until(`${what}: ${f} to grow past ${n0}`, async () => (await lines(id, f)) > n0 + 2);
 };
 
+
+// The same idioms in the debian template (the default once it is built), when this stack can
+// make one. Its /bin/sh is dash, which has no disown builtin (nor does debian ship a
+// /usr/bin/disown): there `cmd & disown` exits 127 after starting cmd, which must live on.
+
+for (const [name, cmd] of Object.entries(idioms)) test(`debian: ${name} keeps its process running`, async (t) => {
+  if (!deb) { t.skip(`no debian sandbox on this stack (${driver})`); return; }
+  const f = `/tmp/count-${name}`;
+  const r = await sh(client, deb, cmd(f));
+  const has = (await sh(client, deb, 'command -v disown')).exit_code === 0;
+  assert.equal(r.exit_code, name === 'disown' && !has ? 127 : 0, `${cmd(f)}: ${r.stderr}`);
+  await grows(deb, f, 'started');
+  const t0 = Date.now();
+  await until('two seconds', async () => Date.now() - t0 >= 2000, 5000);
+  await grows(deb, f, 'alive 2 s later');
+});
 
 for (const [name, cmd] of Object.entries(idioms)) {
   test(`${name}: the process a command leaves behind keeps running, also across pause/resume`, async () => {
