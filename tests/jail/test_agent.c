@@ -532,10 +532,102 @@ static void test_stream_and_cancel(void **state)
     sf_ap_msg_fini(&r);
 }
 
+/* Background commands, their logs, the process list, kill and stdin (issue 20). */
+static void test_background_logs_kill_stdin(void **state)
+{
+    agent *a = *state;
+    sf_ap_msg m = {.op = SF_AP_EXEC, .id = 1, .cmd = "echo hi; echo err >&2; exec sleep 600",
+                   .timeout_ms = 1, .cap = 64, .bg = 1}, r;
+    uint32_t pid;
+    int found = 0;
+
+    send_msg(a, &m);
+    assert_int_equal(recv_msg(a, &r), 0);
+    assert_int_equal(r.op, SF_AP_OK);
+    assert_int_equal(r.id, 1);
+    pid = (uint32_t)r.size;
+    assert_true(pid > 1);
+    sf_ap_msg_fini(&r);
+    /* its merged output, in its log (timeout_ms 1 does not apply) */
+    for (int got = 0; !got;) {
+        m = (sf_ap_msg){.op = SF_AP_PLOGS, .id = 2, .pid = pid};
+        send_msg(a, &m);
+        assert_int_equal(recv_msg(a, &r), 0);
+        assert_int_equal(r.op, SF_AP_LOG);
+        assert_false(r.exited);
+        got = r.data_len == 7;
+        if (got) {
+            assert_memory_equal(r.data, "hi\nerr\n", 7);
+            assert_int_equal(r.size, 0);
+            assert_int_equal(r.off, 7);
+        }
+        sf_ap_msg_fini(&r);
+    }
+    m = (sf_ap_msg){.op = SF_AP_PLOGS, .id = 2, .pid = pid, .tail = 4};
+    send_msg(a, &m);
+    assert_int_equal(recv_msg(a, &r), 0);
+    assert_memory_equal(r.data, "err\n", 4);
+    assert_int_equal(r.size, 3);
+    sf_ap_msg_fini(&r);
+    /* listed (outside a jail the list is the host's: it is among them) */
+    m = (sf_ap_msg){.op = SF_AP_PLIST, .id = 3};
+    send_msg(a, &m);
+    assert_int_equal(recv_msg(a, &r), 0);
+    assert_int_equal(r.op, SF_AP_PROCS);
+    for (size_t i = 0; i < r.n_procs; i++)
+        if (r.procs[i].pid == pid) {
+            assert_string_equal(r.procs[i].cmd, "sleep 600");
+            assert_true(r.procs[i].start_ms > 1700000000000ull);
+            found = 1;
+        }
+    assert_true(found || r.more);
+    sf_ap_msg_fini(&r);
+    /* TERM ends it; the answer comes once it is gone, and its log says how */
+    m = (sf_ap_msg){.op = SF_AP_PKILL, .id = 4, .pid = pid, .sig = SIGTERM, .grace_ms = 5000};
+    send_msg(a, &m);
+    assert_int_equal(recv_msg(a, &r), 0);
+    assert_int_equal(r.op, SF_AP_OK);
+    assert_int_equal(r.size, 0);
+    sf_ap_msg_fini(&r);
+    m = (sf_ap_msg){.op = SF_AP_PLOGS, .id = 5, .pid = pid};
+    send_msg(a, &m);
+    assert_int_equal(recv_msg(a, &r), 0);
+    assert_true(r.exited);
+    assert_int_equal(r.exit_code, 128 + SIGTERM);
+    sf_ap_msg_fini(&r);
+    m = (sf_ap_msg){.op = SF_AP_PKILL, .id = 6, .pid = pid, .sig = SIGKILL};
+    send_msg(a, &m);
+    assert_int_equal(recv_msg(a, &r), 0);
+    assert_int_equal(r.op, SF_AP_ERROR);
+    assert_int_equal(r.errnum, ESRCH);
+    sf_ap_msg_fini(&r);
+    m = (sf_ap_msg){.op = SF_AP_PLOGS, .id = 7, .pid = 1};
+    send_msg(a, &m);
+    assert_int_equal(recv_msg(a, &r), 0);
+    assert_int_equal(r.op, SF_AP_ERROR);
+    assert_int_equal(r.errnum, ENOENT);
+    sf_ap_msg_fini(&r);
+    /* stdin in two input frames */
+    m = (sf_ap_msg){.op = SF_AP_EXEC, .id = 8, .cmd = "wc -c", .timeout_ms = 10000, .cap = 64,
+                    .in = 1};
+    send_msg(a, &m);
+    m = (sf_ap_msg){.op = SF_AP_INPUT, .id = 8, .data = "123", .data_len = 3, .more = 1};
+    send_msg(a, &m);
+    m = (sf_ap_msg){.op = SF_AP_INPUT, .id = 8, .data = "45", .data_len = 2};
+    send_msg(a, &m);
+    assert_int_equal(recv_msg(a, &r), 0);
+    assert_int_equal(r.op, SF_AP_RESULT);
+    assert_int_equal(r.exit_code, 0);
+    assert_int_equal(r.out_len, 2);
+    assert_memory_equal(r.out, "5\n", 2);
+    sf_ap_msg_fini(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_ping, agent_start, agent_stop),
+        cmocka_unit_test_setup_teardown(test_background_logs_kill_stdin, agent_start, agent_stop),
         cmocka_unit_test_setup_teardown(test_files, agent_start, agent_stop),
         cmocka_unit_test_setup_teardown(test_stream_and_cancel, agent_start, agent_stop),
         cmocka_unit_test_setup_teardown(test_exec_streams_and_exit, agent_start, agent_stop),
