@@ -190,6 +190,32 @@ test('the log keeps the last 1 MiB; offsets keep counting', async () => {
   assert.ok(text.endsWith('aEND\n'));
 });
 
+test('all logs together keep at most 8 MiB (the largest give way)', async () => {
+  const id = await create({ name: 'bg-logcap', from_template: 'base' });
+  try {
+    const pids = [];
+    for (let i = 0; i < 10; i++)
+      pids.push((await call(client, 'sandbox_exec', { sandbox_id: id, background: true,
+        command: 'head -c 1200000 /dev/zero | tr "\\0" b' })).structured.pid);
+    const kept = async (pid) => {
+      const first = (await call(client, 'sandbox_process_logs', { sandbox_id: id, pid })).structured;
+      const last = (await call(client, 'sandbox_process_logs', { sandbox_id: id, pid, tail_bytes: 1 })).structured;
+      return { exited: first.exited, end: last.next_offset, kept: last.next_offset - first.offset };
+    };
+    await until('all to exit', async () => (await Promise.all(pids.map(kept))).every((k) => k.exited), 30000);
+    const all = await Promise.all(pids.map(kept));
+    for (const k of all) {
+      assert.equal(k.end, 1200000, 'offsets count every byte');
+      assert.ok(k.kept <= 1048576, `one log keeps at most 1 MiB (${k.kept})`);
+    }
+    const total = all.reduce((a, k) => a + k.kept, 0);
+    assert.ok(total <= 8 * 1048576, `all logs keep at most 8 MiB (${total})`);
+    assert.ok(total >= 7 * 1048576, `...and not much less (${total})`);
+  } finally {
+    await kill(id);
+  }
+});
+
 test('stdin: wc -c of "12345" is 5; large stdin arrives whole', async () => {
   const r = await sh(client, box, 'wc -c', { stdin: '12345' });
   assert.equal(r.stdout.trim(), '5');
