@@ -23,6 +23,9 @@
 #define ERR_NO_ANSWER                                                                             \
     "The sandbox did not answer within the command's timeout; it may be overloaded: retry, or "   \
     "kill and recreate it."
+#define ERR_STDIN                                                                                 \
+    "The host ran out of memory while sending the command's stdin; retry, or pass the input "    \
+    "through a file (sandbox_files_write)."
 #define ERR_PING_LATE "The sandbox's agent did not answer its ping in time."
 #define ERR_PING_VERSION                                                                          \
     "The sandbox's agent speaks another protocol version; rebuild sandfleet-agent with the "      \
@@ -555,8 +558,12 @@ int wk_alink_exec(wk_alink *l, const wk_exec_req *req_in, wk_exec_cb cb, void *a
         req_free(r);
         return rc;
     }
-    if (m.in && !r->error && (rc = send_input(l, r->id, req_in->stdin_data, req_in->stdin_len)) < 0)
-        go_down(l, ERR_BAD, "cannot queue a command's stdin (out of memory)");
+    if (m.in && !r->error && send_input(l, r->id, req_in->stdin_data, req_in->stdin_len) < 0) {
+        /* Failed from the loop (never inside this call); the command, already sent, reads
+         * what did go and is killed at its timeout; its late answer is ignored. */
+        r->error = ERR_STDIN;
+        arm(r, 0);
+    }
     return 0;
 }
 
