@@ -9,7 +9,8 @@
  * needed, oldest first.
  *
  * A feeder holds the stdin of one command (exec with in) that the worker sends in
- * `input` frames, and writes it to the command's pipe as the pipe takes it.
+ * `input` frames, and writes it to the command's pipe as the pipe takes it (at most 8 MiB
+ * per command and 32 MiB for all: past that the command reads EOF early).
  *
  * plist reads /proc (the sandbox's own: the agent is its pid 1). pkill signals a process
  * (and its process group when it leads one), and answers once it is gone, sending
@@ -35,6 +36,8 @@
 #define LOG_READ_MAX (256u * 1024)      /* bytes in one plogs answer */
 #define FEEDERS_MAX 64
 #define FEED_MAX ((8u << 20) + SF_AP_DATA_MAX) /* stdin held for one command */
+#define FEED_TOTAL_MAX (32u << 20)      /* ...and for all of them (a command that never
+                                           reads must not grow the agent without bound) */
 #define KILLS_MAX 64
 #define KILL_WAIT_MS 2000               /* after the last signal, answer by then anyway */
 #define KILL_POLL_MS 20
@@ -247,7 +250,10 @@ static void agent_in_data(const sf_ap_msg *m)
     if (!f)
         return;
     if (m->data_len) {
-        if (f->len + m->data_len > FEED_MAX ||
+        size_t held = 0;
+        for (int i = 0; i < FEEDERS_MAX; i++)
+            held += feeders[i].used ? feeders[i].len - feeders[i].off : 0;
+        if (f->len + m->data_len > FEED_MAX || held + m->data_len > FEED_TOTAL_MAX ||
             !(nb = realloc(f->buf, f->len + m->data_len))) {
             feeder_free(f); /* over the bound: the command sees EOF early */
             return;
