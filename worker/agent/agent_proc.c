@@ -51,7 +51,7 @@ typedef struct bgproc {
     int reaped, status;
     int64_t exited_ms;
     char *buf;              /* the kept bytes: offsets base .. base + len */
-    size_t len;
+    size_t len, cap;        /* cap: buf's size (grows to LOG_MAX, shrinks when trimmed) */
     uint64_t base;
 } bgproc;
 
@@ -149,9 +149,19 @@ static void log_append(bgproc *b, const char *p, size_t n)
     }
     if (b->len + n > LOG_MAX)
         log_drop(b, b->len + n - LOG_MAX);
-    if (!b->buf && !(b->buf = malloc(LOG_MAX))) {
-        b->base += n; /* out of memory: counted, not kept */
-        return;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap * 2 > b->len + n ? b->cap * 2 : b->len + n;
+        char *nb;
+        if (cap < 65536)
+            cap = 65536;
+        if (cap > LOG_MAX)
+            cap = LOG_MAX;
+        if (!(nb = realloc(b->buf, cap))) {
+            b->base += n; /* out of memory: counted, not kept */
+            return;
+        }
+        b->buf = nb;
+        b->cap = cap;
     }
     memcpy(b->buf + b->len, p, n);
     b->len += n;
@@ -162,6 +172,13 @@ static void log_append(bgproc *b, const char *p, size_t n)
             if (bgs[i].used && (!big || bgs[i].len > big->len))
                 big = &bgs[i];
         log_drop(big, log_total - LOG_TOTAL_MAX < 65536 ? 65536 : log_total - LOG_TOTAL_MAX);
+        if (big->cap > 2 * big->len + 65536) { /* give the memory back, not only the bytes */
+            char *nb = realloc(big->buf, big->len + 65536);
+            if (nb) {
+                big->buf = nb;
+                big->cap = big->len + 65536;
+            }
+        }
     }
 }
 
