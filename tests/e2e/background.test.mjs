@@ -297,3 +297,15 @@ test('a busybox httpd started with background: true answers a later wget; its lo
   const w = await sh(client, box, 'wget -Y off -q -O - http://127.0.0.1:8124/index.txt');
   assert.notEqual(w.exit_code, 0, 'nothing answers once it is killed');
 });
+
+test('background and stdin on a paused sandbox: it resumes and they work', async () => {
+  const p = await call(client, 'sandbox_pause', { sandbox_id: box });
+  assert.equal(p.isError, false, p.text);
+  const r = await call(client, 'sandbox_exec', { sandbox_id: box, background: true, command: 'echo woke' });
+  assert.equal(r.isError, false, r.text);
+  await until('its line in its log', async () => (await call(client, 'sandbox_process_logs',
+    { sandbox_id: box, pid: r.structured.pid })).structured.data === 'woke\n');
+  const p2 = await call(client, 'sandbox_pause', { sandbox_id: box });
+  assert.equal(p2.isError, false, p2.text);
+  assert.equal((await sh(client, box, 'wc -c', { stdin: 'abc' })).stdout.trim(), '3');
+});
