@@ -29,12 +29,13 @@ static int beat_once(wk_ctx *ctx, redisContext *conn)
 {
     int64_t now = sf_now_ms();
     char ts[24], cap[24], running[24], mem[24], vcpu[24], disk[24], dused[24], err[256];
+    char tpl[2] = {ctx->tstore ? wk_tstore_debian_state(ctx->tstore) : '0', '\0'};
     const char *kv[] = {"id", ctx->host_id, "topic", ctx->topic, "driver", ctx->ops->name,
                         "version", WK_VERSION, "ts", ts, "running", running, "capacity", cap,
                         "mem_mib", mem, "vcpu_milli", vcpu, "disk_mib", disk,
                         "disk_used_mib", dused,
                         /* 'debian' is on this host (placement prefers such hosts) */
-                        "tpl_debian", ctx->tstore && wk_tstore_debian_ready(ctx->tstore) ? "1" : "0"};
+                        "tpl_debian", tpl};
     int rc;
 
     snprintf(ts, sizeof(ts), "%lld", (long long)now);

@@ -48,12 +48,24 @@ static int debian_root(const wk_tstore *ts, char *buf, size_t n)
     return r < 0 || (size_t)r >= n ? -ENAMETOOLONG : 0;
 }
 
+/* The tree is there and from today's builder: rootfs/etc/sandfleet-template holds
+ * SF_DEBIAN_TEMPLATE_VERSION (a cache from an older builder is rebuilt, not trusted). */
 static int debian_present(const wk_tstore *ts)
 {
-    char p[TS_PATH_MAX];
-    return snprintf(p, sizeof(p), "%s/debian/rootfs/usr/bin/python3", ts->dir) <
-               (int)sizeof(p) &&
-           access(p, X_OK) == 0;
+    char p[TS_PATH_MAX], v[32];
+    size_t n;
+    FILE *f;
+
+    if (snprintf(p, sizeof(p), "%s/debian/rootfs/etc/sandfleet-template", ts->dir) >=
+        (int)sizeof(p))
+        return 0;
+    if (!(f = fopen(p, "re")))
+        return 0;
+    n = fread(v, 1, sizeof(v) - 1, f);
+    fclose(f);
+    v[n] = '\0';
+    v[strcspn(v, "\n")] = '\0';
+    return !strcmp(v, SF_DEBIAN_TEMPLATE_VERSION);
 }
 
 /* The build thread: runs the script (which holds the host-wide lock) and waits for it. */
@@ -117,9 +129,10 @@ static void find_script(wk_tstore *ts)
     ssize_t len = readlink("/proc/self/exe", ts->script, sizeof(ts->script) - 32);
     char *slash;
 
-    ts->script[0] = '\0';
-    if (len <= 0)
+    if (len <= 0) {
+        ts->script[0] = '\0';
         return;
+    }
     ts->script[len] = '\0';
     if (!(slash = strrchr(ts->script, '/')))
         return;
@@ -179,7 +192,20 @@ void wk_tstore_free(wk_tstore *ts)
 
 int wk_tstore_debian_ready(wk_tstore *ts)
 {
-    return atomic_load(&ts->debian) == DEB_READY;
+    return wk_tstore_debian_state(ts) == '1';
+}
+
+char wk_tstore_debian_state(wk_tstore *ts)
+{
+    int st = atomic_load(&ts->debian);
+
+    /* on disk, each heartbeat: a template another worker of the host (or an operator)
+     * built is ready within one beat */
+    if (st != DEB_READY && st != DEB_BUILDING && debian_present(ts)) {
+        atomic_store(&ts->debian, DEB_READY);
+        st = DEB_READY;
+    }
+    return st == DEB_READY ? '1' : st == DEB_BUILDING ? 'b' : '0';
 }
 
 int wk_tstore_team_dir(const wk_tstore *ts, const char *team, const char *name, char *buf,

@@ -30,6 +30,9 @@ void wk_tstore_layers_free(char *l[WK_LAYERS_MAX + 1]);
 
 /* 1 when 'debian' is ready on this host (the heartbeat publishes it). */
 int wk_tstore_debian_ready(wk_tstore *ts);
+/* For the heartbeat: '1' ready, 'b' being built here, '0' absent (or its build failed).
+ * Looks on disk when not ready (a template built by another worker or by hand). */
+char wk_tstore_debian_state(wk_tstore *ts);
 
 /* The service of template name for team (tpl_start.h): its start_cmd and ready_cmd
  * (malloc'd; NULL when it has none), from service.json in its directory, which its build
