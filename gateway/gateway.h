@@ -25,6 +25,7 @@ typedef struct gw_cfg {
     int64_t max_buffered;       /* request bytes all connections together may hold */
     int64_t call_deadline_ms;   /* how long a call waits for its reply */
     int64_t exec_deadline_margin_ms; /* sandbox_exec waits its timeout_ms plus this */
+    int64_t template_wait_s;    /* sandbox_create: plus this, for a template being built */
     int64_t max_pending;        /* calls waiting for replies */
     int64_t max_pending_team;   /* ...of which one team may have */
     int64_t session_ttl_s;

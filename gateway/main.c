@@ -29,6 +29,8 @@ static const sf_cfg_entry cfg_table[] = {
              "request bytes all connections together may hold (503 past it)"),
     SF_CFG_I(gw_cfg, call_deadline_ms, "30000", 100, 3600000,
              "how long a call waits for its answer"),
+    SF_CFG_I(gw_cfg, template_wait_s, "600", 0, 3600,
+             "sandbox_create waits this much longer (s) for a template still being built"),
     SF_CFG_I(gw_cfg, exec_deadline_margin_ms, "15000", 100, 3600000,
              "a tool with a wait argument (sandbox_exec: timeout_ms) waits it plus this"),
     SF_CFG_I(gw_cfg, max_pending, "10000", 1, 10000000, "calls waiting for answers at once"),

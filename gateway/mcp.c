@@ -668,7 +668,10 @@ static void submit(mcp_call *c, sf_job *job)
 
     rc = gw_jobs_submit(ctx, job,
                         sf_tool_wait_ms(tool, job->args, ctx->cfg.call_deadline_ms,
-                                        ctx->cfg.exec_deadline_margin_ms),
+                                        ctx->cfg.exec_deadline_margin_ms) +
+                            /* the scheduler may wait for 'debian' to be built (place.c) */
+                            (!strcmp(tool->name, "sandbox_create")
+                                 ? ctx->cfg.template_wait_s * 1000 : 0),
                         on_job_reply, c, &c->pending);
     snprintf(c->job, sizeof(c->job), "%s", job->id);
     if (c->req)

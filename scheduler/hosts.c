@@ -73,6 +73,7 @@ static void on_view(redisAsyncContext *ac, void *r, void *priv)
         if (*str_at(rep, 10))
             json_object_set_new(e, "disk", json_integer(int_at(rep, 10)));
         json_object_set_new(e, "deb", json_boolean(!strcmp(str_at(rep, 4), "1")));
+        json_object_set_new(e, "debb", json_boolean(!strcmp(str_at(rep, 4), "b")));
         json_object_set_new(e, "driver", json_string(str_at(rep, 5)));
         json_object_set_new(e, "rmem", json_integer(int_at(rep, 8)));
         json_object_set_new(e, "rvcpu", json_integer(int_at(rep, 9)));

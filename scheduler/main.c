@@ -28,6 +28,11 @@ static const sf_cfg_entry cfg_table[] = {
              "the deployment's auth secret (64 hex chars): checks the signature of every job"),
     SF_CFG_I(sch_cfg, accept_unsigned, "0", 0, 1,
              "1: take jobs without a signature as a gateway's (only behind Kafka ACLs)"),
+    SF_CFG_I(sch_cfg, template_wait_s, "600", 0, 3600,
+             "a sandbox_create waits this long (s) for a template a host is still building"),
+    SF_CFG_S(sch_cfg, default_template, "debian",
+             "template of a sandbox_create without from_template: debian (base on a fleet of "
+             "qemu hosts only) or base"),
 };
 
 int main(int argc, char **argv)

@@ -20,6 +20,8 @@
 #include "sf_templates.h"
 #include "sf_timers.h"
 
+#include <event2/event.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,8 +107,11 @@ static void refuse(sch_call *c, redisReply *rep)
         return;
     }
     if (!strcmp(verdict, "nodebian")) {
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, "The 'debian' template is still being built on "
-                        "the hosts (a few minutes, once); retry sandbox_create in a minute.");
+        /* (while a host builds it, placement waits: wait_template) */
+        sch_reply_error(c, SF_ERR_UNAVAILABLE, "The 'debian' template is on no live host with "
+                        "room, and none is building it (a failed build's log: "
+                        "templates_dir/debian/build.log on the host); retry in a few seconds, "
+                        "or use from_template 'base'.");
         return;
     }
     if (!strcmp(verdict, "conflict")) {
@@ -145,17 +150,24 @@ static void refuse(sch_call *c, redisReply *rep)
 }
 
 #define PLACE_TRIES 3 /* hosts that filled up between the read and the reservation */
+#define TPL_POLL_MS 2000  /* a create waiting for 'debian': placement again this often */
+#define TPL_TYPICAL_S 240 /* how long building 'debian' usually takes (tpl/build-debian) */
 
 typedef struct place_op {
     sch_call *c;
     int tries, team_new, host_new;
     json_t *skip; /* hosts that refused it in this placement */
+    int deb_building;    /* the last read: a live host is building 'debian' */
+    int64_t wait_from;   /* the first 'nodebian' while one builds (ms; 0: none yet) */
+    struct event *wait;  /* placement again, TPL_POLL_MS later */
     char host[SF_ID_MAX], mem[24], vcpu[24], disk[24];
     char *md_text;
 } place_op;
 
 static void place_free(place_op *op)
 {
+    if (op->wait)
+        event_free(op->wait);
     json_decref(op->skip);
     free(op->md_text);
     free(op);
@@ -216,10 +228,52 @@ static void placed(place_op *op, const char *host)
     sch_forward(c, host);
 }
 
+static void place_read(place_op *op);
+
+static void on_wait(evutil_socket_t fd, short what, void *priv)
+{
+    (void)fd, (void)what;
+    place_read(priv);
+}
+
+/* 'nodebian' while a host builds it: 1 when placement is tried again later (up to
+ * template_wait_s and the call's deadline), 0 when it is refused now (c answered). */
+static int wait_template(place_op *op)
+{
+    sch_call *c = op->c;
+    int64_t now = sf_now_ms(), until, left;
+    struct timeval tv = {TPL_POLL_MS / 1000, (TPL_POLL_MS % 1000) * 1000};
+    char text[320];
+
+    if (!op->wait_from)
+        op->wait_from = now;
+    until = op->wait_from + c->ctx->cfg.template_wait_s * 1000;
+    if (c->job.deadline_ms > 0 && c->job.deadline_ms - 2 * TPL_POLL_MS < until)
+        until = c->job.deadline_ms - 2 * TPL_POLL_MS; /* answered before the caller gives up */
+    if (now + TPL_POLL_MS < until) {
+        if (!op->wait && !(op->wait = evtimer_new(c->ctx->d.base, on_wait, op)))
+            return 0;
+        json_array_clear(op->skip);
+        op->tries = 0;
+        evtimer_add(op->wait, &tv);
+        return 1;
+    }
+    left = TPL_TYPICAL_S - (now - op->wait_from) / 1000;
+    snprintf(text, sizeof(text), "The 'debian' template is still being built, about %lld s "
+             "left (it is built once per host); retry sandbox_create then, or use "
+             "from_template 'base' now.", (long long)(left < 30 ? 30 : left));
+    place_free(op);
+    sch_reply_error(c, SF_ERR_UNAVAILABLE, text);
+    return 1;
+}
+
 static void failed(place_op *op, redisReply *rep)
 {
     sch_call *c = op->c;
 
+    if (op->deb_building && rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
+        !strcmp(elem(rep, 0), "nodebian") && wait_template(op))
+        return;
     place_free(op);
     refuse(c, rep);
 }
@@ -246,8 +300,6 @@ static void on_record(redisAsyncContext *ac, void *r, void *priv)
     undo(op, op->team_new, op->host_new); /* a conflict, or refused (Redis full) */
     failed(op, rep);
 }
-
-static void place_read(place_op *op);
 
 static void on_host(redisAsyncContext *ac, void *r, void *priv)
 {
@@ -345,8 +397,26 @@ static void on_hosts(void *priv, json_t *hosts)
         failed(op, NULL);
         return;
     }
-    if (!tmpl)
+    op->deb_building = 0;
+    {
+        size_t i;
+        json_t *e;
+        json_array_foreach(hosts, i, e)
+            op->deb_building |= json_is_true(json_object_get(e, "debb"));
+    }
+    if (!tmpl) {
+        /* the default: 'debian', or 'base' on a fleet of qemu hosts only (and for a
+         * snapshot's create, whose tree is its own); the worker gets the choice */
+        size_t i;
+        json_t *e;
         tmpl = "base";
+        json_array_foreach(hosts, i, e)
+            if (!c->pin[0] && !strcmp(cfg->default_template, "debian") && !strcmp(json_string_value(json_object_get(e, "driver")) ?: "",
+                                      "jail"))
+                tmpl = "debian";
+        json_object_set_new(c->job.args, "from_template", json_string(tmpl));
+        tmpl = json_string_value(json_object_get(c->job.args, "from_template"));
+    }
     snprintf(k[0], sizeof(k[0]), SF_RK_TEAM_LIMITS, c->job.team);
     snprintf(k[1], sizeof(k[1]), SF_RK_TEAM_SANDBOXES, c->job.team);
     snprintf(k[2], sizeof(k[2]), SF_RK_TEAM_RES, c->job.team);

@@ -24,6 +24,8 @@ typedef struct sch_cfg {
     char *schemas_dir;          /* tool schemas: arguments are checked here too */
     char *auth_secret_file;     /* the deployment's auth secret: signed jobs (auth.c) */
     int64_t accept_unsigned;    /* 1: jobs without a signature are taken as a gateway's */
+    int64_t template_wait_s;    /* a create waits this long for a template being built */
+    char *default_template;     /* sandbox_create without from_template: debian or base */
 } sch_cfg;
 
 typedef struct sch_ctx {
@@ -74,7 +76,7 @@ void sch_route_job(sch_call *c);
 /* hosts.c: the live hosts as placement sees them, read one host per call: cb gets a JSON
  * array (borrowed) of {h, cap, running, used (the most of running and reserved), mem,
  * vcpu (absent until the worker publishes them), rmem, rvcpu (reserved), deb (has
- * 'debian'), driver}, or NULL when Redis did not answer. 0, or -errno (cb not called). */
+ * 'debian'), debb (is building it), driver}, or NULL when Redis did not answer. 0, or -errno (cb not called). */
 typedef void (*sch_hosts_cb)(void *priv, json_t *hosts);
 int sch_hosts_read(sch_ctx *ctx, sch_hosts_cb cb, void *priv);
 

@@ -68,6 +68,16 @@ static void forward_all(sch_call *c, const char *const *hosts, size_t n, int lea
 
 /* ---- sandbox_template_list ------------------------------------------------------- */
 
+/* What the built-ins are (worker/tpl/build-debian; the driver's busybox tree) */
+#define SF_TPL_DEBIAN_DESC \
+    "Debian 12 (bookworm): python and python3, pip and venv (pip install works as root), " \
+    "node and npm, git, curl, wget, procps (ps, top, free), zip/unzip, gcc/make " \
+    "(build-essential), ca-certificates. The default of sandbox_create (on jail hosts)."
+#define SF_TPL_BASE_DESC \
+    "A busybox user space for minimal jobs (sh, coreutils-like applets; no python, no " \
+    "package manager); starts fastest. Known: busybox wget -T crashes (Debian's " \
+    "busybox-static 1.35): use wget without -T there, or 'debian'."
+
 /* doc: [debian status, [[name, status, from, vcpu_milli, memory_mib, disk_mib,
  * failed_step, error, created, updated, step, hosts, hosts ready]...]] (stolen). */
 static void list_answer(sch_call *c, json_t *doc)
@@ -81,15 +91,19 @@ static void list_answer(sch_call *c, json_t *doc)
         prefix = "";
     out = json_array();
     if (!strncmp("base", prefix, strlen(prefix)))
-        json_array_append_new(out, shape_json(json_pack("{s:s, s:s, s:b}", "name", "base",
-                                                         "status", "ready", "builtin", 1),
+        json_array_append_new(out, shape_json(json_pack("{s:s, s:s, s:b, s:b, s:s}", "name",
+                                                         "base", "status", "ready", "builtin",
+                                                         1, "default", 0, "description",
+                                                         SF_TPL_BASE_DESC),
                                               cfg->sandbox_vcpu_milli, cfg->sandbox_memory_mib,
                                               cfg->sandbox_disk_mib));
     if (!strncmp("debian", prefix, strlen(prefix)))
-        json_array_append_new(out, shape_json(json_pack("{s:s, s:s, s:b}", "name", "debian",
+        json_array_append_new(out, shape_json(json_pack("{s:s, s:s, s:b, s:b, s:s}", "name",
+                                                         "debian",
                                                          "status", json_string_value(
                                                              json_array_get(doc, 0)) ?: "building",
-                                                         "builtin", 1),
+                                                         "builtin", 1, "default", 1,
+                                                         "description", SF_TPL_DEBIAN_DESC),
                                               cfg->sandbox_vcpu_milli, cfg->sandbox_memory_mib,
                                               cfg->sandbox_disk_mib));
     recs = json_array_get(doc, 1);
