@@ -409,13 +409,15 @@ static void on_hosts(void *priv, json_t *hosts)
          * snapshot's create, whose tree is its own); the worker gets the choice */
         size_t i;
         json_t *e;
+        const char *d;
         tmpl = "base";
-        json_array_foreach(hosts, i, e)
-            if (!c->pin[0] && !strcmp(cfg->default_template, "debian") && !strcmp(json_string_value(json_object_get(e, "driver")) ?: "",
-                                      "jail"))
+        json_array_foreach(hosts, i, e) {
+            d = json_string_value(json_object_get(e, "driver"));
+            if (!c->pin[0] && !strcmp(cfg->default_template, "debian") && d &&
+                !strcmp(d, "jail"))
                 tmpl = "debian";
+        }
         json_object_set_new(c->job.args, "from_template", json_string(tmpl));
-        tmpl = json_string_value(json_object_get(c->job.args, "from_template"));
     }
     snprintf(k[0], sizeof(k[0]), SF_RK_TEAM_LIMITS, c->job.team);
     snprintf(k[1], sizeof(k[1]), SF_RK_TEAM_SANDBOXES, c->job.team);

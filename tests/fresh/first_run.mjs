@@ -34,7 +34,7 @@ test('the default sandbox of a fresh machine answers python --version', async ()
   const c = await call(alpha, 'sandbox_create', {},
     { timeout: 900000, onprogress: () => { beats++; } });
   assert.equal(c.isError, false, c.text);
-  const id = c.structured.sandbox_id;
+  const id = c.structured.id;
   made.push(id);
   const py = await sh(alpha, id, 'python --version');
   assert.equal(py.exit_code, 0, py.stderr);
@@ -54,8 +54,8 @@ test('the default sandbox of a fresh machine answers python --version', async ()
   const t0 = Date.now();
   const c2 = await call(alpha, 'sandbox_create', {});
   assert.equal(c2.isError, false, c2.text);
-  made.push(c2.structured.sandbox_id);
+  made.push(c2.structured.id);
   assert.ok(Date.now() - t0 < 30000, 'the second create does not wait for a build');
-  const py2 = await sh(alpha, c2.structured.sandbox_id, 'python3 -c "print(1)"');
+  const py2 = await sh(alpha, c2.structured.id, 'python3 -c "print(1)"');
   assert.equal(py2.stdout.trim(), '1');
 });
