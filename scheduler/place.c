@@ -224,6 +224,15 @@ static void placed(place_op *op, const char *host)
     if (json_is_object(json_object_get(c->job.args, "limits")))
         json_object_update(l, json_object_get(c->job.args, "limits"));
     json_object_set_new(c->job.args, "limits", l);
+    /* the gateway gave sandbox_create template_wait_s more for a template being built: what
+     * this create did not wait goes back, so the worker's own waits (a template's ready_cmd)
+     * keep the usual deadline */
+    if (!strcmp(c->job.tool, "sandbox_create")) {
+        int64_t now = sf_now_ms(), spare = c->ctx->cfg.template_wait_s * 1000 -
+                                           (op->wait_from ? now - op->wait_from : 0);
+        if (spare > 0 && c->job.deadline_ms - spare > now + 5000)
+            c->job.deadline_ms -= spare;
+    }
     place_free(op);
     sch_forward(c, host);
 }

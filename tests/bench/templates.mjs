@@ -18,13 +18,30 @@ async function ready(name) {
   }
 }
 
+// The first `python -c 'print(1)'` in a sandbox just created from the default template
+// (the create untimed): what an agent's first step costs.
+async function firstPython(count) {
+  const t = [];
+  for (let i = 0; i < count + 5; i++) {
+    const r = await tool('sandbox_create', {});
+    if (r.isError) throw new Error(r.content[0].text);
+    const s = process.hrtime.bigint();
+    const x = await tool('sandbox_exec', { sandbox_id: r.structuredContent.id, command: "python -c 'print(1)'" });
+    const took = ms(s);
+    if (x.isError || x.structuredContent.stdout !== '1\n') throw new Error(JSON.stringify(x));
+    if (i >= 5) t.push(took);
+    await tool('sandbox_kill', { sandbox_id: r.structuredContent.id });
+  }
+  return stats("first python -c 'print(1)' after create (default)", t);
+}
+
 async function creates(template, count) {
   const t = [];
   for (let i = 0; i < count + 5; i++) { // 5 warm-up
     let r;
     const s = process.hrtime.bigint();
     for (;;) { // 'debian' may still be arriving on the host: retried, untimed
-      r = await tool('sandbox_create', { from_template: template });
+      r = await tool('sandbox_create', template ? { from_template: template } : {});
       if (!r.isError || !/still being built/.test(r.content[0].text)) break;
       await new Promise((res) => setTimeout(res, 1000));
     }
@@ -33,7 +50,7 @@ async function creates(template, count) {
     if (i >= 5) t.push(took);
     await tool('sandbox_kill', { sandbox_id: r.structuredContent.id });
   }
-  return stats(`sandbox_create from '${template}'`, t);
+  return stats(template ? `sandbox_create from '${template}'` : 'sandbox_create (default: debian)', t);
 }
 
 async function builds(count) {
@@ -63,7 +80,8 @@ async function service() {
   return row;
 }
 
-const rows = [await creates('base', n), await creates('debian', n), await service(), await builds(3)];
+const rows = [await creates('base', n), await creates('debian', n), await creates(null, n),
+  await firstPython(n), await service(), await builds(3)];
 const base = rows[0].p50;
 console.log(`\n${'call'.padEnd(50)} ${'n'.padStart(4)} ${'p50 ms'.padStart(9)} ${'p90 ms'.padStart(9)} ${'p99 ms'.padStart(9)} ${'mean'.padStart(9)}  p50 vs base`);
 for (const r of rows) {

@@ -38,7 +38,10 @@ const uniq = Date.now().toString(36);
 async function create(client, args, deadlineMs = 600000) {
   const end = Date.now() + deadlineMs;
   for (;;) {
-    const r = await call(client, 'sandbox_create', args);
+    // the first create of a build folder waits for the worker's own build of 'debian'
+    // (the scheduler's template_wait_s); its progress beats keep the client's call alive
+    const r = await call(client, 'sandbox_create', args,
+      { timeout: 900000, onprogress: () => {} });
     if (!r.isError) {
       made.push(r.structured.id);
       return r.structured.id;
