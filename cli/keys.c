@@ -4,6 +4,7 @@
 #include "sf_auth.h"
 #include "sf_jobauth.h"
 #include "sf_redis.h"
+#include "sf_store.h"
 #include "sf_util.h"
 
 #include <stdio.h>

@@ -3,6 +3,7 @@
  * sf:team:{T}:limits) and what placement holds reserved for it now (sf:team:{T}:res). */
 #include "cli.h"
 #include "sf_redis.h"
+#include "sf_store.h"
 #include "sf_util.h"
 
 #include <stdio.h>

@@ -3,6 +3,7 @@
 #include "cli.h"
 #include "sf_oauth.h"
 #include "sf_redis.h"
+#include "sf_store.h"
 #include "sf_util.h"
 
 #include <stdio.h>

@@ -10,7 +10,6 @@
 #define SF_JOBAUTH_H
 
 #include "sf_codec.h"
-#include "sf_store.h" /* the key layout: SF_RK_PRODUCER, SF_RK_PRODUCER_SEEN */
 
 #include <librdkafka/rdkafka.h>
 #include <stddef.h>
@@ -22,8 +21,7 @@
 #define SF_JOBAUTH_GATEWAY "gateway" /* sf-key of a gateway's jobs */
 #define SF_PRODUCER_ID_LEN 21        /* "p" + 20 hex characters */
 #define SF_PSK_SEALED_HEX 145        /* hex of nonce (24) + credential (32) + tag (16), NUL */
-/* Redis (sf_store.h): SF_RK_PRODUCER, the producer credential of one API key (written by
- * `sandfleet keys create`); SF_RK_PRODUCER_SEEN, a signed job already taken. */
+/* Where the credentials and the replay marks live in Redis: the state module (state/). */
 /* A signed job is taken only this long after it was signed (and this far ahead of the
  * scheduler's clock); its MAC is remembered as long, so a copy put on the queue again is
  * refused as a replay. */

@@ -1,11 +1,9 @@
-/* sf_oauth: what the gateway's OAuth 2.1 authorization server and the CLI share: the Redis
- * key layout of clients, pending sign-ins, codes, tokens and grants, and how secrets are
- * made and stored (only keyed BLAKE2b-256 hashes of codes and tokens reach Redis, under
- * the same deployment secret as API keys). */
+/* sf_oauth: what the gateway's OAuth 2.1 authorization server and the CLI share: how
+ * secrets are made and stored (only keyed BLAKE2b-256
+ * hashes of codes and tokens reach Redis, under the same deployment secret as API keys;
+ * their keys there: the state module, state/sf_store.h). */
 #ifndef SF_OAUTH_H
 #define SF_OAUTH_H
-
-#include "sf_store.h" /* the key layout */
 
 #include <stddef.h>
 #include <stdint.h>
@@ -16,8 +14,6 @@
 #define SF_OAUTH_AT_PREFIX "sf_at_" /* access token */
 #define SF_OAUTH_RT_PREFIX "sf_rt_" /* refresh token */
 #define SF_OAUTH_CODE_PREFIX "sf_ac_" /* authorization code */
-
-/* Key layout (schemas/redis-keys.md). Values are JSON strings unless said otherwise. */
 
 /* A new secret: prefix + 43 base64url characters (256 random bits). 0 or -EIO. */
 int sf_oauth_secret_new(const char *prefix, char out[SF_OAUTH_SECRET_MAX]);

@@ -1,5 +1,6 @@
-/* sf_redis: hiredis async on libevent with automatic reconnect, plus the Redis
- * key layout (schemas/redis-keys.md). Every key carries a {hash tag}. */
+/* sf_redis: hiredis async on libevent with automatic reconnect, and Lua scripts called by
+ * SHA. Generic: the key layout and the scripts themselves are the state module's
+ * (state/sf_store.h). */
 #ifndef SF_REDIS_H
 #define SF_REDIS_H
 
@@ -59,8 +60,5 @@ const char *sf_redis_script_sha(sf_redis_script *s);
 
 /* Blocking connection for tools (CLI, tests). NULL with why. */
 redisContext *sf_redis_connect_sync(const char *url, char *why, size_t whylen);
-
-/* The key layout and every script: sf_store.h. */
-#include "sf_store.h"
 
 #endif

@@ -16,6 +16,7 @@
 #include "sf_auth.h"
 #include "sf_log.h"
 #include "sf_oauth.h"
+#include "sf_store.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>

@@ -10,6 +10,7 @@
 #include "sf_jobauth.h"
 #include "sf_kafka.h"
 #include "sf_log.h"
+#include "sf_store.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -21,6 +21,7 @@
 #include "sf_kafka.h"
 #include "sf_log.h"
 #include "sf_map.h"
+#include "sf_store.h"
 #include "sf_tools.h"
 #include "sf_util.h"
 

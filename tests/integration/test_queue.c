@@ -10,6 +10,7 @@
 #include "sf_kafka.h"
 #include "sf_mpjson.h"
 #include "sf_redis.h"
+#include "sf_store.h"
 
 #include <inttypes.h>
 #include <sodium.h>

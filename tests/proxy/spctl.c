@@ -12,6 +12,7 @@
 #include "sf_netlog.h"
 #include "sf_redis.h"
 #include "sf_secrets.h"
+#include "sf_store.h"
 #include "sf_util.h"
 
 #include <arpa/inet.h>

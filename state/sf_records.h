@@ -20,7 +20,7 @@
 #ifndef SF_RECORDS_H
 #define SF_RECORDS_H
 
-#include "sf_redis.h"
+#include "sf_store.h" /* the key layout, the scripts */
 
 #include <stddef.h>
 #include <stdint.h>

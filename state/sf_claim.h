@@ -18,7 +18,7 @@
 #ifndef SF_CLAIM_H
 #define SF_CLAIM_H
 
-#include "sf_redis.h"
+#include "sf_store.h" /* the key layout, the scripts */
 
 #include <stddef.h>
 #include <stdint.h>

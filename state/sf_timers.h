@@ -17,7 +17,7 @@
 #ifndef SF_TIMERS_H
 #define SF_TIMERS_H
 
-#include "sf_redis.h"
+#include "sf_store.h" /* the key layout, the scripts */
 
 #include <jansson.h>
 

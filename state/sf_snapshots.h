@@ -12,7 +12,7 @@
 #ifndef SF_SNAPSHOTS_H
 #define SF_SNAPSHOTS_H
 
-#include "sf_redis.h"
+#include "sf_store.h" /* the key layout, the scripts */
 
 #include <stdint.h>
 
