@@ -20,6 +20,8 @@ SF_PACKAGES="$SF_PACKAGES qemu-system-x86 qemu-utils kmod cpio"
 SF_PACKAGES="$SF_PACKAGES chromium"
 # the built-in 'debian' template (worker/tpl/build-debian)
 SF_PACKAGES="$SF_PACKAGES debootstrap"
+# the test suite's check of the store's Lua scripts (luac5.1: tests/lint/lua.sh)
+SF_PACKAGES="$SF_PACKAGES lua5.1"
 
 sf_log() { printf '\033[1m[sandfleet]\033[0m %s\n' "$*" >&2; }
 sf_die() { printf '\033[1;31m[sandfleet]\033[0m %s\n' "$*" >&2; exit 1; }
