@@ -1,12 +1,15 @@
-/* keys.c: `sandfleet keys create|list|revoke` — team API keys in Redis.
+/* keys.c: `sandfleet keys create|list|revoke` — team API keys in Redis, written through
+ * the state module (sf_apikeys.h: one script each for a create and a revoke).
  * Only a keyed BLAKE2b hash of a key is stored; the key itself is printed once. */
 #include "cli.h"
+#include "sf_apikeys.h"
 #include "sf_auth.h"
 #include "sf_jobauth.h"
 #include "sf_redis.h"
 #include "sf_store.h"
 #include "sf_util.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,7 +24,8 @@ static int keys_create(redisContext *rc, int argc, char **argv)
     char key[SF_APIKEY_LEN + 1], hash[SF_APIKEY_HASH_HEX], id[32], why[512];
     char pid[SF_PRODUCER_ID_LEN + 1], sealed[SF_PSK_SEALED_HEX];
     uint8_t secret[32], psk[32];
-    redisReply *r;
+    sf_apikey_rec rec;
+    int ret;
 
     if (!team || !sf_id_valid(team)) {
         fprintf(stderr, "sandfleet: --team NAME is required ([a-z0-9_-], at most 63 chars).\n");
@@ -36,20 +40,13 @@ static int keys_create(redisContext *rc, int argc, char **argv)
         sf_producer_derive(key, pid, psk) < 0 || sf_psk_seal(secret, pid, psk, sealed) < 0)
         return 1;
     snprintf(id, sizeof(id), "key_%.16s", hash); /* 64 bits of the hash: no collisions */
-    /* the queue's producer credential first: a key that exists can always sign */
-    r = redisCommand(rc, "HSET " SF_RK_PRODUCER " team %s key %s psk %s", pid, team, hash, sealed);
-    if (!cli_reply_ok(rc, r))
+    rec = (sf_apikey_rec){.hash = hash, .id = id, .team = team, .name = name ? name : "",
+                          .created_ms = sf_now_ms(), .pid = pid, .sealed = sealed};
+    if ((ret = sf_apikeys_create(rc, &rec, why, sizeof(why))) < 0) {
+        fprintf(stderr, "sandfleet: the key was not created (%s); nothing was written, run the "
+                        "command again.\n", why);
         return 1;
-    freeReplyObject(r);
-    r = redisCommand(rc, "HSET " SF_RK_APIKEY " id %s team %s name %s created %lld pid %s", hash,
-                     id, team, name ? name : "", (long long)sf_now_ms(), pid);
-    if (!cli_reply_ok(rc, r))
-        return 1;
-    freeReplyObject(r);
-    r = redisCommand(rc, "HSET " SF_RK_APIKEY_IDS " %s %s", id, hash);
-    if (!cli_reply_ok(rc, r))
-        return 1;
-    freeReplyObject(r);
+    }
     printf("%s\n", key);
     fprintf(stderr, "created %s for team %s (producer id %s on the job queue); the key is shown "
                     "only once.\n", id, team, pid);
@@ -82,42 +79,17 @@ static int keys_list(redisContext *rc, int argc, char **argv)
 
 static int keys_revoke(redisContext *rc, const char *id)
 {
-    redisReply *r = redisCommand(rc, "HGET " SF_RK_APIKEY_IDS " %s", id);
-    char hash[SF_APIKEY_HASH_HEX];
+    char hash[SF_APIKEY_HASH_HEX], why[512];
+    int ret = sf_apikeys_revoke(rc, id, hash, sizeof(hash), why, sizeof(why));
 
-    if (!cli_reply_ok(rc, r))
-        return 1;
-    if (r->type != REDIS_REPLY_STRING || r->len >= sizeof(hash)) {
+    if (ret == -ENOENT) {
         fprintf(stderr, "sandfleet: no key with id %s; see: sandfleet keys list\n", id);
-        freeReplyObject(r);
         return 1;
     }
-    memcpy(hash, r->str, r->len + 1);
-    freeReplyObject(r);
-    r = redisCommand(rc, "HGET " SF_RK_APIKEY " pid", hash); /* its credential on the queue */
-    if (!cli_reply_ok(rc, r))
+    if (ret < 0) {
+        fprintf(stderr, "sandfleet: %s; the key was not revoked, run the command again.\n", why);
         return 1;
-    if (r->type == REDIS_REPLY_STRING && r->len == SF_PRODUCER_ID_LEN) {
-        redisReply *d = redisCommand(rc, "DEL " SF_RK_PRODUCER, r->str);
-        if (!cli_reply_ok(rc, d)) {
-            freeReplyObject(r);
-            return 1;
-        }
-        freeReplyObject(d);
     }
-    freeReplyObject(r);
-    r = redisCommand(rc, "DEL " SF_RK_APIKEY, hash);
-    if (!cli_reply_ok(rc, r))
-        return 1;
-    freeReplyObject(r);
-    r = redisCommand(rc, "PUBLISH " SF_CH_GATEWAY " key:%s", hash); /* gateways forget it now */
-    if (!cli_reply_ok(rc, r))
-        return 1;
-    freeReplyObject(r);
-    r = redisCommand(rc, "HDEL " SF_RK_APIKEY_IDS " %s", id);
-    if (!cli_reply_ok(rc, r))
-        return 1;
-    freeReplyObject(r);
     printf("revoked %s\n", id);
     return 0;
 }

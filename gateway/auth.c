@@ -13,6 +13,7 @@
  * recently used sessions when it opens a new one. */
 #include "gateway.h"
 #include "oauth.h"
+#include "sf_apikeys.h"
 #include "sf_auth.h"
 #include "sf_oauth.h"
 #include "sf_log.h"
@@ -456,7 +457,7 @@ void gw_auth_check(gw_ctx *ctx, const char *authorization, const char *session_i
         snprintf(op->want_protocol, sizeof(op->want_protocol), "%s", protocol);
     if (session_id)
         snprintf(op->session_id, sizeof(op->session_id), "%s", session_id);
-    if (sf_redis_cmd(ctx->redis, on_key, op, "HGET " SF_RK_APIKEY " team", hash) < 0) {
+    if (sf_apikeys_team(ctx->redis, hash, on_key, op) < 0) {
         free(op);
         cb(arg, 503, NULL, NULL, NULL);
         return;

@@ -13,6 +13,7 @@
  * is revoked (checked on every use), or when a used code or a rotated refresh token comes
  * back (a stolen copy: the whole grant is revoked). */
 #include "oauth.h"
+#include "sf_apikeys.h"
 #include "sf_auth.h"
 #include "sf_log.h"
 #include "sf_oauth.h"
@@ -1058,8 +1059,7 @@ static void on_request_for_post(redisAsyncContext *ac, void *r, void *priv)
         return;
     }
     o->rec = areq;
-    if (sf_redis_cmd(o->ctx->redis, on_key_for_approve, o, "HGET " SF_RK_APIKEY " team",
-                     o->key_hash) < 0)
+    if (sf_apikeys_team(o->ctx->redis, o->key_hash, on_key_for_approve, o) < 0)
         on_key_for_approve(NULL, NULL, o);
 }
 
@@ -1379,8 +1379,7 @@ static void on_grant_source(redisAsyncContext *ac, void *r, void *priv)
     }
     o->rec = g;
     g = NULL;
-    if (sf_redis_cmd(o->ctx->redis, on_key_alive, o, "EXISTS " SF_RK_APIKEY,
-                     jstr(o->rec, "key") ?: "-") < 0)
+    if (sf_apikeys_exists(o->ctx->redis, jstr(o->rec, "key") ?: "-", on_key_alive, o) < 0)
         on_key_alive(NULL, NULL, o);
     return;
 done:
@@ -1560,7 +1559,7 @@ static void on_token(redisAsyncContext *ac, void *r, void *priv)
     snprintf(t->key, sizeof(t->key), "%s", jstr(g, "key"));
     t->status = 200;
     t->pending = 2;
-    if (sf_redis_cmd(t->ctx->redis, on_token_key, t, "EXISTS " SF_RK_APIKEY, t->key) < 0)
+    if (sf_apikeys_exists(t->ctx->redis, t->key, on_token_key, t) < 0)
         t->pending--, t->status = 503;
     if (sf_redis_cmd(t->ctx->redis, on_token_grant, t, "EXISTS " SF_RK_OAUTH_GRANT, grant) < 0)
         t->pending--, t->status = 503;

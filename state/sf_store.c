@@ -45,6 +45,10 @@ S(secret_create);
 S(secret_rotate);
 S(secret_delete);
 
+/* ==== API keys: the slot {apikeys} (sf_apikeys.c) ====================================== */
+S(apikey_create);
+S(apikey_revoke);
+
 /* ==== MCP sessions ==================================================================== */
 S(sess_put);
 S(sess_team);
@@ -108,6 +112,8 @@ sf_redis_script *const sf_store_all[] = {
     &sf_store_secret_create,
     &sf_store_secret_rotate,
     &sf_store_secret_delete,
+    &sf_store_apikey_create,
+    &sf_store_apikey_revoke,
     &sf_store_sess_put,
     &sf_store_sess_team,
     &sf_store_tpl_create,

@@ -14,8 +14,10 @@
 #include "sf_redis.h"
 
 /* ==== the key layout (schemas/redis-keys.md is its map) ==== */
-#define SF_RK_APIKEY "sf:apikey:{%s}"     /* hash-hex -> hash {id, team, created} */
-#define SF_RK_APIKEY_IDS "sf:apikeys"     /* hash: key id -> hash-hex */
+/* API keys (sf_apikeys.h): the record, the id index and each key's producer credential
+ * share the slot {apikeys}, so a create and a revoke are one script each. */
+#define SF_RK_APIKEY "sf:apikey:{apikeys}:%s" /* hash-hex -> hash {id, team, name, created, pid} */
+#define SF_RK_APIKEY_IDS "sf:apikeys:{apikeys}" /* hash: key id -> hash-hex */
 #define SF_RK_SANDBOX "sf:sb:{%s}"        /* sandbox id -> hash (record) */
 #define SF_RK_TEAM_SANDBOXES "sf:team:{%s}:sandboxes" /* set of sandbox ids */
 #define SF_RK_TEAM_RETIRED "sf:team:{%s}:retired" /* zset: retired sandbox id -> ms */
@@ -69,9 +71,10 @@
 /* sf_claim.c */
 #define SF_RK_TEAM_CLAIMS "sf:team:{%s}:cc"       /* zset: claim key -> expiry (ms) */
 #define SF_RK_TEAM_CLAIM_BYTES "sf:team:{%s}:ccb" /* hash: claim key -> bytes */
-/* sf_jobauth.h: a key's producer credential, hash {team, key, psk (sealed)}; a signed job
+/* sf_jobauth.h: a key's producer credential, hash {team, key, psk (sealed)}, in the API
+ * keys' slot (sf_apikeys.h, written and deleted with the key); a signed job
  * already taken: its MAC's first 16 bytes (hex) -> "partition:offset" */
-#define SF_RK_PRODUCER "sf:pkey:{%s}"
+#define SF_RK_PRODUCER "sf:pkey:{apikeys}:%s"
 #define SF_RK_PRODUCER_SEEN "sf:pkey:{%s}:seen:%s"
 /* claim checks (sf_claim.h): sf:cc:{<team>}:<job>:a:<arg> / ...:r:<field> */
 #define SF_RK_CLAIM "sf:cc:{%s}:%s:%c:%s"
@@ -109,6 +112,9 @@ extern sf_redis_script sf_store_claim_take; /* K as put */
 extern sf_redis_script sf_store_secret_create; /* K secret, team's names. A see .c */
 extern sf_redis_script sf_store_secret_rotate;  /* K secret. A sealed now hosts */
 extern sf_redis_script sf_store_secret_delete;  /* K secret, team's names. A name */
+/* ---- API keys (state/sf_apikeys.c) ---- */
+extern sf_redis_script sf_store_apikey_create; /* K record ids pkey. A id team name created pid psk hash */
+extern sf_redis_script sf_store_apikey_revoke; /* K ids record pkey. A id hash pid channel message */
 /* ---- MCP sessions (gateway/auth.c) ---- */
 extern sf_redis_script sf_store_sess_put;  /* K session. A team protocol now ttl */
 extern sf_redis_script sf_store_sess_team; /* K team's sessions. A sid now ttl limit */

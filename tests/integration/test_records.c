@@ -1,15 +1,18 @@
-/* Every Lua script of the store (common/sf_store.c) against a real Redis: each starts
+/* Every Lua script of the store (state/sf_store.c, state/lua/) against a real Redis: each starts
  * with "#!lua" (so a cluster refuses any key of another slot), its SHA1 is the one Redis
  * computes, and each does what its callers rely on, called by SHA with its keys declared,
  * also after Redis lost its scripts (SCRIPT FLUSH before each group): the records'
  * writes (started, touch, set, mark_killing, retire with reservations given back once and
  * tombstones bounded), the host sweeps (a worker's start-up, the reaper: its sandboxes lost,
  * its template builds failed), placement's
- * steps, heartbeats, timers, claim checks, secrets, sessions, team templates (create,
+ * steps, heartbeats, timers, claim checks, secrets, API keys (a create and a revoke are one script each: all of a key or nothing,
+ * the revoke tells the gateways), sessions, team templates (create,
  * row, delete), snapshots (through sf_snapshots.c) and the job guard. Its own team and host names, so the stack's sandboxes are not touched. Runs
  * against the stack in SF_E2E_STATE (the e2e stack, and the cluster suite's one-node
  * Redis Cluster, where a key of another slot is an error). */
 #include "check.h"
+#include "sf_apikeys.h"
+#include "sf_auth.h"
 #include "sf_claim.h"
 #include "sf_records.h"
 #include "sf_secrets.h"
@@ -580,6 +583,97 @@ static void test_secrets(void)
     freeReplyObject(redisCommand(sc, "SREM sf:secrets:teams %s", team));
 }
 
+/* An API key's record, its id in the index and its producer credential: all there after a
+ * create, none after a revoke; a create that Redis refuses part-way writes nothing (the
+ * index made a string: the old three HSETs left a key that worked but that no one could
+ * list or revoke); a revoke tells every gateway (SF_CH_GATEWAY) from inside its script. */
+static void test_apikeys(void)
+{
+    char hash[SF_APIKEY_HASH_HEX], id[32], pid[32], hash2[SF_APIKEY_HASH_HEX], id2[32];
+    char pid2[32], got[SF_APIKEY_HASH_HEX], why[256];
+    sf_apikey_rec k = {.team = team, .name = "rectest", .created_ms = 1, .sealed = "sealed"};
+    redisContext *sub;
+    redisReply *rep;
+
+    snprintf(hash, sizeof(hash), "%064x", (unsigned)getpid());
+    snprintf(hash2, sizeof(hash2), "%063x1", (unsigned)getpid());
+    snprintf(id, sizeof(id), "key_%.16s", hash);
+    snprintf(id2, sizeof(id2), "key_rt%.12s", hash2 + 51);
+    snprintf(pid, sizeof(pid), "prt%d", (int)getpid());
+    snprintf(pid2, sizeof(pid2), "prt%d2", (int)getpid());
+    flush_scripts();
+    k.hash = hash, k.id = id, k.pid = pid;
+    CHECK(sf_apikeys_create(sc, &k, why, sizeof(why)) == 0, "create: %s", why);
+    CHECK(!strcmp(get("HGET " SF_RK_APIKEY " team", hash), team), "record's team");
+    CHECK(!strcmp(get("HGET " SF_RK_APIKEY " pid", hash), pid), "record's pid");
+    CHECK(!strcmp(get("HGET " SF_RK_APIKEY_IDS " %s", id), hash), "id index");
+    CHECK(!strcmp(get("HGET " SF_RK_PRODUCER " key", pid), hash), "credential");
+    CHECK(sf_apikeys_create(sc, &k, why, sizeof(why)) == -EEXIST, "create twice");
+
+    /* Redis refuses the create part-way (the index is not a hash): nothing of it lands */
+    freeReplyObject(redisCommand(sc, "DEL " SF_RK_APIKEY_IDS ":rtsaved"));
+    CHECK(!strcmp(get("RENAME " SF_RK_APIKEY_IDS " " SF_RK_APIKEY_IDS ":rtsaved"), "OK"),
+          "index set aside");
+    freeReplyObject(redisCommand(sc, "SET " SF_RK_APIKEY_IDS " not-a-hash"));
+    k.hash = hash2, k.id = id2, k.pid = pid2;
+    CHECK(sf_apikeys_create(sc, &k, why, sizeof(why)) == -EIO, "create on a broken index");
+    CHECK(strstr(why, "WRONGTYPE"), "why: %s", why);
+    CHECK(!strcmp(get("EXISTS " SF_RK_APIKEY, hash2), "0"), "no record of a refused create");
+    CHECK(!strcmp(get("EXISTS " SF_RK_PRODUCER, pid2), "0"), "no credential of a refused create");
+    freeReplyObject(redisCommand(sc, "DEL " SF_RK_APIKEY_IDS));
+    CHECK(!strcmp(get("RENAME " SF_RK_APIKEY_IDS ":rtsaved " SF_RK_APIKEY_IDS), "OK"),
+          "index back");
+
+    /* a revoke whose key changed since it was read answers 'again' and deletes nothing */
+    {
+        char rec[128], pkey[128];
+        const char *argv[8];
+
+        snprintf(rec, sizeof(rec), SF_RK_APIKEY, hash);
+        snprintf(pkey, sizeof(pkey), SF_RK_PRODUCER, pid2);
+        argv[0] = SF_RK_APIKEY_IDS, argv[1] = rec, argv[2] = pkey, argv[3] = id;
+        argv[4] = hash, argv[5] = pid2, argv[6] = SF_CH_GATEWAY, argv[7] = "key:x";
+        rep = sf_redis_script_sync(sc, &sf_store_apikey_revoke, 3, 5, argv, NULL);
+        CHECK(rep && rep->type == REDIS_REPLY_STRING && !strcmp(rep->str, "again"),
+              "revoke with another pid: %s", rep && rep->str ? rep->str : "no reply");
+        freeReplyObject(rep);
+        CHECK(!strcmp(get("EXISTS " SF_RK_APIKEY, hash), "1"), "kept");
+    }
+
+    /* the revoke: all of it goes, and a gateway's subscription hears it */
+    CHECK((sub = sf_redis_connect_sync(url, why, sizeof(why))), "subscriber: %s", why);
+    rep = redisCommand(sub, "SUBSCRIBE " SF_CH_GATEWAY);
+    CHECK(rep && rep->type == REDIS_REPLY_ARRAY, "subscribe");
+    freeReplyObject(rep);
+    CHECK(sf_apikeys_revoke(sc, id, got, sizeof(got), why, sizeof(why)) == 0, "revoke: %s", why);
+    CHECK(!strcmp(got, hash), "revoked hash");
+    CHECK(!strcmp(get("EXISTS " SF_RK_APIKEY, hash), "0"), "record gone");
+    CHECK(!strcmp(get("HEXISTS " SF_RK_APIKEY_IDS " %s", id), "0"), "id gone");
+    CHECK(!strcmp(get("EXISTS " SF_RK_PRODUCER, pid), "0"), "credential gone");
+    {
+        struct timeval tv = {10, 0};
+        char want[128];
+        void *r = NULL;
+
+        redisSetTimeout(sub, tv); /* a bound, not a wait: the message is normally there */
+        snprintf(want, sizeof(want), "key:%s", hash);
+        for (int i = 0; i < 100; i++) { /* other tests' messages may come first */
+            CHECK(redisGetReply(sub, &r) == REDIS_OK && r, "no message on " SF_CH_GATEWAY);
+            rep = r;
+            if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 &&
+                rep->element[2]->type == REDIS_REPLY_STRING && !strcmp(rep->element[2]->str, want))
+                break;
+            freeReplyObject(rep);
+            rep = NULL;
+        }
+        CHECK(rep, "the revoke's message did not come");
+        freeReplyObject(rep);
+    }
+    redisFree(sub);
+    CHECK(sf_apikeys_revoke(sc, id, got, sizeof(got), why, sizeof(why)) == -ENOENT,
+          "revoke twice");
+}
+
 static void test_sessions(void)
 {
     char z[160], k[3][160], sid[3][64], now[24];
@@ -910,6 +1004,7 @@ int main(void)
     test_timers();
     test_claims();
     test_secrets();
+    test_apikeys();
     test_sessions();
     test_templates();
     test_snapshots();
@@ -922,6 +1017,6 @@ int main(void)
     sf_redis_free(ar);
     redisFree(sc);
     event_base_free(base);
-    printf("store: %d scripts; 12 groups passed, 0 failed\n", n);
+    printf("store: %d scripts; 13 groups passed, 0 failed\n", n);
     return 0;
 }
