@@ -1,4 +1,4 @@
-/* sandfleet secrets: the admin side of the secrets store (common/sf_secrets.h). */
+/* sandfleet secrets: the admin side of the secrets store (state/sf_secrets.h). */
 #ifndef SF_CLI_SECRETS_H
 #define SF_CLI_SECRETS_H
 

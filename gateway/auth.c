@@ -474,7 +474,7 @@ void gw_auth_check(gw_ctx *ctx, const char *authorization, const char *session_i
 
 /* ------------------------------------------------------------------ create, delete, level */
 
-/* A new session is two single-slot steps (common/sf_store.c): the session's hash
+/* A new session is two single-slot steps (state/sf_store.c): the session's hash
  * (sess_put; refused whole when Redis is full: 507), then the team's sessions zset
  * (sess_team), which answers the least recently used sessions beyond the team's limit;
  * each of those is deleted (its own slot). */

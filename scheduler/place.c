@@ -1,6 +1,6 @@
 /* place.c: sandbox_create: the shape a new sandbox gets, the team's limits and fair
  * share, the choice of host, and the reservation of the shape there. Single-slot steps
- * (common/sf_store.c), so it runs on Redis Cluster:
+ * (state/sf_store.c), so it runs on Redis Cluster:
  *   1. read the live hosts (hosts.c: one call per host);
  *   2. the team's step (place_team): limits, shares and template checked, the host
  *      chosen, the team's part reserved under the sandbox id;
@@ -13,7 +13,7 @@
  * Each reservation is keyed by the sandbox id, so a create redelivered after a crash
  * between steps finds and completes its own. The worker applies the shape it finds in
  * the forwarded job's args.limits; retiring the record releases the reservations
- * (common/sf_records.c). */
+ * (state/sf_records.c). */
 #include "sched.h"
 #include "sf_log.h"
 #include "sf_store.h"

@@ -1,4 +1,4 @@
-/* snapshots.c: the team's sandbox snapshots, answered from Redis (common/sf_snapshots.h):
+/* snapshots.c: the team's sandbox snapshots, answered from Redis (state/sf_snapshots.h):
  * sandbox_snapshot_list, sandbox_snapshot_delete (the record goes at once; the host that
  * holds the files removes them when it next looks, worker/snapshot.c), and the first half
  * of sandbox_create's from_snapshot: the snapshot is found (another team's is never), its

@@ -1,5 +1,5 @@
 /* store.c: the Redis side of the scheduler: listing, sandbox info, routing checks, the
- * reaper of dead hosts. Every read and write touches one hash slot (common/sf_store.h). */
+ * reaper of dead hosts. Every read and write touches one hash slot (state/sf_store.h). */
 #include "sched.h"
 #include "sf_log.h"
 #include "sf_records.h"

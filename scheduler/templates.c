@@ -1,5 +1,5 @@
 /* templates.c: sandbox_template_list and sandbox_template_create, answered here from Redis
- * (common/sf_templates.h). A create is recorded (status building) on the host chosen to
+ * (state/sf_templates.h). A create is recorded (status building) on the host chosen to
  * build it, answered at once, and handed to that host as sf.template_build; the worker
  * writes the outcome into the record (worker/tpl_build.c). */
 #include "sched.h"
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The list and the create go through the store (common/sf_store.c: tpl_row, tpl_create),
+/* The list and the create go through the store (state/sf_store.c: tpl_row, tpl_create),
  * each one slot: the live hosts are read one per call (hosts.c) and handed to the team's
  * script. */
 

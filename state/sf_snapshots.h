@@ -2,7 +2,7 @@
  * record (reserve, then finish or drop) and keeps its files; the scheduler finds one for
  * sandbox_create's from_snapshot (its host and shape), lists and deletes them. A snapshot
  * is known by its name (unique in its team) or its id (snp_...); another team's is never
- * found. Keys of one team share its hash tag; every script (common/sf_store.c) declares
+ * found. Keys of one team share its hash tag; every script (state/sf_store.c) declares
  * them: a call that looks at all the team's snapshots (reserve, finish, find, list,
  * delete) first reads the team's set, then runs its script with every record declared
  * (again, at most 3 times, when the set changed in between).

@@ -79,7 +79,7 @@
 /* claim checks (sf_claim.h): sf:cc:{<team>}:<job>:a:<arg> / ...:r:<field> */
 #define SF_RK_CLAIM "sf:cc:{%s}:%s:%c:%s"
 
-/* ---- a sandbox's record, sf:sb:{<id>} (common/sf_records.c) ---- */
+/* ---- a sandbox's record, sf:sb:{<id>} (state/sf_records.c) ---- */
 extern sf_redis_script sf_store_rec_retire;    /* K rec. A now ttl state only_live */
 extern sf_redis_script sf_store_rec_killing;   /* K rec */
 extern sf_redis_script sf_store_rec_started;   /* K rec. A host field value... */
@@ -97,7 +97,7 @@ extern sf_redis_script sf_store_host_beat;    /* K host. A expire_ms field value
 extern sf_redis_script sf_store_hosts_drop;   /* K sf:hosts. A host cutoff */
 extern sf_redis_script sf_store_hosts_beat;   /* K sf:hosts. A host now */
 extern sf_redis_script sf_store_place_record; /* K rec. A see .c */
-/* ---- lifecycle timers (common/sf_timers.c) ---- */
+/* ---- lifecycle timers (state/sf_timers.c) ---- */
 extern sf_redis_script sf_store_tm_start;   /* K rec. A now timeout_at lifetime_at idle ad */
 extern sf_redis_script sf_store_tm_paused;  /* K rec. A now */
 extern sf_redis_script sf_store_tm_resumed; /* K rec */
@@ -105,10 +105,10 @@ extern sf_redis_script sf_store_tm_update;  /* K rec. A id team now setmd md tim
 extern sf_redis_script sf_store_timers_set;  /* K timers. A (op member score)... */
 extern sf_redis_script sf_store_timers_grow; /* the same, refused when Redis is full */
 extern sf_redis_script sf_store_timers_due; /* K timers. A now max */
-/* ---- claim checks (common/sf_claim.c) ---- */
+/* ---- claim checks (state/sf_claim.c) ---- */
 extern sf_redis_script sf_store_claim_put;  /* K team claims, sizes, claim. A data now ttl budget */
 extern sf_redis_script sf_store_claim_take; /* K as put */
-/* ---- secrets (common/sf_secrets.c) ---- */
+/* ---- secrets (state/sf_secrets.c) ---- */
 extern sf_redis_script sf_store_secret_create; /* K secret, team's names. A see .c */
 extern sf_redis_script sf_store_secret_rotate;  /* K secret. A sealed now hosts */
 extern sf_redis_script sf_store_secret_delete;  /* K secret, team's names. A name */
@@ -129,7 +129,7 @@ extern sf_redis_script sf_store_tpl_join; /* K tpl from. A host deb from (schedu
 extern sf_redis_script sf_store_tpl_del_mark; /* K tpl. A job */
 extern sf_redis_script sf_store_tpl_del_undo; /* K tpl. A job */
 extern sf_redis_script sf_store_tpl_del;      /* K tpl log tpls. A name */
-/* ---- a team's snapshots (common/sf_snapshots.c): KEYS :snaps, [own record,] every
+/* ---- a team's snapshots (state/sf_snapshots.c): KEYS :snaps, [own record,] every
  * member's record; {'again'} when a member was not declared (read the set again) ---- */
 extern sf_redis_script sf_store_snap_reserve; /* K snaps rec members. A max_n max_bytes kv... */
 extern sf_redis_script sf_store_snap_finish;  /* K snaps rec members. A id size max now */

@@ -59,7 +59,7 @@ static int call_answer(wk_call *c, const void *p, size_t n)
  * then gets its first answer again instead of a second run or silence. */
 #define GUARD_REPLY_MAX (256 * 1024) /* larger replies are not kept for a repeat */
 
-/* Its two scripts: sf_store_guard_begin, sf_store_guard_done (common/sf_store.c). */
+/* Its two scripts: sf_store_guard_begin, sf_store_guard_done (state/sf_store.c). */
 
 /* This worker process among all that ever ran on the host (a restart is a new one). */
 static char instance[SF_ID_MAX];

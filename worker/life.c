@@ -1,5 +1,5 @@
 /* life.c: a sandbox's lifecycle on this host: sandbox_pause and sandbox_resume, the
- * auto-resume of tools that declare `resume`, and the timers (common/sf_timers.h) that
+ * auto-resume of tools that declare `resume`, and the timers (state/sf_timers.h) that
  * live in Redis and fire here: the lifetime (timeout_seconds, or the platform default)
  * and auto-delete kill, idle pauses. A tick pops what is due from this host's timers;
  * each timer fires once. */

@@ -2,7 +2,7 @@
  *
  * A snapshot's files live under state_dir/snapshots/<id>/: `owner` (its team and name)
  * and `files/`, which the driver's `snapshot` fills (driver.h) and a create's `snapshot`
- * starts from. Its record is in Redis (common/sf_snapshots.h): reserved `taking` within
+ * starts from. Its record is in Redis (state/sf_snapshots.h): reserved `taking` within
  * the team's limits (snapshots_per_team, snapshot_team_mib) before the driver runs,
  * `ready` with its size after (or dropped, with the files, when it failed or would pass
  * the team's bytes). Redis is the state of record: every snapshot_sweep_ms (and at start-up, when

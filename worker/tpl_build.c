@@ -11,7 +11,7 @@
  * sandbox killed, the files given back to host ids and renamed into
  * state_dir/templates/team/<team>/<name>/rootfs. The record's status (building -> ready
  * or failed, with the failing step and its output) and a bounded log go to Redis as the
- * build goes (common/sf_templates.h). Nothing here answers a caller. */
+ * build goes (state/sf_templates.h). Nothing here answers a caller. */
 #include "worker.h"
 #include "tstore.h"
 #include "tpl_start.h"
@@ -74,7 +74,7 @@ static void tb_free(tb *b)
 }
 
 /* The record and log are this build's only while the record's job is its own (the
- * scripts sf_store_tpl_set, _log, _done in common/sf_store.c). */
+ * scripts sf_store_tpl_set, _log, _done in state/sf_store.c). */
 static void rcall(tb *b, sf_redis_script *sc, int nkeys, int nargs, const char **argv)
 {
     size_t lens[12];
@@ -215,7 +215,7 @@ static void finish_work(void *arg)
 }
 
 /* The build's part of this host and of the team's share (a sandbox's, as placement
- * counts it: common/sf_store.c place_team, place_host, host_view). */
+ * counts it: state/sf_store.c place_team, place_host, host_view). */
 static void reserve(tb *b, int on)
 {
     wk_ctx *ctx = b->ctx;

@@ -1,7 +1,7 @@
 /* update.c: sandbox_update, one tool for everything a sandbox can change while it lives:
  * its network rules (allow_out, deny_out: applied by this host's secret-proxy, egress.h),
  * then its metadata and lifecycle (timeout_seconds, auto_delete_seconds: one script,
- * common/sf_timers.h). Rules go first, so input the proxy refuses changes nothing. The
+ * state/sf_timers.h). Rules go first, so input the proxy refuses changes nothing. The
  * sandbox is never resumed: a paused one stays paused (its schema declares no resume). */
 #include "worker.h"
 #include "egress.h"

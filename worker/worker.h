@@ -171,7 +171,7 @@ void wk_event(wk_ctx *ctx, const char *type, const char *team, const char *sandb
               const json_t *extra);
 void wk_redis_logged(redisAsyncContext *ac, void *r, void *priv);
 
-/* life.c: pause, resume and the lifecycle timers (common/sf_timers.h). */
+/* life.c: pause, resume and the lifecycle timers (state/sf_timers.h). */
 /* Pauses / resumes b; done(c, rc, why) once it is (possibly inside the call; c may be
  * NULL, done too for wk_box_pause). -errno when the driver refused at once (done not
  * called). A resume also ends a pause under way. */

@@ -1,4 +1,4 @@
-/* Fuzz harness for the worker <-> agent frames (common/sf_agentproto.c), which both
+/* Fuzz harness for the worker <-> agent frames (worker/agent/proto/sf_agentproto.c), which both
  * sides treat as untrusted. The input is a stream of frames as it arrives on the socket:
  * each complete frame is checked and decoded; a decoded message is encoded again and
  * must decode to the same op and id. Every refusal must say why.

@@ -1,5 +1,5 @@
 /* Fuzz harness for the gateway's JSON path, from the HTTP body to the job on Kafka:
- * common/sf_jsonrpc.c parses and checks the JSON-RPC message (as gateway/mcp.c does);
+ * gateway/sf_jsonrpc.c parses and checks the JSON-RPC message (as gateway/mcp.c does);
  * a tools/call has its arguments validated against the real tool schemas
  * (schemas/tools/, as the gateway and the scheduler do), and valid arguments are put in
  * a job envelope, encoded and decoded again, which must give the same arguments.

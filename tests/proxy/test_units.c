@@ -1,6 +1,6 @@
 /* Unit tests of the secret-proxy's pure parts: rules and decisions, request-head checks
  * and the token swap, the ClientHello reader, the DNS codec, and the secrets store's
- * sealing and host patterns (common/sf_secrets). */
+ * sealing and host patterns (state/sf_secrets). */
 #include "proxy.h"
 
 #include <arpa/inet.h>

@@ -1,5 +1,5 @@
 /* Unit tests of the qemu driver's QMP client (worker/qemu_qmp.c) and of the ping
- * fields a VM agent takes (common/sf_agentproto.c).
+ * fields a VM agent takes (worker/agent/proto/sf_agentproto.c).
  *
  * The QMP peer here is a FAKE QEMU (the test's end of a socketpair), named as such:
  * real QEMU is what tests/qemu/test_qemu.c drives; only a fake can send the broken

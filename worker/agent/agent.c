@@ -2,7 +2,7 @@
  *
  * It talks to the worker over the socket at fd 3 (SF_AP_AGENT_FD; in the jail
  * the worker's socketpair) or, when fd 3 is not a socket, over the microVM's
- * virtio-serial port (agent_vm.c), frames as in common/sf_agentproto.h, runs each
+ * virtio-serial port (agent_vm.c), frames as in worker/agent/proto/sf_agentproto.h, runs each
  * `exec` as /bin/sh -c CMD in its own process group (stdin /dev/null, stdout
  * and stderr through pipes kept head+tail by sf_cap), kills the group when the
  * timeout passes, and reaps every child of the sandbox (it is init). When the
