@@ -1,12 +1,13 @@
-/* sf_store: every Lua script sandfleet runs in Redis, in one place (schemas/redis-keys.md
- * is the map of the keys). Each is called by SHA (sf_redis_script_call / _sync), declares
+/* sf_store: every Redis key name and every Lua script sandfleet runs in Redis, in one place
+ * (schemas/redis-keys.md is the map of the keys; each script is a file in lua/, embedded at
+ * build time: docs/internals/state.md). Each is called by SHA (sf_redis_script_call / _sync), declares
  * every key it touches in KEYS, and all of one call's keys share one {hash tag}: one hash
  * slot, so the same code runs on Redis Cluster. Where a change spans slots (a sandbox's
  * record, its team's and its host's keys), it is several single-slot steps, each one
  * idempotent (keyed by the sandbox id), in an order where a step that did not happen is
  * either healed by repeating the operation or harmless (sf_records.h says which).
  *
- * Each script's comment names its KEYS and ARGV and what it answers. The scripts that
+ * Each script's file says its KEYS and ARGV and what it answers at its top. The scripts that
  * must land when Redis is at its maxmemory (they overwrite or free) carry allow-oom. */
 #ifndef SF_STORE_H
 #define SF_STORE_H
