@@ -37,41 +37,10 @@ int sf_jobio_encode_result(const sf_job *job, const json_t *result, const sf_cla
     return rc;
 }
 
-int sf_jobio_send(rd_kafka_t *producer, const sf_job *job, const void *p, size_t n)
+/* (a reply nobody waits on for the offset: progress, a malformed message's answer) */
+static int jobio_send(rd_kafka_t *producer, const sf_job *job, const void *p, size_t n)
 {
     return sf_kafka_produce(producer, job->reply, job->id, p, n);
-}
-
-int sf_jobio_error(rd_kafka_t *producer, const sf_job *job, const char *code, const char *message)
-{
-    sf_buf b;
-    int rc;
-
-    sf_buf_init(&b, SF_MSG_MAX);
-    rc = sf_jobio_encode_error(job, code, message, &b);
-    if (rc == 0)
-        rc = sf_jobio_send(producer, job, b.p, b.len);
-    sf_buf_fini(&b);
-    return rc;
-}
-
-int sf_jobio_result(rd_kafka_t *producer, const sf_job *job, const json_t *result)
-{
-    return sf_jobio_result_claims(producer, job, result, NULL);
-}
-
-int sf_jobio_result_claims(rd_kafka_t *producer, const sf_job *job, const json_t *result,
-                           const sf_claims *claims)
-{
-    sf_buf b;
-    int rc;
-
-    sf_buf_init(&b, SF_MSG_MAX);
-    rc = sf_jobio_encode_result(job, result, claims, &b);
-    if (rc == 0)
-        rc = sf_jobio_send(producer, job, b.p, b.len);
-    sf_buf_fini(&b);
-    return rc;
 }
 
 int sf_jobio_progress(rd_kafka_t *producer, const sf_job *job, const json_t *progress)
@@ -87,7 +56,7 @@ int sf_jobio_progress(rd_kafka_t *producer, const sf_job *job, const json_t *pro
     sf_buf_init(&b, SF_MSG_MAX);
     rc = sf_reply_encode(&r, &b);
     if (rc == 0)
-        rc = sf_jobio_send(producer, job, b.p, b.len);
+        rc = jobio_send(producer, job, b.p, b.len);
     sf_buf_fini(&b);
     return rc;
 }
@@ -96,6 +65,7 @@ void sf_jobio_reject(rd_kafka_t *producer, const rd_kafka_message_t *msg, const 
 {
     sf_job job;
     char text[512];
+    sf_buf b;
 
     sf_kafka_produce(producer, SF_TOPIC_DEAD, "malformed", msg->payload, msg->len);
     sf_job_init(&job);
@@ -103,7 +73,10 @@ void sf_jobio_reject(rd_kafka_t *producer, const rd_kafka_message_t *msg, const 
         return;
     snprintf(text, sizeof(text), "The job could not be read (%s); fix the envelope and resend it.",
              why);
-    sf_jobio_error(producer, &job, SF_ERR_INVALID, text);
+    sf_buf_init(&b, SF_MSG_MAX);
+    if (sf_jobio_encode_error(&job, SF_ERR_INVALID, text, &b) == 0)
+        jobio_send(producer, &job, b.p, b.len);
+    sf_buf_fini(&b);
 }
 
 struct sf_jobq {
@@ -113,54 +86,94 @@ struct sf_jobq {
     sf_jobq_job_cb on_job;
     sf_jobq_bad_cb on_bad;
     void *arg;
-    size_t sending; /* messages of sf_jobq_send not yet confirmed */
-    int freed;      /* sf_jobq_free ran: the last confirmation frees q */
+    size_t holds;   /* sf_jobq_hold alive (each send holds one until Kafka confirmed it) */
+    int freed;      /* sf_jobq_free ran: the last hold to go frees q */
 };
 
-typedef struct jobq_sent {
+struct sf_jobq_hold {
     sf_jobq *q;
     sf_kafka_ticket tk;
+    size_t refs;        /* the holder's (until released), and one per send not confirmed */
     char id[SF_ID_MAX]; /* (for a stage stamp: sf_trace.h) */
-} jobq_sent;
+};
+
+sf_jobq_hold *sf_jobq_hold_new(sf_jobq *q, sf_kafka_ticket tk, const char *job_id)
+{
+    sf_jobq_hold *h = malloc(sizeof(*h));
+
+    if (!h)
+        return NULL;
+    h->q = q;
+    h->tk = tk;
+    h->refs = 1;
+    h->id[0] = 0;
+    if (sf_trace_enabled)
+        snprintf(h->id, sizeof(h->id), "%s", job_id);
+    q->holds++;
+    return h;
+}
+
+/* Drops one reference; the last ends the ticket (end: 0 when the ticket is to stay the
+ * caller's, as sf_jobq_send's failure leaves it). */
+static void hold_unref(sf_jobq_hold *h, int end)
+{
+    sf_jobq *q = h->q;
+
+    if (--h->refs > 0)
+        return;
+    q->holds--;
+    if (!q->freed) {
+        if (end)
+            sf_kafka_track_end(q->track, h->tk);
+    } else if (q->holds == 0) {
+        free(q);
+    }
+    free(h);
+}
+
+void sf_jobq_hold_release(sf_jobq_hold *h)
+{
+    if (h)
+        hold_unref(h, 1);
+}
 
 /* (on the thread that polls the producer: the event loop, or the producer's flush) */
 static void on_sent(void *arg, int err)
 {
-    jobq_sent *s = arg;
-    sf_jobq *q = s->q;
+    sf_jobq_hold *h = arg;
 
     /* refused for good (30 s of retries) ends it too: an answer that cannot be sent must
      * not hold back every later offset of its partition */
-    SF_TRACE(s->id, "dr", err);
-    q->sending--;
-    if (!q->freed)
-        sf_kafka_track_end(q->track, s->tk);
-    else if (q->sending == 0)
-        free(q);
-    free(s);
+    SF_TRACE(h->id, "dr", err);
+    hold_unref(h, 1);
+}
+
+int sf_jobq_hold_send(sf_jobq_hold *h, rd_kafka_t *producer, const char *topic,
+                      const char *key, const void *p, size_t n, rd_kafka_headers_t *hdrs)
+{
+    int rc;
+
+    h->refs++;
+    if ((rc = sf_kafka_produce_h(producer, topic, key, p, n, hdrs, on_sent, h)) < 0) {
+        h->refs--;
+        return rc;
+    }
+    SF_TRACE(h->id, "out", 0);
+    return 0;
 }
 
 int sf_jobq_send(sf_jobq *q, rd_kafka_t *producer, const char *topic, const char *key,
-                 const void *p, size_t n, rd_kafka_headers_t *h, sf_kafka_ticket tk,
+                 const void *p, size_t n, rd_kafka_headers_t *hdrs, sf_kafka_ticket tk,
                  const char *job_id)
 {
-    jobq_sent *s = malloc(sizeof(*s));
+    sf_jobq_hold *h = sf_jobq_hold_new(q, tk, job_id);
     int rc;
 
-    if (!s)
+    if (!h)
         return -ENOMEM;
-    s->q = q;
-    s->tk = tk;
-    s->id[0] = 0;
-    if (sf_trace_enabled)
-        snprintf(s->id, sizeof(s->id), "%s", job_id);
-    if ((rc = sf_kafka_produce_h(producer, topic, key, p, n, h, on_sent, s)) < 0) {
-        free(s);
-        return rc;
-    }
-    SF_TRACE(s->id, "out", 0);
-    q->sending++;
-    return 0;
+    rc = sf_jobq_hold_send(h, producer, topic, key, p, n, hdrs);
+    hold_unref(h, rc == 0); /* not queued: tk stays the caller's */
+    return rc;
 }
 
 static void jobq_on_message(void *arg, rd_kafka_message_t *msg)
@@ -229,7 +242,7 @@ void sf_jobq_free(sf_jobq *q)
     sf_kafka_track_free(q->track);
     q->pump = NULL;
     q->track = NULL;
-    if (q->sending > 0) { /* confirmations still to come (the producer's flush) */
+    if (q->holds > 0) { /* confirmations still to come (the producer's flush) */
         q->freed = 1;
         return;
     }

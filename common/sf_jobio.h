@@ -7,26 +7,16 @@
 
 #include <librdkafka/rdkafka.h>
 
-/* Produce an error / result reply to the job's reply topic (keyed by job id).
- * 0 or negative errno. sf_jobio_result does not take ownership of result; a result
- * that does not fit in one message (SF_MSG_MAX) is answered with a limit_exceeded
- * error instead, so the caller always gets its answer. */
-int sf_jobio_error(rd_kafka_t *producer, const sf_job *job, const char *code, const char *message);
-int sf_jobio_result(rd_kafka_t *producer, const sf_job *job, const json_t *result);
-/* The same, naming the result fields whose value is a claim (sf_claim.h). */
-int sf_jobio_result_claims(rd_kafka_t *producer, const sf_job *job, const json_t *result,
-                           const sf_claims *claims);
 /* A `progress` reply (CONTRACTS.md: {stream, data} or {message}) for a job that asked for
  * progress; any number may precede its final reply. Not taken over. */
 int sf_jobio_progress(rd_kafka_t *producer, const sf_job *job, const json_t *progress);
-/* The same in two steps, for a caller that keeps the encoded reply (the worker's job
- * guard): encode into out (a result too large for one message becomes the same
- * limit_exceeded error; claims may be NULL), then send those bytes to the job's reply
- * topic. 0 or -errno. */
+/* A reply's bytes: an error, or a result naming its claim fields (claims may be NULL;
+ * sf_claim.h); a result that does not fit in one message (SF_MSG_MAX) becomes a
+ * limit_exceeded error instead, so the caller always gets its answer. Sent through the
+ * job's call (sf_call.h), whose offset waits for it. 0 or -errno. */
 int sf_jobio_encode_error(const sf_job *job, const char *code, const char *message, sf_buf *out);
 int sf_jobio_encode_result(const sf_job *job, const json_t *result, const sf_claims *claims,
                            sf_buf *out);
-int sf_jobio_send(rd_kafka_t *producer, const sf_job *job, const void *p, size_t n);
 /* A message that is not a valid job: copies it to the dead-letter topic and, when its
  * id and reply topic can still be read, tells the caller why. */
 void sf_jobio_reject(rd_kafka_t *producer, const rd_kafka_message_t *msg, const char *why);
@@ -53,6 +43,16 @@ void sf_jobq_done(sf_jobq *q, sf_kafka_ticket tk);
 int sf_jobq_send(sf_jobq *q, rd_kafka_t *producer, const char *topic, const char *key,
                  const void *p, size_t n, rd_kafka_headers_t *h, sf_kafka_ticket tk,
                  const char *job_id);
+/* A ticket several sends share (sf_call.h: a reply, then the forwards that continue the
+ * job): tk ends once the holder released it and Kafka confirmed (or finally refused)
+ * every message sent under it. new: NULL when out of memory (tk still the caller's);
+ * send: 0, or -errno (not queued, nothing held); release: once, NULL accepted. */
+typedef struct sf_jobq_hold sf_jobq_hold;
+sf_jobq_hold *sf_jobq_hold_new(sf_jobq *q, sf_kafka_ticket tk, const char *job_id);
+int sf_jobq_hold_send(sf_jobq_hold *h, rd_kafka_t *producer, const char *topic,
+                      const char *key, const void *p, size_t n, rd_kafka_headers_t *hdrs);
+void sf_jobq_hold_release(sf_jobq_hold *h);
+/* q lives on after this until the last hold is gone (the producer's flush confirms). */
 void sf_jobq_free(sf_jobq *q);
 
 /* Replaces invalid UTF-8 in s[0..n) with U+FFFD; returns a new NUL-terminated string

@@ -38,15 +38,15 @@ static void sl_finish(sl_req *q)
     json_t *v;
 
     if (q->failed) {
-        sch_reply_error(q->c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        sch_call_error(q->c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
     } else if ((out = json_array())) {
         json_array_foreach(q->items, i, v)
             if (json_is_object(v))
                 json_array_append(out, v);
-        sch_reply_result(q->c, json_pack("{s:o, s:I}", "secrets", out, "count",
+        sch_call_result(q->c, json_pack("{s:o, s:I}", "secrets", out, "count",
                                          (json_int_t)json_array_size(out)));
     } else {
-        sch_reply_error(q->c, SF_ERR_INTERNAL, "The scheduler is out of memory; retry later.");
+        sch_call_error(q->c, SF_ERR_INTERNAL, "The scheduler is out of memory; retry later.");
     }
     json_decref(q->items);
     free(q->slots);
@@ -80,7 +80,7 @@ static void on_secret_names(redisAsyncContext *ac, void *r, void *priv)
     sl_req *q;
 
     if (!rep || rep->type != REDIS_REPLY_ARRAY) {
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        sch_call_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
         return;
     }
     if (!(q = calloc(1, sizeof(*q))) || !(q->items = json_array()) ||
@@ -92,7 +92,7 @@ static void on_secret_names(redisAsyncContext *ac, void *r, void *priv)
         }
         free(q);
         free(names);
-        sch_reply_error(c, SF_ERR_INTERNAL, "The scheduler is out of memory; retry later.");
+        sch_call_error(c, SF_ERR_INTERNAL, "The scheduler is out of memory; retry later.");
         return;
     }
     q->c = c;
@@ -121,7 +121,7 @@ void sch_egress_secret_list(sch_call *c)
 {
     if (sf_redis_cmd(c->ctx->redis, on_secret_names, c, "SMEMBERS " SF_RK_TEAM_SECRETS,
                      c->job.team) < 0)
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        sch_call_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
 }
 
 /* ---- sandbox_network_log ---------------------------------------------------------- */
@@ -134,7 +134,7 @@ typedef struct nl_req {
 
 static void nl_fail(nl_req *q, const char *code, const char *text)
 {
-    sch_reply_error(q->c, code, text);
+    sch_call_error(q->c, code, text);
     free(q);
 }
 
@@ -147,7 +147,7 @@ static void on_log(redisAsyncContext *ac, void *r, void *priv)
         nl_fail(q, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
         return;
     }
-    sch_reply_result(q->c, json_pack("{s:s, s:o, s:I}", "sandbox_id", q->c->job.sandbox,
+    sch_call_result(q->c, json_pack("{s:s, s:o, s:I}", "sandbox_id", q->c->job.sandbox,
                                      "entries", entries, "count",
                                      (json_int_t)json_array_size(entries)));
     free(q);
@@ -187,11 +187,11 @@ void sch_egress_network_log(sch_call *c)
 
     if (sf_netlog_args_check(json_is_integer(lim) ? json_integer_value(lim) : 0, verdict,
                              &limit, why, sizeof(why)) < 0) {
-        sch_reply_error(c, SF_ERR_INVALID, why);
+        sch_call_error(c, SF_ERR_INVALID, why);
         return;
     }
     if (!(q = calloc(1, sizeof(*q)))) {
-        sch_reply_error(c, SF_ERR_INTERNAL, "The scheduler is out of memory; retry later.");
+        sch_call_error(c, SF_ERR_INTERNAL, "The scheduler is out of memory; retry later.");
         return;
     }
     q->c = c;

@@ -51,7 +51,7 @@ int main(int argc, char **argv)
     if (sf_daemon_init(&ctx.d, "scheduler", &ctx.cfg.common) < 0)
         goto out;
     if (sf_toolset_load(&ctx.tools, ctx.cfg.schemas_dir, why, sizeof(why)) < 0 ||
-        sch_route_check(&ctx.tools, why, sizeof(why)) < 0 ||
+        sch_pipeline_check(&ctx.tools, why, sizeof(why)) < 0 ||
         sch_auth_init(&ctx, why, sizeof(why)) < 0) {
         sf_error("msg=\"cannot load the tool schemas or the auth secret\" err=\"%s\"", why);
         goto out;
@@ -65,7 +65,7 @@ int main(int argc, char **argv)
     if (sf_kafka_subscribe(ctx.consumer, SF_TOPIC_JOBS) < 0 ||
         !(ctx.jobq = sf_jobq_new(ctx.d.base, ctx.consumer, ctx.producer, SF_TOPIC_JOBS,
                                  sch_on_job, sch_on_bad, &ctx)) ||
-        sch_store_start_reaper(&ctx) < 0) {
+        sch_reaper_start(&ctx) < 0) {
         sf_error("msg=\"cannot subscribe\" topic=%s", SF_TOPIC_JOBS);
         goto out;
     }

@@ -60,13 +60,13 @@ static void refuse(sch_call *c, redisReply *rep)
     if (sf_redis_is_oom(rep)) {
         sf_warn("msg=\"create refused: Redis is at its maxmemory\" job=%s team=%s", c->job.id,
                 c->job.team);
-        sch_reply_error(c, SF_ERR_LIMIT, SF_MSG_PLATFORM_FULL);
+        sch_call_error(c, SF_ERR_LIMIT, SF_MSG_PLATFORM_FULL);
         return;
     }
     if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements < 1) {
         sf_error("msg=\"create script failed\" job=%s err=\"%s\"", c->job.id,
                  rep && rep->type == REDIS_REPLY_ERROR ? rep->str : "no reply");
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        sch_call_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
         return;
     }
     verdict = elem(rep, 0);
@@ -81,7 +81,7 @@ static void refuse(sch_call *c, redisReply *rep)
         else
             snprintf(text, sizeof(text), "Template '%.64s' is %s, not ready; wait until "
                      "sandbox_template_list shows it ready.", t ? t : "", elem(rep, 1));
-        sch_reply_error(c, SF_ERR_NOT_FOUND, text);
+        sch_call_error(c, SF_ERR_NOT_FOUND, text);
         return;
     }
     if (!strcmp(verdict, "pinned") && c->pin[0]) {
@@ -89,7 +89,7 @@ static void refuse(sch_call *c, redisReply *rep)
                  "responding or has no room; a snapshot starts only on its own host: retry in a "
                  "few seconds, or kill one of your sandboxes there.",
                  json_string_value(json_object_get(c->job.args, "from_snapshot")), c->pin);
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, text);
+        sch_call_error(c, SF_ERR_UNAVAILABLE, text);
         return;
     }
     if (!strcmp(verdict, "pinned")) {
@@ -98,31 +98,31 @@ static void refuse(sch_call *c, redisReply *rep)
                  "responding (a team template is built on the hosts that were up then; "
                  "sandbox_template_list shows on how many it is ready); retry in a few seconds, "
                  "or build it again to have it on today's hosts.", t ? t : "");
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, text);
+        sch_call_error(c, SF_ERR_UNAVAILABLE, text);
         return;
     }
     if (!strcmp(verdict, "jailonly")) {
-        sch_reply_error(c, SF_ERR_INVALID, "No host here runs the jail driver, and the qemu "
-                        "driver runs only the 'base' template; create from 'base'.");
+        sch_call_error(c, SF_ERR_INVALID, "No host here runs the jail driver, and the qemu "
+                       "driver runs only the 'base' template; create from 'base'.");
         return;
     }
     if (!strcmp(verdict, "nodebian")) {
         /* (while a host builds it, placement waits: wait_template) */
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, "The 'debian' template is on no live host with "
-                        "room, and none is building it (a failed build's log: "
-                        "templates_dir/debian/build.log on the host); retry in a few seconds, "
-                        "or use from_template 'base'.");
+        sch_call_error(c, SF_ERR_UNAVAILABLE, "The 'debian' template is on no live host with "
+                       "room, and none is building it (a failed build's log: "
+                       "templates_dir/debian/build.log on the host); retry in a few seconds, "
+                       "or use from_template 'base'.");
         return;
     }
     if (!strcmp(verdict, "conflict")) {
-        sch_reply_error(c, SF_ERR_INVALID, "A sandbox with that id exists or existed; let the "
+        sch_call_error(c, SF_ERR_INVALID, "A sandbox with that id exists or existed; let the "
                                            "platform choose the id of a new sandbox.");
         return;
     }
     if (!strcmp(verdict, "quota")) {
         snprintf(text, sizeof(text), "Sandbox quota reached: your team may have %s sandboxes. "
                  "%s, or ask the operator for a higher limit.", elem(rep, 1), what_to_do);
-        sch_reply_error(c, SF_ERR_LIMIT, text);
+        sch_call_error(c, SF_ERR_LIMIT, text);
     } else if (!strcmp(verdict, "share")) {
         const char *what = elem(rep, 1), *n = elem(rep, 2);
         char amount[96];
@@ -134,18 +134,18 @@ static void refuse(sch_call *c, redisReply *rep)
             snprintf(amount, sizeof(amount), "%s sandboxes", n);
         snprintf(text, sizeof(text), "Your team is using its fair share of the platform (at "
                  "most %s across all hosts, shared with other teams). %s.", amount, what_to_do);
-        sch_reply_error(c, SF_ERR_LIMIT, text);
+        sch_call_error(c, SF_ERR_LIMIT, text);
     } else if (!strcmp(verdict, "hostshare")) {
         snprintf(text, sizeof(text), "Your team is using its fair share (%s%%) of every worker "
                  "host that has room. %s, or retry when more hosts join.", elem(rep, 1),
                  what_to_do);
-        sch_reply_error(c, SF_ERR_LIMIT, text);
+        sch_call_error(c, SF_ERR_LIMIT, text);
     } else if (!strcmp(verdict, "full")) {
-        sch_reply_error(c, SF_ERR_UNAVAILABLE,
-                        "Every worker host is at capacity. Kill a sandbox, or retry later.");
+        sch_call_error(c, SF_ERR_UNAVAILABLE,
+                       "Every worker host is at capacity. Kill a sandbox, or retry later.");
     } else {
-        sch_reply_error(c, SF_ERR_UNAVAILABLE,
-                        "No worker host is available right now; retry in a few seconds.");
+        sch_call_error(c, SF_ERR_UNAVAILABLE,
+                       "No worker host is available right now; retry in a few seconds.");
     }
 }
 
@@ -234,7 +234,7 @@ static void placed(place_op *op, const char *host)
             c->job.deadline_ms -= spare;
     }
     place_free(op);
-    sch_forward(c, host);
+    sch_call_forward(c, host);
 }
 
 static void place_read(place_op *op);
@@ -272,7 +272,7 @@ static int wait_template(place_op *op)
              "left (it is built once per host); retry sandbox_create then, or use "
              "from_template 'base' now.", (long long)(left < 30 ? 30 : left));
     place_free(op);
-    sch_reply_error(c, SF_ERR_UNAVAILABLE, text);
+    sch_call_error(c, SF_ERR_UNAVAILABLE, text);
     return 1;
 }
 
@@ -478,14 +478,10 @@ void sch_place_create(sch_call *c)
     json_t *md = json_object_get(c->job.args, "metadata");
     place_op *op;
 
-    if (json_object_get(c->job.args, "from_snapshot") && !c->pin[0]) {
-        sch_snap_place(c); /* finds the snapshot, then comes back here */
-        return;
-    }
     op = calloc(1, sizeof(*op));
     if (!op || !(op->skip = json_array())) {
         free(op);
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        sch_call_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
         return;
     }
     op->c = c;

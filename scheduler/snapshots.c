@@ -45,7 +45,7 @@ static void no_snapshot(sch_call *c, const char *ref)
 
     snprintf(text, sizeof(text), "No snapshot named '%.63s' exists for your team; "
              "sandbox_snapshot_list shows your snapshots.", ref ? ref : "");
-    sch_reply_error(c, SF_ERR_NOT_FOUND, text);
+    sch_call_error(c, SF_ERR_NOT_FOUND, text);
 }
 
 static int redis_failed(sch_call *c, const redisReply *rep, const char *what)
@@ -53,12 +53,12 @@ static int redis_failed(sch_call *c, const redisReply *rep, const char *what)
     if (rep && rep->type != REDIS_REPLY_ERROR)
         return 0;
     if (sf_redis_is_oom(rep)) {
-        sch_reply_error(c, SF_ERR_LIMIT, SF_MSG_PLATFORM_FULL);
+        sch_call_error(c, SF_ERR_LIMIT, SF_MSG_PLATFORM_FULL);
         return 1;
     }
     sf_error("msg=\"%s script failed\" job=%s err=\"%s\"", what, c->job.id,
              rep ? rep->str : "no reply");
-    sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+    sch_call_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
     return 1;
 }
 
@@ -88,13 +88,13 @@ static void on_list(redisAsyncContext *ac, void *r, void *priv)
                                              "created", num(o, "created")));
         json_decref(o);
     }
-    sch_reply_result(c, json_pack("{s:o}", "snapshots", arr ? arr : json_array()));
+    sch_call_result(c, json_pack("{s:o}", "snapshots", arr ? arr : json_array()));
 }
 
 void sch_snap_list(sch_call *c)
 {
     if (sf_snap_list(c->ctx->redis, c->job.team, on_list, c) < 0)
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        sch_call_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
 }
 
 /* ---- sandbox_snapshot_delete ------------------------------------------------------- */
@@ -117,12 +117,12 @@ static void on_delete(redisAsyncContext *ac, void *r, void *priv)
     if (!strcmp(verdict, "ok") && rep->elements >= 4) {
         sf_info("msg=\"snapshot deleted\" job=%s team=%s snapshot=%s host=%s", c->job.id,
                 c->job.team, rep->element[1]->str, rep->element[3]->str);
-        sch_reply_result(c, json_pack("{s:s, s:s, s:s}", "snapshot_id", rep->element[1]->str,
+        sch_call_result(c, json_pack("{s:s, s:s, s:s}", "snapshot_id", rep->element[1]->str,
                                       "name", rep->element[2]->str, "status", "deleted"));
     } else if (!strcmp(verdict, "taking")) {
         snprintf(text, sizeof(text), "Snapshot '%.63s' is still being taken; delete it once "
                  "sandbox_snapshot answered.", ref ? ref : "");
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, text);
+        sch_call_error(c, SF_ERR_UNAVAILABLE, text);
     } else {
         no_snapshot(c, ref);
     }
@@ -133,7 +133,7 @@ void sch_snap_delete(sch_call *c)
     const char *ref = json_string_value(json_object_get(c->job.args, "snapshot"));
 
     if (!ref || sf_snap_delete(c->ctx->redis, c->job.team, ref, on_delete, c) < 0)
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        sch_call_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
 }
 
 /* ---- sandbox_create from_snapshot -------------------------------------------------- */
@@ -160,7 +160,7 @@ static void on_found(redisAsyncContext *ac, void *r, void *priv)
         snprintf(text, sizeof(text), "Snapshot '%.63s' is still being taken; retry once "
                  "sandbox_snapshot answered.", ref ? ref : "");
         json_decref(o);
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, text);
+        sch_call_error(c, SF_ERR_UNAVAILABLE, text);
         return;
     }
     /* its template (placement pins a team template's host too: the same host), its shape,
@@ -184,10 +184,10 @@ void sch_snap_place(sch_call *c)
     const char *ref = json_string_value(json_object_get(c->job.args, "from_snapshot"));
 
     if (json_object_get(c->job.args, "from_template")) {
-        sch_reply_error(c, SF_ERR_INVALID, "Give from_template or from_snapshot, not both: a "
+        sch_call_error(c, SF_ERR_INVALID, "Give from_template or from_snapshot, not both: a "
                                            "sandbox from a snapshot has the snapshot's template.");
         return;
     }
     if (!ref || sf_snap_find(c->ctx->redis, c->job.team, ref, on_found, c) < 0)
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        sch_call_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
 }

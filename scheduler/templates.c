@@ -40,7 +40,8 @@ static long long num(const char *s)
 /* A template job goes to several hosts (each builds its own copy; each removes its copy):
  * the call is handed to each as an internal message, also to hosts not heartbeating now
  * (a host reads its topic on from where it stopped). All but the last are sent on their
- * own; the last carries the job's offset and ends the call. lead: args.lead is true for
+ * own; the last goes on the call's tracked path and ends the call (its offset then waits
+ * for the answer sent before and this forward). lead: args.lead is true for
  * hosts[0] only. */
 static void forward_all(sch_call *c, const char *const *hosts, size_t n, int lead)
 {
@@ -52,7 +53,7 @@ static void forward_all(sch_call *c, const char *const *hosts, size_t n, int lea
         snprintf(c->job.host, sizeof(c->job.host), "%s", hosts[i]);
         sf_buf_init(&b, SF_MSG_MAX);
         if (sf_job_encode(&c->job, &b) < 0 ||
-            sch_host_produce(c->ctx, hosts[i], c->job.sandbox, b.p, b.len) < 0)
+            sch_hostmsg_produce(c->ctx, hosts[i], c->job.sandbox, b.p, b.len) < 0)
             sf_error("msg=\"cannot hand a template job to a host\" job=%s tool=%s host=%s",
                      c->job.id, c->job.tool, hosts[i]);
         sf_buf_fini(&b);
@@ -63,7 +64,7 @@ static void forward_all(sch_call *c, const char *const *hosts, size_t n, int lea
     }
     if (lead)
         json_object_set_new(c->job.args, "lead", json_boolean(n == 1));
-    sch_forward(c, hosts[n - 1]);
+    sch_call_forward(c, hosts[n - 1]);
 }
 
 /* ---- sandbox_template_list ------------------------------------------------------- */
@@ -131,7 +132,7 @@ static void list_answer(sch_call *c, json_t *doc)
         json_array_append_new(out, o);
     }
     json_decref(doc);
-    sch_reply_result(c, json_pack("{s:o, s:I}", "templates", out, "count",
+    sch_call_result(c, json_pack("{s:o, s:I}", "templates", out, "count",
                                   (json_int_t)json_array_size(out)));
 }
 
@@ -159,7 +160,7 @@ static void tpl_list_end(tpl_list_op *op)
         json_decref(doc);
         json_decref(keep);
         free(op);
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        sch_call_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
         return;
     }
     json_array_foreach(recs, i, row) {
@@ -278,7 +279,7 @@ void sch_tpl_list(sch_call *c)
 
     if (!op || !(op->doc = json_pack("[s, []]", "building"))) {
         free(op);
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        sch_call_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
         return;
     }
     op->c = c;
@@ -298,17 +299,16 @@ static void on_create(redisAsyncContext *ac, void *r, void *priv)
     const char *from = json_string_value(json_object_get(c->job.args, "from"));
     const char *verdict;
     char text[384];
-    json_t *res;
 
     (void)ac;
     if (sf_redis_is_oom(rep)) {
-        sch_reply_error(c, SF_ERR_LIMIT, SF_MSG_PLATFORM_FULL);
+        sch_call_error(c, SF_ERR_LIMIT, SF_MSG_PLATFORM_FULL);
         return;
     }
     if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements < 1) {
         sf_error("msg=\"template create script failed\" job=%s err=\"%s\"", c->job.id,
                  rep && rep->type == REDIS_REPLY_ERROR ? rep->str : "no reply");
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        sch_call_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
         return;
     }
     verdict = elem(rep, 0);
@@ -323,11 +323,10 @@ static void on_create(redisAsyncContext *ac, void *r, void *priv)
             json_object_set_new(c->job.args, "start_cmd", json_string(elem(rep, 1)));
         if (*elem(rep, 2))
             json_object_set_new(c->job.args, "ready_cmd", json_string(elem(rep, 2)));
-        res = json_pack("{s:s, s:s, s:s, s:I}", "name", name, "status", "building", "from", from,
-                        "hosts", (json_int_t)n);
-        if (!res || sf_jobio_result(c->ctx->producer, &c->job, res) < 0)
-            sf_error("msg=\"cannot produce reply\" job=%s topic=%s", c->job.id, c->job.reply);
-        json_decref(res);
+        /* the caller's answer now, on the call's tracked path: the offset moves once it
+         * and the build's forward are confirmed */
+        sch_call_result_then(c, json_pack("{s:s, s:s, s:s, s:I}", "name", name, "status",
+                                          "building", "from", from, "hosts", (json_int_t)n));
         sf_info("msg=\"template build placed\" job=%s team=%s template=%s from=%s lead=%s "
                 "hosts=%zu", c->job.id, c->job.team, name, from, n ? hosts[0] : "", n);
         /* each host lists it (the reaper fails a build its host took down with it) */
@@ -339,7 +338,7 @@ static void on_create(redisAsyncContext *ac, void *r, void *priv)
         /* The build goes to every host as an internal message: the caller has its answer. */
         snprintf(c->job.tool, sizeof(c->job.tool), "%s", SF_TOOL_TEMPLATE_BUILD);
         c->job.deadline_ms = sf_now_ms() + 3600 * 1000LL;
-        c->silent = 1;
+        c->call.silent = 1;
         forward_all(c, hosts, n, 1);
         return;
     }
@@ -365,7 +364,7 @@ static void on_create(redisAsyncContext *ac, void *r, void *priv)
     else
         snprintf(text, sizeof(text), "No worker host that can build templates (jail driver) "
                  "is available; retry in a few seconds.");
-    sch_reply_error(c, !strcmp(verdict, "exists") || !strcmp(verdict, "nofrom") ||
+    sch_call_error(c, !strcmp(verdict, "exists") || !strcmp(verdict, "nofrom") ||
                                !strcmp(verdict, "fromstatus")
                            ? SF_ERR_INVALID
                            : !strcmp(verdict, "quota") ? SF_ERR_LIMIT : SF_ERR_UNAVAILABLE,
@@ -410,7 +409,7 @@ static int shape_refused(sch_call *c, json_t *hosts)
              "and disk_mib %lld: the largest a host offers is %lld MiB of memory, %lld vCPU "
              "(%lld milli) and %lld MiB of disk; ask for a smaller shape.", mem,
              vcpu >= 1000 ? vcpu / 1000 : 1, disk, bm, bc / 1000, bc, bd);
-    sch_reply_error(c, SF_ERR_LIMIT, text);
+    sch_call_error(c, SF_ERR_LIMIT, text);
     return 1;
 }
 
@@ -427,7 +426,7 @@ static void on_create_hosts(void *priv, json_t *hosts)
     int rc = -1;
 
     if (!hosts) {
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        sch_call_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
         return;
     }
     if (shape_refused(c, hosts))
@@ -456,7 +455,7 @@ static void on_create_hosts(void *priv, json_t *hosts)
     free(steps_s);
     free(live);
     if (rc < 0)
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        sch_call_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
 }
 
 void sch_tpl_create(sch_call *c)
@@ -471,18 +470,18 @@ void sch_tpl_create(sch_call *c)
     long long disk = json_integer_value(json_object_get(a, "disk_mib"));
 
     if (!name || !from) { /* the schema requires both */
-        sch_reply_error(c, SF_ERR_INVALID, "Arguments 'name' and 'from' are required.");
+        sch_call_error(c, SF_ERR_INVALID, "Arguments 'name' and 'from' are required.");
         return;
     }
     if (!strcmp(name, "base") || !strcmp(name, "debian")) {
         snprintf(text, sizeof(text), "'%s' is a built-in template's name; pick another name.",
                  name);
-        sch_reply_error(c, SF_ERR_INVALID, text);
+        sch_call_error(c, SF_ERR_INVALID, text);
         return;
     }
     if (!strcmp(name, from)) {
-        sch_reply_error(c, SF_ERR_INVALID, "A template cannot be built from itself; name "
-                        "another template in 'from'.");
+        sch_call_error(c, SF_ERR_INVALID, "A template cannot be built from itself; name "
+                       "another template in 'from'.");
         return;
     }
     /* The shape its sandboxes get: what the call says, else the platform's default. */
@@ -494,7 +493,7 @@ void sch_tpl_create(sch_call *c)
     json_object_set_new(a, "disk_mib", json_integer(disk));
     /* the hosts first (hosts.c), then the team's step with them (on_create_hosts) */
     if (sch_hosts_read(c->ctx, on_create_hosts, c) < 0)
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        sch_call_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
 }
 
 /* ---- sandbox_template_delete ----------------------------------------------------- */
@@ -525,7 +524,7 @@ static int del_call(tdel *d, sf_redis_script *s, redisCallbackFn *cb, int nkeys)
 
 static void del_fail(tdel *d, const char *code, const char *text)
 {
-    sch_reply_error(d->c, code, text);
+    sch_call_error(d->c, code, text);
     free(d);
 }
 
@@ -536,7 +535,6 @@ static void on_deleted(redisAsyncContext *ac, void *r, void *priv)
     sch_call *c = d->c;
     const char *hosts[64];
     size_t n = 0;
-    json_t *res;
 
     (void)ac;
     if (!rep || rep->type != REDIS_REPLY_ARRAY) {
@@ -546,11 +544,8 @@ static void on_deleted(redisAsyncContext *ac, void *r, void *priv)
     for (size_t i = 0; i < rep->elements && n < SF_ARRAY_LEN(hosts); i++)
         if (rep->element[i]->type == REDIS_REPLY_STRING && sf_id_valid(rep->element[i]->str))
             hosts[n++] = rep->element[i]->str;
-    res = json_pack("{s:s, s:s, s:I}", "name", d->name, "status", "deleted", "hosts",
-                    (json_int_t)n);
-    if (!res || sf_jobio_result(c->ctx->producer, &c->job, res) < 0)
-        sf_error("msg=\"cannot produce reply\" job=%s topic=%s", c->job.id, c->job.reply);
-    json_decref(res);
+    sch_call_result_then(c, json_pack("{s:s, s:s, s:I}", "name", d->name, "status", "deleted",
+                                      "hosts", (json_int_t)n));
     sf_info("msg=\"template deleted\" job=%s team=%s template=%s hosts=%zu", c->job.id,
             c->job.team, d->name, n);
     /* its hosts no longer list it, and remove the files (the caller has its answer) */
@@ -564,7 +559,7 @@ static void on_deleted(redisAsyncContext *ac, void *r, void *priv)
     }
     snprintf(c->job.tool, sizeof(c->job.tool), "%s", SF_TOOL_TEMPLATE_DELETE);
     c->job.deadline_ms = sf_now_ms() + 3600 * 1000LL;
-    c->silent = 1;
+    c->call.silent = 1;
     forward_all(c, hosts, n, 0);
     free(d);
 }
@@ -701,18 +696,18 @@ void sch_tpl_delete(sch_call *c)
     tdel *d;
 
     if (!name) { /* the schema requires it */
-        sch_reply_error(c, SF_ERR_INVALID, "Argument 'name' is required.");
+        sch_call_error(c, SF_ERR_INVALID, "Argument 'name' is required.");
         return;
     }
     if (!strcmp(name, "base") || !strcmp(name, "debian")) {
         snprintf(text, sizeof(text), "'%s' is a built-in template and cannot be deleted.", name);
-        sch_reply_error(c, SF_ERR_INVALID, text);
+        sch_call_error(c, SF_ERR_INVALID, text);
         return;
     }
     if (!sf_id_valid(name) || !(d = calloc(1, sizeof(*d)))) {
         snprintf(text, sizeof(text), "Template '%.63s' does not exist; sandbox_template_list "
                  "shows your team's templates.", name);
-        sch_reply_error(c, SF_ERR_NOT_FOUND, text);
+        sch_call_error(c, SF_ERR_NOT_FOUND, text);
         return;
     }
     d->c = c;

@@ -197,7 +197,7 @@ static void send_build(jop *o, const redisReply *rep)
         json_object_set_new(job.args, "ready_cmd", json_string(el(rep, 4)));
     sf_buf_init(&b, SF_MSG_MAX);
     if (job.args && sf_id_valid(job.id) && (rc = sf_job_encode(&job, &b)) == 0)
-        rc = sch_host_produce(ctx, o->host, "", b.p, b.len);
+        rc = sch_hostmsg_produce(ctx, o->host, "", b.p, b.len);
     sf_buf_fini(&b);
     sf_job_fini(&job);
     if (rc < 0)

@@ -1,10 +1,11 @@
-/* store.c: the Redis side of the scheduler: listing, sandbox info, routing checks, the
- * reaper of dead hosts. Every read and write touches one hash slot (state/sf_store.h). */
+/* list.c: sandbox_list (the team's sandboxes, filtered, in pages) and sandbox_info (one
+ * sandbox's public view), read from the records in Redis. Every read touches one hash
+ * slot (state/sf_store.h). */
 #include "sched.h"
 #include "sf_log.h"
-#include "sf_records.h"
 #include "sf_timers.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -12,7 +13,7 @@
 static void not_found(sch_call *c)
 {
     char text[256];
-    sch_reply_error(c, SF_ERR_NOT_FOUND, sf_msg_no_sandbox(text, sizeof(text), c->job.sandbox));
+    sch_call_error(c, SF_ERR_NOT_FOUND, sf_msg_no_sandbox(text, sizeof(text), c->job.sandbox));
 }
 
 static const char *status_of(const char *state)
@@ -116,7 +117,7 @@ static void list_fail(list_op *op, const redisReply *rep)
     sf_error("msg=\"list read failed\" job=%s err=\"%s\"", c->job.id,
              rep && rep->type == REDIS_REPLY_ERROR ? rep->str : "no reply");
     list_free(op);
-    sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+    sch_call_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
 }
 
 typedef struct list_one {
@@ -157,7 +158,7 @@ static void list_answer(list_op *op)
         json_object_set_new(res, "next_cursor", json_string(cur));
     }
     list_free(op);
-    sch_reply_result(c, res);
+    sch_call_result(c, res);
 }
 
 static void on_list_record(redisAsyncContext *ac, void *r, void *priv)
@@ -335,7 +336,7 @@ static void on_list_members(redisAsyncContext *ac, void *r, void *priv)
         list_page(op);
 }
 
-void sch_store_list(sch_call *c)
+void sch_list_sandboxes(sch_call *c)
 {
     json_t *a = c->job.args, *md = json_object_get(a, "metadata");
     const char *cursor = json_string_value(json_object_get(a, "cursor"));
@@ -344,14 +345,14 @@ void sch_store_list(sch_call *c)
 
     if (!(op = calloc(1, sizeof(*op))) || !(op->rows = json_array())) {
         free(op);
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        sch_call_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
         return;
     }
     op->c = c;
     snprintf(op->ccur, sizeof(op->ccur), "-1");
     if (cursor && cursor_parse(cursor, op->ccur, op->icur) < 0) {
         list_free(op);
-        sch_reply_error(c, SF_ERR_INVALID, "Argument 'cursor' is not a cursor sandbox_list "
+        sch_call_error(c, SF_ERR_INVALID, "Argument 'cursor' is not a cursor sandbox_list "
                                            "gave; pass the next_cursor of the previous page, "
                                            "or omit it for the first page.");
         return;
@@ -361,7 +362,7 @@ void sch_store_list(sch_call *c)
     if (sf_redis_cmd(c->ctx->redis, on_list_members, op, "SMEMBERS " SF_RK_TEAM_SANDBOXES,
                      c->job.team) < 0) {
         list_free(op);
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        sch_call_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
     }
 }
 
@@ -407,7 +408,7 @@ static void on_info(redisAsyncContext *ac, void *r, void *priv)
     const char *team;
 
     if (!rep || rep->type != REDIS_REPLY_ARRAY) {
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        sch_call_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
         return;
     }
     rec = json_object();
@@ -439,157 +440,16 @@ static void on_info(redisAsyncContext *ac, void *r, void *priv)
     }
     sf_timers_view(rec, view);
     json_decref(rec);
-    sch_reply_result(c, view);
+    sch_call_result(c, view);
 }
 
-void sch_store_info(sch_call *c)
+void sch_list_info(sch_call *c)
 {
     if (!c->job.sandbox[0]) {
-        sch_reply_error(c, SF_ERR_INVALID, "Argument 'sandbox_id' is required.");
+        sch_call_error(c, SF_ERR_INVALID, "Argument 'sandbox_id' is required.");
         return;
     }
     if (sf_redis_cmd(c->ctx->redis, on_info, c, "HGETALL " SF_RK_SANDBOX, c->job.sandbox) < 0)
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
+        sch_call_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
 }
 
-static void route_verdict(sch_call *c, const char *verdict, const char *host)
-{
-    char text[256];
-
-    if (!strcmp(verdict, "ok")) {
-        sch_forward(c, host);
-        return;
-    }
-    if (!strcmp(verdict, "none")) {
-        not_found(c);
-        return;
-    }
-    if (!strcmp(verdict, "killed")) {
-        if (!strcmp(c->job.tool, "sandbox_kill")) {
-            sch_reply_result(c, json_pack("{s:s, s:s}", "id", c->job.sandbox, "status", "killed"));
-            return;
-        }
-        snprintf(text, sizeof(text),
-                 "Sandbox '%s' was killed; create a new one with sandbox_create.", c->job.sandbox);
-    } else if (!strcmp(verdict, "failed")) {
-        snprintf(text, sizeof(text),
-                 "Sandbox '%s' failed to start; create a new one with sandbox_create.",
-                 c->job.sandbox);
-    } else if (!strcmp(verdict, "stale")) {
-        snprintf(text, sizeof(text),
-                 "The host of sandbox '%s' is not responding; retry in a few seconds, or create "
-                 "a new sandbox with sandbox_create.", c->job.sandbox);
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, text);
-        return;
-    } else {
-        snprintf(text, sizeof(text),
-                 "Sandbox '%s' was lost with its host; create a new one with sandbox_create.",
-                 c->job.sandbox);
-    }
-    sch_reply_error(c, SF_ERR_NOT_FOUND, text);
-}
-
-/* Routing reads the record (its slot), then its host's heartbeat (sf:hosts): two reads,
- * each one slot; no write depends on them. */
-typedef struct route_op {
-    sch_call *c;
-    char host[SF_ID_MAX];
-} route_op;
-
-static void on_route_host(redisAsyncContext *ac, void *r, void *priv)
-{
-    redisReply *rep = r;
-    route_op *op = priv;
-    sch_call *c = op->c;
-    char host[SF_ID_MAX];
-
-    (void)ac;
-    snprintf(host, sizeof(host), "%s", op->host);
-    free(op);
-    if (!rep || (rep->type != REDIS_REPLY_STRING && rep->type != REDIS_REPLY_NIL)) {
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
-        return;
-    }
-    if (rep->type == REDIS_REPLY_NIL ||
-        strtoll(rep->str, NULL, 10) < sf_now_ms() - c->ctx->cfg.host_ttl_ms)
-        route_verdict(c, "stale", host);
-    else
-        route_verdict(c, "ok", host);
-}
-
-static void on_route_record(redisAsyncContext *ac, void *r, void *priv)
-{
-    redisReply *rep = r;
-    route_op *op = priv;
-    sch_call *c = op->c;
-    const char *team, *st;
-
-    (void)ac;
-    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 3) {
-        free(op);
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
-        return;
-    }
-    team = rep->element[0]->type == REDIS_REPLY_STRING ? rep->element[0]->str : NULL;
-    st = rep->element[2]->type == REDIS_REPLY_STRING ? rep->element[2]->str : "";
-    if (rep->element[1]->type == REDIS_REPLY_STRING && rep->element[1]->len < SF_ID_MAX)
-        snprintf(op->host, sizeof(op->host), "%s", rep->element[1]->str);
-    if (!team || strcmp(team, c->job.team) != 0 || !strcmp(st, "killed") ||
-        !strcmp(st, "failed") || !strcmp(st, "lost") || !op->host[0]) {
-        const char *v = !team || strcmp(team, c->job.team) ? "none" : op->host[0] ? st : "stale";
-        free(op);
-        route_verdict(c, v, "");
-        return;
-    }
-    if (sf_redis_cmd(c->ctx->redis, on_route_host, op, "ZSCORE " SF_RK_HOSTS " %s", op->host) <
-        0) {
-        free(op);
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
-    }
-}
-
-void sch_store_route(sch_call *c)
-{
-    route_op *op = calloc(1, sizeof(*op));
-
-    if (!op) {
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
-        return;
-    }
-    op->c = c;
-    if (sf_redis_cmd(c->ctx->redis, on_route_record, op, "HMGET " SF_RK_SANDBOX " team host state",
-                     c->job.sandbox) < 0) {
-        free(op);
-        sch_reply_error(c, SF_ERR_UNAVAILABLE, SCH_MSG_REDIS_DOWN);
-    }
-}
-
-static void on_reaped(redisAsyncContext *ac, void *r, void *priv)
-{
-    redisReply *rep = r;
-
-    if (rep && rep->type == REDIS_REPLY_INTEGER && rep->integer > 0)
-        sf_warn("msg=\"dead hosts removed; their sandboxes are lost\" hosts=%lld",
-                rep->integer);
-    else if (rep && rep->type == REDIS_REPLY_ERROR)
-        sf_error("msg=\"reaper script failed\" err=\"%s\"", rep->str);
-}
-
-static void reap(evutil_socket_t fd, short what, void *arg)
-{
-    sch_ctx *ctx = arg;
-
-    if (sf_redis_connected(ctx->redis)) {
-        sf_records_reap(ctx->redis, sf_now_ms(), ctx->cfg.host_dead_ms, on_reaped, NULL);
-        sch_tpl_join(ctx); /* hosts that joined get the team templates */
-    }
-}
-
-int sch_store_start_reaper(sch_ctx *ctx)
-{
-    struct timeval tv = {ctx->cfg.host_ttl_ms / 1000, (ctx->cfg.host_ttl_ms % 1000) * 1000};
-
-    if (!(ctx->ev_reap = event_new(ctx->d.base, -1, EV_PERSIST, reap, ctx)))
-        return -1;
-    return event_add(ctx->ev_reap, &tv);
-}
