@@ -29,7 +29,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
-#include "http1.h"
+#include "server.h"
 #include "sf_log.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -31,7 +31,7 @@
 #include <event2/event.h>
 #include <llhttp.h>
 
-#include "http1.h"
+#include "server.h"
 #include "sf_log.h"
 
 #define MIB (1u << 20)
