@@ -200,7 +200,7 @@ void gw_metrics_kafka_error(const char *topic, const char *err);
 
 /* mcp.c: POST/GET/DELETE /mcp (MCP Streamable HTTP) */
 void gw_mcp_handle(gw_req *req, void *arg);
-/* The head check (http1.h): a body for /mcp is read only with a valid API key. */
+/* The head check (http/server.h): a body for /mcp is read only with a valid API key. */
 void gw_mcp_head_check(gw_req *req, void *arg);
 /* The gateway's routes on ctx->router (mcp.c): /mcp, /healthz; 0 or -ENOMEM. */
 int gw_routes_add(gw_ctx *ctx);

@@ -49,6 +49,7 @@ struct gw_sniff {
     gw_addr *addr;
     uint64_t t0_ms;
     int peer_port, tls;
+    int header_timer;     /* the read timeout set is the header deadline (else idle) */
     char peer[INET6_ADDRSTRLEN + 8];
 };
 
@@ -128,9 +129,11 @@ static void sniff_event_cb(struct bufferevent *bev, short what, void *arg)
 {
     gw_sniff *x = arg;
 
-    if ((what & BEV_EVENT_TIMEOUT) &&
-        (uint64_t)sf_mono_ms() >= x->t0_ms + x->s->lim.header_timeout_ms) {
-        sniff_hand(x, GW_PROTO_H1, 0, NULL);
+    /* (which timer it was, not the clock: libevent may fire a millisecond early) */
+    if ((what & BEV_EVENT_TIMEOUT) && x->header_timer) {
+        struct evbuffer *in = bufferevent_get_input(bev);
+        evbuffer_drain(in, evbuffer_get_length(in)); /* (a preface cut short) */
+        sniff_hand(x, GW_PROTO_H1, 0, NULL); /* its deadline has passed: 408 */
         return;
     }
     sniff_free(x, 1);
@@ -157,7 +160,9 @@ static int sniff_start(gw_http_server *s, struct bufferevent *bev, const char *p
     snprintf(x->peer, sizeof(x->peer), "%s", peer ? peer : "unknown");
     SF_LIST_PUSH(s->sniffing, x);
     s->nsniff++;
-    ms = s->lim.header_timeout_ms < idle ? s->lim.header_timeout_ms : idle;
+    /* the header deadline counts from t0 (accept); TLS hands over with t0 now */
+    x->header_timer = s->lim.header_timeout_ms <= idle;
+    ms = x->header_timer ? s->lim.header_timeout_ms : idle;
     tv.tv_sec = (time_t)(ms / 1000);
     tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
     bufferevent_set_max_single_read(bev, GW_HTTP_MAX_IO);
