@@ -1,4 +1,4 @@
-/* Fuzz harness for gateway/http1.c.
+/* Fuzz harness for gateway/http/http1.c (through server.c).
  *
  * Each input is written, as a client would, into one end of a socketpair whose other end
  * the server adopts (gw_http_server_adopt), so the bytes take the server's real path:
