@@ -3,7 +3,7 @@
 #ifndef GW_GATEWAY_H
 #define GW_GATEWAY_H
 
-#include "http1.h"
+#include "server.h"
 #include "sf_codec.h"
 #include "sf_daemon.h"
 #include "sf_map.h"
@@ -46,7 +46,6 @@ typedef struct gw_cfg {
     int64_t oauth_cimd_cache_s;    /* a fetched document is used this long (0 = every time) */
     int64_t key_cache_ms;       /* a verified API key is trusted this long without Redis */
     int64_t progress_interval_ms; /* a call with a progressToken hears from us this often */
-    int test_fixtures;          /* register the conformance suite's fixture tools (tests only) */
     int access_log;             /* one info line per request */
     int64_t max_conns;
     int64_t max_conns_per_addr;
@@ -75,22 +74,7 @@ typedef struct gw_metrics {
 } gw_metrics;
 #define GW_COUNT(x) __atomic_fetch_add(&(x), 1, __ATOMIC_RELAXED)
 
-/* MCP log levels (RFC 5424 order, as logging/setLevel names them). */
-enum { GW_LOG_DEBUG, GW_LOG_INFO, GW_LOG_NOTICE, GW_LOG_WARNING, GW_LOG_ERROR, GW_LOG_CRITICAL,
-       GW_LOG_ALERT, GW_LOG_EMERGENCY };
-#define GW_LOG_LEVEL_DEFAULT GW_LOG_INFO
-int gw_log_level_parse(const char *name); /* -1 when unknown */
-const char *gw_log_level_name(int level);
-
-/* An MCP session as this gateway knows it (cached; Redis holds the record). */
-typedef struct gw_session {
-    char id[SF_ID_MAX];
-    char team[SF_ID_MAX];
-    char protocol[16];
-    int level;             /* notifications/message at or above this level are sent */
-    int64_t touched_ms;    /* monotonic: when its TTL and LRU rank were last refreshed */
-    unsigned long gen;     /* the deletion generation it was read at (auth.c) */
-} gw_session;
+typedef struct gw_session gw_session; /* session.h */
 
 typedef struct gw_ctx {
     sf_daemon d;
@@ -104,7 +88,7 @@ typedef struct gw_ctx {
     sf_redis *redis;
     sf_redis *redis_sub;      /* subscribed to SF_CH_GATEWAY (revocations, deleted sessions) */
     sf_map *key_cache;        /* key hash -> key_entry */
-    sf_map *sess_cache;       /* session id -> gw_session */
+    sf_map *sess_cache;       /* session id -> gw_session (session.c) */
     struct gw_key_memo *key_memo; /* a key's tag -> its hash (auth.c) */
     sf_map *calls;            /* "<session>|<request id>" -> mcp_call, for cancellation */
     rd_kafka_t *producer, *consumer;
@@ -130,10 +114,6 @@ typedef struct gw_ctx {
     struct gw_ctx *peers;     /* every instance of this process (one per thread) */
     int npeers, index;
 } gw_ctx;
-
-/* tools.c */
-int gw_tools_load(gw_ctx *ctx, char *why, size_t whylen);
-void gw_tools_free(gw_ctx *ctx);
 
 /* jobs.c: publish a job and wait for its one final reply. The per-team count of calls in
  * flight is one table for the process (gw_team_table, thread-safe). */
@@ -185,7 +165,8 @@ void gw_jobs_fetch_claims(gw_ctx *ctx, const char *team, sf_reply *r, int keep,
  * keyed like the job; then forgets p (its callback never runs). 0 or -errno. */
 int gw_jobs_abandon(gw_ctx *ctx, gw_pending *p);
 
-/* auth.c: API keys and MCP sessions, cached (see auth.c). */
+/* auth.c: the credentials and session of a request, cached (see auth.c; sessions are
+ * session.h's). */
 int gw_auth_start(gw_ctx *ctx, char *why, size_t whylen);
 void gw_auth_stop(gw_ctx *ctx);
 void gw_auth_caches_clear(gw_ctx *ctx);
@@ -199,20 +180,7 @@ typedef void (*gw_auth_cb)(void *arg, int status, const char *team, gw_session *
                            const char *why);
 void gw_auth_check(gw_ctx *ctx, const char *authorization, const char *session_id,
                    const char *protocol, const char *resource, gw_auth_cb cb, void *arg);
-/* status: 200 and the new session id (the team's least recently used sessions are evicted
- * past max_sessions_team), 503 Redis down, 507 Redis full (at its maxmemory). */
-typedef void (*gw_session_cb)(void *arg, int status, const char *sid);
-void gw_session_create(gw_ctx *ctx, const char *team, const char *protocol, gw_session_cb cb,
-                       void *arg);
-/* ok as for gw_session_set_level. */
-void gw_session_delete(gw_ctx *ctx, const char *team, const char *sid,
-                       void (*cb)(void *arg, int ok), void *arg);
-/* Keeps the session's log level in Redis; cb(arg, ok) once it is written: ok 1, 0 (Redis
- * unreachable) or -1 (Redis full: the level holds on this gateway only). */
-void gw_session_set_level(gw_ctx *ctx, gw_session *s, int level, void (*cb)(void *arg, int ok),
-                          void *arg);
-
-/* mcp.c: what a tool call running in-process (fixtures.c) may do. */
+/* mcp.c: what a tool that runs in the gateway (tools.h) may do with its call. */
 typedef struct mcp_call mcp_call;
 /* notifications/message (sent when the session's level lets it through and the call
  * streams). */
@@ -224,11 +192,6 @@ void gw_call_result(mcp_call *c, json_t *result);
 /* Runs step `step` again after ms (one timer per call). */
 void gw_call_later(mcp_call *c, int ms, int step);
 
-/* fixtures.c: the conformance suite's tools, only with test_fixtures. */
-json_t *gw_fixtures_list(void);               /* tools/list entries */
-int gw_fixture_is(const char *name);
-void gw_fixture_step(mcp_call *c, const char *name, int step); /* step 0 starts it */
-
 /* metrics.c */
 void gw_metrics_start(gw_ctx *ctx);           /* observes ctx->http */
 void gw_metrics_stop(gw_ctx *ctx);
@@ -237,7 +200,7 @@ void gw_metrics_kafka_error(const char *topic, const char *err);
 
 /* mcp.c: POST/GET/DELETE /mcp (MCP Streamable HTTP) */
 void gw_mcp_handle(gw_req *req, void *arg);
-/* The head check (http1.h): a body for /mcp is read only with a valid API key. */
+/* The head check (http/server.h): a body for /mcp is read only with a valid API key. */
 void gw_mcp_head_check(gw_req *req, void *arg);
 /* The gateway's routes on ctx->router (mcp.c): /mcp, /healthz; 0 or -ENOMEM. */
 int gw_routes_add(gw_ctx *ctx);

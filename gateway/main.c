@@ -1,6 +1,7 @@
 /* sandfleet-gateway: parse config, build objects, run the loop, tear down. */
 #include "gateway.h"
 #include "oauth.h"
+#include "tools.h"
 #include "sf_auth.h"
 #include "sf_log.h"
 
@@ -74,8 +75,6 @@ static const sf_cfg_entry cfg_table[] = {
              "clear it at once; 0 = ask every time)"),
     SF_CFG_I(gw_cfg, progress_interval_ms, "15000", 50, 600000,
              "a call that asked for progress hears from the gateway at least this often"),
-    SF_CFG_B(gw_cfg, test_fixtures, "0",
-             "tests only: also serve the MCP conformance suite's fixture tools"),
     SF_CFG_B(gw_cfg, access_log, "1", "log one line per request (request id, status, job id)"),
     SF_CFG_I(gw_cfg, max_conns, "4096", 16, 1000000, "open connections (503 past it)"),
     SF_CFG_I(gw_cfg, max_conns_per_addr, "256", 1, 1000000,
@@ -262,9 +261,6 @@ int main(int argc, char **argv)
     event_del(ctxs[0].d.ev_term);
     event_add(ctxs[0].d.ev_int, NULL);
     event_add(ctxs[0].d.ev_term, NULL);
-    if (cfg.test_fixtures)
-        sf_warn("msg=\"test_fixtures is on: the conformance suite's fixture tools are served; "
-                "never use this in production\"");
     port = (int)cfg.port;
     for (int i = 0; i < n; i++)
         if (instance_start(&ctxs[i], &port, addrs, why, sizeof(why)) < 0) {

@@ -5,6 +5,9 @@
  * cancels or goes away. It never knows which transport carried a request. */
 #include "gateway.h"
 #include "oauth.h"
+#include "idem.h"
+#include "session.h"
+#include "tools.h"
 #include "sf_claim.h"
 #include "sf_jobio.h"
 #include "sf_jsonrpc.h"
@@ -21,22 +24,6 @@
 
 static const char *const protocol_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26",
                                                  "2024-11-05"};
-static const char *const log_levels[] = {"debug", "info", "notice", "warning", "error",
-                                         "critical", "alert", "emergency"};
-
-int gw_log_level_parse(const char *name)
-{
-    for (size_t i = 0; name && i < SF_ARRAY_LEN(log_levels); i++)
-        if (!strcmp(name, log_levels[i]))
-            return (int)i;
-    return -1;
-}
-
-const char *gw_log_level_name(int level)
-{
-    return (level >= 0 && level < (int)SF_ARRAY_LEN(log_levels)) ? log_levels[level] : "info";
-}
-
 struct mcp_call {
     gw_ctx *ctx;
     gw_req *req;           /* NULL once the client is gone or answered */
@@ -55,12 +42,13 @@ struct mcp_call {
     int streaming;         /* the SSE answer has begun */
     json_t *progress_token; /* borrowed from msg; NULL: no progress wanted */
     double progress;       /* the last progress value sent */
-    struct event *timer;   /* fixture steps, or the progress heartbeat */
+    struct event *timer;   /* a gateway tool's next step, or the progress heartbeat */
+    const gw_tool *run;    /* tools/call of a gateway tool: its handler */
     int step;
     char call_key[SF_ID_MAX + 80]; /* key in ctx->calls ("" when not registered) */
     const sf_tool *def;    /* tools/call: the tool */
     sf_job *held;          /* tools/call: the job while its large arguments go to Redis */
-    char idem[SF_ID_MAX + 64];     /* Redis key of its idempotency record ("" without one) */
+    char idem[GW_IDEM_RKEY_MAX];   /* Redis key of its idempotency record ("" without one) */
     sf_job *idem_job;              /* the job, while its idempotency record is looked up */
 };
 
@@ -264,7 +252,7 @@ void gw_call_log(mcp_call *c, int level, const char *text)
     if (level < c->level || !c->sse_ok || !c->req)
         return;
     notify(c, "notifications/message",
-           json_pack("{s:s, s:s, s:o}", "level", gw_log_level_name(level), "logger", "sandfleet",
+           json_pack("{s:s, s:s, s:o}", "level", gw_session_level_name(level), "logger", "sandfleet",
                      "data", clean_string(text)));
 }
 
@@ -313,46 +301,6 @@ void gw_call_later(mcp_call *c, int ms, int step)
 
 /* ---- tools/call ---- */
 
-static void on_idem_stored(redisAsyncContext *ac, void *r, void *priv)
-{
-    redisReply *rep = r;
-
-    if (!rep || rep->type == REDIS_REPLY_ERROR)
-        sf_warn("msg=\"cannot keep the answer under its idempotency key; a retry may run the "
-                "call again\" err=\"%s\"", rep ? rep->str : "Redis connection lost");
-}
-
-/* An idempotent call's final answer is kept 24 h under its key, for retries. Its claimed
- * fields (large values: sf_claim.h) are kept as their claims' names only (empty); the claims were
- * read, not taken, and stay until their TTL (SF_CLAIM_TTL_MS). */
-static void idem_store(mcp_call *c, const sf_reply *r)
-{
-    sf_reply slim = *r;
-    json_t *res = NULL;
-    sf_buf b;
-
-    if (r->kind == SF_REPLY_RESULT && r->claims.n > 0) {
-        if (!(res = json_copy(r->result)))
-            return;
-        for (int i = 0; i < r->claims.n; i++) /* as the worker sends them: "" */
-            json_object_set_new(res, r->claims.name[i], json_string(""));
-        slim.result = res;
-    }
-    sf_buf_init(&b, SF_MSG_MAX);
-    if (sf_reply_encode(&slim, &b) < 0) {
-        sf_warn("msg=\"cannot keep the answer under its idempotency key; a retry may run the "
-                "call again\" job=%s err=\"too large\"", c->job);
-    } else {
-        const char *argv[] = {"SET", c->idem, b.p, "EX", "86400"};
-        size_t lens[] = {3, strlen(c->idem), b.len, 2, 5};
-        if (sf_redis_cmdargv(c->ctx->redis, on_idem_stored, NULL, 5, argv, lens) < 0)
-            sf_warn("msg=\"cannot keep the answer under its idempotency key; Redis is down\" "
-                    "job=%s", c->job);
-    }
-    sf_buf_fini(&b);
-    json_decref(res);
-}
-
 static void on_job_reply(void *arg, const sf_reply *r)
 {
     mcp_call *c = arg;
@@ -361,7 +309,7 @@ static void on_job_reply(void *arg, const sf_reply *r)
 
     c->pending = NULL;
     if (r && c->idem[0])
-        idem_store(c, r);
+        gw_idem_store(c->ctx, c->idem, c->job, r);
     if (!r) {
         char msg[256];
         snprintf(msg, sizeof(msg),
@@ -419,7 +367,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     if (c->step < 0)
         heartbeat(c);
     else
-        gw_fixture_step(c, c->tool, c->step);
+        c->run->fn(c, c->step);
 }
 
 
@@ -442,35 +390,13 @@ static void on_claims_stored(void *arg, int status);
 
 /* ---- idempotency keys: _meta["sandfleet/idempotency_key"] ---- */
 
-_Static_assert(SF_CLAIM_TTL_MS == 300 * 1000, "idem_gone says 5 minutes");
-static const char idem_gone[] =
-    "This call already ran (same idempotency key), but its answer was large and large "
-    "answers are kept only 5 minutes, so it is gone. Check the sandbox's state, then call "
-    "again with a new idempotency key if needed.";
-
-/* A retry's first answer, with its large values fetched again. */
-static void on_idem_fetched(void *arg, const sf_reply *r)
+/* The record of the call's key: the first call's answer, or none (the call is new, or
+ * still running: its job id comes from the key, so publishing it again reaches the same
+ * job, and the worker's job guard answers it once, to every caller). */
+static void on_idem_lookup(void *arg, int status, const sf_reply *first)
 {
     mcp_call *c = arg;
-
-    c->busy = 0;
-    if (!c->req) {
-        call_free(c);
-        return;
-    }
-    on_job_reply(c, r);
-}
-
-/* The record of a key: the first call's answer, kept 24 h. Absent: the call is new, or
- * still running (its job id comes from the key, so publishing it again reaches the same
- * job: the worker's job guard answers it once, to every caller). */
-static void on_idem_lookup(redisAsyncContext *ac, void *r, void *priv)
-{
-    redisReply *rep = r;
-    mcp_call *c = priv;
     sf_job *job = c->idem_job;
-    sf_reply rr;
-    const char *why = NULL;
 
     c->busy = 0;
     c->idem_job = NULL;
@@ -480,23 +406,15 @@ static void on_idem_lookup(redisAsyncContext *ac, void *r, void *priv)
         call_free(c);
         return;
     }
-    if (rep && rep->type == REDIS_REPLY_STRING &&
-        sf_reply_decode(rep->str, rep->len, &rr, &why) == 0) {
-        sf_info("msg=\"idempotent retry answered with the first answer\" job=%s", job->id);
+    if (status == 1) {
         snprintf(c->job, sizeof(c->job), "%s", job->id);
         sf_job_fini(job);
         free(job);
         c->idem[0] = '\0'; /* stored already */
-        if (rr.kind == SF_REPLY_RESULT && rr.claims.n > 0) { /* its large values */
-            c->busy = 1;
-            gw_jobs_fetch_claims(c->ctx, c->team, &rr, 1, idem_gone, on_idem_fetched, c);
-            return;
-        }
-        on_job_reply(c, &rr);
-        sf_reply_fini(&rr);
+        on_job_reply(c, first);
         return;
     }
-    if (!rep || rep->type == REDIS_REPLY_ERROR) {
+    if (status < 0) {
         sf_job_fini(job);
         free(job);
         respond_tool_error(c, "The platform's state store is unreachable; retry in a few "
@@ -510,32 +428,14 @@ static void on_idem_lookup(redisAsyncContext *ac, void *r, void *priv)
 
 static void idem_begin(mcp_call *c, sf_job *job, json_t *key)
 {
-    const char *k = json_string_value(key);
-    unsigned char h[16];
-    char hex[33];
-    size_t n = k ? strlen(k) : 0;
+    const char *why;
 
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)k[i] < 0x20 || k[i] == 0x7f)
-            n = 0;
-    if (n == 0 || n > 128) {
+    if (gw_idem_derive(c->team, key, job, c->idem, sizeof(c->idem), &why) < 0) {
         sf_job_fini(job);
-        respond_tool_error(c, "_meta[\"" GW_META_IDEMPOTENCY_KEY "\"] must be a string of 1 "
-                              "to 128 printable characters (e.g. a UUID); fix it and retry.");
+        respond_tool_error(c, why);
         call_free(c);
         return;
     }
-    /* team-scoped: the same key from two teams names two calls */
-    crypto_generichash_state st;
-    crypto_generichash_init(&st, NULL, 0, sizeof(h));
-    crypto_generichash_update(&st, (const unsigned char *)c->team, strlen(c->team) + 1);
-    crypto_generichash_update(&st, (const unsigned char *)k, n);
-    crypto_generichash_final(&st, h, sizeof(h));
-    sodium_bin2hex(hex, sizeof(hex), h, sizeof(h));
-    snprintf(job->id, sizeof(job->id), "job_i%s", hex);
-    if (!strcmp(job->tool, "sandbox_create"))
-        snprintf(job->sandbox, sizeof(job->sandbox), "sb_i%.24s", hex);
-    snprintf(c->idem, sizeof(c->idem), SF_RK_IDEM, c->team, hex);
     if (!(c->idem_job = malloc(sizeof(*job)))) {
         sf_job_fini(job);
         respond_tool_error(c, "Out of memory; retry.");
@@ -544,8 +444,7 @@ static void idem_begin(mcp_call *c, sf_job *job, json_t *key)
     }
     *c->idem_job = *job; /* taken over */
     c->busy = 1;
-    if (sf_redis_cmd(c->ctx->redis, on_idem_lookup, c, "GET %s", c->idem) < 0)
-        on_idem_lookup(NULL, NULL, c);
+    gw_idem_lookup(c->ctx, c->team, c->idem, job->id, on_idem_lookup, c);
 }
 
 static void tools_call(mcp_call *c, json_t *params)
@@ -576,12 +475,6 @@ static void tools_call(mcp_call *c, json_t *params)
     }
     if (token && (json_is_string(token) || json_is_integer(token)))
         c->progress_token = token;
-    if (ctx->cfg.test_fixtures && gw_fixture_is(name)) {
-        snprintf(c->tool, sizeof(c->tool), "%s", name);
-        call_register(c);
-        gw_fixture_step(c, name, 0);
-        return;
-    }
     if (!(tool = sf_toolset_find(&ctx->tools, name)) || tool->internal) {
         snprintf(why, sizeof(why), "Unknown tool '%.64s'; call tools/list to see the tools.", name);
         respond_rpc_error(c, 200, -32602, why);
@@ -596,6 +489,18 @@ static void tools_call(mcp_call *c, json_t *params)
         json_decref(args);
         respond_tool_error(c, why);
         goto done;
+    }
+    if (tool->runs == SF_RUNS_GATEWAY) { /* runs here: its handler (tools.h) */
+        json_decref(args);
+        if (!(c->run = gw_tool_find(name))) { /* (checked at start-up) */
+            respond_rpc_error(c, 200, -32603, "Internal error: this gateway has no handler "
+                                              "for the tool; deploy a matching build.");
+            goto done;
+        }
+        snprintf(c->tool, sizeof(c->tool), "%s", name);
+        call_register(c);
+        c->run->fn(c, 0);
+        return;
     }
     sf_job_init(&job);
     snprintf(job.team, sizeof(job.team), "%s", c->team);
@@ -883,7 +788,7 @@ static void on_level_set(void *arg, int ok)
 /* Answers (and frees c) once the level is kept. */
 static void set_level(mcp_call *c, json_t *params, gw_session *s)
 {
-    int level = gw_log_level_parse(json_string_value(json_object_get(params, "level")));
+    int level = gw_session_level_parse(json_string_value(json_object_get(params, "level")));
 
     if (level < 0) {
         respond_rpc_error(c, 200, -32602, "Invalid params: 'level' must be one of debug, info, "

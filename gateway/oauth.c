@@ -30,7 +30,7 @@
 #define REG_BODY_MAX 65536
 #define FORM_BODY_MAX 16384
 #define MAX_REDIRECTS 10
-#define URI_MAX 2048
+#define URI_MAX GW_OAUTH_URI_MAX
 #define STATE_MAX 1024
 #define NAME_MAX_LEN 200
 #define CLIENT_TTL_S (90 * 86400)  /* a used registration unused this long is forgotten */
@@ -492,77 +492,6 @@ static void addr_key(op *o, const char *fmt_is_page, char *out, size_t n)
 }
 
 /* ------------------------------------------------------------------ registration */
-
-/* A plain authority: a host (letters, digits, '-' and '.', or a bracketed IPv6 literal)
- * and an optional ":port" of 1 to 5 digits; no userinfo, nothing else. *hostlen: the
- * host's length. */
-static int authority_plain(const char *a, size_t n, size_t *hostlen)
-{
-    size_t h = 0, i;
-
-    if (n > 0 && a[0] == '[') {
-        for (h = 1; h < n && a[h] != ']'; h++)
-            if (!isxdigit((unsigned char)a[h]) && a[h] != ':' && a[h] != '.')
-                return 0;
-        if (h == n || h == 1)
-            return 0;
-        h++;
-    } else {
-        while (h < n && (isalnum((unsigned char)a[h]) || a[h] == '-' || a[h] == '.'))
-            h++;
-        if (h == 0)
-            return 0;
-    }
-    if (h < n) {
-        if (a[h] != ':' || n - h - 1 == 0 || n - h - 1 > 5)
-            return 0;
-        for (i = h + 1; i < n; i++)
-            if (!isdigit((unsigned char)a[i]))
-                return 0;
-    }
-    *hostlen = h;
-    return 1;
-}
-
-int gw_oauth_redirect_uri_ok(const char *u, const char **why)
-{
-    size_t n = strlen(u), alen, hlen;
-    const char *a;
-
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)u[i] <= 0x20 || u[i] == 0x7f || u[i] == '\\') {
-            *why = "a redirect URI may not hold spaces, control characters or backslashes";
-            return 0;
-        }
-    if (n == 0 || n > URI_MAX || strchr(u, '#')) {
-        *why = "each redirect URI must be an absolute URI without a fragment";
-        return 0;
-    }
-    if (!strncasecmp(u, "https://", 8))
-        a = u + 8;
-    else if (!strncasecmp(u, "http://", 7))
-        a = u + 7;
-    else {
-        *why = "a redirect URI must be an absolute https URI, or http on a loopback host "
-               "(http://127.0.0.1, http://[::1] or http://localhost)";
-        return 0;
-    }
-    alen = strcspn(a, "/?");
-    if (memchr(a, '@', alen)) {
-        *why = "a redirect URI may not carry a user name or password before its host";
-        return 0;
-    }
-    if (!authority_plain(a, alen, &hlen)) {
-        *why = "a redirect URI must name a plain host (and at most a numeric port)";
-        return 0;
-    }
-    if (a == u + 7 && !(hlen == 9 && !strncasecmp(a, "localhost", 9)) &&
-        !(hlen == 9 && !strncmp(a, "127.0.0.1", 9)) && !(hlen == 5 && !strncmp(a, "[::1]", 5))) {
-        *why = "plain http redirect URIs are allowed only on loopback (localhost, 127.0.0.1, [::1])";
-        return 0;
-    }
-    return 1;
-}
 
 static void on_registered(redisAsyncContext *ac, void *r, void *priv)
 {

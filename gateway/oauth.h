@@ -47,7 +47,8 @@ const char *const *gw_oauth_page_headers(const char *cookie);
 /* A redirect URI a client may register: an absolute https URI, or http on a loopback host
  * (localhost, 127.0.0.1, [::1]; native apps, RFC 8252); either with a plain host (no
  * userinfo, at most a numeric port), no fragment, no spaces or backslashes. 1, or 0 with
- * *why set. */
+ * *why set. (oauth_uri.c) */
+#define GW_OAUTH_URI_MAX 2048
 int gw_oauth_redirect_uri_ok(const char *uri, const char **why);
 
 /* oauth_cimd.c: client ID metadata documents. A client_id that is an https URL names the

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# tests/conformance/run.sh: the MCP conformance suite (@modelcontextprotocol/conformance
-# 0.1.16, every server scenario) against a second gateway started here with its fixture
-# tools on (SF_TEST_FIXTURES=1), sharing the e2e stack's Redis and Kafka. The suite's
-# client sends no credentials, so auth-adapter.mjs adds the API key. Passes when exactly
-# the scenarios in expected-failures.yml fail.
+# tests/conformance/run.sh [GATEWAY]: the MCP conformance suite
+# (@modelcontextprotocol/conformance 0.1.16, every server scenario) against a second gateway
+# started here: the test binary sandfleet-gateway-test (default: the build's), which has the
+# fixture tools (fixtures.c, runs: gateway; their schemas in tools/ are added to the
+# product's catalogue in a folder of its own), sharing the e2e stack's Redis and Kafka. The
+# suite's client sends no credentials, so auth-adapter.mjs adds the API key. Passes when
+# exactly the scenarios in expected-failures.yml fail.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../../ops/lib.sh"
@@ -19,12 +21,17 @@ fi
 work=$SF_STATE/conformance
 rm -rf "$work"
 mkdir -p "$work/logs" "$work/pids"
+gw_bin=${1:-$SF_BUILD/tests/gateway/sandfleet-gateway-test}
+[ -x "$gw_bin" ] || { echo "the test gateway $gw_bin is missing: build it (cmake --build)"; exit 1; }
 gw_port=$(sf_free_port)
+# the catalogue the test gateway loads: the product's tools and the fixtures
+mkdir -p "$work/schemas"
+cp "$here/../../schemas/tools/"*.json "$here/tools/"*.json "$work/schemas/"
 (
     sf_daemon_env "$SF_STATE" "$SF_BUILD"
-    export SF_PORT=$gw_port SF_TEST_FIXTURES=1 SF_LOG_LEVEL=info
+    export SF_PORT=$gw_port SF_SCHEMAS_DIR=$work/schemas SF_LOG_LEVEL=info
     unset SF_TLS_CERT_FILE SF_TLS_KEY_FILE
-    sf_spawn "$work" gateway "$SF_BUILD/gateway/sandfleet-gateway"
+    sf_spawn "$work" gateway "$gw_bin"
 )
 sf_spawn "$work" adapter node "$here/auth-adapter.mjs" "http://127.0.0.1:$gw_port/mcp" "$SF_KEY_ALPHA" "$work/adapter.port"
 cleanup() {

@@ -1,4 +1,4 @@
-/* Fuzz harness for gateway/http1.c.
+/* Fuzz harness for gateway/http/http1.c (through server.c).
  *
  * Each input is written, as a client would, into one end of a socketpair whose other end
  * the server adopts (gw_http_server_adopt), so the bytes take the server's real path:
@@ -29,7 +29,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
-#include "http1.h"
+#include "server.h"
 #include "sf_log.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -88,7 +88,7 @@ void gw_req_stream_end(gw_req *req);
 /* True once gw_req_stream_begin() succeeded. */
 int gw_req_streaming(const gw_req *req);
 
-/* The answer of a head check (http1.h): status 0 lets the body in; otherwise the request
+/* The answer of a head check (server.h): status 0 lets the body in; otherwise the request
  * is refused with that status (401 adds WWW-Authenticate, 429/503 Retry-After) and msg. */
 void gw_req_head_verdict(gw_req *req, int status, const char *msg);
 /* Notes the job a request started, for the access log; "" when none. */

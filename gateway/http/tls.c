@@ -1,9 +1,11 @@
-/* tls.c: TLS on the gateway's port (OpenSSL through libevent's filter bufferevent). A
- * connection whose first byte is a TLS handshake record is wrapped here; when the
- * handshake is done, ALPN decides: "h2" goes to http2.c, anything else (http/1.1, or no
- * ALPN) to http1.c. Handshakes have a 10 s deadline; those still running when the server
- * is freed are dropped with it. */
-#include "req_int.h"
+/* tls.c: the TLS leaf of the server (OpenSSL through libevent's filter bufferevent). A
+ * connection whose first byte is a TLS handshake record (server.c sniffs it) is wrapped
+ * here; when the handshake is done, ALPN decides: "h2" goes to HTTP/2, anything else
+ * (http/1.1, or no ALPN) back to the sniffer, which serves HTTP/1 (or HTTP/2 with prior
+ * knowledge) on it, both through gw_conn_serve: this file names no other leaf.
+ * Handshakes have a 10 s deadline; those still running when the server is freed are
+ * dropped with it. */
+#include "proto.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include "conn.h"
 #include "sf_log.h"
 
 #define TLS_HANDSHAKE_S 10
@@ -127,16 +130,22 @@ static void tls_event_cb(struct bufferevent *bev, short what, void *arg)
     SSL_get0_alpn_selected(bufferevent_openssl_get_ssl(bev), &alpn, &alen);
     bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
     bufferevent_set_timeouts(bev, NULL, NULL);
-    if (alen == 2 && !memcmp(alpn, "h2", 2) && s->h2)
-        gw_h2_serve(s, bev, p->peer, p->peer_port, 1, p->addr, NULL, NULL);
-    else
-        gw_http1_start(s, bev, p->peer, p->peer_port, 1, p->addr);
-    free(p);
+    {
+        char peer[sizeof(p->peer)];
+        gw_handover h = {.bev = bev, .peer = peer, .peer_port = p->peer_port, .tls = 1,
+                         .addr = p->addr};
+
+        memcpy(peer, p->peer, sizeof(peer));
+        free(p);
+        gw_conn_serve(s, alen == 2 && !memcmp(alpn, "h2", 2) && s->h2 ? GW_PROTO_H2
+                                                                        : GW_PROTO_SNIFF, &h);
+    }
 }
 
-void gw_tls_accept(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
-                   gw_addr *addr)
+int gw_tls_serve(gw_http_server *s, const gw_handover *h)
 {
+    struct bufferevent *bev = h->bev;
+    gw_addr *addr = h->addr;
     tls_pending *p = calloc(1, sizeof(*p));
     SSL *ssl = s->tls ? SSL_new(s->tls) : NULL;
     struct bufferevent *tb = NULL;
@@ -154,8 +163,8 @@ void gw_tls_accept(gw_http_server *s, struct bufferevent *bev, const char *peer,
     p->srv = s;
     p->bev = tb;
     p->addr = addr;
-    p->peer_port = peer_port;
-    snprintf(p->peer, sizeof(p->peer), "%s", peer ? peer : "unknown");
+    p->peer_port = h->peer_port;
+    snprintf(p->peer, sizeof(p->peer), "%s", h->peer ? h->peer : "unknown");
     p->next = s->tls_pending;
     if (s->tls_pending)
         s->tls_pending->prev = p;
@@ -165,7 +174,7 @@ void gw_tls_accept(gw_http_server *s, struct bufferevent *bev, const char *peer,
     bufferevent_enable(tb, EV_READ | EV_WRITE);
     /* The ClientHello is already in the socket's input buffer: run the handshake on it. */
     bufferevent_trigger(bufferevent_get_underlying(tb), EV_READ, BEV_TRIG_IGNORE_WATERMARKS);
-    return;
+    return 0;
 
 fail:
     if (ssl)
@@ -174,4 +183,5 @@ fail:
     if (bev)
         bufferevent_free(bev);
     gw_addr_release(s, addr);
+    return -ENOMEM;
 }

@@ -1,22 +1,18 @@
-/* req_int.h: what the transports (http1.c, http2.c) share about a request: its storage,
- * the operations each transport implements, and the server-wide state they both use.
- * Not for handlers: they see req.h only. */
+/* req_int.h: what the protocol leaves (http1.c, http2.c) share about a request: its
+ * storage, the operations each leaf implements, and req.c's helpers for building answers.
+ * Not for handlers: they see req.h only. The server's types are in server-t.h. */
 #ifndef GW_REQ_INT_H
 #define GW_REQ_INT_H
 
-#include "http1.h"
 #include "req.h"
+#include "server-t.h"
 #include "sf_buf.h"
 #include "sf_util.h"
 
 #include <stdint.h>
 #include <time.h>
 
-struct event_base;
 struct evbuffer;
-struct evconnlistener;
-struct event;
-struct bufferevent;
 
 #define GW_REQ_MAX_TARGET  65535u    /* request target bytes */
 #define GW_REQ_MAX_HEADERS 256u      /* header fields per request */
@@ -34,13 +30,6 @@ typedef struct gw_req_transport {
     void (*stream_end)(gw_req *r);
     void (*head_verdict)(gw_req *r, int status, const char *msg); /* NULL: no head checks */
 } gw_req_transport;
-
-/* One client address: its open connections and buffered request bytes (per server). */
-typedef struct gw_addr {
-    unsigned conns;
-    size_t buffered;
-    char key[48];
-} gw_addr;
 
 enum { GW_H_NONE, GW_H_FIELD, GW_H_VALUE };
 
@@ -95,74 +84,8 @@ int gw_req_split_target(gw_req *r);
  * transport frees the request afterwards. */
 void gw_req_abort(gw_req *r);
 
-/* The server, shared by the transports (http1.c owns the listener and HTTP/1
- * connections, http2.c its HTTP/2 connections, tls.c the TLS set-up). */
-typedef struct gw_conn gw_conn;
-typedef struct gw_h2_conn gw_h2_conn;
-typedef struct ssl_ctx_st SSL_CTX;
-typedef struct tls_pending tls_pending;
-
-struct gw_http_server {
-    struct event_base *base;
-    struct evconnlistener *lis;
-    struct event *accept_retry;
-    gw_http_limits lim;
-    gw_http_handler handler;
-    void *arg;
-    gw_http_takeover_fn takeover;
-    void *takeover_arg;
-    int h2;               /* HTTP/2 served: prior knowledge, Upgrade: h2c, ALPN h2 */
-    SSL_CTX *tls;         /* TLS offered on the same port (NULL: none) */
-    tls_pending *tls_pending; /* handshakes in flight */
-    gw_conn *conns;
-    unsigned nconns;
-    gw_h2_conn *h2conns;
-    unsigned nh2;
-    struct gw_refused *refused; /* refused at accept, lingering (http1.c) */
-    unsigned nrefused;
-    size_t buffered;      /* request bytes held by all connections */
-    gw_addr_table *addrs; /* client address -> gw_addr (maybe shared with other servers) */
-    gw_addr_table *own_addrs;
-    gw_http_head_check_fn head_check;
-    void *head_check_arg;
-    gw_http_challenge_fn challenge;
-    void *challenge_arg;
-    gw_http_observer_fn observer;
-    void *observer_arg;
-    gw_http_stats stats;
-    int port;
-    time_t date_sec;
-    char date[40];
-    gw_req *req_pool;     /* recycled requests (req.c) */
-    sf_buf head;          /* HTTP/1 response heads are built here (http1.c) */
-    unsigned nreq_pool;
-};
-
-/* http2.c: serves HTTP/2 on bev (the client preface not yet read; for an upgrade, req
- * is the HTTP/1.1 request that becomes stream 1 and settings its HTTP2-Settings). Owns
- * bev from the call on. 0 or -ENOMEM (bev freed). */
-int gw_h2_serve(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
-                int tls, gw_addr *addr, gw_req *upgrade_req, const char *settings_b64);
-void gw_h2_free_all(gw_http_server *s);
-/* tls.c: the connection's first byte was a TLS handshake: terminate TLS on it and serve
- * what ALPN chose. Owns bev from the call on. */
-void gw_tls_accept(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
-                   gw_addr *addr);
-int gw_tls_ctx_new(gw_http_server *s, const char *cert, const char *key, char *why, size_t n);
-void gw_tls_ctx_free(gw_http_server *s);
-/* http1.c: serves HTTP/1 on an already connected bev (after TLS chose http/1.1). */
-int gw_http1_start(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
-                   int tls, gw_addr *addr);
-/* Client addresses (http1.c): take one connection's hold on an address (created when
- * new) and release it (freed when no connection is left). NULL on ENOMEM. */
-gw_addr *gw_addr_get(gw_http_server *s, const char *peer);
-void gw_addr_release(gw_http_server *s, gw_addr *a);
-/* Moves n request bytes in (+) or out (-) of the server's and the address's counts. */
-void gw_budget_add(gw_http_server *s, gw_addr *a, size_t n);
-void gw_budget_sub(gw_http_server *s, gw_addr *a, size_t n);
-/* Counts a request the server refused by itself. */
-void gw_http_count_refusal(gw_http_server *s, int status);
-/* Called by req.c when a request is answered (whole or end of stream) or aborted. */
+/* Called by req.c when a request is answered (whole or end of stream) or aborted: the
+ * server's observer (access log, metrics). */
 void gw_http_observe(gw_req *r, int status);
 
 /* Appends a response body to out: body, or else req's pieces (referenced when asked). */

@@ -1,11 +1,13 @@
-/* gw_http: HTTP/1.1 server (see http1.h).
+/* http1.c: the HTTP/1.1 leaf of the server (server.h). server.c hands it a connection
+ * whose first bytes are not TLS nor the HTTP/2 preface (gw_h1_serve); it hands a request
+ * with `Upgrade: h2c` on to HTTP/2 through gw_conn_serve (conn.h), never calling http2.c.
  *
  * A connection is a small state machine around one bufferevent:
  *
- *   SNIFF ──(not the HTTP/2 preface)──▶ READ ──(request complete)──▶ PENDING
- *     │                                 ▲  │                           │ gw_req_respond()
- *     └─(preface)─▶ takeover hook       │  └─(limit / syntax error)─┐  ▼
- *                                       └──(keep-alive, drained)── WRITE ──(close)──▶ LINGER
+ *   READ ──(request complete)──▶ PENDING
+ *   ▲  │                           │ gw_req_respond()
+ *   │  └─(limit / syntax error)─┐  ▼
+ *   └──(keep-alive, drained)── WRITE ──(close)──▶ LINGER
  *
  * READ feeds the input buffer to llhttp (strict), which pauses itself at the end of each
  * message, so at most one request per connection exists at a time and later pipelined
@@ -22,7 +24,7 @@
  * the parser pauses after the head, so that the check runs with the head's bytes moved
  * from the input to req_bytes and the body's reservation known.
  */
-#include "http1.h"
+#include "proto.h"
 
 #include <arpa/inet.h>
 #include <assert.h>
@@ -49,6 +51,7 @@
 #include <event2/util.h>
 #include <llhttp.h>
 
+#include "conn.h"
 #include "req_int.h"
 #include "sf_buf.h"
 #include "sf_list.h"
@@ -56,18 +59,10 @@
 #include "sf_map.h"
 
 #define GW_HTTP_MAX_TARGET    GW_REQ_MAX_TARGET
-#define GW_HTTP_INPUT_HIGH_WM (256u << 10) /* pipelined bytes buffered while a request runs */
-#define GW_HTTP_LINGER_IDLE_S 2            /* lingering close: gap between client bytes */
-#define GW_HTTP_LINGER_MAX_S  5            /* lingering close: total */
-#define GW_HTTP_REFUSED_MAX   1024         /* refused connections lingering at once */
 #define GW_HTTP_MAX_HEAD      (1u << 20)   /* response status line + headers */
-#define GW_HTTP_MAX_IO        (256u << 10) /* one read or write (libevent's default: 16 KiB) */
 
-static const char h2_preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-#define H2_PREFACE_LEN (sizeof(h2_preface) - 1)
 
 enum conn_state {
-    C_SNIFF,   /* first bytes: HTTP/2 preface or HTTP/1 */
     C_READ,    /* parsing a request */
     C_HEADCHECK, /* the head check decides whether the body may come */
     C_PENDING, /* the handler owns the request */
@@ -117,9 +112,6 @@ static void conn_write_cb(struct bufferevent *bev, void *arg);
 static void conn_event_cb(struct bufferevent *bev, short what, void *arg);
 static void conn_parse(gw_conn *c);
 static void conn_upgrade_h2c(gw_conn *c);
-static int conn_start(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
-                      int tls, gw_addr *addr);
-static gw_addr *addr_take(gw_http_server *s, const char *peer, unsigned max, int *full);
 
 static const char busy_msg[] = "The server is busy with other large requests; retry in a moment.";
 
@@ -200,20 +192,6 @@ static void conn_input_unlimit(gw_conn *c)
     bufferevent_enable(c->bev, EV_READ);
 }
 
-void gw_budget_add(gw_http_server *s, gw_addr *a, size_t n)
-{
-    s->buffered += n;
-    if (a && n)
-        __atomic_fetch_add(&a->buffered, n, __ATOMIC_RELAXED);
-}
-
-void gw_budget_sub(gw_http_server *s, gw_addr *a, size_t n)
-{
-    s->buffered -= n < s->buffered ? n : s->buffered;
-    if (a && n)
-        __atomic_fetch_sub(&a->buffered, n, __ATOMIC_RELAXED);
-}
-
 /* Brings this connection's share of the server total up to date. */
 static void conn_account(gw_conn *c)
 {
@@ -265,7 +243,7 @@ static void conn_deadline_cb(evutil_socket_t fd, short what, void *arg)
         return;
     }
     c->deadline_kind = 0;
-    if (c->state != C_SNIFF && c->state != C_READ && c->state != C_HEADCHECK)
+    if (c->state != C_READ && c->state != C_HEADCHECK)
         return;
     if (c->bev)
         evbuffer_drain(bufferevent_get_input(c->bev),
@@ -1080,82 +1058,6 @@ static void conn_linger(gw_conn *c)
     bufferevent_enable(c->bev, EV_READ);
 }
 
-static void conn_sniff(gw_conn *c)
-{
-    gw_http_server *s = c->srv;
-    struct evbuffer *in = bufferevent_get_input(c->bev);
-    size_t n = evbuffer_get_length(in), m = n < H2_PREFACE_LEN ? n : H2_PREFACE_LEN;
-    unsigned char *p;
-
-    if (m == 0)
-        return;
-    p = evbuffer_pullup(in, (ev_ssize_t)m);
-    if (p && p[0] == 0x16 && s->tls && !c->tls) { /* a TLS handshake record */
-        struct bufferevent *bev = c->bev;
-        char peer[sizeof(c->peer)];
-        int port = c->peer_port;
-        gw_addr *addr = c->addr;
-
-        memcpy(peer, c->peer, sizeof(peer));
-        conn_input_unlimit(c);
-        bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
-        bufferevent_set_timeouts(bev, NULL, NULL);
-        bufferevent_setwatermark(bev, EV_READ, 0, 0);
-        bufferevent_enable(bev, EV_READ | EV_WRITE); /* the TLS filter writes through it */
-        c->bev = NULL;
-        c->addr = NULL;
-        conn_free(c);
-        gw_tls_accept(s, bev, peer, port, addr);
-        return;
-    }
-    if (!p || memcmp(p, h2_preface, m) != 0) {
-        c->state = C_READ;
-        conn_parse(c);
-        return;
-    }
-    if (m < H2_PREFACE_LEN)
-        return; /* so far it looks like the preface: wait for the rest */
-    if (s->h2) { /* the built-in HTTP/2 server: the address's counts move with it */
-        struct bufferevent *bev = c->bev;
-        char peer[sizeof(c->peer)];
-        int port = c->peer_port, tls = c->tls;
-        gw_addr *addr = c->addr;
-
-        memcpy(peer, c->peer, sizeof(peer));
-        conn_input_unlimit(c);
-        bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
-        bufferevent_set_timeouts(bev, NULL, NULL);
-        bufferevent_setwatermark(bev, EV_READ, 0, 0);
-        conn_account(c);
-        gw_budget_sub(s, c->addr, c->held); /* the input now belongs to HTTP/2 */
-        c->held = 0;
-        c->bev = NULL;
-        c->addr = NULL;
-        conn_free(c);
-        gw_h2_serve(s, bev, peer, port, tls, addr, NULL, NULL);
-        return;
-    }
-    if (s->takeover) {
-        struct bufferevent *bev = c->bev;
-
-        conn_input_unlimit(c);
-        bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
-        bufferevent_set_timeouts(bev, NULL, NULL);
-        bufferevent_setwatermark(bev, EV_READ, 0, 0);
-        bufferevent_enable(bev, EV_READ | EV_WRITE);
-        if (s->takeover(bev, c->peer, s->takeover_arg) == 0) {
-            c->bev = NULL;
-            conn_free(c);
-            return;
-        }
-        bufferevent_setcb(bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
-        if (!c->raw)
-            bufferevent_setwatermark(bev, EV_READ, 0, GW_HTTP_INPUT_HIGH_WM);
-    }
-    evbuffer_drain(in, evbuffer_get_length(in));
-    conn_error(c, 505, "HTTP/2 is not served here: use HTTP/1.1");
-}
-
 static void conn_read_cb(struct bufferevent *bev, void *arg)
 {
     gw_conn *c = arg;
@@ -1163,9 +1065,6 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
 
     conn_account(c); /* count what was just read */
     switch (c->state) {
-    case C_SNIFF:
-        conn_sniff(c);
-        break;
     case C_READ:
         conn_parse(c);
         break;
@@ -1287,9 +1186,12 @@ static void conn_rd_cb(evutil_socket_t fd, short what, void *arg)
     conn_read_cb(c->bev, c);
 }
 
-static int conn_start(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
-                      int tls, gw_addr *addr)
+int gw_h1_serve(gw_http_server *s, const gw_handover *h)
 {
+    struct bufferevent *bev = h->bev;
+    gw_addr *addr = h->addr;
+    int tls = h->tls;
+    uint64_t now, due;
     gw_conn *c = calloc(1, sizeof(*c));
 
     if (!c) {
@@ -1303,11 +1205,11 @@ static int conn_start(gw_http_server *s, struct bufferevent *bev, const char *pe
     c->addr = addr;
     llhttp_init(&c->parser, HTTP_REQUEST, &gw_parser_settings);
     c->parser.data = c;
-    snprintf(c->peer, sizeof(c->peer), "%s", peer ? peer : "unknown");
-    c->peer_port = peer_port;
+    snprintf(c->peer, sizeof(c->peer), "%s", h->peer ? h->peer : "unknown");
+    c->peer_port = h->peer_port;
     c->tls = tls ? 1 : 0;
     c->raw = !tls && !bufferevent_get_underlying(bev) && bufferevent_getfd(bev) >= 0;
-    c->state = C_SNIFF;
+    c->state = C_READ;
     SF_LIST_PUSH(s->conns, c);
     s->nconns++;
     bufferevent_setcb(bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
@@ -1322,7 +1224,10 @@ static int conn_start(gw_http_server *s, struct bufferevent *bev, const char *pe
         return -ENOMEM;
     }
     conn_timeouts(c, 1, 1);
-    conn_deadline(c, 1, s->lim.header_timeout_ms); /* a new connection owes us a request */
+    /* a new connection owes us a request, counted from when it was accepted */
+    now = sf_mono_ms();
+    due = (h->t0_ms ? h->t0_ms : now) + s->lim.header_timeout_ms;
+    conn_deadline(c, 1, due > now ? due - now : 0);
     /* a plain socket's write event is armed only when an answer did not go out at once
      * (a new bufferevent starts with writing enabled) */
     if (c->raw)
@@ -1331,347 +1236,14 @@ static int conn_start(gw_http_server *s, struct bufferevent *bev, const char *pe
         conn_free(c);
         return -ENOMEM;
     }
+    if (h->refuse) { /* (the sniffer: a protocol not served here) */
+        evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+        conn_error(c, h->refuse, h->refuse_msg);
+        return 0;
+    }
     if (evbuffer_get_length(bufferevent_get_input(bev)) > 0)
-        conn_read_cb(bev, c); /* bytes that came with an adopted bufferevent */
+        conn_read_cb(bev, c); /* the first bytes, read by the sniffer (or came adopted) */
     return 0;
-}
-
-/* ------------------------------------------------------------------ server */
-
-static void peer_name(const struct sockaddr *sa, char *out, size_t outlen, int *port)
-{
-    *port = 0;
-    snprintf(out, outlen, "unknown");
-    if (!sa)
-        return;
-    if (sa->sa_family == AF_INET) {
-        const struct sockaddr_in *in4 = (const struct sockaddr_in *)sa;
-        inet_ntop(AF_INET, &in4->sin_addr, out, (socklen_t)outlen);
-        *port = ntohs(in4->sin_port);
-    } else if (sa->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
-        if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) /* dual-stack listener: show IPv4 */
-            inet_ntop(AF_INET, &in6->sin6_addr.s6_addr[12], out, (socklen_t)outlen);
-        else
-            inet_ntop(AF_INET6, &in6->sin6_addr, out, (socklen_t)outlen);
-        *port = ntohs(in6->sin6_port);
-    } else if (sa->sa_family == AF_UNIX) {
-        snprintf(out, outlen, "unix");
-    }
-}
-
-/* Refuses a connection before any byte is read, with a fixed answer. */
-/* A connection refused at accept (429, 503) closes the lingering way too (conn_linger):
- * closed at once with the client's request unread, or with its next bytes on the way, it
- * would be reset, and a client that had not read the refusal yet would see only the reset.
- * Our side is shut down and what the client still sends is read and dropped until it
- * closes, pauses GW_HTTP_LINGER_IDLE_S or GW_HTTP_LINGER_MAX_S passed; at most
- * GW_HTTP_REFUSED_MAX at once (past it they close at once). */
-typedef struct gw_refused {
-    gw_http_server *s;
-    evutil_socket_t fd;
-    struct event *ev;
-    time_t until;
-    struct gw_refused *prev, *next;
-} gw_refused;
-
-static void refused_free(gw_refused *r)
-{
-    gw_http_server *s = r->s;
-
-    SF_LIST_UNLINK(s->refused, r);
-    s->nrefused--;
-    event_free(r->ev);
-    evutil_closesocket(r->fd);
-    free(r);
-}
-
-static void refused_cb(evutil_socket_t fd, short what, void *arg)
-{
-    gw_refused *r = arg;
-    char buf[16384];
-    ssize_t n = -1;
-
-    if (what & EV_READ) /* at most 256 KiB a turn */
-        for (int i = 0; i < 16 && (n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0; i++)
-            ;
-    if ((what & EV_TIMEOUT) || n == 0 ||
-        (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ||
-        time(NULL) >= r->until)
-        refused_free(r);
-}
-
-static void refuse_conn(gw_http_server *s, evutil_socket_t fd, int status, const char *body)
-{
-    struct timeval idle = {GW_HTTP_LINGER_IDLE_S, 0};
-    char msg[512];
-    gw_refused *r = NULL;
-    int n = snprintf(msg, sizeof(msg),
-                     "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nCache-Control: no-store\r\n"
-                     "Retry-After: 1\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
-                     status, gw_http_reason(status), strlen(body), body);
-
-    if (n > 0 && send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-        sf_debug("msg=\"could not send the refusal\" err=\"%s\"", strerror(errno));
-    if (s->nrefused >= GW_HTTP_REFUSED_MAX || shutdown(fd, SHUT_WR) < 0 ||
-        !(r = calloc(1, sizeof(*r))) ||
-        !(r->ev = event_new(s->base, fd, EV_READ | EV_PERSIST, refused_cb, r)) ||
-        event_add(r->ev, &idle) < 0) {
-        if (r && r->ev)
-            event_free(r->ev);
-        free(r);
-        evutil_closesocket(fd);
-        return;
-    }
-    r->s = s;
-    r->fd = fd;
-    r->until = time(NULL) + GW_HTTP_LINGER_MAX_S;
-    SF_LIST_PUSH(s->refused, r);
-    s->nrefused++;
-}
-
-static void srv_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
-                          int salen, void *arg)
-{
-    gw_http_server *s = arg;
-    struct bufferevent *bev;
-    char peer[INET6_ADDRSTRLEN + 8];
-    int port, one = 1, full;
-    gw_addr *addr;
-
-    if (s->nconns + s->nh2 >= s->lim.max_conns) {
-        s->stats.refused[GW_REFUSE_503]++;
-        sf_warn("msg=\"connection refused: max_conns reached\" max_conns=%u", s->lim.max_conns);
-        refuse_conn(s, fd, 503, "{\"error\":\"the server has too many connections open; retry later\"}");
-        return;
-    }
-    peer_name(salen > 0 ? sa : NULL, peer, sizeof(peer), &port);
-    if (!(addr = addr_take(s, peer, s->lim.max_conns_per_addr, &full))) {
-        if (!full) {
-            evutil_closesocket(fd);
-            return;
-        }
-        s->stats.refused[GW_REFUSE_429]++;
-        sf_debug("msg=\"connection refused: too many from one address\" peer=%s max=%u", peer,
-                 s->lim.max_conns_per_addr);
-        refuse_conn(s, fd, 429, "{\"error\":\"too many connections from your address; close some, "
-                             "then retry\"}");
-        return;
-    }
-    if (sa && (sa->sa_family == AF_INET || sa->sa_family == AF_INET6))
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    bev = bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE);
-    if (!bev) {
-        evutil_closesocket(fd);
-        gw_addr_release(s, addr);
-        return;
-    }
-    conn_start(s, bev, peer, port, 0, addr);
-}
-
-static void srv_accept_retry_cb(evutil_socket_t fd, short what, void *arg)
-{
-    gw_http_server *s = arg;
-    if (s->lis)
-        evconnlistener_enable(s->lis);
-}
-
-static void srv_accept_error_cb(struct evconnlistener *l, void *arg)
-{
-    gw_http_server *s = arg;
-    struct timeval one = {1, 0};
-    int err = EVUTIL_SOCKET_ERROR();
-
-    /* Typically EMFILE/ENFILE: the pending connection would wake us up again at once. */
-    sf_warn("msg=\"accept failed; pausing the listener for 1 s\" err=\"%s\"",
-            evutil_socket_error_to_string(err));
-    evconnlistener_disable(l);
-    evtimer_add(s->accept_retry, &one);
-}
-
-gw_http_server *gw_http_server_new(struct event_base *base, const char *addr, int port,
-                                   const gw_http_limits *lim, gw_http_handler handler, void *arg)
-{
-    gw_http_server *s;
-    struct addrinfo hints, *res = NULL;
-    char portstr[16];
-    int err = 0, rc;
-
-    if (!base || !handler || port < -1 || port > 65535) {
-        errno = EINVAL;
-        return NULL;
-    }
-    s = calloc(1, sizeof(*s));
-    if (!s) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    s->base = base;
-    s->handler = handler;
-    s->arg = arg;
-    s->port = -1;
-    if (lim)
-        s->lim = *lim;
-    if (!s->lim.max_body)
-        s->lim.max_body = GW_HTTP_DEFAULT_MAX_BODY;
-    if (!s->lim.max_header_bytes)
-        s->lim.max_header_bytes = GW_HTTP_DEFAULT_MAX_HEADER_BYTES;
-    if (!s->lim.max_conns)
-        s->lim.max_conns = GW_HTTP_DEFAULT_MAX_CONNS;
-    if (!s->lim.idle_timeout_s)
-        s->lim.idle_timeout_s = GW_HTTP_DEFAULT_IDLE_TIMEOUT_S;
-    if (!s->lim.max_conns_per_addr)
-        s->lim.max_conns_per_addr = GW_HTTP_DEFAULT_MAX_CONNS_PER_ADDR;
-    if (!s->lim.header_timeout_ms)
-        s->lim.header_timeout_ms = GW_HTTP_DEFAULT_HEADER_TIMEOUT_MS;
-    if (!s->lim.body_timeout_ms)
-        s->lim.body_timeout_ms = GW_HTTP_DEFAULT_BODY_TIMEOUT_MS;
-    if (!s->lim.body_min_rate)
-        s->lim.body_min_rate = GW_HTTP_DEFAULT_BODY_MIN_RATE;
-    if (!(s->own_addrs = gw_addr_table_new())) {
-        free(s);
-        errno = ENOMEM;
-        return NULL;
-    }
-    s->addrs = s->own_addrs;
-    if (!s->lim.max_buffered_bytes) {
-        /* room for one largest request, its head and a full input buffer */
-        size_t one = s->lim.max_body + s->lim.max_header_bytes + GW_HTTP_INPUT_HIGH_WM;
-
-        s->lim.max_buffered_bytes = GW_HTTP_DEFAULT_MAX_BUFFERED;
-        if (one > s->lim.max_buffered_bytes && one > s->lim.max_body) /* (and no wrap) */
-            s->lim.max_buffered_bytes = one;
-    }
-    if (!s->lim.max_buffered_per_addr) {
-        size_t one = s->lim.max_body + s->lim.max_header_bytes + GW_HTTP_INPUT_HIGH_WM;
-        s->lim.max_buffered_per_addr = s->lim.max_buffered_bytes / 4;
-        if (s->lim.max_buffered_per_addr < one)
-            s->lim.max_buffered_per_addr = one;
-    }
-    if (port < 0)
-        return s;
-
-    s->accept_retry = evtimer_new(base, srv_accept_retry_cb, s);
-    if (!s->accept_retry) {
-        err = ENOMEM;
-        goto fail;
-    }
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV | AI_NUMERICHOST;
-    snprintf(portstr, sizeof(portstr), "%d", port);
-    rc = getaddrinfo(addr, portstr, &hints, &res);
-    if (rc == EAI_NONAME && addr) { /* a host name such as "localhost": resolve it */
-        hints.ai_flags &= ~AI_NUMERICHOST;
-        rc = getaddrinfo(addr, portstr, &hints, &res);
-    }
-    if (rc != 0 || !res) {
-        err = EADDRNOTAVAIL;
-        goto fail;
-    }
-    /* With no address, prefer "::" (dual-stack on Linux) over "0.0.0.0". */
-    for (int pass = addr ? 1 : 0; pass < 2 && !s->lis; pass++) {
-        for (struct addrinfo *ai = res; ai && !s->lis; ai = ai->ai_next) {
-            if (pass == 0 && ai->ai_family != AF_INET6)
-                continue;
-            s->lis = evconnlistener_new_bind(base, srv_accept_cb, s,
-                                             LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC |
-                                                 LEV_OPT_REUSEABLE |
-                                                 (s->lim.reuse_port ? LEV_OPT_REUSEABLE_PORT : 0),
-                                             1024, ai->ai_addr, (int)ai->ai_addrlen);
-            if (!s->lis)
-                err = errno ? errno : EADDRINUSE;
-        }
-    }
-    freeaddrinfo(res);
-    if (!s->lis)
-        goto fail;
-    evconnlistener_set_error_cb(s->lis, srv_accept_error_cb);
-    {
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof(ss);
-        if (getsockname(evconnlistener_get_fd(s->lis), (struct sockaddr *)&ss, &sl) < 0) {
-            err = errno;
-            goto fail;
-        }
-        if (ss.ss_family == AF_INET)
-            s->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-        else if (ss.ss_family == AF_INET6)
-            s->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-    }
-    return s;
-
-fail:
-    gw_http_server_free(s);
-    errno = err ? err : EINVAL;
-    return NULL;
-}
-
-void gw_http_server_stop_accepting(gw_http_server *srv)
-{
-    if (srv && srv->lis) {
-        evconnlistener_free(srv->lis); /* closes the socket: new connections are refused */
-        srv->lis = NULL;
-    }
-}
-
-void gw_http_server_free(gw_http_server *srv)
-{
-    if (!srv)
-        return;
-    while (srv->conns)
-        conn_free(srv->conns);
-    while (srv->refused)
-        refused_free(srv->refused);
-    gw_h2_free_all(srv);
-    gw_tls_ctx_free(srv);
-    gw_req_pool_free(srv);
-    sf_buf_fini(&srv->head);
-    if (srv->lis)
-        evconnlistener_free(srv->lis);
-    if (srv->accept_retry)
-        event_free(srv->accept_retry);
-    gw_addr_table_free(srv->own_addrs);
-    free(srv);
-}
-
-int gw_http_server_port(const gw_http_server *srv)
-{
-    return srv ? srv->port : -1;
-}
-
-unsigned gw_http_server_conns(const gw_http_server *srv)
-{
-    return srv ? srv->nconns : 0;
-}
-
-size_t gw_http_server_buffered(const gw_http_server *srv)
-{
-    return srv ? srv->buffered : 0;
-}
-
-void gw_http_server_set_takeover(gw_http_server *srv, gw_http_takeover_fn fn, void *arg)
-{
-    srv->takeover = fn;
-    srv->takeover_arg = arg;
-}
-
-int gw_http_server_adopt(gw_http_server *srv, struct bufferevent *bev, const char *peer)
-{
-    if (!srv || !bev)
-        return -EINVAL;
-    gw_addr *addr;
-
-    if (srv->nconns + srv->nh2 >= srv->lim.max_conns) {
-        bufferevent_free(bev);
-        return -EMFILE;
-    }
-    if (!(addr = gw_addr_get(srv, peer))) {
-        bufferevent_free(bev);
-        return -ENOMEM;
-    }
-    return conn_start(srv, bev, peer, 0, 0, addr);
 }
 
 /* ------------------------------------------------------------------ answers (h1 transport) */
@@ -1786,151 +1358,19 @@ static void conn_upgrade_h2c(gw_conn *c)
     c->bev = NULL;
     {
         char peer[sizeof(c->peer)];
-        int port = c->peer_port;
-        gw_addr *addr = c->addr;
+        gw_handover h = {.bev = bev, .peer = peer, .peer_port = c->peer_port, .addr = c->addr,
+                         .upgrade = r, .settings = settings};
 
         c->addr = NULL;
         memcpy(peer, c->peer, sizeof(peer));
         conn_free(c);
-        gw_h2_serve(s, bev, peer, port, 0, addr, r, settings);
+        gw_conn_serve(s, GW_PROTO_H2, &h);
     }
 }
 
-/* ------------------------------------------------------------------ transports on one port */
-
-void gw_http_server_enable_h2(gw_http_server *srv)
+void gw_h1_free_all(gw_http_server *s)
 {
-    srv->h2 = 1;
-}
-
-void gw_http_server_set_challenge(gw_http_server *srv, gw_http_challenge_fn fn, void *arg)
-{
-    srv->challenge = fn;
-    srv->challenge_arg = arg;
-}
-
-void gw_http_server_set_head_check(gw_http_server *srv, gw_http_head_check_fn fn, void *arg)
-{
-    srv->head_check = fn;
-    srv->head_check_arg = arg;
-}
-
-void gw_http_server_set_observer(gw_http_server *srv, gw_http_observer_fn fn, void *arg)
-{
-    srv->observer = fn;
-    srv->observer_arg = arg;
-}
-
-const gw_http_stats *gw_http_server_stats(const gw_http_server *srv)
-{
-    return &srv->stats;
-}
-
-void gw_http_count_refusal(gw_http_server *s, int status)
-{
-    static const int codes[] = {400, 408, 413, 429, 431, 503};
-    for (size_t i = 0; i < SF_ARRAY_LEN(codes); i++)
-        if (codes[i] == status)
-            s->stats.refused[i]++;
-}
-
-struct gw_addr_table {
-    pthread_mutex_t mu;
-    sf_map *map;
-};
-
-gw_addr_table *gw_addr_table_new(void)
-{
-    gw_addr_table *t = calloc(1, sizeof(*t));
-
-    if (!t)
-        return NULL;
-    if (!(t->map = sf_map_new(1u << 20)) || pthread_mutex_init(&t->mu, NULL) != 0) {
-        sf_map_free(t->map);
-        free(t);
-        return NULL;
-    }
-    return t;
-}
-
-void gw_addr_table_free(gw_addr_table *t)
-{
-    if (!t)
-        return;
-    sf_map_free(t->map); /* empty: every connection released its address */
-    pthread_mutex_destroy(&t->mu);
-    free(t);
-}
-
-void gw_http_server_share_addrs(gw_http_server *srv, gw_addr_table *t)
-{
-    if (t)
-        srv->addrs = t;
-}
-
-/* Takes one connection's hold on the address (created when new); NULL when the address
- * already has max connections (*full set) or on ENOMEM. */
-static gw_addr *addr_take(gw_http_server *s, const char *peer, unsigned max, int *full)
-{
-    gw_addr_table *t = s->addrs;
-    gw_addr *a;
-
-    *full = 0;
-    pthread_mutex_lock(&t->mu);
-    if (!(a = sf_map_get(t->map, peer ? peer : "unknown"))) {
-        if ((a = calloc(1, sizeof(*a)))) {
-            snprintf(a->key, sizeof(a->key), "%s", peer ? peer : "unknown");
-            if (sf_map_put(t->map, a->key, a) < 0) {
-                free(a);
-                a = NULL;
-            }
-        }
-    }
-    if (a && a->conns >= max) {
-        *full = a->conns == max ? 1 : 2;
-        a = NULL;
-    } else if (a) {
-        a->conns++;
-    }
-    pthread_mutex_unlock(&t->mu);
-    return a;
-}
-
-gw_addr *gw_addr_get(gw_http_server *s, const char *peer)
-{
-    int full;
-    return addr_take(s, peer, UINT32_MAX, &full);
-}
-
-void gw_addr_release(gw_http_server *s, gw_addr *a)
-{
-    gw_addr_table *t = s->addrs;
-
-    if (!a)
-        return;
-    pthread_mutex_lock(&t->mu);
-    if (a->conns > 0)
-        a->conns--;
-    if (a->conns == 0) {
-        sf_map_del(t->map, a->key);
-        free(a);
-    }
-    pthread_mutex_unlock(&t->mu);
-}
-
-int gw_http_server_set_tls(gw_http_server *srv, const char *cert_file, const char *key_file,
-                           char *why, size_t whylen)
-{
-    return gw_tls_ctx_new(srv, cert_file, key_file, why, whylen);
-}
-
-unsigned gw_http_server_h2_conns(const gw_http_server *srv)
-{
-    return srv ? srv->nh2 : 0;
-}
-
-int gw_http1_start(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
-                   int tls, gw_addr *addr)
-{
-    return conn_start(s, bev, peer, peer_port, tls, addr);
+    while (s->conns)
+        conn_free(s->conns);
+    sf_buf_fini(&s->head);
 }

@@ -1,4 +1,4 @@
-/* gw_http: the gateway's HTTP server on libevent bufferevents: HTTP/1.1 on llhttp (strict:
+/* server.h: the gateway's HTTP server on libevent bufferevents: HTTP/1.1 on llhttp (strict:
  * no obs-fold, no bare LF, no whitespace before a colon, no Content-Length beside
  * Transfer-Encoding), and, when enabled, HTTP/2 on nghttp2 (gw_http_server_enable_h2:
  * prior knowledge and `Upgrade: h2c`) and TLS with ALPN h2 / http/1.1
@@ -45,8 +45,8 @@
  * Input already read is counted before it is checked, so the total can exceed the budget
  * by what sits unparsed in input buffers (at most 256 KiB per connection).
  */
-#ifndef GW_HTTP1_H
-#define GW_HTTP1_H
+#ifndef GW_HTTP_SERVER_H
+#define GW_HTTP_SERVER_H
 
 #include "req.h"
 

@@ -1,6 +1,7 @@
-/* http2.c: HTTP/2 on nghttp2 for the gateway's server (http1.h): connections that start
- * with the client preface (h2c prior knowledge), HTTP/1.1 requests upgraded with
- * `Upgrade: h2c`, and TLS connections whose ALPN chose h2. Each stream's request is a
+/* http2.c: the HTTP/2 leaf of the gateway's server (server.h), on nghttp2: connections
+ * that start with the client preface (h2c prior knowledge; server.c sniffs it), HTTP/1.1
+ * requests upgraded with `Upgrade: h2c`, and TLS connections whose ALPN chose h2 (both
+ * handed over through gw_conn_serve). Each stream's request is a
  * gw_req (req.h) answered whole or streamed, like an HTTP/1 one.
  *
  * nghttp2 is driven with mem_recv / mem_send on a bufferevent: input is fed as it comes,
@@ -16,6 +17,9 @@
  * header_timeout_ms; all of it within that plus body_timeout_ms plus its bytes at
  * body_min_rate): past it, 408 and the stream is reset. Connections without open
  * streams close after idle_timeout_s. */
+#include "proto.h"
+
+#include "conn.h"
 #include "req_int.h"
 
 #include <errno.h>
@@ -828,9 +832,13 @@ static int b64url_decode(const char *in, uint8_t *out, size_t cap, size_t *outle
     return 0;
 }
 
-int gw_h2_serve(gw_http_server *s, struct bufferevent *bev, const char *peer, int peer_port,
-                int tls, gw_addr *addr, gw_req *upgrade_req, const char *settings_b64)
+int gw_h2_serve(gw_http_server *s, const gw_handover *h)
 {
+    struct bufferevent *bev = h->bev;
+    const char *peer = h->peer, *settings_b64 = h->settings;
+    int peer_port = h->peer_port, tls = h->tls;
+    gw_addr *addr = h->addr;
+    gw_req *upgrade_req = h->upgrade;
     nghttp2_session_callbacks *cbs = NULL;
     nghttp2_option *opt = NULL;
     nghttp2_settings_entry iv[] = {
