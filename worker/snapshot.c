@@ -11,6 +11,7 @@
  * those a create or a snapshot here is using. */
 #include "worker.h"
 #include "snapfs.h"
+#include "fs.h"
 #include "sf_log.h"
 #include "sf_snapshots.h"
 

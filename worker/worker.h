@@ -132,6 +132,11 @@ typedef struct wk_box {
     char snap_used[SF_ID_MAX]; /* created from this snapshot: in use until the driver answered */
 } wk_box;
 
+/* drivers.c: the driver compiled in under that name, or NULL; "jail, qemu": the names it
+ * knows, for messages. */
+const wk_driver_ops *wk_driver_find(const char *name);
+const char *wk_driver_names(void);
+
 /* jobs.c */
 /* The one reply of c, which ends it. wk_reply_result steals result; string fields of at
  * least SF_CLAIM_MIN bytes travel by claim check. */

@@ -88,7 +88,7 @@ typedef struct wk_create_req {
                                   sandbox's writes are), given to the sandbox's ids (+ its
                                   host uid) and is its root, writable. The builder takes
                                   the tree with `snapshot` (its upper: the whole root) and
-                                  gives it back to host ids with wk_tree_shift */
+                                  gives it back to host ids with wk_tree_shift (fs.h) */
     wk_limits limits;          /* 0 fields = the defaults */
     const char *trust_pem;     /* NULL, or the egress proxy's CA certificate (PEM, at most
                                   64 KiB): before the sandbox's first command the driver puts
@@ -284,15 +284,5 @@ typedef struct wk_driver_ops {
      * writes may still use), or -errno. Blocking only as long as a statvfs. */
     int64_t (*disk_free)(const wk_sandbox *sb);
 } wk_driver_ops;
-
-/* Gives every file under root (not crossing mounts) whose uid/gid is in [from, from+65536)
- * to to + (id - from), and every other id to to + 65534; set-id bits survive. Blocking.
- * 0 or -errno. */
-int wk_tree_shift(const char *root, uint32_t from, uint32_t to);
-
-/* The driver compiled in under that name, or NULL. */
-const wk_driver_ops *wk_driver_find(const char *name);
-/* "jail, qemu": the names wk_driver_find knows, for messages. */
-const char *wk_driver_names(void);
 
 #endif

@@ -19,11 +19,8 @@
 #include "qemu_int.h"
 #include "sf_log.h"
 #include "sf_util.h"
+#include "template.h"
 
-/* The template root filesystem, built by template.c (declared in jail_int.h, which
- * also defines the jail's own struct wk_driver). */
-int wk_template_ensure(const char *state_dir, const char **why);
-int wk_template_path(const char *state_dir, char *buf, size_t n);
 
 #define QEMU_BIN "/usr/bin/qemu-system-x86_64"
 #define QEMU_IMG "/usr/bin/qemu-img"

@@ -17,6 +17,8 @@
 #include "tpl_start.h"
 #include "safefs.h"
 #include "snapfs.h"
+#include "fs.h"
+#include "template.h"
 #include "sf_log.h"
 #include "sf_store.h"
 #include "sf_templates.h"
@@ -33,10 +35,6 @@
 #define TB_READY_MS 60000 /* ready_cmd must succeed within a minute of start_cmd */
 #define TB_FULL_BYTES (1 << 20) /* a step failed with less than this free: the disk was full */
 
-/* jail_int.h (the jail library) */
-int wk_rmtree(const char *path);
-int wk_mkdir_p(const char *path, mode_t mode);
-int wk_template_path(const char *state_dir, char *buf, size_t n);
 
 typedef struct tb {
     wk_ctx *ctx;
