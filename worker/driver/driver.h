@@ -1,4 +1,4 @@
-/* The worker's driver interface: a table of operations that worker/jobs.c calls
+/* The worker's driver interface: a table of operations that worker/dispatch.c and the handlers call
  * without knowing which isolation driver (jail, qemu, ...) runs the sandboxes.
  * A driver is one `wk_driver_ops` table (worker/driver.c lists them by name); its
  * host-wide state is an opaque `wk_driver`, each sandbox an opaque `wk_sandbox`.
