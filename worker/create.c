@@ -279,9 +279,9 @@ static int template_layers(wk_call *c, char *layers[WK_LAYERS_MAX + 1])
 
     if (!name || !strcmp(name, "base"))
         return 0;
-    if (!strcmp(c->ctx->ops->name, "qemu")) {
-        snprintf(text, sizeof(text), "This host's qemu driver runs only the 'base' template; "
-                 "create from 'base', or ask the operator for a jail host.");
+    if (!(c->ctx->ops->caps & WK_CAP_LAYERS)) {
+        snprintf(text, sizeof(text), "This host's %s driver runs only the 'base' template; "
+                 "create from 'base', or ask the operator for a jail host.", c->ctx->ops->name);
         wk_call_refuse(c, SF_ERR_INVALID, text);
         return -1;
     }

@@ -209,8 +209,19 @@ typedef void (*wk_op_cb)(void *arg, int rc, const char *why);
 typedef void (*wk_file_cb)(void *arg, const wk_file_result *res); /* res valid during the call */
 typedef void (*wk_snap_cb)(void *arg, int rc, uint64_t bytes, const char *why);
 
+/* What a driver can do beyond the operations every driver has (wk_driver_ops.caps). The
+ * worker decides by these, never by the driver's name, and publishes them in its heartbeat
+ * (`caps`: the words below, space-separated) for the scheduler. */
+#define WK_CAP_LAYERS (1u << 0)     /* "layers": runs templates' root filesystem layers (the
+                                       create's `layers`: team templates, 'debian') */
+#define WK_CAP_BUILDS (1u << 1)     /* "builds": builds team templates (the create's
+                                       `build_from`) */
+#define WK_CAP_SNAP_PROCS (1u << 2) /* "snapshot_processes": a snapshot keeps the processes
+                                       (memory and devices), not only the files */
+
 typedef struct wk_driver_ops {
-    const char *name;
+    const char *name;               /* for messages, logs and the heartbeat's `driver` */
+    unsigned caps;                  /* WK_CAP_* */
 
     /* One-time host set-up (needs what the driver needs: root, /dev/kvm...): removes
      * what an earlier run of this worker left (its sandboxes are lost), prepares

@@ -417,6 +417,7 @@ static int qemu_netns(const wk_sandbox *sb)
 
 const wk_driver_ops wk_qemu_driver = {
     .name = "qemu",
+    .caps = WK_CAP_SNAP_PROCS,
     .host_init = qemu_host_init,
     .host_res = qemu_host_res,
     .host_fini = qemu_host_fini,
