@@ -294,7 +294,7 @@ static void read_next(fop *f)
     request(f, &req, on_read);
 }
 
-void wk_files_read(wk_call *c, wk_box *b)
+static void files_read(wk_call *c, wk_box *b)
 {
     const char *enc = json_string_value(json_object_get(c->job.args, "encoding"));
     fop *f = fop_new(c, b);
@@ -367,7 +367,7 @@ static void write_next(fop *f)
     request(f, &req, on_written);
 }
 
-void wk_files_write(wk_call *c, wk_box *b)
+static void files_write(wk_call *c, wk_box *b)
 {
     json_t *a = c->job.args, *content = json_object_get(a, "content");
     const char *enc = json_string_value(json_object_get(a, "encoding"));
@@ -494,7 +494,7 @@ static void list_next(fop *f)
     request(f, &req, on_listed);
 }
 
-void wk_files_list(wk_call *c, wk_box *b)
+static void files_list(wk_call *c, wk_box *b)
 {
     fop *f = fop_new(c, b);
 
@@ -851,7 +851,7 @@ static void zip_built(void *arg)
     done(f, r);
 }
 
-void wk_files_download(wk_call *c, wk_box *b)
+static void files_download(wk_call *c, wk_box *b)
 {
     fop *f;
     char *top;
@@ -874,3 +874,6 @@ void wk_files_download(wk_call *c, wk_box *b)
     }
     zip_walk(f);
 }
+
+WK_HANDLERS({"sandbox_files_read", files_read}, {"sandbox_files_write", files_write},
+            {"sandbox_files_list", files_list}, {"sandbox_files_download_dir", files_download});

@@ -197,7 +197,7 @@ static void resume_answered(wk_call *c, int rc, const char *why)
     wk_reply_result(c, json_pack("{s:s, s:s}", "id", c->job.sandbox, "status", "active"));
 }
 
-void wk_do_pause(wk_call *c, wk_box *b)
+static void do_pause(wk_call *c, wk_box *b)
 {
     int rc = wk_box_pause(b, c, pause_answered);
 
@@ -205,7 +205,7 @@ void wk_do_pause(wk_call *c, wk_box *b)
         state_error(c, rc, NULL, "paused");
 }
 
-void wk_do_resume(wk_call *c, wk_box *b)
+static void do_resume(wk_call *c, wk_box *b)
 {
     int rc = wk_box_resume(b, c, resume_answered);
 
@@ -231,11 +231,34 @@ void wk_life_started(wk_box *b, const json_t *args)
         sf_warn("msg=\"cannot set the sandbox's timers; Redis is down\" sandbox=%s", b->id);
 }
 
-void wk_life_touch(wk_ctx *ctx, const char *id)
+static void life_touch(wk_ctx *ctx, const char *id)
 {
     if (ctx->cfg.idle_pause_ms > 0)
         sf_timers_touch(ctx->redis, id, ctx->host_id, sf_now_ms(), wk_redis_logged, NULL);
 }
+
+/* A sandbox's last_active and idle timer in Redis move at most once a second (two
+ * scripts per call were two of a job's seven Redis round trips). What decides an idle
+ * pause is last_active_ms here, which every call moves: a timer that comes due early
+ * because a write was skipped is set again for the time left (life.c, idle_due). So
+ * last_active in the record may lag the last call by up to WK_TOUCH_EVERY_MS. */
+#define WK_TOUCH_EVERY_MS 1000
+
+void wk_touch(wk_ctx *ctx, const char *id)
+{
+    wk_box *b = sf_map_get(ctx->sandboxes, id);
+    int64_t now = sf_mono_ms();
+
+    if (b) {
+        b->last_active_ms = now;
+        if (b->touched_ms && now - b->touched_ms < WK_TOUCH_EVERY_MS)
+            return;
+        b->touched_ms = now;
+    }
+    sf_records_touch(ctx->redis, id, sf_now_ms(), wk_redis_logged, NULL);
+    life_touch(ctx, id);
+}
+
 
 /* An idle timer came due: the sandbox pauses unless a call runs or came since. */
 static void idle_due(wk_ctx *ctx, wk_box *b)
@@ -325,3 +348,5 @@ void wk_life_stop(wk_ctx *ctx)
         event_free(ctx->ev_timers);
     ctx->ev_timers = NULL;
 }
+
+WK_HANDLERS({"sandbox_pause", do_pause}, {"sandbox_resume", do_resume});

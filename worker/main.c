@@ -283,7 +283,7 @@ int main(int argc, char **argv)
         goto out;
     }
     ctx.ops->host_res(ctx.drv, &ctx.res);
-    if (wk_tstore_new(ctx.cfg.templates_dir, ctx.cfg.state_dir, !strcmp(ctx.ops->name, "jail"),
+    if (wk_tstore_new(ctx.cfg.templates_dir, ctx.cfg.state_dir, (ctx.ops->caps & WK_CAP_LAYERS) != 0,
                       &ctx.tstore) < 0) {
         sf_error("msg=\"templates_dir must be an absolute path\" templates_dir=%s",
                  ctx.cfg.templates_dir);

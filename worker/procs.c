@@ -150,7 +150,7 @@ static void on_list(void *arg, const wk_file_result *res)
     done(p, r);
 }
 
-void wk_procs_list(wk_call *c, wk_box *b)
+static void procs_list(wk_call *c, wk_box *b)
 {
     pcall *p = pc_new(c, b);
     wk_file_req req = {.op = WK_PROC_LIST};
@@ -173,7 +173,7 @@ static void on_kill(void *arg, const wk_file_result *res)
                       "killed_after_grace", (int)res->size, "exited", 1));
 }
 
-void wk_procs_kill(wk_call *c, wk_box *b)
+static void procs_kill(wk_call *c, wk_box *b)
 {
     static const struct { const char *name; uint32_t sig; } sigs[] = {
         {"TERM", 15}, {"KILL", 9}, {"INT", 2}, {"HUP", 1},
@@ -230,7 +230,7 @@ static void on_logs(void *arg, const wk_file_result *res)
     done(p, r);
 }
 
-void wk_procs_logs(wk_call *c, wk_box *b)
+static void procs_logs(wk_call *c, wk_box *b)
 {
     pcall *p = pc_new(c, b);
     json_t *a = c->job.args, *t = json_object_get(a, "tail_bytes"),
@@ -263,3 +263,6 @@ void wk_procs_logs(wk_call *c, wk_box *b)
         req.off = ((uint64_t)1 << 62) - 1; /* past the end: nothing yet */
     pc_send(p, &req, on_logs);
 }
+
+WK_HANDLERS({"sandbox_process_list", procs_list}, {"sandbox_process_kill", procs_kill},
+            {"sandbox_process_logs", procs_logs});

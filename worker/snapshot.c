@@ -11,6 +11,7 @@
  * those a create or a snapshot here is using. */
 #include "worker.h"
 #include "snapfs.h"
+#include "fs.h"
 #include "sf_log.h"
 #include "sf_snapshots.h"
 
@@ -45,7 +46,7 @@ static void busy_add(const char *id, int d)
         sf_warn("msg=\"snapshot use not tracked (out of memory)\" snapshot=%s", id);
 }
 
-/* The disk a snapshot's files hold here counts in the host's (jobs.c no_room, the
+/* The disk a snapshot's files hold here counts in the host's (create.c no_room, the
  * heartbeat's disk_used_mib) from when it is ready until its files are removed. */
 static void disk_add(wk_ctx *ctx, const char *id, uint64_t bytes)
 {
@@ -278,7 +279,7 @@ static void on_reserved(redisAsyncContext *ac, void *r, void *priv)
         snap_fail(s, SF_ERR_UNAVAILABLE, "The host could not start the snapshot; retry later.", 1);
 }
 
-void wk_do_snapshot(wk_call *c, wk_box *b)
+static void do_snapshot(wk_call *c, wk_box *b)
 {
     wk_ctx *ctx = c->ctx;
     const char *name = json_string_value(json_object_get(c->job.args, "name"));
@@ -468,3 +469,5 @@ void wk_snap_stop(wk_ctx *ctx)
     sf_map_free(S.mib);
     S.mib = NULL;
 }
+
+WK_HANDLERS({"sandbox_snapshot", do_snapshot});

@@ -173,7 +173,7 @@ static void on_rules_changed(void *arg, wk_box *b, int rc, const char *code, con
         update_life(c);
 }
 
-void wk_do_update(wk_call *c, wk_box *b)
+static void do_update(wk_call *c, wk_box *b)
 {
     json_t *allow = json_object_get(c->job.args, "allow_out");
     json_t *deny = json_object_get(c->job.args, "deny_out");
@@ -188,3 +188,5 @@ void wk_do_update(wk_call *c, wk_box *b)
     else
         update_life(c);
 }
+
+WK_HANDLERS({"sandbox_update", do_update});

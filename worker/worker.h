@@ -109,6 +109,7 @@ typedef struct wk_call {
     int claims_failed;      /* ...of which one could not be */
     int on_box;             /* counted in its box's calls */
     int cancelled;          /* an sf.cancel named it: its final reply is `cancelled` */
+    void (*run)(struct wk_call *c); /* what runs it once its guard and claims let it (call.c) */
 } wk_call;
 
 /* A sandbox this host holds, with what the worker keeps beside the driver's handle. */
@@ -132,26 +133,60 @@ typedef struct wk_box {
     char snap_used[SF_ID_MAX]; /* created from this snapshot: in use until the driver answered */
 } wk_box;
 
-/* jobs.c */
+/* drivers.c: the driver compiled in under that name, or NULL; "jail, qemu": the names it
+ * knows, for messages. */
+const wk_driver_ops *wk_driver_find(const char *name);
+const char *wk_driver_names(void);
+
+/* call.c: the call module every handler uses; it calls none of them. */
 /* The one reply of c, which ends it. wk_reply_result steals result; string fields of at
  * least SF_CLAIM_MIN bytes travel by claim check. */
 void wk_reply_error(wk_call *c, const char *code, const char *message);
 void wk_reply_result(wk_call *c, json_t *result);
-/* A call used sandbox id: its last activity is now (here, and in its record). */
-void wk_touch(wk_ctx *ctx, const char *id);
+/* Ends c without a reply (internal jobs, repeats of a running one). */
+void wk_call_done(wk_call *c);
+/* Answers c without running it; a create that never ran leaves no record behind. */
+void wk_call_refuse(wk_call *c, const char *code, const char *message);
+/* c is not signed by the scheduler for this host: dead-lettered and answered
+ * `unauthenticated` (an internal one never is). */
+void wk_call_refuse_forged(wk_call *c, const char *text);
+/* The job guard, then the call's argument claims; run(c) once both let it run. A repeat
+ * gets its first answer, a job past its deadline or over the team's budget an error. */
+void wk_call_begin(wk_call *c, void (*run)(wk_call *c));
+/* The record of sandbox id goes to state (only_live: only from a live state); logged. */
+void wk_record_retire(wk_ctx *ctx, const char *id, const char *state, int only_live);
 
-/* files.c: the file tools (handlers, as in jobs.c's table). */
-void wk_files_read(wk_call *c, wk_box *b);
-void wk_files_write(wk_call *c, wk_box *b);
-void wk_files_list(wk_call *c, wk_box *b);
-void wk_files_download(wk_call *c, wk_box *b);
+/* The tool handlers. A handler gets the call and the sandbox: running for tools on an
+ * existing sandbox (except sandbox_kill, which also gets sandboxes being created or killed,
+ * and NULL); NULL for the others. A handler file registers its tools where it defines them:
+ *     WK_HANDLERS({"sandbox_exec", do_exec});
+ * (a constructor adds them to call.c's registry before main; wk_jobs_check then holds them
+ * against the tool catalogue). */
+typedef void (*wk_handler_fn)(wk_call *c, wk_box *b);
+typedef struct wk_handler {
+    const char *tool;
+    wk_handler_fn fn;
+} wk_handler;
+#define WK_HANDLERS_MAX 64
+void wk_handlers_add(const wk_handler *h, size_t n);
+/* The registered handlers (NULL when more than WK_HANDLERS_MAX were), and one by tool. */
+const sf_tool_handler *wk_handlers(size_t *n);
+wk_handler_fn wk_handler_find(const char *tool);
+#define WK_HANDLERS(...)                                                                      \
+    static const wk_handler wk_handlers_here[] = {__VA_ARGS__};                               \
+    __attribute__((constructor)) static void wk_handlers_register(void)                       \
+    {                                                                                         \
+        wk_handlers_add(wk_handlers_here, sizeof(wk_handlers_here) / sizeof(wk_handler));     \
+    }
 
-/* procs.c: the process tools (handlers, as in jobs.c's table). */
-void wk_procs_list(wk_call *c, wk_box *b);
-void wk_procs_kill(wk_call *c, wk_box *b);
-void wk_procs_logs(wk_call *c, wk_box *b);
+/* box.c: the sandboxes this host holds. */
+/* Answers a call for a sandbox this worker does not hold with what its record says. */
+void wk_box_not_here(wk_call *c);
+/* Forgets b and gives back what it held of the host. */
+void wk_box_release(wk_box *b);
 
-/* 0 when this worker handles exactly the tools the catalogue declares to run on a host. */
+/* dispatch.c: 0 when this worker handles exactly the tools the catalogue declares to run on
+ * a host; a job of the host topic. */
 int wk_jobs_check(const sf_toolset *tools, char *why, size_t whylen);
 void wk_on_job(void *arg, sf_job *job, sf_kafka_ticket tk);
 /* hostauth.c: this host's key (0, or -1 with why); 0 when job carries the scheduler's fresh
@@ -177,17 +212,13 @@ void wk_redis_logged(redisAsyncContext *ac, void *r, void *priv);
  * called). A resume also ends a pause under way. */
 int wk_box_pause(wk_box *b, wk_call *c, void (*done)(wk_call *c, int rc, const char *why));
 int wk_box_resume(wk_box *b, wk_call *c, void (*done)(wk_call *c, int rc, const char *why));
-void wk_do_pause(wk_call *c, wk_box *b);  /* sandbox_pause */
-void wk_do_resume(wk_call *c, wk_box *b); /* sandbox_resume */
 /* b started (args: the create's): its lifetime, idle and auto-delete timers. */
 void wk_life_started(wk_box *b, const json_t *args);
-/* A call used sandbox id: its idle timer starts again. */
-void wk_life_touch(wk_ctx *ctx, const char *id);
+/* A call used sandbox id: its last activity is now (here, and in its record), and its idle
+ * timer starts again. */
+void wk_touch(wk_ctx *ctx, const char *id);
 int wk_life_start(wk_ctx *ctx);
 void wk_life_stop(wk_ctx *ctx);
-
-/* update.c: sandbox_update (network rules, metadata, lifecycle timers; never resumes). */
-void wk_do_update(wk_call *c, wk_box *b);
 
 /* tpl_build.c: builds the team template job describes (sf.template_build); removes a
  * deleted one's files (sf.template_delete). No reply. */
@@ -208,7 +239,6 @@ void wk_tpl_delete(wk_ctx *ctx, const sf_job *job);
  * their directory into dir, -errno + why; unuse once the driver answered), and the
  * removal of files whose record is gone (start: at once when Redis answers, then every
  * snapshot_sweep_ms). */
-void wk_do_snapshot(wk_call *c, wk_box *b);
 int wk_snap_use(wk_ctx *ctx, const char *id, char *dir, size_t n, const char **why);
 void wk_snap_unuse(wk_ctx *ctx, const char *id);
 int wk_snap_start(wk_ctx *ctx);

@@ -1,4 +1,4 @@
-/* The worker's driver interface: a table of operations that worker/jobs.c calls
+/* The worker's driver interface: a table of operations that worker/dispatch.c and the handlers call
  * without knowing which isolation driver (jail, qemu, ...) runs the sandboxes.
  * A driver is one `wk_driver_ops` table (worker/driver.c lists them by name); its
  * host-wide state is an opaque `wk_driver`, each sandbox an opaque `wk_sandbox`.
@@ -88,7 +88,7 @@ typedef struct wk_create_req {
                                   sandbox's writes are), given to the sandbox's ids (+ its
                                   host uid) and is its root, writable. The builder takes
                                   the tree with `snapshot` (its upper: the whole root) and
-                                  gives it back to host ids with wk_tree_shift */
+                                  gives it back to host ids with wk_tree_shift (fs.h) */
     wk_limits limits;          /* 0 fields = the defaults */
     const char *trust_pem;     /* NULL, or the egress proxy's CA certificate (PEM, at most
                                   64 KiB): before the sandbox's first command the driver puts
@@ -209,8 +209,19 @@ typedef void (*wk_op_cb)(void *arg, int rc, const char *why);
 typedef void (*wk_file_cb)(void *arg, const wk_file_result *res); /* res valid during the call */
 typedef void (*wk_snap_cb)(void *arg, int rc, uint64_t bytes, const char *why);
 
+/* What a driver can do beyond the operations every driver has (wk_driver_ops.caps). The
+ * worker decides by these, never by the driver's name, and publishes them in its heartbeat
+ * (`caps`: the words below, space-separated) for the scheduler. */
+#define WK_CAP_LAYERS (1u << 0)     /* "layers": runs templates' root filesystem layers (the
+                                       create's `layers`: team templates, 'debian') */
+#define WK_CAP_BUILDS (1u << 1)     /* "builds": builds team templates (the create's
+                                       `build_from`) */
+#define WK_CAP_SNAP_PROCS (1u << 2) /* "snapshot_processes": a snapshot keeps the processes
+                                       (memory and devices), not only the files */
+
 typedef struct wk_driver_ops {
-    const char *name;
+    const char *name;               /* for messages, logs and the heartbeat's `driver` */
+    unsigned caps;                  /* WK_CAP_* */
 
     /* One-time host set-up (needs what the driver needs: root, /dev/kvm...): removes
      * what an earlier run of this worker left (its sandboxes are lost), prepares
@@ -284,15 +295,5 @@ typedef struct wk_driver_ops {
      * writes may still use), or -errno. Blocking only as long as a statvfs. */
     int64_t (*disk_free)(const wk_sandbox *sb);
 } wk_driver_ops;
-
-/* Gives every file under root (not crossing mounts) whose uid/gid is in [from, from+65536)
- * to to + (id - from), and every other id to to + 65534; set-id bits survive. Blocking.
- * 0 or -errno. */
-int wk_tree_shift(const char *root, uint32_t from, uint32_t to);
-
-/* The driver compiled in under that name, or NULL. */
-const wk_driver_ops *wk_driver_find(const char *name);
-/* "jail, qemu": the names wk_driver_find knows, for messages. */
-const char *wk_driver_names(void);
 
 #endif

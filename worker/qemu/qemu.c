@@ -19,11 +19,8 @@
 #include "qemu_int.h"
 #include "sf_log.h"
 #include "sf_util.h"
+#include "template.h"
 
-/* The template root filesystem, built by template.c (declared in jail_int.h, which
- * also defines the jail's own struct wk_driver). */
-int wk_template_ensure(const char *state_dir, const char **why);
-int wk_template_path(const char *state_dir, char *buf, size_t n);
 
 #define QEMU_BIN "/usr/bin/qemu-system-x86_64"
 #define QEMU_IMG "/usr/bin/qemu-img"
@@ -420,6 +417,7 @@ static int qemu_netns(const wk_sandbox *sb)
 
 const wk_driver_ops wk_qemu_driver = {
     .name = "qemu",
+    .caps = WK_CAP_SNAP_PROCS,
     .host_init = qemu_host_init,
     .host_res = qemu_host_res,
     .host_fini = qemu_host_fini,

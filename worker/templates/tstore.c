@@ -1,5 +1,7 @@
 /* tstore.c: this host's template store (tstore.h). */
 #include "tstore.h"
+#include "fs.h"
+#include "template.h"
 #include "sf_log.h"
 
 #include <jansson.h>
@@ -22,10 +24,6 @@
 #define TS_PATH_MAX 4096
 #define DEBIAN_RETRY_S 600 /* a failed 'debian' build is tried again on use after this */
 
-/* template.c, jail_fs.c (declared in jail_int.h) */
-int wk_template_path(const char *state_dir, char *buf, size_t n);
-int wk_rmtree(const char *path);
-int wk_mkdir_p(const char *path, mode_t mode);
 
 extern char **environ;
 

@@ -21,8 +21,4 @@ uint64_t wk_snap_measure(const char *root, uint64_t *files);
 int wk_snap_meta_write(const char *dir, const char *driver, const char *words);
 int wk_snap_meta_read(const char *dir, const char *driver, char *buf, size_t n);
 
-/* Removes a tree without following symlinks, never crossing into another file system
- * (jail_fs.c). */
-int wk_rmtree(const char *path);
-
 #endif

@@ -1,5 +1,5 @@
 /* The drivers this worker build has, by name (the `driver` setting). */
-#include "driver.h"
+#include "worker.h"
 
 #include <string.h>
 

@@ -33,7 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "jail_int.h"
+#include "cgroup.h"
+#include "fs.h"
 #include "sf_util.h"
 
 #define CG_PARENT "sandfleet"

@@ -1,8 +1,7 @@
 /* Internal interfaces of the jail driver's modules (not for the rest of the
- * worker: it uses the operations table of driver.h, `wk_jail_driver`).
- *   template.c    busybox template rootfs
- *   cgroup.c      v1/v2 cgroups: parents, per-sandbox groups, teardown
- *   jail_fs.c     uid slots, per-sandbox directories, tree removal
+ * worker: it uses the operations table of driver.h, `wk_jail_driver`). What the
+ * drivers share is in worker/driver/ (cgroup.h, template.h, fs.h, agent_link.h ...).
+ *   jail_fs.c     uid slots, per-sandbox directories
  *   jail_seccomp.c the seccomp deny-list, compiled once to BPF
  *   jail_spawn.c  clone3 into new namespaces, the child's setup, exec of the agent
  *   jail_agent.c  the worker's side of the agent protocol (libevent)
@@ -16,7 +15,9 @@
 
 #include "cgroup.h"
 #include "driver.h"
+#include "fs.h"
 #include "jail.h"
+#include "template.h"
 
 #define WK_UID_RANGE 65536u           /* uids/gids per sandbox */
 #define WK_SLOTS_MAX 4096             /* sandboxes per host (uid ranges) */
@@ -29,18 +30,7 @@
 #define WK_PING_TIMEOUT_MS 5000       /* agent start-up */
 #define WK_EXEC_GRACE_MS 5000         /* worker-side deadline = timeout + grace */
 #define WK_UID_LOCK_DIR "/run/sandfleet/uid-slots"
-#define WK_PATH_MAX 4096
 #define SF_ID_MAX_JAIL 64
-
-/* ---- template.c ---- */
-/* Builds state_dir/templates/base/rootfs once (atomically, by rename). */
-int wk_template_ensure(const char *state_dir, const char **why);
-/* Writes state_dir/templates/base/rootfs; -ENAMETOOLONG. */
-int wk_template_path(const char *state_dir, char *buf, size_t n);
-/* Removes unfinished builds (templates/base/rootfs.tmp-*). */
-void wk_template_cleanup(const char *state_dir);
-
-/* ---- cgroup.c: cgroup.h (the qemu driver uses it too) ---- */
 
 /* ---- jail_fs.c ---- */
 /* Claims a free uid range: flock on WK_UID_LOCK_DIR/<first uid>.lock, kept
@@ -49,10 +39,6 @@ int wk_slot_acquire(uint32_t uid_base, uint32_t *host_uid, int *lock_fd);
 /* Creates state_dir/sandboxes/<id>/ (owned by host_uid, the sandbox's root) with its
  * mount points fs/ and rootfs/. -EEXIST when the id is in use. */
 int wk_sbdir_create(const char *sbdir, uint32_t host_uid, const char **why);
-/* Removes a directory tree without following symlinks, any depth, O(1) fds. */
-int wk_rmtree(const char *path);
-/* Creates path and its missing parents with mode (existing ones untouched). */
-int wk_mkdir_p(const char *path, mode_t mode);
 
 /* Creates the writable layer's directories (upper/{root,tmp,home,run}, work) on the
  * sandbox's disk open at fsfd, owned by host_uid. */

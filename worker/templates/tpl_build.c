@@ -17,6 +17,8 @@
 #include "tpl_start.h"
 #include "safefs.h"
 #include "snapfs.h"
+#include "fs.h"
+#include "template.h"
 #include "sf_log.h"
 #include "sf_store.h"
 #include "sf_templates.h"
@@ -33,10 +35,6 @@
 #define TB_READY_MS 60000 /* ready_cmd must succeed within a minute of start_cmd */
 #define TB_FULL_BYTES (1 << 20) /* a step failed with less than this free: the disk was full */
 
-/* jail_int.h (the jail library) */
-int wk_rmtree(const char *path);
-int wk_mkdir_p(const char *path, mode_t mode);
-int wk_template_path(const char *state_dir, char *buf, size_t n);
 
 typedef struct tb {
     wk_ctx *ctx;
@@ -564,7 +562,7 @@ void wk_tpl_build(wk_ctx *ctx, const sf_job *job)
     b->nsteps = json_array_size(json_object_get(a, "run_steps"));
     sf_info("msg=\"template build\" team=%s template=%s from=%s steps=%zu", b->team, b->name,
             from, b->nsteps);
-    if (strcmp(ctx->ops->name, "jail") != 0) {
+    if (!(ctx->ops->caps & WK_CAP_BUILDS)) {
         snprintf(b->error, sizeof(b->error), "This host's %s driver cannot build templates; "
                  "ask the operator for a jail host.", ctx->ops->name);
         finish_done(b);

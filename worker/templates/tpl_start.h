@@ -2,7 +2,7 @@
  * detached in the background (its own session; stdout and stderr in WK_START_LOG inside
  * the sandbox), then ready_cmd runs until it exits 0 (every 100 ms at first, backing off
  * to once a second) or the deadline passes. Every create from a template that has them
- * waits for it before it is answered (jobs.c); a template's build checks it last
+ * waits for it before it is answered (create.c); a template's build checks it last
  * (tpl_build.c). Everything runs on the event loop, through the driver's exec. */
 #ifndef WK_TPL_START_H
 #define WK_TPL_START_H

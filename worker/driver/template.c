@@ -14,7 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "jail_int.h"
+#include "fs.h"
+#include "template.h"
 #include "sf_buf.h"
 #include "sf_util.h"
 
