@@ -51,8 +51,11 @@ const wget = (url, { headers = [], direct = false } = {}) =>
   `timeout 10 wget -q -O - ${direct ? '-Y off ' : ''}${headers.map((h) => `--header "${h}" `).join('')}${url} 2>&1; echo " rc=$?"`;
 
 before(() => {
-  cli(['secrets', 'create', '--team', 'alpha', '--name', S_API, '--allowed-host', 'api.example.test'], VAL_API);
-  cli(['secrets', 'create', '--team', 'beta', '--name', S_BETA, '--allowed-host', 'api.example.test'], VAL_BETA);
+  // any header, plain HTTP too: these cases send X-Api-Key / X-K to the upstream's port 80
+  cli(['secrets', 'create', '--team', 'alpha', '--name', S_API, '--allowed-host', 'api.example.test',
+    '--any-header', '--allow-http'], VAL_API);
+  cli(['secrets', 'create', '--team', 'beta', '--name', S_BETA, '--allowed-host', 'api.example.test',
+    '--any-header', '--allow-http'], VAL_BETA);
 });
 
 // each test's sandboxes go when it ends (the team's quota is 8)
