@@ -6,6 +6,7 @@
  *   spctl netlog SANDBOX [LIMIT [VERDICT]] sf_netlog_args_check + sf_netlog_read_sync
  *   spctl secrets-list TEAM               sf_secrets_list (what secret_list will show)
  *   spctl dnsq SERVER NAME [TYPE]         one UDP DNS query; prints "rcode N" and each A
+ *   spctl dnsflood SERVER SUFFIX COUNT    COUNT queries n<i>.SUFFIX; prints "answered N"
  * Redis comes from SF_REDIS_URL. */
 #include "client.h"
 #include "netns.h"
@@ -173,8 +174,57 @@ static int dnsq(int argc, char **argv)
     return 0;
 }
 
+/* dnsflood SERVER SUFFIX COUNT: queries n0.SUFFIX .. n<COUNT-1>.SUFFIX (A), 16 in flight
+ * at a time (a batch waits up to 2 s for its answers); prints "answered N". */
+static int dnsflood(char **argv)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(53)};
+    long count = strtol(argv[4], NULL, 10), answered = 0;
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+
+    inet_pton(AF_INET, argv[2], &a.sin_addr);
+    if (fd < 0 || count <= 0)
+        return 2;
+    for (long base = 0; base < count; base += 16) {
+        int want = 0;
+        for (long i = base; i < base + 16 && i < count; i++, want++) {
+            uint8_t q[300] = {(uint8_t)(i >> 8), (uint8_t)i, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0};
+            char name[256];
+            size_t off = 12;
+            const char *p = name;
+            snprintf(name, sizeof(name), "n%ld.%s", i, argv[3]);
+            while (*p) {
+                size_t l = strcspn(p, ".");
+                if (l == 0 || l > 63 || off + l + 6 > sizeof(q))
+                    return 2;
+                q[off++] = (uint8_t)l;
+                memcpy(q + off, p, l);
+                off += l;
+                p += l + (p[l] == '.');
+            }
+            memcpy(q + off, "\0\0\1\0\1", 5);
+            sendto(fd, q, off + 5, 0, (struct sockaddr *)&a, sizeof(a));
+        }
+        while (want > 0) {
+            struct pollfd pfd = {.fd = fd, .events = POLLIN};
+            uint8_t r[600];
+            if (poll(&pfd, 1, 2000) <= 0)
+                break;
+            if (recv(fd, r, sizeof(r), 0) >= 12) {
+                answered++;
+                want--;
+            }
+        }
+    }
+    printf("answered %ld\n", answered);
+    close(fd);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 5 && !strcmp(argv[1], "dnsflood"))
+        return dnsflood(argv);
     if (argc >= 4 && !strcmp(argv[1], "call"))
         return call(argc, argv);
     if (argc == 5 && !strcmp(argv[1], "setup"))
