@@ -14,12 +14,15 @@
 
 static const char usage[] =
     "usage: sandfleet secrets create --team TEAM --name NAME --allowed-host HOST\n"
-    "                                [--allowed-host HOST...] [--header NAME --format 'Bearer {}']\n"
+    "                                [--allowed-host HOST...] [--header NAME [--format 'Bearer {}']\n"
+    "                                | --any-header] [--allow-http]\n"
     "       sandfleet secrets rotate --team TEAM --name NAME [--allowed-host HOST...]\n"
     "       sandfleet secrets list [--team TEAM]\n"
     "       sandfleet secrets delete --team TEAM --name NAME\n"
     "create and rotate read the value from standard input (one trailing newline is dropped).\n"
     "HOST: api.example.com, *.example.com (subdomains) or an IPv4 address.\n"
+    "The value is swapped into the Authorization header (or --header NAME; --any-header: any\n"
+    "header) of HTTPS requests only (--allow-http: plain HTTP too).\n"
     "environment: SF_REDIS_URL, SF_SECRETS_KEY_FILE (default /var/lib/sandfleet/secrets.key)\n";
 
 static const char *env_or(const char *name, const char *def)
@@ -30,6 +33,7 @@ static const char *env_or(const char *name, const char *def)
 
 typedef struct opts {
     const char *team, *name, *header, *format;
+    int any_header, allow_http;
     const char *hosts[SF_SECRET_HOSTS_MAX];
     size_t hosts_n;
 } opts;
@@ -39,6 +43,14 @@ static int parse(int argc, char **argv, opts *o)
     memset(o, 0, sizeof(*o));
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--any-header")) {
+            o->any_header = 1;
+            continue;
+        }
+        if (!strcmp(a, "--allow-http")) {
+            o->allow_http = 1;
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "sandfleet: %s needs a value.\n%s", a, usage);
             return -EINVAL;
@@ -122,6 +134,8 @@ static int build_meta(const opts *o, sf_secret *m)
     snprintf(m->name, sizeof(m->name), "%s", o->name);
     snprintf(m->header, sizeof(m->header), "%s", o->header ? o->header : "");
     snprintf(m->format, sizeof(m->format), "%s", o->format ? o->format : "");
+    m->any_header = o->any_header;
+    m->allow_http = o->allow_http;
     for (size_t i = 0; i < o->hosts_n; i++) {
         if (sf_secret_host_norm(o->hosts[i], norm, why, sizeof(why)) < 0) {
             fprintf(stderr, "sandfleet: %s\n", why);
@@ -181,7 +195,9 @@ static void print_team(const char *team, json_t *arr)
         printf("%-16s %-24s %-8lld %-16s %s\n", team,
                json_string_value(json_object_get(s, "name")),
                (long long)json_integer_value(json_object_get(s, "version")),
-               h && *h ? h : "(any)", hosts ? hosts : "[]");
+               h && *h ? h : json_is_true(json_object_get(s, "any_header")) ? "(any)"
+                                                                            : "Authorization",
+               hosts ? hosts : "[]");
         free(hosts);
     }
 }

@@ -313,7 +313,8 @@ static void upstream_end(sp_conn *c, const char *verdict, const char *reason)
     if (!c->up)
         return;
     if (!reason && c->foreign)
-        reason = "a placeholder was sent unchanged to a host its secret is not allowed for";
+        reason = "a placeholder was sent unchanged (its secret may not go to that host, into "
+                 "that header, or over plain HTTP)";
     log_entry(c, c->up_name, c->up_ip, c->up_port, verdict, reason ? reason : "", c->up_b,
               c->down_b, c->secret);
     rd_stop(c, c->up, 0);
@@ -435,6 +436,7 @@ static void refuse(sp_conn *c, int status, const char *host, uint32_t ip, int po
         return;
     }
     const char *st = status == 403 ? "Forbidden" : status == 400 ? "Bad Request"
+                   : status == 405 ? "Method Not Allowed"
                    : status == 431 ? "Request Header Fields Too Large"
                    : status == 502 ? "Bad Gateway" : "Service Unavailable";
     int n;
@@ -883,7 +885,11 @@ static void sniffed_tls(sp_conn *c, const char *sni)
         return;
     }
     snprintf(c->name, sizeof(c->name), "%s", sni);
-    if (!(c->rq = sp_resolve(c->ctx->resolver, c->name, on_sni_resolved, c)))
+    if (!sp_name_lookup_allowed(&c->ctx->policy, c->sb->rules, c->name)) {
+        block_silent(c, c->name, c->dst_ip, c->dst_port, SP_REASON_NAME);
+        return;
+    }
+    if (!(c->rq = sp_resolve(c->ctx->resolver, c->sb->rcache, c->name, on_sni_resolved, c)))
         close_after_flush(c); /* out of memory */
 }
 
@@ -1119,19 +1125,19 @@ static void write_head(sp_conn *c)
 
     sf_buf_reset(&c->out);
     if (sp_head_write(&c->out, c->method, c->path, c->http_minor, &c->head, c->sb, c->path_host,
-                      &injected, &foreign) < 0) {
+                      c->tls_term, &injected, &foreign) < 0) {
         http_bad(c, 431, "the request head is too large");
         return;
     }
     if (foreign && c->ctx->cfg.proxy_refuse_unmatched) {
         sodium_memzero(c->out.p, c->out.len);
         refuse(c, 403, c->path_host, c->up_ip, c->req_port,
-               "the request carries a secret placeholder for a host that secret is not "
-               "allowed for");
+               "the request carries a secret placeholder where that secret may not go (another "
+               "host, another header, or plain HTTP)");
         return;
     }
     if (foreign)
-        sf_info("msg=\"placeholder sent unchanged to a host its secret is not allowed for\" "
+        sf_info("msg=\"placeholder sent unchanged: its secret may not go there\" "
                 "sandbox=%s host=%s", c->sb->id, c->path_host);
     c->secret |= injected > 0;
     c->foreign |= foreign > 0;
@@ -1154,6 +1160,65 @@ static void write_head(sp_conn *c)
         http_process(c);
 }
 
+/* 1 when the token tok is in the comma-separated list v (case-insensitive). */
+static int has_token(const char *v, const char *tok)
+{
+    size_t n = strlen(tok);
+
+    while (v && *v) {
+        v += strspn(v, " \t,");
+        size_t l = strcspn(v, ",");
+        size_t e = l;
+        while (e && (v[e - 1] == ' ' || v[e - 1] == '\t'))
+            e--;
+        if (e == n && !strncasecmp(v, tok, n))
+            return 1;
+        v += l;
+    }
+    return 0;
+}
+
+/* Checks every request must pass whatever its target (no name resolved yet): one Host,
+ * no TRACE, Upgrade only as a well-formed WebSocket handshake. 0, or refused (-1). */
+static int request_hygiene(sp_conn *c)
+{
+    const char *up = NULL;
+    int hosts = 0;
+
+    for (int i = 0; i < c->head.n; i++) {
+        if (!strcasecmp(c->head.hdrs[i].name, "host"))
+            hosts++;
+        else if (!strcasecmp(c->head.hdrs[i].name, "upgrade")) {
+            if (up) {
+                http_bad(c, 400, "a request may carry one Upgrade header");
+                return -1;
+            }
+            up = c->head.hdrs[i].value;
+        }
+    }
+    if (hosts > 1) {
+        http_bad(c, 400, "a request must carry exactly one Host header");
+        return -1;
+    }
+    if (!strcmp(c->method, "TRACE") || !strcmp(c->method, "TRACK")) {
+        refuse(c, 405, c->path_host, 0, c->req_port, "TRACE is not allowed through the proxy "
+               "(it would echo the request's headers back); use another method");
+        return -1;
+    }
+    if (!up && !c->upgrade)
+        return 0;
+    if (!up || strcasecmp(up, "websocket") || strcmp(c->method, "GET") ||
+        !has_token(sp_head_get(&c->head, "connection"), "upgrade") ||
+        !sp_head_get(&c->head, "sec-websocket-key") ||
+        !sp_head_get(&c->head, "sec-websocket-version")) {
+        http_bad(c, 400, "Upgrade is accepted only for WebSocket: a GET with 'Upgrade: "
+                 "websocket', 'Connection: Upgrade', Sec-WebSocket-Key and "
+                 "Sec-WebSocket-Version");
+        return -1;
+    }
+    return 0;
+}
+
 /* A whole request head is parsed: work out where it goes. */
 static void decide_request(sp_conn *c)
 {
@@ -1166,6 +1231,8 @@ static void decide_request(sp_conn *c)
     c->awaiting = 1;
     c->req_port = def_port;
     copy_str(c->path_host, sizeof(c->path_host), c->name);
+    if (request_hygiene(c) < 0)
+        return;
     if ((te = sp_head_get(&c->head, "transfer-encoding")) &&
         (strcasecmp(te, "chunked") || sp_head_get(&c->head, "content-length"))) {
         http_bad(c, 400, "only 'Transfer-Encoding: chunked', without Content-Length, is "
@@ -1179,13 +1246,23 @@ static void decide_request(sp_conn *c)
             return;
         }
         c->proto = "tls";
-        if (!(c->rq = sp_resolve(c->ctx->resolver, c->path_host, on_req_resolved, c)))
+        if (!sp_name_lookup_allowed(&c->ctx->policy, c->sb->rules, c->path_host)) {
+            refuse(c, 403, c->path_host, 0, c->req_port, SP_REASON_NAME);
+            return;
+        }
+        if (!(c->rq = sp_resolve(c->ctx->resolver, c->sb->rcache, c->path_host,
+                                 on_req_resolved, c)))
             refuse(c, 503, c->path_host, 0, c->req_port, "the proxy is out of memory");
         return;
     }
     if (!strncasecmp(url, "http://", 7)) {
         if (sp_url_split(url, c->path_host, &c->req_port, &c->path) < 0) {
             http_bad(c, 400, "the request URL is not a valid http:// URL");
+            return;
+        }
+        if (!host_hdr) {
+            http_bad(c, 400, "a request with an absolute URL needs a Host header naming the "
+                             "URL's host");
             return;
         }
         if (c->fixed && (strcasecmp(c->path_host, c->name[0] ? c->name : c->path_host) ||
@@ -1231,11 +1308,16 @@ static void decide_request(sp_conn *c)
     }
     /* Known at once (keep-alive requests to the same host): judged now. Safe here: this
      * path answers or writes before it could close, so c outlives the call. */
-    if (sp_resolve_peek(c->ctx->resolver, c->path_host, &known) == 0) {
+    if (sp_resolve_peek(c->sb->rcache, c->path_host, &known) == 0) {
         on_req_resolved(c, &known);
         return;
     }
-    if (!(c->rq = sp_resolve(c->ctx->resolver, c->path_host, on_req_resolved, c)))
+    if (!sp_name_lookup_allowed(&c->ctx->policy, c->sb->rules, c->path_host)) {
+        refuse(c, 403, c->path_host, c->fixed ? c->dst_ip : 0, c->req_port, SP_REASON_NAME);
+        return;
+    }
+    if (!(c->rq = sp_resolve(c->ctx->resolver, c->sb->rcache, c->path_host, on_req_resolved,
+                             c)))
         refuse(c, 503, c->path_host, 0, c->req_port, "the proxy is out of memory");
 }
 

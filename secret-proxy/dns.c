@@ -1,7 +1,9 @@
 /* The sandbox's resolver: a UDP socket on port 53 inside its netns (nftables sends every
- * DNS packet there, whatever resolver the sandbox names). A query is answered with the
- * addresses the proxy resolved itself, keeping only those the rules allow; a name with
- * none gets NXDOMAIN. A queries get addresses; every other type gets an empty answer
+ * DNS packet there, whatever resolver the sandbox names). A name the rules do not let the
+ * proxy look up (sp_name_lookup_allowed) is answered REFUSED at once and logged blocked:
+ * it never reaches the upstream resolver, whose answers would be a way out. Others are
+ * answered with the addresses the proxy resolved itself, keeping only those the rules
+ * allow; a name with none gets NXDOMAIN. A queries get addresses; every other type gets an empty answer
  * (no IPv6 egress), or NXDOMAIN for a denied name. Answers leave from the address the
  * query reached (IP_PKTINFO): for a query nftables redirected, the one its connection
  * tracking expects, so the sandbox sees the answer come from the resolver it asked. */
@@ -18,6 +20,7 @@
 #define DNS_MSG_MAX 512
 #define DNS_PENDING_MAX 64 /* queries in flight per sandbox */
 #define TYPE_A 1
+#define RCODE_REFUSED 5
 
 typedef struct dns_q {
     sp_sandbox *sb;
@@ -189,9 +192,19 @@ void sp_dns_on_read(evutil_socket_t fd, short what, void *arg)
         d->from = from;
         d->local = pi.ipi_addr;
         d->has_local = has_local;
+        if (!sp_name_lookup_allowed(&sb->ctx->policy, sb->rules, d->name)) {
+            sf_netlog_entry e = {.ts_ms = sf_now_ms(), .host = d->name, .port = 53,
+                                 .verdict = "blocked", .proto = "dns",
+                                 .reason = SP_REASON_NAME};
+            d->sb = sb;
+            sp_netlog(sb->ctx, sb->id, &e);
+            reply(d, RCODE_REFUSED, NULL, 0, 0);
+            free(d);
+            continue;
+        }
         d->sb = sp_sandbox_ref(sb);
         sb->dns_pending++;
-        if (!sp_resolve(sb->ctx->resolver, d->name, on_resolved, d)) {
+        if (!sp_resolve(sb->ctx->resolver, sb->rcache, d->name, on_resolved, d)) {
             sb->dns_pending--;
             sp_sandbox_unref(sb);
             free(d);

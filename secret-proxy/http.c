@@ -190,9 +190,26 @@ static int is_hop(const char *name)
     return !strcasecmp(name, "proxy-connection") || !strcasecmp(name, "proxy-authorization");
 }
 
+/* 1 when b's value may go into header hname of a request to host: one of its allowed
+ * hosts; its named header, else Authorization unless it was made --any-header; over TLS
+ * unless it was made --allow-http. */
+static int swap_ok(const sp_binding *b, const char *hname, const char *host, int tls)
+{
+    int host_ok = 0;
+
+    if (!b->sec.value || (!tls && !b->sec.allow_http))
+        return 0;
+    if (b->sec.header[0] ? strcasecmp(b->sec.header, hname) != 0
+                         : !b->sec.any_header && strcasecmp(hname, "authorization") != 0)
+        return 0;
+    for (size_t k = 0; k < b->sec.hosts_n && !host_ok; k++)
+        host_ok = sf_secret_host_match(b->sec.hosts[k], host);
+    return host_ok;
+}
+
 /* Appends value with the sandbox's placeholders swapped (or not) for host. */
 static int swap_value(sf_buf *out, const char *hname, const char *v, const sp_sandbox *sb,
-                      const char *host, int *injected, int *foreign)
+                      const char *host, int tls, int *injected, int *foreign)
 {
     size_t n = strlen(v), i = 0, start = 0;
     int rc;
@@ -204,11 +221,7 @@ static int swap_value(sf_buf *out, const char *hname, const char *v, const sp_sa
             i++;
             continue;
         }
-        int host_ok = 0;
-        for (size_t k = 0; k < b->sec.hosts_n; k++)
-            host_ok |= sf_secret_host_match(b->sec.hosts[k], host);
-        if (!b->sec.value || !host_ok ||
-            (b->sec.header[0] && strcasecmp(b->sec.header, hname) != 0)) {
+        if (!swap_ok(b, hname, host, tls)) {
             (*foreign)++;
             i += SF_PLACEHOLDER_LEN;
             continue;
@@ -233,8 +246,8 @@ static int swap_value(sf_buf *out, const char *hname, const char *v, const sp_sa
 }
 
 int sp_head_write(sf_buf *out, const char *method, const char *path, int http_minor,
-                  const sp_head *h, const sp_sandbox *sb, const char *host, int *injected,
-                  int *foreign)
+                  const sp_head *h, const sp_sandbox *sb, const char *host, int tls,
+                  int *injected, int *foreign)
 {
     int rc;
 
@@ -249,8 +262,8 @@ int sp_head_write(sf_buf *out, const char *method, const char *path, int http_mi
             continue;
         if ((rc = sf_buf_append(out, h->hdrs[i].name, strlen(h->hdrs[i].name))) < 0 ||
             (rc = sf_buf_append(out, ": ", 2)) < 0 ||
-            (rc = swap_value(out, h->hdrs[i].name, h->hdrs[i].value, sb, host, injected,
-                             foreign)) < 0 ||
+            (rc = swap_value(out, h->hdrs[i].name, h->hdrs[i].value, sb, host, tls,
+                             injected, foreign)) < 0 ||
             (rc = sf_buf_append(out, "\r\n", 2)) < 0)
             return rc;
     }

@@ -27,6 +27,8 @@
 #define SP_BINDINGS_MAX 32       /* secrets bound to one sandbox */
 #define SP_RULES_MAX 256         /* entries in allow_out + deny_out */
 #define SP_IPS_MAX 8             /* addresses kept per resolved name */
+#define SP_CACHE_PER_SANDBOX 256 /* names one sandbox's resolver cache holds */
+#define SP_LOOKUPS_PER_SANDBOX 32 /* lookups one sandbox may have upstream at once */
 
 typedef struct sp_cfg {
     sf_common_cfg common;
@@ -63,13 +65,15 @@ typedef struct sp_rules {
 
 typedef struct sp_policy {
     int default_allow;
-    sp_cidr *platform;  /* the platform's own addresses: blocked unless explicitly allowed */
+    sp_cidr *platform;  /* the platform's own addresses: never reachable */
     size_t platform_n;
 } sp_policy;
 
-/* Parses allow_out / deny_out (JSON arrays or NULL). 0 or -EINVAL with why. */
-int sp_rules_parse(const json_t *allow, const json_t *deny, sp_rules **out, char *why,
-                   size_t whylen);
+/* Parses allow_out / deny_out (JSON arrays or NULL). 0 or -EINVAL with why; an allow_out
+ * entry wholly inside a never-reachable range (loopback, link-local, 192.0.0.0/24, the
+ * metadata addresses, p's platform addresses; p may be NULL) is refused naming both. */
+int sp_rules_parse(const sp_policy *p, const json_t *allow, const json_t *deny, sp_rules **out,
+                   char *why, size_t whylen);
 sp_rules *sp_rules_ref(sp_rules *r);
 void sp_rules_unref(sp_rules *r);
 /* Parses "a.b.c.d" or "a.b.c.d/n". 0 or -EINVAL. */
@@ -83,6 +87,13 @@ void sp_policy_fini(sp_policy *p);
  * or NULL when the sandbox named an address. ip: host byte order. */
 int sp_decide(const sp_policy *p, const sp_rules *r, const char *name, uint32_t ip,
               const char **reason);
+/* 1 when the proxy may ask its resolver for name on the sandbox's behalf: an IPv4
+ * literal, a name an allow_out name or wildcard matches, or any name when the sandbox's
+ * effective default for addresses no narrower rule covers is allow (egress_default allow
+ * with no deny_out 0.0.0.0/0, or an allow_out 0.0.0.0/0 with none). 0 otherwise: the
+ * name is refused without a lookup, so names outside the rules never leave the host. */
+int sp_name_lookup_allowed(const sp_policy *p, const sp_rules *r, const char *name);
+#define SP_REASON_NAME "the name is not in allow_out (no lookup was made)"
 
 /* ---- resolve.c ---- */
 typedef struct sp_addrs {
@@ -94,17 +105,27 @@ typedef struct sp_addrs {
 typedef void (*sp_resolve_cb)(void *arg, const sp_addrs *a);
 typedef struct sp_resolver sp_resolver;
 typedef struct sp_rq sp_rq;
+/* One sandbox's cache of answers (at most SP_CACHE_PER_SANDBOX names; full, it drops its
+ * own expired entries, or all of its own) and count of lookups upstream. Refcounted: a
+ * lookup in flight holds it past its sandbox. */
+typedef struct sp_rcache sp_rcache;
+sp_rcache *sp_rcache_new(void);
+void sp_rcache_unref(sp_rcache *c);
+size_t sp_rcache_len(const sp_rcache *c);
+int sp_rcache_inflight(const sp_rcache *c);
 sp_resolver *sp_resolver_new(struct event_base *base, const char *resolv_conf,
                              const char *hosts_file, char *why, size_t whylen);
 void sp_resolver_free(sp_resolver *r);
 /* Calls cb once, always later from the event loop (never from inside this call), with
- * the addresses (cached, literal or looked up). Returns a handle that sp_resolve_cancel()
- * can stop, or NULL when out of memory (cb is then never called). name is lower-case. */
-sp_rq *sp_resolve(sp_resolver *r, const char *name, sp_resolve_cb cb, void *arg);
+ * the addresses (c's cache, literal or looked up; -EAGAIN when c has
+ * SP_LOOKUPS_PER_SANDBOX lookups upstream already). Returns a handle that
+ * sp_resolve_cancel() can stop, or NULL when out of memory (cb is then never called).
+ * name is lower-case; callers ask sp_name_lookup_allowed() first. */
+sp_rq *sp_resolve(sp_resolver *r, sp_rcache *c, const char *name, sp_resolve_cb cb, void *arg);
 void sp_resolve_cancel(sp_rq *rq);
-/* The answer without waiting when it is known (IPv4 literal, fresh cache entry with
+/* The answer without waiting when it is known (IPv4 literal, fresh entry of c with
  * addresses): 0 and *a, else -ENOENT. */
-int sp_resolve_peek(sp_resolver *r, const char *name, sp_addrs *a);
+int sp_resolve_peek(sp_rcache *c, const char *name, sp_addrs *a);
 int sp_addrs_has(const sp_addrs *a, uint32_t ip);
 
 /* ---- sandboxes (sandbox.c) ---- */
@@ -133,6 +154,7 @@ typedef struct sp_sandbox {
     sp_conn *conns;       /* live connections (list) */
     int conns_n;
     int dns_pending;
+    sp_rcache *rcache;    /* this sandbox's answers and lookups upstream */
     int refs;
     int dead;             /* unregistered: no new work */
     uint64_t gen;         /* bumped on every update of bindings */
@@ -182,7 +204,8 @@ void sp_dns_on_read(evutil_socket_t fd, short what, void *arg); /* arg: sp_sandb
 int sp_dns_parse_query(const uint8_t *q, size_t n, char name[SP_NAME_MAX], uint16_t *qtype,
                        size_t *qlen);
 /* Builds the answer to query q (qlen bytes of header + question) into out (cap bytes):
- * rcode 0 with the addresses (A queries only), or 3 (NXDOMAIN). Returns the length. */
+ * rcode 0 with the addresses (A queries only), 2 (SERVFAIL), 3 (NXDOMAIN) or 5 (REFUSED).
+ * Returns the length. */
 size_t sp_dns_answer(const uint8_t *q, size_t qlen, uint16_t qtype, int rcode,
                      const uint32_t *ips, int n, int ttl, uint8_t *out, size_t cap);
 
@@ -233,11 +256,13 @@ int sp_hostport(const char *s, size_t n, char host[SP_NAME_MAX], int *port, int 
 /* Splits an absolute http:// URL into host, port and origin-form path. 0 or -EINVAL. */
 int sp_url_split(const char *url, char host[SP_NAME_MAX], int *port, const char **path);
 /* Writes the request head to out: method, path, headers (Proxy-* dropped) with every
- * placeholder of sb swapped when host matches its secret's allowed hosts.
- * *injected counts swaps, *foreign placeholders left unchanged for another host. */
+ * placeholder of sb swapped when host matches its secret's allowed hosts, the header is
+ * the secret's (its --header; else Authorization unless --any-header) and the request
+ * goes over TLS (tls 1) or the secret allows plain HTTP (--allow-http). *injected counts
+ * swaps, *foreign placeholders left unchanged. */
 int sp_head_write(sf_buf *out, const char *method, const char *path, int http_minor,
-                  const sp_head *h, const sp_sandbox *sb, const char *host, int *injected,
-                  int *foreign);
+                  const sp_head *h, const sp_sandbox *sb, const char *host, int tls,
+                  int *injected, int *foreign);
 
 /* netlog.c */
 void sp_netlog(sp_ctx *ctx, const char *sandbox, const sf_netlog_entry *e);

@@ -1,6 +1,8 @@
 /* Name resolution for decisions: libevent's evdns (hosts file first, then the
- * nameservers of resolv_conf, IPv4 only, no search domains), with a small cache so
- * that a sandbox's DNS answer and its next connection agree. */
+ * nameservers of resolv_conf, IPv4 only, no search domains), with a cache per sandbox so
+ * that a sandbox's DNS answer and its next connection agree. Each sandbox's cache and
+ * lookups in flight are bounded (SP_CACHE_PER_SANDBOX, SP_LOOKUPS_PER_SANDBOX); a sandbox
+ * that fills its cache drops its own entries, never another's. */
 #include "proxy.h"
 
 #include <arpa/inet.h>
@@ -9,14 +11,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CACHE_MAX 4096
 #define TTL_MIN 5
 #define TTL_DEFAULT 30
 
 struct sp_resolver {
     struct event_base *base;
     struct evdns_base *dns;
-    sf_map *cache; /* name -> cache_ent */
+};
+
+struct sp_rcache {
+    sf_map *map;    /* name -> cache_ent */
+    int inflight;   /* lookups sent upstream and not answered yet */
+    int refs;       /* the sandbox and each lookup in flight */
 };
 
 typedef struct cache_ent {
@@ -26,6 +32,7 @@ typedef struct cache_ent {
 
 struct sp_rq {
     sp_resolver *r;
+    sp_rcache *c;         /* held while the lookup is upstream */
     struct event *ev;     /* answers known at once are delivered from the loop */
     sp_addrs a;
     int in_call;
@@ -43,7 +50,7 @@ sp_resolver *sp_resolver_new(struct event_base *base, const char *resolv_conf,
     if (!r)
         return NULL;
     r->base = base;
-    if (!(r->cache = sf_map_new(CACHE_MAX)) || !(r->dns = evdns_base_new(base, 0)))
+    if (!(r->dns = evdns_base_new(base, 0)))
         goto fail;
     if (resolv_conf && *resolv_conf &&
         evdns_base_resolv_conf_parse(r->dns, DNS_OPTION_NAMESERVERS | DNS_OPTION_MISC,
@@ -74,11 +81,54 @@ void sp_resolver_free(sp_resolver *r)
         return;
     if (r->dns)
         evdns_base_free(r->dns, 1); /* pending requests fail with DNS_ERR_SHUTDOWN */
-    if (r->cache) {
-        sf_map_foreach(r->cache, free_ent, NULL);
-        sf_map_free(r->cache);
-    }
     free(r);
+}
+
+sp_rcache *sp_rcache_new(void)
+{
+    sp_rcache *c = calloc(1, sizeof(*c));
+
+    if (c && !(c->map = sf_map_new(SP_CACHE_PER_SANDBOX))) {
+        free(c);
+        return NULL;
+    }
+    if (c)
+        c->refs = 1;
+    return c;
+}
+
+void sp_rcache_unref(sp_rcache *c)
+{
+    if (!c || --c->refs > 0)
+        return;
+    sf_map_foreach(c->map, free_ent, NULL);
+    sf_map_free(c->map);
+    free(c);
+}
+
+size_t sp_rcache_len(const sp_rcache *c)
+{
+    return sf_map_len(c->map);
+}
+
+int sp_rcache_inflight(const sp_rcache *c)
+{
+    return c->inflight;
+}
+
+typedef struct expired {
+    const char *keys[SP_CACHE_PER_SANDBOX];
+    size_t n;
+    int64_t now;
+} expired;
+
+static void find_expired(const char *key, void *val, void *arg)
+{
+    expired *x = arg;
+    const cache_ent *e = val;
+
+    if (e->expires_ms <= x->now && x->n < SP_CACHE_PER_SANDBOX)
+        x->keys[x->n++] = key;
 }
 
 int sp_addrs_has(const sp_addrs *a, uint32_t ip)
@@ -89,18 +139,36 @@ int sp_addrs_has(const sp_addrs *a, uint32_t ip)
     return 0;
 }
 
-static void cache_put(sp_resolver *r, const char *name, const sp_addrs *a)
+/* Full (the sandbox's own entries only): the expired ones go; none expired, all go. */
+static void cache_make_room(sp_rcache *c)
 {
-    cache_ent *e = sf_map_get(r->cache, name);
+    static expired x; /* one thread: too large for the stack of a callback */
+
+    x.n = 0;
+    x.now = sf_mono_ms();
+    sf_map_foreach(c->map, find_expired, &x);
+    if (x.n == 0) {
+        sf_map_foreach(c->map, free_ent, NULL);
+        sf_map_free(c->map);
+        if (!(c->map = sf_map_new(SP_CACHE_PER_SANDBOX)))
+            abort();
+        return;
+    }
+    for (size_t i = 0; i < x.n; i++) {
+        char key[SP_NAME_MAX];
+        snprintf(key, sizeof(key), "%s", x.keys[i]); /* the map owns (and frees) the key */
+        free(sf_map_del(c->map, key));
+    }
+}
+
+static void cache_put(sp_rcache *c, const char *name, const sp_addrs *a)
+{
+    cache_ent *e = sf_map_get(c->map, name);
 
     if (!e) {
-        if (sf_map_len(r->cache) >= CACHE_MAX) { /* full: start over */
-            sf_map_foreach(r->cache, free_ent, NULL);
-            sf_map_free(r->cache);
-            if (!(r->cache = sf_map_new(CACHE_MAX)))
-                abort();
-        }
-        if (!(e = malloc(sizeof(*e))) || sf_map_put(r->cache, name, e) < 0) {
+        if (sf_map_len(c->map) >= SP_CACHE_PER_SANDBOX)
+            cache_make_room(c);
+        if (!(e = malloc(sizeof(*e))) || sf_map_put(c->map, name, e) < 0) {
             free(e);
             return;
         }
@@ -136,6 +204,7 @@ static void deliver(sp_rq *rq, const sp_addrs *a)
 static void on_evdns(int result, struct evutil_addrinfo *res, void *arg)
 {
     sp_rq *rq = arg;
+    sp_rcache *c = rq->c;
     sp_addrs a = {.n = 0, .ttl = TTL_DEFAULT};
 
     if (result == 0 && res) {
@@ -144,22 +213,25 @@ static void on_evdns(int result, struct evutil_addrinfo *res, void *arg)
                 !sp_addrs_has(&a, ntohl(((struct sockaddr_in *)i->ai_addr)->sin_addr.s_addr)))
                 a.ip[a.n++] = ntohl(((struct sockaddr_in *)i->ai_addr)->sin_addr.s_addr);
         if (a.n)
-            cache_put(rq->r, rq->name, &a);
+            cache_put(c, rq->name, &a);
         else
             a.err = -ENOENT;
     } else if (result == EVUTIL_EAI_NONAME || result == EVUTIL_EAI_NODATA) {
         a.err = -ENOENT;
         a.ttl = TTL_MIN;
-        cache_put(rq->r, rq->name, &a); /* negative answers are cached briefly too */
+        cache_put(c, rq->name, &a); /* negative answers are cached briefly too */
     } else {
         a.err = -EAGAIN;
     }
     if (res)
         evutil_freeaddrinfo(res);
+    rq->c = NULL;
+    c->inflight--;
     deliver(rq, &a);
+    sp_rcache_unref(c);
 }
 
-sp_rq *sp_resolve(sp_resolver *r, const char *name, sp_resolve_cb cb, void *arg)
+sp_rq *sp_resolve(sp_resolver *r, sp_rcache *c, const char *name, sp_resolve_cb cb, void *arg)
 {
     struct evutil_addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
     struct in_addr lit;
@@ -182,19 +254,25 @@ sp_rq *sp_resolve(sp_resolver *r, const char *name, sp_resolve_cb cb, void *arg)
         a.n = 1;
         a.err = 0;
         deliver(rq, &a);
-    } else if ((e = sf_map_get(r->cache, name)) && e->expires_ms > sf_mono_ms()) {
+    } else if ((e = sf_map_get(c->map, name)) && e->expires_ms > sf_mono_ms()) {
         deliver(rq, &e->a);
     } else if (snprintf(rq->name, sizeof(rq->name), "%s", name) >= (int)sizeof(rq->name)) {
         deliver(rq, &a);
+    } else if (c->inflight >= SP_LOOKUPS_PER_SANDBOX) {
+        a.err = -EAGAIN; /* this sandbox has enough lookups upstream: it may retry */
+        deliver(rq, &a);
     } else {
         /* answered at once (hosts file, failure): on_evdns defers through rq->ev */
+        rq->c = c;
+        c->refs++;
+        c->inflight++;
         evdns_getaddrinfo(r->dns, name, NULL, &hints, on_evdns, rq);
     }
     rq->in_call = 0;
     return rq;
 }
 
-int sp_resolve_peek(sp_resolver *r, const char *name, sp_addrs *a)
+int sp_resolve_peek(sp_rcache *c, const char *name, sp_addrs *a)
 {
     struct in_addr lit;
     cache_ent *e;
@@ -206,7 +284,7 @@ int sp_resolve_peek(sp_resolver *r, const char *name, sp_addrs *a)
         a->ttl = TTL_MIN;
         return 0;
     }
-    if ((e = sf_map_get(r->cache, name)) && e->expires_ms > sf_mono_ms() && e->a.n > 0) {
+    if ((e = sf_map_get(c->map, name)) && e->expires_ms > sf_mono_ms() && e->a.n > 0) {
         *a = e->a;
         return 0;
     }

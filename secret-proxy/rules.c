@@ -1,7 +1,10 @@
-/* Egress decisions. Precedence: reserved addresses never; the platform's own and private
- * ranges only when an allow_out IP/CIDR covers the address; then a matching allow_out
- * name wins; then the longest matching IP/CIDR of allow_out and deny_out (a tie goes to
- * deny); then the platform default. */
+/* Egress decisions. Precedence: reserved addresses and the platform's own (this host's
+ * addresses, proxy_platform_addrs) never, whatever the rules say; private ranges only when
+ * an allow_out IP/CIDR covers the address; then a matching allow_out name wins; then the
+ * longest matching IP/CIDR of allow_out and deny_out (a tie goes to deny); then the
+ * platform default. An allow_out entry lying wholly inside a never-reachable range is
+ * refused when the rules are parsed (one that merely covers one is accepted: the range
+ * inside stays blocked). */
 #include "proxy.h"
 
 #include <arpa/inet.h>
@@ -17,12 +20,44 @@
 static const struct {
     uint32_t net;
     int prefix;
-    int reserved; /* 1: never reachable; 0: only when explicitly allowed */
+    int reserved; /* 1: never reachable; 0: only when an allow_out IP/CIDR covers it */
+    const char *what;
 } special[] = {
-    {IP4(0, 0, 0, 0), 8, 1},    {IP4(127, 0, 0, 0), 8, 1},   {IP4(224, 0, 0, 0), 4, 1},
-    {IP4(240, 0, 0, 0), 4, 1},  {IP4(10, 0, 0, 0), 8, 0},    {IP4(172, 16, 0, 0), 12, 0},
-    {IP4(192, 168, 0, 0), 16, 0}, {IP4(169, 254, 0, 0), 16, 0}, {IP4(100, 64, 0, 0), 10, 0},
+    {IP4(0, 0, 0, 0), 8, 1, "'this network' addresses"},
+    {IP4(127, 0, 0, 0), 8, 1, "loopback addresses"},
+    {IP4(169, 254, 0, 0), 16, 1, "link-local addresses (cloud metadata, the proxy's own)"},
+    {IP4(192, 0, 0, 0), 24, 1, "IETF protocol assignments (192.0.0.0/24)"},
+    {IP4(100, 100, 100, 200), 32, 1, "a cloud metadata address"},
+    {IP4(224, 0, 0, 0), 4, 1, "multicast addresses"},
+    {IP4(240, 0, 0, 0), 4, 1, "reserved addresses"},
+    {IP4(10, 0, 0, 0), 8, 0, NULL},    {IP4(172, 16, 0, 0), 12, 0, NULL},
+    {IP4(192, 168, 0, 0), 16, 0, NULL}, {IP4(100, 64, 0, 0), 10, 0, NULL},
 };
+
+static uint32_t prefix_mask(int prefix)
+{
+    return prefix ? 0xffffffffu << (32 - prefix) : 0;
+}
+
+/* The never-reachable range that holds all of c, described for a sentence; NULL if none. */
+static const char *never_holds(const sp_policy *p, const sp_cidr *c, char *buf, size_t len)
+{
+    for (size_t i = 0; i < SF_ARRAY_LEN(special); i++)
+        if (special[i].reserved && c->prefix >= special[i].prefix &&
+            (c->net & prefix_mask(special[i].prefix)) == special[i].net)
+            return special[i].what;
+    for (size_t i = 0; p && i < p->platform_n; i++)
+        if (c->prefix >= p->platform[i].prefix &&
+            (c->net & p->platform[i].mask) == p->platform[i].net) {
+            struct in_addr a = {htonl(p->platform[i].net)};
+            char ip[16];
+            inet_ntop(AF_INET, &a, ip, sizeof(ip));
+            snprintf(buf, len, "the platform's own addresses (%s/%d: this host or "
+                     "proxy_platform_addrs)", ip, p->platform[i].prefix);
+            return buf;
+        }
+    return NULL;
+}
 
 int sp_cidr_parse(const char *s, sp_cidr *out)
 {
@@ -80,8 +115,8 @@ static int is_name(const char *s)
     return s[0] != '.' && s[strlen(s) - 1] != '.' && !strstr(s, "..");
 }
 
-int sp_rules_parse(const json_t *allow, const json_t *deny, sp_rules **out, char *why,
-                   size_t whylen)
+int sp_rules_parse(const sp_policy *p, const json_t *allow, const json_t *deny, sp_rules **out,
+                   char *why, size_t whylen)
 {
     size_t na = json_array_size(allow), nd = json_array_size(deny), i;
     sp_rules *r;
@@ -114,6 +149,15 @@ int sp_rules_parse(const json_t *allow, const json_t *deny, sp_rules **out, char
             low[k] = (char)tolower((unsigned char)s[k]);
         low[k] = '\0';
         if (sp_cidr_parse(low, &r->allow[r->allow_n]) == 0) {
+            char buf[128];
+            const char *what = never_holds(p, &r->allow[r->allow_n], buf, sizeof(buf));
+            if (what) {
+                snprintf(why, whylen, "allow_out[%zu] '%s' lies inside %s, which no sandbox "
+                         "may reach whatever its rules say; remove it from allow_out.", i, s,
+                         what);
+                sp_rules_unref(r);
+                return -EINVAL;
+            }
             r->allow_n++;
         } else if (is_name(low[0] == '*' && low[1] == '.' ? low + 2 : low) &&
                    (low[0] != '*' || low[1] == '.') && strchr(low, '.')) {
@@ -211,10 +255,10 @@ int sp_decide(const sp_policy *p, const sp_rules *r, const char *name, uint32_t 
     int best_allow = -1, best_deny = -1;
 
     for (size_t i = 0; i < SF_ARRAY_LEN(special); i++) {
-        if ((ip & (0xffffffffu << (32 - special[i].prefix))) != special[i].net)
+        if ((ip & prefix_mask(special[i].prefix)) != special[i].net)
             continue;
         if (special[i].reserved) {
-            *reason = "reserved or loopback address";
+            *reason = "reserved, link-local, metadata or loopback address (never reachable)";
             return 0;
         }
         if (!allow_ip_covers(r, ip)) {
@@ -223,8 +267,8 @@ int sp_decide(const sp_policy *p, const sp_rules *r, const char *name, uint32_t 
         }
     }
     for (size_t i = 0; i < p->platform_n; i++)
-        if (cidr_has(&p->platform[i], ip) && !allow_ip_covers(r, ip)) {
-            *reason = "address of the platform itself";
+        if (cidr_has(&p->platform[i], ip)) {
+            *reason = "address of the platform itself (never reachable)";
             return 0;
         }
     if (name && r)
@@ -245,4 +289,22 @@ int sp_decide(const sp_policy *p, const sp_rules *r, const char *name, uint32_t 
     }
     *reason = p->default_allow ? "default allow" : "not in allow_out (default deny)";
     return p->default_allow;
+}
+
+int sp_name_lookup_allowed(const sp_policy *p, const sp_rules *r, const char *name)
+{
+    struct in_addr lit;
+    int allow0 = 0, deny0 = 0;
+
+    if (inet_pton(AF_INET, name, &lit) == 1)
+        return 1; /* no lookup: the address is judged as it is */
+    for (size_t i = 0; r && i < r->names_n; i++)
+        if (sf_secret_host_match(r->names[i], name))
+            return 1;
+    for (size_t i = 0; r && i < r->allow_n; i++)
+        allow0 |= r->allow[i].prefix == 0;
+    for (size_t i = 0; r && i < r->deny_n; i++)
+        deny0 |= r->deny[i].prefix == 0;
+    /* the decision for an address only a /0 rule (or none) covers; a tie denies */
+    return allow0 || deny0 ? allow0 && !deny0 : p->default_allow;
 }

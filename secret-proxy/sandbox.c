@@ -79,6 +79,7 @@ void sp_sandbox_unref(sp_sandbox *sb)
         return;
     bindings_free(sb->bind, sb->bind_n);
     sp_rules_unref(sb->rules);
+    sp_rcache_unref(sb->rcache);
     json_decref(sb->allow_json);
     json_decref(sb->deny_json);
     free(sb);
@@ -302,7 +303,8 @@ static void finish_register(op *o)
     sb->l_transparent = evconnlistener_new(ctx->d.base, on_accept_transparent, sb,
                                            LEV_OPT_CLOSE_ON_FREE, -1, fds[1]);
     sb->ev_dns = event_new(ctx->d.base, fds[2], EV_READ | EV_PERSIST, sp_dns_on_read, sb);
-    if (!sb->l_http || !sb->l_transparent || !sb->ev_dns || event_add(sb->ev_dns, NULL) < 0 ||
+    sb->rcache = sp_rcache_new();
+    if (!sb->rcache || !sb->l_http || !sb->l_transparent || !sb->ev_dns || event_add(sb->ev_dns, NULL) < 0 ||
         apply_bindings(sb, o) < 0 || sf_map_put(ctx->sandboxes, sb->id, sb) < 0) {
         if (!sb->l_http)
             close(fds[0]);
@@ -457,7 +459,7 @@ static json_t *parse_rules(op *o, const json_t *req, const sp_sandbox *sb)
         return NULL; /* update: rules kept */
     o->allow = json_incref(allow ? allow : sb ? sb->allow_json : NULL);
     o->deny = json_incref(deny ? deny : sb ? sb->deny_json : NULL);
-    if (sp_rules_parse(o->allow, o->deny, &o->rules, why, sizeof(why)) < 0)
+    if (sp_rules_parse(&o->ctx->policy, o->allow, o->deny, &o->rules, why, sizeof(why)) < 0)
         return err_reply("%s", why);
     return NULL;
 }

@@ -301,6 +301,11 @@ int sf_secrets_create(redisContext *c, const uint8_t key[SF_SECRET_KEY_BYTES],
     if ((rc = meta_check(m, value, n, why, whylen)) < 0 ||
         (rc = sf_secret_format_check(m->header, m->format, why, whylen)) < 0)
         return rc;
+    if (m->any_header && m->header[0]) {
+        snprintf(why, whylen, "--any-header and --header exclude each other: name the one "
+                 "header, or let the value go into any header.");
+        return -EINVAL;
+    }
     if (m->hosts_n == 0) {
         snprintf(why, whylen, "Give at least one --allowed-host: the value is only ever sent "
                  "to those hosts.");
@@ -318,8 +323,9 @@ int sf_secrets_create(redisContext *c, const uint8_t key[SF_SECRET_KEY_BYTES],
     snprintf(cap, sizeof(cap), "%d", SF_SECRETS_TEAM_MAX);
     {
         const char *argv[] = {k1, k2, m->name, m->team, sealed, hosts, m->header, m->format,
-                              now, "1", cap};
-        r = sf_redis_script_sync(c, &sf_store_secret_create, 2, 9, argv, NULL);
+                              now, "1", cap, m->any_header ? "1" : "0",
+                              m->allow_http ? "1" : "0"};
+        r = sf_redis_script_sync(c, &sf_store_secret_create, 2, 11, argv, NULL);
     }
     free(sealed);
     free(hosts);
@@ -429,6 +435,10 @@ int sf_secret_from_reply(const redisReply *r, sf_secret *s, char **sealed)
             snprintf(s->header, sizeof(s->header), "%s", v);
         else if (!strcmp(k, "format"))
             snprintf(s->format, sizeof(s->format), "%s", v);
+        else if (!strcmp(k, "any_header"))
+            s->any_header = !strcmp(v, "1");
+        else if (!strcmp(k, "allow_http"))
+            s->allow_http = !strcmp(v, "1");
         else if (!strcmp(k, "hosts"))
             hosts = v;
         else if (!strcmp(k, "value"))
@@ -468,6 +478,8 @@ json_t *sf_secret_json(const sf_secret *s)
     json_object_set_new(o, "allowed_hosts", h);
     json_object_set_new(o, "header", json_string(s->header));
     json_object_set_new(o, "format", json_string(s->format));
+    json_object_set_new(o, "any_header", json_boolean(!s->header[0] && s->any_header));
+    json_object_set_new(o, "allow_http", json_boolean(s->allow_http));
     json_object_set_new(o, "created_ms", json_integer(s->created_ms));
     json_object_set_new(o, "updated_ms", json_integer(s->updated_ms));
     json_object_set_new(o, "version", json_integer(s->version));

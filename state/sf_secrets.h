@@ -43,6 +43,8 @@ typedef struct sf_secret {
     size_t hosts_n;
     char header[SF_SECRET_HEADER_MAX]; /* "" = any header */
     char format[SF_SECRET_FORMAT_MAX]; /* "" = the placeholder itself is replaced */
+    int any_header;                   /* no header named: 1 any header, 0 Authorization only */
+    int allow_http;                   /* 1: swapped into plain HTTP too, not only into TLS */
     int64_t created_ms, updated_ms, version;
     uint8_t *value;                   /* opened value (sodium-locked memory), or NULL */
     size_t value_len;
@@ -90,7 +92,8 @@ int sf_secrets_rotate(redisContext *c, const uint8_t key[SF_SECRET_KEY_BYTES],
 int sf_secrets_delete(redisContext *c, const char *team, const char *name, char *why,
                       size_t whylen);
 /* The team's secrets' metadata, sorted by name, as a JSON array of
- * {name, allowed_hosts, header, format, created_ms, updated_ms, version}: never a value. */
+ * {name, allowed_hosts, header, format, any_header, allow_http, created_ms, updated_ms,
+ * version}: never a value. */
 int sf_secrets_list(redisContext *c, const char *team, json_t **out, char *why, size_t whylen);
 /* Teams that hold secrets (admin view), as a JSON array of strings. */
 int sf_secrets_teams(redisContext *c, json_t **out, char *why, size_t whylen);

@@ -51,8 +51,11 @@ const wget = (url, { headers = [], direct = false } = {}) =>
   `timeout 10 wget -q -O - ${direct ? '-Y off ' : ''}${headers.map((h) => `--header "${h}" `).join('')}${url} 2>&1; echo " rc=$?"`;
 
 before(() => {
-  cli(['secrets', 'create', '--team', 'alpha', '--name', S_API, '--allowed-host', 'api.example.test'], VAL_API);
-  cli(['secrets', 'create', '--team', 'beta', '--name', S_BETA, '--allowed-host', 'api.example.test'], VAL_BETA);
+  // any header, plain HTTP too: these cases send X-Api-Key / X-K to the upstream's port 80
+  cli(['secrets', 'create', '--team', 'alpha', '--name', S_API, '--allowed-host', 'api.example.test',
+    '--any-header', '--allow-http'], VAL_API);
+  cli(['secrets', 'create', '--team', 'beta', '--name', S_BETA, '--allowed-host', 'api.example.test',
+    '--any-header', '--allow-http'], VAL_BETA);
 });
 
 // each test's sandboxes go when it ends (the team's quota is 8)
@@ -172,6 +175,35 @@ test('default deny: nothing but the proxy is reachable from a jail', jailOnly, a
     probes.push(`printf 'PING\\r\\nGET /healthz HTTP/1.0\\r\\n\\r\\n' | nc -w 2 ${ip} ${port} 2>&1 | head -c 200; echo " <${ip}:${port}>"`);
   const h = await sh(alpha, id, probes.join('\n'), { timeout_ms: 120000 });
   assert.doesNotMatch(h.stdout, /PONG|200 OK|"status"/, `no platform service answered: ${h.stdout}`);
+});
+
+test('platform addresses: an allow_out entry inside one is refused by name; 0.0.0.0/0 still reaches none of them', jailOnly, async () => {
+  // issue 19 item 4, through MCP: the proxy's refusal reaches the caller as a sentence
+  for (const entry of ['169.254.169.254', '169.254.0.0/16', '127.0.0.1', '192.0.0.8']) {
+    const r = await call(alpha, 'sandbox_create', { name: `egress-${tag}`, allow_out: [entry] });
+    assert.equal(r.isError, true, `${entry} accepted: ${r.text}`);
+    assert.ok(r.text.includes(entry), `the sentence names ${entry}: ${r.text}`);
+  }
+  const id = await create(alpha, { allow_out: ['0.0.0.0/0'] });
+  const u = await call(alpha, 'sandbox_update', { sandbox_id: id, allow_out: ['0.0.0.0/0', '169.254.169.254/32'] });
+  assert.equal(u.isError, true, u.text);
+  assert.match(u.text, /169\.254\.169\.254/);
+  // covered, not named: every platform address stays blocked, the test internet is reachable
+  const ports = [new URL(env.SF_REDIS_URL).port, new URL(env.SF_URL).port,
+    ...env.SF_KAFKA_BROKERS.split(',').map((b) => b.split(':')[1])];
+  const ips = ['169.254.169.254', '169.254.77.1', '192.0.0.1', '100.100.100.200',
+    ...Object.values(networkInterfaces()).flat()
+      .filter((a) => a.family === 'IPv4' && !a.internal).map((a) => a.address)];
+  const probes = [wget(`http://${NET}.10/eg-plat-ok-${tag}`, { direct: true })];
+  for (const ip of ips) for (const port of [80, ...ports])
+    probes.push(`printf 'PING\\r\\nGET /healthz HTTP/1.0\\r\\n\\r\\n' | nc -w 2 ${ip} ${port} 2>&1 | head -c 200; echo " <${ip}:${port}>"`);
+  const h = await sh(alpha, id, probes.join('\n'), { timeout_ms: 120000 });
+  assert.equal(h.stdout.split('rc=')[1]?.[0], '0', `the covered test internet is reachable: ${h.stdout}`);
+  assert.equal(upstream(`/eg-plat-ok-${tag}`).length, 1);
+  assert.doesNotMatch(h.stdout, /PONG|200 OK|"status"/, `no platform address answered: ${h.stdout}`);
+  const log = await call(alpha, 'sandbox_network_log', { sandbox_id: id, verdict: 'blocked', limit: 200 });
+  assert.equal(log.isError, false, log.text);
+  assert.ok(JSON.stringify(log.structured).includes('169.254.169.254'), 'the metadata attempt is logged blocked');
 });
 
 test('deny_out 0.0.0.0/0 with allow_out api.example.test lets exactly that host through', jailOnly, async () => {

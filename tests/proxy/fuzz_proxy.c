@@ -78,7 +78,7 @@ static void rules(const uint8_t *d, size_t n)
 
     if (!j)
         return;
-    if (sp_rules_parse(json_object_get(j, "allow_out"), json_object_get(j, "deny_out"), &r, why,
+    if (sp_rules_parse(&pol, json_object_get(j, "allow_out"), json_object_get(j, "deny_out"), &r, why,
                        sizeof(why)) == 0) {
         sp_decide(&pol, r, "api.example.com", 0x5db8d822, &reason);
         sp_decide(&pol, r, NULL, 0x0a000001, &reason);

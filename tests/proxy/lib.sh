@@ -64,6 +64,7 @@ sp_upstream_up() {
     local uplog=(--log "$state/upstream.jsonl")
     [ "${SP_BENCH:-0}" = 1 ] && uplog=() # the benchmark's upstream logs nothing
     ip netns exec "$SP_UPNS" "$build/tests/proxy/sp_upstream" --http 80 --https 443 --udp 53 --udp 9999 \
+        --dns 5353 --dns-addr "$SP_DNS" --dns-answer "$SP_API" \
         --cert "$state/up.pem" --key "$state/up.key" "${uplog[@]}" \
         >>"$state/logs/upstream.log" 2>&1 &
     echo $! >"$state/pids/upstream"
@@ -71,7 +72,13 @@ sp_upstream_up() {
         return 1
     printf '%s api.example.test\n%s other.test\n%s tls.example.test\n%s nowhere.test\n%s self.test\n' \
         "$SP_API" "$SP_OTHER" "$SP_TLS" "$SP_NOWHERE" "$SP_HOSTIP" >"$state/hosts"
-    printf 'nameserver 127.0.0.1:9\noptions timeout:1 attempts:1\n' >"$state/resolv.conf"
+    # the proxy's upstream resolver: dead, or (SP_FAKE_RESOLVER=1, the attack suite) the
+    # upstream's fake one that records every name it is asked
+    if [ "${SP_FAKE_RESOLVER:-0}" = 1 ]; then
+        printf 'nameserver %s:5353\noptions timeout:1 attempts:1\n' "$SP_DNS" >"$state/resolv.conf"
+    else
+        printf 'nameserver 127.0.0.1:9\noptions timeout:1 attempts:1\n' >"$state/resolv.conf"
+    fi
 }
 
 # sp_upstream_down STATE: stops the upstream servers, removes the namespace and veth.
@@ -89,6 +96,8 @@ sp_upstream_down() {
     return 0
 }
 
+# sp_world_up STATE BUILD: upstream, Redis, two proxies (SP_PROXY_BIN: another proxy
+# binary, e.g. an old build to show an attack test fails there), the shared sandbox.
 sp_world_up() {
     local state=$1 build=$2 redis_port
     sp_world_vars "$state"
@@ -111,7 +120,7 @@ W
         SF_PROXY_CA_KEY_FILE=$state/egress-ca.key SF_PROXY_UPSTREAM_CA_FILE=$state/up-ca.pem \
         SF_PROXY_HOSTS_FILE=$state/hosts SF_PROXY_RESOLV_CONF=$state/resolv.conf \
         SF_SECRET_REFRESH_MS=200 SF_LOG_LEVEL=${SP_LOG_LEVEL:-debug} \
-        sf_spawn "$state" proxy "$build/secret-proxy/sandfleet-secret-proxy"
+        sf_spawn "$state" proxy "${SP_PROXY_BIN:-$build/secret-proxy/sandfleet-secret-proxy}"
     sf_wait 10 "the secret-proxy" test -S "$state/proxy.sock" || return 1
     # a second proxy with the other settings: the reference's default-allow semantics and
     # placeholders to foreign hosts refused instead of passed on
@@ -119,7 +128,7 @@ W
         SF_PROXY_CA_KEY_FILE=$state/egress-ca.key SF_PROXY_UPSTREAM_CA_FILE=$state/up-ca.pem \
         SF_PROXY_HOSTS_FILE=$state/hosts SF_PROXY_RESOLV_CONF=$state/resolv.conf \
         SF_EGRESS_DEFAULT=allow SF_PROXY_REFUSE_UNMATCHED=1 SF_LOG_LEVEL=${SP_LOG_LEVEL:-debug} \
-        sf_spawn "$state" proxy2 "$build/secret-proxy/sandfleet-secret-proxy"
+        sf_spawn "$state" proxy2 "${SP_PROXY_BIN:-$build/secret-proxy/sandfleet-secret-proxy}"
     sf_wait 10 "the second secret-proxy" test -S "$state/proxy2.sock" || return 1
     cat >>"$state/world" <<W
 SF_REDIS_URL=$SF_REDIS_URL
@@ -159,8 +168,10 @@ sp_world_down() {
 # in the sandbox named $1: run the rest
 sb() { local n=$1; shift; ip netns exec "$n" "$@"; }
 
-# The shared sandbox of the suites: team alpha, secrets API_TOKEN (any header, for
-# api.example.test) and GH (Authorization: Bearer {}, for tls.example.test) bound.
+# The shared sandbox of the suites: team alpha, secrets API_TOKEN (any header, plain HTTP
+# too, for api.example.test) and GH (Authorization: Bearer {}, plain HTTP too, for
+# tls.example.test) bound. (The attack suite's tests/attack/egress makes secrets with the
+# defaults: Authorization only, HTTPS only.)
 SP_VAL_API=alpha-real-api-token-0001
 SP_VAL_GH=alpha-real-gh-token-0002
 SP_VAL_BETA=beta-real-token-0003
@@ -168,12 +179,12 @@ SP_VAL_BETA=beta-real-token-0003
 sp_world_populate() {
     local state=$1 build=$2 reply cli="$build/cli/sandfleet"
     printf '%s\n' "$SP_VAL_API" | "$cli" secrets create --team alpha --name API_TOKEN \
-        --allowed-host api.example.test >/dev/null || return 1
+        --allowed-host api.example.test --any-header --allow-http >/dev/null || return 1
     printf '%s' "$SP_VAL_GH" | "$cli" secrets create --team alpha --name GH \
-        --allowed-host tls.example.test --header Authorization --format 'Bearer {}' >/dev/null ||
-        return 1
+        --allowed-host tls.example.test --header Authorization --format 'Bearer {}' \
+        --allow-http >/dev/null || return 1
     printf '%s\n' "$SP_VAL_BETA" | "$cli" secrets create --team beta --name BETA_TOKEN \
-        --allowed-host api.example.test >/dev/null || return 1
+        --allowed-host api.example.test --any-header --allow-http >/dev/null || return 1
     sp_netns_new "$state" "sfsb-$SP_SFX" || return 1
     reply=$(sp_register "$state" "sfsb-$SP_SFX" sb-main alpha \
         ",\"allow_out\":[\"api.example.test\",\"other.test\",\"tls.example.test\",\"$SP_API\"],\"secrets\":{\"API_KEY\":\"API_TOKEN\",\"GH_TOKEN\":\"GH\"}") ||

@@ -6,6 +6,8 @@
  *   spctl netlog SANDBOX [LIMIT [VERDICT]] sf_netlog_args_check + sf_netlog_read_sync
  *   spctl secrets-list TEAM               sf_secrets_list (what secret_list will show)
  *   spctl dnsq SERVER NAME [TYPE]         one UDP DNS query; prints "rcode N" and each A
+ *   spctl dnsflood SERVER SUFFIX COUNT    COUNT queries n<i>.SUFFIX; prints "answered N"
+ *   spctl dnsbench SERVER NAME COUNT D    COUNT queries in turn (D 1: n<i>.NAME); p50/p90 us
  * Redis comes from SF_REDIS_URL. */
 #include "client.h"
 #include "netns.h"
@@ -21,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -174,8 +177,114 @@ static int dnsq(int argc, char **argv)
     return 0;
 }
 
+/* dnsflood SERVER SUFFIX COUNT: queries n0.SUFFIX .. n<COUNT-1>.SUFFIX (A), 16 in flight
+ * at a time (a batch waits up to 2 s for its answers); prints "answered N". */
+static int dnsflood(char **argv)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(53)};
+    long count = strtol(argv[4], NULL, 10), answered = 0;
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+
+    inet_pton(AF_INET, argv[2], &a.sin_addr);
+    if (fd < 0 || count <= 0)
+        return 2;
+    for (long base = 0; base < count; base += 16) {
+        int want = 0;
+        for (long i = base; i < base + 16 && i < count; i++, want++) {
+            uint8_t q[300] = {(uint8_t)(i >> 8), (uint8_t)i, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0};
+            char name[256];
+            size_t off = 12;
+            const char *p = name;
+            snprintf(name, sizeof(name), "n%ld.%s", i, argv[3]);
+            while (*p) {
+                size_t l = strcspn(p, ".");
+                if (l == 0 || l > 63 || off + l + 6 > sizeof(q))
+                    return 2;
+                q[off++] = (uint8_t)l;
+                memcpy(q + off, p, l);
+                off += l;
+                p += l + (p[l] == '.');
+            }
+            memcpy(q + off, "\0\0\1\0\1", 5);
+            sendto(fd, q, off + 5, 0, (struct sockaddr *)&a, sizeof(a));
+        }
+        while (want > 0) {
+            struct pollfd pfd = {.fd = fd, .events = POLLIN};
+            uint8_t r[600];
+            if (poll(&pfd, 1, 2000) <= 0)
+                break;
+            if (recv(fd, r, sizeof(r), 0) >= 12) {
+                answered++;
+                want--;
+            }
+        }
+    }
+    printf("answered %ld\n", answered);
+    close(fd);
+    return 0;
+}
+
+static int cmp_long(const void *a, const void *b)
+{
+    long x = *(const long *)a, y = *(const long *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* dnsbench SERVER NAME COUNT DISTINCT: COUNT A queries one after another (for NAME, or
+ * with DISTINCT 1 for n<i>.NAME, each a new name); prints "p50_us N p90_us N lost N". */
+static int dnsbench(char **argv)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(53)};
+    long count = strtol(argv[4], NULL, 10), got = 0, lost = 0, *us;
+    int distinct = atoi(argv[5]), fd = socket(AF_INET, SOCK_DGRAM, 0);
+
+    inet_pton(AF_INET, argv[2], &a.sin_addr);
+    if (fd < 0 || count <= 0 || !(us = calloc((size_t)count, sizeof(long))))
+        return 2;
+    for (long i = 0; i < count; i++) {
+        uint8_t q[300] = {(uint8_t)(i >> 8), (uint8_t)i, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0}, r[600];
+        char name[256];
+        size_t off = 12;
+        const char *p = name;
+        struct timespec t0, t1;
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (distinct)
+            snprintf(name, sizeof(name), "n%ld.%s", i, argv[3]);
+        else
+            snprintf(name, sizeof(name), "%s", argv[3]);
+        while (*p) {
+            size_t l = strcspn(p, ".");
+            if (l == 0 || l > 63 || off + l + 6 > sizeof(q))
+                return 2;
+            q[off++] = (uint8_t)l;
+            memcpy(q + off, p, l);
+            off += l;
+            p += l + (p[l] == '.');
+        }
+        memcpy(q + off, "\0\0\1\0\1", 5);
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        sendto(fd, q, off + 5, 0, (struct sockaddr *)&a, sizeof(a));
+        if (poll(&pfd, 1, 2000) <= 0 || recv(fd, r, sizeof(r), 0) < 12) {
+            lost++;
+            continue;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        us[got++] = (t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000;
+    }
+    qsort(us, (size_t)got, sizeof(long), cmp_long);
+    printf("p50_us %ld p90_us %ld lost %ld\n", got ? us[got / 2] : -1,
+           got ? us[got * 9 / 10] : -1, lost);
+    free(us);
+    close(fd);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 6 && !strcmp(argv[1], "dnsbench"))
+        return dnsbench(argv);
+    if (argc == 5 && !strcmp(argv[1], "dnsflood"))
+        return dnsflood(argv);
     if (argc >= 4 && !strcmp(argv[1], "call"))
         return call(argc, argv);
     if (argc == 5 && !strcmp(argv[1], "setup"))

@@ -27,7 +27,7 @@ static sp_rules *rules(const char *allow, const char *deny)
     sp_rules *r = NULL;
     char why[256];
 
-    assert_int_equal(sp_rules_parse(a, d, &r, why, sizeof(why)), 0);
+    assert_int_equal(sp_rules_parse(NULL, a, d, &r, why, sizeof(why)), 0);
     json_decref(a);
     json_decref(d);
     return r;
@@ -63,10 +63,17 @@ static void test_decide(void **state)
     assert_int_equal(sp_decide(&allow, none, NULL, ip("192.168.1.1"), &why), 0);
     assert_int_equal(sp_decide(&allow, none, NULL, ip("169.254.169.254"), &why), 0);
     assert_int_equal(sp_decide(&deny, strict, "api.example.com", ip("10.0.0.1"), &why), 0);
-    /* loopback and reserved: never */
-    sp_rules *lo = rules("[\"127.0.0.0/8\"]", NULL);
-    assert_int_equal(sp_decide(&allow, lo, NULL, ip("127.0.0.1"), &why), 0);
-    sp_rules_unref(lo);
+    /* loopback, link-local, metadata and 192.0.0.0/24: never, even under an allow_out that
+     * covers them (an entry wholly inside one is refused by sp_rules_parse) */
+    sp_rules *open = rules("[\"0.0.0.0/0\"]", NULL);
+    assert_int_equal(sp_decide(&deny, open, NULL, ip("127.0.0.1"), &why), 0);
+    assert_int_equal(sp_decide(&deny, open, NULL, ip("169.254.169.254"), &why), 0);
+    assert_int_equal(sp_decide(&deny, open, NULL, ip("169.254.77.1"), &why), 0);
+    assert_int_equal(sp_decide(&deny, open, NULL, ip("192.0.0.9"), &why), 0);
+    assert_int_equal(sp_decide(&deny, open, NULL, ip("100.100.100.200"), &why), 0);
+    assert_int_equal(sp_decide(&deny, open, NULL, ip("10.1.2.3"), &why), 1); /* private: covered */
+    assert_int_equal(sp_decide(&deny, open, NULL, ip("93.184.216.34"), &why), 1);
+    sp_rules_unref(open);
     sp_rules_unref(none);
     sp_rules_unref(strict);
     sp_rules_unref(narrow);
@@ -78,13 +85,21 @@ static void test_decide_platform(void **state)
     sp_policy p = {.default_allow = 1};
     char why[128];
     const char *r;
-    sp_rules *a = rules("[\"203.0.113.5\"]", NULL);
+    sp_rules *a = rules("[\"203.0.0.0/8\"]", NULL), *x = NULL;
+    json_t *inside = json_loads("[\"1.2.3.4\", \"203.0.113.5\"]", 0, NULL);
+    char w[256];
 
     assert_int_equal(sp_policy_add_platform(&p, "203.0.113.0/24, 198.51.100.7", why, sizeof(why)), 0);
     assert_int_equal(sp_decide(&p, NULL, NULL, ip("203.0.113.9"), &r), 0);
     assert_int_equal(sp_decide(&p, NULL, NULL, ip("198.51.100.7"), &r), 0);
-    assert_int_equal(sp_decide(&p, a, NULL, ip("203.0.113.5"), &r), 1); /* explicitly allowed */
+    /* an allow_out that covers a platform range leaves it blocked; one inside is refused */
+    assert_int_equal(sp_decide(&p, a, NULL, ip("203.0.113.5"), &r), 0);
+    assert_int_equal(sp_decide(&p, a, NULL, ip("203.0.112.5"), &r), 1);
+    assert_int_equal(sp_rules_parse(&p, inside, NULL, &x, w, sizeof(w)), -EINVAL);
+    assert_non_null(strstr(w, "allow_out[1] '203.0.113.5'"));
+    assert_non_null(strstr(w, "203.0.113.0/24"));
     assert_int_equal(sp_policy_add_platform(&p, "nope", why, sizeof(why)), -EINVAL);
+    json_decref(inside);
     sp_rules_unref(a);
     sp_policy_fini(&p);
 }
@@ -95,12 +110,52 @@ static void test_rules_parse_errors(void **state)
     char why[256];
     json_t *bad = json_loads("[\"a b\"]", 0, NULL), *dn = json_loads("[\"example.com\"]", 0, NULL);
 
-    assert_int_equal(sp_rules_parse(bad, NULL, &r, why, sizeof(why)), -EINVAL);
+    assert_int_equal(sp_rules_parse(NULL, bad, NULL, &r, why, sizeof(why)), -EINVAL);
     assert_non_null(strstr(why, "allow_out[0]"));
-    assert_int_equal(sp_rules_parse(NULL, dn, &r, why, sizeof(why)), -EINVAL);
+    assert_int_equal(sp_rules_parse(NULL, NULL, dn, &r, why, sizeof(why)), -EINVAL);
     assert_non_null(strstr(why, "deny_out takes no domain names"));
     json_decref(bad);
     json_decref(dn);
+    /* entries wholly inside a never-reachable range: refused, naming the entry */
+    static const char *never[] = {"[\"169.254.169.254\"]", "[\"169.254.0.0/16\"]",
+                                  "[\"127.0.0.1\"]", "[\"192.0.0.8/29\"]",
+                                  "[\"100.100.100.200\"]"};
+    for (size_t i = 0; i < sizeof(never) / sizeof(never[0]); i++) {
+        json_t *a = json_loads(never[i], 0, NULL);
+        char want[64];
+        assert_int_equal(sp_rules_parse(NULL, a, NULL, &r, why, sizeof(why)), -EINVAL);
+        snprintf(want, sizeof(want), "allow_out[0] '%.*s'", (int)strlen(never[i]) - 4,
+                 never[i] + 2);
+        assert_non_null(strstr(why, want));
+        assert_non_null(strstr(why, "remove it from allow_out"));
+        json_decref(a);
+    }
+}
+
+static void test_name_lookup(void **state)
+{
+    sp_policy deny = {.default_allow = 0}, allow = {.default_allow = 1};
+    sp_rules *names = rules("[\"api.example.com\", \"*.example.org\", \"10.0.0.0/8\"]", NULL);
+    sp_rules *strict = rules("[\"api.example.com\"]", "[\"0.0.0.0/0\"]");
+    sp_rules *open = rules("[\"0.0.0.0/0\"]", NULL);
+    sp_rules *tie = rules("[\"0.0.0.0/0\"]", "[\"0.0.0.0/0\"]");
+
+    assert_int_equal(sp_name_lookup_allowed(&deny, names, "api.example.com"), 1);
+    assert_int_equal(sp_name_lookup_allowed(&deny, names, "a.example.org"), 1);
+    assert_int_equal(sp_name_lookup_allowed(&deny, names, "example.org"), 0);
+    assert_int_equal(sp_name_lookup_allowed(&deny, names, "leak.attacker.test"), 0);
+    assert_int_equal(sp_name_lookup_allowed(&deny, names, "10.1.2.3"), 1); /* no lookup */
+    assert_int_equal(sp_name_lookup_allowed(&deny, NULL, "anything.test"), 0);
+    assert_int_equal(sp_name_lookup_allowed(&allow, NULL, "anything.test"), 1);
+    assert_int_equal(sp_name_lookup_allowed(&allow, names, "anything.test"), 1);
+    assert_int_equal(sp_name_lookup_allowed(&allow, strict, "anything.test"), 0);
+    assert_int_equal(sp_name_lookup_allowed(&allow, strict, "api.example.com"), 1);
+    assert_int_equal(sp_name_lookup_allowed(&deny, open, "anything.test"), 1);
+    assert_int_equal(sp_name_lookup_allowed(&allow, tie, "anything.test"), 0);
+    sp_rules_unref(names);
+    sp_rules_unref(strict);
+    sp_rules_unref(open);
+    sp_rules_unref(tie);
 }
 
 static void test_prescan(void **state)
@@ -165,6 +220,7 @@ static void test_swap(void **state)
     b[0].sec.hosts_n = 1;
     b[0].sec.value = v1;
     b[0].sec.value_len = 5;
+    b[0].sec.any_header = 1; /* --any-header */
     b[1].sec.hosts[0] = "*.gh.test";
     b[1].sec.hosts_n = 1;
     strcpy(b[1].sec.header, "Authorization");
@@ -180,7 +236,7 @@ static void test_swap(void **state)
     add_hdr(&h, "Proxy-Connection", "keep-alive");
     sp_head_end(&h);
 
-    assert_int_equal(sp_head_write(&out, "GET", "/x", 1, &h, &sb, "api.example.com", &inj, &foreign), 0);
+    assert_int_equal(sp_head_write(&out, "GET", "/x", 1, &h, &sb, "api.example.com", 1, &inj, &foreign), 0);
     assert_int_equal(inj, 1);
     assert_int_equal(foreign, 1);
     assert_non_null(strstr(out.p, "X-Key: REAL1\r\n"));
@@ -189,19 +245,35 @@ static void test_swap(void **state)
     assert_non_null(strstr(out.p, "GET /x HTTP/1.1\r\n"));
 
     sf_buf_reset(&out);
-    assert_int_equal(sp_head_write(&out, "GET", "/", 1, &h, &sb, "api.gh.test", &inj, &foreign), 0);
+    assert_int_equal(sp_head_write(&out, "GET", "/", 1, &h, &sb, "api.gh.test", 1, &inj, &foreign), 0);
     assert_int_equal(inj, 1);
     assert_non_null(strstr(out.p, "authorization: Bearer REAL2\r\n"));
     assert_non_null(strstr(out.p, b[0].placeholder));
 
     sf_buf_reset(&out); /* an IP literal never matches a name */
-    assert_int_equal(sp_head_write(&out, "GET", "/", 1, &h, &sb, "93.184.216.34", &inj, &foreign), 0);
+    assert_int_equal(sp_head_write(&out, "GET", "/", 1, &h, &sb, "93.184.216.34", 1, &inj, &foreign), 0);
     assert_int_equal(inj, 0);
     assert_int_equal(foreign, 2);
 
+    /* plain HTTP: neither is swapped unless made --allow-http */
+    sf_buf_reset(&out);
+    assert_int_equal(sp_head_write(&out, "GET", "/", 1, &h, &sb, "api.example.com", 0, &inj, &foreign), 0);
+    assert_int_equal(inj, 0);
+    assert_non_null(strstr(out.p, b[0].placeholder));
+    b[0].sec.allow_http = 1;
+    sf_buf_reset(&out);
+    assert_int_equal(sp_head_write(&out, "GET", "/", 1, &h, &sb, "api.example.com", 0, &inj, &foreign), 0);
+    assert_int_equal(inj, 1);
+    /* no --header, no --any-header: Authorization only */
+    b[0].sec.any_header = 0;
+    sf_buf_reset(&out);
+    assert_int_equal(sp_head_write(&out, "GET", "/", 1, &h, &sb, "api.example.com", 1, &inj, &foreign), 0);
+    assert_int_equal(inj, 0);
+    assert_non_null(strstr(out.p, "X-Key: sfph_"));
+
     b[0].sec.value = NULL; /* a deleted secret: never swapped */
     sf_buf_reset(&out);
-    assert_int_equal(sp_head_write(&out, "GET", "/", 1, &h, &sb, "api.example.com", &inj, &foreign), 0);
+    assert_int_equal(sp_head_write(&out, "GET", "/", 1, &h, &sb, "api.example.com", 1, &inj, &foreign), 0);
     assert_int_equal(inj, 0);
     sp_head_fini(&h);
     sf_buf_fini(&out);
@@ -342,7 +414,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decide),       cmocka_unit_test(test_decide_platform),
-        cmocka_unit_test(test_rules_parse_errors), cmocka_unit_test(test_prescan),
+        cmocka_unit_test(test_rules_parse_errors),
+        cmocka_unit_test(test_name_lookup), cmocka_unit_test(test_prescan),
         cmocka_unit_test(test_hostport_url), cmocka_unit_test(test_swap),
         cmocka_unit_test(test_sni),          cmocka_unit_test(test_dns),
         cmocka_unit_test(test_seal),         cmocka_unit_test(test_secret_checks),

@@ -3,11 +3,16 @@
  * given), answering every request "ok\n" (or a 302 for /redirect?to=URL) and appending
  * one JSON line per request to --log FILE: {"to": local address, "tls": bool, "method",
  * "uri", "headers": {...}}. A UDP socket on --udp PORT logs {"udp": bytes} per datagram
- * (to prove nothing reached an outside resolver). Never answers with request headers, so
+ * (to prove nothing reached an outside resolver). --dns PORT is a fake resolver (the
+ * proxy's upstream resolver in the attack suite): it logs {"dns": name, "type": N} for
+ * every query it is asked and answers names under resolver.test with A --dns-answer IP,
+ * every other name NXDOMAIN (bound to --dns-addr: the resolver checks where answers come
+ * from). Never answers with request headers, so
  * a swapped secret is only ever visible in the log, never to the sandbox. Without --log
  * nothing is logged (benchmarks). */
 #include <sys/queue.h>
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
@@ -108,6 +113,60 @@ static void on_udp(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+static uint32_t dns_answer, dns_addr; /* network byte order */
+
+static void on_dns(evutil_socket_t fd, short what, void *arg)
+{
+    uint8_t q[512], out[600];
+    char name[256];
+    struct sockaddr_in from;
+    socklen_t fl = sizeof(from);
+    ssize_t n = recvfrom(fd, q, sizeof(q), 0, (struct sockaddr *)&from, &fl);
+    size_t off = 12, nl = 0, len;
+    uint16_t type;
+    int hit;
+
+    if (n < 17)
+        return;
+    while (off < (size_t)n && q[off] && q[off] < 64 && off + 1 + q[off] < (size_t)n &&
+           nl + q[off] + 1 < sizeof(name)) {
+        if (nl)
+            name[nl++] = '.';
+        for (int i = 0; i < q[off]; i++) /* evdns randomizes the case (0x20 bits) */
+            name[nl + i] = (char)tolower(q[off + 1 + i]);
+        nl += q[off];
+        off += 1u + q[off];
+    }
+    if (off + 5 > (size_t)n || q[off])
+        return;
+    name[nl] = '\0';
+    off++;
+    type = (uint16_t)(q[off] << 8 | q[off + 1]);
+    off += 4;
+    if (logfp) {
+        json_t *j = json_pack("{s:s, s:i}", "dns", name, "type", (int)type);
+        char *t = json_dumps(j, JSON_COMPACT);
+        fprintf(logfp, "%s\n", t);
+        fflush(logfp);
+        free(t);
+        json_decref(j);
+    }
+    hit = nl > 14 && !strcmp(name + nl - 14, ".resolver.test");
+    memcpy(out, q, off);
+    out[2] = (uint8_t)(0x84 | (q[2] & 1)); /* QR, AA, RD copied */
+    out[3] = hit ? 0x80 : 0x83;            /* RA; NOERROR or NXDOMAIN */
+    memset(out + 6, 0, 6);
+    len = off;
+    if (hit && type == 1) {
+        uint8_t rr[16] = {0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4};
+        memcpy(rr + 12, &dns_answer, 4);
+        memcpy(out + len, rr, 16);
+        len += 16;
+        out[7] = 1;
+    }
+    sendto(fd, out, len, 0, (struct sockaddr *)&from, fl);
+}
+
 /* Listens on port; accepted sockets inherit TCP_NODELAY (answers are not held back). */
 static int bind_nodelay(struct evhttp *h, int port)
 {
@@ -129,8 +188,8 @@ int main(int argc, char **argv)
 {
     struct event_base *base = event_base_new();
     const char *cert = NULL, *key = NULL;
-    int http = 0, https = 0, udp[4] = {0}, n_udp = 0;
-    struct event *ev_udp[4] = {NULL}, *ev_term;
+    int http = 0, https = 0, udp[4] = {0}, n_udp = 0, dns = 0;
+    struct event *ev_udp[4] = {NULL}, *ev_term, *ev_dns = NULL;
     struct evhttp *h1 = NULL, *h2 = NULL;
 
     signal(SIGPIPE, SIG_IGN);
@@ -141,6 +200,12 @@ int main(int argc, char **argv)
             https = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--udp") && n_udp < 4)
             udp[n_udp++] = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--dns"))
+            dns = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--dns-addr")) /* answers must leave from it */
+            inet_pton(AF_INET, argv[i + 1], &dns_addr);
+        else if (!strcmp(argv[i], "--dns-answer"))
+            inet_pton(AF_INET, argv[i + 1], &dns_answer);
         else if (!strcmp(argv[i], "--cert"))
             cert = argv[i + 1];
         else if (!strcmp(argv[i], "--key"))
@@ -173,6 +238,15 @@ int main(int argc, char **argv)
         ev_udp[i] = event_new(base, fd, EV_READ | EV_PERSIST, on_udp, (void *)(intptr_t)udp[i]);
         event_add(ev_udp[i], NULL);
     }
+    if (dns) {
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)dns),
+                                .sin_addr.s_addr = dns_addr};
+        int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+        if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+            return 1;
+        ev_dns = event_new(base, fd, EV_READ | EV_PERSIST, on_dns, NULL);
+        event_add(ev_dns, NULL);
+    }
     ev_term = evsignal_new(base, SIGTERM, on_term, base);
     event_add(ev_term, NULL);
     event_base_dispatch(base);
@@ -182,6 +256,8 @@ int main(int argc, char **argv)
         evhttp_free(h2);
     for (int i = 0; i < n_udp; i++)
         event_free(ev_udp[i]);
+    if (ev_dns)
+        event_free(ev_dns);
     event_free(ev_term);
     SSL_CTX_free(sslctx);
     event_base_free(base);
