@@ -373,7 +373,7 @@ static void test_placement(void)
     snprintf(k[1], sizeof(k[1]), "sf:host:{%s}:res", h);
     snprintf(k[2], sizeof(k[2]), "sf:host:{%s}:sandboxes", h);
     r = run(&sf_store_host_view, 2, k[0], k[1], NULL);
-    CHECK(r->elements == 11 && !strcmp(el(r, 0), "2") && !strcmp(el(r, 5), "jail") &&
+    CHECK(r->elements == 12 && !strcmp(el(r, 0), "2") && !strcmp(el(r, 5), "jail") &&
           !strcmp(el(r, 7), "0"), "host view");
     freeReplyObject(r);
 
@@ -630,7 +630,7 @@ static void test_templates(void)
           !strcmp(el(r, 4), "tplhost2"), "tpl create: %s, on every jail host", el(r, 0));
     freeReplyObject(r);
     r = run(&sf_store_tpl_row, 1, k[0], NULL);
-    CHECK(r->elements == 12 && !strcmp(el(r, 0), "building") && !strcmp(el(r, 10), "2") &&
+    CHECK(r->elements == 11 && !strcmp(el(r, 0), "building") && !strcmp(el(r, 10), "2") &&
           !strcmp(el(r, 11), "0"), "tpl row: %s, built on %s", el(r, 0), el(r, 10));
     freeReplyObject(r);
     r = TPL("j1", "base", hosts);
