@@ -630,7 +630,7 @@ static void test_templates(void)
           !strcmp(el(r, 4), "tplhost2"), "tpl create: %s, on every jail host", el(r, 0));
     freeReplyObject(r);
     r = run(&sf_store_tpl_row, 1, k[0], NULL);
-    CHECK(r->elements == 11 && !strcmp(el(r, 0), "building") && !strcmp(el(r, 10), "2") &&
+    CHECK(r->elements == 12 && !strcmp(el(r, 0), "building") && !strcmp(el(r, 10), "2") &&
           !strcmp(el(r, 11), "0"), "tpl row: %s, built on %s", el(r, 0), el(r, 10));
     freeReplyObject(r);
     r = TPL("j1", "base", hosts);
