@@ -187,6 +187,7 @@ enum { WK_QDEB_NONE, WK_QDEB_BUILDING, WK_QDEB_READY, WK_QDEB_FAILED };
 #define WK_QPOOL_RETRY_MS 10000  /* after a pool VM failed to come up */
 #define WK_QEMU_OVERHEAD_MIB 128 /* a VM's cgroup: its RAM + this for QEMU itself (TCG:
                                     ~45 MiB seen) */
+#define WK_QEMU_TCG_ACCEL "tcg,tb-size=64" /* its translation cache (MiB), within the overhead */
 #define WK_QEMU_PIDS 256         /* a VM's cgroup: QEMU's threads (its I/O pool grows to 64) */
 
 /* ---- qemu_vm.c: one microVM ------------------------------------------------ */
