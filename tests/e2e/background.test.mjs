@@ -101,9 +101,10 @@ test('sandbox_process_list: every process, with command, start time, cpu, memory
   assert.equal(r.isError, false, r.text);
   const pid = r.structured.pid;
   assert.ok(Number.isInteger(pid) && pid > 1, r.text);
-  // the pid is the one ps in the sandbox shows
-  const ps = await sh(client, box, 'ps -o pid,args');
-  assert.match(ps.stdout, new RegExp(`^\\s*${pid}\\s+sleep 300`, 'm'), ps.stdout);
+  // the pid is the one ps in the sandbox shows (as `sh -c sleep 300` until the shell has
+  // exec'd the command: the answer may come first)
+  await until(`ps to show sleep 300 as pid ${pid}`, async () =>
+    new RegExp(`^\\s*${pid}\\s+sleep 300`, 'm').test((await sh(client, box, 'ps -o pid,args')).stdout));
   const p = (await list(box)).find((q) => q.pid === pid);
   assert.ok(p, 'listed');
   assert.equal(p.command, 'sleep 300');
