@@ -40,6 +40,31 @@ static const char *str_at(const redisReply *rep, size_t i)
                : "";
 }
 
+/* The host's capabilities, parsed once here from its heartbeat's caps (common/
+ * sf_hostcaps.h): {"layers": true, "builds": false, ...}, every word present, as e.caps
+ * for the scripts (state/lua) and sch_host_can. A worker from before caps published none:
+ * then, and only then, its driver's name stands for them (the jail ran team templates,
+ * built them and ran 'debian'; the qemu driver none of these). */
+static json_t *caps_json(const char *caps, const char *driver)
+{
+    unsigned bits = *caps ? sf_hostcaps_parse(caps)
+                          : !strcmp(driver, "jail") ? SF_HOSTCAP_LAYERS | SF_HOSTCAP_BUILDS |
+                                                          SF_HOSTCAP_DEBIAN
+                                                    : 0;
+    json_t *o = json_object();
+
+    for (unsigned b = 1; b & SF_HOSTCAP_ALL; b <<= 1)
+        json_object_set_new(o, sf_hostcaps_word(b), json_boolean(bits & b));
+    return o;
+}
+
+int sch_host_can(const json_t *host, unsigned cap)
+{
+    const char *w = sf_hostcaps_word(cap);
+
+    return w && json_is_true(json_object_get(json_object_get(host, "caps"), w));
+}
+
 static json_int_t int_at(const redisReply *rep, size_t i)
 {
     if (i < rep->elements && rep->element[i]->type == REDIS_REPLY_INTEGER)
@@ -47,7 +72,8 @@ static json_int_t int_at(const redisReply *rep, size_t i)
     return strtoll(str_at(rep, i), NULL, 10);
 }
 
-/* {capacity, running, mem_mib, vcpu_milli, tpl_debian, driver, ts, n, mem, vcpu, disk_mib} */
+/* {capacity, running, mem_mib, vcpu_milli, tpl_debian, driver, ts, n, mem, vcpu, disk_mib,
+ * caps} */
 static void on_view(redisAsyncContext *ac, void *r, void *priv)
 {
     redisReply *rep = r;
@@ -58,7 +84,7 @@ static void on_view(redisAsyncContext *ac, void *r, void *priv)
 
     (void)ac;
     free(v);
-    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 11) {
+    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 12) {
         hr->failed = 1;
     } else {
         running = int_at(rep, 1);
@@ -74,7 +100,8 @@ static void on_view(redisAsyncContext *ac, void *r, void *priv)
             json_object_set_new(e, "disk", json_integer(int_at(rep, 10)));
         json_object_set_new(e, "deb", json_boolean(!strcmp(str_at(rep, 4), "1")));
         json_object_set_new(e, "debb", json_boolean(!strcmp(str_at(rep, 4), "b")));
-        json_object_set_new(e, "driver", json_string(str_at(rep, 5)));
+        json_object_set_new(e, "driver", json_string(str_at(rep, 5))); /* for messages */
+        json_object_set_new(e, "caps", caps_json(str_at(rep, 11), str_at(rep, 5)));
         json_object_set_new(e, "rmem", json_integer(int_at(rep, 8)));
         json_object_set_new(e, "rvcpu", json_integer(int_at(rep, 9)));
     }

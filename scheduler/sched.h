@@ -6,6 +6,7 @@
 #include "sf_call.h"
 #include "sf_codec.h"
 #include "sf_daemon.h"
+#include "sf_hostcaps.h"
 #include "sf_jobio.h"
 #include "sf_redis.h"
 #include "sf_tools.h"
@@ -125,9 +126,13 @@ void sch_tpl_delete(sch_call *c);
 /* hosts.c: the live hosts as placement sees them, read one host per call: cb gets a JSON
  * array (borrowed) of {h, cap, running, used (the most of running and reserved), mem,
  * vcpu (absent until the worker publishes them), rmem, rvcpu (reserved), deb (has
- * 'debian'), debb (is building it), driver}, or NULL when Redis did not answer. 0, or -errno (cb not called). */
+ * 'debian'), debb (is building it), driver (its name, for messages only), caps (what its
+ * driver can do: {"layers", "builds", "snapshot_processes", "debian": true|false},
+ * common/sf_hostcaps.h)}, or NULL when Redis did not answer. 0, or -errno (cb not called). */
 typedef void (*sch_hosts_cb)(void *priv, json_t *hosts);
 int sch_hosts_read(sch_ctx *ctx, sch_hosts_cb cb, void *priv);
+/* A host of that array can do cap (SF_HOSTCAP_*): its heartbeat's caps say so. */
+int sch_host_can(const json_t *host, unsigned cap);
 
 /* reaper.c: removes dead hosts and runs tpl_join, every host_ttl_ms */
 int sch_reaper_start(sch_ctx *ctx);

@@ -73,7 +73,7 @@ static void forward_all(sch_call *c, const char *const *hosts, size_t n, int lea
 #define SF_TPL_DEBIAN_DESC \
     "Debian 12 (bookworm): python and python3, pip and venv (pip install works as root), " \
     "node and npm, git, curl, wget, procps (ps, top, free), zip/unzip, gcc/make " \
-    "(build-essential), ca-certificates. The default of sandbox_create (on jail hosts)."
+    "(build-essential), ca-certificates. The default of sandbox_create."
 #define SF_TPL_BASE_DESC \
     "A busybox user space for minimal jobs (sh, coreutils-like applets; no python, no " \
     "package manager); starts fastest. Known: busybox wget -T crashes (Debian's " \
@@ -362,8 +362,8 @@ static void on_create(redisAsyncContext *ac, void *r, void *priv)
         snprintf(text, sizeof(text), "The 'debian' template is still being built on the "
                  "hosts (a few minutes, once); retry in a minute.");
     else
-        snprintf(text, sizeof(text), "No worker host that can build templates (jail driver) "
-                 "is available; retry in a few seconds.");
+        snprintf(text, sizeof(text), "No worker host that can build templates (their heartbeat's "
+                 "caps has 'builds': the jail driver) is available; retry in a few seconds.");
     sch_call_error(c, !strcmp(verdict, "exists") || !strcmp(verdict, "nofrom") ||
                                !strcmp(verdict, "fromstatus")
                            ? SF_ERR_INVALID
@@ -371,8 +371,8 @@ static void on_create(redisAsyncContext *ac, void *r, void *priv)
                     text);
 }
 
-/* A build is a sandbox of the template's shape on each jail host (worker/tpl_build.c): a
- * shape no live jail host can give at all (its memory, CPU or disk, as it publishes them) is
+/* A build is a sandbox of the template's shape on each host that builds templates (caps builds; worker/templates/tpl_build.c): a
+ * shape no live such host can give at all (its memory, CPU or disk, as it publishes them) is
  * refused now, with the most a host offers. 1 when refused (answered). */
 static int shape_refused(sch_call *c, json_t *hosts)
 {
@@ -388,7 +388,7 @@ static int shape_refused(sch_call *c, json_t *hosts)
     json_array_foreach(hosts, i, e) {
         json_t *hm = json_object_get(e, "mem"), *hc = json_object_get(e, "vcpu"),
                *hd = json_object_get(e, "disk");
-        if (strcmp(json_string_value(json_object_get(e, "driver")) ?: "", "jail") != 0)
+        if (!sch_host_can(e, SF_HOSTCAP_BUILDS))
             continue;
         if (!hm && !hc && !hd)
             return 0; /* a host that has not said yet: the build may fit there */
@@ -404,7 +404,7 @@ static int shape_refused(sch_call *c, json_t *hosts)
             bd = json_integer_value(hd);
     }
     if (!known)
-        return 0; /* no jail host: the team's step says so */
+        return 0; /* no host that builds: the team's step says so */
     snprintf(text, sizeof(text), "No host can build a template of memory_mib %lld, vcpu %lld "
              "and disk_mib %lld: the largest a host offers is %lld MiB of memory, %lld vCPU "
              "(%lld milli) and %lld MiB of disk; ask for a smaller shape.", mem,

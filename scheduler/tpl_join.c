@@ -1,9 +1,9 @@
-/* tpl_join.c: team templates on hosts that join later. A template is built on the jail
+/* tpl_join.c: team templates on hosts that join later. A template is built on the
  * hosts live when it is created; a host that comes up later (a new worker, one back from
  * a long absence) gets every ready team template built on it too, so placement can use it
  * for them. Each reaper tick (host_ttl_ms) the scheduler reads the live hosts and each
  * one's list of templates handed to it (sf:host:{h}:tpls); a template on some live host's
- * list but not on a live jail host's own is offered to that host: tpl_join (one team slot)
+ * list but not on a live building host's own is offered to that host: tpl_join (one team slot)
  * hands it over only when it is ready, not at that host yet and its `from` is there (a
  * chain of templates follows over the next passes), marking it `building` at the host;
  * the scheduler then lists it for the host and sends the host the build (the record's job
@@ -281,7 +281,7 @@ static void offer(jpass *p, json_t *e, const char *member)
     }
 }
 
-/* Every host's list is read: each live jail host is offered what another holds. */
+/* Every host's list is read: each live host whose caps say builds is offered what another holds. */
 static void offer_all(jpass *p)
 {
     json_t *all = json_object(), *e, *l, *m;
@@ -292,8 +292,7 @@ static void offer_all(jpass *p)
         json_array_foreach(l, j, m)
             json_object_set_new(all, json_string_value(m), json_true());
     json_array_foreach(p->hosts, i, e) {
-        const char *driver = json_string_value(json_object_get(e, "driver"));
-        if (!driver || strcmp(driver, "jail") != 0 || !json_string_value(json_object_get(e, "h")))
+        if (!sch_host_can(e, SF_HOSTCAP_BUILDS) || !json_string_value(json_object_get(e, "h")))
             continue;
         l = json_object_get(p->lists, json_string_value(json_object_get(e, "h")));
         json_object_foreach(all, k, m) {

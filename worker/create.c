@@ -279,9 +279,12 @@ static int template_layers(wk_call *c, char *layers[WK_LAYERS_MAX + 1])
 
     if (!name || !strcmp(name, "base"))
         return 0;
-    if (!(c->ctx->ops->caps & WK_CAP_LAYERS)) {
-        snprintf(text, sizeof(text), "This host's %s driver runs only the 'base' template; "
-                 "create from 'base', or ask the operator for a jail host.", c->ctx->ops->name);
+    if (!strcmp(name, "debian") ? !(c->ctx->ops->caps & WK_CAP_DEBIAN)
+                                : !(c->ctx->ops->caps & WK_CAP_LAYERS)) {
+        snprintf(text, sizeof(text), "This host's %s driver runs only the %s; create from "
+                 "one of them, or ask the operator for a jail host.", c->ctx->ops->name,
+                 c->ctx->ops->caps & WK_CAP_DEBIAN ? "'base' and 'debian' templates"
+                                                   : "'base' template");
         wk_call_refuse(c, SF_ERR_INVALID, text);
         return -1;
     }
@@ -393,8 +396,9 @@ static void do_create(wk_call *c)
             return;
         }
         if (rc == -ENOTSUP) {
-            snprintf(text, sizeof(text), "This host's %s driver runs only the 'base' template; "
-                     "create from 'base', or ask the operator for a jail host.", ctx->ops->name);
+            snprintf(text, sizeof(text), "This host's %s driver runs only the 'base' and "
+                     "'debian' templates; create from one of them, or ask the operator for a "
+                     "jail host.", ctx->ops->name);
             wk_call_refuse(c, SF_ERR_INVALID, text);
             return;
         }

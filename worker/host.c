@@ -28,10 +28,11 @@ static pthread_cond_t beat_cv;
 static int beat_once(wk_ctx *ctx, redisContext *conn)
 {
     int64_t now = sf_now_ms();
-    char ts[24], cap[24], running[24], mem[24], vcpu[24], disk[24], dused[24], err[256];
+    char caps[SF_HOSTCAPS_MAX], ts[24], cap[24], running[24], mem[24], vcpu[24], disk[24];
+    char dused[24], err[256];
     char tpl[2] = {ctx->tstore ? wk_tstore_debian_state(ctx->tstore) : '0', '\0'};
-    char caps[64];
     const char *kv[] = {"id", ctx->host_id, "topic", ctx->topic, "driver", ctx->ops->name,
+                        /* what its driver can do (driver.h WK_CAP_*, sf_hostcaps.h) */
                         "caps", caps,
                         "version", WK_VERSION, "ts", ts, "running", running, "capacity", cap,
                         "mem_mib", mem, "vcpu_milli", vcpu, "disk_mib", disk,
@@ -40,11 +41,7 @@ static int beat_once(wk_ctx *ctx, redisContext *conn)
                         "tpl_debian", tpl};
     int rc;
 
-    snprintf(caps, sizeof(caps), "%s%s%s", ctx->ops->caps & WK_CAP_LAYERS ? "layers " : "",
-             ctx->ops->caps & WK_CAP_BUILDS ? "builds " : "",
-             ctx->ops->caps & WK_CAP_SNAP_PROCS ? "snapshot_processes " : "");
-    if (caps[0])
-        caps[strlen(caps) - 1] = '\0'; /* words, space-separated */
+    sf_hostcaps_format(ctx->ops->caps, caps, sizeof(caps));
     snprintf(ts, sizeof(ts), "%lld", (long long)now);
     snprintf(cap, sizeof(cap), "%lld", (long long)ctx->capacity);
     snprintf(running, sizeof(running), "%d", atomic_load(&ctx->beat.running));

@@ -5,7 +5,8 @@
 -- <vcpu> <disk or ->"), the template's record (sf:team:{t}:tpl:<template>; unused for
 -- 'base' and 'debian'). ARGV: id, template, sandbox limit, host share %, fleet share %,
 -- memory MiB, vCPU milli, the live hosts as JSON [{h, cap, used, mem, vcpu, rmem, rvcpu,
--- deb, driver}] (mem, vcpu absent until the worker publishes them), excluded hosts (JSON
+-- deb, driver, caps {layers, builds, snapshot_processes, debian}}] (mem, vcpu absent
+-- until the worker publishes them; caps: scheduler/hosts.c), excluded hosts (JSON
 -- array: hosts that refused it in this placement), the host it must go to ('' = any: a
 -- snapshot's host). The team's own limits override the
 -- three defaults. Checks the team's limits and shares, picks the host (the fewest of the
@@ -13,7 +14,7 @@
 -- 'debian': a host that has it) and reserves the team's part: {'ok', host, mem, vcpu, disk, new ('1': reserved now,
 -- '0': this id held it already: the same host)}, or {'quota', limit}, {'share', what,
 -- limit}, {'hostshare', pct}, {'notemplate'}, {'tplstatus', status}, {'pinned'},
--- {'jailonly'}, {'nodebian'}, {'full'}, {'nohost'}.
+-- {'nodebhost'} (no live host's driver runs 'debian'), {'nodebian'}, {'full'}, {'nohost'}.
 local id, tmpl = ARGV[1], ARGV[2]
 local mem, vcpu, disk = tonumber(ARGV[6]), tonumber(ARGV[7]), ''
 local held = redis.call('HGET', KEYS[3], id)
@@ -58,9 +59,9 @@ end
 local live, skip = cjson.decode(ARGV[8]), {}
 for _, h in ipairs(cjson.decode(ARGV[9])) do skip[h] = true end
 if #live == 0 then return {'nohost'} end
-local hosts, fn, fmem, fvcpu, allmem, allvcpu, anyjail = {}, 0, 0, 0, true, true, false
+local hosts, fn, fmem, fvcpu, allmem, allvcpu, anydeb = {}, 0, 0, 0, true, true, false
 for _, e in ipairs(live) do
-  if e.driver == 'jail' then anyjail = true end
+  if e.caps and e.caps.debian then anydeb = true end
   if e.cap > 0 then
     fn = fn + e.cap
     if e.mem then fmem = fmem + e.mem else allmem = false end
@@ -100,7 +101,7 @@ for _, e in ipairs(hosts) do
 end
 if not best then
   if (pin or tkey) and not fits then return {'pinned'} end
-  if needdeb and not anyjail then return {'jailonly'} end
+  if needdeb and not anydeb then return {'nodebhost'} end
   if needdeb and not fits then return {'nodebian'} end
   if fits then return {'hostshare', tostring(hshare)} end
   return {'full'}

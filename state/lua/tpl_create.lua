@@ -4,7 +4,8 @@
 -- KEYS: the template, its log, the team's names, the `from` template (unused for 'base'
 -- and 'debian'). ARGV: team, name, from, job, now, vcpu_milli, memory_mib, disk_mib,
 -- run_steps (JSON), start_cmd, ready_cmd, the team's most, the live hosts as JSON [{h,
--- driver, cap, running, deb}]. A team template is built on every live jail host that can
+-- driver, cap, running, deb, caps}]. A team template is built on every live host whose
+-- driver builds templates (caps.builds) and that can
 -- (one with 'debian' when from is debian; one where `from` is ready when it is a team
 -- template): each holds its own copy, and placement uses the hosts that have it ready
 -- (at:<host> = building for each). The lead (the host with the most room) writes the step
@@ -40,7 +41,7 @@ end
 local hosts, best, bfree, deb = {}, nil, -1, false
 for _, e in ipairs(cjson.decode(ARGV[13])) do
   local h = e.h
-  local ok = e.driver == 'jail'
+  local ok = e.caps and e.caps.builds
   if ok and fkey then
     ok = (fhost and fhost == h) or (not fhost and redis.call('HGET', fkey, 'at:' .. h) == 'ready')
   end

@@ -355,7 +355,7 @@ static void test_placement(void)
     char h[64], now[24], old[24], k[6][160], id[3][64], err[128];
     char hosts[512];
     const char *kv[] = {"capacity", "2", "running", "0", "mem_mib", "256", "vcpu_milli", "1000",
-                        "driver", "jail", "ts", now};
+                        "driver", "jail", "caps", "layers builds debian", "ts", now};
     redisReply *r;
 
     snprintf(h, sizeof(h), "plhost%d", (int)getpid());
@@ -376,8 +376,9 @@ static void test_placement(void)
     snprintf(k[1], sizeof(k[1]), "sf:host:{%s}:res", h);
     snprintf(k[2], sizeof(k[2]), "sf:host:{%s}:sandboxes", h);
     r = run(&sf_store_host_view, 2, k[0], k[1], NULL);
-    CHECK(r->elements == 11 && !strcmp(el(r, 0), "2") && !strcmp(el(r, 5), "jail") &&
-          !strcmp(el(r, 7), "0"), "host view");
+    CHECK(r->elements == 12 && !strcmp(el(r, 0), "2") && !strcmp(el(r, 5), "jail") &&
+          !strcmp(el(r, 7), "0") && !strcmp(el(r, 11), "layers builds debian"),
+          "host view (caps last)");
     freeReplyObject(r);
 
     /* the team's step: limits, the host, the team's part */
@@ -385,7 +386,8 @@ static void test_placement(void)
     snprintf(k[4], sizeof(k[4]), "sf:team:{%s}:sandboxes", team);
     snprintf(k[5], sizeof(k[5]), "sf:team:{%s}:res", team);
     snprintf(hosts, sizeof(hosts), "[{\"h\":\"%s\",\"cap\":2,\"used\":0,\"mem\":256,\"vcpu\":1000,"
-             "\"rmem\":0,\"rvcpu\":0,\"deb\":false,\"driver\":\"jail\"}]", h);
+             "\"rmem\":0,\"rvcpu\":0,\"deb\":false,\"driver\":\"jail\",\"caps\":{\"layers\":true,"
+             "\"builds\":true,\"debian\":true,\"snapshot_processes\":false}}]", h);
     {
         char tk[128];
         snprintf(tk, sizeof(tk), "sf:team:{%s}:tpl:base", team);
@@ -704,10 +706,13 @@ static void test_sessions(void)
 static void test_templates(void)
 {
     char k[4][160], now[24];
+    /* the hosts whose caps say builds get the template, never the one without (a qemu host) */
     const char *hosts = "[{\"h\":\"tplhost\",\"driver\":\"jail\",\"cap\":4,\"running\":1,"
-                        "\"deb\":false},{\"h\":\"tplhost2\",\"driver\":\"jail\",\"cap\":4,"
-                        "\"running\":2,\"deb\":false},{\"h\":\"vmhost\",\"driver\":\"qemu\","
-                        "\"cap\":9,\"running\":0,\"deb\":true}]";
+                        "\"deb\":false,\"caps\":{\"builds\":true}},{\"h\":\"tplhost2\","
+                        "\"driver\":\"jail\",\"cap\":4,\"running\":2,\"deb\":false,"
+                        "\"caps\":{\"builds\":true}},{\"h\":\"vmhost\",\"driver\":\"qemu\","
+                        "\"cap\":9,\"running\":0,\"deb\":true,\"caps\":{\"builds\":false,"
+                        "\"debian\":true}}]";
     redisReply *r;
 
     snprintf(k[0], sizeof(k[0]), "sf:team:{%s}:tpl:t1", team);

@@ -24,6 +24,7 @@
 
 #include "pool.h"
 #include "sf_agentproto.h"
+#include "sf_hostcaps.h"
 
 typedef struct wk_driver wk_driver;   /* a driver's host-wide state */
 typedef struct wk_sandbox wk_sandbox; /* one sandbox of a driver */
@@ -211,13 +212,12 @@ typedef void (*wk_snap_cb)(void *arg, int rc, uint64_t bytes, const char *why);
 
 /* What a driver can do beyond the operations every driver has (wk_driver_ops.caps). The
  * worker decides by these, never by the driver's name, and publishes them in its heartbeat
- * (`caps`: the words below, space-separated) for the scheduler. */
-#define WK_CAP_LAYERS (1u << 0)     /* "layers": runs templates' root filesystem layers (the
-                                       create's `layers`: team templates, 'debian') */
-#define WK_CAP_BUILDS (1u << 1)     /* "builds": builds team templates (the create's
-                                       `build_from`) */
-#define WK_CAP_SNAP_PROCS (1u << 2) /* "snapshot_processes": a snapshot keeps the processes
-                                       (memory and devices), not only the files */
+ * (`caps`: words, common/sf_hostcaps.h) for the scheduler. */
+#define WK_CAP_LAYERS SF_HOSTCAP_LAYERS         /* runs team templates' layers */
+#define WK_CAP_BUILDS SF_HOSTCAP_BUILDS         /* builds team templates (build_from) */
+#define WK_CAP_SNAP_PROCS SF_HOSTCAP_SNAP_PROCS /* a snapshot keeps the processes */
+#define WK_CAP_DEBIAN SF_HOSTCAP_DEBIAN         /* runs the built-in 'debian' (its layers as
+                                                   they are, or tpl_image) */
 
 typedef struct wk_driver_ops {
     const char *name;               /* for messages, logs and the heartbeat's `driver` */
@@ -294,6 +294,17 @@ typedef struct wk_driver_ops {
     /* Optional (NULL = unknown). Bytes still free on the sandbox's own disk (what its
      * writes may still use), or -errno. Blocking only as long as a statvfs. */
     int64_t (*disk_free)(const wk_sandbox *sb);
+
+    /* Optional (NULL = the driver runs a built-in template's layers as they are: the
+     * jail). The driver's own image of built-in template `name` (today 'debian'), made
+     * from its root filesystem, the directory rootfs (qemu: a guest disk and a template
+     * snapshot), built in the background: the first call for a rootfs starts the build.
+     * Any thread (the heartbeat's too); never blocks. 1: ready, creates with that
+     * template (its layers = {rootfs}) work; 0: being built; -errno + why (one sentence)
+     * when the build failed (a call WK_TPL_RETRY_S later starts it again) or name is not
+     * a template the driver makes. */
+    int (*tpl_image)(wk_driver *d, const char *name, const char *rootfs, const char **why);
 } wk_driver_ops;
+#define WK_TPL_RETRY_S 600
 
 #endif
