@@ -110,6 +110,20 @@ int cli_keys(int argc, char **argv)
     }
     if (!(rc = cli_redis()))
         return 1;
+    {
+        /* keys of the layout before the {apikeys} slot are listed and revoked like the
+         * others (state/sf_apikeys.h); the gateways and schedulers move them at start too */
+        char why[256];
+        int moved = 0;
+        if (sf_apikeys_migrate(rc, &moved, why, sizeof(why)) < 0) {
+            fprintf(stderr, "sandfleet: the API keys of the old layout could not be moved: %s\n",
+                    why);
+            redisFree(rc);
+            return 1;
+        }
+        if (moved)
+            fprintf(stderr, "moved %d API keys of the old layout to the {apikeys} slot\n", moved);
+    }
     if (!strcmp(sub, "create"))
         ret = keys_create(rc, argc - 2, argv + 2);
     else if (!strcmp(sub, "list"))

@@ -2,6 +2,7 @@
 #include "gateway.h"
 #include "oauth.h"
 #include "tools.h"
+#include "sf_apikeys.h"
 #include "sf_auth.h"
 #include "sf_log.h"
 
@@ -261,6 +262,8 @@ int main(int argc, char **argv)
     event_del(ctxs[0].d.ev_term);
     event_add(ctxs[0].d.ev_int, NULL);
     event_add(ctxs[0].d.ev_term, NULL);
+    /* keys handed out before the {apikeys} slot keep working (state/sf_apikeys.h) */
+    sf_apikeys_migrate_start(cfg.common.redis_url);
     port = (int)cfg.port;
     for (int i = 0; i < n; i++)
         if (instance_start(&ctxs[i], &port, addrs, why, sizeof(why)) < 0) {

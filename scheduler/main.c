@@ -1,5 +1,6 @@
 /* sandfleet-scheduler: parse config, build objects, run the loop, tear down. */
 #include "sched.h"
+#include "sf_apikeys.h"
 #include "sf_log.h"
 
 #include <stdio.h>
@@ -56,6 +57,9 @@ int main(int argc, char **argv)
         sf_error("msg=\"cannot load the tool schemas or the auth secret\" err=\"%s\"", why);
         goto out;
     }
+    /* batch producers' keys handed out before the {apikeys} slot keep signing
+     * (state/sf_apikeys.h) */
+    sf_apikeys_migrate_start(ctx.cfg.common.redis_url);
     if (!(ctx.redis = sf_redis_new(ctx.d.base, ctx.cfg.common.redis_url, why, sizeof(why))) ||
         !(ctx.producer = sf_kafka_producer_new(&ctx.d.kafka, why, sizeof(why))) ||
         !(ctx.consumer = sf_kafka_consumer_new(&ctx.d.kafka, "sf-scheduler", why, sizeof(why)))) {

@@ -30,6 +30,16 @@ int sf_apikeys_create(redisContext *c, const sf_apikey_rec *k, char *why, size_t
 int sf_apikeys_revoke(redisContext *c, const char *id, char *hash_out, size_t hash_size,
                       char *why, size_t whylen);
 
+/* Moves the keys of the layout before the {apikeys} slot (record sf:apikey:{<hash>}, index
+ * sf:apikeys, credential sf:pkey:{<pid>}) into today's, each through the create script,
+ * and removes the old keys: an upgraded platform keeps accepting the keys it handed out.
+ * Idempotent (a run stopped half-way is finished by the next), bounded per step (HSCAN).
+ * Run by the gateway and the scheduler at start and by `sandfleet keys`. 0 (*moved: how
+ * many), -EIO (why says what). */
+int sf_apikeys_migrate(redisContext *c, int *moved, char *why, size_t whylen);
+/* The same on a connection of its own to redis_url, logged (a daemon's start). */
+void sf_apikeys_migrate_start(const char *redis_url);
+
 /* Async (gateways). The team of the key with that hash: cb's reply is a string or nil
  * (no such key). As sf_redis_cmd: 0, or -ENOTCONN and cb is not called. */
 int sf_apikeys_team(sf_redis *r, const char *hash, redisCallbackFn *cb, void *priv);
