@@ -278,6 +278,7 @@ int main(int argc, char **argv)
         .vm_save_after_ms = (uint32_t)ctx.cfg.vm_save_after_ms,
         .vm_pool = (uint32_t)ctx.cfg.vm_pool,
     };
+    wk_host_measure(&hc); /* the host policy, once: drivers get the numbers */
     if (ctx.ops->host_init(&hc, &ctx.drv, &dwhy) < 0) {
         sf_error("msg=\"%s driver cannot start\" why=\"%s\"", ctx.ops->name, dwhy ? dwhy : "");
         goto out;

@@ -314,6 +314,7 @@ static wk_driver *host(const wk_driver_ops *ops, wk_pool *pool, const char *stat
                       .vm_save_after_ms = 0, .vm_pool = 0};
 
     mkdir(state_dir, 0700);
+    wk_host_measure(&hc); /* as the daemon does */
     if (ops->host_init(&hc, &drv, &why) < 0) {
         fprintf(stderr, "bench: %s host_init failed: %s\n", ops->name, why ? why : "");
         exit(1);

@@ -310,6 +310,7 @@ static int group_setup(void **state)
         .pool_images = 2,
     };
     t0 = sf_mono_us();
+    wk_host_measure(&hcfg); /* as the daemon does */
     rc = ops->host_init(&hcfg, &drv, &why);
     if (rc < 0) {
         fprintf(stderr, "host_init: rc=%d why=%s\n", rc, why ? why : "");

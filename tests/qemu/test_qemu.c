@@ -884,6 +884,7 @@ static int host_up(void)
                        .reserve_vcpu_milli = 500, .cpu_overcommit_pct = 1000, .nofile = 4096,
                        .vm_dir = vm_dir, .vm_save_after_ms = 0, .vm_pool = 1};
     mkdir(state_dir, 0700);
+    wk_host_measure(&hc); /* as the daemon does */
     if ((rc = ops->host_init(&hc, &drv, &why)) < 0) {
         fprintf(stderr, "qemu host_init failed: %d %s\n", rc, why ? why : "");
         return -1;

@@ -48,6 +48,17 @@ typedef struct wk_host_res {
     uint32_t slots;       /* most sandboxes the driver itself can hold (0 = no own limit) */
 } wk_host_res;
 
+/* The host's resources for this worker, with the host policy applied (reserve, share,
+ * overcommit): measured once, by the daemon, before host_init (wk_host_measure). A driver
+ * takes only its own costs off (the jail's TCP buffers on cgroup v1, QEMU's memory). */
+typedef struct wk_host_measured {
+    uint64_t mem_mib;        /* (MemTotal - reserve_mem_mib) x host_share_pct */
+    uint64_t vcpu_cap_milli; /* (CPUs x 1000 - reserve_vcpu_milli, at least 100) x share:
+                                what the worker's parent cgroup may use */
+    uint64_t vcpu_milli;     /* vcpu_cap_milli x cpu_overcommit_pct: what sandboxes may sum */
+    uint64_t disk_mib;       /* free disk under state_dir x share */
+} wk_host_measured;
+
 /* Settings a driver gets at host init. Fields a driver has no use for are ignored. */
 typedef struct wk_host_cfg {
     struct event_base *base;   /* the worker's loop */
@@ -71,7 +82,13 @@ typedef struct wk_host_cfg {
     uint32_t uid_base;         /* first host uid mapped into sandboxes (65536 each) */
     uint32_t pool_images;      /* formatted disk images kept ready */
     int teardown_stop;         /* tests only: a teardown stops itself (SIGSTOP) half-way */
+    wk_host_measured host;     /* wk_host_measure's numbers (all 0: not measured) */
 } wk_host_cfg;
+
+/* Fills cfg->host from this host (/proc/meminfo, the online CPUs, statvfs of state_dir)
+ * and cfg's policy fields (host_share_pct, reserve_*, cpu_overcommit_pct). The daemon
+ * calls it once before host_init (driver/hostres.c). */
+void wk_host_measure(wk_host_cfg *cfg);
 
 #define WK_LAYERS_MAX 8        /* root filesystem layers of one template (tstore.h) */
 

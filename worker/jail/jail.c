@@ -66,42 +66,23 @@ static int check_limits(const wk_limits *l, const char **why)
     return 0;
 }
 
-/* Host memory (MiB, from /proc/meminfo), CPUs and free disk under state_dir, and the
- * caps of the worker's parent cgroups. On v1 TCP buffers are limited apart from
- * memory (memory/8 per sandbox): the memory offered is cut so that both together fit. */
-static void measure_host(const wk_host_cfg *c, wk_host_res *res, wk_cg_caps *caps)
+/* What the host offers (the daemon measured it: cfg->host) and the caps of the worker's
+ * parent cgroups. On v1 TCP buffers are limited apart from memory (memory/8 per sandbox):
+ * the memory offered is cut so that both together fit. */
+static void host_offer(const wk_host_cfg *c, wk_host_res *res, wk_cg_caps *caps)
 {
-    uint64_t mem_kib = 0, share = c->host_share_pct ? c->host_share_pct : 100;
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    char line[256];
-    struct statvfs sv;
-    FILE *f = fopen("/proc/meminfo", "re");
-    uint64_t mem_mib, cpu;
+    uint64_t mem_mib = c->host.mem_mib;
 
-    while (f && fgets(line, sizeof(line), f))
-        if (sscanf(line, "MemTotal: %llu kB", (unsigned long long *)&mem_kib) == 1)
-            break;
-    if (f)
-        fclose(f);
-    mem_mib = mem_kib / 1024;
-    mem_mib = mem_mib > c->reserve_mem_mib ? mem_mib - c->reserve_mem_mib : 0;
-    mem_mib = mem_mib * share / 100;
-    caps->mem_bytes = mem_mib << 20;
     caps->tcp_bytes = 0;
     if (wk_cgroup_tcp_apart()) {
         mem_mib = mem_mib * WK_TCP_SHARE / (WK_TCP_SHARE + 1);
-        caps->mem_bytes = mem_mib << 20;
         caps->tcp_bytes = (mem_mib << 20) / WK_TCP_SHARE;
     }
+    caps->mem_bytes = mem_mib << 20;
     res->mem_mib = mem_mib;
-    cpu = (uint64_t)(ncpu > 0 ? ncpu : 1) * 1000;
-    cpu = cpu > c->reserve_vcpu_milli + 100 ? cpu - c->reserve_vcpu_milli : 100;
-    cpu = cpu * share / 100;
-    caps->vcpu_milli = cpu < 10 ? 10 : cpu;
-    res->vcpu_milli = cpu * (c->cpu_overcommit_pct ? c->cpu_overcommit_pct : 100) / 100;
-    res->disk_mib = 0;
-    if (statvfs(c->state_dir, &sv) == 0)
-        res->disk_mib = (uint64_t)sv.f_bavail * sv.f_frsize / (1 << 20) * share / 100;
+    caps->vcpu_milli = c->host.vcpu_cap_milli < 10 ? 10 : c->host.vcpu_cap_milli;
+    res->vcpu_milli = c->host.vcpu_milli;
+    res->disk_mib = c->host.disk_mib;
     res->slots = WK_SLOTS_MAX;
 }
 
@@ -250,7 +231,7 @@ static int jail_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
         *why = "Cannot create state_dir/sandboxes; check that state_dir is writable by root.";
         goto fail;
     }
-    measure_host(c, &d->res, &caps);
+    host_offer(c, &d->res, &caps);
     if ((rc = wk_template_ensure(d->state_dir, why)) < 0 ||
         (rc = wk_cgroup_host_init(d->host_id, &caps, why)) < 0 ||
         (rc = wk_seccomp_prog(&prog, why)) < 0 || (rc = wk_disk_host_init(d->state_dir, why)) < 0)

@@ -93,27 +93,17 @@ static uint32_t tsc_khz(void)
     return (uint32_t)(((t1 - t0) * 1000000u / ns + 500) / 1000 * 1000);
 }
 
-/* What the host offers VMs, and the caps of the worker's parent cgroups (every QEMU of
- * this worker runs under them: the platform's daemons keep their reserve). */
-static void measure_host(const wk_host_cfg *c, wk_driver *d, wk_cg_caps *caps)
+/* What the host offers VMs (the daemon measured it: cfg->host), and the caps of the
+ * worker's parent cgroups (every QEMU of this worker runs under them: the platform's
+ * daemons keep their reserve). */
+static void host_offer(const wk_host_cfg *c, wk_driver *d, wk_cg_caps *caps)
 {
-    uint64_t share = c->host_share_pct ? c->host_share_pct : 100;
-    uint64_t mem_mib = meminfo_kib("MemTotal") / 1024, cpu;
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    struct statvfs sv;
-
-    mem_mib = mem_mib > c->reserve_mem_mib ? mem_mib - c->reserve_mem_mib : 0;
-    d->res.mem_mib = mem_mib * share / 100;
-    cpu = (uint64_t)(ncpu > 0 ? ncpu : 1) * 1000;
-    cpu = cpu > c->reserve_vcpu_milli + 100 ? cpu - c->reserve_vcpu_milli : 100;
-    cpu = cpu * share / 100;
+    d->res.mem_mib = c->host.mem_mib;
     caps->mem_bytes = d->res.mem_mib << 20;
     caps->tcp_bytes = caps->mem_bytes / WK_TCP_SHARE; /* v1: QEMU opens no TCP socket */
-    caps->vcpu_milli = cpu < 10 ? 10 : cpu;
-    d->res.vcpu_milli = cpu * (c->cpu_overcommit_pct ? c->cpu_overcommit_pct : 100) / 100;
-    d->res.disk_mib = 0;
-    if (statvfs(c->state_dir, &sv) == 0)
-        d->res.disk_mib = (uint64_t)sv.f_bavail * sv.f_frsize / (1 << 20) * share / 100;
+    caps->vcpu_milli = c->host.vcpu_cap_milli < 10 ? 10 : c->host.vcpu_cap_milli;
+    d->res.vcpu_milli = c->host.vcpu_milli;
+    d->res.disk_mib = c->host.disk_mib;
     /* Each VM also costs QEMU's own memory: count it in the slots, and the pool's VMs
      * are not the sandboxes' to use. */
     {
@@ -317,7 +307,7 @@ static int qemu_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
                              d->defaults.pids_max, d->defaults.disk_mib, NULL, NULL, &d->tpl,
                              why)) < 0)
         goto fail;
-    measure_host(c, d, &caps);
+    host_offer(c, d, &caps);
     if ((rc = wk_cgroup_host_init(d->host_id, &caps, why)) < 0)
         goto fail;
     d->touched_ms = sf_mono_ms();

@@ -1,0 +1,40 @@
+/* hostres.c: the host's resources under the host policy, measured once by the daemon
+ * (driver.h wk_host_measure); drivers take their own costs off what it gives them. */
+#include "driver.h"
+
+#include <stdio.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+static uint64_t mem_total_kib(void)
+{
+    unsigned long long kib = 0;
+    char line[256];
+    FILE *f = fopen("/proc/meminfo", "re");
+
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "MemTotal: %llu kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kib;
+}
+
+void wk_host_measure(wk_host_cfg *c)
+{
+    uint64_t share = c->host_share_pct ? c->host_share_pct : 100;
+    uint64_t mem_mib = mem_total_kib() / 1024, cpu;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    struct statvfs sv;
+
+    mem_mib = mem_mib > c->reserve_mem_mib ? mem_mib - c->reserve_mem_mib : 0;
+    c->host.mem_mib = mem_mib * share / 100;
+    cpu = (uint64_t)(ncpu > 0 ? ncpu : 1) * 1000;
+    cpu = cpu > c->reserve_vcpu_milli + 100 ? cpu - c->reserve_vcpu_milli : 100;
+    cpu = cpu * share / 100;
+    c->host.vcpu_cap_milli = cpu;
+    c->host.vcpu_milli = cpu * (c->cpu_overcommit_pct ? c->cpu_overcommit_pct : 100) / 100;
+    c->host.disk_mib = 0;
+    if (c->state_dir && statvfs(c->state_dir, &sv) == 0)
+        c->host.disk_mib = (uint64_t)sv.f_bavail * sv.f_frsize / (1 << 20) * share / 100;
+}
