@@ -56,7 +56,8 @@ typedef struct wk_host_measured {
     uint64_t vcpu_cap_milli; /* (CPUs x 1000 - reserve_vcpu_milli, at least 100) x share:
                                 what the worker's parent cgroup may use */
     uint64_t vcpu_milli;     /* vcpu_cap_milli x cpu_overcommit_pct: what sandboxes may sum */
-    uint64_t disk_mib;       /* free disk under state_dir x share */
+    uint64_t disk_mib;       /* free disk under state_dir (or its nearest existing
+                                folder, before host_init makes it) x share */
 } wk_host_measured;
 
 /* Settings a driver gets at host init. Fields a driver has no use for are ignored. */
