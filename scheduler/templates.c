@@ -362,8 +362,8 @@ static void on_create(redisAsyncContext *ac, void *r, void *priv)
         snprintf(text, sizeof(text), "The 'debian' template is still being built on the "
                  "hosts (a few minutes, once); retry in a minute.");
     else
-        snprintf(text, sizeof(text), "No worker host that can build templates (their heartbeat's "
-                 "caps has 'builds': the jail driver) is available; retry in a few seconds.");
+        snprintf(text, sizeof(text), "No worker host that can build templates (jail driver) "
+                 "is available; retry in a few seconds.");
     sch_call_error(c, !strcmp(verdict, "exists") || !strcmp(verdict, "nofrom") ||
                                !strcmp(verdict, "fromstatus")
                            ? SF_ERR_INVALID
