@@ -185,7 +185,7 @@ S(place_team,
   "end\n"
   "local best, bn, bfree, fits = nil, 0, 0, false\n"
   "for _, e in ipairs(hosts) do\n"
-  "  if not holds(e.h) or (needdeb and not e.deb) or skip[e.h] then\n"
+  "  if not holds(e.h) or (needdeb and not (e.deb and e.sdeb)) or skip[e.h] then\n"
   "  elseif e.used < e.cap and (not e.mem or e.rmem + mem <= e.mem) and\n"
   "     (not e.vcpu or e.rvcpu + vcpu <= e.vcpu) then\n"
   "    fits = true\n"
