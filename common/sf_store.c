@@ -105,7 +105,7 @@ S(team_release,
  * <vcpu> <disk or ->"), the template's record (sf:team:{t}:tpl:<template>; unused for
  * 'base' and 'debian'). ARGV: id, template, sandbox limit, host share %, fleet share %,
  * memory MiB, vCPU milli, the live hosts as JSON [{h, cap, used, mem, vcpu, rmem, rvcpu,
- * deb, driver}] (mem, vcpu absent until the worker publishes them), excluded hosts (JSON
+ * deb, driver, sdeb (its driver runs 'debian')}] (mem, vcpu absent until the worker publishes them), excluded hosts (JSON
  * array: hosts that refused it in this placement), the host it must go to ('' = any: a
  * snapshot's host). The team's own limits override the
  * three defaults. Checks the team's limits and shares, picks the host (the fewest of the
@@ -113,7 +113,7 @@ S(team_release,
  * 'debian': a host that has it) and reserves the team's part: {'ok', host, mem, vcpu, disk, new ('1': reserved now,
  * '0': this id held it already: the same host)}, or {'quota', limit}, {'share', what,
  * limit}, {'hostshare', pct}, {'notemplate'}, {'tplstatus', status}, {'pinned'},
- * {'jailonly'}, {'nodebian'}, {'full'}, {'nohost'}. */
+ * {'nodebhost'} (no live host's driver runs 'debian'), {'nodebian'}, {'full'}, {'nohost'}. */
 S(place_team,
   "#!lua\n"
   "local id, tmpl = ARGV[1], ARGV[2]\n"
@@ -161,9 +161,9 @@ S(place_team,
   "local live, skip = cjson.decode(ARGV[8]), {}\n"
   "for _, h in ipairs(cjson.decode(ARGV[9])) do skip[h] = true end\n"
   "if #live == 0 then return {'nohost'} end\n"
-  "local hosts, fn, fmem, fvcpu, allmem, allvcpu, anyjail = {}, 0, 0, 0, true, true, false\n"
+  "local hosts, fn, fmem, fvcpu, allmem, allvcpu, anydeb = {}, 0, 0, 0, true, true, false\n"
   "for _, e in ipairs(live) do\n"
-  "  if e.driver == 'jail' then anyjail = true end\n"
+  "  if e.sdeb then anydeb = true end\n"
   "  if e.cap > 0 then\n"
   "    fn = fn + e.cap\n"
   "    if e.mem then fmem = fmem + e.mem else allmem = false end\n"
@@ -185,7 +185,7 @@ S(place_team,
   "end\n"
   "local best, bn, bfree, fits = nil, 0, 0, false\n"
   "for _, e in ipairs(hosts) do\n"
-  "  if not holds(e.h) or (needdeb and not e.deb) or skip[e.h] then\n"
+  "  if not holds(e.h) or (needdeb and not (e.deb and e.sdeb)) or skip[e.h] then\n"
   "  elseif e.used < e.cap and (not e.mem or e.rmem + mem <= e.mem) and\n"
   "     (not e.vcpu or e.rvcpu + vcpu <= e.vcpu) then\n"
   "    fits = true\n"
@@ -203,7 +203,7 @@ S(place_team,
   "end\n"
   "if not best then\n"
   "  if (pin or tkey) and not fits then return {'pinned'} end\n"
-  "  if needdeb and not anyjail then return {'jailonly'} end\n"
+  "  if needdeb and not anydeb then return {'nodebhost'} end\n"
   "  if needdeb and not fits then return {'nodebian'} end\n"
   "  if fits then return {'hostshare', tostring(hshare)} end\n"
   "  return {'full'}\n"
@@ -227,18 +227,18 @@ S(host_release,
 
 /* KEYS: the host's hash, res. What placement reads of a host: {capacity, running, mem_mib,
  * vcpu_milli, tpl_debian, driver, ts ('' when absent), reserved count, MiB, vCPU milli,
- * disk_mib ('' when absent)}. */
+ * disk_mib ('' when absent), caps ('' when absent: a worker from before them)}. */
 S(host_view,
   "#!lua flags=no-writes\n"
   "local v = redis.call('HMGET', KEYS[1], 'capacity', 'running', 'mem_mib', 'vcpu_milli', "
-  "'tpl_debian', 'driver', 'ts', 'disk_mib')\n"
+  "'tpl_debian', 'driver', 'ts', 'disk_mib', 'caps')\n"
   "local n, m, c = 0, 0, 0\n"
   "for _, e in ipairs(redis.call('HVALS', KEYS[2])) do\n"
   "  local a, b = string.match(e, '^(%d+) (%d+)')\n"
   "  if a then n, m, c = n + 1, m + tonumber(a), c + tonumber(b) end\n"
   "end\n"
-  "for i = 1, 8 do v[i] = v[i] or '' end\n"
-  "return {v[1], v[2], v[3], v[4], v[5], v[6], v[7], n, m, c, v[8]}\n");
+  "for i = 1, 9 do v[i] = v[i] or '' end\n"
+  "return {v[1], v[2], v[3], v[4], v[5], v[6], v[7], n, m, c, v[8], v[9]}\n");
 
 /* Placement's host step. KEYS: the host's hash, res, sandboxes. ARGV: id, memory MiB,
  * vCPU milli, now, host_ttl. Re-checks what placement read: the host is live and the

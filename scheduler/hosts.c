@@ -40,6 +40,20 @@ static const char *str_at(const redisReply *rep, size_t i)
                : "";
 }
 
+/* The host's heartbeat names cap in its caps (space-separated words). A worker from
+ * before caps published none: its driver says it (only the jail ran 'debian' then). */
+static int caps_has(const char *caps, const char *driver, const char *cap)
+{
+    size_t n = strlen(cap);
+
+    if (!*caps)
+        return !strcmp(cap, "debian") && !strcmp(driver, "jail");
+    for (const char *p = caps; (p = strstr(p, cap)); p += n)
+        if ((p == caps || p[-1] == ' ') && (p[n] == '\0' || p[n] == ' '))
+            return 1;
+    return 0;
+}
+
 static json_int_t int_at(const redisReply *rep, size_t i)
 {
     if (i < rep->elements && rep->element[i]->type == REDIS_REPLY_INTEGER)
@@ -47,7 +61,8 @@ static json_int_t int_at(const redisReply *rep, size_t i)
     return strtoll(str_at(rep, i), NULL, 10);
 }
 
-/* {capacity, running, mem_mib, vcpu_milli, tpl_debian, driver, ts, n, mem, vcpu, disk_mib} */
+/* {capacity, running, mem_mib, vcpu_milli, tpl_debian, driver, ts, n, mem, vcpu, disk_mib,
+ * caps} */
 static void on_view(redisAsyncContext *ac, void *r, void *priv)
 {
     redisReply *rep = r;
@@ -58,7 +73,7 @@ static void on_view(redisAsyncContext *ac, void *r, void *priv)
 
     (void)ac;
     free(v);
-    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 11) {
+    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 12) {
         hr->failed = 1;
     } else {
         running = int_at(rep, 1);
@@ -75,6 +90,10 @@ static void on_view(redisAsyncContext *ac, void *r, void *priv)
         json_object_set_new(e, "deb", json_boolean(!strcmp(str_at(rep, 4), "1")));
         json_object_set_new(e, "debb", json_boolean(!strcmp(str_at(rep, 4), "b")));
         json_object_set_new(e, "driver", json_string(str_at(rep, 5)));
+        /* its driver runs 'debian': the capability it publishes (a worker from before
+         * capabilities: the jail did) */
+        json_object_set_new(e, "sdeb", json_boolean(caps_has(str_at(rep, 11), str_at(rep, 5),
+                                                                 "debian")));
         json_object_set_new(e, "rmem", json_integer(int_at(rep, 8)));
         json_object_set_new(e, "rvcpu", json_integer(int_at(rep, 9)));
     }

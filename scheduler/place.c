@@ -101,9 +101,10 @@ static void refuse(sch_call *c, redisReply *rep)
         sch_reply_error(c, SF_ERR_UNAVAILABLE, text);
         return;
     }
-    if (!strcmp(verdict, "jailonly")) {
-        sch_reply_error(c, SF_ERR_INVALID, "No host here runs the jail driver, and the qemu "
-                        "driver runs only the 'base' template; create from 'base'.");
+    if (!strcmp(verdict, "nodebhost")) {
+        sch_reply_error(c, SF_ERR_INVALID, "No live worker host here runs the 'debian' "
+                        "template (their workers predate it); create from 'base', or ask the "
+                        "operator to update the workers.");
         return;
     }
     if (!strcmp(verdict, "nodebian")) {
@@ -414,18 +415,16 @@ static void on_hosts(void *priv, json_t *hosts)
             op->deb_building |= json_is_true(json_object_get(e, "debb"));
     }
     if (!tmpl) {
-        /* the default: 'debian', or 'base' on a fleet of qemu hosts only (and for a
-         * snapshot's create, whose tree is its own); the worker gets the choice */
+        /* the default: 'debian' when a live host's driver runs it (both drivers do:
+         * their heartbeat's caps), else 'base' (and for a snapshot's create, whose tree is
+         * its own); the worker gets the choice */
         size_t i;
         json_t *e;
-        const char *d;
         tmpl = "base";
-        json_array_foreach(hosts, i, e) {
-            d = json_string_value(json_object_get(e, "driver"));
-            if (!c->pin[0] && !strcmp(cfg->default_template, "debian") && d &&
-                !strcmp(d, "jail"))
+        json_array_foreach(hosts, i, e)
+            if (!c->pin[0] && !strcmp(cfg->default_template, "debian") &&
+                json_is_true(json_object_get(e, "sdeb")))
                 tmpl = "debian";
-        }
         json_object_set_new(c->job.args, "from_template", json_string(tmpl));
     }
     snprintf(k[0], sizeof(k[0]), SF_RK_TEAM_LIMITS, c->job.team);

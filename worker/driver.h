@@ -209,8 +209,13 @@ typedef void (*wk_op_cb)(void *arg, int rc, const char *why);
 typedef void (*wk_file_cb)(void *arg, const wk_file_result *res); /* res valid during the call */
 typedef void (*wk_snap_cb)(void *arg, int rc, uint64_t bytes, const char *why);
 
+/* What a driver can do beyond base (wk_driver_ops.caps; the heartbeat publishes them). */
+#define WK_CAP_DEBIAN 1u   /* runs the built-in 'debian' (its layers, or tpl_image) */
+#define WK_CAP_TEAMS 2u    /* runs and builds team templates (any layers, build_from) */
+
 typedef struct wk_driver_ops {
     const char *name;
+    unsigned caps;             /* WK_CAP_* */
 
     /* One-time host set-up (needs what the driver needs: root, /dev/kvm...): removes
      * what an earlier run of this worker left (its sandboxes are lost), prepares
@@ -283,7 +288,18 @@ typedef struct wk_driver_ops {
     /* Optional (NULL = unknown). Bytes still free on the sandbox's own disk (what its
      * writes may still use), or -errno. Blocking only as long as a statvfs. */
     int64_t (*disk_free)(const wk_sandbox *sb);
+
+    /* Optional (NULL = the driver runs a built-in template's layers as they are: the
+     * jail). The driver's own image of built-in template `name` (today 'debian'), made
+     * from its root filesystem, the directory rootfs (qemu: a guest disk and a template
+     * snapshot), built in the background: the first call for a rootfs starts the build.
+     * Any thread (the heartbeat's too); never blocks. 1: ready, creates with that
+     * template (its layers = {rootfs}) work; 0: being built; -errno + why (one sentence)
+     * when the build failed (a call WK_TPL_RETRY_S later starts it again) or name is not
+     * a template the driver makes. */
+    int (*tpl_image)(wk_driver *d, const char *name, const char *rootfs, const char **why);
 } wk_driver_ops;
+#define WK_TPL_RETRY_S 600
 
 /* Gives every file under root (not crossing mounts) whose uid/gid is in [from, from+65536)
  * to to + (id - from), and every other id to to + 65534; set-id bits survive. Blocking.

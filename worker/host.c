@@ -28,16 +28,21 @@ static pthread_cond_t beat_cv;
 static int beat_once(wk_ctx *ctx, redisContext *conn)
 {
     int64_t now = sf_now_ms();
-    char ts[24], cap[24], running[24], mem[24], vcpu[24], disk[24], dused[24], err[256];
+    char caps[32], ts[24], cap[24], running[24], mem[24], vcpu[24], disk[24], dused[24], err[256];
     char tpl[2] = {ctx->tstore ? wk_tstore_debian_state(ctx->tstore) : '0', '\0'};
     const char *kv[] = {"id", ctx->host_id, "topic", ctx->topic, "driver", ctx->ops->name,
                         "version", WK_VERSION, "ts", ts, "running", running, "capacity", cap,
                         "mem_mib", mem, "vcpu_milli", vcpu, "disk_mib", disk,
                         "disk_used_mib", dused,
                         /* 'debian' is on this host (placement prefers such hosts) */
-                        "tpl_debian", tpl};
+                        "tpl_debian", tpl,
+                        /* what its driver can run beyond base (driver.h WK_CAP_*) */
+                        "caps", caps};
     int rc;
 
+    snprintf(caps, sizeof(caps), "%s%s%s", ctx->ops->caps & WK_CAP_DEBIAN ? "debian" : "",
+             (ctx->ops->caps & WK_CAP_DEBIAN) && (ctx->ops->caps & WK_CAP_TEAMS) ? " " : "",
+             ctx->ops->caps & WK_CAP_TEAMS ? "teams" : "");
     snprintf(ts, sizeof(ts), "%lld", (long long)now);
     snprintf(cap, sizeof(cap), "%lld", (long long)ctx->capacity);
     snprintf(running, sizeof(running), "%d", atomic_load(&ctx->beat.running));

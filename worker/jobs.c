@@ -705,9 +705,10 @@ static int template_layers(wk_call *c, char *layers[WK_LAYERS_MAX + 1])
 
     if (!name || !strcmp(name, "base"))
         return 0;
-    if (!strcmp(c->ctx->ops->name, "qemu")) {
-        snprintf(text, sizeof(text), "This host's qemu driver runs only the 'base' template; "
-                 "create from 'base', or ask the operator for a jail host.");
+    if (!(c->ctx->ops->caps & WK_CAP_TEAMS) && strcmp(name, "debian") != 0) {
+        snprintf(text, sizeof(text), "This host's %s driver runs only the 'base' and 'debian' "
+                 "templates; create from one of them, or ask the operator for a jail host.",
+                 c->ctx->ops->name);
         refuse(c, SF_ERR_INVALID, text);
         return -1;
     }
@@ -819,8 +820,9 @@ static void do_create(wk_call *c)
             return;
         }
         if (rc == -ENOTSUP) {
-            snprintf(text, sizeof(text), "This host's %s driver runs only the 'base' template; "
-                     "create from 'base', or ask the operator for a jail host.", ctx->ops->name);
+            snprintf(text, sizeof(text), "This host's %s driver runs only the 'base' and "
+                     "'debian' templates; create from one of them, or ask the operator for a "
+                     "jail host.", ctx->ops->name);
             refuse(c, SF_ERR_INVALID, text);
             return;
         }

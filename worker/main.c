@@ -283,7 +283,7 @@ int main(int argc, char **argv)
         goto out;
     }
     ctx.ops->host_res(ctx.drv, &ctx.res);
-    if (wk_tstore_new(ctx.cfg.templates_dir, ctx.cfg.state_dir, !strcmp(ctx.ops->name, "jail"),
+    if (wk_tstore_new(ctx.cfg.templates_dir, ctx.cfg.state_dir, ctx.ops, ctx.drv,
                       &ctx.tstore) < 0) {
         sf_error("msg=\"templates_dir must be an absolute path\" templates_dir=%s",
                  ctx.cfg.templates_dir);
@@ -343,9 +343,10 @@ out:
         event_base_loopexit(ctx.d.base, &grace);
         event_base_dispatch(ctx.d.base);
     }
+    wk_tstore_free(ctx.tstore); /* (before the driver: its build may call tpl_image) */
+    ctx.tstore = NULL;
     if (ctx.ops && ctx.drv)
         ctx.ops->host_fini(ctx.drv);
-    wk_tstore_free(ctx.tstore);
     wk_pool_free(ctx.pool);
     wk_tpl_build_free_all();
     sf_redis_free(ctx.redis);

@@ -17,6 +17,7 @@
 
 #include "qemu.h"
 #include "qemu_int.h"
+#include "safefs.h"
 #include "sf_log.h"
 #include "sf_util.h"
 
@@ -170,6 +171,8 @@ static void on_pressure_tick(evutil_socket_t fd, short what, void *arg)
 
     if (sf_mono_ms() - d->touched_ms > 3600 * 1000) {
         wk_qtpl_touch(&d->tpl);
+        if (atomic_load(&d->deb_ready))
+            wk_qtpl_touch(&d->deb_tpl);
         d->touched_ms = sf_mono_ms();
     }
     if (!d->vms)
@@ -258,6 +261,15 @@ static int qemu_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
         return -ENOMEM;
     }
     copy_str(d->host_id, sizeof(d->host_id), c->host_id);
+    if (copy_str(d->agent, sizeof(d->agent), c->agent_path) < 0) {
+        free(d);
+        *why = "agent_path is too long.";
+        return -ENAMETOOLONG;
+    }
+    pthread_mutex_init(&d->deb_mu, NULL);
+    atomic_init(&d->deb_ready, 0);
+    atomic_init(&d->deb_ctl.stop, 0);
+    atomic_init(&d->deb_ctl.pid, 0);
     d->base = c->base;
     d->pool = c->pool;
     d->defaults = c->defaults;
@@ -305,7 +317,8 @@ static int qemu_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
         goto fail;
     }
     if ((rc = wk_qtpl_ensure(&d->cfg, rootfs, c->agent_path, d->defaults.memory_mib, 1,
-                             d->defaults.pids_max, d->defaults.disk_mib, &d->tpl, why)) < 0)
+                             d->defaults.pids_max, d->defaults.disk_mib, NULL, NULL, &d->tpl,
+                             why)) < 0)
         goto fail;
     measure_host(c, d, &caps);
     if ((rc = wk_cgroup_host_init(d->host_id, &caps, why)) < 0)
@@ -336,8 +349,142 @@ fail:
     if (d->ev_pressure)
         event_free(d->ev_pressure);
     wk_qpool_stop(d);
+    pthread_mutex_destroy(&d->deb_mu);
     free(d);
     return rc;
+}
+
+/* ---- 'debian' (driver.h tpl_image) -------------------------------------------- */
+
+/* What names the debian tree's content: its version stamp (etc/sandfleet-template, read
+ * inside the tree) and that file's identity (a rebuilt tree has a new one). */
+static int deb_tree_key(const char *rootfs, char *buf, size_t n)
+{
+    int root = wk_sfs_root(rootfs), rc;
+    char *v = NULL;
+    size_t len = 0;
+    struct stat st;
+
+    if (root < 0)
+        return root;
+    if ((rc = wk_sfs_read_file(root, "etc/sandfleet-template", 64, &v, &len, WK_SFS_AUTO)) < 0 ||
+        (rc = wk_sfs_stat(root, "etc/sandfleet-template", &st, WK_SFS_AUTO)) < 0) {
+        close(root);
+        free(v);
+        return rc;
+    }
+    close(root);
+    v[strcspn(v, "\n")] = '\0';
+    for (char *p = v; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') || *p == '.' || *p == '-'))
+            *p = '_';
+    rc = snprintf(buf, n, "debian-v%s-%llu.%lld", v, (unsigned long long)st.st_ino,
+                  (long long)st.st_mtime);
+    free(v);
+    return rc < 0 || (size_t)rc >= n ? -ENAMETOOLONG : 0;
+}
+
+/* The thread: the guest of the debian tree and its template snapshot (the same shape
+ * as base's), minutes under TCG. */
+static void *deb_build(void *arg)
+{
+    wk_driver *d = arg;
+    char key[128];
+    const char *why = NULL;
+    wk_qtpl t;
+    int64_t t0 = sf_mono_ms();
+    int rc;
+
+    sf_info("msg=\"building the debian guest image and its template snapshot (minutes under "
+            "TCG, once per host)\" rootfs=%s", d->deb_rootfs);
+    if ((rc = deb_tree_key(d->deb_rootfs, key, sizeof(key))) < 0)
+        why = "The 'debian' template's tree has no readable version stamp "
+              "(etc/sandfleet-template); remove templates_dir/debian/rootfs to rebuild it.";
+    else
+        rc = wk_qtpl_ensure(&d->cfg, d->deb_rootfs, d->agent, d->defaults.memory_mib, 1,
+                            d->defaults.pids_max, d->defaults.disk_mib, key, &d->deb_ctl, &t,
+                            &why);
+    pthread_mutex_lock(&d->deb_mu);
+    if (rc == 0) {
+        d->deb_tpl = t;
+        d->deb_state = WK_QDEB_READY;
+        atomic_store(&d->deb_ready, 1);
+        sf_info("msg=\"template ready\" template=debian driver=qemu dir=%s ms=%lld", t.dir,
+                (long long)(sf_mono_ms() - t0));
+    } else {
+        d->deb_state = WK_QDEB_FAILED;
+        d->deb_failed_at = time(NULL);
+        d->deb_why = rc == -ECANCELED ? "The worker is stopping."
+                     : "The 'debian' guest image could not be built on this host (its reason "
+                       "is in the worker log); use 'base', or retry in 10 minutes.";
+        sf_error("msg=\"building the debian guest image failed\" rc=%d why=\"%s\"", rc,
+                 why ? why : "");
+    }
+    pthread_mutex_unlock(&d->deb_mu);
+    return NULL;
+}
+
+static int qemu_tpl_image(wk_driver *d, const char *name, const char *rootfs, const char **why)
+{
+    int rc;
+
+    *why = NULL;
+    if (strcmp(name, "debian") != 0) {
+        *why = "This host's qemu driver runs only the 'base' and 'debian' templates.";
+        return -ENOTSUP;
+    }
+    pthread_mutex_lock(&d->deb_mu);
+    switch (d->deb_state) {
+    case WK_QDEB_READY:
+        rc = 1;
+        break;
+    case WK_QDEB_BUILDING:
+        rc = 0;
+        break;
+    case WK_QDEB_FAILED:
+        if (atomic_load(&d->deb_ctl.stop) || time(NULL) - d->deb_failed_at < WK_TPL_RETRY_S) {
+            *why = d->deb_why;
+            rc = -EIO;
+            break;
+        }
+        __attribute__((fallthrough)); /* tried again */
+    default:
+        if (copy_str(d->deb_rootfs, sizeof(d->deb_rootfs), rootfs) < 0) {
+            *why = "templates_dir is too long; use a shorter path.";
+            rc = -ENAMETOOLONG;
+            break;
+        }
+        if (d->deb_th_started)
+            pthread_join(d->deb_th, NULL); /* the failed build's thread ended */
+        d->deb_th_started = 0;
+        d->deb_state = WK_QDEB_BUILDING;
+        if (pthread_create(&d->deb_th, NULL, deb_build, d) != 0) {
+            d->deb_state = WK_QDEB_FAILED;
+            d->deb_failed_at = time(NULL);
+            d->deb_why = *why = "The worker cannot start a thread; check its limits.";
+            rc = -EAGAIN;
+            break;
+        }
+        d->deb_th_started = 1;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&d->deb_mu);
+    return rc;
+}
+
+/* Stops a debian build under way (its builder's process group, its QEMU) and waits. */
+static void deb_stop(wk_driver *d)
+{
+    int pid;
+
+    pthread_mutex_lock(&d->deb_mu);
+    atomic_store(&d->deb_ctl.stop, 1);
+    if ((pid = atomic_load(&d->deb_ctl.pid)) > 0)
+        kill(-pid, SIGTERM);
+    pthread_mutex_unlock(&d->deb_mu);
+    if (d->deb_th_started)
+        pthread_join(d->deb_th, NULL);
+    d->deb_th_started = 0;
 }
 
 static void qemu_host_res(const wk_driver *d, wk_host_res *res)
@@ -357,6 +504,7 @@ static void qemu_host_fini(wk_driver *d)
 
     if (!d)
         return;
+    deb_stop(d);
     if (d->ev_pressure)
         event_free(d->ev_pressure);
     d->ev_pressure = NULL;
@@ -377,6 +525,7 @@ static void qemu_host_fini(wk_driver *d)
                 d->n_vms);
         return; /* d stays allocated: their late callbacks still reach it */
     }
+    pthread_mutex_destroy(&d->deb_mu);
     free(d);
 }
 
@@ -386,8 +535,12 @@ static int qemu_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, 
 
     if (!req->id || !sf_id_valid(req->id) || !cb)
         return -EINVAL;
-    if (req->layers || req->build_from) /* its guest image is built from 'base' only (README: Templates) */
+    if (req->build_from) /* no team templates (README: Templates) */
         return -ENOTSUP;
+    if (req->layers && (!req->template || strcmp(req->template, "debian") != 0))
+        return -ENOTSUP; /* 'base' and 'debian' only: a guest image each */
+    if (req->layers && !atomic_load(&d->deb_ready))
+        return -EAGAIN; /* (the worker asked tpl_image first) */
     if (!r.limits.memory_mib)
         r.limits.memory_mib = d->defaults.memory_mib;
     if (!r.limits.vcpu_milli)
@@ -420,6 +573,7 @@ static int qemu_netns(const wk_sandbox *sb)
 
 const wk_driver_ops wk_qemu_driver = {
     .name = "qemu",
+    .caps = WK_CAP_DEBIAN, /* 'debian' through tpl_image; no team templates */
     .host_init = qemu_host_init,
     .host_res = qemu_host_res,
     .host_fini = qemu_host_fini,
@@ -433,4 +587,5 @@ const wk_driver_ops wk_qemu_driver = {
     .resume = wk_qvm_resume,
     .netns = qemu_netns,
     .snapshot = wk_qvm_snapshot,
+    .tpl_image = qemu_tpl_image,
 };

@@ -13,6 +13,8 @@
 
 #include <event2/event.h>
 #include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -117,12 +119,23 @@ char **wk_qargs(const wk_qemu_cfg *c, const wk_qtpl *t, int mode, const char *di
                 const char *console);
 void wk_qargs_free(char **argv);
 
-/* Builds (blocking: tens of seconds under TCG) or finds the template snapshot for
- * the given shape; fills *t. Runs worker/vm/build-guest for the guest. Serialized
- * between workers of one host by a lock file. 0 or -errno + *why. */
+/* A build off the loop (the 'debian' image): stop set makes it give up soon (-ECANCELED;
+ * the builder's process group, in pid, is sent SIGTERM by whoever sets stop). */
+typedef struct wk_qtpl_ctl {
+    atomic_int stop;
+    atomic_int pid;
+} wk_qtpl_ctl;
+
+/* Builds (blocking: tens of seconds under TCG; minutes for 'debian') or finds the
+ * template snapshot of the root filesystem rootfs for the given shape; fills *t. Runs
+ * worker/vm/build-guest for the guest (its disk: the tree plus disk_mib free). tree_key:
+ * NULL (the tree is hashed: small trees) or a string naming the tree's content (the
+ * 'debian' template's version stamp), which keys its guest instead. ctl: NULL (host
+ * init) or the stop of a build on its own thread. Serialized between workers of one host
+ * by a lock file. 0 or -errno + *why. */
 int wk_qtpl_ensure(const wk_qemu_cfg *c, const char *rootfs, const char *agent,
                    uint32_t memory_mib, uint32_t vcpus, uint32_t pids_max, uint32_t disk_mib,
-                   wk_qtpl *t, const char **why);
+                   const char *tree_key, wk_qtpl_ctl *ctl, wk_qtpl *t, const char **why);
 /* Marks the template and its guest as in use now (host init does; then hourly). */
 void wk_qtpl_touch(const wk_qtpl *t);
 #define WK_QTPL_KEEP_S (24 * 3600) /* a template or guest no worker marked this long goes
@@ -139,7 +152,21 @@ struct wk_driver {
     char host_id[64];            /* names the worker's parent cgroups */
     wk_pool *pool;
     wk_qemu_cfg cfg;
-    wk_qtpl tpl;
+    wk_qtpl tpl;                 /* 'base' (the pool's) */
+    char agent[WK_QEMU_PATH_MAX];
+    /* 'debian' (driver.h tpl_image): its guest and template snapshot, made on a thread of
+     * its own from templates_dir/debian/rootfs. deb_mu guards the deb_* fields but deb_tpl,
+     * which the thread fills before deb_ready is set and which is read-only after. */
+    pthread_mutex_t deb_mu;
+    pthread_t deb_th;
+    int deb_th_started;
+    int deb_state;               /* WK_QDEB_* */
+    int64_t deb_failed_at;       /* s */
+    const char *deb_why;         /* FAILED: why (a static sentence) */
+    char deb_rootfs[WK_QEMU_PATH_MAX];
+    wk_qtpl_ctl deb_ctl;
+    atomic_int deb_ready;        /* the loop's look: deb_tpl is usable */
+    wk_qtpl deb_tpl;
     wk_limits defaults;          /* every field set */
     wk_host_res res;
     uint32_t create_timeout_ms;  /* restore until the agent answered */
@@ -155,9 +182,12 @@ struct wk_driver {
     struct event *ev_pool;
 };
 
+enum { WK_QDEB_NONE, WK_QDEB_BUILDING, WK_QDEB_READY, WK_QDEB_FAILED };
+
 #define WK_QPOOL_RETRY_MS 10000  /* after a pool VM failed to come up */
 #define WK_QEMU_OVERHEAD_MIB 128 /* a VM's cgroup: its RAM + this for QEMU itself (TCG:
                                     ~45 MiB seen) */
+#define WK_QEMU_TCG_ACCEL "tcg,tb-size=64" /* its translation cache (MiB), within the overhead */
 #define WK_QEMU_PIDS 256         /* a VM's cgroup: QEMU's threads (its I/O pool grows to 64) */
 
 /* ---- qemu_vm.c: one microVM ------------------------------------------------ */

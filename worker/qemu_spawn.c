@@ -340,7 +340,10 @@ char **wk_qargs(const wk_qemu_cfg *c, const wk_qtpl *t, int mode, const char *di
     add(&b, "-M");
     add(&b, "microvm,pit=on,pic=on,rtc=on,isa-serial=on,memory-backend=ram0");
     add(&b, "-accel");
-    add(&b, "%s", c->kvm ? "kvm" : "tcg");
+    /* TCG's translation cache is 1 GiB by default, filled as the guest runs new code
+     * (python, node, gcc in 'debian'): bounded, so QEMU stays within the VM cgroup's
+     * WK_QEMU_OVERHEAD_MIB beside the guest's RAM (it was OOM-killed there). */
+    add(&b, "%s", c->kvm ? "kvm" : WK_QEMU_TCG_ACCEL);
     if (c->kvm) {
         add(&b, "-cpu");
         add(&b, "host,-arch-capabilities");

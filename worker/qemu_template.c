@@ -41,9 +41,12 @@ extern char **environ;
 
 /* ---- small blocking helpers (host init only) ------------------------------- */
 
-/* Runs argv, waits; its stdout into out (NUL-terminated, may be NULL). 0 or -errno. */
-static int run(char *const argv[], char *out, size_t out_n)
+/* Runs argv, waits; its stdout into out (NUL-terminated, may be NULL). ctl: NULL, or it
+ * runs in a process group of its own, named in ctl->pid while it runs (a stop kills the
+ * group). 0 or -errno. */
+static int run_ctl(char *const argv[], char *out, size_t out_n, wk_qtpl_ctl *ctl)
 {
+    posix_spawnattr_t at;
     posix_spawn_file_actions_t fa;
     int p[2] = {-1, -1}, status, rc;
     size_t got = 0;
@@ -54,8 +57,19 @@ static int run(char *const argv[], char *out, size_t out_n)
     posix_spawn_file_actions_init(&fa);
     if (out)
         posix_spawn_file_actions_adddup2(&fa, p[1], 1);
-    rc = -posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawnattr_init(&at);
+    if (ctl) {
+        posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
+        posix_spawnattr_setpgroup(&at, 0);
+    }
+    rc = -posix_spawn(&pid, argv[0], &fa, &at, argv, environ);
+    posix_spawnattr_destroy(&at);
     posix_spawn_file_actions_destroy(&fa);
+    if (ctl && rc == 0) {
+        atomic_store(&ctl->pid, (int)pid);
+        if (atomic_load(&ctl->stop)) /* a stop that came before the pid was known */
+            kill(-pid, SIGTERM);
+    }
     if (out) {
         close(p[1]);
         while (rc == 0) {
@@ -74,9 +88,22 @@ static int run(char *const argv[], char *out, size_t out_n)
     if (rc < 0)
         return rc;
     while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR)
-            return -errno;
+        if (errno != EINTR) {
+            rc = -errno;
+            break;
+        }
+    if (ctl)
+        atomic_store(&ctl->pid, 0);
+    if (rc < 0)
+        return rc;
+    if (ctl && atomic_load(&ctl->stop))
+        return -ECANCELED;
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -ECHILD;
+}
+
+static int run(char *const argv[], char *out, size_t out_n)
+{
+    return run_ctl(argv, out, out_n, NULL);
 }
 
 static int mkdir_p(const char *path)
@@ -162,6 +189,7 @@ typedef struct boot {
     int done, rc;
     const char *why;
     int step;
+    wk_qtpl_ctl *ctl;
 } boot;
 
 static void finish(boot *b, int rc, const char *why)
@@ -251,6 +279,14 @@ static void on_pong(void *arg, int rc, const char *why)
         finish(b, -ENOMEM, "The worker is out of memory.");
 }
 
+static void on_stop_tick(evutil_socket_t fd, short what, void *arg)
+{
+    boot *b = arg;
+
+    if (b->ctl && atomic_load(&b->ctl->stop))
+        finish(b, -ECANCELED, "The worker is stopping.");
+}
+
 static void on_deadline(evutil_socket_t fd, short what, void *arg)
 {
     finish(arg, -ETIMEDOUT, "Building the template snapshot took too long; see console.log in "
@@ -258,8 +294,10 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
 }
 
 static int boot_and_save(const wk_qemu_cfg *c, const wk_qtpl *t, const char *tmp,
-                         const char **why)
+                         wk_qtpl_ctl *ctl, const char **why)
 {
+    struct event *tick = NULL;
+    struct timeval tick_tv = {0, 200 * 1000};
     char disk[WK_QEMU_PATH_MAX], con[WK_QEMU_PATH_MAX], log[WK_QEMU_PATH_MAX],
         st[WK_QEMU_PATH_MAX];
     int ag[2] = {-1, -1}, mon[2] = {-1, -1}, pidfd = -1, report = -1, rc;
@@ -272,6 +310,7 @@ static int boot_and_save(const wk_qemu_cfg *c, const wk_qtpl *t, const char *tmp
     wk_qspawn sp;
 
     b.state_fd = -1;
+    b.ctl = ctl;
     snprintf(tt.dir, sizeof(tt.dir), "%s", tmp);
     if (pathf(disk, sizeof(disk), "%s/%s", tmp, WK_QTPL_DISK) < 0 ||
         pathf(con, sizeof(con), "%s/%s", tmp, "console.log") < 0 ||
@@ -311,7 +350,9 @@ static int boot_and_save(const wk_qemu_cfg *c, const wk_qtpl *t, const char *tmp
     b.link = wk_alink_new(b.base, ag[0], "template");
     ag[0] = -1;
     if (!b.link || wk_alink_ping(b.link, 0, NULL, 0, NULL, BOOT_TIMEOUT_MS, on_pong, &b) < 0 ||
-        !(dl = evtimer_new(b.base, on_deadline, &b)) || evtimer_add(dl, &tv) < 0) {
+        !(dl = evtimer_new(b.base, on_deadline, &b)) || evtimer_add(dl, &tv) < 0 ||
+        (ctl && (!(tick = event_new(b.base, -1, EV_PERSIST, on_stop_tick, &b)) ||
+                 event_add(tick, &tick_tv) < 0))) {
         rc = -ENOMEM;
         *why = "The worker is out of memory.";
         goto out;
@@ -336,6 +377,8 @@ out:
     wk_qspawn_kill(&pidfd);
     if (dl)
         event_free(dl);
+    if (tick)
+        event_free(tick);
     if (b.base)
         event_base_free(b.base);
     for (int i = 0; i < 2; i++) {
@@ -424,7 +467,7 @@ static int qemu_id(const char *qemu, char *buf, size_t n)
 
 int wk_qtpl_ensure(const wk_qemu_cfg *c, const char *rootfs, const char *agent,
                    uint32_t memory_mib, uint32_t vcpus, uint32_t pids_max, uint32_t disk_mib,
-                   wk_qtpl *t, const char **why)
+                   const char *tree_key, wk_qtpl_ctl *ctl, wk_qtpl *t, const char **why)
 {
     char out[WK_QEMU_PATH_MAX + 64], disk_s[24], qid[WK_QEMU_PATH_MAX + 64], desc[3 * WK_QEMU_PATH_MAX],
         path[WK_QEMU_PATH_MAX], tmp[WK_QEMU_PATH_MAX];
@@ -441,9 +484,9 @@ int wk_qtpl_ensure(const wk_qemu_cfg *c, const char *rootfs, const char *agent,
     snprintf(disk_s, sizeof(disk_s), "%u", disk_mib);
     {
         char *argv[] = {(char *)c->builder, (char *)c->vm_dir, (char *)rootfs, (char *)agent,
-                        disk_s, NULL};
-        if ((rc = run(argv, out, sizeof(out))) < 0) {
-            *why = "Building the microVM guest failed (worker/vm/build-guest; its message is in "
+                        disk_s, (char *)tree_key, NULL};
+        if ((rc = run_ctl(argv, out, sizeof(out), ctl)) < 0) {
+            *why = rc == -ECANCELED ? "The worker is stopping." : "Building the microVM guest failed (worker/vm/build-guest; its message is in "
                    "the worker log): it needs Debian's linux-image-amd64 (apt-get download), "
                    "busybox-static, e2fsprogs, kmod and cpio.";
             return rc;
@@ -488,10 +531,27 @@ int wk_qtpl_ensure(const wk_qemu_cfg *c, const char *rootfs, const char *agent,
     /* Not built yet: one builder at a time per host. */
     if (pathf(tmp, sizeof(tmp), "%s/%s", c->vm_dir, "templates") < 0 || mkdir_p(tmp) < 0 ||
         pathf(tmp, sizeof(tmp), "%s/%s", c->vm_dir, "templates/.lock") < 0 ||
-        (lock = open(tmp, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0 || flock(lock, LOCK_EX) < 0) {
+        (lock = open(tmp, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0) {
         rc = -errno;
         *why = "Cannot create or lock vm_dir/templates; check that vm_dir is writable.";
         goto out;
+    }
+    /* (a build on its own thread looks at its stop while another worker builds) */
+    while (flock(lock, ctl ? LOCK_EX | LOCK_NB : LOCK_EX) < 0) {
+        struct timespec nap = {0, 100 * 1000 * 1000};
+        if (errno == EINTR)
+            continue;
+        if (errno != EWOULDBLOCK) {
+            rc = -errno;
+            *why = "Cannot create or lock vm_dir/templates; check that vm_dir is writable.";
+            goto out;
+        }
+        if (atomic_load(&ctl->stop)) {
+            rc = -ECANCELED;
+            *why = "The worker is stopping.";
+            goto out;
+        }
+        nanosleep(&nap, NULL);
     }
     if (stat(path, &st) == 0) { /* another worker built it meanwhile */
         wk_qtpl_touch(t);
@@ -523,7 +583,7 @@ int wk_qtpl_ensure(const wk_qemu_cfg *c, const char *rootfs, const char *agent,
             goto out;
         }
     }
-    if ((rc = boot_and_save(c, t, tmp, why)) < 0)
+    if ((rc = boot_and_save(c, t, tmp, ctl, why)) < 0)
         goto out;
     if (pathf(path, sizeof(path), "%s/%s", tmp, WK_QTPL_RAM) < 0 || (rc = dig_holes(path)) < 0) {
         *why = "Cannot rewrite the template's RAM file sparsely; check vm_dir's free space.";

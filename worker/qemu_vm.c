@@ -81,6 +81,7 @@ typedef struct waiter {
 
 struct wk_sandbox {
     wk_driver *d;
+    const wk_qtpl *tpl;         /* its template snapshot: d->tpl (base) or d->deb_tpl */
     wk_sandbox *next, *prev;    /* d->vms */
     char id[64];
     char dir[WK_QEMU_PATH_MAX];
@@ -337,11 +338,11 @@ static int start_qemu(wk_sandbox *sb, int mode, const char *state_path, const ch
 
     if (path_in(sb, disk, sizeof(disk), "disk.qcow2") < 0 ||
         path_in(sb, log, sizeof(log), "qemu.log") < 0 ||
-        snprintf(blank, sizeof(blank), "%s/%s", d->tpl.dir, WK_QTPL_BLANK) >= (int)sizeof(blank)) {
+        snprintf(blank, sizeof(blank), "%s/%s", sb->tpl->dir, WK_QTPL_BLANK) >= (int)sizeof(blank)) {
         *why = "The worker's state_dir is too long; use a shorter path.";
         return -ENAMETOOLONG;
     }
-    if (!(argv = wk_qargs(&d->cfg, &d->tpl, mode, disk, NULL))) {
+    if (!(argv = wk_qargs(&d->cfg, sb->tpl, mode, disk, NULL))) {
         *why = ERR_NOMEM;
         return -ENOMEM;
     }
@@ -677,7 +678,7 @@ static uint64_t now_ns(void)
  * is read-only in the guest but for this). */
 static int make_setup(wk_sandbox *sb, const char *trust_pem)
 {
-    const wk_qtpl *t = &sb->d->tpl;
+    const wk_qtpl *t = sb->tpl;
     char limits[256] = "";
 
     free(sb->setup_cmd);
@@ -708,6 +709,7 @@ static int vm_new(wk_driver *d, const char *name, wk_sandbox **out)
     if (!sb)
         return -ENOMEM;
     sb->d = d;
+    sb->tpl = &d->tpl;
     sb->pidfd = sb->report = sb->netns = sb->save_fd = -1;
     sb->st = VM_STARTING;
     sb->t0_us = sf_mono_us();
@@ -742,7 +744,7 @@ static int vm_new(wk_driver *d, const char *name, wk_sandbox **out)
 static int vm_cgroup(wk_sandbox *sb, const char **why)
 {
     const char *name = strrchr(sb->dir, '/');
-    wk_limits l = {.memory_mib = sb->d->tpl.memory_mib + WK_QEMU_OVERHEAD_MIB,
+    wk_limits l = {.memory_mib = sb->tpl->memory_mib + WK_QEMU_OVERHEAD_MIB,
                    .vcpu_milli = sb->lim.vcpu_milli, .pids_max = WK_QEMU_PIDS};
     int rc;
 
@@ -765,7 +767,7 @@ static int vm_restore(wk_sandbox *sb, const char **why)
 
     if ((rc = vm_cgroup(sb, why)) < 0)
         return rc;
-    if (snprintf(state, sizeof(state), "%s/%s", d->tpl.dir, WK_QTPL_STATE) >= (int)sizeof(state)) {
+    if (snprintf(state, sizeof(state), "%s/%s", sb->tpl->dir, WK_QTPL_STATE) >= (int)sizeof(state)) {
         *why = "vm_dir is too long; use a shorter path.";
         return -ENAMETOOLONG;
     }
@@ -804,7 +806,9 @@ static int vm_restore_snap(wk_sandbox *sb, const char **why)
                                "take a new one.";
         return rc == -ESTALE ? rc : -ENOENT;
     }
-    if (strcmp(words, d->tpl.key) != 0) {
+    if (atomic_load(&d->deb_ready) && !strcmp(words, d->deb_tpl.key))
+        sb->tpl = &d->deb_tpl; /* a debian sandbox's */
+    else if (strcmp(words, d->tpl.key) != 0) {
         *why = "The snapshot was taken from an older template snapshot of this host (it was "
                "rebuilt since); delete it and take a new one.";
         return -ESTALE;
@@ -889,14 +893,18 @@ int wk_qvm_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, void 
     wk_sandbox *sb;
     int rc;
 
-    /* A pool VM's cgroup has the default CPU share: a create asking another restores. */
-    for (sb = d->vms; sb && !req->snapshot && req->limits.vcpu_milli == d->defaults.vcpu_milli;
+    /* A pool VM's cgroup has the default CPU share: a create asking another restores.
+     * The pool holds base VMs; 'debian' (layers: its tree, qemu.c) restores its own. */
+    for (sb = d->vms; sb && !req->snapshot && !req->layers &&
+                      req->limits.vcpu_milli == d->defaults.vcpu_milli;
          sb = sb->next)
         if (sb->pooled && sb->st == VM_POOLED && !sb->killed)
             return vm_take(sb, req, cb, arg);
     if ((rc = vm_new(d, req->id, &sb)) < 0)
         return rc;
     sb->lim = req->limits;
+    if (req->layers)
+        sb->tpl = &d->deb_tpl;
     sb->create_cb = cb;
     sb->create_arg = arg;
     if (req->snapshot) /* it has its limits and trust store already */
@@ -1288,7 +1296,7 @@ static void snap_copy(wk_sandbox *sb)
     q->with_state = sb->snap_saved;
     snprintf(q->from, sizeof(q->from), "%s", sb->dir);
     snprintf(q->dir, sizeof(q->dir), "%s", sb->snap_w->snap_dir);
-    snprintf(q->key, sizeof(q->key), "%s", sb->d->tpl.key);
+    snprintf(q->key, sizeof(q->key), "%s", sb->tpl->key);
     sb->snap_copying = 1;
     sb->depth++;
     if (wk_pool_run(sb->d->pool, snap_copy_work, snap_copy_done, q) < 0) {

@@ -564,7 +564,7 @@ void wk_tpl_build(wk_ctx *ctx, const sf_job *job)
     b->nsteps = json_array_size(json_object_get(a, "run_steps"));
     sf_info("msg=\"template build\" team=%s template=%s from=%s steps=%zu", b->team, b->name,
             from, b->nsteps);
-    if (strcmp(ctx->ops->name, "jail") != 0) {
+    if (!(ctx->ops->caps & WK_CAP_TEAMS)) {
         snprintf(b->error, sizeof(b->error), "This host's %s driver cannot build templates; "
                  "ask the operator for a jail host.", ctx->ops->name);
         finish_done(b);

@@ -20,7 +20,6 @@
 #include <unistd.h>
 
 #define TS_PATH_MAX 4096
-#define DEBIAN_RETRY_S 600 /* a failed 'debian' build is tried again on use after this */
 
 /* template.c, jail_fs.c (declared in jail_int.h) */
 int wk_template_path(const char *state_dir, char *buf, size_t n);
@@ -40,6 +39,10 @@ struct wk_tstore {
     pthread_t th;
     int th_started;
     time_t failed_at;
+    /* the driver's own image of the tree (driver.h tpl_image; NULL: the layers serve) */
+    const wk_driver_ops *ops;
+    wk_driver *drv;
+    atomic_int stopping;
 };
 
 static int debian_root(const wk_tstore *ts, char *buf, size_t n)
@@ -68,6 +71,22 @@ static int debian_present(const wk_tstore *ts)
     return !strcmp(v, SF_DEBIAN_TEMPLATE_VERSION);
 }
 
+/* The driver's image of the tree (driver.h tpl_image), once the tree is there: 1 ready
+ * (or none needed), 0 being built (the first call starts it), -errno + why. Any thread. */
+static int debian_image(wk_tstore *ts, const char **why)
+{
+    char root[TS_PATH_MAX];
+
+    *why = NULL;
+    if (!ts->ops || !ts->ops->tpl_image)
+        return 1;
+    if (atomic_load(&ts->stopping))
+        return -ESHUTDOWN;
+    if (debian_root(ts, root, sizeof(root)) < 0)
+        return -ENAMETOOLONG;
+    return ts->ops->tpl_image(ts->drv, "debian", root, why);
+}
+
 /* The build thread: runs the script (which holds the host-wide lock) and waits for it. */
 static void *debian_build(void *arg)
 {
@@ -94,8 +113,10 @@ static void *debian_build(void *arg)
         atomic_store(&ts->pid, 0);
     }
     if (debian_present(ts)) {
+        const char *why;
         sf_info("msg=\"template ready\" template=debian dir=%s", ts->dir);
         atomic_store(&ts->debian, DEB_READY);
+        debian_image(ts, &why); /* the driver's image of it starts now (qemu) */
     } else {
         sf_error("msg=\"building the debian template failed; its log is "
                  "templates_dir/debian/build.log\" script=%s rc=%d status=%d",
@@ -141,9 +162,10 @@ static void find_script(wk_tstore *ts)
         ts->script[0] = '\0';
 }
 
-int wk_tstore_new(const char *templates_dir, const char *state_dir, int build_debian,
-                  wk_tstore **out)
+int wk_tstore_new(const char *templates_dir, const char *state_dir, const wk_driver_ops *ops,
+                  wk_driver *drv, wk_tstore **out)
 {
+    int build_debian = ops && (ops->caps & WK_CAP_DEBIAN);
     wk_tstore *ts;
 
     if (!templates_dir || templates_dir[0] != '/' || !state_dir ||
@@ -153,6 +175,9 @@ int wk_tstore_new(const char *templates_dir, const char *state_dir, int build_de
         return -ENOMEM;
     snprintf(ts->dir, sizeof(ts->dir), "%s", templates_dir);
     snprintf(ts->state_dir, sizeof(ts->state_dir), "%s", state_dir);
+    ts->ops = build_debian ? ops : NULL;
+    ts->drv = drv;
+    atomic_init(&ts->stopping, 0);
     find_script(ts);
     {
         /* builds a killed worker left half-done (tpl_build.c): their copies go */
@@ -171,6 +196,10 @@ int wk_tstore_new(const char *templates_dir, const char *state_dir, int build_de
     atomic_init(&ts->debian, debian_present(ts) ? DEB_READY : DEB_MISSING);
     if (build_debian && atomic_load(&ts->debian) == DEB_MISSING)
         debian_start(ts);
+    if (atomic_load(&ts->debian) == DEB_READY) {
+        const char *why;
+        debian_image(ts, &why); /* the driver's image of a tree already there (qemu) */
+    }
     *out = ts;
     return 0;
 }
@@ -181,6 +210,7 @@ void wk_tstore_free(wk_tstore *ts)
 
     if (!ts)
         return;
+    atomic_store(&ts->stopping, 1); /* (before the driver goes: no more tpl_image calls) */
     /* A build still running is stopped (the next one starts over): shutdown never waits
      * for debootstrap. */
     if ((pid = atomic_load(&ts->pid)) > 0)
@@ -197,7 +227,8 @@ int wk_tstore_debian_ready(wk_tstore *ts)
 
 char wk_tstore_debian_state(wk_tstore *ts)
 {
-    int st = atomic_load(&ts->debian);
+    int st = atomic_load(&ts->debian), rc;
+    const char *why;
 
     /* on disk, each heartbeat: a template another worker of the host (or an operator)
      * built is ready within one beat */
@@ -205,6 +236,8 @@ char wk_tstore_debian_state(wk_tstore *ts)
         atomic_store(&ts->debian, DEB_READY);
         st = DEB_READY;
     }
+    if (st == DEB_READY && (rc = debian_image(ts, &why)) != 1) /* the driver's image */
+        return rc == 0 ? 'b' : '0';
     return st == DEB_READY ? '1' : st == DEB_BUILDING ? 'b' : '0';
 }
 
@@ -249,11 +282,20 @@ int wk_tstore_layers(wk_tstore *ts, const char *team, const char *name,
             if (st != DEB_READY && debian_present(ts))
                 st = DEB_READY; /* another worker of this host built it */
             if (st == DEB_READY) {
+                const char *iwhy;
+                int img;
                 atomic_store(&ts->debian, DEB_READY);
+                if ((img = debian_image(ts, &iwhy)) != 1) { /* qemu: its guest image */
+                    snprintf(why, whylen, "%s", img < 0 && iwhy ? iwhy
+                             : "The 'debian' template's guest image is still being built on "
+                               "this host (a few minutes, once); retry sandbox_create in a "
+                               "minute.");
+                    return -EAGAIN;
+                }
                 rc = debian_root(ts, dir, sizeof(dir)) < 0 ? -ENAMETOOLONG : push(out, &n, dir);
                 break;
             }
-            if (st == DEB_MISSING || (st == DEB_FAILED && time(NULL) - ts->failed_at > DEBIAN_RETRY_S)) {
+            if (st == DEB_MISSING || (st == DEB_FAILED && time(NULL) - ts->failed_at > WK_TPL_RETRY_S)) {
                 ts->failed_at = time(NULL);
                 debian_start(ts);
             }

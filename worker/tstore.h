@@ -15,10 +15,12 @@
 typedef struct wk_tstore wk_tstore;
 
 /* templates_dir: the built-in templates shared by this host's workers; state_dir: this
- * worker's; build_debian: start building 'debian' now when it is missing. */
-int wk_tstore_new(const char *templates_dir, const char *state_dir, int build_debian,
-                  wk_tstore **out);
-/* Waits for a running build script to end. NULL-safe. */
+ * worker's; ops, drv: the host's driver: when it runs 'debian' (WK_CAP_DEBIAN) its build
+ * starts now if it is missing, and a driver with tpl_image gets the tree to make its own
+ * image of (qemu: 'debian' is ready when that image is). Free the store before the driver. */
+int wk_tstore_new(const char *templates_dir, const char *state_dir, const wk_driver_ops *ops,
+                  wk_driver *drv, wk_tstore **out);
+/* Stops a running build script and waits for it to end; no tpl_image call after it. NULL-safe. */
 void wk_tstore_free(wk_tstore *ts);
 
 /* The layers of template name for team, top first, NULL-terminated in out (malloc'd
@@ -31,7 +33,8 @@ void wk_tstore_layers_free(char *l[WK_LAYERS_MAX + 1]);
 /* 1 when 'debian' is ready on this host (the heartbeat publishes it). */
 int wk_tstore_debian_ready(wk_tstore *ts);
 /* For the heartbeat: '1' ready, 'b' being built here, '0' absent (or its build failed).
- * Looks on disk when not ready (a template built by another worker or by hand). */
+ * Looks on disk when not ready (a template built by another worker or by hand). With a
+ * driver's tpl_image, '1' needs its image too ('b' while it is made, '0' if that failed). */
 char wk_tstore_debian_state(wk_tstore *ts);
 
 /* The service of template name for team (tpl_start.h): its start_cmd and ready_cmd

@@ -5,6 +5,10 @@ import { tool, measure, rpc } from './mcp.mjs';
 
 const n = Number(process.argv[2] ?? 100);
 const template = process.argv[3] ?? 'base';
+// 'debian' is built by the stack's worker (on qemu its guest image too): wait for it
+while (template === 'debian' && (await tool('sandbox_template_list', { name_prefix: 'debian' }))
+  .structuredContent.templates.find((x) => x.name === 'debian')?.status !== 'ready')
+  await new Promise((res) => setTimeout(res, 1000));
 const sb = (await tool('sandbox_create', { name: 'bench-bg', from_template: template })).structuredContent.id;
 let pid = null;
 const start = async () => {

@@ -89,6 +89,35 @@ static void reseed(const char *seed, size_t len)
     close(fd);
 }
 
+/* The guest's /etc/hosts is a link to this file (worker/vm/build-guest; /etc is read-only):
+ * localhost and the guest's own name resolve without DNS (Python's http.server, for one,
+ * looks its host name up before it serves). */
+#define HOSTS_FILE "/run/sandfleet-hosts"
+
+static void write_hosts(const char *name)
+{
+    char buf[256];
+    int n = snprintf(buf, sizeof(buf),
+                     "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+                     "127.0.1.1\t%.64s\n", name);
+    int fd, ok;
+
+    if (n < 0 || (size_t)n >= sizeof(buf))
+        return;
+    if ((fd = open(HOSTS_FILE ".new", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+                   0644)) < 0) {
+        dprintf(2, "sandfleet-agent: cannot write " HOSTS_FILE ": %s\n", strerror(errno));
+        return;
+    }
+    ok = write(fd, buf, (size_t)n) == n;
+    if (close(fd) < 0)
+        ok = 0;
+    if (!ok || rename(HOSTS_FILE ".new", HOSTS_FILE) < 0) {
+        dprintf(2, "sandfleet-agent: cannot write " HOSTS_FILE ": %s\n", strerror(errno));
+        unlink(HOSTS_FILE ".new");
+    }
+}
+
 void agent_vm_ping(const sf_ap_msg *m)
 {
     if (m->now_ns) {
@@ -100,4 +129,6 @@ void agent_vm_ping(const sf_ap_msg *m)
         reseed(m->seed, m->seed_len);
     if (m->name && sethostname(m->name, strlen(m->name)) < 0)
         dprintf(2, "sandfleet-agent: cannot set the hostname: %s\n", strerror(errno));
+    if (m->name)
+        write_hosts(m->name);
 }
