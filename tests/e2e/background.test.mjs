@@ -3,7 +3,7 @@
 // tools (sandbox_process_list, _kill, _logs) manage it. Both drivers (e2e.qemu.background).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { connect, call, sh, env, until } from './lib.mjs';
+import { connect, call, sh, env, until, createWhenBuilt } from './lib.mjs';
 
 let client, box, deb = null;
 before(async () => {
@@ -20,7 +20,7 @@ after(async () => {
 });
 
 const create = async (args = {}) => {
-  const r = await call(client, 'sandbox_create', args, { timeout: 900000, onprogress: () => {} });
+  const r = await createWhenBuilt(client, args);
   assert.equal(r.isError, false, r.text);
   return r.structured.id;
 };

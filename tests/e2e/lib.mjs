@@ -84,3 +84,17 @@ export function cli(args, input) {
   assert.equal(r.status, 0, `sandfleet ${args.join(' ')}: ${r.stderr}`);
   return r.stdout;
 }
+
+// sandbox_create that waits through the product for a template still being built: the
+// first create of a stack's 'debian' waits for the worker's own build (the scheduler's
+// template_wait_s, with progress beats that keep the call alive); past that wait the
+// answer is "still being built, about N s left" and the create is sent again, until
+// deadlineMs. Returns the last answer (check isError).
+export async function createWhenBuilt(client, args, deadlineMs = 1200000) {
+  const end = Date.now() + deadlineMs;
+  for (;;) {
+    const r = await call(client, 'sandbox_create', args, { timeout: 900000, onprogress: () => {} });
+    if (!r.isError || !/still being built/.test(r.text) || Date.now() > end) return r;
+    await new Promise((res) => setTimeout(res, 2000));
+  }
+}

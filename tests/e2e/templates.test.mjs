@@ -7,7 +7,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
-import { connect, call, sh, env, driver, until } from './lib.mjs';
+import { connect, call, sh, env, driver, until, createWhenBuilt } from './lib.mjs';
 import { readZip } from './zip.mjs';
 
 const alpha = await connect(env.SF_KEY_ALPHA);
@@ -33,26 +33,13 @@ async function settled(client, name, deadlineMs = 300000) {
 }
 const uniq = Date.now().toString(36);
 
-// Creates a sandbox (the worker answers "still being built" while a template is not on
-// the host yet: retried until the deadline).
+// Creates a sandbox, waiting through the product while a template is still being built.
 async function create(client, args, deadlineMs = 600000) {
-  const end = Date.now() + deadlineMs;
-  for (;;) {
-    // the first create of a build folder waits for the worker's own build of 'debian'
-    // (the scheduler's template_wait_s); its progress beats keep the client's call alive
-    const r = await call(client, 'sandbox_create', args,
-      { timeout: 900000, onprogress: () => {} });
-    if (!r.isError) {
-      made.push(r.structured.id);
-      return r.structured.id;
-    }
-    if (!/still being built/.test(r.text) || Date.now() > end) return r;
-    await new Promise((res) => setTimeout(res, 2000));
-  }
+  const r = await createWhenBuilt(client, args, deadlineMs);
+  if (!r.isError) made.push(r.structured.id);
+  return r.isError ? r : r.structured.id;
 }
 
-// Both drivers: on qemu the sandbox is a microVM restored from the debian guest's template
-// snapshot, which the worker makes from the same tree (the first create waits for it).
 test('a debian sandbox: write a Python script, run it, read, list and download what it made',
   async () => {
     const id = await create(alpha, { name: 'py', from_template: 'debian' });
