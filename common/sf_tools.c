@@ -9,7 +9,7 @@
 
 #define TOOLS_MAX 64
 
-/* sf.cancel (CONTRACTS.md): routed like a worker tool, never listed, never answered. */
+/* sf.cancel (schemas/envelope.md): routed like a worker tool, never listed, never answered. */
 static const char cancel_schema[] =
     "{\"title\": \"" SF_TOOL_CANCEL "\", \"description\": \"Cancel a running call.\","
     " \"type\": \"object\","
