@@ -1,7 +1,8 @@
 /* sf_claim: claim checks (docs/internals/job-guard.md). Kafka messages stay small: a large
  * string of a job's arguments (file content to write) or of a reply's result (a file read, a
  * ZIP) is stored in Redis under a short-lived key, and the envelope names the field in its
- * `claims` list instead (schemas/envelope.md). The key follows from the envelope, so a message can only name claims of its own team and job:
+ * `claims` list instead (schemas/envelope.md). The key follows from the envelope, so a
+ * message can only name claims of its own team and job:
  *
  *   sf:cc:{<team>}:<job id>:a:<arg>      an argument (written by the gateway or a batch
  *                                        producer, taken by the worker)
