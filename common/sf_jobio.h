@@ -7,7 +7,7 @@
 
 #include <librdkafka/rdkafka.h>
 
-/* A `progress` reply (CONTRACTS.md: {stream, data} or {message}) for a job that asked for
+/* A `progress` reply (schemas/envelope.md: {stream, data} or {message}) for a job that asked for
  * progress; any number may precede its final reply. Not taken over. */
 int sf_jobio_progress(rd_kafka_t *producer, const sf_job *job, const json_t *progress);
 /* A reply's bytes: an error, or a result naming its claim fields (claims may be NULL;

@@ -9,7 +9,7 @@
 
 #define TOOLS_MAX 64
 
-/* sf.cancel (CONTRACTS.md): routed like a worker tool, never listed, never answered. */
+/* sf.cancel (schemas/envelope.md): routed like a worker tool, never listed, never answered. */
 static const char cancel_schema[] =
     "{\"title\": \"" SF_TOOL_CANCEL "\", \"description\": \"Cancel a running call.\","
     " \"type\": \"object\","
@@ -120,9 +120,13 @@ static int parse_decl(sf_tool *t, const json_t *x, char *why, size_t whylen)
             if (!json_is_object(v) || sf_schema_check(v, swhy, sizeof(swhy)) < 0)
                 goto bad;
             t->output = json_incref(v);
+        } else if (!strcmp(key, "summary")) {
+            /* the README's one-line description (docs/gen-tools.mjs); not served */
+            if (!json_is_string(v) || json_string_length(v) > 2048)
+                goto bad;
         } else {
             snprintf(why, whylen, "unknown key 'x-sandfleet.%s' (runs, sandbox, wait, resume, "
-                     "claim_check, output)", key);
+                     "claim_check, output, summary)", key);
             return -1;
         }
     }

@@ -52,7 +52,7 @@ typedef struct sf_toolset {
 } sf_toolset;
 
 /* The platform's own messages on sf.jobs that look like tool calls but are not tools:
- * runs on the worker, no reply (CONTRACTS.md). */
+ * runs on the worker, no reply (schemas/envelope.md). */
 #define SF_TOOL_CANCEL "sf.cancel"
 #define SF_TOOL_TEMPLATE_BUILD "sf.template_build"
 #define SF_TOOL_TEMPLATE_DELETE "sf.template_delete"
@@ -63,7 +63,7 @@ int sf_toolset_load(sf_toolset *set, const char *dir, char *why, size_t whylen);
 void sf_toolset_fini(sf_toolset *set);
 const sf_tool *sf_toolset_find(const sf_toolset *set, const char *name);
 /* sandbox_exec's timeout: timeout_ms, or 60 s when absent or not positive, clamped to
- * 600 s (TOOLS.md). Gateway and worker both use it, so they agree on deadlines. */
+ * 600 s (docs/contract.md). Gateway and worker both use it, so they agree on deadlines. */
 #define SF_EXEC_TIMEOUT_DEFAULT_MS 60000
 #define SF_EXEC_TIMEOUT_MAX_MS 600000
 int64_t sf_exec_timeout_ms(const json_t *args);

@@ -161,7 +161,7 @@ void gw_jobs_keep_claims(gw_pending *p);
  * the state store is unreachable. keep: read the claims and leave them (else take them). */
 void gw_jobs_fetch_claims(gw_ctx *ctx, const char *team, sf_reply *r, int keep,
                           const char *gone, gw_job_cb cb, void *arg);
-/* Tells the platform to stop p's job: an `sf.cancel` envelope (CONTRACTS.md) on sf.jobs,
+/* Tells the platform to stop p's job: an `sf.cancel` envelope (schemas/envelope.md) on sf.jobs,
  * keyed like the job; then forgets p (its callback never runs). 0 or -errno. */
 int gw_jobs_abandon(gw_ctx *ctx, gw_pending *p);
 

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* args.limits of the forwarded create: the shape the worker applies (CONTRACTS.md). A
+/* args.limits of the forwarded create: the shape the worker applies (schemas/envelope.md). A
  * size of 0 in the config leaves that field to the worker's own default. */
 static json_t *shape(const sch_cfg *cfg)
 {

@@ -1,6 +1,6 @@
-/* sf_claim: claim checks (ARCHITECTURE.md). Kafka messages stay small: a large string of a
- * job's arguments (file content to write) or of a reply's result (a file read, a ZIP) is
- * stored in Redis under a short-lived key, and the envelope names the field in its
+/* sf_claim: claim checks (docs/internals/job-guard.md). Kafka messages stay small: a large
+ * string of a job's arguments (file content to write) or of a reply's result (a file read, a
+ * ZIP) is stored in Redis under a short-lived key, and the envelope names the field in its
  * `claims` list instead (schemas/envelope.md). The key follows from the envelope, so a
  * message can only name claims of its own team and job:
  *

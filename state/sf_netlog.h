@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #define SF_NETLOG_CAP_DEFAULT 1000          /* entries kept per sandbox */
-#define SF_NETLOG_LIMIT_DEFAULT 50          /* entries a read returns (TOOLS.md) */
+#define SF_NETLOG_LIMIT_DEFAULT 50          /* entries a read returns (docs/contract.md) */
 #define SF_NETLOG_LIMIT_MAX 200
 
 typedef struct sf_netlog_entry {

@@ -218,7 +218,7 @@ static void on_created(void *arg, wk_sandbox *sb, int rc, const char *why)
     service_then_started(b);
 }
 
-/* args.limits (set by the scheduler, CONTRACTS.md): missing fields take the worker's
+/* args.limits (set by the scheduler, schemas/envelope.md): missing fields take the worker's
  * defaults. -1 with why when a field is not a positive integer in range. */
 static int parse_limits(const wk_ctx *ctx, const json_t *l, wk_limits *out, const char **why)
 {

@@ -59,7 +59,7 @@ static void resumed_for_cancel(wk_call *c, int rc, const char *why)
                 rc, why ? why : "");
 }
 
-/* sf.cancel (CONTRACTS.md): the running command of job args.job, of the same team, is
+/* sf.cancel (schemas/envelope.md): the running command of job args.job, of the same team, is
  * killed; that job then gets its one final reply (cancelled). The cancel is never
  * answered. */
 static void do_cancel(wk_call *c)

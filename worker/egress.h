@@ -1,5 +1,5 @@
 /* egress.c: every sandbox's way out, through this host's secret-proxy
- * (secret-proxy/README.md, schemas/secret-proxy-control.md).
+ * (docs/internals/egress.md, schemas/secret-proxy-control.md).
  *
  * A sandbox's network namespace has no link to the host. At create, once the driver
  * answered, the worker prepares that namespace (sp_netns_setup: nftables sending every

@@ -46,7 +46,7 @@ static json_t *stream_text(const char *p, size_t len, uint64_t total)
 }
 
 /* A chunk of a streamed exec's output (the agent bounds their rate and size): one
- * `progress` reply (CONTRACTS.md), for callers that asked for progress. */
+ * `progress` reply (schemas/envelope.md), for callers that asked for progress. */
 static void on_exec_output(void *arg, int stream, const char *data, size_t len)
 {
     wk_call *c = arg;

@@ -1,7 +1,7 @@
 /* files.c: the file tools (sandbox_files_read, _write, _list, _download_dir). The work
  * inside the sandbox is the agent's (driver.h's file operation: the agent, pid 1 of the
  * sandbox, opens the paths in the sandbox's own mount namespace and root); the worker
- * only moves bytes in chunks, enforces the limits (TOOLS.md) and builds the ZIP with
+ * only moves bytes in chunks, enforces the limits (docs/contract.md) and builds the ZIP with
  * libzip, on the thread pool. Large answers leave as claim checks (wk_reply_result).
  *
  * Each call is a chain of agent requests on the loop. A kill of the sandbox answers the

@@ -4,7 +4,7 @@
  * The heartbeat has its own thread and its own blocking Redis connection, so that
  * nothing on the event loop (a slow job, a stalled callback) can delay it: the
  * scheduler declares a host dead after host_dead_ms without one, and that would
- * lose every sandbox on it. It publishes the fields of CONTRACTS.md; `running` comes
+ * lose every sandbox on it. It publishes the fields of schemas/redis-keys.md; `running` comes
  * from the loop through an atomic. */
 #include "worker.h"
 #include "tstore.h"

@@ -44,7 +44,7 @@ static void test_decide(void **state)
 
     /* default deny: nothing without rules */
     assert_int_equal(sp_decide(&deny, none, "api.example.com", ip("93.184.216.34"), &why), 0);
-    /* default allow (TOOLS.md semantics): everything not denied */
+    /* default allow (the reference's semantics, docs/contract.md): everything not denied */
     assert_int_equal(sp_decide(&allow, none, "api.example.com", ip("93.184.216.34"), &why), 1);
     /* deny 0.0.0.0/0 + allow one name: exactly that name */
     assert_int_equal(sp_decide(&allow, strict, "api.example.com", ip("93.184.216.34"), &why), 1);

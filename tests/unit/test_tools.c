@@ -149,6 +149,9 @@ static void bad_declarations_are_refused(void **state)
         {HEAD "\"x-sandfleet\": {}}", "'x-sandfleet.runs' is required"},
         {HEAD "\"x-sandfleet\": {\"runs\": \"moon\"}}", "'x-sandfleet.runs' has a wrong value"},
         {HEAD "\"x-sandfleet\": {\"runs\": \"worker\", \"color\": 1}}", "unknown key 'x-sandfleet.color'"},
+        {HEAD "\"x-sandfleet\": {\"runs\": \"worker\", \"summary\": \"what it does\"}}", NULL},
+        {HEAD "\"x-sandfleet\": {\"runs\": \"worker\", \"summary\": 7}}",
+         "'x-sandfleet.summary' has a wrong value"},
         {HEAD "\"x-sandfleet\": {\"runs\": \"worker\", \"claim_check\": [\"nope\"]}}",
          "'x-sandfleet.claim_check' has a wrong value"},
         {HEAD "\"x-sandfleet\": {\"runs\": \"worker\", \"wait\": {\"arg\": \"n\", \"default\": 9, "

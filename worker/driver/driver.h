@@ -29,7 +29,7 @@
 typedef struct wk_driver wk_driver;   /* a driver's host-wide state */
 typedef struct wk_sandbox wk_sandbox; /* one sandbox of a driver */
 
-/* A sandbox's shape (CONTRACTS.md `args.limits`); 0 in a field = the driver's
+/* A sandbox's shape (schemas/envelope.md `args.limits`); 0 in a field = the driver's
  * default for it. */
 typedef struct wk_limits {
     uint32_t memory_mib;  /* memory, kernel memory and (where the kernel can) TCP buffers */
@@ -39,7 +39,7 @@ typedef struct wk_limits {
     uint64_t inodes;      /* files of the sandbox's own filesystem */
 } wk_limits;
 
-/* What the host offers sandboxes (published in the heartbeat, CONTRACTS.md). */
+/* What the host offers sandboxes (published in the heartbeat, schemas/redis-keys.md). */
 typedef struct wk_host_res {
     uint64_t mem_mib;     /* memory allocatable to sandboxes: the sum of their memory_mib may
                              reach it and no further */
