@@ -201,7 +201,8 @@ static void big_reply_finish(big_reply *br)
         if (br->full)
             snprintf(text, sizeof(text), "%s", SF_MSG_PLATFORM_FULL);
         else if (br->over)
-            snprintf(text, sizeof(text), SF_MSG_TEAM_FILES_FULL_FMT, (long long)(ctx->cfg.claim_team_mib));
+            snprintf(text, sizeof(text), SF_MSG_TEAM_FILES_FULL_FMT,
+                     (long long)(ctx->cfg.claim_team_mib));
         else
             snprintf(text, sizeof(text), "The platform's state store is unreachable, so the "
                      "large answer could not be handed over; retry in a few seconds.");

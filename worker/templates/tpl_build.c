@@ -483,7 +483,8 @@ static void on_created(void *arg, wk_sandbox *sb, int rc, const char *why)
     tb *b = arg;
 
     if (rc < 0) {
-        snprintf(b->error, sizeof(b->error), SF_MSG_TPL_BUILD_START_FMT, why ? why : "driver error");
+        snprintf(b->error, sizeof(b->error), SF_MSG_TPL_BUILD_START_FMT,
+                 why ? why : "driver error");
         finish_done(b);
         return;
     }
