@@ -13,6 +13,7 @@
 #include "sf_kafka.h"
 #include "sf_map.h"
 #include "sf_trace.h"
+#include "sf_msg.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -586,12 +587,12 @@ static int setup(batch *b, const char *jobs, const char *out, const char *key)
         return 1;
     }
     if (!(b->in = fopen(jobs, "re"))) {
-        fprintf(stderr, "sandfleet: cannot open %s: %s.\n", jobs, strerror(errno));
+        fprintf(stderr, SF_MSG_CLI_CANNOT_OPEN_FMT, jobs, strerror(errno));
         return 1;
     }
     if ((b->out_fd = open(out, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644)) < 0 ||
         !realpath(out, real)) {
-        fprintf(stderr, "sandfleet: cannot open %s: %s.\n", out, strerror(errno));
+        fprintf(stderr, SF_MSG_CLI_CANNOT_OPEN_FMT, out, strerror(errno));
         return 1;
     }
     /* the batch's salt: its results file, so two batches with the same line ids differ */
@@ -603,7 +604,7 @@ static int setup(batch *b, const char *jobs, const char *out, const char *key)
     if (!(b->seen = sf_map_new(JOBS_MAX)) || !(b->flight = sf_map_new(CONC_MAX * 2)) ||
         !(b->line = malloc(LINE_MAX_BYTES + 2)) || !(b->lat = malloc(LAT_MAX * sizeof(int64_t))) ||
         !(b->base = event_base_new())) {
-        fprintf(stderr, "sandfleet: out of memory.\n");
+        fprintf(stderr, SF_MSG_CLI_NOMEM);
         return 1;
     }
     if (load_results(b, out))
@@ -641,7 +642,7 @@ static int setup(batch *b, const char *jobs, const char *out, const char *key)
         !(b->ev_tick = event_new(b->base, -1, EV_PERSIST, on_tick, b)) ||
         !(b->ev_int = evsignal_new(b->base, SIGINT, on_signal, b)) ||
         !(b->ev_term = evsignal_new(b->base, SIGTERM, on_signal, b))) {
-        fprintf(stderr, "sandfleet: out of memory.\n");
+        fprintf(stderr, SF_MSG_CLI_NOMEM);
         return 1;
     }
     return 0;

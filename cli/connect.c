@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "sf_util.h"
 #include "toml.h"
+#include "sf_msg.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -265,7 +266,7 @@ static int print_config(const client *cl, const conn *c)
         json_t *doc = document(cl, c);
         if (!doc || json_dumpf(doc, stdout, JSON_INDENT(2)) < 0) {
             json_decref(doc);
-            fprintf(stderr, "sandfleet: out of memory.\n");
+            fprintf(stderr, SF_MSG_CLI_NOMEM);
             return 1;
         }
         putchar('\n');
@@ -448,7 +449,7 @@ static int merge_json(const client *cl, const conn *c, const char *path, char *w
         }
     }
     if (!changed) {
-        fprintf(stderr, "%s already holds this sandfleet entry; nothing to change.\n", path);
+        fprintf(stderr, SF_MSG_CLI_ENTRY_SAME_FMT, path);
         rc = 0;
         goto out;
     }
@@ -461,7 +462,7 @@ static int merge_json(const client *cl, const conn *c, const char *path, char *w
     rc = write_atomic(path, out, len + 1, !strcmp(cl->id, "claude-desktop") ? 0600 : 0644, why,
                       whylen);
     if (rc == 0)
-        fprintf(stderr, "%s sandfleet in %s (everything else there is kept).\n",
+        fprintf(stderr, SF_MSG_CLI_ENTRY_DONE_FMT,
                 old ? "Updated" : "Added", path);
 out:
     free(text);
@@ -489,9 +490,9 @@ static int merge_toml(const conn *c, const char *path, char *why, size_t whylen)
         snprintf(inner, sizeof(inner), "%.500s", why);
         snprintf(why, whylen, "%.512s: %s Nothing was changed.", path, inner);
     } else if (text && !strcmp(text, out)) {
-        fprintf(stderr, "%s already holds this sandfleet entry; nothing to change.\n", path);
+        fprintf(stderr, SF_MSG_CLI_ENTRY_SAME_FMT, path);
     } else if ((rc = write_atomic(path, out, strlen(out), 0600, why, whylen)) == 0) {
-        fprintf(stderr, "%s sandfleet in %s (everything else there is kept).\n",
+        fprintf(stderr, SF_MSG_CLI_ENTRY_DONE_FMT,
                 text && strstr(text, "[mcp_servers." SERVER_NAME "]") ? "Updated" : "Added", path);
     }
     free(text);

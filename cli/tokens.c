@@ -5,6 +5,7 @@
 #include "sf_redis.h"
 #include "sf_store.h"
 #include "sf_util.h"
+#include "sf_msg.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,14 +50,14 @@ static int revoke(redisContext *rc, const char *grant)
     redisReply *r;
 
     if (!sf_id_valid(grant)) {
-        fprintf(stderr, "sandfleet: no grant %s; see: sandfleet tokens list\n", grant);
+        fprintf(stderr, SF_MSG_CLI_NO_GRANT_FMT, grant);
         return 1;
     }
     r = redisCommand(rc, "HMGET " SF_RK_OAUTH_GRANT " at rt", grant);
     if (!cli_reply_ok(rc, r))
         return 1;
     if (r->elements != 2 || !r->element[0]->str) {
-        fprintf(stderr, "sandfleet: no grant %s; see: sandfleet tokens list\n", grant);
+        fprintf(stderr, SF_MSG_CLI_NO_GRANT_FMT, grant);
         freeReplyObject(r);
         return 1;
     }

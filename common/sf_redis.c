@@ -1,5 +1,6 @@
 #include "sf_redis.h"
 #include "sf_util.h"
+#include "sf_msg.h"
 
 #include <errno.h>
 #include <hiredis/adapters/libevent.h>
@@ -106,7 +107,7 @@ sf_redis *sf_redis_new(struct event_base *base, const char *url, char *why, size
     if (!r)
         return NULL;
     if (url_parse(url, r->host, sizeof(r->host), &r->port) < 0) {
-        snprintf(why, whylen, "Redis URL '%s' is not redis://HOST:PORT or unix:/PATH.", url);
+        snprintf(why, whylen, SF_MSG_REDIS_URL_BAD_FMT, url);
         free(r);
         return NULL;
     }
@@ -180,7 +181,7 @@ redisContext *sf_redis_connect_sync(const char *url, char *why, size_t whylen)
     struct timeval tv = {2, 0};
 
     if (url_parse(url, host, sizeof(host), &port) < 0) {
-        snprintf(why, whylen, "Redis URL '%s' is not redis://HOST:PORT or unix:/PATH.", url);
+        snprintf(why, whylen, SF_MSG_REDIS_URL_BAD_FMT, url);
         return NULL;
     }
     c = port ? redisConnectWithTimeout(host, port, tv) : redisConnectUnixWithTimeout(host, tv);

@@ -9,6 +9,8 @@
 #include <hiredis/hiredis.h>
 #include <stddef.h>
 
+#include "sf_msg.h"
+
 typedef struct sf_redis sf_redis;
 
 /* url: redis://HOST:PORT or unix:/PATH. Connects in the background and
@@ -27,10 +29,7 @@ int sf_redis_cmdargv(sf_redis *r, redisCallbackFn *cb, void *priv, int argc, con
 /* Redis runs with maxmemory and noeviction: when it is full it refuses writes that would
  * grow it with an "OOM ..." error (also from inside scripts). True for such a reply. */
 int sf_redis_is_oom(const redisReply *rep);
-/* What a caller whose write was refused that way is told. */
-#define SF_MSG_PLATFORM_FULL                                                                   \
-    "The platform is full (its state store reached its memory limit); kill sandboxes you "    \
-    "no longer need and retry, or ask the operator to raise the Redis maxmemory."
+/* What a caller whose write was refused that way is told: SF_MSG_PLATFORM_FULL (sf_msg.h). */
 
 /* A Lua script called by SHA (EVALSHA) with its keys declared, so it runs on Redis
  * Cluster when its keys share one hash slot. Its SHA1 is computed here once; a Redis that

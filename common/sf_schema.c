@@ -1,5 +1,6 @@
 /* sf_schema: JSON Schema subset validator (see sf_schema.h). */
 #include "sf_schema.h"
+#include "sf_msg.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -375,7 +376,7 @@ static int deep_check(vctx *v, const json_t *x, int depth)
     int rc = 0;
 
     if (depth > SF_SCHEMA_MAX_DEPTH)
-        return vfail(v, "is nested too deeply (the limit is %d levels).", SF_SCHEMA_MAX_DEPTH);
+        return vfail(v, SF_MSG_SCHEMA_TOO_DEEP_FMT, SF_SCHEMA_MAX_DEPTH);
     if (json_is_object(x)) {
         json_object_foreach((json_t *)x, k, e) {
             old = path_push_key(&v->p, k);
@@ -649,7 +650,7 @@ static int validate(vctx *v, const json_t *s, const json_t *x, int depth)
     int rc;
 
     if (depth > SF_SCHEMA_MAX_DEPTH)
-        return vfail(v, "is nested too deeply (the limit is %d levels).", SF_SCHEMA_MAX_DEPTH);
+        return vfail(v, SF_MSG_SCHEMA_TOO_DEEP_FMT, SF_SCHEMA_MAX_DEPTH);
     if (json_is_true(s))
         return deep_check(v, x, depth);
     if (json_is_false(s))
@@ -816,10 +817,10 @@ static int check(cctx *c, const json_t *s, int depth)
             json_t *e;
 
             if (!json_is_array(val))
-                return cfail(c, "'required' must be an array of property names.");
+                return cfail(c, SF_MSG_SCHEMA_REQUIRED_ARRAY);
             json_array_foreach(val, i, e) {
                 if (!json_is_string(e))
-                    return cfail(c, "'required' must be an array of property names.");
+                    return cfail(c, SF_MSG_SCHEMA_REQUIRED_ARRAY);
                 if (json_is_false(json_object_get(s, "additionalProperties")) &&
                     !(json_is_object(props) && json_object_get(props, json_string_value(e))))
                     return cfail(c, "'%s' is required but not in 'properties', so no value "

@@ -1,5 +1,6 @@
 #include "sf_tools.h"
 #include "sf_schema.h"
+#include "sf_msg.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -299,7 +300,7 @@ int sf_toolset_validate(const sf_toolset *set, const char *name, const json_t *a
     const sf_tool *t = sf_toolset_find(set, name);
 
     if (!t) {
-        snprintf(why, whylen, "Unknown tool '%.64s'; call tools/list to see the tools.", name);
+        snprintf(why, whylen, SF_MSG_UNKNOWN_TOOL_FMT, name);
         return -ENOENT;
     }
     return sf_schema_validate(t->schema, args, why, whylen) < 0 ? -EINVAL : 0;

@@ -6,6 +6,7 @@
 #include "sf_trace.h"
 #include "sf_jobauth.h"
 #include "sf_log.h"
+#include "sf_msg.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -183,7 +184,7 @@ void gw_jobs_fetch_claims(gw_ctx *ctx, const char *team, sf_reply *r, int keep,
         sf_reply_init(&err);
         snprintf(err.id, sizeof(err.id), "%s", r->id);
         err.kind = SF_REPLY_ERROR;
-        err.message = (char *)"The server is out of memory; retry.";
+        err.message = (char *)SF_MSG_SERVER_NOMEM;
         cb(arg, &err);
         sf_reply_fini(r);
         return;

@@ -5,6 +5,7 @@
 #include "sf_apikeys.h"
 #include "sf_auth.h"
 #include "sf_log.h"
+#include "sf_msg.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -23,7 +24,7 @@ static const sf_cfg_entry cfg_table[] = {
              "stable id of this gateway ([a-z0-9_-]): a restart reuses its reply topics (the "
              "embedded broker cannot delete topics); empty = a new random id each start"),
     SF_CFG_I(gw_cfg, port, "8080", 0, 65535, "MCP port (0 = any free port)"),
-    SF_CFG_S(gw_cfg, schemas_dir, "schemas/tools", "folder of the tool JSON Schemas"),
+    SF_CFG_S(gw_cfg, schemas_dir, "schemas/tools", SF_MSG_CFG_SCHEMAS_DIR),
     SF_CFG_S(gw_cfg, auth_secret_file, "/var/lib/sandfleet/auth.key",
              "32-byte secret the API key hashes are keyed with"),
     SF_CFG_I(gw_cfg, max_body, "16777216", 1024, 1073741824, "largest MCP request body (bytes)"),

@@ -13,6 +13,7 @@
 #include "sf_jsonrpc.h"
 #include "sf_log.h"
 #include "sf_oauth.h"
+#include "sf_msg.h"
 
 #include <errno.h>
 #include <sodium.h>
@@ -476,7 +477,7 @@ static void tools_call(mcp_call *c, json_t *params)
     if (token && (json_is_string(token) || json_is_integer(token)))
         c->progress_token = token;
     if (!(tool = sf_toolset_find(&ctx->tools, name)) || tool->internal) {
-        snprintf(why, sizeof(why), "Unknown tool '%.64s'; call tools/list to see the tools.", name);
+        snprintf(why, sizeof(why), SF_MSG_UNKNOWN_TOOL_FMT, name);
         respond_rpc_error(c, 200, -32602, why);
         goto done;
     }
@@ -540,7 +541,7 @@ static void hand_over(mcp_call *c, sf_job *job)
 
     if (!(c->held = malloc(sizeof(*c->held)))) {
         sf_job_fini(job);
-        respond_tool_error(c, "The server is out of memory; retry.");
+        respond_tool_error(c, SF_MSG_SERVER_NOMEM);
         call_free(c);
         return;
     }
@@ -555,8 +556,7 @@ static void hand_over(mcp_call *c, sf_job *job)
     c->held = NULL;
     if (rc < 0) {
         sf_job_fini(job);
-        respond_tool_error(c, "The platform's state store is unreachable, so the large "
-                              "arguments could not be handed over; retry in a few seconds.");
+        respond_tool_error(c, SF_MSG_STORE_DOWN_LARGE_ARGS);
         call_free(c);
         return;
     }
@@ -604,8 +604,7 @@ static void submit(mcp_call *c, sf_job *job)
         return;
     }
     if (rc == -EMSGSIZE)
-        snprintf(why, sizeof(why), "The arguments are too large for one call (over 1 MiB "
-                 "encoded); put large inputs in a file in the sandbox first, in smaller calls.");
+        snprintf(why, sizeof(why), SF_MSG_ARGS_TOO_LARGE);
     else if (rc == -EALREADY)
         snprintf(why, sizeof(why), "A call with this idempotency key is already waiting on "
                  "this gateway; wait for its answer instead of sending it again.");
@@ -642,12 +641,10 @@ static void on_claims_stored(void *arg, int status)
         if (status == -ENOSPC)
             snprintf(why, sizeof(why), "%s", SF_MSG_PLATFORM_FULL);
         else if (status == -EDQUOT)
-            snprintf(why, sizeof(why), "Your team's large uploads and answers in flight already "
-                     "hold %lld MiB, its limit; wait for other file calls to finish, then retry.",
+            snprintf(why, sizeof(why), SF_MSG_TEAM_FILES_FULL_FMT,
                      (long long)c->ctx->cfg.claim_team_mib);
         else
-            snprintf(why, sizeof(why), "The platform's state store is unreachable, so the large "
-                     "arguments could not be handed over; retry in a few seconds.");
+            snprintf(why, sizeof(why), SF_MSG_STORE_DOWN_LARGE_ARGS);
         sf_job_fini(job);
         free(job);
         respond_tool_error(c, why);
@@ -744,7 +741,7 @@ static void on_session(void *arg, int status, const char *sid)
     if (status == 507)
         respond_rpc_error(c, 507, -32603, SF_MSG_PLATFORM_FULL);
     else if (status != 200)
-        respond_rpc_error(c, 503, -32603, "The session store is unavailable; retry shortly.");
+        respond_rpc_error(c, 503, -32603, SF_MSG_STORE_DOWN);
     else
         respond_rpc_result(
             c,
@@ -781,7 +778,7 @@ static void on_level_set(void *arg, int ok)
     else if (ok < 0)
         respond_rpc_error(c, 507, -32603, SF_MSG_PLATFORM_FULL);
     else
-        respond_rpc_error(c, 503, -32603, "The session store is unavailable; retry shortly.");
+        respond_rpc_error(c, 503, -32603, SF_MSG_STORE_DOWN);
     call_free(c); /* responded, or the client is gone */
 }
 
@@ -876,7 +873,7 @@ static void on_deleted(void *arg, int ok)
     else if (ok < 0)
         respond_rpc_error(c, 507, -32603, SF_MSG_PLATFORM_FULL);
     else
-        respond_rpc_error(c, 503, -32603, "The session store is unavailable; retry shortly.");
+        respond_rpc_error(c, 503, -32603, SF_MSG_STORE_DOWN);
     call_free(c);
 }
 
@@ -924,8 +921,7 @@ static void on_auth(void *arg, int status, const char *team, gw_session *sess,
         return;
     }
     if (status != 200) {
-        respond_rpc_error(c, 503, -32603, "The platform's state store is unreachable; retry "
-                                          "in a few seconds.");
+        respond_rpc_error(c, 503, -32603, SF_MSG_STORE_DOWN);
         call_free(c);
         return;
     }
@@ -1040,8 +1036,7 @@ static void head_checked(void *arg, int status, const char *team, gw_session *se
         /* the transport adds WWW-Authenticate (gw_oauth_challenge_fn) */
         gw_req_head_verdict(op->req, status == 200 ? 0 : status,
                             status == 401 ? (why_401 ? why_401 : GW_WHY_MISSING_CREDENTIALS)
-                                          : "The platform's state store is unreachable; retry "
-                                            "in a few seconds.");
+                                          : SF_MSG_STORE_DOWN);
     }
     free(op);
 }
@@ -1057,7 +1052,7 @@ void gw_mcp_head_check(gw_req *req, void *arg)
         return;
     }
     if (!(op = calloc(1, sizeof(*op)))) {
-        gw_req_head_verdict(req, 503, "The server is out of memory; retry.");
+        gw_req_head_verdict(req, 503, SF_MSG_SERVER_NOMEM);
         return;
     }
     op->ctx = ctx;

@@ -18,6 +18,7 @@
 #include "sf_log.h"
 #include "sf_oauth.h"
 #include "sf_store.h"
+#include "sf_msg.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -405,7 +406,7 @@ static int redis_down(op *o, redisReply *rep)
         return 0;
     if (o->req)
         oauth_error(op_take(o), 503, "temporarily_unavailable",
-                    "The platform's state store is unreachable; retry in a few seconds.");
+                    SF_MSG_STORE_DOWN);
     return 1;
 }
 
@@ -703,14 +704,13 @@ static void on_page_admitted(redisAsyncContext *ac, void *r, void *priv)
             page_429(op_take(o), retry, msg);
         else
             error_page(op_take(o), 503, "Try again", sf_redis_is_oom(r) ? SF_MSG_PLATFORM_FULL
-                       : "The platform's state store is unreachable; retry in a few seconds.");
+                       : SF_MSG_STORE_DOWN);
         op_free(o);
         return;
     }
     if (sf_redis_cmd(o->ctx->redis, on_page_stored, o, "SET " SF_RK_OAUTH_REQ " %s EX %d",
                      o->page_hash, o->text, REQ_TTL_S) < 0) {
-        error_page(op_take(o), 503, "Try again", "The platform's state store is unreachable; "
-                                                 "retry in a few seconds.");
+        error_page(op_take(o), 503, "Try again", SF_MSG_STORE_DOWN);
         op_free(o);
     }
 }
@@ -741,8 +741,7 @@ static void show_page(op *o, json_t *areq, const char *error)
         admit(o, key, SF_RK_OAUTH_PAGES, o->ctx->cfg.oauth_signin_per_min,
               o->ctx->cfg.oauth_signins_max, (int64_t)REQ_TTL_S * 1000, hash,
               on_page_admitted) < 0) {
-        error_page(op_take(o), 503, "Try again", "The platform's state store is unreachable; "
-                                                 "retry in a few seconds.");
+        error_page(op_take(o), 503, "Try again", SF_MSG_STORE_DOWN);
         op_free(o);
     }
 }
@@ -816,8 +815,7 @@ static void on_client_for_authorize(redisAsyncContext *ac, void *r, void *priv)
 
     if (!o->req || !r || ((redisReply *)r)->type == REDIS_REPLY_ERROR) {
         if (o->req)
-            error_page(op_take(o), 503, "Try again", "The platform's state store is unreachable; "
-                                                     "retry in a few seconds.");
+            error_page(op_take(o), 503, "Try again", SF_MSG_STORE_DOWN);
         op_free(o);
         return;
     }
@@ -948,8 +946,7 @@ static void on_key_for_approve(redisAsyncContext *ac, void *r, void *priv)
     json_object_set_new(areq, "code", json_string(code));
     if (!text || sf_redis_cmd(o->ctx->redis, on_code_stored, o, "SET " SF_RK_OAUTH_CODE " %s EX %d",
                               hash, text, CODE_TTL_S) < 0) {
-        error_page(op_take(o), 503, "Try again", "The platform's state store is unreachable; "
-                                                 "retry in a few seconds.");
+        error_page(op_take(o), 503, "Try again", SF_MSG_STORE_DOWN);
         op_free(o);
     }
     free(text);
@@ -1072,7 +1069,7 @@ static void on_tokens_stored(redisAsyncContext *ac, void *r, void *priv)
         json_answer(op_take(o), 200, json_incref(o->rec));
     else if (o->req)
         oauth_error(op_take(o), 503, "temporarily_unavailable",
-                    "The platform's state store is unreachable; retry in a few seconds.");
+                    SF_MSG_STORE_DOWN);
     op_free(o);
 }
 
@@ -1434,7 +1431,7 @@ static void on_token_alive(redisAsyncContext *ac, void *r, void *priv, int is_ke
         t->status = 401;
         t->why = is_key ? "The API key this token was granted with has been revoked; sign in "
                           "again."
-                        : "The access token is unknown or was revoked; sign in again.";
+                        : SF_MSG_TOKEN_UNKNOWN;
     }
     if (--t->pending > 0)
         return;
@@ -1470,14 +1467,14 @@ static void on_token(redisAsyncContext *ac, void *r, void *priv)
     }
     grant = jstr(g, "grant");
     if (!g)
-        why = "The access token is unknown or was revoked; sign in again.";
+        why = SF_MSG_TOKEN_UNKNOWN;
     else if (json_integer_value(json_object_get(g, "exp")) < sf_now_ms())
         why = "The access token expired; refresh it, or sign in again.";
     else if (strcmp(jstr(g, "resource") ?: "", t->resource) != 0)
         why = "The access token was issued for another resource; get one for this server.";
     else if (!jstr(g, "team") || !jstr(g, "key") || strlen(jstr(g, "key")) >= sizeof(t->key) ||
              !grant || !sf_id_valid(grant))
-        why = "The access token is unknown or was revoked; sign in again.";
+        why = SF_MSG_TOKEN_UNKNOWN;
     if (why) {
         t->cb(t->arg, 401, NULL, why);
         free(t);

@@ -20,6 +20,7 @@
 #include "sf_log.h"
 #include "sf_map.h"
 #include "sf_util.h"
+#include "sf_msg.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -432,7 +433,7 @@ void gw_cimd_get(gw_ctx *ctx, const char *client_id, gw_cimd_cb cb, void *arg)
             free(c);
         }
         ctx->cimd = NULL;
-        cb(arg, NULL, "The server could not start fetching its client metadata document; retry.");
+        cb(arg, NULL, SF_MSG_CIMD_FETCH_FAILED);
         return;
     }
     {
@@ -524,7 +525,7 @@ fail:
         free(f->body);
         free(f);
     }
-    cb(arg, NULL, "The server could not start fetching its client metadata document; retry.");
+    cb(arg, NULL, SF_MSG_CIMD_FETCH_FAILED);
 }
 
 static void free_cached(const char *key, void *val, void *arg)

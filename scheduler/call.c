@@ -4,6 +4,7 @@
  * deadline and the offset are common/sf_call.h's, shared with the worker. */
 #include "sched.h"
 #include "sf_log.h"
+#include "sf_msg.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -95,9 +96,7 @@ void sch_call_forward(sch_call *c, const char *host)
     }
     sf_error("msg=\"cannot produce\" job=%s topic=%s rc=%d", c->job.id, topic, rc);
     if (rc == -E2BIG) /* what the scheduler adds (host, limits) pushed it past the limit */
-        sch_call_error(c, SF_ERR_INVALID, "The arguments are too large for one call (over "
-                       "1 MiB encoded); put large inputs in a file in the sandbox first, in "
-                       "smaller calls.");
+        sch_call_error(c, SF_ERR_INVALID, SF_MSG_ARGS_TOO_LARGE);
     else
         sch_call_error(c, SF_ERR_UNAVAILABLE, "The platform could not hand the call to the "
                        "sandbox's host; retry in a few seconds.");

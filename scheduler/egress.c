@@ -5,6 +5,7 @@
 #include "sf_netlog.h"
 #include "sf_records.h"
 #include "sf_secrets.h"
+#include "sf_msg.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -46,7 +47,7 @@ static void sl_finish(sl_req *q)
         sch_call_result(q->c, json_pack("{s:o, s:I}", "secrets", out, "count",
                                          (json_int_t)json_array_size(out)));
     } else {
-        sch_call_error(q->c, SF_ERR_INTERNAL, "The scheduler is out of memory; retry later.");
+        sch_call_error(q->c, SF_ERR_INTERNAL, SF_MSG_SCHED_NOMEM);
     }
     json_decref(q->items);
     free(q->slots);
@@ -92,7 +93,7 @@ static void on_secret_names(redisAsyncContext *ac, void *r, void *priv)
         }
         free(q);
         free(names);
-        sch_call_error(c, SF_ERR_INTERNAL, "The scheduler is out of memory; retry later.");
+        sch_call_error(c, SF_ERR_INTERNAL, SF_MSG_SCHED_NOMEM);
         return;
     }
     q->c = c;
@@ -191,7 +192,7 @@ void sch_egress_network_log(sch_call *c)
         return;
     }
     if (!(q = calloc(1, sizeof(*q)))) {
-        sch_call_error(c, SF_ERR_INTERNAL, "The scheduler is out of memory; retry later.");
+        sch_call_error(c, SF_ERR_INTERNAL, SF_MSG_SCHED_NOMEM);
         return;
     }
     q->c = c;

@@ -4,6 +4,7 @@
 #include "sched.h"
 #include "sf_log.h"
 #include "sf_timers.h"
+#include "sf_msg.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -446,7 +447,7 @@ static void on_info(redisAsyncContext *ac, void *r, void *priv)
 void sch_list_info(sch_call *c)
 {
     if (!c->job.sandbox[0]) {
-        sch_call_error(c, SF_ERR_INVALID, "Argument 'sandbox_id' is required.");
+        sch_call_error(c, SF_ERR_INVALID, SF_MSG_ARG_SANDBOX_ID);
         return;
     }
     if (sf_redis_cmd(c->ctx->redis, on_info, c, "HGETALL " SF_RK_SANDBOX, c->job.sandbox) < 0)

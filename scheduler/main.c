@@ -2,6 +2,7 @@
 #include "sched.h"
 #include "sf_apikeys.h"
 #include "sf_log.h"
+#include "sf_msg.h"
 
 #include <stdio.h>
 
@@ -24,7 +25,7 @@ static const sf_cfg_entry cfg_table[] = {
     SF_CFG_I(sch_cfg, sandbox_inodes, "0", 0, 1000000000,
              "inodes of a new sandbox (0 = the worker's default)"),
     SF_CFG_I(sch_cfg, sandbox_pids_max, "256", 8, 1000000, "processes of a new sandbox"),
-    SF_CFG_S(sch_cfg, schemas_dir, "schemas/tools", "folder of the tool JSON Schemas"),
+    SF_CFG_S(sch_cfg, schemas_dir, "schemas/tools", SF_MSG_CFG_SCHEMAS_DIR),
     SF_CFG_S(sch_cfg, auth_secret_file, "/var/lib/sandfleet/auth.key",
              "the deployment's auth secret (64 hex chars): checks the signature of every job"),
     SF_CFG_I(sch_cfg, accept_unsigned, "0", 0, 1,

@@ -5,6 +5,7 @@
 #include "sched.h"
 #include "sf_jobauth.h"
 #include "sf_log.h"
+#include "sf_msg.h"
 
 #include <string.h>
 
@@ -96,8 +97,7 @@ static const sf_tool *validate(sch_call *c)
 
     if (sf_call_expired(&c->call, sf_now_ms())) {
         sf_info("msg=\"job expired before it was routed\" job=%s tool=%s", c->job.id, c->job.tool);
-        sch_call_error(c, SF_ERR_TIMEOUT, "The call waited in the queue past its deadline; "
-                       "retry it.");
+        sch_call_error(c, SF_ERR_TIMEOUT, SF_MSG_CALL_EXPIRED);
         return NULL;
     }
     t = sf_toolset_find(&c->ctx->tools, c->job.tool);
@@ -115,7 +115,7 @@ static const sf_tool *validate(sch_call *c)
     if (bind_sandbox(c, t) < 0)
         return NULL;
     if (t->sandbox == SF_SB_EXISTING && !c->job.sandbox[0]) {
-        sch_call_error(c, SF_ERR_INVALID, "Argument 'sandbox_id' is required.");
+        sch_call_error(c, SF_ERR_INVALID, SF_MSG_ARG_SANDBOX_ID);
         return NULL;
     }
     return t;

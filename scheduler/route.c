@@ -3,6 +3,7 @@
  * whether it is live; then the call is forwarded (call.c), or answered why not. */
 #include "sched.h"
 #include "sf_store.h"
+#include "sf_msg.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -31,10 +32,10 @@ static void route_verdict(sch_call *c, const char *verdict, const char *host)
             return;
         }
         snprintf(text, sizeof(text),
-                 "Sandbox '%s' was killed; create a new one with sandbox_create.", c->job.sandbox);
+                 SF_MSG_SANDBOX_KILLED_FMT, c->job.sandbox);
     } else if (!strcmp(verdict, "failed")) {
         snprintf(text, sizeof(text),
-                 "Sandbox '%s' failed to start; create a new one with sandbox_create.",
+                 SF_MSG_SANDBOX_FAILED_FMT,
                  c->job.sandbox);
     } else if (!strcmp(verdict, "stale")) {
         snprintf(text, sizeof(text),

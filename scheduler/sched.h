@@ -10,6 +10,7 @@
 #include "sf_jobio.h"
 #include "sf_redis.h"
 #include "sf_tools.h"
+#include "sf_msg.h"
 
 typedef struct sch_cfg {
     sf_common_cfg common;
@@ -51,7 +52,7 @@ typedef struct sch_call {
     char pin[SF_ID_MAX];    /* sandbox_create from a snapshot: the host that holds it */
 } sch_call;
 
-#define SCH_MSG_REDIS_DOWN "The platform's state store is unreachable; retry in a few seconds."
+#define SCH_MSG_REDIS_DOWN SF_MSG_STORE_DOWN
 
 /* Who calls whom (docs/internals/scheduler.md): main -> pipeline -> auth, and the
  * handlers; handlers -> call, hosts, hostmsg; call -> hostmsg. Never back up. */

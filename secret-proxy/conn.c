@@ -17,6 +17,7 @@
 #include "proxy.h"
 #include "sf_list.h"
 #include "sf_log.h"
+#include "sf_msg.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -1252,7 +1253,7 @@ static void decide_request(sp_conn *c)
         }
         if (!(c->rq = sp_resolve(c->ctx->resolver, c->sb->rcache, c->path_host,
                                  on_req_resolved, c)))
-            refuse(c, 503, c->path_host, 0, c->req_port, "the proxy is out of memory");
+            refuse(c, 503, c->path_host, 0, c->req_port, SF_MSG_PROXY_NOMEM_WHY);
         return;
     }
     if (!strncasecmp(url, "http://", 7)) {
@@ -1318,7 +1319,7 @@ static void decide_request(sp_conn *c)
     }
     if (!(c->rq = sp_resolve(c->ctx->resolver, c->sb->rcache, c->path_host, on_req_resolved,
                              c)))
-        refuse(c, 503, c->path_host, 0, c->req_port, "the proxy is out of memory");
+        refuse(c, 503, c->path_host, 0, c->req_port, SF_MSG_PROXY_NOMEM_WHY);
 }
 
 /* After CONNECT was judged: answer 200 and sniff what the sandbox sends. */
@@ -1368,12 +1369,12 @@ static void http_process_loop(sp_conn *c)
             const char *why;
             if (end.pos < 0) {
                 if (evbuffer_get_length(in) > SP_HEAD_MAX)
-                    http_bad(c, 431, "the request head is larger than 32 KiB");
+                    http_bad(c, 431, SF_MSG_PROXY_HEAD_TOO_LARGE_WHY);
                 return;
             }
             hl = (size_t)end.pos + 4;
             if (hl > SP_HEAD_MAX) {
-                http_bad(c, 431, "the request head is larger than 32 KiB");
+                http_bad(c, 431, SF_MSG_PROXY_HEAD_TOO_LARGE_WHY);
                 return;
             }
             if (sp_head_prescan((const char *)evbuffer_pullup(in, (ev_ssize_t)hl), hl, &why) <

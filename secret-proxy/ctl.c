@@ -3,6 +3,7 @@
  * Only root (the worker) can reach it (mode 0600). */
 #include "proxy.h"
 #include "sf_log.h"
+#include "sf_msg.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -127,7 +128,7 @@ static void handle(ctl_client *c, const char *msg, size_t n, int fd)
         goto out;
     }
     if (!(r = calloc(1, sizeof(*r)))) {
-        reply_error(c, id, "The proxy is out of memory.");
+        reply_error(c, id, SF_MSG_PROXY_NOMEM);
         goto out;
     }
     r->c = c;

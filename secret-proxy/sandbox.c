@@ -6,6 +6,7 @@
 #include "netns.h"
 #include "proxy.h"
 #include "sf_log.h"
+#include "sf_msg.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -270,8 +271,7 @@ static void finish_register(op *o)
     char why[256];
 
     if (sf_map_get(ctx->sandboxes, o->sandbox)) {
-        answer(o->done, o->arg, err_reply("Sandbox %s is already registered; unregister it "
-                                          "first or send update.", o->sandbox));
+        answer(o->done, o->arg, err_reply(SF_MSG_PROXY_SB_REGISTERED_FMT, o->sandbox));
         return;
     }
     if ((int64_t)sf_map_len(ctx->sandboxes) >= ctx->cfg.proxy_max_sandboxes) {
@@ -286,7 +286,7 @@ static void finish_register(op *o)
     if (!(sb = calloc(1, sizeof(*sb)))) {
         for (int i = 0; i < 3; i++)
             close(fds[i]);
-        answer(o->done, o->arg, err_reply("The proxy is out of memory.%s", NULL));
+        answer(o->done, o->arg, err_reply(SF_MSG_PROXY_NOMEM "%s", NULL));
         return;
     }
     sb->ctx = ctx;
@@ -333,7 +333,7 @@ static void finish_update(op *o)
     sp_sandbox *sb = sf_map_get(o->ctx->sandboxes, o->sandbox);
 
     if (!sb) {
-        answer(o->done, o->arg, err_reply("Sandbox %s is not registered with this proxy.",
+        answer(o->done, o->arg, err_reply(SF_MSG_PROXY_SB_UNKNOWN_FMT,
                                           o->sandbox));
         return;
     }
@@ -346,7 +346,7 @@ static void finish_update(op *o)
         sb->deny_json = json_incref(o->deny);
     }
     if (o->set_bindings && apply_bindings(sb, o) < 0) {
-        answer(o->done, o->arg, err_reply("The proxy is out of memory.%s", NULL));
+        answer(o->done, o->arg, err_reply(SF_MSG_PROXY_NOMEM "%s", NULL));
         return;
     }
     sf_info("msg=\"sandbox updated\" sandbox=%s secrets=%zu rules=%s", sb->id, sb->bind_n,
@@ -431,7 +431,7 @@ static json_t *parse_bindings(op *o, const json_t *req)
                          NULL);
     o->set_bindings = 1;
     if (!(o->w = calloc(json_object_size(secrets) + 1, sizeof(*o->w))))
-        return err_reply("The proxy is out of memory.%s", NULL);
+        return err_reply(SF_MSG_PROXY_NOMEM "%s", NULL);
     json_object_foreach(secrets, env, v) {
         want *w = &o->w[o->w_n];
         const char *name = json_string_value(v), *p = json_string_value(json_object_get(ph, env));
@@ -506,7 +506,7 @@ static op *op_new(sp_ctx *ctx, const json_t *req, sp_done_cb done, void *arg)
         return NULL;
     }
     if (!(o = calloc(1, sizeof(*o)))) {
-        answer(done, arg, err_reply("The proxy is out of memory.%s", NULL));
+        answer(done, arg, err_reply(SF_MSG_PROXY_NOMEM "%s", NULL));
         return NULL;
     }
     o->ctx = ctx;
@@ -558,8 +558,7 @@ void sp_sandbox_register(sp_ctx *ctx, const json_t *req, int netns_fd, sp_done_c
         return;
     }
     if (sf_map_get(ctx->sandboxes, o->sandbox)) {
-        answer(done, arg, err_reply("Sandbox %s is already registered; unregister it first "
-                                    "or send update.", o->sandbox));
+        answer(done, arg, err_reply(SF_MSG_PROXY_SB_REGISTERED_FMT, o->sandbox));
         op_free(o);
         return;
     }
@@ -574,7 +573,7 @@ void sp_sandbox_update(sp_ctx *ctx, const json_t *req, sp_done_cb done, void *ar
     if (!o)
         return;
     if (!(sb = sf_map_get(ctx->sandboxes, o->sandbox))) {
-        answer(done, arg, err_reply("Sandbox %s is not registered with this proxy.",
+        answer(done, arg, err_reply(SF_MSG_PROXY_SB_UNKNOWN_FMT,
                                     o->sandbox));
         op_free(o);
         return;
@@ -617,7 +616,7 @@ static void unregister_owner(sp_ctx *ctx, const char *owner, sp_done_cb done, vo
     sp_sandbox **all = calloc(n + 1, sizeof(*all)), **p = all;
 
     if (!all) {
-        answer(done, arg, err_reply("The proxy is out of memory.%s", NULL));
+        answer(done, arg, err_reply(SF_MSG_PROXY_NOMEM "%s", NULL));
         return;
     }
     sf_map_foreach(ctx->sandboxes, collect, &p);

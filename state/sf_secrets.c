@@ -2,6 +2,7 @@
 #include "sf_store.h"
 #include "sf_auth.h"
 #include "sf_util.h"
+#include "sf_msg.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -379,7 +380,7 @@ int sf_secrets_rotate(redisContext *c, const uint8_t key[SF_SECRET_KEY_BYTES],
     rc = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
     freeReplyObject(r);
     if (!rc) {
-        snprintf(why, whylen, "Team %s has no secret named %s; see `sandfleet secrets list`.",
+        snprintf(why, whylen, SF_MSG_SECRET_UNKNOWN_FMT,
                  m->team, m->name);
         return -ENOENT;
     }
@@ -408,7 +409,7 @@ int sf_secrets_delete(redisContext *c, const char *team, const char *name, char 
     found = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
     freeReplyObject(r);
     if (!found) {
-        snprintf(why, whylen, "Team %s has no secret named %s; see `sandfleet secrets list`.",
+        snprintf(why, whylen, SF_MSG_SECRET_UNKNOWN_FMT,
                  team, name);
         return -ENOENT;
     }

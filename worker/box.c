@@ -9,6 +9,7 @@
 #include "sf_records.h"
 #include "sf_tools.h"
 #include "sf_trace.h"
+#include "sf_msg.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -28,10 +29,10 @@ static void on_not_here_state(redisAsyncContext *ac, void *r, void *priv)
         if (!strcmp(st, "killing"))
             wk_record_retire(c->ctx, c->job.sandbox, "killed", 1);
         snprintf(text, sizeof(text),
-                 "Sandbox '%s' was killed; create a new one with sandbox_create.", c->job.sandbox);
+                 SF_MSG_SANDBOX_KILLED_FMT, c->job.sandbox);
     } else if (!strcmp(st, "failed")) {
         snprintf(text, sizeof(text),
-                 "Sandbox '%s' failed to start; create a new one with sandbox_create.",
+                 SF_MSG_SANDBOX_FAILED_FMT,
                  c->job.sandbox);
     } else {
         snprintf(text, sizeof(text),
@@ -47,7 +48,7 @@ void wk_box_not_here(wk_call *c)
     if (sf_redis_cmd(c->ctx->redis, on_not_here_state, c, "HGET " SF_RK_SANDBOX " state",
                      c->job.sandbox) < 0)
         wk_reply_error(c, SF_ERR_UNAVAILABLE,
-                    "The platform's state store is unreachable; retry in a few seconds.");
+                    SF_MSG_STORE_DOWN);
 }
 
 void wk_box_release(wk_box *b)

@@ -11,6 +11,7 @@
 #include "sf_records.h"
 #include "sf_tools.h"
 #include "sf_trace.h"
+#include "sf_msg.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -200,9 +201,8 @@ static void big_reply_finish(big_reply *br)
         if (br->full)
             snprintf(text, sizeof(text), "%s", SF_MSG_PLATFORM_FULL);
         else if (br->over)
-            snprintf(text, sizeof(text), "Your team's large uploads and answers in flight "
-                     "already hold %lld MiB, its limit; wait for other file calls to finish, "
-                     "then retry.", (long long)(ctx->cfg.claim_team_mib));
+            snprintf(text, sizeof(text), SF_MSG_TEAM_FILES_FULL_FMT,
+                     (long long)(ctx->cfg.claim_team_mib));
         else
             snprintf(text, sizeof(text), "The platform's state store is unreachable, so the "
                      "large answer could not be handed over; retry in a few seconds.");
@@ -412,12 +412,12 @@ static void on_guard(redisAsyncContext *ac, void *r, void *priv)
     if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements < 1 ||
         (verdict = rep->element[0])->type != REDIS_REPLY_STRING) {
         wk_call_refuse(c, SF_ERR_UNAVAILABLE,
-               "The platform's state store is unreachable; retry in a few seconds.");
+               SF_MSG_STORE_DOWN);
         return;
     }
     if (!strcmp(verdict->str, "new") && c->job.deadline_ms < sf_now_ms()) {
         sf_info("msg=\"job expired in the queue\" job=%s tool=%s", c->job.id, c->job.tool);
-        wk_call_refuse(c, SF_ERR_TIMEOUT, "The call waited in the queue past its deadline; retry it.");
+        wk_call_refuse(c, SF_ERR_TIMEOUT, SF_MSG_CALL_EXPIRED);
         return;
     }
     if (!strcmp(verdict->str, "new")) {
@@ -484,7 +484,7 @@ void wk_call_begin(wk_call *c, void (*run)(wk_call *c))
     }
     if (rc < 0)
         wk_call_refuse(c, SF_ERR_UNAVAILABLE,
-                       "The platform's state store is unreachable; retry in a few seconds.");
+                       SF_MSG_STORE_DOWN);
 }
 
 /* ---- the handler registry ---- */

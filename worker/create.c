@@ -11,6 +11,7 @@
 #include "sf_records.h"
 #include "sf_tools.h"
 #include "sf_trace.h"
+#include "sf_msg.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -109,7 +110,7 @@ static int create_cut_short(wk_box *b)
         wk_reply_error(c, SF_ERR_NOT_FOUND, "The sandbox was killed while it was starting; "
                                          "create a new one with sandbox_create.");
     else
-        wk_reply_error(c, SF_ERR_UNAVAILABLE, "This host is shutting down; retry in a few seconds.");
+        wk_reply_error(c, SF_ERR_UNAVAILABLE, SF_MSG_HOST_STOPPING);
     return 1;
 }
 
@@ -143,7 +144,7 @@ static void on_service(wk_box *b, int rc, const char *why)
         b->state = WK_BOX_RUNNING;
         if (!(f = calloc(1, sizeof(*f)))) {
             wk_box_kill(b, "failed");
-            wk_reply_error(c, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+            wk_reply_error(c, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
             return;
         }
         f->c = c;
@@ -347,14 +348,14 @@ static void do_create(wk_call *c)
         wk_snap_unuse(ctx, snap_id);
         sf_info("msg=\"create refused: host full\" sandbox=%s resource=%s", c->job.sandbox, full);
         wk_call_refuse(c, SF_ERR_UNAVAILABLE,
-               "The chosen host is at capacity; retry sandbox_create in a few seconds.");
+               SF_MSG_HOST_AT_CAPACITY);
         return;
     }
     if (!(b = calloc(1, sizeof(*b)))) {
         wk_tstore_layers_free(layers);
         wk_egress_box_free(eg);
         wk_snap_unuse(ctx, snap_id);
-        wk_call_refuse(c, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+        wk_call_refuse(c, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
         return;
     }
     b->ctx = ctx;
@@ -374,7 +375,7 @@ static void do_create(wk_call *c)
         wk_egress_box_free(b->eg);
         free(b);
         wk_call_refuse(c, SF_ERR_UNAVAILABLE,
-               "The chosen host is at capacity; retry sandbox_create in a few seconds.");
+               SF_MSG_HOST_AT_CAPACITY);
         return;
     }
     ctx->used_mem_mib += b->lim.memory_mib;

@@ -7,6 +7,7 @@
 #include "sf_jobio.h"
 #include "sf_log.h"
 #include "sf_tools.h"
+#include "sf_msg.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -130,7 +131,7 @@ static void dispatch(wk_call *c)
     }
     if (b->state == WK_BOX_KILLING) {
         snprintf(text, sizeof(text),
-                 "Sandbox '%s' was killed; create a new one with sandbox_create.", b->id);
+                 SF_MSG_SANDBOX_KILLED_FMT, b->id);
         wk_reply_error(c, SF_ERR_NOT_FOUND, text);
         return;
     }
@@ -158,14 +159,12 @@ static void on_auto_resumed(wk_call *c, int rc, const char *why)
     wk_box *bx;
 
     if (rc < 0) {
-        snprintf(text, sizeof(text), "%s", why ? why : "The paused sandbox could not be "
-                 "resumed; retry, or kill it and create a new one.");
+        snprintf(text, sizeof(text), "%s", why ? why : SF_MSG_RESUME_FAILED);
         wk_reply_error(c, rc == -ESRCH ? SF_ERR_NOT_FOUND : SF_ERR_UNAVAILABLE, text);
         return;
     }
     if ((bx = sf_map_get(c->ctx->sandboxes, c->job.sandbox)) && (bx->paused || bx->pausing)) {
-        wk_reply_error(c, SF_ERR_UNAVAILABLE, "The paused sandbox could not be resumed; retry, "
-                       "or kill it and create a new one.");
+        wk_reply_error(c, SF_ERR_UNAVAILABLE, SF_MSG_RESUME_FAILED);
         return;
     }
     dispatch(c); /* looks the sandbox up again */
@@ -201,7 +200,7 @@ void wk_on_job(void *arg, sf_job *job, sf_kafka_ticket tk)
     if (c->job.deadline_ms > latest)
         c->job.deadline_ms = latest;
     if (ctx->stopping) {
-        wk_call_refuse(c, SF_ERR_UNAVAILABLE, "This host is shutting down; retry in a few seconds.");
+        wk_call_refuse(c, SF_ERR_UNAVAILABLE, SF_MSG_HOST_STOPPING);
         return;
     }
     /* (a job past its deadline is refused after the guard: a repeat of a finished one

@@ -4,6 +4,7 @@
 #include "netns.h"
 #include "sf_log.h"
 #include "sf_records.h"
+#include "sf_msg.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -208,7 +209,7 @@ static void setup_done(void *arg)
     if (op->rc < 0 || wk_pool_run(op->e->fifo, call_work, call_finished, op) < 0) {
         if (op->rc == 0) {
             op->rc = -ENOMEM;
-            snprintf(op->why, sizeof(op->why), "The worker is out of memory.");
+            snprintf(op->why, sizeof(op->why), SF_MSG_HOST_NOMEM);
         }
         call_finished(op);
     }
@@ -306,7 +307,7 @@ int wk_egress_box_new(wk_egress *e, const json_t *args, wk_egbox **out, const ch
     }
     if (!(eb = calloc(1, sizeof(*eb)))) {
         *code = SF_ERR_INTERNAL;
-        *why = "The host is out of memory; retry later.";
+        *why = SF_MSG_HOST_NOMEM;
         return -1;
     }
     eb->netns = -1;
@@ -319,7 +320,7 @@ int wk_egress_box_new(wk_egress *e, const json_t *args, wk_egbox **out, const ch
     if (!eb->allow || !eb->deny || !eb->secrets || !eb->env || eb_texts(eb) < 0) {
         wk_egress_box_free(eb);
         *code = SF_ERR_INTERNAL;
-        *why = "The host is out of memory; retry later.";
+        *why = SF_MSG_HOST_NOMEM;
         return -1;
     }
     *out = eb;
@@ -455,12 +456,12 @@ void wk_egress_attach(wk_egress *e, wk_box *b, wk_egress_cb cb)
     if (!op) {
         /* nothing queued: answer through a minimal op-less path */
         sf_error("msg=\"cannot register the sandbox: out of memory\" sandbox=%s", b->id);
-        cb(b, -ENOMEM, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+        cb(b, -ENOMEM, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
         return;
     }
     op->cb = cb;
     if (!op->req) {
-        op_fail_later(op, -ENOMEM, "The worker is out of memory.");
+        op_fail_later(op, -ENOMEM, SF_MSG_HOST_NOMEM);
         return;
     }
     if (ns < 0 || (eb->netns < 0 && (eb->netns = fcntl(ns, F_DUPFD_CLOEXEC, 0)) < 0) ||
@@ -605,7 +606,7 @@ void wk_egress_change(wk_egress *e, wk_box *b, json_t *allow, json_t *deny, json
     if (!(op = op_new(e, b->id, eb->serial, req, change_done)) || !op->req) {
         if (op)
             op_free(op);
-        cb(arg, b, -ENOMEM, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+        cb(arg, b, -ENOMEM, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
         return;
     }
     op->n_allow = allow ? json_incref(allow) : NULL;

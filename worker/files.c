@@ -9,6 +9,7 @@
  * pointer across anything but a driver request. */
 #include "worker.h"
 #include "sf_log.h"
+#include "sf_msg.h"
 
 #include <errno.h>
 #include <sodium.h>
@@ -114,7 +115,7 @@ static fop *fop_new(wk_call *c, wk_box *b)
     fop *f = calloc(1, sizeof(*f));
 
     if (!f) {
-        wk_reply_error(c, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+        wk_reply_error(c, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
         return NULL;
     }
     f->c = c;
@@ -203,16 +204,14 @@ static int request(fop *f, const wk_file_req *req, wk_file_cb cb)
     int rc;
 
     if (!sb) {
-        snprintf(text, sizeof(text), "Sandbox '%s' was killed during the call; create a new one "
-                 "with sandbox_create.", f->sandbox);
+        snprintf(text, sizeof(text), SF_MSG_SANDBOX_KILLED_DURING_CALL_FMT, f->sandbox);
         fail(f, SF_ERR_NOT_FOUND, text);
         return -1;
     }
     if ((rc = f->ctx->ops->file(sb, req, cb, f)) == 0)
         return 0;
     fail(f, rc == -EBUSY ? SF_ERR_LIMIT : SF_ERR_UNAVAILABLE,
-         rc == -EBUSY ? "Too many calls are running in this sandbox; wait for some to finish, "
-                        "then retry."
+         rc == -EBUSY ? SF_MSG_TOO_MANY_CALLS
                       : "The sandbox did not accept the file request; retry, or create a new "
                         "sandbox.");
     return -1;
@@ -267,7 +266,7 @@ static void on_read(void *arg, const wk_file_result *res)
         return;
     }
     if (sf_buf_append(&f->buf, res->data ? res->data : "", res->data_len) < 0) {
-        fail(f, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+        fail(f, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
         return;
     }
     f->off += res->data_len;
@@ -275,7 +274,7 @@ static void on_read(void *arg, const wk_file_result *res)
         json_t *content = f->base64 ? b64(f->buf.p, f->buf.len) : json_stringn(f->buf.p ? f->buf.p : "", f->buf.len);
         char when[32];
         if (!content) {
-            fail(f, SF_ERR_INVALID, f->base64 ? "The host is out of memory; retry later."
+            fail(f, SF_ERR_INVALID, f->base64 ? SF_MSG_HOST_NOMEM
                  : "The file is not UTF-8 text; read it with encoding 'base64'.");
             return;
         }
@@ -400,7 +399,7 @@ static void files_write(wk_call *c, wk_box *b)
         f->buf.cap = max + 1;
         bin[got] = '\0';
     } else if (sf_buf_append(&f->buf, json_string_value(content), n) < 0 && n <= WRITE_MAX) {
-        fail(f, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+        fail(f, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
         return;
     }
     if (n > WRITE_MAX * 2u || f->buf.len > WRITE_MAX || (!f->buf.p && n > 0)) {
@@ -609,7 +608,7 @@ static void on_zip_listed(void *arg, const wk_file_result *res)
             continue;
         }
         if (asprintf(&child, "%s%s%s", rel, rel[0] ? "/" : "", e->name) < 0) {
-            fail(f, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+            fail(f, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
             return;
         }
         if (strlen(child) + strlen(f->path) + 2 > PATH_MAX_SB) {
@@ -629,7 +628,7 @@ static void on_zip_listed(void *arg, const wk_file_result *res)
             }
             if (queue_push(f, child) < 0) {
                 free(child);
-                fail(f, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+                fail(f, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
                 return;
             }
             continue;
@@ -642,7 +641,7 @@ static void on_zip_listed(void *arg, const wk_file_result *res)
         }
         if (file_push(f, child, 0, e->mtime, e->size) < 0) {
             free(child);
-            fail(f, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+            fail(f, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
             return;
         }
     }
@@ -651,7 +650,7 @@ static void on_zip_listed(void *arg, const wk_file_result *res)
         if (rel[0]) { /* a directory of its own in the archive (kept when empty) */
             char *d;
             if (asprintf(&d, "%s/", rel) < 0 || file_push(f, d, 1, 0, 0) < 0) {
-                fail(f, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+                fail(f, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
                 return;
             }
         }
@@ -704,7 +703,7 @@ static void on_zip_read(void *arg, const wk_file_result *res)
     if (f->off + res->data_len > z->len) { /* it grew since it was listed */
         char *p = realloc(z->data, f->off + res->data_len);
         if (!p) {
-            fail(f, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+            fail(f, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
             return;
         }
         z->data = p;
@@ -732,14 +731,14 @@ static void zip_read_next(fop *f)
         f->next_file++;
     if (f->next_file == f->nfiles) {
         if (wk_pool_run(f->ctx->pool, zip_build, zip_built, f) < 0)
-            fail(f, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+            fail(f, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
         return;
     }
     z = &f->files[f->next_file];
     if (f->off == 0) {
         free(z->data);
         if (!(z->data = malloc(z->len ? z->len : 1))) {
-            fail(f, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+            fail(f, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
             return;
         }
     }
@@ -830,7 +829,7 @@ static void zip_built(void *arg)
     for (size_t i = 0; i < f->nfiles; i++)
         nf += f->files[i].dir == 0;
     if (!(content = b64(f->zip, f->zip_len))) {
-        fail(f, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+        fail(f, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
         return;
     }
     r = json_pack("{s:s, s:o, s:s, s:I, s:I, s:I}", "path", f->path, "content", content,
@@ -869,7 +868,7 @@ static void files_download(wk_call *c, wk_box *b)
         return;
     if (!(top = strdup("")) || queue_push(f, top) < 0) {
         free(top);
-        fail(f, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+        fail(f, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
         return;
     }
     zip_walk(f);

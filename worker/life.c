@@ -7,6 +7,7 @@
 #include "sf_log.h"
 #include "sf_records.h"
 #include "sf_timers.h"
+#include "sf_msg.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -160,8 +161,7 @@ static void state_error(wk_call *c, int rc, const char *why, const char *what)
     char text[320];
 
     if (rc == -ESRCH) {
-        snprintf(text, sizeof(text), "Sandbox '%s' was killed; create a new one with "
-                 "sandbox_create.", c->job.sandbox);
+        snprintf(text, sizeof(text), SF_MSG_SANDBOX_KILLED_FMT, c->job.sandbox);
         wk_reply_error(c, SF_ERR_NOT_FOUND, text);
         return;
     }

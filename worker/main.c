@@ -5,6 +5,7 @@
 #include "sf_log.h"
 #include "sf_records.h"
 #include "sf_timers.h"
+#include "sf_msg.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -22,7 +23,7 @@ static const sf_cfg_entry cfg_table[] = {
     SF_CFG_S(wk_cfg, state_dir, "/var/lib/sandfleet/worker", "sandboxes and templates live here"),
     SF_CFG_S(wk_cfg, agent_path, "", "the static sandfleet-agent binary; empty = beside this one"),
     SF_CFG_S(wk_cfg, driver, "jail", "isolation driver: jail (namespaces) or qemu (microVMs)"),
-    SF_CFG_S(wk_cfg, schemas_dir, "schemas/tools", "folder of the tool JSON Schemas"),
+    SF_CFG_S(wk_cfg, schemas_dir, "schemas/tools", SF_MSG_CFG_SCHEMAS_DIR),
     SF_CFG_S(wk_cfg, proxy_control_socket, "/var/lib/sandfleet/proxy.sock",
              "this host's secret-proxy (every sandbox's egress); empty = no network at all"),
     SF_CFG_S(wk_cfg, templates_dir, "/var/cache/sandfleet/templates",

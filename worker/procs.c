@@ -4,6 +4,7 @@
  * the arguments and words the answers. One agent request per call. */
 #include "worker.h"
 #include "sf_log.h"
+#include "sf_msg.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -33,7 +34,7 @@ static pcall *pc_new(wk_call *c, wk_box *b)
     pcall *p = calloc(1, sizeof(*p));
 
     if (!p) {
-        wk_reply_error(c, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+        wk_reply_error(c, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
         return NULL;
     }
     p->c = c;
@@ -65,16 +66,14 @@ static void pc_send(pcall *p, const wk_file_req *req, wk_file_cb cb)
     int rc;
 
     if (!b || b->state != WK_BOX_RUNNING) {
-        snprintf(text, sizeof(text), "Sandbox '%s' was killed during the call; create a new one "
-                 "with sandbox_create.", p->sandbox);
+        snprintf(text, sizeof(text), SF_MSG_SANDBOX_KILLED_DURING_CALL_FMT, p->sandbox);
         pc_fail(p, SF_ERR_NOT_FOUND, text);
         return;
     }
     if ((rc = p->ctx->ops->file(b->sb, req, cb, p)) == 0)
         return;
     pc_fail(p, rc == -EBUSY ? SF_ERR_LIMIT : SF_ERR_UNAVAILABLE,
-            rc == -EBUSY ? "Too many calls are running in this sandbox; wait for some to "
-                           "finish, then retry."
+            rc == -EBUSY ? SF_MSG_TOO_MANY_CALLS
                          : "The sandbox did not accept the request; retry, or create a new "
                            "sandbox.");
 }

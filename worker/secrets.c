@@ -9,6 +9,7 @@
 #include "sf_records.h"
 #include "sf_tools.h"
 #include "sf_trace.h"
+#include "sf_msg.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -21,8 +22,7 @@ static void reply_gone(wk_call *c)
 {
     char text[256];
 
-    snprintf(text, sizeof(text), "Sandbox '%s' was killed meanwhile; create a new one with "
-             "sandbox_create.", c->job.sandbox);
+    snprintf(text, sizeof(text), SF_MSG_SANDBOX_KILLED_MEANWHILE_FMT, c->job.sandbox);
     wk_reply_error(c, SF_ERR_NOT_FOUND, text);
 }
 
@@ -67,7 +67,7 @@ static void do_attach_secret(wk_call *c, wk_box *b)
     json_t *s = bindings_with(b, key, name);
 
     if (!s) {
-        wk_reply_error(c, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+        wk_reply_error(c, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
         return;
     }
     if (json_object_size(s) > WK_EGRESS_BINDINGS_MAX) {
@@ -94,7 +94,7 @@ static void do_detach_secret(wk_call *c, wk_box *b)
         return;
     }
     if (!(s = bindings_with(b, key, NULL))) {
-        wk_reply_error(c, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+        wk_reply_error(c, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
         return;
     }
     wk_egress_change(c->ctx->egress, b, NULL, NULL, s, on_bindings_changed, c);

@@ -14,6 +14,7 @@
 #include "fs.h"
 #include "sf_log.h"
 #include "sf_snapshots.h"
+#include "sf_msg.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -231,8 +232,7 @@ static void on_reserved(redisAsyncContext *ac, void *r, void *priv)
         else if (sf_redis_is_oom(rep))
             snprintf(text, sizeof(text), "%s", SF_MSG_PLATFORM_FULL);
         else
-            snprintf(text, sizeof(text), "The platform's state store is unreachable; retry in "
-                     "a few seconds.");
+            snprintf(text, sizeof(text), SF_MSG_STORE_DOWN);
         wk_reply_error(c, !strcmp(v, "") && !sf_redis_is_oom(rep) ? SF_ERR_UNAVAILABLE
                           : !strcmp(v, "taken")                 ? SF_ERR_INVALID
                                                                 : SF_ERR_LIMIT,
@@ -295,7 +295,7 @@ static void do_snapshot(wk_call *c, wk_box *b)
     }
     if (!(s = calloc(1, sizeof(*s))) || sf_id_new(s->id, "snp_") < 0) {
         free(s);
-        wk_reply_error(c, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+        wk_reply_error(c, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
         return;
     }
     s->c = c;

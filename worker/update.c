@@ -8,6 +8,7 @@
 #include "sf_log.h"
 #include "sf_records.h"
 #include "sf_timers.h"
+#include "sf_msg.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -27,8 +28,7 @@ static void reply_gone(wk_call *c)
 {
     char text[256];
 
-    snprintf(text, sizeof(text), "Sandbox '%s' was killed meanwhile; create a new one with "
-             "sandbox_create.", c->job.sandbox);
+    snprintf(text, sizeof(text), SF_MSG_SANDBOX_KILLED_MEANWHILE_FMT, c->job.sandbox);
     wk_reply_error(c, SF_ERR_NOT_FOUND, text);
 }
 
@@ -43,8 +43,7 @@ static void on_view(redisAsyncContext *ac, void *r, void *priv)
 
     (void)ac;
     if (!rep || rep->type != REDIS_REPLY_ARRAY) {
-        wk_reply_error(c, SF_ERR_UNAVAILABLE, "The change was made, but the platform's state "
-                       "store is unreachable to show it; see sandbox_info in a few seconds.");
+        wk_reply_error(c, SF_ERR_UNAVAILABLE, SF_MSG_STORE_DOWN_AFTER_CHANGE);
         return;
     }
     if (!b || b->state != WK_BOX_RUNNING) {
@@ -52,7 +51,7 @@ static void on_view(redisAsyncContext *ac, void *r, void *priv)
         return;
     }
     if (!(rec = json_object())) {
-        wk_reply_error(c, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+        wk_reply_error(c, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
         return;
     }
     for (size_t i = 0; i + 1 < rep->elements; i += 2)
@@ -79,7 +78,7 @@ static void on_view(redisAsyncContext *ac, void *r, void *priv)
     sf_timers_view(rec, view);
     json_decref(rec);
     if (!view) {
-        wk_reply_error(c, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+        wk_reply_error(c, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
         return;
     }
     wk_reply_result(c, view);
@@ -103,8 +102,7 @@ static void on_life_updated(redisAsyncContext *ac, void *r, void *priv)
         rep->element[0]->type != REDIS_REPLY_STRING) {
         wk_reply_error(c, SF_ERR_UNAVAILABLE, json_object_get(c->job.args, "allow_out") ||
                        json_object_get(c->job.args, "deny_out") ? MSG_REDIS_DOWN_AFTER_RULES :
-                       "The platform's state store is unreachable; nothing changed. Retry in a "
-                       "few seconds.");
+                       SF_MSG_STORE_DOWN_NOTHING_CHANGED);
         return;
     }
     verdict = rep->element[0]->str;
@@ -119,8 +117,7 @@ static void on_life_updated(redisAsyncContext *ac, void *r, void *priv)
         wk_reply_error(c, SF_ERR_NOT_FOUND, text);
         return;
     }
-    show(c, "The change was made, but the platform's state store is unreachable to show it; "
-            "see sandbox_info in a few seconds.");
+    show(c, SF_MSG_STORE_DOWN_AFTER_CHANGE);
 }
 
 /* An optional nullable integer argument: keep (absent), null, or its value. */
@@ -148,7 +145,7 @@ static void update_life(wk_call *c)
         return;
     }
     if (md && !(md_text = json_dumps(md, JSON_COMPACT))) {
-        wk_reply_error(c, SF_ERR_INTERNAL, "The host is out of memory; retry later.");
+        wk_reply_error(c, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
         return;
     }
     rc = sf_timers_update(c->ctx->redis, c->job.sandbox, c->job.team, sf_now_ms(), md_text,
@@ -157,8 +154,7 @@ static void update_life(wk_call *c)
     free(md_text);
     if (rc < 0)
         wk_reply_error(c, SF_ERR_UNAVAILABLE, rules ? MSG_REDIS_DOWN_AFTER_RULES :
-                       "The platform's state store is unreachable; nothing changed. Retry in a "
-                       "few seconds.");
+                       SF_MSG_STORE_DOWN_NOTHING_CHANGED);
 }
 
 static void on_rules_changed(void *arg, wk_box *b, int rc, const char *code, const char *why)

@@ -57,6 +57,7 @@
 #include "sf_list.h"
 #include "sf_log.h"
 #include "sf_map.h"
+#include "sf_msg.h"
 
 #define GW_HTTP_MAX_TARGET    GW_REQ_MAX_TARGET
 #define GW_HTTP_MAX_HEAD      (1u << 20)   /* response status line + headers */
@@ -113,7 +114,7 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg);
 static void conn_parse(gw_conn *c);
 static void conn_upgrade_h2c(gw_conn *c);
 
-static const char busy_msg[] = "The server is busy with other large requests; retry in a moment.";
+static const char busy_msg[] = SF_MSG_HTTP_BUSY;
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -368,7 +369,7 @@ static int on_message_begin(llhttp_t *p)
     gw_conn *c = p->data;
 
     if (c->cur)
-        return conn_fail(c, 500, "internal error: request state out of order");
+        return conn_fail(c, 500, SF_MSG_HTTP_STATE_ORDER_WHY);
     c->hdr_bytes = 0;
     c->in_body = 0;
     c->head_paused = 0;
@@ -378,7 +379,7 @@ static int on_message_begin(llhttp_t *p)
     c->body_left = 0;
     c->cur = req_new(c);
     if (!c->cur)
-        return conn_fail(c, 503, "the server is out of memory; retry later");
+        return conn_fail(c, 503, SF_MSG_SERVER_NOMEM_WHY);
     return 0;
 }
 
@@ -399,7 +400,7 @@ static int on_url(llhttp_t *p, const char *at, size_t len)
     if (c->cur->target.len + len > GW_HTTP_MAX_TARGET)
         return conn_fail(c, 414, "request target too long: the limit is 65535 bytes");
     if (sf_buf_append(&c->cur->target, at, len) < 0)
-        return conn_fail(c, 503, "the server is out of memory; retry later");
+        return conn_fail(c, 503, SF_MSG_SERVER_NOMEM_WHY);
     return 0;
 }
 
@@ -417,7 +418,7 @@ static int on_header_field(llhttp_t *p, const char *at, size_t len)
         return -1;
     rc = gw_req_hdr_field(r, at, len);
     if (rc == -ENOMEM)
-        return conn_fail(c, 503, "the server is out of memory; retry later");
+        return conn_fail(c, 503, SF_MSG_SERVER_NOMEM_WHY);
     return rc < 0 ? conn_fail(c, 431, NULL) : 0;
 }
 
@@ -440,7 +441,7 @@ static int on_header_value(llhttp_t *p, const char *at, size_t len)
     if (rc == -EINVAL)
         return conn_fail(c, 400, "malformed HTTP request: header value without a name");
     if (rc == -ENOMEM)
-        return conn_fail(c, 503, "the server is out of memory; retry later");
+        return conn_fail(c, 503, SF_MSG_SERVER_NOMEM_WHY);
     return rc < 0 ? conn_fail(c, 431, NULL) : 0;
 }
 
@@ -475,7 +476,7 @@ static int on_headers_complete(llhttp_t *p)
         return conn_fail(c, 405, "CONNECT is not served here");
     rc = gw_req_split_target(r);
     if (rc == -ENOMEM)
-        return conn_fail(c, 503, "the server is out of memory; retry later");
+        return conn_fail(c, 503, SF_MSG_SERVER_NOMEM_WHY);
     if (rc < 0)
         return conn_fail(c, 400, "malformed HTTP request: invalid request target");
     has_body = (p->flags & F_CHUNKED) || ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0);
@@ -531,7 +532,7 @@ static int on_body(llhttp_t *p, const char *at, size_t len)
     if (rc == -E2BIG)
         return conn_fail(c, 413, NULL);
     if (rc < 0)
-        return conn_fail(c, 503, "the server is out of memory; retry later");
+        return conn_fail(c, 503, SF_MSG_SERVER_NOMEM_WHY);
     return 0;
 }
 
@@ -894,7 +895,7 @@ static void conn_body_start(gw_conn *c)
         msg = budget_busy(c);
     } else if (c->want_continue && bufferevent_write(c->bev, cont, sizeof(cont) - 1) < 0) {
         status = 503;
-        msg = "the server is out of memory; retry later";
+        msg = SF_MSG_SERVER_NOMEM_WHY;
     } else if (c->want_continue) {
         conn_flush(c);
     }
@@ -929,7 +930,7 @@ static void conn_dispatch(gw_conn *c)
 
     llhttp_resume(&c->parser);
     if (!r) {
-        conn_error(c, 500, "internal error: request state out of order");
+        conn_error(c, 500, SF_MSG_HTTP_STATE_ORDER_WHY);
         return;
     }
     conn_deadline(c, 0, 0);
@@ -965,7 +966,7 @@ static int conn_parse_loop(gw_conn *c)
             v.iov_len = avail < 16384 ? avail : 16384;
             v.iov_base = evbuffer_pullup(in, (ev_ssize_t)v.iov_len);
             if (!v.iov_base) {
-                conn_error(c, 503, "the server is out of memory; retry later");
+                conn_error(c, 503, SF_MSG_SERVER_NOMEM_WHY);
                 return 0;
             }
         }
@@ -1344,7 +1345,7 @@ static void conn_upgrade_h2c(gw_conn *c)
     }
     snprintf(settings, sizeof(settings), "%s", hs);
     if (bufferevent_write(bev, sw, sizeof(sw) - 1) < 0) {
-        conn_error(c, 503, "the server is out of memory; retry later");
+        conn_error(c, 503, SF_MSG_SERVER_NOMEM_WHY);
         return;
     }
     c->cur = NULL;

@@ -35,6 +35,7 @@
 
 #include "sf_list.h"
 #include "sf_log.h"
+#include "sf_msg.h"
 
 #define H2_MAX_STREAMS 128u
 #define H2_OUT_HIGH_WM (256u << 10) /* stop producing frames while this much waits unsent */
@@ -367,7 +368,7 @@ static void stream_dispatch(h2_stream *st)
         return;
     }
     if (!r->target.p || !r->method || (!r->path && gw_req_split_target(r) < 0)) {
-        stream_refuse(st, 400, "malformed HTTP/2 request: :method and :path are required");
+        stream_refuse(st, 400, SF_MSG_H2_NO_METHOD_PATH_WHY);
         return;
     }
     st->dispatched = 1;
@@ -519,7 +520,7 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t 
     stream_hold(st, namelen + valuelen);
     if (st->hdr_bytes > st->hc->srv->lim.max_header_bytes) {
         st->err = 431;
-        st->err_msg = "request headers too large";
+        st->err_msg = SF_MSG_HTTP_HEADERS_TOO_LARGE_WHY;
         return 0;
     }
     if (namelen > 0 && name[0] == ':') {
@@ -547,7 +548,7 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t 
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     if (rc < 0) {
         st->err = 431;
-        st->err_msg = "request headers too large";
+        st->err_msg = SF_MSG_HTTP_HEADERS_TOO_LARGE_WHY;
     }
     return 0;
 }
@@ -573,7 +574,7 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
         st->err_msg = "This client address holds too many request bytes; retry in a moment.";
     } else if (s->buffered + len > s->lim.max_buffered_bytes) {
         st->err = 503;
-        st->err_msg = "The server is busy with other large requests; retry in a moment.";
+        st->err_msg = SF_MSG_HTTP_BUSY;
     } else if ((rc = sf_buf_append(&st->req->body, data, len)) < 0) {
         st->err = rc == -E2BIG ? 413 : 503;
         st->err_msg = rc == -E2BIG ? "request body too large" : "the server is out of memory";
@@ -615,7 +616,7 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *user
         if (st->req && !st->err && s->head_check && !(f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
             /* a body follows: its key is checked first (the verdict may come at once) */
             if (!st->req->target.p || !st->req->method || gw_req_split_target(st->req) < 0) {
-                stream_refuse(st, 400, "malformed HTTP/2 request: :method and :path are required");
+                stream_refuse(st, 400, SF_MSG_H2_NO_METHOD_PATH_WHY);
                 return 0;
             }
             st->req->in_headcheck = 1;

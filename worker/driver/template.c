@@ -18,6 +18,7 @@
 #include "template.h"
 #include "sf_buf.h"
 #include "sf_util.h"
+#include "sf_msg.h"
 
 #define BUSYBOX "/bin/busybox"
 #define TEMPLATE_SUB "/templates/base"
@@ -220,7 +221,7 @@ static int build(const char *dir, const char **why)
     for (size_t i = 0; i < sizeof(template_files) / sizeof(template_files[0]); i++)
         if ((rc = write_file(fd, template_files[i].path, template_files[i].text,
                              template_files[i].mode)) < 0) {
-            *why = "Cannot write the template's files; check state_dir.";
+            *why = SF_MSG_TPL_FILES;
             goto out;
         }
     if ((rc = link_applets(fd)) < 0) {
@@ -228,7 +229,7 @@ static int build(const char *dir, const char **why)
         goto out;
     }
     if ((rc = write_file(fd, STAMP_PATH, STAMP, 0644)) < 0) {
-        *why = "Cannot write the template's files; check state_dir.";
+        *why = SF_MSG_TPL_FILES;
         goto out;
     }
     rc = 0;
@@ -306,7 +307,7 @@ int wk_template_ensure(const char *state_dir, const char **why)
     }
     return 0;
 toolong:
-    *why = "state_dir is too long; use a shorter path.";
+    *why = SF_MSG_STATE_DIR_LONG;
     return -ENAMETOOLONG;
 }
 

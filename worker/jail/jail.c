@@ -23,8 +23,9 @@
 #include "snapfs.h"
 #include "sf_log.h"
 #include "sf_util.h"
+#include "sf_msg.h"
 
-#define ERR_KILLED "The sandbox was killed while the command ran."
+#define ERR_KILLED SF_MSG_KILLED_DURING_EXEC
 #define FINI_WAIT_MS 20000 /* host_fini waits this long for teardowns */
 
 static int sb_path(char *buf, size_t n, const char *state_dir, const char *id)
@@ -176,7 +177,7 @@ static int jail_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
         return -EINVAL;
     }
     if (!c->state_dir || c->state_dir[0] != '/' || strlen(c->state_dir) > 1024) {
-        *why = "state_dir must be an absolute path of at most 1024 bytes.";
+        *why = SF_MSG_STATE_DIR_BAD;
         return -EINVAL;
     }
     if (!c->agent_path || stat(c->agent_path, &st) < 0 || !S_ISREG(st.st_mode) ||
@@ -185,7 +186,7 @@ static int jail_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
         return -EINVAL;
     }
     if (!sf_id_valid(c->host_id)) {
-        *why = "host_id must match [a-z0-9_-]{1,63}.";
+        *why = SF_MSG_HOST_ID_BAD;
         return -EINVAL;
     }
     if ((rc = check_limits(&c->defaults, why)) < 0)
@@ -199,7 +200,7 @@ static int jail_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
         return -EPERM;
     }
     if (!(d = calloc(1, sizeof(*d)))) {
-        *why = "The worker is out of memory.";
+        *why = SF_MSG_HOST_NOMEM;
         return -ENOMEM;
     }
     d->base = c->base;
@@ -326,8 +327,7 @@ static int snap_restore(wk_sandbox *sb, const char **why)
 
     if ((rc = wk_snap_meta_read(sb->snapshot, "jail", words, sizeof(words))) < 0) {
         *why = rc == -ESTALE ? "The snapshot was not taken by this host's jail driver."
-                             : "The snapshot's files are missing on its host; delete it and "
-                               "take a new one.";
+                             : SF_MSG_SNAPSHOT_FILES_MISSING;
         return rc == -ESTALE ? rc : -ENOENT;
     }
     uid = strtoul(words, &end, 10);
@@ -389,7 +389,7 @@ static int build_root(wk_sandbox *sb, const char **why)
     if (snprintf(from, sizeof(from), "%s/.", sb->build_from) >= (int)sizeof(from) ||
         snprintf(upper, sizeof(upper), "%s/" WK_DISK_MOUNT "/upper", sb->sbdir) >=
             (int)sizeof(upper)) {
-        *why = "state_dir is too long; use a shorter path.";
+        *why = SF_MSG_STATE_DIR_LONG;
         return -ENAMETOOLONG;
     }
     if ((rc = wk_snap_copy(from, upper)) < 0) {
@@ -403,7 +403,7 @@ static int build_root(wk_sandbox *sb, const char **why)
     }
     layers_free(sb);
     if (!(sb->layers[0] = strdup(upper))) {
-        *why = "The worker is out of memory; retry later.";
+        *why = SF_MSG_HOST_NOMEM;
         return -ENOMEM;
     }
     return 0;
@@ -439,7 +439,7 @@ static void create_work(void *arg)
     }
     if (wk_template_path(d->state_dir, lower, sizeof(lower)) < 0 ||
         sb_path(sb->sbdir, sizeof(sb->sbdir), d->state_dir, sb->id) < 0) {
-        why = "state_dir is too long; use a shorter path.";
+        why = SF_MSG_STATE_DIR_LONG;
         rc = -ENAMETOOLONG;
         goto fail;
     }
@@ -464,7 +464,7 @@ static void create_work(void *arg)
         if (snprintf(upper, sizeof(upper), "%s/" WK_DISK_MOUNT "/upper", sb->sbdir) >=
             (int)sizeof(upper)) {
             rc = -ENAMETOOLONG;
-            why = "state_dir is too long; use a shorter path.";
+            why = SF_MSG_STATE_DIR_LONG;
             goto fail;
         }
         if ((rc = wk_trust_write(trust_lower, upper, sb->host_uid, sb->trust_pem, &why)) < 0)
@@ -474,7 +474,7 @@ static void create_work(void *arg)
         goto fail;
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
         rc = -errno;
-        why = "The worker is out of file descriptors; raise its limit (ulimit -n).";
+        why = SF_MSG_WORKER_NOFD;
         goto fail;
     }
     sa = (wk_spawn_args){
@@ -957,7 +957,7 @@ static void snap_work(void *arg)
             (int)sizeof(upper) ||
         snprintf(to, sizeof(to), "%s/upper", s->dir) >= (int)sizeof(to)) {
         s->rc = -ENAMETOOLONG;
-        s->why = "state_dir is too long; use a shorter path.";
+        s->why = SF_MSG_STATE_DIR_LONG;
         return;
     }
     if (mkdir(s->dir, 0700) < 0) {
@@ -983,7 +983,7 @@ static void snap_done(void *arg)
     sb->snapping = 0;
     if (sb->killed) {
         s->rc = -ESRCH;
-        s->why = "The sandbox was killed while its snapshot was taken.";
+        s->why = SF_MSG_KILLED_DURING_SNAPSHOT;
     } else if (sb->snap_thaw) {
         thaw(sb);
     }
@@ -1001,12 +1001,12 @@ static void snap_frozen(void *arg, int rc, const char *why)
 
     if (rc == 0 && s->sb->killed) {
         rc = -ESRCH;
-        why = "The sandbox was killed while its snapshot was taken.";
+        why = SF_MSG_KILLED_DURING_SNAPSHOT;
     }
     if (rc == 0 && (rc = wk_pool_run(s->sb->drv->pool, snap_work, snap_done, s)) == 0)
         return;
     s->rc = rc;
-    s->why = why ? why : "The worker is out of memory; retry later.";
+    s->why = why ? why : SF_MSG_HOST_NOMEM;
     snap_done(s);
 }
 

@@ -15,6 +15,7 @@
 #include "sf_agentproto.h"
 #include "sf_log.h"
 #include "sf_util.h"
+#include "sf_msg.h"
 
 void wk_sandbox_release(wk_sandbox *sb)
 {
@@ -75,7 +76,7 @@ int wk_agent_ping(int fd, int timeout_ms, const char **why)
             continue;
         if (n <= 0) {
             rc = -EPIPE;
-            *why = "The sandbox's agent exited right after starting; check agent_path.";
+            *why = SF_MSG_AGENT_EXITED;
             goto out;
         }
         off += (size_t)n;
@@ -99,19 +100,19 @@ int wk_agent_ping(int fd, int timeout_ms, const char **why)
             continue;
         if (n <= 0) {
             rc = -EPIPE;
-            *why = "The sandbox's agent exited right after starting; check agent_path.";
+            *why = SF_MSG_AGENT_EXITED;
             goto out;
         }
         got += (size_t)n;
         if (sf_ap_frame_check(in, got, &flen, why) < 0 || (flen == 0 && got == sizeof(in))) {
             rc = -EBADMSG;
-            *why = "The sandbox's agent answered the ping with garbage; rebuild sandfleet-agent.";
+            *why = SF_MSG_AGENT_GARBAGE;
             goto out;
         }
     }
     if (flen != got || sf_ap_decode(in + SF_AP_HDR_LEN, flen - SF_AP_HDR_LEN, &m, why) < 0) {
         rc = -EBADMSG;
-        *why = "The sandbox's agent answered the ping with garbage; rebuild sandfleet-agent.";
+        *why = SF_MSG_AGENT_GARBAGE;
         goto out;
     }
     if (m.op != SF_AP_PONG || m.id != ping.id || m.version != SF_AP_VERSION) {

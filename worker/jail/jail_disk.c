@@ -25,6 +25,7 @@
 #include "jail_int.h"
 #include "sf_log.h"
 #include "sf_util.h"
+#include "sf_msg.h"
 
 #define IMAGES_SUB "/images"
 #define LOOP_TRIES 16
@@ -242,7 +243,7 @@ int wk_disk_attach(const char *state_dir, const char *sbdir, uint32_t disk_mib, 
     n = snprintf(img, sizeof(img), "%s/" WK_DISK_IMAGE, sbdir);
     if (n < 0 || (size_t)n >= sizeof(img) ||
         snprintf(mnt, sizeof(mnt), "%s/" WK_DISK_MOUNT, sbdir) >= (int)sizeof(mnt)) {
-        *why = "state_dir is too long; use a shorter path.";
+        *why = SF_MSG_STATE_DIR_LONG;
         return -ENAMETOOLONG;
     }
     if (pool_take(state_dir, disk_mib, inodes, img) < 0 && (rc = format(img, disk_mib, inodes)) < 0) {

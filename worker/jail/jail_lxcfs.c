@@ -22,6 +22,7 @@
 #include "jail_int.h"
 #include "sf_log.h"
 #include "sf_util.h"
+#include "sf_msg.h"
 
 #define LXCFS_BIN "/usr/bin/lxcfs"
 #define FUSE_MAGIC 0x65735546
@@ -57,7 +58,7 @@ int wk_lxcfs_start(const char *state_dir, wk_lxcfs *lx, const char **why)
     }
     if (snprintf(lx->dir, sizeof(lx->dir), "%s/lxcfs", state_dir) >= (int)sizeof(lx->dir) ||
         snprintf(pidfile, sizeof(pidfile), "%s/lxcfs.pid", state_dir) >= (int)sizeof(pidfile)) {
-        *why = "state_dir is too long; use a shorter path.";
+        *why = SF_MSG_STATE_DIR_LONG;
         return -ENAMETOOLONG;
     }
     umount2(lx->dir, MNT_DETACH); /* a stale one (its lxcfs died) */

@@ -52,6 +52,7 @@
 
 #include "jail_int.h"
 #include "sf_agentproto.h"
+#include "sf_msg.h"
 
 #define SPAWN_TIMEOUT_MS 10000
 #define AGENT_IN_JAIL "/sbin/sandfleet-agent"
@@ -411,7 +412,7 @@ int wk_spawn(const wk_spawn_args *a, pid_t *pid_out, int *pidfd_out, const char 
     if (path_join(c.upper, a->sbdir, WK_DISK_MOUNT "/upper") < 0 ||
         path_join(c.work, a->sbdir, WK_DISK_MOUNT "/work") < 0) {
         rc = -ENAMETOOLONG;
-        *why = "state_dir is too long; use a shorter path.";
+        *why = SF_MSG_STATE_DIR_LONG;
         goto out;
     }
     c.rw_root = a->rw_root;
@@ -433,7 +434,7 @@ int wk_spawn(const wk_spawn_args *a, pid_t *pid_out, int *pidfd_out, const char 
     }
     if (pipe2(go, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0) {
         rc = -errno;
-        *why = "The worker is out of file descriptors; raise its limit (ulimit -n).";
+        *why = SF_MSG_WORKER_NOFD;
         goto out;
     }
     c.go_r = go[0];

@@ -21,6 +21,7 @@
 #include "sf_log.h"
 #include "sf_util.h"
 #include "template.h"
+#include "sf_msg.h"
 
 
 #define QEMU_BIN "/usr/bin/qemu-system-x86_64"
@@ -218,7 +219,7 @@ static int qemu_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
         return -EINVAL;
     }
     if (!c->state_dir || c->state_dir[0] != '/' || strlen(c->state_dir) > 1024) {
-        *why = "state_dir must be an absolute path of at most 1024 bytes.";
+        *why = SF_MSG_STATE_DIR_BAD;
         return -EINVAL;
     }
     if (!c->agent_path || access(c->agent_path, X_OK) < 0) {
@@ -240,11 +241,11 @@ static int qemu_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
         return -ENOENT;
     }
     if (!c->host_id || !sf_id_valid(c->host_id)) {
-        *why = "host_id must match [a-z0-9_-]{1,63}.";
+        *why = SF_MSG_HOST_ID_BAD;
         return -EINVAL;
     }
     if (!(d = calloc(1, sizeof(*d)))) {
-        *why = "The worker is out of memory.";
+        *why = SF_MSG_HOST_NOMEM;
         return -ENOMEM;
     }
     copy_str(d->host_id, sizeof(d->host_id), c->host_id);
@@ -300,7 +301,7 @@ static int qemu_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
         goto fail;
     if (wk_template_path(c->state_dir, rootfs, sizeof(rootfs)) < 0) {
         rc = -ENAMETOOLONG;
-        *why = "state_dir is too long; use a shorter path.";
+        *why = SF_MSG_STATE_DIR_LONG;
         goto fail;
     }
     if ((rc = wk_qtpl_ensure(&d->cfg, rootfs, c->agent_path, d->defaults.memory_mib, 1,
@@ -319,12 +320,12 @@ static int qemu_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
         if (!(d->ev_pressure = event_new(d->base, -1, EV_PERSIST, on_pressure_tick, d)) ||
             event_add(d->ev_pressure, &tick) < 0) {
             rc = -ENOMEM;
-            *why = "The worker is out of memory.";
+            *why = SF_MSG_HOST_NOMEM;
             goto fail;
         }
     }
     if ((rc = wk_qpool_start(d)) < 0) {
-        *why = "The worker is out of memory.";
+        *why = SF_MSG_HOST_NOMEM;
         goto fail;
     }
     sf_info("msg=\"qemu driver ready\" accel=%s template=%s vm_mem_mib=%u slots=%u "

@@ -41,6 +41,7 @@
 
 #include "qemu_int.h"
 #include "sf_agentproto.h"
+#include "sf_msg.h"
 
 enum { ST_PARENT, ST_CGROUP, ST_NETNS, ST_LO, ST_TAP, ST_DISK, ST_FDS, ST_LOG, ST_EXEC,
        ST_COUNT };
@@ -216,7 +217,7 @@ int wk_qspawn_start(const wk_qspawn *a, pid_t *pid_out, int *pidfd_out, int *rep
     long pid;
 
     if (pipe2(errp, O_CLOEXEC | O_NONBLOCK) < 0) {
-        *why = "The worker is out of file descriptors; raise its limit (ulimit -n).";
+        *why = SF_MSG_WORKER_NOFD;
         return -errno;
     }
     memset(&ca, 0, sizeof(ca));

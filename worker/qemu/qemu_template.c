@@ -32,6 +32,7 @@
 #include "qemu_int.h"
 #include "sf_log.h"
 #include "sf_util.h"
+#include "sf_msg.h"
 
 #define BOOT_TIMEOUT_MS (300 * 1000) /* TCG on a loaded 2-core host: ~40 s seen */
 #define SAVE_TIMEOUT_MS (60 * 1000)
@@ -255,7 +256,7 @@ static void on_dropped(void *arg, const wk_exec_result *res)
                    on_qmp_step, b) < 0 ||
         wk_qmp_cmd(b->qmp, "migrate", json_pack("{s:s}", "uri", "fd:tplstate"), -1, on_migrated,
                    b) < 0)
-        finish(b, -ENOMEM, "The worker is out of memory.");
+        finish(b, -ENOMEM, SF_MSG_HOST_NOMEM);
 }
 
 static void on_pong(void *arg, int rc, const char *why)
@@ -276,7 +277,7 @@ static void on_pong(void *arg, int rc, const char *why)
     }
     sf_info("msg=\"template VM booted\"");
     if (wk_alink_exec(b->link, &req, on_dropped, b) < 0)
-        finish(b, -ENOMEM, "The worker is out of memory.");
+        finish(b, -ENOMEM, SF_MSG_HOST_NOMEM);
 }
 
 static void on_stop_tick(evutil_socket_t fd, short what, void *arg)
@@ -316,12 +317,12 @@ static int boot_and_save(const wk_qemu_cfg *c, const wk_qtpl *t, const char *tmp
         pathf(con, sizeof(con), "%s/%s", tmp, "console.log") < 0 ||
         pathf(log, sizeof(log), "%s/%s", tmp, "qemu.log") < 0 ||
         pathf(st, sizeof(st), "%s/%s", tmp, WK_QTPL_STATE) < 0) {
-        *why = "vm_dir is too long; use a shorter path.";
+        *why = SF_MSG_VM_DIR_LONG;
         return -ENAMETOOLONG;
     }
     if (!(b.base = event_base_new()) || !(argv = wk_qargs(c, &tt, WK_QARGS_BOOT, disk, con))) {
         rc = -ENOMEM;
-        *why = "The worker is out of memory.";
+        *why = SF_MSG_HOST_NOMEM;
         goto out;
     }
     if ((b.state_fd = open(st, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0 ||
@@ -343,7 +344,7 @@ static int boot_and_save(const wk_qemu_cfg *c, const wk_qtpl *t, const char *tmp
             c->kvm ? "kvm" : "tcg");
     if (!(b.qmp = wk_qmp_new(b.base, mon[0], on_qmp_event, &b))) {
         rc = -ENOMEM;
-        *why = "The worker is out of memory.";
+        *why = SF_MSG_HOST_NOMEM;
         goto out;
     }
     mon[0] = -1;
@@ -354,7 +355,7 @@ static int boot_and_save(const wk_qemu_cfg *c, const wk_qtpl *t, const char *tmp
         (ctl && (!(tick = event_new(b.base, -1, EV_PERSIST, on_stop_tick, &b)) ||
                  event_add(tick, &tick_tv) < 0))) {
         rc = -ENOMEM;
-        *why = "The worker is out of memory.";
+        *why = SF_MSG_HOST_NOMEM;
         goto out;
     }
     event_base_dispatch(b.base);
@@ -520,7 +521,7 @@ int wk_qtpl_ensure(const wk_qemu_cfg *c, const char *rootfs, const char *agent,
     snprintf(t->key, sizeof(t->key), "%016llx", (unsigned long long)h);
     if (pathf(t->dir, sizeof(t->dir), "%s/templates/%s", c->vm_dir, t->key) < 0 ||
         pathf(path, sizeof(path), "%s/%s", t->dir, "ready") < 0) {
-        *why = "vm_dir is too long; use a shorter path.";
+        *why = SF_MSG_VM_DIR_LONG;
         return -ENAMETOOLONG;
     }
     if (stat(path, &st) == 0) {
@@ -533,7 +534,7 @@ int wk_qtpl_ensure(const wk_qemu_cfg *c, const char *rootfs, const char *agent,
         pathf(tmp, sizeof(tmp), "%s/%s", c->vm_dir, "templates/.lock") < 0 ||
         (lock = open(tmp, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0) {
         rc = -errno;
-        *why = "Cannot create or lock vm_dir/templates; check that vm_dir is writable.";
+        *why = SF_MSG_VM_TEMPLATES_LOCK;
         goto out;
     }
     /* (a build on its own thread looks at its stop while another worker builds) */
@@ -543,7 +544,7 @@ int wk_qtpl_ensure(const wk_qemu_cfg *c, const char *rootfs, const char *agent,
             continue;
         if (errno != EWOULDBLOCK) {
             rc = -errno;
-            *why = "Cannot create or lock vm_dir/templates; check that vm_dir is writable.";
+            *why = SF_MSG_VM_TEMPLATES_LOCK;
             goto out;
         }
         if (atomic_load(&ctl->stop)) {
@@ -561,7 +562,7 @@ int wk_qtpl_ensure(const wk_qemu_cfg *c, const char *rootfs, const char *agent,
     prune(c, t);
     if (pathf(tmp, sizeof(tmp), "%s.%s", t->dir, "tmp") < 0) {
         rc = -ENAMETOOLONG;
-        *why = "vm_dir is too long; use a shorter path.";
+        *why = SF_MSG_VM_DIR_LONG;
         goto out;
     }
     rmtree_cmd(tmp);
@@ -612,12 +613,12 @@ int wk_qtpl_ensure(const wk_qemu_cfg *c, const char *rootfs, const char *agent,
     if (pathf(path, sizeof(path), "%s/%s", t->dir, "ready") < 0 ||
         (n = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) {
         rc = -errno;
-        *why = "Cannot write the template's ready mark.";
+        *why = SF_MSG_TPL_READY_MARK;
         goto out;
     }
     if (write(n, desc, strlen(desc)) < 0 || close(n) < 0) {
         rc = -EIO;
-        *why = "Cannot write the template's ready mark.";
+        *why = SF_MSG_TPL_READY_MARK;
         goto out;
     }
     sf_info("msg=\"template snapshot built\" dir=%s ms=%lld", t->dir,

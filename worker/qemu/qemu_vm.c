@@ -30,14 +30,15 @@
 #include "sf_log.h"
 #include "snapfs.h"
 #include "sf_util.h"
+#include "sf_msg.h"
 
-#define ERR_KILLED "The sandbox was killed while the command ran."
+#define ERR_KILLED SF_MSG_KILLED_DURING_EXEC
 #define ERR_DEAD                                                                                  \
     "The sandbox's VM stopped (its QEMU process ended); kill this sandbox and create a new one."
 #define ERR_HUNG                                                                                  \
     "The sandbox's VM stopped answering and was stopped at the command's deadline; kill this "    \
     "sandbox and create a new one."
-#define ERR_NOMEM "The worker is out of memory."
+#define ERR_NOMEM SF_MSG_HOST_NOMEM
 #define PING_TIMEOUT_MS 30000 /* a resumed or loaded guest answers in well under a second */
 
 enum { VM_STARTING, VM_RUNNING, VM_PAUSING, VM_PAUSED, VM_RESUMING, VM_SAVING, VM_SAVED,
@@ -129,7 +130,7 @@ static void snap_answer(wk_sandbox *sb, int rc, uint64_t bytes, const char *why)
 static void snap_finish(wk_sandbox *sb, int rc, uint64_t bytes, const char *why);
 static void snap_copy(wk_sandbox *sb);
 static void kick(wk_sandbox *sb);
-#define ERR_SNAP_KILLED "The sandbox was killed while its snapshot was taken."
+#define ERR_SNAP_KILLED SF_MSG_KILLED_DURING_SNAPSHOT
 #define ERR_SNAP_DEAD "The sandbox's VM stopped while its snapshot was taken."
 
 /* ---- small things ---------------------------------------------------------- */
@@ -236,7 +237,7 @@ static void waiter_fire(wk_sandbox *sb, waiter *w, int rc, const char *why)
         }
     } else if (w->snap_cb) { /* answered here only when it failed (snap_finish otherwise) */
         w->snap_cb(w->arg, rc < 0 ? rc : -EIO, 0,
-                   sb->killed ? "The sandbox was killed while its snapshot was taken." : why);
+                   sb->killed ? SF_MSG_KILLED_DURING_SNAPSHOT : why);
     } else if (w->cb) {
         w->cb(w->arg, rc, why);
     }
@@ -339,7 +340,7 @@ static int start_qemu(wk_sandbox *sb, int mode, const char *state_path, const ch
     if (path_in(sb, disk, sizeof(disk), "disk.qcow2") < 0 ||
         path_in(sb, log, sizeof(log), "qemu.log") < 0 ||
         snprintf(blank, sizeof(blank), "%s/%s", sb->tpl->dir, WK_QTPL_BLANK) >= (int)sizeof(blank)) {
-        *why = "The worker's state_dir is too long; use a shorter path.";
+        *why = SF_MSG_STATE_DIR_LONG;
         return -ENAMETOOLONG;
     }
     if (!(argv = wk_qargs(&d->cfg, sb->tpl, mode, disk, NULL))) {
@@ -362,7 +363,7 @@ static int start_qemu(wk_sandbox *sb, int mode, const char *state_path, const ch
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ag) < 0 ||
         socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, mon) < 0) {
         rc = -errno;
-        *why = "The worker is out of file descriptors; raise its limit (ulimit -n).";
+        *why = SF_MSG_WORKER_NOFD;
         goto out;
     }
     sp = (wk_qspawn){.argv = (const char *const *)argv, .agent_fd = ag[1], .qmp_fd = mon[1],
@@ -529,8 +530,7 @@ static void on_link_down(void *arg, const char *why)
     /* A request missed its deadline (the guest hangs) or the agent's connection broke:
      * this VM is of no further use. */
     sb->depth++;
-    fail_vm(sb, sb->st == VM_STARTING ? "The sandbox's VM did not come up in time; the host may "
-                                        "be overloaded: retry sandbox_create."
+    fail_vm(sb, sb->st == VM_STARTING ? SF_MSG_VM_SLOW_START
                                       : ERR_HUNG,
             why);
     sb->depth--;
@@ -588,8 +588,7 @@ static void on_created_ping(void *arg, int rc, const char *why)
     if (sb->st != VM_STARTING || sb->killed)
         return;
     if (rc < 0) {
-        fail_vm(sb, rc == -ETIMEDOUT ? "The sandbox's VM did not come up in time; the host may "
-                                       "be overloaded: retry sandbox_create."
+        fail_vm(sb, rc == -ETIMEDOUT ? SF_MSG_VM_SLOW_START
                                      : why,
                 why);
         return;
@@ -613,14 +612,14 @@ static void on_created_ping(void *arg, int rc, const char *why)
                            .env = env};
         int rc2;
         if (sb->trust_pem && asprintf(&pem_env, "SF_TRUST_PEM=%s", sb->trust_pem) < 0) {
-            fail_vm(sb, ERR_NOMEM, "cannot queue the setup command");
+            fail_vm(sb, ERR_NOMEM, SF_MSG_VM_SETUP_QUEUE_WHY);
             return;
         }
         env[0] = pem_env;
         rc2 = wk_alink_exec(sb->link, &req, on_setup_done, sb);
         free(pem_env);
         if (rc2 < 0)
-            fail_vm(sb, ERR_NOMEM, "cannot queue the setup command");
+            fail_vm(sb, ERR_NOMEM, SF_MSG_VM_SETUP_QUEUE_WHY);
         return;
     }
     on_setup_done(sb, &ok);
@@ -647,8 +646,7 @@ static void on_create_deadline(evutil_socket_t fd, short what, void *arg)
     wk_sandbox *sb = arg;
 
     sb->depth++;
-    fail_vm(sb, "The sandbox's VM did not come up in time; the host may be overloaded: retry "
-                "sandbox_create.", "create deadline passed");
+    fail_vm(sb, SF_MSG_VM_SLOW_START, "create deadline passed");
     sb->depth--;
     vm_release(sb);
 }
@@ -768,11 +766,11 @@ static int vm_restore(wk_sandbox *sb, const char **why)
     if ((rc = vm_cgroup(sb, why)) < 0)
         return rc;
     if (snprintf(state, sizeof(state), "%s/%s", sb->tpl->dir, WK_QTPL_STATE) >= (int)sizeof(state)) {
-        *why = "vm_dir is too long; use a shorter path.";
+        *why = SF_MSG_VM_DIR_LONG;
         return -ENAMETOOLONG;
     }
     if (getrandom(seed, sizeof(seed), GRND_NONBLOCK) != (ssize_t)sizeof(seed)) {
-        *why = "The host's random generator is not ready; retry in a moment.";
+        *why = SF_MSG_HOST_RANDOM_NOT_READY;
         return -EIO;
     }
     rc = start_qemu(sb, WK_QARGS_RESTORE, state, NULL, why);
@@ -802,8 +800,7 @@ static int vm_restore_snap(wk_sandbox *sb, const char **why)
 
     if ((rc = wk_snap_meta_read(sb->from_snap, "qemu", words, sizeof(words))) < 0) {
         *why = rc == -ESTALE ? "The snapshot was not taken by this host's qemu driver."
-                             : "The snapshot's files are missing on its host; delete it and "
-                               "take a new one.";
+                             : SF_MSG_SNAPSHOT_FILES_MISSING;
         return rc == -ESTALE ? rc : -ENOENT;
     }
     if (atomic_load(&d->deb_ready) && !strcmp(words, d->deb_tpl.key))
@@ -817,11 +814,11 @@ static int vm_restore_snap(wk_sandbox *sb, const char **why)
         return rc;
     if (snprintf(state, sizeof(state), "%s/mem.state", sb->from_snap) >= (int)sizeof(state) ||
         snprintf(disk, sizeof(disk), "%s/disk.qcow2", sb->from_snap) >= (int)sizeof(disk)) {
-        *why = "The worker's state_dir is too long; use a shorter path.";
+        *why = SF_MSG_STATE_DIR_LONG;
         return -ENAMETOOLONG;
     }
     if (getrandom(seed, sizeof(seed), GRND_NONBLOCK) != (ssize_t)sizeof(seed)) {
-        *why = "The host's random generator is not ready; retry in a moment.";
+        *why = SF_MSG_HOST_RANDOM_NOT_READY;
         return -EIO;
     }
     rc = start_qemu(sb, WK_QARGS_LOAD, state, disk, why);

@@ -22,6 +22,7 @@
 #include "sf_log.h"
 #include "sf_store.h"
 #include "sf_templates.h"
+#include "sf_msg.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -207,8 +208,7 @@ static void finish_work(void *arg)
     if (b->rc == 0 && rename(tree, final) < 0)
         b->rc = errno == EEXIST || errno == ENOTEMPTY ? 0 : -errno;
     if (b->rc < 0)
-        snprintf(b->error, sizeof(b->error), "The host could not store the built template "
-                 "(%s); build it again.", strerror(-b->rc));
+        snprintf(b->error, sizeof(b->error), SF_MSG_TPL_STORE_FMT, strerror(-b->rc));
     wk_rmtree(b->tmp);
 }
 
@@ -278,7 +278,7 @@ static void on_killed(void *arg, int rc)
     b->pooled = 1;
     if (wk_pool_run(b->ctx->pool, finish_work, finish_done, b) < 0) {
         b->pooled = 0;
-        snprintf(b->error, sizeof(b->error), "The host is out of memory; build it again.");
+        snprintf(b->error, sizeof(b->error), SF_MSG_HOST_NOMEM_BUILD);
         finish_done(b);
     }
 }
@@ -298,8 +298,7 @@ static void on_taken(void *arg, int rc, uint64_t bytes, const char *why)
 
     (void)bytes;
     if (rc < 0 && !b->error[0])
-        snprintf(b->error, sizeof(b->error), "The host could not store the built template "
-                 "(%s); build it again.", why ? why : strerror(-rc));
+        snprintf(b->error, sizeof(b->error), SF_MSG_TPL_STORE_FMT, why ? why : strerror(-rc));
     finish(b);
 }
 
@@ -334,7 +333,7 @@ static void log_result(tb *b, const wk_exec_result *res)
     log_add(b, res->out, res->out_len);
     log_add(b, res->err, res->err_len);
     snprintf(tail, sizeof(tail), "-- exit %d%s\n", res->exit_code,
-             res->timed_out ? " (timed out after 10 minutes)" : "");
+             res->timed_out ? SF_MSG_TPL_TIMED_OUT_WHY : "");
     log_str(b, tail);
 }
 
@@ -404,7 +403,7 @@ static void on_step(void *arg, const wk_exec_result *res)
         output_tail(res, detail, 1024);
         snprintf(msg, sizeof(msg), "Step %zu (%.120s) exited with %d%s; its output ends: %s",
                  b->step + 1, cmd ? cmd : "", res->exit_code,
-                 res->timed_out ? " (timed out after 10 minutes)" : "", detail);
+                 res->timed_out ? SF_MSG_TPL_TIMED_OUT_WHY : "", detail);
         b->step++;
         fail(b, (int)b->step, "%s", msg);
         return;
@@ -473,7 +472,7 @@ static void run_next(tb *b)
                                 .deadline_ms = sf_now_ms() + TB_READY_MS};
         log_str(b, start ? "== start_cmd\n" : "== ready_cmd\n");
         if (wk_tpl_start(b->ctx, b->sb, &req, on_service, b) < 0)
-            fail(b, 0, "%s", "The host is out of memory; build it again.");
+            fail(b, 0, "%s", SF_MSG_HOST_NOMEM_BUILD);
         return;
     }
     finish(b);
@@ -484,8 +483,8 @@ static void on_created(void *arg, wk_sandbox *sb, int rc, const char *why)
     tb *b = arg;
 
     if (rc < 0) {
-        snprintf(b->error, sizeof(b->error), "The build sandbox could not start (%s); build "
-                 "it again.", why ? why : "driver error");
+        snprintf(b->error, sizeof(b->error), SF_MSG_TPL_BUILD_START_FMT,
+                 why ? why : "driver error");
         finish_done(b);
         return;
     }
@@ -526,8 +525,7 @@ static void prep_done(void *arg)
     req.limits = b->lim;
     req.build_from = b->src;
     if ((rc = b->ctx->ops->create(b->ctx->drv, &req, on_created, b)) < 0) {
-        snprintf(b->error, sizeof(b->error), "The build sandbox could not start (%s); build "
-                 "it again.", strerror(-rc));
+        snprintf(b->error, sizeof(b->error), SF_MSG_TPL_BUILD_START_FMT, strerror(-rc));
         finish_done(b);
     }
 }
@@ -589,7 +587,7 @@ void wk_tpl_build(wk_ctx *ctx, const sf_job *job)
     reserve(b, 1);
     rset(b, "step", "copy");
     if (wk_pool_run(ctx->pool, prep_work, prep_done, b) < 0) {
-        snprintf(b->error, sizeof(b->error), "The host is out of memory; build it again.");
+        snprintf(b->error, sizeof(b->error), SF_MSG_HOST_NOMEM_BUILD);
         finish_done(b);
     }
 }

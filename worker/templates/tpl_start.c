@@ -3,6 +3,7 @@
 #include "egress.h"
 #include "tstore.h"
 #include "sf_log.h"
+#include "sf_msg.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -180,7 +181,7 @@ static void on_started(void *arg, const wk_exec_result *res)
         char out[400] = "";
         if (!res->error)
             tail_text(res, out, sizeof(out));
-        snprintf(t->why, sizeof(t->why), "start_cmd could not be started (%s)",
+        snprintf(t->why, sizeof(t->why), SF_MSG_TPL_START_CMD_FMT,
                  res->error ? res->error : out);
         end(t, -EIO, t->why);
         return;
@@ -208,7 +209,7 @@ static void begin(evutil_socket_t fd, short what, void *arg)
     }
     rc = exec_cmd(t, start_wrapper, (const char *const *)t->env, 30000, on_started);
     if (rc < 0) {
-        snprintf(t->why, sizeof(t->why), "start_cmd could not be started (%s)", strerror(-rc));
+        snprintf(t->why, sizeof(t->why), SF_MSG_TPL_START_CMD_FMT, strerror(-rc));
         end(t, -EIO, t->why);
     }
 }
