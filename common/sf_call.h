@@ -3,16 +3,15 @@
  * job's reply topic), the other messages that continue it (a forward), and its offset,
  * which moves only once the call ended and Kafka confirmed every message it sent. What a
  * daemon adds (its context, its log lines, the worker's job guard and claims) stays in
- * its own call module (scheduler/call.c; the worker's call lifecycle in worker/jobs.c).
+ * its own call module (scheduler/call.c, worker/call.c).
  *
  * Exactly once: the first answer wins; any later one is refused (-EALREADY) and sends
  * nothing. A silent call (an internal message such as sf.cancel) is never answered: its
  * answer counts as given and nothing is sent.
  *
- * For the worker (worker/jobs.c, a later step): wk_call would embed an sf_call beside its
- * sf_job (sf_call_init in wk_on_job), call_answer becomes sf_call_answer (the guard's
- * encoded bytes), refuse_forged's answer sf_call_error, and call_done / call_free
- * sf_call_end; sf_jobq_send and sf_jobq_done are then no longer called directly.
+ * The worker's wk_call embeds one beside its sf_job (sf_call_init in wk_on_job) and
+ * answers with the guard's encoded bytes (sf_call_answer); the scheduler's sch_call uses
+ * the encoding ones. Neither calls sf_jobq_send or sf_jobq_done for a call directly.
  *
  * Threads: the event loop's only (the producer's delivery reports run there too).
  * Library code: nothing here logs; the caller logs the -errno it gets. */

@@ -32,23 +32,20 @@ static void call_free(wk_call *c)
 
 void wk_call_done(wk_call *c)
 {
-    sf_jobq_done(c->ctx->jobq, c->ticket);
+    sf_call_end(&c->call);
     call_free(c);
 }
 
-/* Sends a reply; its job's offset moves once Kafka confirmed it. Ends the call. */
+/* Sends a reply (sf_call: the first answer wins); its job's offset moves once Kafka
+ * confirmed it. Ends the call. */
 static int call_answer(wk_call *c, const void *p, size_t n)
 {
-    int rc = sf_jobq_send(c->ctx->jobq, c->ctx->producer, c->job.reply, c->job.id, p, n, NULL,
-                          c->ticket, c->job.id);
+    int rc = sf_call_answer(&c->call, p, n);
 
-    if (rc < 0) {
+    if (rc < 0 && rc != -EALREADY)
         sf_error("msg=\"cannot produce reply\" job=%s rc=%d", c->job.id, rc);
-        wk_call_done(c);
-        return rc;
-    }
-    call_free(c);
-    return 0;
+    wk_call_done(c);
+    return rc;
 }
 
 /* The job guard (sf:job:{id}, a hash; schemas/redis-keys.md) says where a job stands:

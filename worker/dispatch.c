@@ -188,8 +188,13 @@ void wk_on_job(void *arg, sf_job *job, sf_kafka_ticket tk)
         return;
     }
     c->ctx = ctx;
-    c->ticket = tk;
     c->job = *job;
+    if (sf_call_init(&c->call, ctx->jobq, ctx->producer, &c->job, tk) < 0) {
+        sf_job_fini(&c->job);
+        free(c);
+        sf_jobq_done(ctx->jobq, tk);
+        return;
+    }
     c->tool = sf_toolset_find(&ctx->tools, c->job.tool);
     if (wk_hostauth_check(ctx, &c->job, text, sizeof(text)) < 0) {
         wk_call_refuse_forged(c, text);

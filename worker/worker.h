@@ -6,6 +6,7 @@
 
 #include "driver.h"
 #include "pool.h"
+#include "sf_call.h"
 #include "sf_codec.h"
 #include "sf_daemon.h"
 #include "sf_jobio.h"
@@ -103,7 +104,7 @@ enum { WK_BOX_CREATING, WK_BOX_RUNNING, WK_BOX_KILLING };
 typedef struct wk_call {
     wk_ctx *ctx;
     sf_job job;
-    sf_kafka_ticket ticket;
+    sf_call call;           /* its answer and offset (common/sf_call.h), shared with the scheduler */
     const sf_tool *tool;
     int claims_left;        /* argument claims still being taken from Redis */
     int claims_failed;      /* ...of which one could not be */
