@@ -83,7 +83,7 @@ if tn > 0 then
 end
 local best, bn, bfree, fits = nil, 0, 0, false
 for _, e in ipairs(hosts) do
-  if not holds(e.h) or (needdeb and not e.deb) or skip[e.h] then
+  if not holds(e.h) or (needdeb and not (e.deb and e.caps and e.caps.debian)) or skip[e.h] then
   elseif e.used < e.cap and (not e.mem or e.rmem + mem <= e.mem) and
      (not e.vcpu or e.rvcpu + vcpu <= e.vcpu) then
     fits = true

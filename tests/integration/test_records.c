@@ -421,16 +421,17 @@ static void test_placement(void)
                 "64", "100", hosts, "[]", NULL);
         CHECK(!strcmp(el(r, 0), "notemplate"), "no template: %s", el(r, 0));
         freeReplyObject(r);
-        /* 'debian' goes by capability: a host whose driver does not run it (no sdeb: a
-         * worker from before caps on qemu) is never chosen, whatever its tpl_debian; one
-         * that runs it but has it not yet is 'nodebian' (placement waits while it builds) */
+        /* 'debian' goes by capability: a host whose driver does not run it (caps without
+         * debian: a worker from before caps on qemu) is never chosen, whatever its
+         * tpl_debian; one that runs it but has it not yet is 'nodebian' (placement waits
+         * while it builds) */
         {
             char qh[2][320];
             for (int i = 0; i < 2; i++)
                 snprintf(qh[i], sizeof(qh[i]), "[{\"h\":\"%s\",\"cap\":2,\"used\":0,"
                          "\"mem\":256,\"vcpu\":1000,\"rmem\":0,\"rvcpu\":0,\"deb\":%s,"
-                         "\"driver\":\"qemu\"%s}]", h, i ? "false" : "true",
-                         i ? ",\"sdeb\":true" : "");
+                         "\"driver\":\"qemu\",\"caps\":{\"debian\":%s}}]", h,
+                         i ? "false" : "true", i ? "true" : "false");
             snprintf(tk, sizeof(tk), "sf:team:{%s}:tpl:debian", team);
             r = run(&sf_store_place_team, 4, k[3], k[4], k[5], tk, id[1], "debian", "8", "100",
                     "100", "64", "100", qh[0], "[]", NULL);
