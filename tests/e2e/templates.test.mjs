@@ -47,6 +47,11 @@ test('a debian sandbox: write a Python script, run it, read, list and download w
     const v = await sh(alpha, id, "python3 --version && bash -c 'echo $BASH_VERSION' && git --version && curl --version | head -1");
     assert.equal(v.exit_code, 0, v.stderr);
     assert.match(v.stdout, /^Python 3\.11\.\d+\n5\.2\.\d+.*\ngit version 2\.\d+.*\ncurl 7\.\d+/);
+    // a dev server on localhost is reachable by that name: /etc/hosts, not the egress DNS
+    // (which refuses names outside the sandbox's rules)
+    const lh = await sh(alpha, id, "getent hosts localhost | head -1; python3 -c \"import socket; print(socket.gethostbyname('localhost'))\"");
+    assert.equal(lh.exit_code, 0, lh.stderr);
+    assert.match(lh.stdout, /^(127\.0\.0\.1|::1)\s+localhost.*\n127\.0\.0\.1\n$/);
 
     const script = 'import json, os\nos.makedirs("out/data", exist_ok=True)\n'
       + 'squares = {str(n): n * n for n in range(10)}\n'
