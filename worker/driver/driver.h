@@ -90,6 +90,8 @@ typedef struct wk_host_cfg {
  * and cfg's policy fields (host_share_pct, reserve_*, cpu_overcommit_pct). The daemon
  * calls it once before host_init (driver/hostres.c). */
 void wk_host_measure(wk_host_cfg *cfg);
+/* A /proc/meminfo field in KiB (key without its colon, e.g. "MemAvailable"); 0 if absent. */
+uint64_t wk_meminfo_kib(const char *key);
 
 #define WK_LAYERS_MAX 8        /* root filesystem layers of one template (tstore.h) */
 

@@ -8,18 +8,21 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-static uint64_t mem_total_kib(void)
+uint64_t wk_meminfo_kib(const char *key)
 {
-    unsigned long long kib = 0;
     char line[256];
+    size_t klen = strlen(key);
+    unsigned long long v = 0;
     FILE *f = fopen("/proc/meminfo", "re");
 
     while (f && fgets(line, sizeof(line), f))
-        if (sscanf(line, "MemTotal: %llu kB", &kib) == 1)
+        if (!strncmp(line, key, klen) && line[klen] == ':') {
+            sscanf(line + klen + 1, "%llu", &v);
             break;
+        }
     if (f)
         fclose(f);
-    return kib;
+    return v;
 }
 
 /* Free MiB of the filesystem state_dir is (or will be: host_init makes it) on: its nearest
@@ -45,7 +48,7 @@ static uint64_t free_mib(const char *dir)
 void wk_host_measure(wk_host_cfg *c)
 {
     uint64_t share = c->host_share_pct ? c->host_share_pct : 100;
-    uint64_t mem_mib = mem_total_kib() / 1024, cpu;
+    uint64_t mem_mib = wk_meminfo_kib("MemTotal") / 1024, cpu;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 
     mem_mib = mem_mib > c->reserve_mem_mib ? mem_mib - c->reserve_mem_mib : 0;

@@ -40,23 +40,6 @@ static int copy_str(char *dst, size_t n, const char *src)
     return 0;
 }
 
-static uint64_t meminfo_kib(const char *key)
-{
-    char line[256];
-    size_t klen = strlen(key);
-    unsigned long long v = 0;
-    FILE *f = fopen("/proc/meminfo", "re");
-
-    while (f && fgets(line, sizeof(line), f))
-        if (!strncmp(line, key, klen) && line[klen] == ':') {
-            sscanf(line + klen + 1, "%llu", &v);
-            break;
-        }
-    if (f)
-        fclose(f);
-    return v;
-}
-
 /* Hardware virtualization: the CPU flag, and /dev/kvm usable. (These build hosts
  * have a /dev/kvm without vmx/svm whose guests crash: TCG there.) */
 static int kvm_usable(void)
@@ -165,7 +148,7 @@ static void on_pressure_tick(evutil_socket_t fd, short what, void *arg)
     }
     if (!d->vms)
         return;
-    avail = meminfo_kib("MemAvailable") / 1024;
+    avail = wk_meminfo_kib("MemAvailable") / 1024;
     if (avail >= d->save_below_mib)
         return;
     for (wk_sandbox *sb = d->vms; sb; sb = wk_qvm_next(sb)) {
@@ -312,7 +295,7 @@ static int qemu_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
     if ((rc = wk_cgroup_host_init(d->host_id, &caps, why)) < 0)
         goto fail;
     d->touched_ms = sf_mono_ms();
-    d->save_below_mib = (uint32_t)(meminfo_kib("MemTotal") / 1024 / 10);
+    d->save_below_mib = (uint32_t)(wk_meminfo_kib("MemTotal") / 1024 / 10);
     if (d->save_below_mib < 512)
         d->save_below_mib = 512;
     {

@@ -532,7 +532,7 @@ int wk_qtpl_ensure(const wk_qemu_cfg *c, const char *rootfs, const char *agent,
     /* Not built yet: one builder at a time per host. */
     if (pathf(tmp, sizeof(tmp), "%s/%s", c->vm_dir, "templates") < 0 || mkdir_p(tmp) < 0 ||
         pathf(tmp, sizeof(tmp), "%s/%s", c->vm_dir, "templates/.lock") < 0 ||
-        (lock = open(tmp, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0) {
+        (lock = open(tmp, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644)) < 0) {
         rc = -errno;
         *why = SF_MSG_VM_TEMPLATES_LOCK;
         goto out;
