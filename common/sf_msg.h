@@ -39,6 +39,10 @@
 #define SF_MSG_HOST_STOPPING "This host is shutting down; retry in a few seconds."
 #define SF_MSG_HOST_AT_CAPACITY                                                                    \
     "The chosen host is at capacity; retry sandbox_create in a few seconds."
+/* %s: what ran out (sandboxes, memory, cpu, disk) */
+#define SF_MSG_HOST_NO_ROOM_FMT                                                                    \
+    "The chosen host has no %s left for this sandbox; retry sandbox_create in a few seconds, "    \
+    "kill a sandbox, or ask for a smaller shape in limits."
 #define SF_MSG_HOST_RANDOM_NOT_READY "The host's random generator is not ready; retry in a moment."
 
 /* Sandboxes (%s: the sandbox id) */

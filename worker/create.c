@@ -261,11 +261,11 @@ static int parse_limits(const wk_ctx *ctx, const json_t *l, wk_limits *out, cons
 static const char *no_room(const wk_ctx *ctx, const wk_limits *l)
 {
     if ((int64_t)sf_map_len(ctx->sandboxes) >= ctx->capacity)
-        return "sandboxes";
+        return "sandbox slots";
     if (ctx->used_mem_mib + l->memory_mib > ctx->res.mem_mib)
         return "memory";
     if (ctx->used_vcpu_milli + l->vcpu_milli > ctx->res.vcpu_milli)
-        return "cpu";
+        return "CPU";
     if (ctx->used_disk_mib + ctx->snap_disk_mib + l->disk_mib > ctx->res.disk_mib)
         return "disk"; /* (the snapshots stored here take their part: snapshot.c) */
     return NULL;
@@ -346,9 +346,9 @@ static void do_create(wk_call *c)
         wk_tstore_layers_free(layers);
         wk_egress_box_free(eg);
         wk_snap_unuse(ctx, snap_id);
-        sf_info("msg=\"create refused: host full\" sandbox=%s resource=%s", c->job.sandbox, full);
-        wk_call_refuse(c, SF_ERR_UNAVAILABLE,
-               SF_MSG_HOST_AT_CAPACITY);
+        sf_info("msg=\"create refused: host full\" sandbox=%s resource=\"%s\"", c->job.sandbox, full);
+        snprintf(text, sizeof(text), SF_MSG_HOST_NO_ROOM_FMT, full);
+        wk_call_refuse(c, SF_ERR_UNAVAILABLE, text);
         return;
     }
     if (!(b = calloc(1, sizeof(*b)))) {
@@ -374,8 +374,7 @@ static void do_create(wk_call *c)
         json_decref(b->env);
         wk_egress_box_free(b->eg);
         free(b);
-        wk_call_refuse(c, SF_ERR_UNAVAILABLE,
-               SF_MSG_HOST_AT_CAPACITY);
+        wk_call_refuse(c, SF_ERR_UNAVAILABLE, SF_MSG_HOST_AT_CAPACITY);
         return;
     }
     ctx->used_mem_mib += b->lim.memory_mib;
