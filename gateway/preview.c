@@ -553,7 +553,13 @@ static void hop_answer(pv_conn *k)
         llhttp_init(&k->p, HTTP_REQUEST, &parser_settings);
         k->p.data = k;
         /* the first head, then what the browser sent after it */
-        if (llhttp_execute(&k->p, k->first.p, k->first.len) != HPE_OK) {
+        switch (llhttp_execute(&k->p, k->first.p, k->first.len)) {
+        case HPE_OK:
+            break;
+        case HPE_PAUSED_UPGRADE: /* (a head with no body: nothing of it is left) */
+            k->raw_up = 1;
+            break;
+        default:
             conn_close(k);
             return;
         }
