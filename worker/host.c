@@ -38,7 +38,9 @@ static int beat_once(wk_ctx *ctx, redisContext *conn)
                         "mem_mib", mem, "vcpu_milli", vcpu, "disk_mib", disk,
                         "disk_used_mib", dused,
                         /* 'debian' is on this host (placement prefers such hosts) */
-                        "tpl_debian", tpl};
+                        "tpl_debian", tpl,
+                        /* where gateways hop to for previews (preview.c) */
+                        "ingress", ctx->ingress_addr};
     int rc;
 
     sf_hostcaps_format(ctx->ops->caps, caps, sizeof(caps));
