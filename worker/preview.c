@@ -368,7 +368,7 @@ static void on_hop(void *arg, wk_hop *h, const char *id, unsigned port, uint64_t
         return;
     }
     if (!(w = calloc(1, sizeof(*w)))) {
-        wk_ingress_refuse(h, 503, "The worker is out of memory; retry in a few seconds.");
+        wk_ingress_refuse(h, 503, SF_MSG_HOST_NOMEM);
         return;
     }
     *w = (hop_wait){.ctx = ctx, .h = h, .port = port, .epoch = epoch};

@@ -2,6 +2,7 @@
 #include "ingress.h"
 #include "sf_list.h"
 #include "sf_map.h"
+#include "sf_msg.h"
 #include "sf_pvtoken.h"
 #include "sf_util.h"
 
@@ -22,6 +23,9 @@
 #include <unistd.h>
 
 #define TEAMS_MAX 4096 /* teams counted; the rest go under "_other" */
+#define MSG_FULL "The ingress is at its connection limit; retry in a few seconds."
+#define MSG_NOTHING_LISTENS_FMT                                                                \
+    "Nothing in sandbox %s listens on port %u yet; start the server with sandbox_exec."
 
 enum { HOP_LINE, HOP_OPENING, HOP_CONNECTING, HOP_PUMP, HOP_CLOSING };
 
@@ -283,8 +287,7 @@ static void on_sandbox_event(struct bufferevent *bev, short what, void *arg)
         pump_start(h);
         return;
     }
-    snprintf(why, sizeof(why), "Nothing in sandbox %s listens on port %u yet; start the server "
-             "with sandbox_exec.", h->id, h->port);
+    snprintf(why, sizeof(why), MSG_NOTHING_LISTENS_FMT, h->id, h->port);
     hop_refuse(h, 502, why);
 }
 
@@ -310,15 +313,14 @@ void wk_ingress_admit(wk_hop *h, const wk_hop_target *t)
     h->phase = HOP_CONNECTING;
     if (!(h->bs = bufferevent_socket_new(ing->cfg.base, t->fd, BEV_OPT_CLOSE_ON_FREE))) {
         close(t->fd);
-        hop_refuse(h, 503, "The worker is out of memory; retry in a few seconds.");
+        hop_refuse(h, 503, SF_MSG_HOST_NOMEM);
         return;
     }
     bufferevent_setcb(h->bs, NULL, NULL, on_sandbox_event, h);
     bufferevent_setcb(h->bc, NULL, NULL, on_client_wait_event, h);
     if (bufferevent_socket_connect(h->bs, (const struct sockaddr *)&t->addr, (int)t->addrlen) < 0) {
         char why[256];
-        snprintf(why, sizeof(why), "Nothing in sandbox %s listens on port %u yet; start the "
-                 "server with sandbox_exec.", h->id, h->port);
+        snprintf(why, sizeof(why), MSG_NOTHING_LISTENS_FMT, h->id, h->port);
         hop_refuse(h, 502, why);
     }
 }
@@ -454,8 +456,7 @@ static void on_line(struct bufferevent *bev, void *arg)
         return;
     }
     if ((st = check_line(ing, line, h->id, &port, &epoch)) != 0) {
-        hop_refuse(h, st, st == 503 ? "The ingress is at its connection limit; retry in a few "
-                   "seconds." : "The hop was refused.");
+        hop_refuse(h, st, st == 503 ? MSG_FULL : "The hop was refused.");
         return;
     }
     h->port = port;
@@ -470,7 +471,7 @@ static void on_line(struct bufferevent *bev, void *arg)
     if (!c) {
         if (!(c = calloc(1, sizeof(*c))) || sf_map_put(ing->per_sb, h->id, c) < 0) {
             free(c);
-            hop_refuse(h, 503, "The ingress is at its connection limit; retry in a few seconds.");
+            hop_refuse(h, 503, MSG_FULL);
             return;
         }
     }
@@ -528,7 +529,7 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
         return;
     }
     if (ing->nhops > ing->cfg.conns_max) {
-        hop_refuse(h, 503, "The ingress is at its connection limit; retry in a few seconds.");
+        hop_refuse(h, 503, MSG_FULL);
         return;
     }
     bufferevent_setwatermark(h->bc, EV_READ, 0, SF_PV_HOP_LINE_MAX);
