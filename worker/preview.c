@@ -15,6 +15,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -383,8 +384,55 @@ static void on_hop(void *arg, wk_hop *h, const char *id, unsigned port, uint64_t
     }
 }
 
+/* ---- the teams' bytes, for the heartbeat (its own thread) ---- */
+
+#define BYTES_TEAMS_MAX 64   /* teams in the heartbeat's ingress_bytes */
+#define BYTES_TEXT_MAX 4096
+
+static pthread_mutex_t bytes_mu = PTHREAD_MUTEX_INITIALIZER;
+static char bytes_text[BYTES_TEXT_MAX] = "{}";
+static struct event *ev_bytes;
+
+static void add_team(void *arg, const char *team, uint64_t in, uint64_t out)
+{
+    json_t *o = arg;
+
+    if (json_object_size(o) < BYTES_TEAMS_MAX)
+        json_object_set_new(o, team, json_pack("{s:I, s:I}", "in", (json_int_t)in, "out",
+                                               (json_int_t)out));
+}
+
+static void on_bytes_tick(evutil_socket_t fd, short what, void *arg)
+{
+    wk_ctx *ctx = arg;
+    json_t *o = json_object();
+    char *text;
+
+    (void)fd;
+    (void)what;
+    if (!o)
+        return;
+    wk_ingress_teams(ctx->ingress, add_team, o);
+    text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(o);
+    if (text && strlen(text) < BYTES_TEXT_MAX) {
+        pthread_mutex_lock(&bytes_mu);
+        memcpy(bytes_text, text, strlen(text) + 1);
+        pthread_mutex_unlock(&bytes_mu);
+    }
+    free(text);
+}
+
+void wk_preview_beat_bytes(char *buf, size_t n)
+{
+    pthread_mutex_lock(&bytes_mu);
+    snprintf(buf, n, "%s", bytes_text);
+    pthread_mutex_unlock(&bytes_mu);
+}
+
 int wk_preview_start(wk_ctx *ctx)
 {
+    struct timeval tick = {ctx->cfg.heartbeat_ms / 1000, (ctx->cfg.heartbeat_ms % 1000) * 1000};
     wk_ingress_cfg cfg = {
         .base = ctx->d.base,
         .listen = ctx->cfg.ingress_listen,
@@ -405,12 +453,20 @@ int wk_preview_start(wk_ctx *ctx)
         return -1;
     }
     snprintf(ctx->ingress_addr, sizeof(ctx->ingress_addr), "%s", wk_ingress_addr(ctx->ingress));
+    if (!(ev_bytes = event_new(ctx->d.base, -1, EV_PERSIST, on_bytes_tick, ctx)) ||
+        event_add(ev_bytes, &tick) < 0) {
+        sf_error("msg=\"cannot start the preview byte counters\"");
+        return -1;
+    }
     sf_info("msg=\"preview ingress listening\" addr=%s", ctx->ingress_addr);
     return 0;
 }
 
 void wk_preview_stop(wk_ctx *ctx)
 {
+    if (ev_bytes)
+        event_free(ev_bytes);
+    ev_bytes = NULL;
     wk_ingress_free(ctx->ingress);
     ctx->ingress = NULL;
 }

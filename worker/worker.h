@@ -272,6 +272,9 @@ int wk_preview_access_arg(wk_box *b, const json_t *args);
 void wk_preview_update(wk_call *c, wk_box *b, void (*done)(wk_call *c));
 int wk_preview_start(wk_ctx *ctx);
 void wk_preview_stop(wk_ctx *ctx);
+/* Any thread (the heartbeat's): bytes moved per team through the ingress, as of the last
+ * tick, JSON {"<team>": {"in": n, "out": n}} (at most 64 teams). */
+void wk_preview_beat_bytes(char *buf, size_t n);
 
 /* host.c */
 int wk_host_start(wk_ctx *ctx);

@@ -128,6 +128,13 @@ test('a public port: URL, record, sandbox_info, and the page through the ingress
     const bodyStart = h.body.indexOf('\r\n\r\n') + 4;
     assert.equal(h.body.length - bodyStart, 24 << 20, 'every byte of 24 MiB');
   });
+
+  await t.test("the team's bytes appear in the host's heartbeat", async () => {
+    await until('ingress_bytes to count the download', () => {
+      const b = JSON.parse(redis('hget', `sf:host:{${env.SF_HOST_ID}}`, 'ingress_bytes') || '{}');
+      return b.alpha && b.alpha.out >= 24 << 20 && b.alpha.in > 0;
+    });
+  });
 });
 
 test('refusals: reserved ports, the range, link lifetimes, unknown sandboxes', async () => {
