@@ -238,6 +238,11 @@ typedef void (*wk_snap_cb)(void *arg, int rc, uint64_t bytes, const char *why);
 #define WK_CAP_SNAP_PROCS SF_HOSTCAP_SNAP_PROCS /* a snapshot keeps the processes */
 #define WK_CAP_DEBIAN SF_HOSTCAP_DEBIAN         /* runs the built-in 'debian' (its layers as
                                                    they are, or tpl_image) */
+#define WK_CAP_NETNS_LO (1u << 16)              /* netns() is the sandbox's own network
+                                                   namespace, its loopback included: a
+                                                   socket made there reaches the sandbox's
+                                                   127.0.0.1 (the preview ingress). Not
+                                                   published (the worker's own business) */
 
 typedef struct wk_driver_ops {
     const char *name;               /* for messages, logs and the heartbeat's `driver` */
