@@ -460,6 +460,8 @@ static void relay_down(pv_conn *k)
         evbuffer_remove_buffer(in, out, n);
         k->n_down += n;
     }
+    if (k->n_up + k->n_down > (1u << 20))
+        flush_counts(k);
     maybe_done(k);
 }
 

@@ -44,3 +44,7 @@ export function request(port, { method = 'GET', path = '/', headers = {}, body }
     if (body !== undefined) req.end(body); else req.end();
   });
 }
+
+// Chromium through playwright-core, installed with the e2e suites (tests/e2e/node_modules).
+import { createRequire } from 'node:module';
+export const { chromium } = createRequire(new URL('../e2e/package.json', import.meta.url))('playwright-core');
