@@ -327,3 +327,51 @@ test('the access log never shows a link; /metrics counts the team', async () => 
   assert.match(m, /sandfleet_gateway_preview_requests_total\{team="alpha"\} [1-9]/);
   assert.match(m, /sandfleet_gateway_preview_bytes_down_total\{team="alpha"\} [1-9]/);
 });
+
+test("a team's caps: connections past preview_max_conns_team get a 429 page; preview_rate_team paces its bytes", async () => {
+  const { spawn } = await import('node:child_process');
+  const { resolve } = await import('node:path');
+  const port = await new Promise((r) => { const s = net.createServer(); s.listen(0, '127.0.0.1', () => { const q = s.address().port; s.close(() => r(q)); }); });
+  const g = spawn(resolve(env.SF_BUILD, 'gateway/sandfleet-gateway'), [], {
+    env: { ...process.env, SF_PORT: String(port), SF_REDIS_URL: env.SF_REDIS_URL,
+      SF_KAFKA_BROKERS: env.SF_KAFKA_BROKERS, SF_AUTH_SECRET_FILE: env.SF_AUTH_SECRET_FILE,
+      SF_SCHEMAS_DIR: resolve(env.SF_BUILD, '..', 'schemas/tools'), SF_LOG_LEVEL: 'warn',
+      SF_THREADS: '2', SF_PREVIEW_MAX_CONNS_TEAM: '2', SF_PREVIEW_RATE_TEAM: String(2 << 20) },
+    stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  g.stderr.on('data', (d) => { log += d; });
+  const done = new Promise((r) => g.on('exit', r));
+  try {
+    await until('the gateway', async () => {
+      try { return (await fetch(`http://127.0.0.1:${port}/healthz`)).ok; } catch { return false; }
+    }, 30000);
+    const id = rid();
+    publish(id, 8000, 'public');
+    const host = `8000-${id.replace('_', '-')}.preview.localhost:${port}`;
+    // two connections held open (an Upgrade each), on whichever threads: the third is refused
+    const held = [];
+    for (let i = 0; i < 2; i++) {
+      const s = net.connect(port, '127.0.0.1');
+      await new Promise((r, j) => { s.on('error', j); s.on('connect', r); });
+      s.write(`GET /ws HTTP/1.1\r\nHost: ${host}\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n`);
+      await new Promise((r) => s.once('data', r));
+      held.push(s);
+    }
+    let r = await request(port, { headers: { Host: host } });
+    assert.equal(r.status, 429);
+    assert.match(r.body.toString(), /preview_max_conns_team/);
+    assert.equal(r.headers['retry-after'], '1');
+    held.forEach((s) => s.destroy());
+    await until('a connection slot again', async () => (await request(port, { headers: { Host: host } })).status === 200);
+    // 6 MiB at 2 MiB/s (a quarter second's burst): about 2.75 s, never under 2
+    const t0 = Date.now();
+    r = await request(port, { path: `/big?n=${6 << 20}`, headers: { Host: host } });
+    assert.equal(r.body.length, 6 << 20);
+    const took = Date.now() - t0;
+    assert.ok(took >= 2000, `6 MiB took ${took} ms at 2 MiB/s`);
+  } finally {
+    g.kill('SIGTERM');
+    await done;
+  }
+  assert.doesNotMatch(log, /AddressSanitizer|LeakSanitizer|runtime error:/, log);
+});
