@@ -46,6 +46,17 @@
 #define HOP_ANSWER_MAX 512
 #define LINGER_S 2
 
+/* What the pages say (each sentence once: tests/lint/messages.sh) */
+static const char T_UNREACHABLE[] = "The preview could not be reached";
+static const char T_TOO_MANY[] = "Too many preview connections";
+static const char T_UNAVAILABLE[] = "The preview is unavailable";
+static const char M_NO_REDIS[] = "The gateway cannot reach the platform's database right now; "
+                                 "try again in a few seconds.";
+static const char M_LOST_REDIS[] = "The gateway lost its connection to the platform's database; "
+                                   "try again in a few seconds.";
+static const char M_NOT_HOP[] = "The sandbox's host answered the preview hop with something "
+                                "that is not the hop protocol; tell the platform's operator.";
+
 enum { S_LOOKUP, S_CONNECT, S_HOPWAIT, S_RELAY, S_ANSWER, S_DEAD };
 enum { TOK_NONE, TOK_QUERY, TOK_HEADER, TOK_COOKIE };
 
@@ -528,14 +539,13 @@ static void hop_answer(pv_conn *k)
 
     if (eol.pos < 0) {
         if (evbuffer_get_length(in) > HOP_ANSWER_MAX)
-            conn_answer(k, 502, "The preview could not be reached",
-                        "The sandbox's host answered the preview hop with something that is "
-                        "not the hop protocol; tell the platform's operator.", NULL);
+            conn_answer(k, 502, T_UNREACHABLE,
+                        M_NOT_HOP, NULL);
         return;
     }
     n = (size_t)eol.pos;
     if (n > HOP_ANSWER_MAX) {
-        conn_answer(k, 502, "The preview could not be reached",
+        conn_answer(k, 502, T_UNREACHABLE,
                     "The sandbox's host answered with an overlong line; tell the platform's "
                     "operator.", NULL);
         return;
@@ -579,10 +589,10 @@ static void hop_answer(pv_conn *k)
         const char *title = st == 404   ? "No such sandbox"
                             : st == 409 ? "Port not published"
                             : st == 502 ? "Nothing listens on this port yet"
-                            : st == 503 ? "Too many preview connections"
+                            : st == 503 ? T_TOO_MANY
                             : st == 504 ? "The sandbox did not wake up in time"
                             : st == 403 ? "The preview hop was refused"
-                                        : "The preview could not be reached";
+                                        : T_UNREACHABLE;
 
         if (st == 409)
             st = 404;
@@ -591,9 +601,8 @@ static void hop_answer(pv_conn *k)
         conn_answer(k, (int)st, title, msg, NULL);
         return;
     }
-    conn_answer(k, 502, "The preview could not be reached",
-                "The sandbox's host answered the preview hop with something that is not the "
-                "hop protocol; tell the platform's operator.", NULL);
+    conn_answer(k, 502, T_UNREACHABLE,
+                M_NOT_HOP, NULL);
 }
 
 static void u_hop_read_cb(struct bufferevent *bev, void *arg)
@@ -616,7 +625,7 @@ static void u_event_cb(struct bufferevent *bev, short what, void *arg)
                                (int64_t)sf_now_ms());
 
         if (n < 0 || bufferevent_write(bev, line, (size_t)n) < 0) {
-            conn_answer(k, 502, "The preview could not be reached",
+            conn_answer(k, 502, T_UNREACHABLE,
                         "The gateway could not start the hop; try again.", NULL);
             return;
         }
@@ -630,7 +639,7 @@ static void u_event_cb(struct bufferevent *bev, short what, void *arg)
         sf_warn("msg=\"preview hop failed\" sandbox=%s port=%u host=%s state=%s what=0x%x",
                 k->t.sandbox, k->t.port, k->host, k->state == S_CONNECT ? "connect" : "answer",
                 (unsigned)what);
-        conn_answer(k, timeout ? 504 : 502, "The preview could not be reached",
+        conn_answer(k, timeout ? 504 : 502, T_UNREACHABLE,
                     timeout ? "The sandbox's host did not answer in time; try again in a moment."
                             : "The gateway could not reach the sandbox's host (its preview "
                               "ingress); try again in a moment, or tell the platform's operator "
@@ -654,7 +663,7 @@ static void hop_connect(pv_conn *k, const char *ingress)
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
 
     if (evutil_parse_sockaddr_port(ingress, (struct sockaddr *)&ss, &sl) < 0) {
-        conn_answer(k, 502, "The preview could not be reached",
+        conn_answer(k, 502, T_UNREACHABLE,
                     "The sandbox's host announced a preview ingress address the gateway cannot "
                     "read; tell the platform's operator.", NULL);
         return;
@@ -668,7 +677,7 @@ static void hop_connect(pv_conn *k, const char *ingress)
     bufferevent_set_timeouts(k->u, &tv, &tv);
     k->state = S_CONNECT;
     if (bufferevent_socket_connect(k->u, (struct sockaddr *)&ss, sl) < 0) {
-        conn_answer(k, 502, "The preview could not be reached",
+        conn_answer(k, 502, T_UNREACHABLE,
                     "The gateway could not reach the sandbox's host (its preview ingress); try "
                     "again in a moment.", NULL);
         return;
@@ -707,19 +716,18 @@ static void on_host(redisAsyncContext *ac, void *reply, void *priv)
     if (lookup_pending_done(k))
         return;
     if (!reply) {
-        conn_answer(k, 503, "The preview is unavailable",
-                    "The gateway lost its connection to the platform's database; try again in a "
-                    "few seconds.", NULL);
+        conn_answer(k, 503, T_UNAVAILABLE,
+                    M_LOST_REDIS, NULL);
         return;
     }
     if (reply_str(reply, ingress, sizeof(ingress)) < 0) {
-        conn_answer(k, 502, "The preview could not be reached",
+        conn_answer(k, 502, T_UNREACHABLE,
                     "The sandbox's host has no preview ingress (its worker is down or too old "
                     "for previews); try again in a moment.", NULL);
         return;
     }
     if (gw_pv_team_conn_take(k->te, (unsigned)k->pv->ctx->cfg.preview_max_conns_team) < 0) {
-        conn_answer(k, 429, "Too many preview connections",
+        conn_answer(k, 429, T_TOO_MANY,
                     "This team has as many preview connections open as the platform allows "
                     "(preview_max_conns_team); close some tabs or try again in a moment.",
                     "Retry-After: 1\r\n");
@@ -741,9 +749,8 @@ static void on_record(redisAsyncContext *ac, void *reply, void *priv)
     if (lookup_pending_done(k))
         return;
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 4) {
-        conn_answer(k, 503, "The preview is unavailable",
-                    "The gateway lost its connection to the platform's database; try again in a "
-                    "few seconds.", NULL);
+        conn_answer(k, 503, T_UNAVAILABLE,
+                    M_LOST_REDIS, NULL);
         return;
     }
     reply_str(r->element[0], k->host, sizeof(k->host));
@@ -801,9 +808,8 @@ static void on_record(redisAsyncContext *ac, void *reply, void *priv)
         }
     }
     if (sf_redis_cmd(ctx->redis, on_host, k, "HGET " SF_RK_HOST " ingress", k->host) < 0) {
-        conn_answer(k, 503, "The preview is unavailable",
-                    "The gateway cannot reach the platform's database right now; try again in a "
-                    "few seconds.", NULL);
+        conn_answer(k, 503, T_UNAVAILABLE,
+                    M_NO_REDIS, NULL);
         return;
     }
     k->redis_pending++;
@@ -960,9 +966,8 @@ static void divert_take(const gw_http_divert *d, void *arg)
     }
     if (sf_redis_cmd(ctx->redis, on_record, k, "HMGET " SF_RK_SANDBOX " host team state pv:%u",
                      k->t.sandbox, k->t.port) < 0) {
-        conn_answer(k, 503, "The preview is unavailable",
-                    "The gateway cannot reach the platform's database right now; try again in a "
-                    "few seconds.", NULL);
+        conn_answer(k, 503, T_UNAVAILABLE,
+                    M_NO_REDIS, NULL);
         return;
     }
     k->redis_pending++;

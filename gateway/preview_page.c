@@ -19,7 +19,6 @@ static const char *reason(int status)
     case 502: return "Bad Gateway";
     case 503: return "Service Unavailable";
     case 504: return "Gateway Timeout";
-    case 505: return "HTTP Version Not Supported";
     default: return "Error";
     }
 }

@@ -66,8 +66,9 @@ int gw_pv_domain_host(const char *domain, char *out, size_t n)
 
         if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.'))
             return -EINVAL;
-        out[i] = c;
     }
+    for (i = 0; i < len; i++) /* (out only on success) */
+        out[i] = (char)tolower((unsigned char)domain[i]);
     out[len] = 0;
     return 0;
 }
