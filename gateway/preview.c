@@ -42,6 +42,7 @@
 #define RELAY_HIGH (1u << 20)    /* bytes queued toward one side before reading pauses */
 #define RELAY_LOW (256u << 10)   /* ...and resumes below this */
 #define RELAY_CHUNK (64u << 10)  /* one step of the request parser */
+#define RELAY_IO (256u << 10)    /* the largest single read or write */
 #define HEAD_MAX (64u << 10)     /* a request head we rewrite */
 #define HOP_ANSWER_MAX 512
 #define LINGER_S 2
@@ -557,6 +558,11 @@ static void hop_answer(pv_conn *k)
     if (!strcmp(line, "SFHOP1 OK")) {
         k->state = S_RELAY;
         bufferevent_set_timeouts(k->u, NULL, NULL);
+        /* large reads and writes (libevent's default is 16 KiB at a time) */
+        bufferevent_set_max_single_read(k->u, RELAY_IO);
+        bufferevent_set_max_single_write(k->u, RELAY_IO);
+        bufferevent_set_max_single_read(k->c, RELAY_IO);
+        bufferevent_set_max_single_write(k->c, RELAY_IO);
         bufferevent_setwatermark(k->u, EV_READ, 0, RELAY_HIGH);
         bufferevent_setwatermark(k->u, EV_WRITE, RELAY_LOW, 0);
         bufferevent_setwatermark(k->c, EV_READ, 0, RELAY_HIGH);
