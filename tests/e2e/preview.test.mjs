@@ -10,7 +10,7 @@ import crypto from 'node:crypto';
 import net from 'node:net';
 import { readFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
-import { connect, call, sh, env, until, driver } from './lib.mjs';
+import { connect, call, sh, env, until } from './lib.mjs';
 
 const client = await connect(env.SF_KEY_ALPHA);
 const created = [];
@@ -87,7 +87,7 @@ test('tools/list serves sandbox_preview_url with its annotations', async () => {
   assert.ok(tools.find((x) => x.name === 'sandbox_create').inputSchema.properties.preview_access);
 });
 
-test('a public port: URL, record, sandbox_info, and the page through the ingress', { skip: driver !== 'jail' && 'the jail driver only (qemu: not carried yet)' }, async (t) => {
+test('a public port: URL, record, sandbox_info, and the page through the ingress', async (t) => {
   const id = await sandbox();
   await serve(id, 8000, 'hello-preview');
   const r = await call(client, 'sandbox_preview_url', { sandbox_id: id, port: 8000 });
@@ -164,7 +164,7 @@ test('refusals: reserved ports, the range, link lifetimes, unknown sandboxes', a
   assert.equal(redis('hget', `sf:sb:{${id}}`, 'pv:8000'), '', 'nothing was published');
 });
 
-test('attacks on the ingress reach nothing', { skip: driver !== 'jail' && 'the jail driver only' }, async (t) => {
+test('attacks on the ingress reach nothing', async (t) => {
   const a = await sandbox();
   const b = await sandbox();
   await serve(a, 8000, 'page-a');
@@ -235,7 +235,7 @@ test('attacks on the ingress reach nothing', { skip: driver !== 'jail' && 'the j
   });
 });
 
-test('private ports, preview_close, a paused sandbox woken, a killed one', { skip: driver !== 'jail' && 'the jail driver only' }, async (t) => {
+test('private ports, preview_close, a paused sandbox woken, a killed one', async (t) => {
   const id = await sandbox({ preview_access: 'private' });
   assert.equal(redis('hget', `sf:sb:{${id}}`, 'preview_access'), 'private');
   await serve(id, 8000, 'private-page');
