@@ -408,15 +408,41 @@ static void add_team(void *arg, const char *team, uint64_t in, uint64_t out)
                                                (json_int_t)out));
 }
 
+/* A sandbox with previews open is in use: no idle pause under a long stream (SSE, a
+ * WebSocket). wk_touch writes the record at most once a second. The ids are copied first:
+ * wk_touch must not run inside the ingress's walk. */
+typedef struct touch_list {
+    char (*ids)[SF_ID_MAX];
+    size_t n, cap;
+} touch_list;
+
+static void collect_open(void *arg, const char *id)
+{
+    touch_list *l = arg;
+
+    if (l->n < l->cap)
+        snprintf(l->ids[l->n++], SF_ID_MAX, "%s", id);
+}
+
 static void on_bytes_tick(evutil_socket_t fd, short what, void *arg)
 {
     wk_ctx *ctx = arg;
-    json_t *o = json_object();
+    json_t *o;
     char *text;
+    touch_list open_now = {.cap = wk_ingress_open_hops(ctx->ingress)};
 
     (void)fd;
     (void)what;
-    if (!o)
+    if (open_now.cap > 0 && (open_now.ids = calloc(open_now.cap, SF_ID_MAX))) {
+        wk_ingress_sandboxes(ctx->ingress, collect_open, &open_now);
+        for (size_t i = 0; i < open_now.n; i++) {
+            wk_box *b = sf_map_get(ctx->sandboxes, open_now.ids[i]);
+            if (b && b->state == WK_BOX_RUNNING && !b->paused && !b->pausing)
+                wk_touch(ctx, b->id);
+        }
+        free(open_now.ids);
+    }
+    if (!(o = json_object()))
         return;
     wk_ingress_teams(ctx->ingress, add_team, o);
     text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);

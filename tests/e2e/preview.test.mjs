@@ -316,3 +316,32 @@ test('private ports, preview_close, a paused sandbox woken, a killed one', async
     assert.match(h.head, /^SFHOP1 ERR 404 Sandbox .* is not running on this host/);
   });
 });
+
+// Last: this one restarts the worker with a 2 s idle pause (its sandboxes are lost), then
+// gives the stack its usual worker back.
+test('an open preview connection is activity: no idle pause under it', async (t) => {
+  const stack = (extra) => execFileSync(`${import.meta.dirname}/../integration/stack`,
+    ['restart-worker', env.SF_STATE, env.SF_BUILD], { stdio: 'inherit', env: { ...process.env, ...extra } });
+  created.length = 0;
+  stack({ SF_IDLE_PAUSE_MS: '2000', SF_TIMER_TICK_MS: '100' });
+  t.after(() => stack({}));
+  const id = await sandbox();
+  // a server that holds its one connection open and says nothing
+  await sh(client, id, "setsid sh -c 'sleep 1000 | busybox nc -l -p 8005 >/dev/null 2>&1' & " +
+    'for i in $(seq 50); do netstat -ltn 2>/dev/null | grep -q ":8005 " && break; sleep 0.1; done');
+  assert.equal((await call(client, 'sandbox_preview_url', { sandbox_id: id, port: 8005 })).isError, false);
+  const { host, port } = ingress();
+  const s = net.connect(port, host);
+  let got = '';
+  s.on('data', (d) => { got += d; });
+  s.write(hopLine(id, 8005, epochOf(id, 8005)));
+  await until('the hop to be answered', () => got.includes('\n'));
+  assert.equal(got, 'SFHOP1 OK\n');
+  const state = () => redis('hget', `sf:sb:{${id}}`, 'state');
+  const t0 = Number(redis('TIME').split('\n')[0]);
+  await until('four seconds (twice the idle pause) to pass',
+    () => Number(redis('TIME').split('\n')[0]) >= t0 + 4, 8000);
+  assert.equal(state(), 'running', 'not paused while a preview connection is open');
+  s.destroy();
+  await until('the idle pause once the connection closed', () => state() === 'paused', 15000);
+});

@@ -707,6 +707,28 @@ uint32_t wk_ingress_open_hops(const wk_ingress *ing)
     return ing ? ing->nhops : 0;
 }
 
+typedef struct sb_walk {
+    void (*fn)(void *arg, const char *id);
+    void *arg;
+} sb_walk;
+
+static void walk_sb(const char *key, void *val, void *arg)
+{
+    sb_walk *w = arg;
+
+    (void)val;
+    w->fn(w->arg, key);
+}
+
+void wk_ingress_sandboxes(const wk_ingress *ing, void (*fn)(void *arg, const char *id),
+                          void *arg)
+{
+    sb_walk w = {fn, arg};
+
+    if (ing)
+        sf_map_foreach(ing->per_sb, walk_sb, &w);
+}
+
 typedef struct teams_walk {
     void (*fn)(void *arg, const char *team, uint64_t in, uint64_t out);
     void *arg;

@@ -68,6 +68,10 @@ void wk_ingress_refuse(wk_hop *h, int status, const char *why);
  * sandbox killed. */
 void wk_ingress_drop(wk_ingress *ing, const char *id, unsigned port);
 
+/* Each sandbox with hops open (admitted or waiting), once. */
+void wk_ingress_sandboxes(const wk_ingress *ing, void (*fn)(void *arg, const char *id),
+                          void *arg);
+
 /* Counters: hops open now, and bytes moved per team (in: client to sandbox; out: back),
  * counted when a hop ends and as it goes. fn is called once per team. */
 uint32_t wk_ingress_open_hops(const wk_ingress *ing);
