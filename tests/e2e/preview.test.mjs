@@ -10,7 +10,7 @@ import crypto from 'node:crypto';
 import net from 'node:net';
 import { readFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
-import { connect, call, sh, env, until } from './lib.mjs';
+import { connect, call, sh, env, until, driver, createWhenBuilt } from './lib.mjs';
 
 const client = await connect(env.SF_KEY_ALPHA);
 const created = [];
@@ -315,6 +315,27 @@ test('private ports, preview_close, a paused sandbox woken, a killed one', async
     const h = await hop(hopLine(id, 8000, e));
     assert.match(h.head, /^SFHOP1 ERR 404 Sandbox .* is not running on this host/);
   });
+});
+
+test("a jail's socket marked as the ingress's reaches no relay (the namespace's one exception)",
+  { skip: driver !== 'jail' && 'a VM guest has no socket in the namespace at all' }, async () => {
+  // A jail keeps CAP_NET_RAW, so it may set SO_MARK: the exception lets a marked connect
+  // to port 49983 skip the egress redirect, and it must still reach nothing.
+  const r = await createWhenBuilt(client, { from_template: 'debian' });
+  assert.equal(r.isError, false, r.text);
+  created.push(r.structured.id);
+  const py = [
+    'import socket',
+    'for addr in ("169.254.78.2", "169.254.77.2", "127.0.0.1", "10.9.9.9"):',
+    '  s = socket.socket(); s.settimeout(2)',
+    '  s.setsockopt(socket.SOL_SOCKET, 36, 0x53465056)',
+    '  try:',
+    '    s.connect((addr, 49983)); s.sendall(b"8000\\n"); print(addr, "answered", s.recv(100))',
+    '  except OSError as e: print(addr, "nothing", e.errno)',
+  ].join('\n');
+  const out = await sh(client, r.structured.id, `python3 - <<'PY'\n${py}\nPY`);
+  assert.equal(out.exit_code, 0, out.stderr);
+  assert.equal(out.stdout.split('\n').filter((l) => / nothing /.test(l)).length, 4, out.stdout);
 });
 
 // Last: this one restarts the worker with a 2 s idle pause (its sandboxes are lost), then
