@@ -77,6 +77,10 @@ static const sf_cfg_entry cfg_table[] = {
              "MiB one team's sandbox snapshots may hold together"),
     SF_CFG_I(wk_cfg, snapshot_sweep_ms, "30000", 100, 3600000,
              "how often the files of deleted snapshots are looked for and removed"),
+    SF_CFG_I(wk_cfg, exec_detach_ms, "50000", 0, 600000,
+             "sandbox_exec: a command still running this long answers with its output so "
+             "far and goes on in the background, before clients' 60 s request timeouts "
+             "(0 = never; a call's detach_after_ms overrides)"),
     SF_CFG_I(wk_cfg, uid_base, "200000", 1000, 4000000000LL,
              "first host uid mapped into sandboxes (65536 per sandbox)"),
 };

@@ -57,6 +57,8 @@ typedef struct wk_cfg {
     int64_t snapshots_per_team; /* snapshots one team may hold (snapshot.c) */
     int64_t snapshot_team_mib;  /* ...and MiB they may hold together */
     int64_t snapshot_sweep_ms;  /* how often files of deleted snapshots are looked for */
+    int64_t exec_detach_ms;     /* exec.c: still running then, a command answers and goes
+                                   on in the background (0 = never) */
 } wk_cfg;
 
 /* What the heartbeat thread publishes; written by the loop thread. */
