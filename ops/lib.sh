@@ -130,6 +130,8 @@ sf_daemon_env() {
     local state=$1 build=$2
     export SF_AUTH_SECRET_FILE="$state/auth.key"
     export SF_SCHEMAS_DIR="$SF_ROOT/schemas/tools"
+    # the client ID metadata documents of well-known clients (sign-in without internet)
+    export SF_OAUTH_CIMD_DIR=${SF_OAUTH_CIMD_DIR-$SF_ROOT/gateway/cimd}
     export SF_STATE_DIR="$state/worker"
     export SF_AGENT_PATH="$build/worker/agent/sandfleet-agent"
     export SF_HOST_ID=${SF_HOST_ID:-host-$(hostname | tr -c 'a-z0-9\n' '-' | cut -c1-40)}
