@@ -71,6 +71,11 @@ void gw_cimd_stop(gw_ctx *ctx);
  * loopback unless any_redirect. -1 and why (one sentence naming the file) when one is
  * unusable. */
 int gw_cimd_local_load(const char *dir, int any_redirect, json_t **out, char *why, size_t n);
+/* The record table (gw_cimd_local_load's) holds for client_id (a reference), or NULL. A
+ * document whose client_id holds "{id}" (one whole path segment) answers every client_id
+ * with letters, digits, '-' or '_' (1 to 64) there, the same id put into its redirect
+ * URIs (Codex's per-callback https://chatgpt.com/oauth/codex/{id}/client.json). */
+json_t *gw_cimd_local_find(json_t *table, const char *client_id);
 /* 1 when sa is a public unicast address (not loopback, private, link-local, CGNAT,
  * documentation, multicast or otherwise reserved; IPv4 inside IPv6 judged as IPv4). */
 struct sockaddr;

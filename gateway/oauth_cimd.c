@@ -16,6 +16,7 @@
  * The document must name itself (client_id equal to the URL), list acceptable redirect
  * URIs, and be a public client (no secret). */
 #include "oauth.h"
+#include "sf_buf.h"
 #include "sf_curl.h"
 #include "sf_log.h"
 #include "sf_map.h"
@@ -431,9 +432,13 @@ void gw_cimd_get(gw_ctx *ctx, const char *client_id, gw_cimd_cb cb, void *arg)
         cb(arg, NULL, why);
         return;
     }
-    if (ctx->cimd_local && json_object_get(ctx->cimd_local, client_id)) { /* the operator's */
-        cb(arg, json_object_get(ctx->cimd_local, client_id), NULL);
-        return;
+    if (ctx->cimd_local) { /* the operator's */
+        json_t *mine = gw_cimd_local_find(ctx->cimd_local, client_id);
+        if (mine) {
+            cb(arg, mine, NULL);
+            json_decref(mine);
+            return;
+        }
     }
     if (!c && (!(c = ctx->cimd = calloc(1, sizeof(*c))) ||
                !(c->http = sf_curl_new(ctx->d.base)) || !(c->cache = sf_map_new(CACHE_MAX)))) {
@@ -569,6 +574,93 @@ void gw_cimd_stop(gw_ctx *ctx)
 #define LOCAL_MAX 256              /* documents in oauth_cimd_dir */
 #define LOCAL_BYTES (64u * 1024)   /* ...each at most this large */
 
+#define ID_MARK "{id}"      /* in an operator's client_id: one path segment (ID_MAX) */
+#define ID_MAX 64
+
+/* s with every ID_MARK replaced by id (a new string), or NULL. */
+static char *with_id(const char *s, const char *id)
+{
+    sf_buf b;
+    const char *m;
+    char *out;
+
+    sf_buf_init(&b, CIMD_URL_MAX + 1);
+    while ((m = strstr(s, ID_MARK))) {
+        if (sf_buf_append(&b, s, (size_t)(m - s)) < 0 || sf_buf_append(&b, id, strlen(id)) < 0)
+            goto fail;
+        s = m + strlen(ID_MARK);
+    }
+    if (sf_buf_append(&b, s, strlen(s) + 1) < 0)
+        goto fail;
+    out = strdup(b.p);
+    sf_buf_fini(&b);
+    return out;
+fail:
+    sf_buf_fini(&b);
+    return NULL;
+}
+
+/* The id url gives a template's ID_MARK (prefix ID_MARK suffix), into id; 0 or -1. */
+static int id_of(const char *tpl, const char *url, char id[ID_MAX + 1])
+{
+    const char *m = strstr(tpl, ID_MARK), *suffix;
+    size_t pre, suf, len, n = strlen(url);
+
+    if (!m)
+        return -1;
+    pre = (size_t)(m - tpl);
+    suffix = m + strlen(ID_MARK);
+    suf = strlen(suffix);
+    if (n < pre + suf + 1 || strncmp(url, tpl, pre) != 0 || strcmp(url + n - suf, suffix) != 0)
+        return -1;
+    len = n - pre - suf;
+    if (len > ID_MAX)
+        return -1;
+    for (size_t i = 0; i < len; i++) {
+        char ch = url[pre + i];
+        if (!isalnum((unsigned char)ch) && ch != '-' && ch != '_')
+            return -1;
+    }
+    memcpy(id, url + pre, len);
+    id[len] = '\0';
+    return 0;
+}
+
+json_t *gw_cimd_local_find(json_t *table, const char *client_id)
+{
+    const char *tpl;
+    json_t *rec, *u, *uris;
+    char id[ID_MAX + 1];
+    size_t i;
+
+    if ((rec = json_object_get(table, client_id)) && !strstr(client_id, ID_MARK))
+        return json_incref(rec);
+    json_object_foreach(table, tpl, rec) {
+        json_t *out;
+        if (!strstr(tpl, ID_MARK) || id_of(tpl, client_id, id) < 0)
+            continue;
+        /* a template: its record with the id put in (client_id, redirect URIs) */
+        if (!(out = json_deep_copy(rec)) || !(uris = json_array())) {
+            json_decref(out);
+            return NULL;
+        }
+        json_object_set_new(out, "client_id", json_string(client_id));
+        json_array_foreach(json_object_get(rec, "redirect_uris"), i, u) {
+            char *s = with_id(json_string_value(u), id);
+            if (!s || json_array_append_new(uris, json_string(s)) < 0) {
+                free(s);
+                json_decref(uris);
+                json_decref(out);
+                return NULL;
+            }
+            free(s);
+        }
+        json_object_set_new(out, "redirect_uris", uris);
+        return out;
+    }
+    return NULL;
+}
+
 /* 1 when u is a loopback redirect URI (http or https on localhost, 127.0.0.1 or [::1]). */
 static int loopback_uri(const char *u)
 {
@@ -615,11 +707,20 @@ static int local_one(int dfd, const char *name, int any_redirect, json_t *table,
         json_decref(doc);
         return -1;
     }
-    if (url_problem(id)) {
-        snprintf(why, n, "%s: its client_id is not a usable metadata document address: %s", name,
-                 url_problem(id));
-        json_decref(doc);
-        return -1;
+    {
+        /* a template's {id} stands for one path segment: checked as if it were one */
+        char *probe = with_id(id, "x");
+        const char *problem = probe ? url_problem(probe) : "out of memory";
+        if (problem || (strstr(id, ID_MARK) && (strstr(strstr(id, ID_MARK) + 1, ID_MARK) ||
+                                                !strstr(id + 8, "/" ID_MARK "/")))) {
+            snprintf(why, n, "%s: its client_id is not a usable metadata document address: %s",
+                     name, problem ? problem : "{id} must stand for one whole path segment, "
+                                               "once");
+            free(probe);
+            json_decref(doc);
+            return -1;
+        }
+        free(probe);
     }
     client = client_from(id, doc, reason, sizeof(reason));
     json_decref(doc); /* id is the client's own copy from here on */

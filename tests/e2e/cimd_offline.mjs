@@ -5,9 +5,12 @@
 // under `unshare -n`: only a loopback device, no route, no DNS server), with its own Redis,
 // broker and gateway; headless Chromium (playwright-core, Debian's chromium) drives the
 // sign-in page as a person would, back to the client's loopback callback on the port it
-// chose (RFC 8252), and the code trades for tokens. Not the real Claude Code or Codex CLIs
-// (they are not installed here): the requests carry what those clients send (their
-// client_id URLs, loopback /callback redirect URIs on an ephemeral port, PKCE S256).
+// chose (RFC 8252), and the code trades for tokens. The requests carry what those clients
+// send (their client_id URLs, loopback /callback redirect URIs on an ephemeral port, PKCE
+// S256; Codex's per-callback client_id .../codex/<id>/client.json). The real Codex CLI
+// (`codex mcp login`) signs in too when one is installed (SF_CODEX_BIN, or `codex` on the
+// PATH; npm i @openai/codex): skipped, and saying so, otherwise. The real Claude Code signs
+// in to MCP servers only inside its interactive session: not driven here.
 // Also: a URL with no document in the folder still tries the network and says it could
 // not be fetched; a folder document with a redirect URI off loopback stops the gateway at
 // start with a sentence, unless oauth_cimd_dir_any_redirect is set.
@@ -53,7 +56,8 @@ before(async () => {
   assert.doesNotMatch(sh('ip', ['-o', 'link']), /eth|veth|ens|enp/, 'run this in a fresh network namespace');
   sh('ip', ['link', 'set', 'lo', 'up']);
   mkdirSync(docs);
-  for (const f of ['claude-code.json', 'codex.json']) copyFileSync(resolve(root, 'gateway/cimd', f), `${docs}/${f}`);
+  for (const f of ['claude-code.json', 'codex.json', 'codex-callback.json'])
+    copyFileSync(resolve(root, 'gateway/cimd', f), `${docs}/${f}`);
   writeFileSync(`${docs}/own.json`, JSON.stringify({ client_id: OWN, client_name: 'Operator app',
     redirect_uris: ['http://127.0.0.1/cb'] }));
   // the clients' loopback callback: a port of their own choosing
@@ -105,8 +109,8 @@ const authUrl = (clientId, redirect, challenge, state) => `${base}/oauth/authori
   code_challenge_method: 'S256', state, resource: `${base}/mcp` })}`;
 
 // A person signs in on the page in Chromium; the client gets its code and trades it.
-async function signIn(clientId, host, shown) {
-  const redirect = `http://${host}:${port}/callback`;
+async function signIn(clientId, host, shown, path = '/callback') {
+  const redirect = `http://${host}:${port}${path}`;
   const { verifier, challenge } = pkce();
   const state = randomBytes(8).toString('hex');
   const context = await browser.newContext();
@@ -151,6 +155,55 @@ test('Claude Code signs in offline through the shipped document (localhost, any 
 test('Codex signs in offline through the shipped document (127.0.0.1, any port)', async () => {
   await signIn('https://chatgpt.com/oauth/codex/client.json', '127.0.0.1', 'Codex \\(chatgpt\\.com\\)');
 });
+
+test("Codex's per-callback client ID signs in offline through the shipped template", async () => {
+  const id = randomBytes(9).toString('base64url');
+  await signIn(`https://chatgpt.com/oauth/codex/${id}/client.json`, '127.0.0.1', 'Codex \\(chatgpt\\.com\\)',
+    `/callback/${id}`);
+  // another callback id's path is not this client's; an id that is not one segment is no match
+  const { challenge } = pkce();
+  const other = await fetch(authUrl(`https://chatgpt.com/oauth/codex/${id}/client.json`,
+    `http://127.0.0.1:${port}/callback/other`, challenge, 's'), { redirect: 'manual' });
+  assert.equal(other.status, 400);
+  assert.match(await other.text(), /did not register/);
+  const deep = await fetch(authUrl('https://chatgpt.com/oauth/codex/a/b/client.json',
+    `http://127.0.0.1:${port}/callback/a/b`, challenge, 's'), { redirect: 'manual' });
+  assert.equal(deep.status, 400);
+  assert.match(await deep.text(), /could not be fetched|did not arrive/);
+});
+
+const codexBin = process.env.SF_CODEX_BIN || (() => {
+  const r = spawnSync('sh', ['-c', 'command -v codex'], { encoding: 'utf8' });
+  return r.status === 0 ? r.stdout.trim() : '';
+})();
+test('the real Codex CLI signs in offline (codex mcp login, Chromium for the person)',
+  { skip: !codexBin && 'no Codex CLI here (npm i @openai/codex, then SF_CODEX_BIN=.../bin/codex)' }, async () => {
+    const home = `${dir}/codex-home`;
+    mkdirSync(home);
+    writeFileSync(`${home}/config.toml`, `[mcp_servers.sandfleet]\nurl = "${base}/mcp"\n`);
+    const p = spawn(codexBin, ['mcp', 'login', 'sandfleet', '--no-browser', '--oauth-client-registration', 'cimd'],
+      { env: { ...process.env, CODEX_HOME: home }, stdio: ['pipe', 'pipe', 'pipe'] }); // stdin stays open
+    let out = '';
+    p.stdout.on('data', (d) => { out += d; });
+    p.stderr.on('data', (d) => { out += d; });
+    const exited = new Promise((r) => p.on('exit', r));
+    try {
+      const link = await waitFor('codex to print the sign-in address',
+        () => out.match(/http:\/\/127\.0\.0\.1:\d+\/oauth\/authorize\S+/)?.[0], 30000);
+      assert.match(decodeURIComponent(link), /client_id=https:\/\/chatgpt\.com\/oauth\/codex\//);
+      const context = await browser.newContext();
+      const page = await context.newPage();
+      assert.equal((await page.goto(link)).status(), 200, await page.textContent('body'));
+      assert.match(await page.textContent('body'), /Codex \(chatgpt\.com\) asks to use your team's sandboxes/);
+      await page.fill('input[name="api_key"]', newKey('codex'));
+      await Promise.all([page.waitForURL(/^http:\/\/127\.0\.0\.1:\d+\/callback/), page.click('button[value="approve"]')]);
+      await context.close();
+      assert.equal(await exited, 0, out);
+      assert.match(out, /Successfully logged in to MCP server 'sandfleet'/);
+    } finally {
+      p.kill();
+    }
+  });
 
 test("the operator's own document; a redirect it does not list is refused", async () => {
   const { challenge } = pkce();
