@@ -7,10 +7,11 @@
 // sign-in page as a person would, back to the client's loopback callback on the port it
 // chose (RFC 8252), and the code trades for tokens. The requests carry what those clients
 // send (their client_id URLs, loopback /callback redirect URIs on an ephemeral port, PKCE
-// S256; Codex's per-callback client_id .../codex/<id>/client.json). The real Codex CLI
-// (`codex mcp login`) signs in too when one is installed (SF_CODEX_BIN, or `codex` on the
-// PATH; npm i @openai/codex): skipped, and saying so, otherwise. The real Claude Code signs
-// in to MCP servers only inside its interactive session: not driven here.
+// S256; Codex's per-callback client_id .../codex/<id>/client.json). The real CLIs sign in
+// too when installed (npm i @openai/codex @anthropic-ai/claude-code): `codex mcp login`
+// (SF_CODEX_BIN, or `codex` on the PATH) and `claude mcp login` in a terminal (`script`
+// gives it one; SF_CLAUDE_BIN, or `claude` on the PATH); each is skipped, saying so,
+// when absent.
 // Also: a URL with no document in the folder still tries the network and says it could
 // not be fetched; a folder document with a redirect URI off loopback stops the gateway at
 // start with a sentence, unless oauth_cimd_dir_any_redirect is set.
@@ -172,10 +173,52 @@ test("Codex's per-callback client ID signs in offline through the shipped templa
   assert.match(await deep.text(), /could not be fetched|did not arrive/);
 });
 
-const codexBin = process.env.SF_CODEX_BIN || (() => {
-  const r = spawnSync('sh', ['-c', 'command -v codex'], { encoding: 'utf8' });
+const which = (env, name) => process.env[env] || (() => {
+  const r = spawnSync('sh', ['-c', `command -v ${name}`], { encoding: 'utf8' });
   return r.status === 0 ? r.stdout.trim() : '';
 })();
+const codexBin = which('SF_CODEX_BIN', 'codex');
+const claudeBin = which('SF_CLAUDE_BIN', 'claude');
+
+// A person approves the sign-in link the CLI printed; the browser goes back to the CLI.
+async function approve(link, shown, team) {
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  assert.equal((await page.goto(link)).status(), 200, await page.textContent('body'));
+  assert.match(await page.textContent('body'), new RegExp(`${shown} asks to use your team's sandboxes`));
+  await page.fill('input[name="api_key"]', newKey(team));
+  await Promise.all([page.waitForURL(/^http:\/\/(127\.0\.0\.1|localhost):\d+\/callback/),
+    page.click('button[value="approve"]')]);
+  await context.close();
+}
+
+test('the real Claude Code signs in offline (claude mcp login in a terminal, Chromium for the person)',
+  { skip: !claudeBin && 'no Claude Code here (npm i @anthropic-ai/claude-code, then SF_CLAUDE_BIN=.../bin/claude)' }, async () => {
+    const home = `${dir}/claude-home`;
+    mkdirSync(home);
+    const env = { ...process.env, HOME: home };
+    const add = spawnSync(claudeBin, ['mcp', 'add', '--transport', 'http', '--scope', 'user', 'sandfleet',
+      `${base}/mcp`], { env, encoding: 'utf8', timeout: 60000 });
+    assert.equal(add.status, 0, add.stderr + add.stdout);
+    // `claude mcp login` wants a terminal: script(1) gives it one; stdin stays open
+    const p = spawn('script', ['-qfec', `'${claudeBin}' mcp login sandfleet --no-browser`, '/dev/null'],
+      { env, stdio: ['pipe', 'pipe', 'pipe'] });
+    let out = '';
+    p.stdout.on('data', (d) => { out += d; });
+    p.stderr.on('data', (d) => { out += d; });
+    const exited = new Promise((r) => p.on('exit', r));
+    try {
+      const link = await waitFor('claude to print the sign-in address',
+        () => out.match(/http:\/\/127\.0\.0\.1:\d+\/oauth\/authorize[^\s\x07\x1b]+/)?.[0], 60000);
+      assert.match(decodeURIComponent(link), /client_id=https:\/\/claude\.ai\/oauth\/claude-code-client-metadata&/);
+      assert.match(decodeURIComponent(link), /redirect_uri=http:\/\/localhost:\d+\/callback&/);
+      await approve(link, 'Claude Code \\(claude\\.ai\\)', 'claude');
+      assert.equal(await exited, 0, out);
+      assert.match(out, /Authenticated with "sandfleet"/);
+    } finally {
+      p.kill();
+    }
+  });
 test('the real Codex CLI signs in offline (codex mcp login, Chromium for the person)',
   { skip: !codexBin && 'no Codex CLI here (npm i @openai/codex, then SF_CODEX_BIN=.../bin/codex)' }, async () => {
     const home = `${dir}/codex-home`;
@@ -191,13 +234,7 @@ test('the real Codex CLI signs in offline (codex mcp login, Chromium for the per
       const link = await waitFor('codex to print the sign-in address',
         () => out.match(/http:\/\/127\.0\.0\.1:\d+\/oauth\/authorize\S+/)?.[0], 30000);
       assert.match(decodeURIComponent(link), /client_id=https:\/\/chatgpt\.com\/oauth\/codex\//);
-      const context = await browser.newContext();
-      const page = await context.newPage();
-      assert.equal((await page.goto(link)).status(), 200, await page.textContent('body'));
-      assert.match(await page.textContent('body'), /Codex \(chatgpt\.com\) asks to use your team's sandboxes/);
-      await page.fill('input[name="api_key"]', newKey('codex'));
-      await Promise.all([page.waitForURL(/^http:\/\/127\.0\.0\.1:\d+\/callback/), page.click('button[value="approve"]')]);
-      await context.close();
+      await approve(link, 'Codex \\(chatgpt\\.com\\)', 'codex');
       assert.equal(await exited, 0, out);
       assert.match(out, /Successfully logged in to MCP server 'sandfleet'/);
     } finally {
