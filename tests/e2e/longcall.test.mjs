@@ -2,12 +2,18 @@
 // detach_after_ms (the worker's exec_detach_ms, 50 s by default) answers with the output so
 // far, still_running: true and its pid, and goes on as a background process that
 // sandbox_process_logs follows to its exit code. The 90 s case runs with the official SDK
-// client at its DEFAULT request timeout (60 s, no option passed), over HTTP and through
-// `sandfleet mcp-stdio`, both at once; it is its own ctest (e2e.longcall, no stack lock) so
-// it runs beside the other suites.
-import { test, before, after } from 'node:test';
+// client at its DEFAULT request timeout (60 s, no option passed), over HTTP, through
+// `sandfleet mcp-stdio` and, when installed (SF_MCP_REMOTE_BIN or `mcp-remote` on the PATH;
+// npm i mcp-remote), through mcp-remote, all at once; it is its own ctest (e2e.longcall, no
+// stack lock) so it runs beside the other suites.
+import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { connect, call, env, url, until } from './lib.mjs';
 import { bridge, finish, sandfleetBin } from './bridge.mjs';
 
@@ -110,12 +116,32 @@ async function ninety(c, label) {
   assert.ok(Date.now() - t0 >= 90000, `${label}: exited after the sleep`);
 }
 
-test('sleep 90 under the default 60 s client timeout: over HTTP and through mcp-stdio', async () => {
-  const b = bridge(sandfleetBin(env.SF_BUILD), url, key);
-  await b.client.connect(b.transport);
-  try {
-    await Promise.all([ninety(client, 'http'), ninety(b.client, 'stdio')]);
-  } finally {
-    await finish(b);
-  }
+const remoteBin = process.env.SF_MCP_REMOTE_BIN || (() => {
+  const r = spawnSync('sh', ['-c', 'command -v mcp-remote'], { encoding: 'utf8' });
+  return r.status === 0 ? r.stdout.trim() : '';
+})();
+
+describe('sleep 90 under the default 60 s client timeout', { concurrency: 3 }, () => {
+  test('over HTTP (the SDK client)', () => ninety(client, 'http'));
+  test('through sandfleet mcp-stdio', async () => {
+    const b = bridge(sandfleetBin(env.SF_BUILD), url, key);
+    await b.client.connect(b.transport);
+    try {
+      await ninety(b.client, 'stdio');
+    } finally {
+      await finish(b);
+    }
+  });
+  test('through mcp-remote', { skip: !remoteBin && 'no mcp-remote here (npm i mcp-remote, then SF_MCP_REMOTE_BIN=.../bin/mcp-remote)' }, async () => {
+    const transport = new StdioClientTransport({ command: remoteBin,
+      args: [url, '--header', `Authorization:Bearer ${key}`, '--allow-http'],
+      env: { PATH: process.env.PATH, HOME: mkdtempSync(join(tmpdir(), 'sf-mcp-remote-')) }, stderr: 'pipe' });
+    const c = new Client({ name: 'sandfleet-mcp-remote-e2e', version: '1.0.0' });
+    await c.connect(transport);
+    try {
+      await ninety(c, 'remote');
+    } finally {
+      await c.close();
+    }
+  });
 });
