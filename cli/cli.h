@@ -26,6 +26,11 @@ extern const char *cli_program;
  * in the env file that ops/run writes ($SF_HOME/env, SF_HOME default /var/lib/sandfleet),
  * else def. The returned string lives until exit. */
 const char *cli_setting(const char *name, const char *def);
+/* Where cli_setting finds name: "the environment variable NAME" or "PATH (NAME in the file
+ * ops/run writes)", written into buf; NULL when it is found nowhere (the default). */
+const char *cli_setting_where(const char *name, char *buf, size_t n);
+/* The env file's path (*found: 1 when it could be read). */
+const char *cli_env_file(int *found);
 /* The value after `name` in argv (e.g. "--team"), or NULL. */
 const char *cli_opt(int argc, char **argv, const char *name);
 /* True when `name` appears in argv. */

@@ -281,6 +281,28 @@ static int print_config(const client *cl, const conn *c)
     return 0;
 }
 
+/* Says on stderr which URL it uses and where it found it; without any, that no stack was
+ * found and what to do (the default port may not be the stack's). */
+static void say_url(const conn *c, int argc, char **argv)
+{
+    char where[4200];
+    const char *w = NULL;
+    int found;
+    const char *file = cli_env_file(&found);
+
+    if (cli_opt(argc, argv, "--url"))
+        w = "--url";
+    else if (!(w = cli_setting_where("SANDFLEET_URL", where, sizeof(where))))
+        w = cli_setting_where("SF_URL", where, sizeof(where));
+    if (w) {
+        fprintf(stderr, "# URL %s, from %s.\n", c->url, w);
+        return;
+    }
+    fprintf(stderr, "# URL %s: the default, as no stack was found (%s %s); if ops/run "
+            "printed another URL, pass --url URL, or set SF_HOME to the state folder it "
+            "ran with.\n", c->url, file, found ? "names no SF_URL" : "does not exist");
+}
+
 /* ---- writing ---- */
 
 static int read_file(const char *path, char **out, size_t *len, char *why, size_t whylen)
@@ -605,6 +627,7 @@ int cli_connect(int argc, char **argv)
                         "'%s').\n", c.url);
         return 2;
     }
+    say_url(&c, argc, argv);
     c.key = cli_opt(argc, argv, "--key");
     if (!c.key && getenv(KEY_ENV) && *getenv(KEY_ENV))
         c.key = getenv(KEY_ENV);

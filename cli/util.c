@@ -10,6 +10,8 @@
 #define ENV_FILE_MAX 65536
 
 static char env_file[ENV_FILE_MAX + 1];
+static char env_path[4096];         /* the env file's path ("" until loaded) */
+static int env_found;               /* ...and whether it could be read */
 static const char *env_lines[256]; /* "NAME=value", cut at their newlines */
 static size_t env_count;
 static int env_loaded;
@@ -18,14 +20,14 @@ static int env_loaded;
 static void env_load(void)
 {
     const char *home = getenv("SF_HOME");
-    char path[4096];
     size_t n;
     FILE *f;
 
     env_loaded = 1;
-    snprintf(path, sizeof(path), "%s/env", home && *home ? home : CLI_DEFAULT_HOME);
-    if (!(f = fopen(path, "re")))
+    snprintf(env_path, sizeof(env_path), "%s/env", home && *home ? home : CLI_DEFAULT_HOME);
+    if (!(f = fopen(env_path, "re")))
         return;
+    env_found = 1;
     n = fread(env_file, 1, ENV_FILE_MAX, f);
     fclose(f);
     env_file[n] = '\0';
@@ -52,6 +54,35 @@ const char *cli_setting(const char *name, const char *def)
             env_lines[i][nlen + 1])
             return env_lines[i] + nlen + 1;
     return def;
+}
+
+const char *cli_setting_where(const char *name, char *buf, size_t n)
+{
+    const char *v = getenv(name);
+    size_t nlen = strlen(name);
+
+    if (!env_loaded)
+        env_load();
+    /* main() copies the file's settings into the environment: the same value is the file's */
+    for (size_t i = 0; i < env_count; i++)
+        if (!strncmp(env_lines[i], name, nlen) && env_lines[i][nlen] == '=' &&
+            env_lines[i][nlen + 1] && (!v || !*v || !strcmp(v, env_lines[i] + nlen + 1))) {
+            snprintf(buf, n, "%s (%s in the file ops/run writes)", env_path, name);
+            return buf;
+        }
+    if (v && *v) {
+        snprintf(buf, n, "the environment variable %s", name);
+        return buf;
+    }
+    return NULL;
+}
+
+const char *cli_env_file(int *found)
+{
+    if (!env_loaded)
+        env_load();
+    *found = env_found;
+    return env_path;
 }
 
 const char *cli_opt(int argc, char **argv, const char *name)

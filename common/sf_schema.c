@@ -318,6 +318,7 @@ static size_t path_push_key(path *p, const char *key)
 
 typedef struct vctx {
     path p;
+    const json_t *root; /* where "#/$defs/..." references resolve */
     const char *key; /* set while a property name is checked against propertyNames */
     char *why;
     size_t whylen;
@@ -645,8 +646,19 @@ static int check_array(vctx *v, const json_t *s, const json_t *x, int depth)
     return 0;
 }
 
+/* The schema a "$ref" names: only "#/$defs/NAME" of the root schema; NULL when not. */
+static const json_t *ref_target(const json_t *root, const json_t *ref)
+{
+    const char *r = json_string_value(ref);
+
+    if (!r || strncmp(r, "#/$defs/", 8) != 0 || !r[8] || strchr(r + 8, '/') || strchr(r + 8, '~'))
+        return NULL;
+    return json_object_get(json_object_get(root, "$defs"), r + 8);
+}
+
 static int validate(vctx *v, const json_t *s, const json_t *x, int depth)
 {
+    const json_t *ref;
     int rc;
 
     if (depth > SF_SCHEMA_MAX_DEPTH)
@@ -657,6 +669,13 @@ static int validate(vctx *v, const json_t *s, const json_t *x, int depth)
         return vfail(v, "is not allowed.");
     if (!json_is_object(s))
         return vschema_fail(v, "a schema must be an object or a boolean");
+    if ((ref = json_object_get(s, "$ref"))) { /* then the keywords beside it, as in 2020-12 */
+        const json_t *t = ref_target(v->root, ref);
+        if (!t)
+            return vschema_fail(v, "a $ref must name #/$defs/NAME of the same schema");
+        if ((rc = validate(v, t, x, depth + 1)) != 0)
+            return rc;
+    }
     if ((rc = check_type(v, json_object_get(s, "type"), x)) != 0)
         return rc;
     if ((rc = check_enum(v, s, x)) != 0)
@@ -686,6 +705,7 @@ int sf_schema_validate(const json_t *schema, const json_t *instance, char *why, 
         return -EINVAL;
     }
     memset(&v, 0, sizeof(v));
+    v.root = schema;
     v.why = why;
     v.whylen = whylen;
     return validate(&v, schema, instance, 0);
@@ -695,6 +715,7 @@ int sf_schema_validate(const json_t *schema, const json_t *instance, char *why, 
 
 typedef struct cctx {
     path p;
+    const json_t *root;
     char *why;
     size_t whylen;
 } cctx;
@@ -840,6 +861,24 @@ static int check(cctx *c, const json_t *s, int depth)
                 return cfail(c, "'enum' must be a non-empty array.");
         } else if (strcmp(k, "const") == 0) {
             /* any value */
+        } else if (strcmp(k, "$defs") == 0) {
+            const char *dk;
+            json_t *dv;
+            size_t old;
+
+            if (s != c->root || !json_is_object(val))
+                return cfail(c, "'$defs' must be an object, at the top level of the schema.");
+            json_object_foreach(val, dk, dv) {
+                old = path_push_key(&c->p, "$defs");
+                rc = check_sub(c, dk, dv, depth);
+                path_pop(&c->p, old);
+                if (rc)
+                    return rc;
+            }
+        } else if (strcmp(k, "$ref") == 0) {
+            if (!ref_target(c->root, val))
+                return cfail(c, "'$ref' must name a schema of this one's '$defs' as "
+                                "\"#/$defs/NAME\".");
         } else if (strcmp(k, "pattern") == 0) {
             const char *why;
             if (!json_is_string(val))
@@ -869,6 +908,7 @@ int sf_schema_check(const json_t *schema, char *why, size_t whylen)
         return -EINVAL;
     }
     memset(&c, 0, sizeof(c));
+    c.root = schema;
     c.why = why;
     c.whylen = whylen;
     return check(&c, schema, 0);

@@ -17,6 +17,8 @@
  *   pattern         a POSIX extended regular expression (<regex.h>), unanchored like in
  *                   JSON Schema; compiled on first use and cached. ECMA-only escapes such
  *                   as \d are refused by sf_schema_check() (write [0-9]).
+ *   $defs, $ref     named schemas at the top level, and references to them, only in the
+ *                   form "#/$defs/NAME" (a $ref's sibling keywords apply too, as in 2020-12)
  * Ignored (annotations): description, title, default, examples, $schema, $id, $comment and
  * every other key that starts with "x-". Anything else is an unsupported keyword:
  * sf_schema_check() fails on it, sf_schema_validate() ignores it.

@@ -121,13 +121,17 @@ static int parse_decl(sf_tool *t, const json_t *x, char *why, size_t whylen)
             if (!json_is_object(v) || sf_schema_check(v, swhy, sizeof(swhy)) < 0)
                 goto bad;
             t->output = json_incref(v);
+        } else if (!strcmp(key, "list_schema")) {
+            /* tools/list keeps $schema in the inputSchema (gateway/tools.c) */
+            if (!json_is_boolean(v))
+                goto bad;
         } else if (!strcmp(key, "summary")) {
             /* the README's one-line description (docs/gen-tools.mjs); not served */
             if (!json_is_string(v) || json_string_length(v) > 2048)
                 goto bad;
         } else {
             snprintf(why, whylen, "unknown key 'x-sandfleet.%s' (runs, sandbox, wait, resume, "
-                     "claim_check, output, summary)", key);
+                     "claim_check, output, summary, list_schema)", key);
             return -1;
         }
     }

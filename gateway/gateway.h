@@ -44,6 +44,8 @@ typedef struct gw_cfg {
     int64_t oauth_cimd_max_bytes;  /* ...and is at most this large */
     char *oauth_cimd_ca_file;      /* extra CA bundle for those fetches ("" = the system's) */
     int64_t oauth_cimd_cache_s;    /* a fetched document is used this long (0 = every time) */
+    char *oauth_cimd_dir;          /* the operator's documents, used instead of fetching */
+    int oauth_cimd_dir_any_redirect; /* ...which may then list non-loopback redirect URIs */
     int64_t key_cache_ms;       /* a verified API key is trusted this long without Redis */
     int64_t progress_interval_ms; /* a call with a progressToken hears from us this often */
     int access_log;             /* one info line per request */
@@ -118,6 +120,7 @@ typedef struct gw_ctx {
     struct gw_cimd *cimd;     /* client ID metadata document fetches (oauth_cimd.c) */
     struct gw_preview *preview; /* preview connections of this instance (preview.c) */
     struct gw_pv_teams *pv_teams; /* per-team preview counts, shared by every thread */
+    json_t *cimd_local;       /* the operator's documents, this instance's copy (or NULL) */
     struct gw_ctx *peers;     /* every instance of this process (one per thread) */
     int npeers, index;
 } gw_ctx;

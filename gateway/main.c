@@ -70,6 +70,12 @@ static const sf_cfg_entry cfg_table[] = {
     SF_CFG_I(gw_cfg, oauth_cimd_cache_s, "300", 0, 86400,
              "a fetched client ID metadata document is used this long before it is fetched "
              "again (a refused one: 10 s at most; 0 = fetch every time)"),
+    SF_CFG_S(gw_cfg, oauth_cimd_dir, "",
+             "a folder of client ID metadata documents (*.json; gateway/cimd holds those of "
+             "Claude Code and Codex): a sign-in whose client_id one names uses it instead of "
+             "fetching (for machines without internet)"),
+    SF_CFG_B(gw_cfg, oauth_cimd_dir_any_redirect, "0",
+             "the documents of oauth_cimd_dir may list redirect URIs off loopback"),
     SF_CFG_S(gw_cfg, oauth_cimd_ca_file, "",
              "extra CA bundle (PEM) trusted for client ID metadata documents (default: the "
              "system's CAs)"),
@@ -216,6 +222,8 @@ static void instance_stop(gw_ctx *ctx)
     gw_preview_stop(ctx);
     gw_http_server_free(ctx->http);
     gw_cimd_stop(ctx);
+    json_decref(ctx->cimd_local);
+    ctx->cimd_local = NULL;
     gw_router_free(ctx->router);
     gw_jobs_stop(ctx);
     gw_auth_stop(ctx);
@@ -239,7 +247,8 @@ int main(int argc, char **argv)
     gw_addr_table *addrs = NULL;
     gw_team_table *teams = NULL;
     gw_pv_teams *pv_teams = NULL;
-    char why[512];
+    json_t *cimd_local = NULL;
+    char why[1024];
     int rc = 1, n, started = 0, port;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
 
@@ -248,6 +257,12 @@ int main(int argc, char **argv)
     case 1:
         return 0;
     case -1:
+        return 2;
+    }
+    if (gw_cimd_local_load(cfg.oauth_cimd_dir, cfg.oauth_cimd_dir_any_redirect, &cimd_local, why,
+                           sizeof(why)) < 0) {
+        fprintf(stderr, "sandfleet-gateway: %s.\n", why);
+        sf_config_free(cfg_table, SF_ARRAY_LEN(cfg_table), &cfg);
         return 2;
     }
     n = cfg.threads > 0 ? (int)cfg.threads : (int)(cores > 0 ? (cores < 64 ? cores : 64) : 1);
@@ -272,6 +287,9 @@ int main(int argc, char **argv)
         if (sf_daemon_init(&ctxs[i].d, "gateway", &ctxs[i].cfg.common) < 0)
             goto out;
         started = i + 1;
+        /* each loop its own copy: json_t reference counts are not shared across threads */
+        if (cimd_local && !(ctxs[i].cimd_local = json_deep_copy(cimd_local)))
+            goto out;
         if (i > 0) { /* signals belong to instance 0 */
             event_free(ctxs[i].d.ev_int);
             event_free(ctxs[i].d.ev_term);
@@ -318,6 +336,7 @@ out:
     gw_pv_teams_free(pv_teams);
     free(threads);
     free(ctxs);
+    json_decref(cimd_local);
     sf_config_free(cfg_table, SF_ARRAY_LEN(cfg_table), &cfg);
     curl_global_cleanup();
     return rc;

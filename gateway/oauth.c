@@ -765,7 +765,9 @@ static void authorize_with(op *o, json_t *client)
     }
     uris = json_object_get(client, "redirect_uris");
     json_array_foreach(uris, i, u)
-        if ((ru && !strcmp(ru, json_string_value(u))) || (!ru && json_array_size(uris) == 1))
+        if (ru && json_is_string(u) && gw_oauth_redirect_matches(json_string_value(u), ru))
+            match = ru; /* the requested one: a loopback redirect may name its port */
+        else if (!ru && json_array_size(uris) == 1)
             match = json_string_value(u);
     if (!match) { /* never redirect to an unchecked URI: say it here */
         error_page(op_take(o), 400, "Wrong redirect address",

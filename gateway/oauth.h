@@ -50,6 +50,10 @@ const char *const *gw_oauth_page_headers(const char *cookie);
  * *why set. (oauth_uri.c) */
 #define GW_OAUTH_URI_MAX 2048
 int gw_oauth_redirect_uri_ok(const char *uri, const char **why);
+/* 1 when a sign-in may come back to requested for the registered redirect URI: the same
+ * string, or (RFC 8252 7.3) both plain http on the same loopback host (localhost,
+ * 127.0.0.1, [::1]) with the same path and query, on any port. (oauth_uri.c) */
+int gw_oauth_redirect_matches(const char *registered, const char *requested);
 
 /* oauth_cimd.c: client ID metadata documents. A client_id that is an https URL names the
  * client's metadata document; gw_cimd_get fetches it (HTTPS only, public addresses only,
@@ -61,6 +65,17 @@ int gw_cimd_is_url(const char *client_id);
 void gw_cimd_get(gw_ctx *ctx, const char *client_id, gw_cimd_cb cb, void *arg);
 /* Ends the fetches still running (their callbacks hear "stopping"). */
 void gw_cimd_stop(gw_ctx *ctx);
+/* The operator's documents (oauth_cimd_dir: one *.json each, at most 256 of 64 KiB): a
+ * JSON object client_id URL -> client record (*out; NULL when dir is empty), used by
+ * gw_cimd_get instead of fetching (ctx->cimd_local). Their redirect URIs must be on
+ * loopback unless any_redirect. -1 and why (one sentence naming the file) when one is
+ * unusable. */
+int gw_cimd_local_load(const char *dir, int any_redirect, json_t **out, char *why, size_t n);
+/* The record table (gw_cimd_local_load's) holds for client_id (a reference), or NULL. A
+ * document whose client_id holds "{id}" (one whole path segment) answers every client_id
+ * with letters, digits, '-' or '_' (1 to 64) there, the same id put into its redirect
+ * URIs (Codex's per-callback https://chatgpt.com/oauth/codex/{id}/client.json). */
+json_t *gw_cimd_local_find(json_t *table, const char *client_id);
 /* 1 when sa is a public unicast address (not loopback, private, link-local, CGNAT,
  * documentation, multicast or otherwise reserved; IPv4 inside IPv6 judged as IPv4). */
 struct sockaddr;

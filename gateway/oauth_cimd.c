@@ -16,6 +16,7 @@
  * The document must name itself (client_id equal to the URL), list acceptable redirect
  * URIs, and be a public client (no secret). */
 #include "oauth.h"
+#include "sf_buf.h"
 #include "sf_curl.h"
 #include "sf_log.h"
 #include "sf_map.h"
@@ -29,7 +30,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define MAX_FETCHES 32     /* fetches running at once per event loop */
 #define HOST_FETCHES 2     /* ...of them from one host */
@@ -199,12 +204,13 @@ static const char *jstr(json_t *o, const char *k)
     return json_string_value(json_object_get(o, k));
 }
 
-/* The client record (as registration makes one) from the document, or NULL and why. */
-static json_t *client_from(const fetch *f, json_t *doc, char *why, size_t n)
+/* The client record (as registration makes one) from the document at url, or NULL and
+ * why. */
+static json_t *client_from(const char *url, json_t *doc, char *why, size_t n)
 {
     json_t *uris = json_object_get(doc, "redirect_uris"), *u, *list;
     const char *name = jstr(doc, "client_name"), *auth = jstr(doc, "token_endpoint_auth_method");
-    const char *bad = NULL, *host = f->url + 8;
+    const char *bad = NULL, *host = url + 8;
     char shown[NAME_MAX_LEN + 300];
     size_t i;
 
@@ -212,7 +218,7 @@ static json_t *client_from(const fetch *f, json_t *doc, char *why, size_t n)
         snprintf(why, n, "Its client metadata document is not a JSON object.");
         return NULL;
     }
-    if (!jstr(doc, "client_id") || strcmp(jstr(doc, "client_id"), f->url) != 0) {
+    if (!jstr(doc, "client_id") || strcmp(jstr(doc, "client_id"), url) != 0) {
         snprintf(why, n, "Its client metadata document must hold \"client_id\" equal to its own "
                          "address.");
         return NULL;
@@ -240,7 +246,7 @@ static json_t *client_from(const fetch *f, json_t *doc, char *why, size_t n)
     snprintf(shown, sizeof(shown), "%s (%.*s)", name ? name : "An application",
              (int)strcspn(host, "/?"), host);
     list = json_deep_copy(uris);
-    return json_pack("{s:s, s:s, s:o, s:b}", "client_id", f->url, "client_name", shown,
+    return json_pack("{s:s, s:s, s:o, s:b}", "client_id", url, "client_name", shown,
                      "redirect_uris", list, "metadata_document", 1);
 }
 
@@ -394,7 +400,7 @@ static void on_done(void *arg, CURLcode result)
     } else if (!(doc = json_loadb(f->body, f->len, JSON_REJECT_DUPLICATES, NULL))) {
         snprintf(why, sizeof(why), "Its client metadata document is not valid JSON.");
     } else {
-        client = client_from(f, doc, why, sizeof(why));
+        client = client_from(f->url, doc, why, sizeof(why));
     }
     if (!client)
         sf_info("msg=\"client metadata document refused\" url=\"%s\" why=\"%s\"", f->url, why);
@@ -425,6 +431,14 @@ void gw_cimd_get(gw_ctx *ctx, const char *client_id, gw_cimd_cb cb, void *arg)
                  problem);
         cb(arg, NULL, why);
         return;
+    }
+    if (ctx->cimd_local) { /* the operator's */
+        json_t *mine = gw_cimd_local_find(ctx->cimd_local, client_id);
+        if (mine) {
+            cb(arg, mine, NULL);
+            json_decref(mine);
+            return;
+        }
     }
     if (!c && (!(c = ctx->cimd = calloc(1, sizeof(*c))) ||
                !(c->http = sf_curl_new(ctx->d.base)) || !(c->cache = sf_map_new(CACHE_MAX)))) {
@@ -553,4 +567,224 @@ void gw_cimd_stop(gw_ctx *ctx)
     sf_map_free(c->cache);
     free(c);
     ctx->cimd = NULL;
+}
+
+/* ------------------------------------------------------------------ the operator's */
+
+#define LOCAL_MAX 256              /* documents in oauth_cimd_dir */
+#define LOCAL_BYTES (64u * 1024)   /* ...each at most this large */
+
+#define ID_MARK "{id}"      /* in an operator's client_id: one path segment (ID_MAX) */
+#define ID_MAX 64
+
+/* s with every ID_MARK replaced by id (a new string), or NULL. */
+static char *with_id(const char *s, const char *id)
+{
+    sf_buf b;
+    const char *m;
+    char *out;
+
+    sf_buf_init(&b, CIMD_URL_MAX + 1);
+    while ((m = strstr(s, ID_MARK))) {
+        if (sf_buf_append(&b, s, (size_t)(m - s)) < 0 || sf_buf_append(&b, id, strlen(id)) < 0)
+            goto fail;
+        s = m + strlen(ID_MARK);
+    }
+    if (sf_buf_append(&b, s, strlen(s) + 1) < 0)
+        goto fail;
+    out = strdup(b.p);
+    sf_buf_fini(&b);
+    return out;
+fail:
+    sf_buf_fini(&b);
+    return NULL;
+}
+
+/* The id url gives a template's ID_MARK (prefix ID_MARK suffix), into id; 0 or -1. */
+static int id_of(const char *tpl, const char *url, char id[ID_MAX + 1])
+{
+    const char *m = strstr(tpl, ID_MARK), *suffix;
+    size_t pre, suf, len, n = strlen(url);
+
+    if (!m)
+        return -1;
+    pre = (size_t)(m - tpl);
+    suffix = m + strlen(ID_MARK);
+    suf = strlen(suffix);
+    if (n < pre + suf + 1 || strncmp(url, tpl, pre) != 0 || strcmp(url + n - suf, suffix) != 0)
+        return -1;
+    len = n - pre - suf;
+    if (len > ID_MAX)
+        return -1;
+    for (size_t i = 0; i < len; i++) {
+        char ch = url[pre + i];
+        if (!isalnum((unsigned char)ch) && ch != '-' && ch != '_')
+            return -1;
+    }
+    memcpy(id, url + pre, len);
+    id[len] = '\0';
+    return 0;
+}
+
+json_t *gw_cimd_local_find(json_t *table, const char *client_id)
+{
+    const char *tpl;
+    json_t *rec, *u, *uris;
+    char id[ID_MAX + 1];
+    size_t i;
+
+    if ((rec = json_object_get(table, client_id)) && !strstr(client_id, ID_MARK))
+        return json_incref(rec);
+    json_object_foreach(table, tpl, rec) {
+        json_t *out;
+        if (!strstr(tpl, ID_MARK) || id_of(tpl, client_id, id) < 0)
+            continue;
+        /* a template: its record with the id put in (client_id, redirect URIs) */
+        if (!(out = json_deep_copy(rec)) || !(uris = json_array())) {
+            json_decref(out);
+            return NULL;
+        }
+        json_object_set_new(out, "client_id", json_string(client_id));
+        json_array_foreach(json_object_get(rec, "redirect_uris"), i, u) {
+            char *s = with_id(json_string_value(u), id);
+            if (!s || json_array_append_new(uris, json_string(s)) < 0) {
+                free(s);
+                json_decref(uris);
+                json_decref(out);
+                return NULL;
+            }
+            free(s);
+        }
+        json_object_set_new(out, "redirect_uris", uris);
+        return out;
+    }
+    return NULL;
+}
+
+/* 1 when u is a loopback redirect URI (http or https on localhost, 127.0.0.1 or [::1]). */
+static int loopback_uri(const char *u)
+{
+    const char *a = !strncasecmp(u, "http://", 7) ? u + 7 : !strncasecmp(u, "https://", 8) ? u + 8 : NULL;
+    size_t h;
+
+    if (!a)
+        return 0;
+    h = strcspn(a, ":/?");
+    if (a[0] == '[')
+        h = strcspn(a, "]") + 1;
+    return (h == 9 && !strncasecmp(a, "localhost", 9)) || (h == 9 && !strncmp(a, "127.0.0.1", 9)) ||
+           (h == 5 && !strncmp(a, "[::1]", 5));
+}
+
+/* One document file: its client record into table (keyed by its client_id), or -1 and why. */
+static int local_one(int dfd, const char *name, int any_redirect, json_t *table, char *why,
+                     size_t n)
+{
+    char buf[LOCAL_BYTES + 1], reason[WHY_MAX];
+    const char *id;
+    size_t len = 0, i;
+    ssize_t r;
+    json_t *doc, *client, *u;
+    int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    struct stat st;
+
+    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        snprintf(why, n, "%s is not a readable regular file", name);
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    while (len < sizeof(buf) && (r = read(fd, buf + len, sizeof(buf) - len)) > 0)
+        len += (size_t)r;
+    close(fd);
+    if (len > LOCAL_BYTES) {
+        snprintf(why, n, "%s is larger than 64 KiB", name);
+        return -1;
+    }
+    if (!(doc = json_loadb(buf, len, JSON_REJECT_DUPLICATES, NULL)) || !json_is_object(doc) ||
+        !(id = jstr(doc, "client_id"))) {
+        snprintf(why, n, "%s is not a JSON object with a client_id", name);
+        json_decref(doc);
+        return -1;
+    }
+    {
+        /* a template's {id} stands for one path segment: checked as if it were one */
+        char *probe = with_id(id, "x");
+        const char *problem = probe ? url_problem(probe) : "out of memory";
+        if (problem || (strstr(id, ID_MARK) && (strstr(strstr(id, ID_MARK) + 1, ID_MARK) ||
+                                                !strstr(id + 8, "/" ID_MARK "/")))) {
+            snprintf(why, n, "%s: its client_id is not a usable metadata document address: %s",
+                     name, problem ? problem : "{id} must stand for one whole path segment, "
+                                               "once");
+            free(probe);
+            json_decref(doc);
+            return -1;
+        }
+        free(probe);
+    }
+    client = client_from(id, doc, reason, sizeof(reason));
+    json_decref(doc); /* id is the client's own copy from here on */
+    if (!client) {
+        snprintf(why, n, "%s: %s", name, reason);
+        return -1;
+    }
+    id = jstr(client, "client_id");
+    json_array_foreach(json_object_get(client, "redirect_uris"), i, u)
+        if (!any_redirect && !loopback_uri(json_string_value(u))) {
+            snprintf(why, n, "%s lists the redirect URI %s, which is not on loopback "
+                     "(localhost, 127.0.0.1, [::1]); an operator's document may hold only "
+                     "those unless oauth_cimd_dir_any_redirect is set", name, json_string_value(u));
+            json_decref(client);
+            return -1;
+        }
+    if (json_object_get(table, id)) {
+        snprintf(why, n, "%s: another document in the folder has the client_id %s", name, id);
+        json_decref(client);
+        return -1;
+    }
+    json_object_set_new(client, "operator_document", json_true());
+    json_object_set_new(table, id, client);
+    return 0;
+}
+
+int gw_cimd_local_load(const char *dir, int any_redirect, json_t **out, char *why, size_t n)
+{
+    json_t *table = json_object();
+    int dfd, rc = 0;
+    size_t count = 0;
+    DIR *d;
+    struct dirent *e;
+
+    *out = NULL;
+    if (!dir || !dir[0]) {
+        json_decref(table);
+        return 0;
+    }
+    if (!table || (dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+        !(d = fdopendir(dfd))) {
+        snprintf(why, n, "oauth_cimd_dir %s cannot be read (%s); point it at a folder of "
+                 "client ID metadata documents, or set it empty", dir, strerror(errno));
+        json_decref(table);
+        return -1;
+    }
+    while (rc == 0 && (e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        char one[WHY_MAX + 300];
+        if (len < 6 || strcmp(e->d_name + len - 5, ".json") != 0 || e->d_name[0] == '.')
+            continue;
+        if (++count > LOCAL_MAX) {
+            snprintf(why, n, "oauth_cimd_dir %s holds more than %d documents", dir, LOCAL_MAX);
+            rc = -1;
+        } else if (local_one(dirfd(d), e->d_name, any_redirect, table, one, sizeof(one)) < 0) {
+            snprintf(why, n, "oauth_cimd_dir %s: %s; fix or remove that file", dir, one);
+            rc = -1;
+        }
+    }
+    closedir(d);
+    if (rc < 0) {
+        json_decref(table);
+        return -1;
+    }
+    *out = table;
+    return 0;
 }

@@ -76,3 +76,34 @@ int gw_oauth_redirect_uri_ok(const char *u, const char **why)
     }
     return 1;
 }
+
+/* The loopback host of an http URI (its length in *hostlen) and where its port ends, or
+ * NULL when u is not http on localhost, 127.0.0.1 or [::1]. */
+static const char *loopback_rest(const char *u, size_t *hostlen)
+{
+    const char *a = u + 7;
+    size_t alen, h;
+
+    if (strncasecmp(u, "http://", 7) != 0)
+        return NULL;
+    alen = strcspn(a, "/?#");
+    if (!authority_plain(a, alen, &h) ||
+        !((h == 9 && !strncasecmp(a, "localhost", 9)) || (h == 9 && !strncmp(a, "127.0.0.1", 9)) ||
+          (h == 5 && !strncmp(a, "[::1]", 5))))
+        return NULL;
+    *hostlen = h;
+    return a + alen;
+}
+
+int gw_oauth_redirect_matches(const char *registered, const char *requested)
+{
+    const char *r1, *r2;
+    size_t h1, h2;
+
+    if (!strcmp(registered, requested))
+        return 1;
+    /* RFC 8252 7.3: a native app's loopback redirect may come on any port */
+    if (!(r1 = loopback_rest(registered, &h1)) || !(r2 = loopback_rest(requested, &h2)))
+        return 0;
+    return h1 == h2 && !strncasecmp(registered + 7, requested + 7, h1) && !strcmp(r1, r2);
+}

@@ -9,12 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The inputSchema clients see: the file without its catalogue-only keys. */
+/* The inputSchema clients see: the file without its catalogue-only keys ($schema too, which
+ * some clients refuse, unless x-sandfleet.list_schema keeps it). */
 static json_t *input_schema(const json_t *file)
 {
     json_t *s = json_deep_copy(file);
     json_object_del(s, "$id");
-    json_object_del(s, "$schema");
+    if (!json_is_true(json_object_get(json_object_get(file, "x-sandfleet"), "list_schema")))
+        json_object_del(s, "$schema");
     json_object_del(s, "title");
     json_object_del(s, "description");
     json_object_del(s, "x-annotations");

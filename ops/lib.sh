@@ -130,6 +130,8 @@ sf_daemon_env() {
     local state=$1 build=$2
     export SF_AUTH_SECRET_FILE="$state/auth.key"
     export SF_SCHEMAS_DIR="$SF_ROOT/schemas/tools"
+    # the client ID metadata documents of well-known clients (sign-in without internet)
+    export SF_OAUTH_CIMD_DIR=${SF_OAUTH_CIMD_DIR-$SF_ROOT/gateway/cimd}
     export SF_STATE_DIR="$state/worker"
     export SF_AGENT_PATH="$build/worker/agent/sandfleet-agent"
     export SF_HOST_ID=${SF_HOST_ID:-host-$(hostname | tr -c 'a-z0-9\n' '-' | cut -c1-40)}
@@ -175,6 +177,39 @@ sf_wait_worker() {
     return 1
 }
 
+# sf_spawn_daemon STATE BUILD NAME: starts one daemon of the stack (redis, kafka,
+# secret-proxy, scheduler, worker, gateway) with the settings sf_stack_start exported, as
+# sf_stack_start does and as ops/run does again when one exits (the same Redis port and
+# Kafka addresses, so the others find it by themselves).
+sf_spawn_daemon() {
+    local state=$1 build=$2 name=$3
+    case $name in
+    redis)
+        # ops/run keeps Redis on disk (append-only file: API keys and sandboxes survive
+        # restarts); the test stacks are throwaway.
+        local persist=no cluster=()
+        [ "${SF_REDIS_PERSIST:-0}" = 1 ] && persist=yes
+        # Bounded: at maxmemory Redis refuses writes that would grow it (noeviction: it
+        # never drops a key) and sandfleet answers "the platform is full".
+        # SF_REDIS_CLUSTER=1: a one-node Redis Cluster owning every slot, which refuses any
+        # command or script whose keys span hash slots (the cluster suite, tests/cluster).
+        [ "${SF_REDIS_CLUSTER:-0}" = 1 ] && cluster=(--cluster-enabled yes --cluster-config-file nodes.conf)
+        sf_spawn "$state" redis redis-server --bind 127.0.0.1 --port "$(cat "$state/redis/port")" \
+            --dir "$state/redis" --save '' --appendonly "$persist" --appendfsync everysec \
+            --protected-mode yes --maxmemory "${SF_REDIS_MAXMEMORY:-1gb}" \
+            --maxmemory-policy noeviction "${cluster[@]}" ;;
+    kafka)
+        # kafka.ports keeps the addresses: a restarted broker listens on them again, so the
+        # daemons find it by themselves.
+        rm -f "$state/kafka.bootstrap"
+        sf_spawn "$state" kafka "$build/ops/sandfleet-kafka" --bootstrap-file "$state/kafka.bootstrap" \
+            --ports-file "$state/kafka.ports" ;;
+    secret-proxy | scheduler | worker | gateway)
+        sf_spawn "$state" "$name" "$build/$name/sandfleet-$name" ;;
+    *) sf_log "sf_spawn_daemon: no daemon named $name"; return 1 ;;
+    esac
+}
+
 # sf_stack_start STATE BUILD GW_PORT: Redis, the embedded broker (unless SF_REDIS_URL /
 # SF_KAFKA_BROKERS point elsewhere), scheduler, one worker, gateway. Writes STATE/env.
 sf_stack_start() {
@@ -185,33 +220,16 @@ sf_stack_start() {
         [ "${SF_REDIS_CLUSTER:-0}" = 1 ] && pick=sf_free_port_cluster
         redis_port=${SF_REDIS_PORT:-$(cat "$state/redis/port" 2>/dev/null || $pick)}
         echo "$redis_port" >"$state/redis/port"
-        # ops/run keeps Redis on disk (append-only file: API keys survive restarts); the
-        # test stacks are throwaway.
-        local persist=no
-        [ "${SF_REDIS_PERSIST:-0}" = 1 ] && persist=yes
-        # Bounded: at maxmemory Redis refuses writes that would grow it (noeviction: it
-        # never drops a key) and sandfleet answers "the platform is full".
-        # SF_REDIS_CLUSTER=1: a one-node Redis Cluster owning every slot, which refuses any
-        # command or script whose keys span hash slots (the cluster suite, tests/cluster).
-        local cluster=()
-        [ "${SF_REDIS_CLUSTER:-0}" = 1 ] && cluster=(--cluster-enabled yes --cluster-config-file nodes.conf)
-        sf_spawn "$state" redis redis-server --bind 127.0.0.1 --port "$redis_port" \
-            --dir "$state/redis" --save '' --appendonly "$persist" --appendfsync everysec \
-            --protected-mode yes --maxmemory "${SF_REDIS_MAXMEMORY:-1gb}" \
-            --maxmemory-policy noeviction "${cluster[@]}"
+        sf_spawn_daemon "$state" "$build" redis
         export SF_REDIS_URL="redis://127.0.0.1:$redis_port"
         sf_wait 10 redis redis-cli -p "$redis_port" ping || return 1
-        if [ ${#cluster[@]} -gt 0 ]; then
+        if [ "${SF_REDIS_CLUSTER:-0}" = 1 ]; then
             redis-cli -p "$redis_port" cluster addslotsrange 0 16383 >/dev/null || return 1
             sf_wait 10 "the Redis cluster" sh -c "redis-cli -p $redis_port cluster info | grep -q cluster_state:ok"
         fi
     fi
     if [ -z "${SF_KAFKA_BROKERS:-}" ]; then
-        # kafka.ports keeps the addresses: a restarted broker listens on them again, so the
-        # daemons find it by themselves.
-        rm -f "$state/kafka.bootstrap"
-        sf_spawn "$state" kafka "$build/ops/sandfleet-kafka" --bootstrap-file "$state/kafka.bootstrap" \
-            --ports-file "$state/kafka.ports"
+        sf_spawn_daemon "$state" "$build" kafka
         sf_wait 10 "the embedded Kafka broker" test -s "$state/kafka.bootstrap" || return 1
         SF_KAFKA_BROKERS=$(cat "$state/kafka.bootstrap")
         export SF_KAFKA_BROKERS
@@ -222,11 +240,11 @@ sf_stack_start() {
     export SF_PREVIEW_DOMAIN=${SF_PREVIEW_DOMAIN:-preview.localhost:$gw_port}
     export SF_PREVIEW_SCHEME=${SF_PREVIEW_SCHEME:-http}
     sf_daemon_env "$state" "$build"
-    sf_spawn "$state" secret-proxy "$build/secret-proxy/sandfleet-secret-proxy"
+    sf_spawn_daemon "$state" "$build" secret-proxy
     sf_wait 10 "the secret-proxy" test -S "$SF_PROXY_CONTROL_SOCKET" || return 1
-    sf_spawn "$state" scheduler "$build/scheduler/sandfleet-scheduler"
-    sf_spawn "$state" worker "$build/worker/sandfleet-worker"
-    sf_spawn "$state" gateway "$build/gateway/sandfleet-gateway"
+    sf_spawn_daemon "$state" "$build" scheduler
+    sf_spawn_daemon "$state" "$build" worker
+    sf_spawn_daemon "$state" "$build" gateway
     sf_wait 20 "the gateway" curl -sf "http://127.0.0.1:$gw_port/healthz" || return 1
     sf_wait_worker || return 1
     cat >"$state/env" <<ENV

@@ -79,6 +79,30 @@ static void on_exec_done(void *arg, const wk_exec_result *res)
         wk_reply_error(c, SF_ERR_UNAVAILABLE, res->error);
         return;
     }
+    if (res->still_running) { /* detached: the output so far; it runs on, followed by pid */
+        char note[400];
+        snprintf(note, sizeof(note), "The command is still running (after %u ms) as "
+                 "background process %u; read its further output and, once it ends, its "
+                 "exit_code with sandbox_process_logs (sandbox_id, pid: %u; pass next_offset "
+                 "as offset to read on), or stop it with sandbox_process_kill.",
+                 res->duration_ms, res->pid, res->pid);
+        wk_touch(c->ctx, c->job.sandbox);
+        r = json_object();
+        json_object_set_new(r, "stdout", stream_text(res->out, res->out_len, res->out_total));
+        json_object_set_new(r, "stderr", stream_text(res->err, res->err_len, res->err_total));
+        json_object_set_new(r, "still_running", json_true());
+        json_object_set_new(r, "pid", json_integer((json_int_t)res->pid));
+        json_object_set_new(r, "truncated", json_boolean(res->truncated));
+        json_object_set_new(r, "stdout_bytes", json_integer((json_int_t)res->out_total));
+        json_object_set_new(r, "stderr_bytes", json_integer((json_int_t)res->err_total));
+        json_object_set_new(r, "duration_ms", json_integer(res->duration_ms));
+        json_object_set_new(r, "log", json_string("sandbox_process_logs"));
+        json_object_set_new(r, "note", json_string(note));
+        sf_debug("msg=\"exec detached\" job=%s sandbox=%s pid=%u ms=%u", c->job.id,
+                 c->job.sandbox, res->pid, res->duration_ms);
+        wk_reply_result(c, r);
+        return;
+    }
     if (res->pid) { /* background: it runs on, its output in its log */
         wk_touch(c->ctx, c->job.sandbox);
         wk_reply_result(c, json_pack("{s:I, s:b, s:s, s:s, s:i, s:s}", "pid",
@@ -132,12 +156,27 @@ static int env_add(json_t *obj, const char **env, size_t *n, char **store)
     return 0;
 }
 
-/* background and stdin (issue 20); -1 (answered) when stdin is unusable. */
+/* background and stdin (issue 20), detach (issue 27); -1 (answered) when one is
+ * unusable. */
 static int exec_extras(wk_call *c, wk_exec_req *req)
 {
-    json_t *in = json_object_get(c->job.args, "stdin");
+    json_t *in = json_object_get(c->job.args, "stdin"),
+           *d = json_object_get(c->job.args, "detach_after_ms");
+    int64_t detach = c->ctx->cfg.exec_detach_ms;
 
     req->background = json_is_true(json_object_get(c->job.args, "background"));
+    if (d && (!json_is_integer(d) || json_integer_value(d) < 0 ||
+              json_integer_value(d) > SF_EXEC_TIMEOUT_MAX_MS)) {
+        wk_reply_error(c, SF_ERR_INVALID, "Argument 'detach_after_ms' must be an integer from "
+                                          "0 (never: the call waits for the command) to "
+                                          "600000 milliseconds.");
+        return -1;
+    }
+    if (d)
+        detach = json_integer_value(d);
+    /* the call answers then, when it would wait longer */
+    if (!req->background && detach > 0 && detach < (int64_t)req->timeout_ms)
+        req->detach_ms = (uint32_t)detach;
     if (!in)
         return 0;
     if (!json_is_string(in) || json_string_length(in) > WK_EXEC_STDIN_MAX) {

@@ -86,6 +86,10 @@ static const sf_cfg_entry cfg_table[] = {
              "preview connections open at once on this host"),
     SF_CFG_I(wk_cfg, ingress_conns_per_sandbox, "256", 1, 1000000,
              "preview connections open at once to one sandbox"),
+    SF_CFG_I(wk_cfg, exec_detach_ms, "50000", 0, 600000,
+             "sandbox_exec: a command still running this long answers with its output so "
+             "far and goes on in the background, before clients' 60 s request timeouts "
+             "(0 = never; a call's detach_after_ms overrides)"),
     SF_CFG_I(wk_cfg, uid_base, "200000", 1000, 4000000000LL,
              "first host uid mapped into sandboxes (65536 per sandbox)"),
 };

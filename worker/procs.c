@@ -226,6 +226,8 @@ static void on_logs(void *arg, const wk_file_result *res)
     free(text);
     if (res->exited)
         json_object_set_new(r, "exit_code", json_integer(res->exit_code));
+    if (res->exited && res->timed_out) /* not timed_out: the logs call itself worked */
+        json_object_set_new(r, "killed_at_timeout", json_true());
     done(p, r);
 }
 

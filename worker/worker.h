@@ -62,6 +62,8 @@ typedef struct wk_cfg {
     char *preview_scheme;
     int64_t ingress_conns;      /* preview connections open at once on this host */
     int64_t ingress_conns_per_sandbox; /* ...and to one sandbox */
+    int64_t exec_detach_ms;     /* exec.c: still running then, a command answers and goes
+                                   on in the background (0 = never) */
 } wk_cfg;
 
 /* What the heartbeat thread publishes; written by the loop thread. */

@@ -81,7 +81,27 @@ static void tool_with_progress(mcp_call *c, int step)
         gw_call_result(c, text_result("Tool with progress executed successfully."));
 }
 
+/* json-schema-2020-12: only its listing is checked ($schema, $defs, additionalProperties
+ * kept); a call echoes what it got. */
+static void json_schema_2020_12(mcp_call *c, int step)
+{
+    gw_call_result(c, text_result("JSON Schema 2020-12 tool called."));
+}
+
+/* server-sse-polling (SEP-1699) calls it to see a POST stream closed mid-call and resumed;
+ * the gateway answers a call without a progress token with JSON, so the suite finds the
+ * stream tests not applicable. It answers after a short wait, as a long call would. */
+static void reconnection(mcp_call *c, int step)
+{
+    if (step == 0)
+        gw_call_later(c, 100, 1);
+    else
+        gw_call_result(c, text_result("Reconnection test completed successfully."));
+}
+
 static const gw_tool fixtures[] = {
+    {"json_schema_2020_12_tool", json_schema_2020_12},
+    {"test_reconnection", reconnection},
     {"test_simple_text", simple_text},
     {"test_image_content", image_content},
     {"test_audio_content", audio_content},

@@ -44,6 +44,20 @@ function argvOf(line, command) {
 
 const odd = 'http://127.0.0.1:8080/mcp?team=a&x=$HOME';
 
+test('connect says which URL it used and where it found it; without a stack, that it fell back', () => {
+  const none = connect(['cursor']); // SF_HOME=/nonexistent
+  assert.equal(none.status, 0, none.stderr);
+  assert.match(none.stderr, /^# URL http:\/\/127\.0\.0\.1:8080\/mcp: the default, as no stack was found \(\/nonexistent\/env does not exist\); .*--url URL, or set SF_HOME/m);
+  const home = mkdtempSync(join(scratch, 'sfhome-'));
+  writeFileSync(join(home, 'env'), `SF_REDIS_URL=redis://x\nSF_URL=${url}\n`);
+  const found = connect(['cursor'], { extraEnv: { SF_HOME: home } });
+  assert.match(found.stderr, new RegExp(`^# URL ${url.replace(/[.?]/g, '\\$&')}, from ${home}/env \\(SF_URL in the file ops/run writes\\)\\.`, 'm'));
+  assert.equal(JSON.parse(found.stdout).mcpServers.sandfleet.url, url);
+  const byEnv = connect(['cursor'], { extraEnv: { SANDFLEET_URL: 'http://10.1.2.3:9/mcp' } });
+  assert.match(byEnv.stderr, /^# URL http:\/\/10\.1\.2\.3:9\/mcp, from the environment variable SANDFLEET_URL\./m);
+  assert.match(connect(['cursor', '--url', odd]).stderr, /, from --url\./);
+});
+
 test('claude-code: the claude mcp add line has the right flags, also for an odd URL', () => {
   for (const [u, key, header] of [[url, KEY, `Authorization: Bearer ${KEY}`],
     [odd, undefined, 'Authorization: Bearer from-env']]) {

@@ -1049,6 +1049,29 @@ static void test_proc_ops_round_trip(void **state)
     round_trip(&m, &out);
     assert_false(out.exited);
     sf_ap_msg_fini(&out);
+
+    /* detach (issue 27): the exec's detach_ms, the result's pid, the log's timed_out */
+    m = (sf_ap_msg){.op = SF_AP_EXEC, .id = 13, .cmd = "sleep 90", .timeout_ms = 120000,
+                    .cap = 2, .detach_ms = 50000};
+    round_trip(&m, &out);
+    assert_int_equal(out.detach_ms, 50000);
+    sf_ap_msg_fini(&out);
+    m = (sf_ap_msg){.op = SF_AP_RESULT, .id = 13, .out = "so far", .out_len = 6,
+                    .out_total = 6, .pid = 77};
+    round_trip(&m, &out);
+    assert_int_equal(out.pid, 77);
+    assert_int_equal(out.out_len, 6);
+    sf_ap_msg_fini(&out);
+    m = (sf_ap_msg){.op = SF_AP_RESULT, .id = 13};
+    round_trip(&m, &out);
+    assert_int_equal(out.pid, 0); /* the command's end */
+    sf_ap_msg_fini(&out);
+    m = (sf_ap_msg){.op = SF_AP_LOG, .id = 13, .size = 0, .off = 0, .exited = 1,
+                    .exit_code = 137, .timed_out = 1};
+    round_trip(&m, &out);
+    assert_true(out.timed_out);
+    assert_int_equal(out.exit_code, 137);
+    sf_ap_msg_fini(&out);
 }
 
 static void test_proc_ops_rejected(void **state)

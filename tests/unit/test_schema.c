@@ -364,6 +364,42 @@ static void test_depth(void **state)
     }
 }
 
+/* $defs and "#/$defs/NAME" references (the conformance suite's json_schema_2020_12_tool) */
+static void test_defs_ref(void **state)
+{
+    static const char s[] =
+        "{\"$schema\":\"https://json-schema.org/draft/2020-12/schema\",\"type\":\"object\","
+        "\"$defs\":{\"address\":{\"type\":\"object\",\"properties\":{\"street\":{\"type\":"
+        "\"string\"},\"city\":{\"type\":\"string\"}}}},\"properties\":{\"name\":{\"type\":"
+        "\"string\"},\"address\":{\"$ref\":\"#/$defs/address\"}},\"additionalProperties\":false}";
+    static const char loop[] = "{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}";
+
+    (void)state;
+    ok(s, "{\"name\":\"x\",\"address\":{\"street\":\"a\",\"city\":\"b\"}}");
+    bad(s, "{\"address\":{\"city\":5}}",
+        "Argument 'address.city' must be a string (got integer).");
+    bad(s, "{\"address\":7}", "Argument 'address' must be an object (got integer).");
+    bad_schema("{\"properties\":{\"a\":{\"$ref\":\"#/$defs/none\"}}}",
+               "Schema error at 'properties.a': '$ref' must name a schema of this one's '$defs' "
+               "as \"#/$defs/NAME\".");
+    bad_schema("{\"$defs\":{\"a\":{}},\"properties\":{\"x\":{\"$ref\":\"http://e/s.json\"}}}",
+               "Schema error at 'properties.x': '$ref' must name a schema of this one's '$defs' "
+               "as \"#/$defs/NAME\".");
+    bad_schema("{\"properties\":{\"a\":{\"$defs\":{}}}}",
+               "Schema error at 'properties.a': '$defs' must be an object, at the top level of "
+               "the schema.");
+    bad_schema("{\"$defs\":{\"a\":{\"minimun\":1}}}",
+               "Schema error at '$defs.a': unsupported keyword 'minimun'.");
+    { /* a reference loop ends at the depth limit, not in a crash */
+        json_t *l = J(loop), *x = J("1");
+        char why[512] = "";
+        assert_int_equal(sf_schema_check(l, why, sizeof(why)), 0);
+        assert_int_equal(sf_schema_validate(l, x, why, sizeof(why)), -EINVAL);
+        json_decref(l);
+        json_decref(x);
+    }
+}
+
 static void test_check(void **state)
 {
     json_t *s = J(exec_schema);
@@ -452,6 +488,7 @@ int main(void)
         cmocka_unit_test(test_pattern), cmocka_unit_test(test_arrays),
         cmocka_unit_test(test_objects), cmocka_unit_test(test_depth),
         cmocka_unit_test(test_check), cmocka_unit_test(test_why_buffer),
+        cmocka_unit_test(test_defs_ref),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     sf_schema_cache_clear();

@@ -56,6 +56,8 @@ typedef struct job {
     int64_t start_ms;
     int64_t deadline_ms;
     int64_t kill_ms;            /* when the timeout kill was sent */
+    int64_t detach_ms;          /* then, still running: it goes on as a background
+                                   command and the result says so (0: never) */
     int reaped;
     int status;
     int timed_out;
@@ -510,7 +512,7 @@ static void job_start(const sf_ap_msg *m)
         if (a.stage >= 0) { /* it exits 127 and is reaped as an unknown child */
             spawn_error(m->id, a.stage, a.err, cwd);
             close(po[0]);
-        } else if (agent_bg_add(pid, po[0]) < 0) {
+        } else if (agent_bg_add(pid, po[0], -1, 0) < 0) {
             close(po[0]); /* cannot happen: agent_bg_room() said there is a slot */
         }
         if (a.stage < 0) {
@@ -529,6 +531,8 @@ static void job_start(const sf_ap_msg *m)
     fcntl(po[0], F_SETFL, O_NONBLOCK);
     fcntl(pe[0], F_SETFL, O_NONBLOCK);
     j->deadline_ms = j->start_ms + m->timeout_ms;
+    if (m->detach_ms && m->detach_ms < m->timeout_ms)
+        j->detach_ms = j->start_ms + m->detach_ms;
     if (a.stage >= 0) {
         /* The child failed before exec; it exits 127 and is reaped by the loop. */
         spawn_error(m->id, a.stage, a.err, cwd);
@@ -581,6 +585,47 @@ static void reap(void)
     }
 }
 
+/* A command still running at its detach time becomes a background command (its timeout
+ * kept): the result carries the output so far and its pid; what it writes from now on
+ * goes to its log (plogs). Stays in the foreground while 64 background commands run. */
+static void job_detach(job *j, int64_t now)
+{
+    size_t lens[2];
+    char *kept[2];
+    sf_ap_msg m = {.op = SF_AP_RESULT, .id = j->id, .pid = (uint32_t)j->pid};
+    int64_t ms = now - j->start_ms;
+
+    j->detach_ms = 0;
+    if (!agent_bg_room())
+        return;
+    for (int s = 0; s < 2; s++)
+        if (j->fd[s] >= 0 && drain(j, s))
+            j->fd[s] = -1;
+    if (agent_bg_add(j->pid, j->fd[0] >= 0 ? j->fd[0] : j->fd[1],
+                     j->fd[0] >= 0 ? j->fd[1] : -1, j->deadline_ms) < 0)
+        return;
+    j->fd[0] = j->fd[1] = -1; /* the log's now */
+    stream_flush(j, 1, 0);
+    for (int s = 0; s < 2; s++) {
+        lens[s] = sf_cap_len(&j->cap[s]);
+        if (!(kept[s] = malloc(lens[s] + 1)))
+            die("out of memory");
+        sf_cap_copy(&j->cap[s], kept[s]);
+    }
+    m.truncated = sf_cap_truncated(&j->cap[0]) || sf_cap_truncated(&j->cap[1]);
+    m.duration_ms = ms < 0 ? 0 : ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+    m.out = kept[0];
+    m.out_len = lens[0];
+    m.out_total = j->cap[0].total;
+    m.err = kept[1];
+    m.err_len = lens[1];
+    m.err_total = j->cap[1].total;
+    agent_send(&m);
+    free(kept[0]);
+    free(kept[1]);
+    job_free(j);
+}
+
 /* Kills groups whose time is up; a killed job answers once its whole group
  * is gone (so "timed out" means nothing of it still runs), or after
  * GROUP_GRACE_MS if something refuses to die. */
@@ -590,7 +635,10 @@ static void check_timeouts(int64_t now)
         job *j = &jobs[i];
         if (!j->used)
             continue;
-        if (!j->reaped && !j->timed_out && now >= j->deadline_ms) {
+        if (!j->reaped && !j->timed_out && j->detach_ms && now >= j->detach_ms &&
+            now < j->deadline_ms) {
+            job_detach(j, now);
+        } else if (!j->reaped && !j->timed_out && now >= j->deadline_ms) {
             j->timed_out = 1;
             j->kill_ms = now;
             kill(-j->pid, SIGKILL);
@@ -792,6 +840,8 @@ int main(void)
                 }
             if (!j->reaped && !j->timed_out && (next < 0 || j->deadline_ms < next))
                 next = j->deadline_ms;
+            if (!j->reaped && !j->timed_out && j->detach_ms && j->detach_ms < next)
+                next = j->detach_ms;
             if (j->timed_out == 1 && (next < 0 || j->kill_ms + GROUP_GRACE_MS < next))
                 next = j->kill_ms + GROUP_GRACE_MS;
             if (j->sfirst_ms && (next < 0 || j->sfirst_ms + STREAM_FLUSH_MS < next))

@@ -3,6 +3,7 @@
 #ifndef AGENT_INT_H
 #define AGENT_INT_H
 
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "sf_agentproto.h"
@@ -33,9 +34,10 @@ void agent_fs_request(const sf_ap_msg *m);
 struct pollfd;
 /* 1 while another background command may start. */
 int agent_bg_room(void);
-/* Registers background command pid, its merged output's read end fd (taken). 0, or -1
- * when no slot is free (fd not taken). */
-int agent_bg_add(pid_t pid, int fd);
+/* Registers background command pid, its merged output's read end fd (taken), or a
+ * detached command's stdout fd and stderr fd2 (-1: none), killed with its process group
+ * at deadline_ms (sf_mono_ms; 0: never). 0, or -1 when no slot is free (fds not taken). */
+int agent_bg_add(pid_t pid, int fd, int fd2, int64_t deadline_ms);
 /* The loop reaped pid: 1 when it was a background command (its status kept). */
 int agent_bg_reaped(pid_t pid, int status);
 /* Holds the stdin of exec id (fd: its pipe's write end, taken). 0, or -1 (no room). */

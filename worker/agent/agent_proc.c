@@ -47,8 +47,11 @@
 typedef struct bgproc {
     int used;
     pid_t pid;
-    int fd;                 /* the merged output's read end; -1 at EOF */
+    int fd[2];              /* the output's read ends (one merged pipe, or a detached
+                               command's stdout and stderr); -1 at EOF */
     int reaped, status;
+    int64_t deadline_ms;    /* a detached command: killed then (0: never) */
+    int timed_out;          /* ...and it was */
     int64_t exited_ms;
     char *buf;              /* the kept bytes: offsets base .. base + len */
     size_t len, cap;        /* cap: buf's size (grows to LOG_MAX, shrinks when trimmed) */
@@ -98,15 +101,16 @@ static bgproc *bg_find(pid_t pid)
 
 static void bg_free(bgproc *b)
 {
-    if (b->fd >= 0)
-        close(b->fd);
+    for (int s = 0; s < 2; s++)
+        if (b->fd[s] >= 0)
+            close(b->fd[s]);
     log_total -= b->len;
     free(b->buf);
     memset(b, 0, sizeof(*b));
-    b->fd = -1;
+    b->fd[0] = b->fd[1] = -1;
 }
 
-int agent_bg_add(pid_t pid, int fd)
+int agent_bg_add(pid_t pid, int fd, int fd2, int64_t deadline_ms)
 {
     bgproc *b = NULL, *oldest = NULL;
 
@@ -124,8 +128,12 @@ int agent_bg_add(pid_t pid, int fd)
     memset(b, 0, sizeof(*b));
     b->used = 1;
     b->pid = pid;
-    b->fd = fd;
+    b->fd[0] = fd;
+    b->fd[1] = fd2;
+    b->deadline_ms = deadline_ms;
     fcntl(fd, F_SETFL, O_NONBLOCK);
+    if (fd2 >= 0)
+        fcntl(fd2, F_SETFL, O_NONBLOCK);
     return 0;
 }
 
@@ -182,12 +190,12 @@ static void log_append(bgproc *b, const char *p, size_t n)
     }
 }
 
-static void bg_drain(bgproc *b)
+static void bg_drain(bgproc *b, int s)
 {
     char buf[65536];
 
-    for (;;) {
-        ssize_t n = read(b->fd, buf, sizeof(buf));
+    while (b->fd[s] >= 0) {
+        ssize_t n = read(b->fd[s], buf, sizeof(buf));
         if (n > 0) {
             log_append(b, buf, (size_t)n);
             continue;
@@ -196,8 +204,8 @@ static void bg_drain(bgproc *b)
             continue;
         if (n < 0 && errno == EAGAIN)
             return;
-        close(b->fd);
-        b->fd = -1;
+        close(b->fd[s]);
+        b->fd[s] = -1;
         return;
     }
 }
@@ -483,13 +491,14 @@ static void do_plogs(const sf_ap_msg *m)
 
     if (!b) {
         snprintf(msg, sizeof(msg), "The sandbox keeps no log of process %u: only commands "
-                 "started with sandbox_exec background: true have one (and an exited one's "
-                 "log is dropped once 64 newer ones need the room).", m->pid);
+                 "started with sandbox_exec background: true or answered still_running have "
+                 "one (and an exited one's log is dropped once 64 newer ones need the room).",
+                 m->pid);
         agent_send_error(m->id, ENOENT, msg);
         return;
     }
-    if (b->fd >= 0)
-        bg_drain(b); /* what it wrote up to now */
+    bg_drain(b, 0); /* what it wrote up to now */
+    bg_drain(b, 1);
     end = b->base + b->len;
     if (m->has_off)
         start = m->off < b->base ? b->base : m->off > end ? end : m->off;
@@ -505,6 +514,7 @@ static void do_plogs(const sf_ap_msg *m)
         r.exited = 1;
         r.exit_code = WIFSIGNALED(b->status) ? 128 + WTERMSIG(b->status)
                                              : WEXITSTATUS(b->status);
+        r.timed_out = b->timed_out;
     }
     agent_send(&r);
 }
@@ -535,9 +545,10 @@ int agent_proc_fds(struct pollfd *pfd, int room)
 {
     int n = 0;
 
-    for (int i = 0; i < BG_SLOTS && n < room; i++)
-        if (bgs[i].used && bgs[i].fd >= 0)
-            pfd[n++] = (struct pollfd){.fd = bgs[i].fd, .events = POLLIN};
+    for (int i = 0; i < BG_SLOTS; i++)
+        for (int s = 0; s < 2 && n < room; s++)
+            if (bgs[i].used && bgs[i].fd[s] >= 0)
+                pfd[n++] = (struct pollfd){.fd = bgs[i].fd[s], .events = POLLIN};
     for (int i = 0; i < FEEDERS_MAX && n < room; i++)
         if (feeders[i].used && feeders[i].len > feeders[i].off)
             pfd[n++] = (struct pollfd){.fd = feeders[i].fd, .events = POLLOUT};
@@ -550,8 +561,9 @@ void agent_proc_events(const struct pollfd *pfd, int n)
         if (!pfd[j].revents)
             continue;
         for (int i = 0; i < BG_SLOTS; i++)
-            if (bgs[i].used && bgs[i].fd == pfd[j].fd && (pfd[j].events & POLLIN))
-                bg_drain(&bgs[i]);
+            for (int s = 0; s < 2; s++)
+                if (bgs[i].used && bgs[i].fd[s] == pfd[j].fd && (pfd[j].events & POLLIN))
+                    bg_drain(&bgs[i], s);
         for (int i = 0; i < FEEDERS_MAX; i++)
             if (feeders[i].used && feeders[i].fd == pfd[j].fd && (pfd[j].events & POLLOUT))
                 feeder_write(&feeders[i]);
@@ -566,5 +578,18 @@ int64_t agent_proc_tick(int64_t now)
     for (int i = 0; i < KILLS_MAX; i++)
         if (kills[i].used)
             next = now + KILL_POLL_MS;
+    for (int i = 0; i < BG_SLOTS; i++) { /* a detached command's timeout: its whole group */
+        bgproc *b = &bgs[i];
+        if (!b->used || b->reaped || !b->deadline_ms)
+            continue;
+        if (now >= b->deadline_ms) {
+            b->timed_out = 1;
+            b->deadline_ms = 0;
+            kill(-b->pid, SIGKILL);
+            kill(b->pid, SIGKILL);
+        } else if (next < 0 || b->deadline_ms < next) {
+            next = b->deadline_ms;
+        }
+    }
     return next;
 }

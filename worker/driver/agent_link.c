@@ -225,6 +225,7 @@ static void handle_file(wk_alink *l, req *r, const sf_ap_msg *m)
         fres.off = m->off;
         fres.exited = m->exited;
         fres.exit_code = m->exit_code;
+        fres.timed_out = m->timed_out;
         break;
     default: /* ok */
         fres.size = m->size;
@@ -293,6 +294,13 @@ static void handle_msg(wk_alink *l, const sf_ap_msg *m)
         res.duration_ms = m->duration_ms;
         /* the guest's OOM killer (the VM's agent says), or the sandbox's cgroup */
         res.oom_killed = l->oom ? l->oom(l->oom_arg) > r->oom0 : m->oom_killed;
+        if (m->pid) { /* detached: it runs on in the background */
+            res.pid = m->pid;
+            res.still_running = 1;
+            res.exit_code = 0;
+            res.timed_out = 0;
+            res.oom_killed = 0;
+        }
     }
     req_complete(l, r, &res, NULL, 0, NULL);
 }
@@ -548,6 +556,8 @@ int wk_alink_exec(wk_alink *l, const wk_exec_req *req_in, wk_exec_cb cb, void *a
     m.in = req_in->has_stdin;
     m.bg = req_in->background;
     r->bg = m.bg;
+    if (!m.bg && req_in->detach_ms && req_in->detach_ms < m.timeout_ms)
+        m.detach_ms = req_in->detach_ms;
     r->kind = R_EXEC;
     r->exec_cb = cb;
     r->output_cb = req_in->on_output;

@@ -149,6 +149,10 @@ typedef struct wk_exec_req {
     /* 1: the command runs in the background: the result comes at once with its pid (no
      * timeout; stdout and stderr merged into a log the agent keeps: WK_PROC_LOGS). */
     int background;
+    /* > 0 (and below timeout_ms): a command still running this long after it started
+     * goes on as a background command (its timeout kept, its later output in its log)
+     * and the result comes then: still_running, pid and the output so far. */
+    uint32_t detach_ms;
 } wk_exec_req;
 #define WK_EXEC_STDIN_MAX (8u << 20)
 
@@ -169,6 +173,8 @@ typedef struct wk_exec_result {
                                   agent gone, sandbox killed...): one actionable sentence;
                                   the other fields are then unset */
     uint32_t pid;              /* background: the process's pid in the sandbox (the rest unset) */
+    int still_running;         /* detached (detach_ms): pid set, out/err and their totals,
+                                  truncated and duration_ms hold what came so far */
 } wk_exec_result;
 
 /* One file request, done by the sandbox's agent inside the sandbox (its mount namespace
@@ -220,6 +226,7 @@ typedef struct wk_file_result {
     size_t n_procs;
     uint64_t off;              /* PROC_LOGS: the offset after data */
     int exited, exit_code;     /* PROC_LOGS */
+    int timed_out;             /* PROC_LOGS: a detached command killed at its timeout */
 } wk_file_result;
 
 /* sb is NULL and rc < 0 (why set) when the create failed. */

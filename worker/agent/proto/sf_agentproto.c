@@ -17,6 +17,7 @@ enum {
     K_ERRNO, K_STREAM, K_PATH, K_TO, K_OFF, K_LEN, K_FLAGS, K_DATA, K_SIZE, K_MTIME,
     K_ENTRIES, K_MORE, K_S, K_TARGET,
     K_IN, K_BG, K_PID, K_SIG, K_GRACE, K_TAIL, K_PROCS, /* stdin, background, processes */
+    K_DETACH,              /* exec: still running then, it goes on in the background */
     K_COUNT
 };
 
@@ -68,6 +69,7 @@ static const struct {
     [K_SIG] = {"sig", "missing key 'sig'", "'sig' must be a signal number from 1 to 64"},
     [K_GRACE] = {"grace_ms", "missing key 'grace_ms'", "'grace_ms' must be an integer from 0 to 600000"},
     [K_TAIL] = {"tail", "missing key 'tail'", "'tail' must be an integer from 1 to 786432"},
+    [K_DETACH] = {"detach_ms", "missing key 'detach_ms'", "'detach_ms' must be an integer from 1 to 4294967295"},
     [K_PROCS] = {"procs", "missing key 'procs'", "'procs' must be an array of at most 4096 [pid, cmd, start_ms, cpu_ms, rss_kib, state] arrays (cmd 1-1024 bytes, state one letter)"},
 };
 
@@ -82,14 +84,15 @@ static const struct {
     [SF_AP_EXEC] = {"exec",
                     BIT(K_OP) | BIT(K_ID) | BIT(K_CMD) | BIT(K_TIMEOUT) | BIT(K_CAP),
                     BIT(K_OP) | BIT(K_ID) | BIT(K_CMD) | BIT(K_TIMEOUT) | BIT(K_CAP) |
-                        BIT(K_CWD) | BIT(K_ENV) | BIT(K_STREAM) | BIT(K_IN) | BIT(K_BG)},
+                        BIT(K_CWD) | BIT(K_ENV) | BIT(K_STREAM) | BIT(K_IN) | BIT(K_BG) |
+                        BIT(K_DETACH)},
     [SF_AP_RESULT] = {"result",
                       BIT(K_OP) | BIT(K_ID) | BIT(K_EXIT) | BIT(K_TIMED_OUT) |
                           BIT(K_TRUNCATED) | BIT(K_MS) | BIT(K_OUT) | BIT(K_OUT_TOTAL) |
                           BIT(K_ERR) | BIT(K_ERR_TOTAL),
                       BIT(K_OP) | BIT(K_ID) | BIT(K_EXIT) | BIT(K_TIMED_OUT) |
                           BIT(K_TRUNCATED) | BIT(K_MS) | BIT(K_OUT) | BIT(K_OUT_TOTAL) |
-                          BIT(K_ERR) | BIT(K_ERR_TOTAL) | BIT(K_OOM)},
+                          BIT(K_ERR) | BIT(K_ERR_TOTAL) | BIT(K_OOM) | BIT(K_PID)},
     [SF_AP_ERROR] = {"error", BIT(K_OP) | BIT(K_ID) | BIT(K_MSG),
                      BIT(K_OP) | BIT(K_ID) | BIT(K_MSG) | BIT(K_ERRNO)},
     [SF_AP_FREAD] = {"fread", BIT(K_OP) | BIT(K_ID) | BIT(K_PATH) | BIT(K_OFF) | BIT(K_LEN),
@@ -121,7 +124,8 @@ static const struct {
     [SF_AP_PLOGS] = {"plogs", BIT(K_OP) | BIT(K_ID) | BIT(K_PID),
                      BIT(K_OP) | BIT(K_ID) | BIT(K_PID) | BIT(K_OFF) | BIT(K_TAIL)},
     [SF_AP_LOG] = {"log", BIT(K_OP) | BIT(K_ID) | BIT(K_DATA) | BIT(K_SIZE) | BIT(K_OFF),
-                   BIT(K_OP) | BIT(K_ID) | BIT(K_DATA) | BIT(K_SIZE) | BIT(K_OFF) | BIT(K_EXIT)},
+                   BIT(K_OP) | BIT(K_ID) | BIT(K_DATA) | BIT(K_SIZE) | BIT(K_OFF) | BIT(K_EXIT) |
+                       BIT(K_TIMED_OUT)},
 };
 
 #define OP_FIRST SF_AP_PING
@@ -428,11 +432,13 @@ static void pack_body(msgpack_packer *pk, const sf_ap_msg *m)
         n += 1 + (m->has_off != 0) + (m->tail != 0);
         break;
     case SF_AP_LOG:
-        n += 3 + (m->exited != 0);
+        n += 3 + (m->exited != 0) + (m->exited && m->timed_out);
         break;
     }
     if (m->op == SF_AP_EXEC)
-        n += (m->stream != 0) + (m->in != 0) + (m->bg != 0);
+        n += (m->stream != 0) + (m->in != 0) + (m->bg != 0) + (m->detach_ms != 0);
+    if (m->op == SF_AP_RESULT)
+        n += m->pid != 0;
     msgpack_pack_map(pk, n);
     pack_cstr(pk, K_OP, ops[m->op].name);
     pack_u64(pk, K_ID, m->id);
@@ -466,6 +472,8 @@ static void pack_body(msgpack_packer *pk, const sf_ap_msg *m)
             pack_bool(pk, K_IN, 1);
         if (m->bg)
             pack_bool(pk, K_BG, 1);
+        if (m->detach_ms)
+            pack_u64(pk, K_DETACH, m->detach_ms);
         break;
     case SF_AP_RESULT:
         pack_key(pk, K_EXIT);
@@ -479,6 +487,8 @@ static void pack_body(msgpack_packer *pk, const sf_ap_msg *m)
         pack_u64(pk, K_ERR_TOTAL, m->err_total);
         if (m->oom_killed)
             pack_bool(pk, K_OOM, 1);
+        if (m->pid)
+            pack_u64(pk, K_PID, m->pid);
         break;
     case SF_AP_ERROR:
         pack_cstr(pk, K_MSG, m->msg);
@@ -578,6 +588,8 @@ static void pack_body(msgpack_packer *pk, const sf_ap_msg *m)
             pack_key(pk, K_EXIT);
             msgpack_pack_int32(pk, m->exit_code);
         }
+        if (m->exited && m->timed_out)
+            pack_bool(pk, K_TIMED_OUT, 1);
         break;
     }
 }
@@ -925,6 +937,11 @@ static int decode_map(const msgpack_object *root, sf_ap_msg *m, const char **why
         if (get_uint(v[K_GRACE], SF_AP_GRACE_MAX, &u) < 0)
             return set_why(why, keys[K_GRACE].bad, -EBADMSG);
         m->grace_ms = (uint32_t)u;
+    }
+    if (v[K_DETACH]) {
+        if (get_uint(v[K_DETACH], UINT32_MAX, &u) < 0 || u == 0)
+            return set_why(why, keys[K_DETACH].bad, -EBADMSG);
+        m->detach_ms = (uint32_t)u;
     }
     if (v[K_TAIL]) {
         if (get_uint(v[K_TAIL], SF_AP_DATA_MAX, &u) < 0 || u == 0)

@@ -48,9 +48,10 @@
 typedef enum sf_ap_op {
     SF_AP_PING = 1, /* worker -> agent: {op, id, now?, seed?, name?} */
     SF_AP_PONG,     /* agent -> worker: {op, id, v} */
-    SF_AP_EXEC,     /* worker -> agent: {op, id, cmd, timeout_ms, cap, cwd?, env?} */
+    SF_AP_EXEC,     /* worker -> agent: {op, id, cmd, timeout_ms, cap, cwd?, env?,
+                                         detach_ms?} */
     SF_AP_RESULT,   /* agent -> worker: {op, id, exit, timed_out, truncated, ms,
-                                         out, out_total, err, err_total, oom_killed?} */
+                                         out, out_total, err, err_total, oom_killed?, pid?} */
     SF_AP_ERROR,    /* agent -> worker: {op, id, msg, errno?}: the request could not run */
     SF_AP_FREAD,    /* worker -> agent: {op, id, path, off, len, flags?} */
     SF_AP_DATA,     /* agent -> worker: {op, id, data, size, mtime}: fread's answer */
@@ -67,7 +68,8 @@ typedef enum sf_ap_op {
     SF_AP_PROCS,    /* agent -> worker: {op, id, procs, more}: plist's answer */
     SF_AP_PKILL,    /* worker -> agent: {op, id, pid, sig, grace_ms?} -> ok {size: 1 if KILLed} */
     SF_AP_PLOGS,    /* worker -> agent: {op, id, pid, off?, tail?} */
-    SF_AP_LOG,      /* agent -> worker: {op, id, data, size, off, exit?}: plogs' answer */
+    SF_AP_LOG,      /* agent -> worker: {op, id, data, size, off, exit?, timed_out?}:
+                       plogs' answer */
 } sf_ap_op;
 
 /* One process of a `procs` answer. */
@@ -148,13 +150,18 @@ typedef struct sf_ap_msg {
      * answers `ok` with size = the process's pid at once, its output merged into a log) */
     int in;
     int bg;
-    /* pkill, plogs */
+    /* exec: still running after detach_ms (0: never; below timeout_ms), the command goes
+     * on as a background command (its timeout kept, its later output in its log) and the
+     * result comes then, with the output so far and pid set (exit unset) */
+    uint32_t detach_ms;
+    /* pkill, plogs; result: the detached command's pid (0: it ended) */
     uint32_t pid;            /* > 0 */
     uint32_t sig;            /* pkill: 1..64 */
     uint32_t grace_ms;       /* pkill: 0 = none; SIGKILL after this when still alive */
     uint32_t tail;           /* plogs: 0 = absent; else the last tail bytes (1..DATA_MAX) */
     int has_off;             /* plogs: off was given (the log from that offset) */
-    int exited;              /* log: the process exited (exit_code holds its status) */
+    int exited;              /* log: the process exited (exit_code holds its status;
+                                timed_out: a detached command killed at its timeout) */
     /* procs */
     const sf_ap_proc *procs;
     size_t n_procs;

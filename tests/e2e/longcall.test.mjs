@@ -1,0 +1,147 @@
+// Long commands past client timeouts (issue 27 item 1): a sandbox_exec still running after
+// detach_after_ms (the worker's exec_detach_ms, 50 s by default) answers with the output so
+// far, still_running: true and its pid, and goes on as a background process that
+// sandbox_process_logs follows to its exit code. The 90 s case runs with the official SDK
+// client at its DEFAULT request timeout (60 s, no option passed), over HTTP, through
+// `sandfleet mcp-stdio` and, when installed (SF_MCP_REMOTE_BIN or `mcp-remote` on the PATH;
+// npm i mcp-remote), through mcp-remote, all at once; it is its own ctest (e2e.longcall, no
+// stack lock) so it runs beside the other suites.
+import { test, describe, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { connect, call, env, url, until } from './lib.mjs';
+import { bridge, finish, sandfleetBin } from './bridge.mjs';
+
+// its own team: the quota suites that run meanwhile count alpha's and beta's sandboxes
+const key = execFileSync(sandfleetBin(env.SF_BUILD), ['keys', 'create', '--team', 'longcall'],
+  { encoding: 'utf8', env: { ...process.env, SF_REDIS_URL: env.SF_REDIS_URL,
+                             SF_AUTH_SECRET_FILE: env.SF_AUTH_SECRET_FILE } }).trim();
+let client, box;
+before(async () => {
+  client = await connect(key);
+  const r = await call(client, 'sandbox_create', { name: 'longcall' });
+  assert.equal(r.isError, false, r.text);
+  box = r.structured.id;
+});
+after(async () => {
+  if (box) await call(client, 'sandbox_kill', { sandbox_id: box });
+  await client?.close();
+});
+
+const logs = (c, pid, extra = {}) => c.callTool({ name: 'sandbox_process_logs',
+  arguments: { sandbox_id: box, pid, ...extra } });
+// Reads the process's log from offset 0 until it exited; returns its last answer, with all
+// the data read.
+async function follow(c, pid, ms) {
+  let data = '', off = 0;
+  return until(`process ${pid} to exit`, async () => {
+    const r = await logs(c, pid, { offset: off });
+    assert.equal(r.isError, false, JSON.stringify(r.content));
+    data += r.structuredContent.data;
+    off = r.structuredContent.next_offset;
+    return r.structuredContent.exited && { ...r.structuredContent, data };
+  }, ms, 250);
+}
+
+test('a command still running after detach_after_ms answers still_running; its log follows to its exit code', async () => {
+  const t0 = Date.now();
+  const r = await call(client, 'sandbox_exec', { sandbox_id: box, detach_after_ms: 1000,
+    command: 'echo before; echo err-before >&2; sleep 3; echo after; echo err-after >&2; exit 7' });
+  assert.equal(r.isError, false, r.text);
+  const s = r.structured;
+  assert.equal(s.still_running, true, r.text);
+  assert.ok(Number.isInteger(s.pid) && s.pid > 1, r.text);
+  assert.equal(s.stdout, 'before\n');
+  assert.equal(s.stderr, 'err-before\n');
+  assert.equal(s.exit_code, undefined, 'no exit code while it runs');
+  assert.match(s.note, /sandbox_process_logs/);
+  assert.ok(Date.now() - t0 < 3000, `answered after ${Date.now() - t0} ms, before the command ended`);
+  // it shows in the process list while it runs
+  const list = await call(client, 'sandbox_process_list', { sandbox_id: box });
+  assert.ok(list.structured.processes.some((p) => p.pid === s.pid), list.text);
+  const end = await follow(client, s.pid, 20000);
+  assert.equal(end.exit_code, 7);
+  assert.match(end.data, /after\n/);
+  assert.match(end.data, /err-after\n/);
+  assert.doesNotMatch(end.data, /before/, 'the log holds what came after the answer');
+});
+
+test('detach_after_ms 0 waits for the command; a quick command answers as before', async () => {
+  const r = await call(client, 'sandbox_exec', { sandbox_id: box, detach_after_ms: 0,
+    command: 'sleep 1.5; echo waited' });
+  assert.equal(r.structured.still_running, undefined, r.text);
+  assert.equal(r.structured.stdout, 'waited\n');
+  assert.equal(r.structured.exit_code, 0);
+  const q = await call(client, 'sandbox_exec', { sandbox_id: box, command: 'echo quick' });
+  assert.equal(q.structured.stdout, 'quick\n');
+  assert.equal(q.structured.exit_code, 0);
+  assert.equal(q.structured.still_running, undefined);
+});
+
+test('a detached command keeps its timeout: killed then, the log says killed_at_timeout', async () => {
+  const r = await call(client, 'sandbox_exec', { sandbox_id: box, detach_after_ms: 500,
+    timeout_ms: 2000, command: 'sleep 30' });
+  assert.equal(r.structured.still_running, true, r.text);
+  const end = await follow(client, r.structured.pid, 15000);
+  assert.equal(end.killed_at_timeout, true, JSON.stringify(end));
+  assert.equal(end.exit_code, 137);
+});
+
+test('a bad detach_after_ms gets one clear sentence', async () => {
+  const r = await call(client, 'sandbox_exec', { sandbox_id: box, detach_after_ms: -5, command: 'true' });
+  assert.equal(r.isError, true);
+  assert.match(r.text, /detach_after_ms/);
+});
+
+// `sleep 90; echo done` with each client at the SDK's default timeout: an answer in <= 55 s
+// with still_running and a pid, then `done` and exit code 0 through sandbox_process_logs.
+async function ninety(c, label) {
+  const t0 = Date.now();
+  const r = await c.callTool({ name: 'sandbox_exec', arguments: { sandbox_id: box,
+    command: `echo start-${label}; sleep 90; echo done`, timeout_ms: 120000 } });
+  const ms = Date.now() - t0;
+  assert.equal(r.isError, false, JSON.stringify(r.content));
+  const s = r.structuredContent;
+  assert.equal(s.still_running, true, JSON.stringify(s));
+  assert.ok(ms <= 55000, `${label}: answered after ${ms} ms`);
+  assert.equal(s.stdout, `start-${label}\n`);
+  const end = await follow(c, s.pid, 90000);
+  assert.equal(end.exit_code, 0, `${label}: ${JSON.stringify(end)}`);
+  assert.equal(end.data, 'done\n');
+  assert.ok(Date.now() - t0 >= 90000, `${label}: exited after the sleep`);
+}
+
+const remoteBin = process.env.SF_MCP_REMOTE_BIN || (() => {
+  const r = spawnSync('sh', ['-c', 'command -v mcp-remote'], { encoding: 'utf8' });
+  return r.status === 0 ? r.stdout.trim() : '';
+})();
+
+describe('sleep 90 under the default 60 s client timeout', { concurrency: 3 }, () => {
+  test('over HTTP (the SDK client)', () => ninety(client, 'http'));
+  test('through sandfleet mcp-stdio', async () => {
+    const b = bridge(sandfleetBin(env.SF_BUILD), url, key);
+    await b.client.connect(b.transport);
+    try {
+      await ninety(b.client, 'stdio');
+    } finally {
+      await finish(b);
+    }
+  });
+  test('through mcp-remote', { skip: !remoteBin && 'no mcp-remote here (npm i mcp-remote, then SF_MCP_REMOTE_BIN=.../bin/mcp-remote)' }, async () => {
+    const transport = new StdioClientTransport({ command: remoteBin,
+      args: [url, '--header', `Authorization:Bearer ${key}`, '--allow-http'],
+      env: { PATH: process.env.PATH, HOME: mkdtempSync(join(tmpdir(), 'sf-mcp-remote-')) }, stderr: 'pipe' });
+    const c = new Client({ name: 'sandfleet-mcp-remote-e2e', version: '1.0.0' });
+    await c.connect(transport);
+    try {
+      await ninety(c, 'remote');
+    } finally {
+      await c.close();
+    }
+  });
+});
