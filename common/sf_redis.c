@@ -169,8 +169,9 @@ static int resp_args(const char *buf, size_t len, const char *argv[4], size_t le
 }
 
 /* CLUSTER SLOTS: [[start, end, [host, port, id], replicas...], ...]; add(arg, host, port,
- * start, end, replicas) for each range's master. -EINVAL on a reply of another shape. */
-static int slots_each(const redisReply *rep,
+ * start, end, replicas) for each range's master; asked: the host the map came from. -EINVAL
+ * on a reply of another shape. */
+static int slots_each(const redisReply *rep, const char *asked,
                       int (*add)(void *arg, const char *host, int port, int from, int to,
                                  int replicas),
                       void *arg)
@@ -183,12 +184,18 @@ static int slots_each(const redisReply *rep,
             e->element[0]->type != REDIS_REPLY_INTEGER ||
             e->element[1]->type != REDIS_REPLY_INTEGER ||
             (m = e->element[2])->type != REDIS_REPLY_ARRAY || m->elements < 2 ||
-            m->element[0]->type != REDIS_REPLY_STRING ||
+            (m->element[0]->type != REDIS_REPLY_STRING &&
+             m->element[0]->type != REDIS_REPLY_NIL) ||
             m->element[1]->type != REDIS_REPLY_INTEGER || e->element[0]->integer < 0 ||
             e->element[1]->integer >= SF_REDIS_SLOTS ||
             e->element[0]->integer > e->element[1]->integer)
             return -EINVAL;
-        if (add(arg, m->element[0]->str, (int)m->element[1]->integer,
+        /* an endpoint the node does not know (a cluster of one that never met another
+         * node: "", or NULL, or "?") is the address the map was asked at */
+        const char *host = m->element[0]->str;
+        if (!host || !*host || !strcmp(host, "?"))
+            host = asked;
+        if (add(arg, host, (int)m->element[1]->integer,
                 (int)e->element[0]->integer, (int)e->element[1]->integer,
                 (int)e->elements - 3) < 0)
             return -ENOMEM;
@@ -336,7 +343,7 @@ static void on_slots(redisAsyncContext *ac, void *reply, void *priv)
         fire_connect(r);
         return;
     }
-    if (!rep || slots_each(rep, slot_add, r) < 0) {
+    if (!rep || slots_each(rep, ((rnode *)ac->data)->host, slot_add, r) < 0) {
         tick_arm(r, TICK_MS);
         return;
     }
@@ -746,6 +753,7 @@ static redisContext *sync_node_ctx(sync_cluster *k, int i)
 
 typedef struct seed_try {
     redisContext *c;
+    char host[256];
     char url[300];
     char err[200];
 } seed_try;
@@ -761,6 +769,7 @@ static int seed_connect(void *arg, const char *host, int port)
     c = port ? redisConnectWithTimeout(host, port, tv) : redisConnectUnixWithTimeout(host, tv);
     if (c && !c->err) {
         t->c = c;
+        snprintf(t->host, sizeof(t->host), "%s", host);
         return 0;
     }
     snprintf(t->err, sizeof(t->err), "%s", c ? c->errstr : "no memory");
@@ -789,7 +798,7 @@ redisContext *sf_redis_connect_sync(const char *url, char *why, size_t whylen)
     rep = redisCommand(t.c, "CLUSTER SLOTS");
     if (rep && rep->type == REDIS_REPLY_ARRAY && (k = calloc(1, sizeof(*k)))) {
         k->seed = t.c;
-        if (slots_each(rep, sync_slot_add, k) < 0) {
+        if (slots_each(rep, t.host, sync_slot_add, k) < 0) {
             free(k);
         } else {
             pthread_mutex_lock(&sync_mu);
