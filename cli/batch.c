@@ -353,7 +353,7 @@ static void fetch_claims(batch *b, sf_reply *r)
     if (!b->redis_tried) {
         b->redis_tried = 1;
         if ((b->redis = cli_redis())) {
-            rep = redisCommand(b->redis, "HGET " SF_RK_PRODUCER " team", b->pid);
+            rep = sf_redis_sync_cmd(b->redis, "HGET " SF_RK_PRODUCER " team", b->pid);
             if (rep && rep->type == REDIS_REPLY_STRING && rep->len < sizeof(b->team))
                 snprintf(b->team, sizeof(b->team), "%s", rep->str);
             freeReplyObject(rep);
@@ -367,7 +367,7 @@ static void fetch_claims(batch *b, sf_reply *r)
         int got = 0;
         if (b->team[0] &&
             sf_claim_key(key, sizeof(key), b->team, r->id, 1, r->claims.name[i]) == 0 &&
-            (rep = redisCommand(b->redis, "GET %s", key))) {
+            (rep = sf_redis_sync_cmd(b->redis, "GET %s", key))) {
             got = rep->type == REDIS_REPLY_STRING &&
                   json_object_set_new(r->result, r->claims.name[i],
                                       json_stringn(rep->str, rep->len)) == 0;
@@ -675,7 +675,7 @@ static void teardown(batch *b)
     sf_kafka_consumer_free(b->consumer);
     sf_kafka_producer_free(b->producer);
     if (b->redis)
-        redisFree(b->redis);
+        sf_redis_sync_free(b->redis);
     if (b->base)
         event_base_free(b->base);
     if (b->in)

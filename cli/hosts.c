@@ -56,15 +56,15 @@ int cli_hosts(int argc, char **argv)
     }
     if (!(rc = cli_redis()))
         return 1;
-    r = redisCommand(rc, "ZRANGE " SF_RK_HOSTS " 0 -1 WITHSCORES");
+    r = sf_redis_sync_cmd(rc, "ZRANGE " SF_RK_HOSTS " 0 -1 WITHSCORES");
     if (!cli_reply_ok(rc, r)) {
-        redisFree(rc);
+        sf_redis_sync_free(rc);
         return 1;
     }
     printf("%-24s %-12s %-8s %-10s %s\n", "HOST", "HEARTBEAT", "DRIVER", "SANDBOXES", "TOPIC");
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
         int64_t ts = 0;
-        redisReply *h = redisCommand(rc, "HMGET " SF_RK_HOST " driver running capacity topic",
+        redisReply *h = sf_redis_sync_cmd(rc, "HMGET " SF_RK_HOST " driver running capacity topic",
                                      r->element[i]->str);
         char age[32], load[32];
 
@@ -80,7 +80,7 @@ int cli_hosts(int argc, char **argv)
         freeReplyObject(h);
     }
     freeReplyObject(r);
-    redisFree(rc);
+    sf_redis_sync_free(rc);
     return 0;
 }
 
@@ -116,6 +116,6 @@ int cli_sandboxes(int argc, char **argv)
     if (!(rc = cli_redis()))
         return 1;
     ret = list_sandboxes(rc, cli_opt(argc, argv, "--team"));
-    redisFree(rc);
+    sf_redis_sync_free(rc);
     return ret;
 }

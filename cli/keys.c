@@ -56,13 +56,13 @@ static int keys_create(redisContext *rc, int argc, char **argv)
 static int keys_list(redisContext *rc, int argc, char **argv)
 {
     const char *team = cli_opt(argc, argv, "--team");
-    redisReply *r = redisCommand(rc, "HGETALL " SF_RK_APIKEY_IDS);
+    redisReply *r = sf_redis_sync_cmd(rc, "HGETALL " SF_RK_APIKEY_IDS);
 
     if (!cli_reply_ok(rc, r))
         return 1;
     printf("%-20s %-20s %-20s %s\n", "ID", "TEAM", "NAME", "CREATED_MS");
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
-        redisReply *k = redisCommand(rc, "HMGET " SF_RK_APIKEY " team name created",
+        redisReply *k = sf_redis_sync_cmd(rc, "HMGET " SF_RK_APIKEY " team name created",
                                      r->element[i + 1]->str);
         if (!cli_reply_ok(rc, k))
             continue;
@@ -118,7 +118,7 @@ int cli_keys(int argc, char **argv)
         if (sf_apikeys_migrate(rc, &moved, why, sizeof(why)) < 0) {
             fprintf(stderr, "sandfleet: the API keys of the old layout could not be moved: %s\n",
                     why);
-            redisFree(rc);
+            sf_redis_sync_free(rc);
             return 1;
         }
         if (moved)
@@ -130,6 +130,6 @@ int cli_keys(int argc, char **argv)
         ret = keys_list(rc, argc - 2, argv + 2);
     else
         ret = keys_revoke(rc, argv[2]);
-    redisFree(rc);
+    sf_redis_sync_free(rc);
     return ret;
 }

@@ -263,6 +263,6 @@ int cli_secrets(int argc, char **argv)
         printf("deleted secret %s of team %s\n", o.name, o.team);
         ret = 0;
     }
-    redisFree(rc);
+    sf_redis_sync_free(rc);
     return ret;
 }

@@ -35,7 +35,7 @@ static int show(redisContext *rc, const char *team)
     redisReply *l, *res;
     int64_t n = 0, mem = 0, vcpu = 0;
 
-    l = redisCommand(rc, "HMGET " SF_RK_TEAM_LIMITS " sandboxes host_share_pct fleet_share_pct",
+    l = sf_redis_sync_cmd(rc, "HMGET " SF_RK_TEAM_LIMITS " sandboxes host_share_pct fleet_share_pct",
                      team);
     if (!cli_reply_ok(rc, l))
         return 1;
@@ -43,7 +43,7 @@ static int show(redisContext *rc, const char *team)
            str_or(l->element[0], "default"), str_or(l->element[1], "default"),
            str_or(l->element[2], "default"));
     freeReplyObject(l);
-    res = redisCommand(rc, "HGETALL " SF_RK_TEAM_RES, team);
+    res = sf_redis_sync_cmd(rc, "HGETALL " SF_RK_TEAM_RES, team);
     if (!cli_reply_ok(rc, res))
         return 1;
     /* sandbox id -> "<host> <mem MiB> <vCPU milli> <disk>" */
@@ -98,9 +98,9 @@ static int set_limits(redisContext *rc, const char *team, int argc, char **argv)
         if (!rc)
             continue;
         if (!strcmp(argv[i + 1], "default")) {
-            r = redisCommand(rc, "HDEL " SF_RK_TEAM_LIMITS " %s", team, limits[k].field);
+            r = sf_redis_sync_cmd(rc, "HDEL " SF_RK_TEAM_LIMITS " %s", team, limits[k].field);
         } else {
-            r = redisCommand(rc, "HSET " SF_RK_TEAM_LIMITS " %s %lld", team, limits[k].field,
+            r = sf_redis_sync_cmd(rc, "HSET " SF_RK_TEAM_LIMITS " %s %lld", team, limits[k].field,
                              (long long)v);
         }
         if (!cli_reply_ok(rc, r))
@@ -130,6 +130,6 @@ int cli_teams(int argc, char **argv)
     if (!(rc = cli_redis()))
         return 1;
     ret = !strcmp(argv[1], "show") ? show(rc, argv[2]) : set_limits(rc, argv[2], argc - 3, argv + 3);
-    redisFree(rc);
+    sf_redis_sync_free(rc);
     return ret;
 }

@@ -394,21 +394,21 @@ static int logs(int argc, char **argv)
     if (!(rc = cli_redis()))
         return 1;
     snprintf(key, sizeof(key), SF_RK_TEMPLATE_LOG, team, name);
-    r = redisCommand(rc, "GET %s", key);
+    r = sf_redis_sync_cmd(rc, "GET %s", key);
     if (!cli_reply_ok(rc, r)) {
-        redisFree(rc);
+        sf_redis_sync_free(rc);
         return 1;
     }
     if (r->type != REDIS_REPLY_STRING) {
         fprintf(stderr, "Team '%s' has no build log for template '%s' (check the names with "
                 "sandfleet templates list).\n", team, name);
         freeReplyObject(r);
-        redisFree(rc);
+        sf_redis_sync_free(rc);
         return 1;
     }
     fwrite(r->str, 1, r->len, stdout);
     freeReplyObject(r);
-    redisFree(rc);
+    sf_redis_sync_free(rc);
     return 0;
 }
 

@@ -53,7 +53,7 @@ static int revoke(redisContext *rc, const char *grant)
         fprintf(stderr, SF_MSG_CLI_NO_GRANT_FMT, grant);
         return 1;
     }
-    r = redisCommand(rc, "HMGET " SF_RK_OAUTH_GRANT " at rt", grant);
+    r = sf_redis_sync_cmd(rc, "HMGET " SF_RK_OAUTH_GRANT " at rt", grant);
     if (!cli_reply_ok(rc, r))
         return 1;
     if (r->elements != 2 || !r->element[0]->str) {
@@ -61,12 +61,12 @@ static int revoke(redisContext *rc, const char *grant)
         freeReplyObject(r);
         return 1;
     }
-    freeReplyObject(redisCommand(rc, "DEL " SF_RK_OAUTH_AT, r->element[0]->str));
+    freeReplyObject(sf_redis_sync_cmd(rc, "DEL " SF_RK_OAUTH_AT, r->element[0]->str));
     if (r->element[1]->str)
-        freeReplyObject(redisCommand(rc, "DEL " SF_RK_OAUTH_RT, r->element[1]->str));
-    freeReplyObject(redisCommand(rc, "PUBLISH " SF_CH_GATEWAY " key:%s", r->element[0]->str));
+        freeReplyObject(sf_redis_sync_cmd(rc, "DEL " SF_RK_OAUTH_RT, r->element[1]->str));
+    freeReplyObject(sf_redis_sync_cmd(rc, "PUBLISH " SF_CH_GATEWAY " key:%s", r->element[0]->str));
     freeReplyObject(r);
-    r = redisCommand(rc, "DEL " SF_RK_OAUTH_GRANT, grant);
+    r = sf_redis_sync_cmd(rc, "DEL " SF_RK_OAUTH_GRANT, grant);
     if (!cli_reply_ok(rc, r))
         return 1;
     freeReplyObject(r);
@@ -91,6 +91,6 @@ int cli_tokens(int argc, char **argv)
     if (!(rc = cli_redis()))
         return 1;
     ret = !strcmp(sub, "list") ? list(rc, cli_opt(argc, argv, "--team")) : revoke(rc, argv[2]);
-    redisFree(rc);
+    sf_redis_sync_free(rc);
     return ret;
 }

@@ -131,29 +131,39 @@ int cli_reply_ok(redisContext *rc, redisReply *r)
     return 1;
 }
 
+/* SCAN answers for one node's keys: on a cluster, each master is scanned in turn. */
 int cli_scan_hashes(redisContext *rc, const char *match, const char *hmget, cli_scan_row row,
                     void *arg)
 {
-    unsigned long long cursor = 0;
+    redisContext *nodes[64];
+    int n = sf_redis_sync_masters(rc, nodes, 64);
 
-    do {
-        redisReply *r = redisCommand(rc, "SCAN %llu MATCH %s COUNT 500", cursor, match);
-        if (!cli_reply_ok(rc, r))
-            return 1;
-        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+    if (n < 0) {
+        fprintf(stderr, "sandfleet: cannot reach every Redis Cluster master; retry once the "
+                        "cluster is whole again.\n");
+        return 1;
+    }
+    for (int k = 0; k < n; k++) {
+        unsigned long long cursor = 0;
+        do {
+            redisReply *r = redisCommand(nodes[k], "SCAN %llu MATCH %s COUNT 500", cursor, match);
+            if (!cli_reply_ok(nodes[k], r))
+                return 1;
+            if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+                freeReplyObject(r);
+                return 1;
+            }
+            cursor = strtoull(r->element[0]->str, NULL, 10);
+            for (size_t i = 0; i < r->element[1]->elements; i++) {
+                redisReply *h = sf_redis_sync_cmd(rc, hmget, r->element[1]->element[i]->str);
+                if (!cli_reply_ok(rc, h))
+                    continue;
+                if (h->type == REDIS_REPLY_ARRAY)
+                    row(h, arg);
+                freeReplyObject(h);
+            }
             freeReplyObject(r);
-            return 1;
-        }
-        cursor = strtoull(r->element[0]->str, NULL, 10);
-        for (size_t i = 0; i < r->element[1]->elements; i++) {
-            redisReply *h = redisCommand(rc, hmget, r->element[1]->element[i]->str);
-            if (!cli_reply_ok(rc, h))
-                continue;
-            if (h->type == REDIS_REPLY_ARRAY)
-                row(h, arg);
-            freeReplyObject(h);
-        }
-        freeReplyObject(r);
-    } while (cursor != 0);
+        } while (cursor != 0);
+    }
     return 0;
 }

@@ -79,6 +79,9 @@ rd_kafka_t *sf_kafka_producer_new(const sf_kafka_settings *s, char *why, size_t 
      * producer adds no delay (linger.ms can stay 0). */
     if (conf_set_int(c, "linger.ms", s->linger_ms, why, whylen) < 0 ||
         conf_set(c, "max.in.flight.requests.per.connection", "1", why, whylen) < 0 ||
+        /* a job is acknowledged once every in-sync replica has it (min.insync.replicas on
+         * the brokers says how many must be: ops/RUNBOOK.md) */
+        conf_set(c, "acks", "all", why, whylen) < 0 ||
         conf_set(c, "message.max.bytes", "2000000", why, whylen) < 0 ||
         conf_set(c, "message.timeout.ms", "30000", why, whylen) < 0) {
         rd_kafka_conf_destroy(c);
@@ -325,7 +328,8 @@ void sf_kafka_producer_free(rd_kafka_t *producer)
     rd_kafka_destroy(producer);
 }
 
-/* Partition count of topic from a metadata request (which also auto-creates it). */
+/* Partition count of topic from a metadata request (which also auto-creates it where
+ * topics are created on first use), once each partition has a leader. */
 static int topic_partitions(rd_kafka_t *rk, const char *topic, int timeout_ms)
 {
     rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
@@ -334,11 +338,16 @@ static int topic_partitions(rd_kafka_t *rk, const char *topic, int timeout_ms)
 
     if (!rkt)
         return -ENOMEM;
-    for (int tries = 0; tries < 20 && n < 0; tries++) {
+    for (int64_t until = sf_mono_ms() + timeout_ms; n < 0 && sf_mono_ms() < until;) {
         if (rd_kafka_metadata(rk, 0, rkt, &md, timeout_ms) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-            if (md->topic_cnt == 1 && md->topics[0].err == RD_KAFKA_RESP_ERR_NO_ERROR &&
-                md->topics[0].partition_cnt > 0)
-                n = md->topics[0].partition_cnt;
+            const struct rd_kafka_metadata_topic *t = md->topic_cnt == 1 ? &md->topics[0] : NULL;
+            int led = t && t->err == RD_KAFKA_RESP_ERR_NO_ERROR && t->partition_cnt > 0;
+            /* a topic just created (Apache Kafka) has its partitions' leaders a moment
+             * later: until then nothing can be read or produced there */
+            for (int i = 0; led && i < t->partition_cnt; i++)
+                led = t->partitions[i].leader >= 0;
+            if (led)
+                n = t->partition_cnt;
             rd_kafka_metadata_destroy(md);
         }
         if (n < 0)
@@ -428,23 +437,114 @@ int sf_kafka_subscribe(rd_kafka_t *consumer, const char *topic)
     return err ? -EIO : 0;
 }
 
+/* Assigns every partition at its committed offset (none: the beginning), asked here
+ * rather than by librdkafka: an OffsetFetch its assign() sends that meets a group
+ * coordinator still moving (Apache Kafka creating __consumer_offsets on a group's first
+ * use, or a broker just lost) is answered NOT_COORDINATOR, and librdkafka 2.x never asks
+ * again, so that partition is never read (librdkafka #5586). rd_kafka_committed is asked
+ * again until it answers or timeout_ms ends. */
+static int assign_committed(rd_kafka_t *consumer, const char *topic, int n, int timeout_ms)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(n);
+    int64_t until = sf_mono_ms() + timeout_ms;
+    rd_kafka_resp_err_t err;
+    int ok = 0;
+
+    for (int i = 0; i < n; i++)
+        rd_kafka_topic_partition_list_add(l, topic, i);
+    while (!ok && sf_mono_ms() < until) {
+        int64_t left = until - sf_mono_ms();
+        ok = rd_kafka_committed(consumer, l, (int)(left < 2000 ? left : 2000)) ==
+             RD_KAFKA_RESP_ERR_NO_ERROR;
+        for (int i = 0; ok && i < n; i++)
+            ok = l->elems[i].err == RD_KAFKA_RESP_ERR_NO_ERROR;
+        if (!ok)
+            usleep(100 * 1000);
+    }
+    for (int i = 0; ok && i < n; i++)
+        if (l->elems[i].offset < 0) /* nothing committed yet: auto.offset.reset's earliest */
+            l->elems[i].offset = RD_KAFKA_OFFSET_BEGINNING;
+    err = ok ? rd_kafka_assign(consumer, l) : RD_KAFKA_RESP_ERR__TIMED_OUT;
+    rd_kafka_topic_partition_list_destroy(l);
+    return err ? -EIO : 0;
+}
+
+int sf_kafka_topic_create(rd_kafka_t *rk, const char *topic, int timeout_ms)
+{
+    char errstr[256];
+    rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(topic, -1, -1, errstr, sizeof(errstr));
+    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+    rd_kafka_AdminOptions_t *o = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
+    rd_kafka_event_t *ev = NULL;
+    int rc = -EIO;
+
+    if (!nt || !q || !o)
+        goto out;
+    rd_kafka_AdminOptions_set_request_timeout(o, timeout_ms, errstr, sizeof(errstr));
+    rd_kafka_AdminOptions_set_operation_timeout(o, timeout_ms, errstr, sizeof(errstr));
+    /* a gateway's or producer's answers matter for minutes: a day is plenty, and a topic
+     * whose gateway is gone for good does not stay forever */
+    if (!strncmp(topic, SF_TOPIC_REPLY_PREFIX, strlen(SF_TOPIC_REPLY_PREFIX)))
+        rd_kafka_NewTopic_set_config(nt, "retention.ms", SF_KAFKA_REPLY_RETENTION_MS);
+    rd_kafka_CreateTopics(rk, &nt, 1, o, q);
+    if ((ev = rd_kafka_queue_poll(q, timeout_ms + 1000)) &&
+        rd_kafka_event_type(ev) == RD_KAFKA_EVENT_CREATETOPICS_RESULT) {
+        size_t n = 0;
+        const rd_kafka_topic_result_t **res =
+            rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
+        rd_kafka_resp_err_t err = n == 1 ? rd_kafka_topic_result_error(res[0])
+                                         : rd_kafka_event_error(ev);
+        if (err == RD_KAFKA_RESP_ERR_NO_ERROR || err == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS)
+            rc = 0;
+        else if (err == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED ||
+                 err == RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED)
+            rc = -EPERM; /* the operator creates it (ACLs): it may well exist */
+    }
+out:
+    if (ev)
+        rd_kafka_event_destroy(ev);
+    if (o)
+        rd_kafka_AdminOptions_destroy(o);
+    if (q)
+        rd_kafka_queue_destroy(q);
+    if (nt)
+        rd_kafka_NewTopic_destroy(nt);
+    return rc;
+}
+
 int sf_kafka_assign_all(rd_kafka_t *consumer, rd_kafka_t *producer, const char *topic,
                         int64_t start_offset, int timeout_ms)
 {
     rd_kafka_topic_partition_list_t *l;
     rd_kafka_resp_err_t err;
-    int n = topic_partitions(producer, topic, timeout_ms);
+    int n;
+
+    /* the topic may not exist yet where topics are not created on first use (Apache Kafka
+     * with auto.create.topics.enable=false, as ops/RUNBOOK.md advises): this reader makes it.
+     * Refused (no CREATE right): it must exist already, as the metadata below tells. */
+    (void)sf_kafka_topic_create(producer, topic, timeout_ms < 5000 ? timeout_ms : 5000);
+    n = topic_partitions(producer, topic, timeout_ms);
 
     if (n < 0)
         return n;
+    if (start_offset == RD_KAFKA_OFFSET_STORED)
+        return assign_committed(consumer, topic, n, timeout_ms);
     l = rd_kafka_topic_partition_list_new(n);
     for (int i = 0; i < n; i++) {
         int64_t off = start_offset, lo, hi;
         /* "the end" is resolved now, not at the first fetch: a message produced between
          * the assignment and that fetch would be skipped */
         if (start_offset == RD_KAFKA_OFFSET_END) {
-            if (rd_kafka_query_watermark_offsets(consumer, topic, i, &lo, &hi, timeout_ms) !=
-                RD_KAFKA_RESP_ERR_NO_ERROR) {
+            /* (a topic just created is known to some brokers a moment before the others:
+             * asked again until timeout_ms ends) */
+            int64_t until = sf_mono_ms() + timeout_ms;
+            rd_kafka_resp_err_t e;
+            while ((e = rd_kafka_query_watermark_offsets(consumer, topic, i, &lo, &hi,
+                                                         timeout_ms)) !=
+                       RD_KAFKA_RESP_ERR_NO_ERROR &&
+                   sf_mono_ms() < until)
+                usleep(100 * 1000);
+            if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
                 rd_kafka_topic_partition_list_destroy(l);
                 return -EIO;
             }

@@ -62,8 +62,18 @@ int sf_kafka_produce_h(rd_kafka_t *producer, const char *topic, const char *key,
  * start_offset (no rebalance: for per-host and per-gateway topics; RD_KAFKA_OFFSET_END is
  * resolved before it returns, so nothing produced after it is skipped). */
 int sf_kafka_subscribe(rd_kafka_t *consumer, const char *topic);
+/* _assign_all first creates the topic (CreateTopics with the broker's partition count and
+ * replication factor) when it does not exist: per-instance topics (sf.host.<host>,
+ * sf.reply.<id>) are made by their reader, since production brokers do not create topics
+ * on first use. */
 int sf_kafka_assign_all(rd_kafka_t *consumer, rd_kafka_t *producer, const char *topic,
                         int64_t start_offset, int timeout_ms);
+
+/* Creates topic with the broker's defaults unless it exists (0 then too); a reply topic
+ * (sf.reply.*) gets retention.ms SF_KAFKA_REPLY_RETENTION_MS. -EPERM when the broker's
+ * ACLs refuse it, -EIO otherwise. */
+#define SF_KAFKA_REPLY_RETENTION_MS "3600000"
+int sf_kafka_topic_create(rd_kafka_t *rk, const char *topic, int timeout_ms);
 
 typedef void (*sf_kafka_msg_cb)(void *arg, rd_kafka_message_t *msg);
 typedef struct sf_kafka_pump sf_kafka_pump;

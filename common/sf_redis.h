@@ -1,6 +1,16 @@
-/* sf_redis: hiredis async on libevent with automatic reconnect, and Lua scripts called by
- * SHA. Generic: the key layout and the scripts themselves are the state module's
- * (state/sf_store.h). */
+/* sf_redis: hiredis async on libevent with automatic reconnect, Redis Cluster spoken
+ * natively, and Lua scripts called by SHA. Generic: the key layout and the scripts
+ * themselves are the state module's (state/sf_store.h).
+ *
+ * Cluster: the first seed that answers is asked CLUSTER SLOTS; a plain Redis (cluster
+ * support disabled) gets every command. On a cluster each command and script goes to the
+ * master of its keys' hash slot (they share one: the state module's rule), MOVED and ASK
+ * are followed (MOVED also has the map asked again), and a lost node has the map asked
+ * again every 100 ms until its slots have a master that answers (a failover). Commands
+ * without keys (PUBLISH, SUBSCRIBE, PING) go to any connected node: a node's Pub/Sub is
+ * the whole cluster's. A command for a slot whose master is down fails at once
+ * (-ENOTCONN), as with a plain Redis that is down; one already sent when its node died
+ * gets a NULL reply (never sent again: it may have run). */
 #ifndef SF_REDIS_H
 #define SF_REDIS_H
 
@@ -13,12 +23,16 @@
 
 typedef struct sf_redis sf_redis;
 
-/* url: redis://HOST:PORT or unix:/PATH. Connects in the background and
- * reconnects every 500 ms while down. NULL with why on a bad URL. */
+/* url: redis://HOST:PORT, unix:/PATH, or several seeds of one cluster,
+ * redis://HOST:PORT,HOST:PORT,... Connects in the background and reconnects every 500 ms
+ * while down. NULL with why on a bad URL. */
 sf_redis *sf_redis_new(struct event_base *base, const char *url, char *why, size_t whylen);
 void sf_redis_free(sf_redis *r);
 int sf_redis_connected(const sf_redis *r);
-/* fn(arg) runs each time the connection is (re)established (e.g. to SUBSCRIBE again). */
+/* True once the first node answered that it is part of a cluster. */
+int sf_redis_is_cluster(const sf_redis *r);
+/* fn(arg) runs each time the connection is (re)established (e.g. to SUBSCRIBE again); on a
+ * cluster, each time keyless commands move to another node (the one in use was lost). */
 void sf_redis_on_connect(sf_redis *r, void (*fn)(void *arg), void *arg);
 /* Sends one command. cb(ctx, reply, priv) runs once; reply is NULL if the
  * connection dropped before the answer. -ENOTCONN when down (cb not called). */
@@ -57,7 +71,23 @@ redisReply *sf_redis_script_sync(redisContext *c, sf_redis_script *s, int nkeys,
 /* The script's SHA1 (40 hex digits). */
 const char *sf_redis_script_sha(sf_redis_script *s);
 
-/* Blocking connection for tools (CLI, tests). NULL with why. */
+/* Blocking connection for tools (CLI, tests, a worker's start), to the first seed that
+ * answers. NULL with why. On a cluster, send through sf_redis_sync_cmd / _argv (and
+ * sf_redis_script_sync): they route by slot and follow MOVED/ASK; free it with
+ * sf_redis_sync_free, which also closes the other masters' connections. */
 redisContext *sf_redis_connect_sync(const char *url, char *why, size_t whylen);
+void sf_redis_sync_free(redisContext *c);
+/* redisCommand / redisCommandArgv, routed on a cluster. NULL when the connection broke. */
+redisReply *sf_redis_sync_cmd(redisContext *c, const char *fmt, ...);
+redisReply *sf_redis_sync_argv(redisContext *c, int argc, const char **argv,
+                               const size_t *lens);
+/* The connections of every master (on a plain Redis: c itself), for commands that each
+ * node answers for its own keys only (SCAN). Their count, -ENOSPC beyond max, or
+ * -ENOTCONN when a master cannot be reached. They stay c's (sf_redis_sync_free). */
+int sf_redis_sync_masters(redisContext *c, redisContext **out, int max);
+
+/* Redis Cluster's hash slot of a key (CRC16 of it, or of its {hash tag}). */
+#define SF_REDIS_SLOTS 16384
+int sf_redis_slot(const char *key, size_t n);
 
 #endif

@@ -156,6 +156,10 @@ sf_dev_cert() {
     export SF_TLS_CERT_FILE="$dir/cert.pem" SF_TLS_KEY_FILE="$dir/key.pem"
 }
 
+# sf_redis_cli ARGS...: redis-cli on SF_REDIS_URL's first seed (several: a Redis Cluster),
+# following redirects.
+sf_redis_cli() { redis-cli -c -u "${SF_REDIS_URL%%,*}" "$@"; }
+
 sf_wait_worker() {
     # The qemu driver builds its guest and template snapshot on its first start (about a
     # minute under TCG; cached in /var/cache/sandfleet/vm after that).
@@ -166,7 +170,7 @@ sf_wait_worker() {
     fi
     local i
     for ((i = 0; i < secs * 20; i++)); do
-        redis-cli -u "$SF_REDIS_URL" zscore sf:hosts "$SF_HOST_ID" 2>/dev/null | grep -q . && return 0
+        sf_redis_cli zscore sf:hosts "$SF_HOST_ID" 2>/dev/null | grep -q . && return 0
         if [ -n "${state:-}" ] && ! sf_alive "$state" worker; then
             sf_log "the worker exited while starting; see $state/logs/worker.log"
             return 1

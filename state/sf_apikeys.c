@@ -52,7 +52,7 @@ int sf_apikeys_create(redisContext *c, const sf_apikey_rec *k, char *why, size_t
 static int revoke_read(redisContext *c, const char *id, char *hash, size_t hash_size,
                        char *pid, size_t pid_size, char *why, size_t whylen)
 {
-    redisReply *r = redisCommand(c, "HGET " SF_RK_APIKEY_IDS " %s", id);
+    redisReply *r = sf_redis_sync_cmd(c, "HGET " SF_RK_APIKEY_IDS " %s", id);
 
     if (reply_failed(c, r, why, whylen))
         return -EIO;
@@ -62,7 +62,7 @@ static int revoke_read(redisContext *c, const char *id, char *hash, size_t hash_
     }
     memcpy(hash, r->str, r->len + 1);
     freeReplyObject(r);
-    r = redisCommand(c, "HGET " SF_RK_APIKEY " pid", hash);
+    r = sf_redis_sync_cmd(c, "HGET " SF_RK_APIKEY " pid", hash);
     if (reply_failed(c, r, why, whylen))
         return -EIO;
     pid[0] = '\0';
@@ -153,20 +153,20 @@ static int migrate_one(redisContext *c, const char *id, const char *hash, char *
     int rc = 0;
 
     if (!sf_id_valid(id) || !hexlen_ok(hash, SF_APIKEY_HASH_HEX - 1)) {
-        r = redisCommand(c, "HDEL " OLD_APIKEY_IDS " %s", id); /* not a key we ever made */
+        r = sf_redis_sync_cmd(c, "HDEL " OLD_APIKEY_IDS " %s", id); /* not a key we ever made */
         if (reply_failed(c, r, why, whylen))
             return -EIO;
         freeReplyObject(r);
         return 0;
     }
-    r = redisCommand(c, "HMGET " OLD_APIKEY " team name created pid", hash);
+    r = sf_redis_sync_cmd(c, "HMGET " OLD_APIKEY " team name created pid", hash);
     if (reply_failed(c, r, why, whylen))
         return -EIO;
     pid = field(r, 3);
     if (pid && (strlen(pid) != SF_PRODUCER_ID_LEN || !sf_id_valid(pid)))
         pid = NULL;
     if (field(r, 0) && sf_id_valid(field(r, 0)) && pid) {
-        p = redisCommand(c, "HGET " OLD_PRODUCER " psk", pid);
+        p = sf_redis_sync_cmd(c, "HGET " OLD_PRODUCER " psk", pid);
         if (reply_failed(c, p, why, whylen)) {
             freeReplyObject(r);
             return -EIO;
@@ -183,7 +183,7 @@ static int migrate_one(redisContext *c, const char *id, const char *hash, char *
         rc = rc == -EEXIST ? 1 : rc == 0 ? 1 : rc; /* exists: an earlier run moved it */
     }
     if (rc >= 0 && pid) {
-        redisReply *d = redisCommand(c, "DEL " OLD_PRODUCER, pid);
+        redisReply *d = sf_redis_sync_cmd(c, "DEL " OLD_PRODUCER, pid);
         if (reply_failed(c, d, why, whylen))
             rc = -EIO;
         else
@@ -193,11 +193,11 @@ static int migrate_one(redisContext *c, const char *id, const char *hash, char *
     freeReplyObject(r);
     if (rc < 0)
         return rc;
-    r = redisCommand(c, "DEL " OLD_APIKEY, hash);
+    r = sf_redis_sync_cmd(c, "DEL " OLD_APIKEY, hash);
     if (reply_failed(c, r, why, whylen))
         return -EIO;
     freeReplyObject(r);
-    r = redisCommand(c, "HDEL " OLD_APIKEY_IDS " %s", id); /* last: a rerun finds the rest */
+    r = sf_redis_sync_cmd(c, "HDEL " OLD_APIKEY_IDS " %s", id); /* last: a rerun finds the rest */
     if (reply_failed(c, r, why, whylen))
         return -EIO;
     freeReplyObject(r);
@@ -210,7 +210,7 @@ int sf_apikeys_migrate(redisContext *c, int *moved, char *why, size_t whylen)
     int n = 0;
 
     do {
-        redisReply *r = redisCommand(c, "HSCAN " OLD_APIKEY_IDS " %s COUNT " MIGRATE_BATCH,
+        redisReply *r = sf_redis_sync_cmd(c, "HSCAN " OLD_APIKEY_IDS " %s COUNT " MIGRATE_BATCH,
                                      cursor);
         redisReply *e;
 
@@ -258,5 +258,5 @@ void sf_apikeys_migrate_start(const char *redis_url)
     else if (n)
         sf_info("msg=\"API keys moved to the {apikeys} slot\" keys=%d", n);
     if (c)
-        redisFree(c);
+        sf_redis_sync_free(c);
 }

@@ -127,7 +127,7 @@ int sf_netlog_read_sync(redisContext *c, const char *sandbox, int limit, const c
     if (!sf_id_valid(sandbox))
         return -EINVAL;
     snprintf(key, sizeof(key), SF_RK_NETLOG, sandbox);
-    r = redisCommand(c, "XREVRANGE %s + - COUNT %d", key, SF_NETLOG_CAP_DEFAULT * 2);
+    r = sf_redis_sync_cmd(c, "XREVRANGE %s + - COUNT %d", key, SF_NETLOG_CAP_DEFAULT * 2);
     rc = sf_netlog_from_reply(r, limit, verdict, out);
     if (r)
         freeReplyObject(r);

@@ -276,14 +276,14 @@ int sf_records_retire_host_sync(redisContext *c, const char *host, long long *n)
     int rc = 0;
 
     *n = 0;
-    if (sync_ok(ids = redisCommand(c, "SMEMBERS " SF_RK_HOST_SANDBOXES, host)) < 0)
+    if (sync_ok(ids = sf_redis_sync_cmd(c, "SMEMBERS " SF_RK_HOST_SANDBOXES, host)) < 0)
         return -EIO;
     for (size_t i = 0; rc >= 0 && ids->type == REDIS_REPLY_ARRAY && i < ids->elements; i++) {
         const char *id = ids->element[i]->str;
         int creating;
         if (ids->element[i]->type != REDIS_REPLY_STRING || ids->element[i]->len >= SF_ID_MAX)
             continue;
-        if (sync_ok(st = redisCommand(c, "HGET " SF_RK_SANDBOX " state", id)) < 0) {
+        if (sync_ok(st = sf_redis_sync_cmd(c, "HGET " SF_RK_SANDBOX " state", id)) < 0) {
             rc = -EIO;
             break;
         }

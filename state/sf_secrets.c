@@ -344,7 +344,7 @@ int sf_secrets_create(redisContext *c, const uint8_t key[SF_SECRET_KEY_BYTES],
                  m->team, SF_SECRETS_TEAM_MAX);
         return -ENOSPC;
     }
-    r = redisCommand(c, "SADD " SF_RK_SECRETS_TEAMS " %s", m->team);
+    r = sf_redis_sync_cmd(c, "SADD " SF_RK_SECRETS_TEAMS " %s", m->team);
     if (redis_failed(c, r, why, whylen))
         return -EIO;
     freeReplyObject(r);
@@ -503,7 +503,7 @@ int sf_secrets_list(redisContext *c, const char *team, json_t **out, char *why, 
         snprintf(why, whylen, "Team must be [a-z0-9_-], at most 63 characters.");
         return -EINVAL;
     }
-    r = redisCommand(c, "SMEMBERS " SF_RK_TEAM_SECRETS, team);
+    r = sf_redis_sync_cmd(c, "SMEMBERS " SF_RK_TEAM_SECRETS, team);
     if (redis_failed(c, r, why, whylen))
         return -EIO;
     n = r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
@@ -520,7 +520,7 @@ int sf_secrets_list(redisContext *c, const char *team, json_t **out, char *why, 
         sf_secret s;
         if (!sf_secret_name_valid(names[i]))
             continue;
-        h = redisCommand(c, "HGETALL " SF_RK_SECRET, team, names[i]);
+        h = sf_redis_sync_cmd(c, "HGETALL " SF_RK_SECRET, team, names[i]);
         if (redis_failed(c, h, why, whylen)) {
             json_decref(arr);
             free(names);
@@ -541,7 +541,7 @@ int sf_secrets_list(redisContext *c, const char *team, json_t **out, char *why, 
 
 int sf_secrets_teams(redisContext *c, json_t **out, char *why, size_t whylen)
 {
-    redisReply *r = redisCommand(c, "SMEMBERS " SF_RK_SECRETS_TEAMS);
+    redisReply *r = sf_redis_sync_cmd(c, "SMEMBERS " SF_RK_SECRETS_TEAMS);
     json_t *arr;
 
     if (redis_failed(c, r, why, whylen))

@@ -308,7 +308,7 @@ int sf_timers_clear_host_sync(redisContext *c, const char *host)
 
     if (!host || w < 0 || (size_t)w >= sizeof(key))
         return -EINVAL;
-    if (!(rep = redisCommandArgv(c, 2, argv, NULL)))
+    if (!(rep = sf_redis_sync_argv(c, 2, argv, NULL)))
         return -EIO;
     w = rep->type == REDIS_REPLY_ERROR ? -EPROTO : 0;
     freeReplyObject(rep);

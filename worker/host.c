@@ -82,7 +82,7 @@ static void *beat_main(void *arg)
             redisSetTimeout(rc, tv); /* a hung Redis costs a beat, not the thread */
         }
         if (rc && beat_once(ctx, rc) < 0) {
-            redisFree(rc);
+            sf_redis_sync_free(rc);
             rc = NULL;
         }
         if (!rc && !warned++)
@@ -106,10 +106,10 @@ static void *beat_main(void *arg)
     if (!rc)
         rc = sf_redis_connect_sync(ctx->cfg.common.redis_url, why, sizeof(why));
     if (rc) {
-        redisReply *rep = redisCommand(rc, "ZREM " SF_RK_HOSTS " %s", ctx->host_id);
+        redisReply *rep = sf_redis_sync_cmd(rc, "ZREM " SF_RK_HOSTS " %s", ctx->host_id);
         if (rep)
             freeReplyObject(rep);
-        redisFree(rc);
+        sf_redis_sync_free(rc);
     }
     return NULL;
 }

@@ -119,11 +119,11 @@ static int pick_host_id(wk_ctx *ctx)
 /* The live sandboxes of a previous run: a `lost` event for each (before the retiring). */
 static void lost_events(wk_ctx *ctx, redisContext *c)
 {
-    redisReply *ids = redisCommand(c, "SMEMBERS " SF_RK_HOST_SANDBOXES, ctx->host_id);
+    redisReply *ids = sf_redis_sync_cmd(c, "SMEMBERS " SF_RK_HOST_SANDBOXES, ctx->host_id);
 
     for (size_t i = 0; ids && ids->type == REDIS_REPLY_ARRAY && i < ids->elements; i++) {
         const char *id = ids->element[i]->str;
-        redisReply *v = id ? redisCommand(c, "HMGET " SF_RK_SANDBOX " team state", id) : NULL;
+        redisReply *v = id ? sf_redis_sync_cmd(c, "HMGET " SF_RK_SANDBOX " team state", id) : NULL;
         if (v && v->type == REDIS_REPLY_ARRAY && v->elements == 2 &&
             v->element[0]->type == REDIS_REPLY_STRING && v->element[1]->type == REDIS_REPLY_STRING &&
             strcmp(v->element[1]->str, "killed") && strcmp(v->element[1]->str, "failed") &&
@@ -154,7 +154,7 @@ static void reconcile(wk_ctx *ctx)
         if (rc == 0) /* and the template builds it had under way */
             rc = wk_tpl_build_reconcile_sync(ctx, c);
         if (c)
-            redisFree(c);
+            sf_redis_sync_free(c);
         if (rc == 0) {
             if (n > 0)
                 sf_info("msg=\"sandboxes of a previous run marked lost\" count=%lld", n);
@@ -321,8 +321,9 @@ int main(int argc, char **argv)
         goto out;
     }
     reconcile(&ctx); /* (with the producer: its lost events) */
+    /* (15 s: on Apache Kafka a group's first use waits for its coordinator) */
     if (sf_kafka_assign_all(ctx.consumer, ctx.producer, ctx.topic, RD_KAFKA_OFFSET_STORED,
-                            5000) < 0 ||
+                            15000) < 0 ||
         !(ctx.jobq = sf_jobq_new(ctx.d.base, ctx.consumer, ctx.producer, ctx.topic, wk_on_job,
                                  wk_on_bad, &ctx)) ||
         wk_preview_start(&ctx) < 0 || /* (before the heartbeat, which names it) */

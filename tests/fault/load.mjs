@@ -82,8 +82,17 @@ export async function until(fn, deadlineMs = 30000, stepMs = 100) {
   return -1;
 }
 
+// (on a Redis Cluster's URL, the first of its seeds that answers, following redirects)
 export function redis(env, ...args) {
-  return execFileSync('redis-cli', ['-u', env.SF_REDIS_URL, ...args]).toString().trim();
+  const seeds = env.SF_REDIS_URL.replace(/^redis:\/\//, '').split(',');
+  for (const [i, s] of seeds.entries()) {
+    try {
+      return execFileSync('redis-cli', ['-c', '-u', `redis://${s}`, ...args],
+        { stdio: ['ignore', 'pipe', 'pipe'] }).toString().trim();
+    } catch (e) {
+      if (i === seeds.length - 1) throw e;
+    }
+  }
 }
 
 // One tools/call on a connection of its own (node:http, no keep-alive pool), so a test

@@ -681,7 +681,7 @@ int wk_tpl_build_reconcile_sync(wk_ctx *ctx, redisContext *c)
     redisReply *l, *rep;
     long n = 0;
 
-    if (!(l = redisCommand(c, "SMEMBERS " SF_RK_HOST_TEMPLATES, ctx->host_id)))
+    if (!(l = sf_redis_sync_cmd(c, "SMEMBERS " SF_RK_HOST_TEMPLATES, ctx->host_id)))
         return -EIO;
     snprintf(why, sizeof(why), "Host %s restarted while it built this template; a failed "
              "template can be built again under its name.", ctx->host_id);
@@ -704,13 +704,13 @@ int wk_tpl_build_reconcile_sync(wk_ctx *ctx, redisContext *c)
         n += rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
         freeReplyObject(rep);
         /* its reservations (reserve()), whatever its record says */
-        if (!(rep = redisCommand(c, "HDEL " SF_RK_HOST_RES " tb:%s:%s", ctx->host_id, team,
+        if (!(rep = sf_redis_sync_cmd(c, "HDEL " SF_RK_HOST_RES " tb:%s:%s", ctx->host_id, team,
                                  sp + 1))) {
             freeReplyObject(l);
             return -EIO;
         }
         freeReplyObject(rep);
-        if (!(rep = redisCommand(c, "HDEL " SF_RK_TEAM_RES " tb:%s@%s", team, sp + 1,
+        if (!(rep = sf_redis_sync_cmd(c, "HDEL " SF_RK_TEAM_RES " tb:%s@%s", team, sp + 1,
                                  ctx->host_id))) {
             freeReplyObject(l);
             return -EIO;
