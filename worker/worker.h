@@ -132,6 +132,7 @@ typedef struct wk_box {
     const char *end_state;  /* record state once torn down: killed, lost, failed */
     char template_name[64]; /* the template it started from (its snapshots' too) */
     char snap_used[SF_ID_MAX]; /* created from this snapshot: in use until the driver answered */
+    int64_t computer_tat_ms; /* sandbox_computer's rate limit (computer.c): monotonic ms */
 } wk_box;
 
 /* drivers.c: the driver compiled in under that name, or NULL; "jail, qemu": the names it
