@@ -1,7 +1,8 @@
 /* computer.c: sandbox_computer: one GUI action in a 'desktop' sandbox (worker/templates/
  * tpl/build-desktop), then a fresh screenshot. The work inside the sandbox is the
- * template's sandfleet-computer (xdotool, xrandr, scrot on the display :0), run through
- * the driver's exec; the PNG comes back through the driver's file operation (the agent
+ * worker's tpl/desktop/sandfleet-computer (xdotool, xrandr, scrot on the display :0),
+ * read once beside sandfleet-worker and sent as each action's command through the driver's
+ * exec (so it changes with the worker, not the template); the PNG comes back through the driver's file operation (the agent
  * reads it inside the sandbox) and leaves as MCP image content: the reply's `_image_png`
  * (base64) and `_text` fields, which the gateway turns into content items
  * (schemas/envelope.md); a large one travels by claim check like a big file read.
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CU_RATE_MS 100            /* on average one action per 100 ms per sandbox... */
 #define CU_BURST 20               /* ...with bursts of up to 20 */
@@ -30,7 +32,7 @@
 #define CU_KEYS_MAX 32            /* key combinations in one `key` */
 #define CU_KEY_NAME_MAX 48
 #define CU_CMD_MAX 4096
-#define CU_PROG "/usr/local/bin/sandfleet-computer"
+#define CU_PROG_MAX (16u << 10) /* tpl/desktop/sandfleet-computer, sent with each action */
 
 typedef struct cu_op {
     wk_call *c;
@@ -71,6 +73,45 @@ static void input_failed(cu_op *o, const char *detail)
     snprintf(text, sizeof(text), "The action may have been delivered, in full or in part (%s); "
              "take a screenshot before repeating it.", detail);
     fail(o, SF_ERR_UNAVAILABLE, text);
+}
+
+/* The action program (tpl/desktop/sandfleet-computer beside sandfleet-worker), read on
+ * first use; NULL when it is missing. Loop thread only. */
+static const char *program(void)
+{
+    static char *prog;
+    static int tried;
+    char path[4096];
+    ssize_t len;
+    char *slash;
+    FILE *f;
+    size_t n;
+
+    if (tried)
+        return prog;
+    tried = 1;
+    if ((len = readlink("/proc/self/exe", path, sizeof(path) - 64)) <= 0)
+        return NULL;
+    path[len] = '\0';
+    if (!(slash = strrchr(path, '/')))
+        return NULL;
+    snprintf(slash + 1, 64, "tpl/desktop/sandfleet-computer");
+    if (!(f = fopen(path, "re")))
+        return NULL;
+    if ((prog = malloc(CU_PROG_MAX + 1))) {
+        n = fread(prog, 1, CU_PROG_MAX + 1, f);
+        if (n == 0 || n > CU_PROG_MAX) {
+            free(prog);
+            prog = NULL;
+        } else {
+            prog[n] = '\0';
+        }
+    }
+    fclose(f);
+    if (!prog)
+        sf_error("msg=\"tpl/desktop/sandfleet-computer beside sandfleet-worker is missing or "
+                 "too large; sandbox_computer cannot run\" path=%s", path);
+    return prog;
 }
 
 /* ---- key names ------------------------------------------------------------- */
@@ -295,6 +336,8 @@ static void stream_url(wk_call *c, wk_box *b)
 static void on_action_done(void *arg, const wk_exec_result *res)
 {
     cu_op *o = arg;
+
+    sf_buf_reset(&o->png);
     char line[128] = "", text[SF_MESSAGE_MAX], word[16] = "";
     const char *last;
     unsigned long long bytes = 0;
@@ -590,12 +633,22 @@ static void do_computer(wk_call *c, wk_box *b)
             fail(o, SF_ERR_INVALID, "The job id cannot name a file; send the call again.");
             return;
         }
-    snprintf(cmd, sizeof(cmd), "exec " CU_PROG " '%s' %d %u %s", shot ? o->path : "-",
+    if (!program()) {
+        fail(o, SF_ERR_INTERNAL, "This host's worker is missing its sandbox_computer program "
+                                 "(tpl/desktop/sandfleet-computer); tell the operator.");
+        return;
+    }
+    snprintf(cmd, sizeof(cmd), "set -- '%s' %d %u %s\n", shot ? o->path : "-",
              o->input ? CU_SETTLE_MS : 0, CU_SHOT_MAX, args);
+    if (sf_buf_append(&o->png, cmd, strlen(cmd)) < 0 ||
+        sf_buf_append(&o->png, program(), strlen(program()) + 1) < 0) {
+        fail(o, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
+        return;
+    }
     left = c->job.deadline_ms - sf_now_ms() - 200; /* the caller stops waiting then */
     if (timeout > left)
         timeout = left > 1 ? left : 1;
-    req.command = cmd;
+    req.command = o->png.p; /* (the buffer holds the command until the PNG comes) */
     req.timeout_ms = (uint32_t)timeout;
     if ((rc = c->ctx->ops->exec(b->sb, &req, on_action_done, o)) < 0)
         fail(o, rc == -EBUSY ? SF_ERR_LIMIT : SF_ERR_UNAVAILABLE,
