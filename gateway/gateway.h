@@ -55,6 +55,11 @@ typedef struct gw_cfg {
     int64_t body_min_rate;
     int64_t threads;            /* event-loop threads (0 = one per core) */
     int64_t claim_team_mib;     /* a team's large arguments in Redis at once (claim checks) */
+    char *preview_domain;       /* preview URLs: {port}-{label}.<this> (preview.h) */
+    char *preview_scheme;       /* http or https */
+    int64_t preview_max_conns_team; /* open preview connections one team may hold */
+    int64_t preview_rate_team;  /* preview bytes/s one team may move (0 = no limit) */
+    int64_t preview_hop_timeout_ms; /* the sandbox's host answers a hop within this */
 } gw_cfg;
 
 /* Counters for /metrics (metrics.c). */
@@ -111,6 +116,8 @@ typedef struct gw_ctx {
     gw_metrics metrics;
     struct event *metrics_tick;
     struct gw_cimd *cimd;     /* client ID metadata document fetches (oauth_cimd.c) */
+    struct gw_preview *preview; /* preview connections of this instance (preview.c) */
+    struct gw_pv_teams *pv_teams; /* per-team preview counts, shared by every thread */
     struct gw_ctx *peers;     /* every instance of this process (one per thread) */
     int npeers, index;
 } gw_ctx;

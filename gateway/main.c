@@ -1,6 +1,7 @@
 /* sandfleet-gateway: parse config, build objects, run the loop, tear down. */
 #include "gateway.h"
 #include "oauth.h"
+#include "preview.h"
 #include "tools.h"
 #include "sf_apikeys.h"
 #include "sf_auth.h"
@@ -91,6 +92,18 @@ static const sf_cfg_entry cfg_table[] = {
     SF_CFG_I(gw_cfg, body_min_rate, "1048576", 1024, 1073741824,
              "slowest body upload accepted, bytes per second"),
     SF_CFG_I(gw_cfg, threads, "0", 0, 64, "event-loop threads (0 = one per core)"),
+    SF_CFG_S(gw_cfg, preview_domain, "preview.localhost:8080",
+             "preview URLs are {port}-{label}.<this> (a host name, optional :port; any port "
+             "is accepted); must not be the gateway's own site"),
+    SF_CFG_S(gw_cfg, preview_scheme, "http", "http or https: the scheme of preview URLs"),
+    SF_CFG_I(gw_cfg, preview_max_conns_team, "256", 1, 1000000,
+             "open preview connections one team may hold on this gateway (429 page past it)"),
+    SF_CFG_I(gw_cfg, preview_rate_team, "0", 0, 1099511627776LL,
+             "preview bytes per second one team may move through this gateway, both ways "
+             "together (0 = no limit)"),
+    SF_CFG_I(gw_cfg, preview_hop_timeout_ms, "40000", 1000, 600000,
+             "a sandbox's host must answer a preview hop within this (it may resume the "
+             "sandbox first)"),
 };
 
 /* One event loop per thread, each a whole gateway instance (its own Redis connections,
@@ -121,7 +134,7 @@ static int instance_start(gw_ctx *ctx, int *port, gw_addr_table *addrs, char *wh
         return -1;
     }
     if (!(ctx->http = gw_http_server_new(ctx->d.base, ctx->cfg.listen_addr, *port, &lim,
-                                         gw_router_dispatch, ctx->router))) {
+                                         gw_preview_dispatch, ctx))) {
         snprintf(why, n, "cannot listen on %s port %d: %s", ctx->cfg.listen_addr, *port,
                  strerror(errno));
         return -1;
@@ -129,7 +142,9 @@ static int instance_start(gw_ctx *ctx, int *port, gw_addr_table *addrs, char *wh
     *port = gw_http_server_port(ctx->http); /* port 0: the others take the same one */
     gw_http_server_share_addrs(ctx->http, addrs);
     gw_http_server_enable_h2(ctx->http);
-    gw_http_server_set_head_check(ctx->http, gw_mcp_head_check, ctx);
+    gw_http_server_set_head_check(ctx->http, gw_preview_head_check, ctx);
+    if (gw_preview_start(ctx, why, n) < 0)
+        return -1;
     gw_http_server_set_challenge(ctx->http, gw_oauth_challenge_fn, ctx);
     gw_metrics_start(ctx);
     if ((ctx->cfg.tls_cert_file[0] || ctx->cfg.tls_key_file[0]) &&
@@ -198,6 +213,7 @@ static void instance_stop(gw_ctx *ctx)
     if (ctx->drain_tick)
         event_free(ctx->drain_tick);
     gw_metrics_stop(ctx);
+    gw_preview_stop(ctx);
     gw_http_server_free(ctx->http);
     gw_cimd_stop(ctx);
     gw_router_free(ctx->router);
@@ -222,6 +238,7 @@ int main(int argc, char **argv)
     pthread_t *threads = NULL;
     gw_addr_table *addrs = NULL;
     gw_team_table *teams = NULL;
+    gw_pv_teams *pv_teams = NULL;
     char why[512];
     int rc = 1, n, started = 0, port;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -240,7 +257,8 @@ int main(int argc, char **argv)
     }
     if (evthread_use_pthreads() < 0 || !(ctxs = calloc((size_t)n, sizeof(*ctxs))) ||
         !(threads = calloc((size_t)n, sizeof(*threads))) || !(addrs = gw_addr_table_new()) ||
-        !(teams = gw_team_table_new((size_t)cfg.max_pending))) {
+        !(teams = gw_team_table_new((size_t)cfg.max_pending)) ||
+        !(pv_teams = gw_pv_teams_new())) {
         fprintf(stderr, "sandfleet-gateway: out of memory\n");
         goto out;
     }
@@ -250,6 +268,7 @@ int main(int argc, char **argv)
         ctxs[i].npeers = n;
         ctxs[i].index = i;
         ctxs[i].teams = teams;
+        ctxs[i].pv_teams = pv_teams;
         if (sf_daemon_init(&ctxs[i].d, "gateway", &ctxs[i].cfg.common) < 0)
             goto out;
         started = i + 1;
@@ -296,6 +315,7 @@ out:
         instance_stop(&ctxs[i]);
     gw_addr_table_free(addrs);
     gw_team_table_free(teams);
+    gw_pv_teams_free(pv_teams);
     free(threads);
     free(ctxs);
     sf_config_free(cfg_table, SF_ARRAY_LEN(cfg_table), &cfg);

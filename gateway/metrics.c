@@ -3,6 +3,7 @@
  * sessions, jobs in flight, refusals by reason), /healthz (the process answers) and
  * /readyz (Redis and Kafka reachable). */
 #include "gateway.h"
+#include "preview.h"
 #include "sf_log.h"
 
 #include <stdio.h>
@@ -149,6 +150,8 @@ static void metrics_page(gw_req *req, void *arg)
     sf_buf_appendf(&b, "sandfleet_gateway_refused_total{reason=\"unauthorized\"} %llu\n"
                        "sandfleet_gateway_refused_total{reason=\"calls_in_flight\"} %llu\n",
                    SUM(unauthorized), SUM(calls_refused));
+    if (ctx->pv_teams)
+        gw_pv_teams_metrics(ctx->pv_teams, &b);
     gw_req_respond(req, 200, "text/plain; version=0.0.4", hdr, b.p, b.len);
     sf_buf_fini(&b);
 }

@@ -217,6 +217,10 @@ sf_stack_start() {
         export SF_KAFKA_BROKERS
     fi
     export SF_PORT=$gw_port
+    # preview URLs (issue 22): {port}-{sandbox}.preview.localhost on the gateway's port;
+    # the worker builds them, the gateway recognises them
+    export SF_PREVIEW_DOMAIN=${SF_PREVIEW_DOMAIN:-preview.localhost:$gw_port}
+    export SF_PREVIEW_SCHEME=${SF_PREVIEW_SCHEME:-http}
     sf_daemon_env "$state" "$build"
     sf_spawn "$state" secret-proxy "$build/secret-proxy/sandfleet-secret-proxy"
     sf_wait 10 "the secret-proxy" test -S "$SF_PROXY_CONTROL_SOCKET" || return 1
@@ -235,6 +239,8 @@ SF_PROXY_CONTROL_SOCKET=$SF_PROXY_CONTROL_SOCKET
 SF_BUILD=$build
 SF_STATE=$state
 SF_DRIVER=${SF_DRIVER:-jail}
+SF_PREVIEW_DOMAIN=$SF_PREVIEW_DOMAIN
+SF_PREVIEW_SCHEME=$SF_PREVIEW_SCHEME
 ENV
 }
 

@@ -5,6 +5,7 @@
 #include "sf_log.h"
 #include "sf_timers.h"
 #include "sf_msg.h"
+#include "sf_pvtoken.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -401,6 +402,44 @@ static json_t *network_view(json_t *rec)
                      json_field(rec, "allow_out", 0), "deny_out", json_field(rec, "deny_out", 0));
 }
 
+static int port_cmp(const void *a, const void *b)
+{
+    return *(const int *)a - *(const int *)b;
+}
+
+/* The published preview ports (pv:<port> = "<access> <epoch>", written by their worker),
+ * by port: [{port, access, url}]; a private port's URL needs a link (sandbox_preview_url). */
+static json_t *preview_view(sch_ctx *ctx, const char *id, json_t *rec)
+{
+    json_t *out = json_array(), *v;
+    const char *key;
+    int ports[64];
+    size_t n = 0;
+
+    json_object_foreach(rec, key, v) {
+        const char *val = json_string_value(v);
+        int64_t p;
+        if (strncmp(key, "pv:", 3) != 0 || sf_parse_i64(key + 3, 1, 65535, &p) < 0 || !val ||
+            (strncmp(val, "public ", 7) != 0 && strncmp(val, "private ", 8) != 0) ||
+            n >= SF_ARRAY_LEN(ports))
+            continue;
+        ports[n++] = (int)p;
+    }
+    qsort(ports, n, sizeof(ports[0]), port_cmp);
+    for (size_t i = 0; i < n && out; i++) {
+        char field[16], url[SF_PV_URL_MAX];
+        snprintf(field, sizeof(field), "pv:%d", ports[i]);
+        if (sf_pv_url(ctx->cfg.preview_scheme, ctx->cfg.preview_domain, id, (unsigned)ports[i],
+                      NULL, url, sizeof(url)) < 0)
+            continue;
+        json_array_append_new(out, json_pack("{s:i, s:s, s:s}", "port", ports[i], "access",
+                                             !strncmp(json_string_value(json_object_get(rec, field)),
+                                                      "private ", 8) ? "private" : "public",
+                                             "url", url));
+    }
+    return out;
+}
+
 static void on_info(redisAsyncContext *ac, void *r, void *priv)
 {
     redisReply *rep = r;
@@ -438,6 +477,10 @@ static void on_info(redisAsyncContext *ac, void *r, void *priv)
                             json_string(json_string_value(json_object_get(rec, "driver")) ?: ""));
         json_object_set_new(view, "network", network_view(rec));
         json_object_set_new(view, "secrets", json_field(rec, "secrets", 1));
+        json_object_set_new(view, "preview_access",
+                            json_string(json_string_value(json_object_get(rec, "preview_access"))
+                                            ?: "public"));
+        json_object_set_new(view, "preview_ports", preview_view(c->ctx, c->job.sandbox, rec));
     }
     sf_timers_view(rec, view);
     json_decref(rec);

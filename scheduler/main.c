@@ -8,6 +8,9 @@
 
 static const sf_cfg_entry cfg_table[] = {
     SF_COMMON_CFG_ENTRIES(sch_cfg),
+    SF_CFG_S(sch_cfg, preview_domain, "preview.localhost:8080",
+             "preview URLs in sandbox_info: {port}-{sandbox}.<this> (the gateways' too)"),
+    SF_CFG_S(sch_cfg, preview_scheme, "http", "the scheme of the preview URLs in sandbox_info: http or https"),
     SF_CFG_I(sch_cfg, host_ttl_ms, "5000", 500, 600000,
              "a host is live while its last heartbeat is younger than this"),
     SF_CFG_I(sch_cfg, host_dead_ms, "60000", 1000, 86400000,

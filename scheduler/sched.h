@@ -32,6 +32,8 @@ typedef struct sch_cfg {
     int64_t accept_unsigned;    /* 1: jobs without a signature are taken as a gateway's */
     int64_t template_wait_s;    /* a create waits this long for a template being built */
     char *default_template;     /* sandbox_create without from_template: debian or base */
+    char *preview_domain;       /* sandbox_info's preview URLs (common/sf_pvtoken.h) */
+    char *preview_scheme;
 } sch_cfg;
 
 typedef struct sch_ctx {

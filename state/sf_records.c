@@ -601,3 +601,17 @@ int sf_records_set(sf_redis *r, const char *id, size_t nkv, const char *const *k
     snprintf(key, sizeof(key), SF_RK_SANDBOX, id);
     return call_one_key(r, &sf_store_rec_set, key, nkv, kv, cb, priv);
 }
+
+int sf_records_unset(sf_redis *r, const char *id, size_t n, const char *const *fields,
+                     redisCallbackFn *cb, void *priv)
+{
+    char key[128];
+
+    if (n == 0)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(fields[i], "pv:", 3) != 0)
+            return -EINVAL;
+    snprintf(key, sizeof(key), SF_RK_SANDBOX, id);
+    return call_one_key(r, &sf_store_rec_unset, key, n, fields, cb, priv);
+}

@@ -65,6 +65,11 @@ int sf_records_started(sf_redis *r, const char *id, const char *host, size_t nkv
  * record is gone or retired. */
 int sf_records_set(sf_redis *r, const char *id, size_t nkv, const char *const *kv,
                    redisCallbackFn *cb, void *priv);
+/* Deletes fields of a live record: only a preview port's `pv:<port>` (else -EINVAL; at
+ * most 64). The reply is 1, or 0 when the record is gone or retired. Lands when Redis is
+ * full. */
+int sf_records_unset(sf_redis *r, const char *id, size_t n, const char *const *fields,
+                     redisCallbackFn *cb, void *priv);
 /* last_active = now_ms, if the record still exists. */
 int sf_records_touch(sf_redis *r, const char *id, int64_t now_ms, redisCallbackFn *cb,
                      void *priv);

@@ -12,6 +12,7 @@ S(rec_killing);
 S(rec_started);
 S(rec_touch);
 S(rec_set);
+S(rec_unset);
 S(rec_drop_dead);
 S(place_record);
 
@@ -90,6 +91,7 @@ sf_redis_script *const sf_store_all[] = {
     &sf_store_rec_started,
     &sf_store_rec_touch,
     &sf_store_rec_set,
+    &sf_store_rec_unset,
     &sf_store_rec_drop_dead,
     &sf_store_place_record,
     &sf_store_team_release,

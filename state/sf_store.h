@@ -86,6 +86,7 @@ extern sf_redis_script sf_store_rec_killing;   /* K rec */
 extern sf_redis_script sf_store_rec_started;   /* K rec. A host field value... */
 extern sf_redis_script sf_store_rec_touch;     /* K rec. A now */
 extern sf_redis_script sf_store_rec_set;       /* K rec. A field value... */
+extern sf_redis_script sf_store_rec_unset;     /* K rec. A field... */
 extern sf_redis_script sf_store_rec_drop_dead; /* K rec */
 /* ---- a team's sandboxes, sf:team:{<team>}:* ---- */
 extern sf_redis_script sf_store_team_release; /* K sandboxes res retired. A id now ttl keep tomb */

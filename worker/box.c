@@ -1,6 +1,7 @@
 /* box.c: the sandboxes this host holds (wk_box): a call for one that is not here, and the
  * kill that ends one (its record, its event, the resources it held). */
 #include "worker.h"
+#include "ingress.h"
 #include "egress.h"
 #include "sf_claim.h"
 #include "sf_events.h"
@@ -93,6 +94,8 @@ int wk_box_kill_then(wk_box *b, const char *end_state, redisCallbackFn *written,
     if (rc < 0)
         sf_warn("msg=\"cannot mark the record killing; Redis is down\" sandbox=%s", b->id);
     wk_egress_detach(ctx->egress, b); /* its listeners and placeholders go at once */
+    wk_ingress_drop(ctx->ingress, b->id, 0); /* and its previews */
+    b->pv_n = 0;
     if (b->state == WK_BOX_CREATING) {
         b->state = WK_BOX_KILLING; /* on_created kills it when the driver answers */
         return rc;

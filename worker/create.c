@@ -66,7 +66,7 @@ static void started(wk_box *b)
     wk_ctx *ctx = b->ctx;
     wk_call *c = b->create;
     char mem[24], pids[24], vcpu[24], disk[24];
-    const char *kv[10 + 8];
+    const char *kv[12 + 8];
     size_t n = 0;
 
     b->create = NULL;
@@ -86,6 +86,8 @@ static void started(wk_box *b)
     kv[n++] = disk;
     kv[n++] = "pids_max";
     kv[n++] = pids;
+    kv[n++] = "preview_access"; /* of ports published from now on (preview.c) */
+    kv[n++] = b->pv_private ? "private" : "public";
     n += wk_egress_record_kv(b->eg, kv + n);
     /* state=running and back in its sets, only while the record is live (lands even
      * when Redis is full, never re-creates a record that is gone); answered then */
@@ -376,6 +378,7 @@ static void do_create(wk_call *c)
         json_decref(b->env);
         b->env = e;
     }
+    wk_preview_access_arg(b, c->job.args); /* preview.c; public unless asked */
     if (sf_map_put(ctx->sandboxes, b->id, b) < 0) {
         wk_snap_unuse(ctx, snap_id);
         wk_tstore_layers_free(layers);

@@ -22,6 +22,8 @@ typedef struct life_op {
     char id[SF_ID_MAX];
     wk_call *c;     /* NULL: the idle timer's pause */
     life_done done;
+    void (*done_for)(void *arg, int rc, const char *why); /* wk_box_resume_for */
+    void *arg;
 } life_op;
 
 static life_op *op_new(wk_box *b, wk_call *c, life_done done)
@@ -50,7 +52,9 @@ static void op_end(life_op *op, int rc, const char *why)
     if (rc < 0 && !op->c)
         sf_warn("msg=\"idle pause failed\" sandbox=%s rc=%d why=\"%s\"", op->id, rc,
                 why ? why : "");
-    if (op->done)
+    if (op->done_for)
+        op->done_for(op->arg, rc, why);
+    else if (op->done)
         op->done(op->c, rc, why);
     free(op);
 }
@@ -131,7 +135,9 @@ static void on_resumed(void *arg, int rc, const char *why)
             sf_warn("msg=\"cannot record the resume; Redis is down\" sandbox=%s", b->id);
         }
     }
-    if (op->done)
+    if (op->done_for)
+        op->done_for(op->arg, rc, why);
+    else if (op->done)
         op->done(op->c, rc, why);
     free(op);
 }
@@ -149,6 +155,26 @@ int wk_box_resume(wk_box *b, wk_call *c, life_done done)
         return -ENOTSUP;
     if (!(op = op_new(b, c, done)))
         return -ENOMEM;
+    if ((rc = b->ctx->ops->resume(b->sb, on_resumed, op)) < 0)
+        free(op);
+    return rc;
+}
+
+int wk_box_resume_for(wk_box *b, void (*done)(void *arg, int rc, const char *why), void *arg)
+{
+    life_op *op;
+    int rc;
+
+    if (!b->paused && !b->pausing) {
+        done(arg, 0, NULL);
+        return 0;
+    }
+    if (!b->ctx->ops->resume)
+        return -ENOTSUP;
+    if (!(op = op_new(b, NULL, NULL)))
+        return -ENOMEM;
+    op->done_for = done;
+    op->arg = arg;
     if ((rc = b->ctx->ops->resume(b->sb, on_resumed, op)) < 0)
         free(op);
     return rc;

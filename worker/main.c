@@ -77,6 +77,15 @@ static const sf_cfg_entry cfg_table[] = {
              "MiB one team's sandbox snapshots may hold together"),
     SF_CFG_I(wk_cfg, snapshot_sweep_ms, "30000", 100, 3600000,
              "how often the files of deleted snapshots are looked for and removed"),
+    SF_CFG_S(wk_cfg, ingress_listen, "127.0.0.1:0",
+             "the preview ingress (gateways hop here): ip:port; port 0 = any free one"),
+    SF_CFG_S(wk_cfg, preview_domain, "preview.localhost:8080",
+             "preview URLs: {port}-{sandbox}.<this> (the gateways' preview_domain)"),
+    SF_CFG_S(wk_cfg, preview_scheme, "http", "preview URLs' scheme: http or https"),
+    SF_CFG_I(wk_cfg, ingress_conns, "4096", 1, 1000000,
+             "preview connections open at once on this host"),
+    SF_CFG_I(wk_cfg, ingress_conns_per_sandbox, "256", 1, 1000000,
+             "preview connections open at once to one sandbox"),
     SF_CFG_I(wk_cfg, uid_base, "200000", 1000, 4000000000LL,
              "first host uid mapped into sandboxes (65536 per sandbox)"),
 };
@@ -312,6 +321,7 @@ int main(int argc, char **argv)
                             5000) < 0 ||
         !(ctx.jobq = sf_jobq_new(ctx.d.base, ctx.consumer, ctx.producer, ctx.topic, wk_on_job,
                                  wk_on_bad, &ctx)) ||
+        wk_preview_start(&ctx) < 0 || /* (before the heartbeat, which names it) */
         wk_host_start(&ctx) < 0 || wk_life_start(&ctx) < 0 || wk_snap_start(&ctx) < 0) {
         sf_error("msg=\"cannot consume the host topic\" topic=%s", ctx.topic);
         goto out;
@@ -335,6 +345,7 @@ out:
     wk_tpl_build_stop_all(&ctx); /* a clean stop is not reaped: its builds end here */
     if (ctx.sandboxes)
         kill_all(&ctx);
+    wk_preview_stop(&ctx); /* (after the kills: they answered the hops waiting on resumes) */
     wk_life_stop(&ctx);
     wk_snap_stop(&ctx);
     wk_egress_free(ctx.egress); /* the kills' unregisters go out */

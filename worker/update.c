@@ -169,20 +169,37 @@ static void on_rules_changed(void *arg, wk_box *b, int rc, const char *code, con
         update_life(c);
 }
 
-static void do_update(wk_call *c, wk_box *b)
+/* The rules, metadata and timers, after the preview fields (if any). */
+static void update_rest(wk_call *c)
 {
+    wk_box *b = sf_map_get(c->ctx->sandboxes, c->job.sandbox);
     json_t *allow = json_object_get(c->job.args, "allow_out");
     json_t *deny = json_object_get(c->job.args, "deny_out");
 
-    if (!allow && !deny && !has_life(c->job.args)) {
-        wk_reply_error(c, SF_ERR_INVALID, "sandbox_update changes metadata, timeout_seconds, "
-                       "auto_delete_seconds, allow_out and deny_out: pass at least one of them.");
-        return;
-    }
-    if (allow || deny)
+    if (!b || b->state != WK_BOX_RUNNING)
+        reply_gone(c);
+    else if (allow || deny)
         wk_egress_change(c->ctx->egress, b, allow, deny, NULL, on_rules_changed, c);
     else
         update_life(c);
+}
+
+static void do_update(wk_call *c, wk_box *b)
+{
+    int preview = json_object_get(c->job.args, "preview_access") ||
+                  json_object_get(c->job.args, "preview_close");
+
+    if (!json_object_get(c->job.args, "allow_out") && !json_object_get(c->job.args, "deny_out") &&
+        !has_life(c->job.args) && !preview) {
+        wk_reply_error(c, SF_ERR_INVALID, "sandbox_update changes metadata, timeout_seconds, "
+                       "auto_delete_seconds, allow_out, deny_out, preview_access and "
+                       "preview_close: pass at least one of them.");
+        return;
+    }
+    if (preview)
+        wk_preview_update(c, b, update_rest); /* preview.c */
+    else
+        update_rest(c);
 }
 
 WK_HANDLERS({"sandbox_update", do_update});

@@ -57,6 +57,11 @@ typedef struct wk_cfg {
     int64_t snapshots_per_team; /* snapshots one team may hold (snapshot.c) */
     int64_t snapshot_team_mib;  /* ...and MiB they may hold together */
     int64_t snapshot_sweep_ms;  /* how often files of deleted snapshots are looked for */
+    char *ingress_listen;       /* preview.c: the preview ingress's address (ip:port) */
+    char *preview_domain;       /* ...and the URLs it hands out (common/sf_pvtoken.h) */
+    char *preview_scheme;
+    int64_t ingress_conns;      /* preview connections open at once on this host */
+    int64_t ingress_conns_per_sandbox; /* ...and to one sandbox */
 } wk_cfg;
 
 /* What the heartbeat thread publishes; written by the loop thread. */
@@ -95,9 +100,13 @@ typedef struct wk_ctx {
     int zips_running;       /* sandbox_files_download_dir calls under way */
     struct event *ev_timers; /* life.c: reads the due timers */
     int timers_asking;      /* ...one read at a time */
+    struct wk_ingress *ingress; /* preview.c: the preview ingress (ingress/ingress.h) */
+    char ingress_addr[64];  /* ...its address, for the heartbeat (set before it starts) */
+    uint64_t pv_epoch_last; /* the last preview epoch handed out */
 } wk_ctx;
 
 enum { WK_BOX_CREATING, WK_BOX_RUNNING, WK_BOX_KILLING };
+#define WK_PV_MAX 16 /* preview ports published per sandbox at once */
 
 /* One job being handled on this host; ends with exactly one reply (or none for the
  * internal sf.cancel) through wk_reply_*. */
@@ -133,6 +142,13 @@ typedef struct wk_box {
     char template_name[64]; /* the template it started from (its snapshots' too) */
     char snap_used[SF_ID_MAX]; /* created from this snapshot: in use until the driver answered */
     int64_t computer_tat_ms; /* sandbox_computer's rate limit (computer.c): monotonic ms */
+    int pv_private;         /* preview_access of ports published from now on (preview.c) */
+    struct wk_pvport {      /* its published preview ports */
+        uint16_t port;
+        uint8_t priv;       /* 1: private (links), 0: public */
+        uint64_t epoch;     /* this publication's, in every hop and link */
+    } pv[WK_PV_MAX];
+    int pv_n;
 } wk_box;
 
 /* drivers.c: the driver compiled in under that name, or NULL; "jail, qemu": the names it
@@ -214,6 +230,8 @@ void wk_redis_logged(redisAsyncContext *ac, void *r, void *priv);
  * called). A resume also ends a pause under way. */
 int wk_box_pause(wk_box *b, wk_call *c, void (*done)(wk_call *c, int rc, const char *why));
 int wk_box_resume(wk_box *b, wk_call *c, void (*done)(wk_call *c, int rc, const char *why));
+/* The same for callers that are no call (a preview hop): done(arg, rc, why). */
+int wk_box_resume_for(wk_box *b, void (*done)(void *arg, int rc, const char *why), void *arg);
 /* b started (args: the create's): its lifetime, idle and auto-delete timers. */
 void wk_life_started(wk_box *b, const json_t *args);
 /* A call used sandbox id: its last activity is now (here, and in its record), and its idle
@@ -245,6 +263,19 @@ int wk_snap_use(wk_ctx *ctx, const char *id, char *dir, size_t n, const char **w
 void wk_snap_unuse(wk_ctx *ctx, const char *id);
 int wk_snap_start(wk_ctx *ctx);
 void wk_snap_stop(wk_ctx *ctx);
+
+/* preview.c: sandbox_preview_url (handler); sandbox_create's and sandbox_update's preview
+ * fields; the preview ingress (ingress/ingress.h) that gateways hop to. */
+/* preview_access of a create's or update's args into b: 0, or -1 (not given). */
+int wk_preview_access_arg(wk_box *b, const json_t *args);
+/* sandbox_update's preview_access and preview_close: the record, then done(c) (or an
+ * error reply). */
+void wk_preview_update(wk_call *c, wk_box *b, void (*done)(wk_call *c));
+int wk_preview_start(wk_ctx *ctx);
+void wk_preview_stop(wk_ctx *ctx);
+/* Any thread (the heartbeat's): bytes moved per team through the ingress, as of the last
+ * tick, JSON {"<team>": {"in": n, "out": n}} (at most 64 teams). */
+void wk_preview_beat_bytes(char *buf, size_t n);
 
 /* host.c */
 int wk_host_start(wk_ctx *ctx);

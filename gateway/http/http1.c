@@ -87,6 +87,7 @@ struct gw_conn {
     unsigned keep_alive : 1, in_body : 1, peer_eof : 1, close_after : 1;
     unsigned head_paused : 1, want_continue : 1, h2c_upgrade : 1, tls : 1, head_checked : 1;
     unsigned parsing : 1;
+    unsigned divert : 1;   /* the head matched the server's divert hook: hand it over */
     unsigned raw : 1;      /* a plain socket: answers are written to it at once (conn_flush) */
     gw_addr *addr;         /* the client address's counts (NULL once handed over) */
     struct event *deadline_ev; /* header / body deadline (408) */
@@ -113,6 +114,7 @@ static void conn_write_cb(struct bufferevent *bev, void *arg);
 static void conn_event_cb(struct bufferevent *bev, short what, void *arg);
 static void conn_parse(gw_conn *c);
 static void conn_upgrade_h2c(gw_conn *c);
+static void conn_divert(gw_conn *c);
 
 static const char busy_msg[] = SF_MSG_HTTP_BUSY;
 
@@ -376,6 +378,7 @@ static int on_message_begin(llhttp_t *p)
     c->want_continue = 0;
     c->h2c_upgrade = 0;
     c->head_checked = 0;
+    c->divert = 0;
     c->body_left = 0;
     c->cur = req_new(c);
     if (!c->cur)
@@ -479,6 +482,10 @@ static int on_headers_complete(llhttp_t *p)
         return conn_fail(c, 503, SF_MSG_SERVER_NOMEM_WHY);
     if (rc < 0)
         return conn_fail(c, 400, "malformed HTTP request: invalid request target");
+    if (s->divert_match && s->divert_match(r, s->divert_arg)) {
+        c->divert = 1; /* the rest of the connection is not ours (conn_divert) */
+        return HPE_PAUSED;
+    }
     has_body = (p->flags & F_CHUNKED) || ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0);
     if ((p->flags & F_CONTENT_LENGTH) && !(p->flags & F_CHUNKED) &&
         p->content_length > (uint64_t)s->lim.max_body)
@@ -980,7 +987,10 @@ static int conn_parse_loop(gw_conn *c)
             c->prev_tail = ((const char *)v.iov_base)[n - 1];
         if (e == HPE_PAUSED) {
             conn_consumed(c, n);
-            if (c->head_paused) {
+            if (c->divert && c->cur) {
+                conn_divert(c); /* c is gone: the divert hook owns the connection */
+                return 1;
+            } else if (c->head_paused) {
                 conn_body_start(c);
             } else if (c->h2c_upgrade && c->cur) {
                 conn_upgrade_h2c(c); /* c is gone: HTTP/2 owns the connection */
@@ -1367,6 +1377,34 @@ static void conn_upgrade_h2c(gw_conn *c)
         conn_free(c);
         gw_conn_serve(s, GW_PROTO_H2, &h);
     }
+}
+
+/* A head the divert hook took (server.h): the connection, with what followed the head
+ * still in its input, leaves the server. */
+static void conn_divert(gw_conn *c)
+{
+    gw_http_server *s = c->srv;
+    struct bufferevent *bev = c->bev;
+    gw_req *r = c->cur;
+    char peer[sizeof(c->peer)];
+    gw_http_divert d = {.bev = bev, .req = r, .peer = peer, .peer_port = c->peer_port,
+                        .tls = c->tls, .hold = c->addr};
+
+    c->cur = NULL;
+    conn_release_req(c);
+    conn_input_unlimit(c);
+    bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
+    bufferevent_set_timeouts(bev, NULL, NULL);
+    bufferevent_setwatermark(bev, EV_READ, 0, 0);
+    bufferevent_disable(bev, EV_READ | EV_WRITE);
+    gw_budget_sub(s, c->addr, c->held);
+    c->held = 0;
+    c->bev = NULL;
+    c->addr = NULL;
+    memcpy(peer, c->peer, sizeof(peer));
+    conn_free(c);
+    s->divert_take(&d, s->divert_arg);
+    req_free(r);
 }
 
 void gw_h1_free_all(gw_http_server *s)

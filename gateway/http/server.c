@@ -486,6 +486,7 @@ void gw_http_server_free(gw_http_server *srv)
     if (srv->accept_retry)
         event_free(srv->accept_retry);
     gw_addr_table_free(srv->own_addrs);
+    free(srv->h1_only_host);
     free(srv);
 }
 
@@ -550,6 +551,30 @@ void gw_http_server_set_observer(gw_http_server *srv, gw_http_observer_fn fn, vo
 {
     srv->observer = fn;
     srv->observer_arg = arg;
+}
+
+void gw_http_server_set_divert(gw_http_server *srv, gw_http_divert_match_fn match,
+                               gw_http_divert_fn take, void *arg)
+{
+    srv->divert_match = match;
+    srv->divert_take = take;
+    srv->divert_arg = arg;
+}
+
+void gw_http_hold_release(gw_http_server *srv, void *hold)
+{
+    gw_addr_release(srv, hold);
+}
+
+int gw_http_server_set_h1_only_host(gw_http_server *srv, const char *suffix)
+{
+    char *c = NULL;
+
+    if (suffix && !(c = strdup(suffix)))
+        return -ENOMEM;
+    free(srv->h1_only_host);
+    srv->h1_only_host = c;
+    return 0;
 }
 
 const gw_http_stats *gw_http_server_stats(const gw_http_server *srv)

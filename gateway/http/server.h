@@ -152,6 +152,33 @@ void gw_http_server_set_head_check(gw_http_server *srv, gw_http_head_check_fn fn
 typedef void (*gw_http_challenge_fn)(gw_req *req, const char *msg, char *out, size_t n, void *arg);
 void gw_http_server_set_challenge(gw_http_server *srv, gw_http_challenge_fn fn, void *arg);
 
+/* Diverting HTTP/1 connections (preview URLs, gateway/preview.c): match() sees every
+ * HTTP/1 request head as soon as its headers are in (before the head check, the body and
+ * any route); when it returns 1 the connection leaves the HTTP server: take() gets the
+ * bufferevent (no callbacks, no timeouts; its input holds what followed the head: the
+ * body, pipelined requests), the head (req, readable only during the call; it is freed
+ * after), and owns the bufferevent from then on. `hold` is the connection's hold on its
+ * client address (max_conns_per_addr): pass it to gw_http_hold_release() when done. Both
+ * run on the server's event base. */
+typedef struct gw_http_divert {
+    struct bufferevent *bev;
+    gw_req *req;
+    const char *peer;
+    int peer_port;
+    int tls;
+    void *hold;
+} gw_http_divert;
+typedef int (*gw_http_divert_match_fn)(gw_req *req, void *arg);
+typedef void (*gw_http_divert_fn)(const gw_http_divert *d, void *arg);
+void gw_http_server_set_divert(gw_http_server *srv, gw_http_divert_match_fn match,
+                               gw_http_divert_fn take, void *arg);
+/* Releases a diverted connection's hold on its client address. Accepts NULL. */
+void gw_http_hold_release(gw_http_server *srv, void *hold);
+/* TLS: a client whose SNI host name is `suffix` or ends in "." + suffix is offered
+ * http/1.1 only by ALPN (never h2), so its connection can be diverted. NULL: none. The
+ * string is copied. 0 or -ENOMEM. */
+int gw_http_server_set_h1_only_host(gw_http_server *srv, const char *suffix);
+
 /* Counters of what the server refused by itself, for metrics. */
 typedef struct gw_http_stats {
     unsigned long long refused[6]; /* 400, 408, 413, 429, 431, 503 (GW_REFUSE_*) */

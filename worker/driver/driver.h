@@ -240,6 +240,11 @@ typedef void (*wk_snap_cb)(void *arg, int rc, uint64_t bytes, const char *why);
                                                    they are, or tpl_image) */
 #define WK_CAP_DESKTOP SF_HOSTCAP_DESKTOP       /* runs the built-in 'desktop' (a GUI desktop:
                                                    sandbox_computer; the jail) */
+#define WK_CAP_NETNS_LO (1u << 16)              /* netns() is the sandbox's own network
+                                                   namespace, its loopback included: a
+                                                   socket made there reaches the sandbox's
+                                                   127.0.0.1 (the preview ingress). Not
+                                                   published (the worker's own business) */
 
 typedef struct wk_driver_ops {
     const char *name;               /* for messages, logs and the heartbeat's `driver` */

@@ -1076,7 +1076,7 @@ static int64_t jail_disk_free(const wk_sandbox *sb)
 
 const wk_driver_ops wk_jail_driver = {
     .name = "jail",
-    .caps = WK_CAP_LAYERS | WK_CAP_BUILDS | WK_CAP_DEBIAN | WK_CAP_DESKTOP,
+    .caps = WK_CAP_LAYERS | WK_CAP_BUILDS | WK_CAP_DEBIAN | WK_CAP_DESKTOP | WK_CAP_NETNS_LO,
     .host_init = jail_host_init,
     .host_res = jail_host_res,
     .host_fini = jail_host_fini,

@@ -1,0 +1,1063 @@
+/* preview.c: a preview connection's life (docs/internals/preview.md). The HTTP server
+ * diverts an HTTP/1 connection whose request names a preview (gw_http_server_set_divert);
+ * from then on it is ours:
+ *   LOOKUP   the sandbox's record in Redis (host, team, state, pv:<port>), then its host's
+ *            ingress; a private port's link is checked (a link in the query is exchanged
+ *            for a host-only cookie and a 302 to the clean URL)
+ *   CONNECT  a TCP connection to the ingress, the signed hop line, its answer line
+ *   RELAY    browser -> sandbox: each request head rewritten (X-Forwarded-*, no sf_token,
+ *            no sf_preview cookie), bodies streamed (chunked ones re-chunked); after an
+ *            Upgrade (WebSocket) the bytes pass as they are. sandbox -> browser: bytes as
+ *            they are. Both ways bounded (RELAY_HIGH per direction) with back-pressure,
+ *            and the team's bandwidth (preview_rate_team).
+ *   ANSWER   a page of the gateway's own (preview_page.c), then a lingering close.
+ * A connection's first request selects the preview; later requests on it must name the
+ * same one (and, on a private port, carry a valid link), else the connection is closed. */
+#include "preview.h"
+#include "gateway.h"
+#include "llhttp.h"
+#include "sf_jobauth.h"
+#include "sf_list.h"
+#include "sf_log.h"
+#include "sf_store.h"
+#include "sf_util.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/util.h>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+
+#define RELAY_HIGH (1u << 20)    /* bytes queued toward one side before reading pauses */
+#define RELAY_LOW (256u << 10)   /* ...and resumes below this */
+#define RELAY_CHUNK (64u << 10)  /* one step of the request parser */
+#define RELAY_IO (256u << 10)    /* the largest single read or write */
+#define HEAD_MAX (64u << 10)     /* a request head we rewrite */
+#define HOP_ANSWER_MAX 512
+#define LINGER_S 2
+
+/* What the pages say (each sentence once: tests/lint/messages.sh) */
+static const char T_UNREACHABLE[] = "The preview could not be reached";
+static const char T_TOO_MANY[] = "Too many preview connections";
+static const char T_UNAVAILABLE[] = "The preview is unavailable";
+static const char M_NO_REDIS[] = "The gateway cannot reach the platform's database right now; "
+                                 "try again in a few seconds.";
+static const char M_LOST_REDIS[] = "The gateway lost its connection to the platform's database; "
+                                   "try again in a few seconds.";
+static const char M_NOT_HOP[] = "The sandbox's host answered the preview hop with something "
+                                "that is not the hop protocol; tell the platform's operator.";
+
+enum { S_LOOKUP, S_CONNECT, S_HOPWAIT, S_RELAY, S_ANSWER, S_DEAD };
+enum { TOK_NONE, TOK_QUERY, TOK_HEADER, TOK_COOKIE };
+
+typedef struct gw_preview {
+    gw_ctx *ctx;
+    char dom_host[256];
+    struct pv_conn *conns;
+    unsigned nconns;
+} gw_preview;
+
+typedef struct pv_conn {
+    gw_preview *pv;
+    struct pv_conn *prev, *next;
+    struct bufferevent *c; /* the browser */
+    struct bufferevent *u; /* the hop to the ingress */
+    struct event *tick;    /* bandwidth: resume after a wait */
+    void *hold;            /* the client address's hold (server.h) */
+    int state, redis_pending, tls, peer_port, header_form, tok_src;
+    int c_eof, u_eof, u_shut, raw_up, in_head, chunked, hdr_ok, waiting_bw;
+    gw_pv_target t;
+    char team[64], host[128], peer[64];
+    char fwd_host[256];    /* the Host the browser used (X-Forwarded-Host) */
+    uint64_t epoch;
+    int priv;
+    uint8_t key[32];       /* the sandbox's host key */
+    char token[260];       /* the link presented with the first request */
+    sf_buf first;          /* the first request's head, as the parser will see it */
+    char *location;        /* the 302's target (a link exchanged) */
+    gw_pv_team *te;
+    int team_held;
+    uint64_t n_up, n_down, n_req; /* not yet added to the team's counters */
+    /* the request parser (browser -> sandbox) */
+    llhttp_t p;
+    sf_buf h_target, h_fields; /* fields as name\0value\0 pairs */
+    int h_in_value;
+    sf_buf out;            /* a rewritten head */
+} pv_conn;
+
+static void conn_close(pv_conn *k);
+static void conn_answer(pv_conn *k, int status, const char *title, const char *text,
+                        const char *extra);
+static void relay_up(pv_conn *k);
+static void relay_down(pv_conn *k);
+
+static const char *scheme_of(const pv_conn *k)
+{
+    return k->tls || !strcmp(k->pv->ctx->cfg.preview_scheme, "https") ? "https" : "http";
+}
+
+/* ------------------------------------------------------------------ naming a preview */
+
+/* Which preview a request names: the Host form, else the header form. 1 and *t (ok set)
+ * when it is a preview request at all, else 0. */
+static int req_names(gw_preview *pv, const char *host, const char *hdr, gw_pv_target *t,
+                     int *ok, const char **why, int *header_form)
+{
+    *header_form = 0;
+    if (gw_pv_match_host(host, pv->dom_host, t, ok, why))
+        return 1;
+    if (hdr) {
+        *header_form = 1;
+        *ok = gw_pv_parse_label(hdr, strlen(hdr), t, why) == 0;
+        return 1;
+    }
+    return 0;
+}
+
+static int divert_match(gw_req *req, void *arg)
+{
+    gw_pv_target t;
+    int ok, hf;
+    const char *why;
+
+    return req_names(arg, gw_req_header(req, "Host"), gw_req_header(req, "X-Sandfleet-Preview"),
+                     &t, &ok, &why, &hf);
+}
+
+/* ------------------------------------------------------------------ the request parser */
+
+static int hdr_is(const char *name, const char *want)
+{
+    return !strcasecmp(name, want);
+}
+
+static int on_message_begin(llhttp_t *p)
+{
+    pv_conn *k = p->data;
+
+    sf_buf_reset(&k->h_target);
+    sf_buf_reset(&k->h_fields);
+    k->h_in_value = 0;
+    k->in_head = 1;
+    k->chunked = 0;
+    return 0;
+}
+
+static int on_url(llhttp_t *p, const char *at, size_t n)
+{
+    pv_conn *k = p->data;
+
+    return sf_buf_append(&k->h_target, at, n) < 0 ? -1 : 0;
+}
+
+static int on_header_field(llhttp_t *p, const char *at, size_t n)
+{
+    pv_conn *k = p->data;
+
+    if (!k->in_head) /* trailers: dropped */
+        return 0;
+    if (k->h_in_value && sf_buf_append(&k->h_fields, "", 1) < 0)
+        return -1;
+    k->h_in_value = 0;
+    return sf_buf_append(&k->h_fields, at, n) < 0 ? -1 : 0;
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t n)
+{
+    pv_conn *k = p->data;
+
+    if (!k->in_head)
+        return 0;
+    if (!k->h_in_value && sf_buf_append(&k->h_fields, "", 1) < 0)
+        return -1;
+    k->h_in_value = 1;
+    return sf_buf_append(&k->h_fields, at, n) < 0 ? -1 : 0;
+}
+
+static void flush_counts(pv_conn *k)
+{
+    if (k->te && (k->n_req || k->n_up || k->n_down))
+        gw_pv_team_count(k->te, k->n_req, k->n_up, k->n_down);
+    k->n_req = k->n_up = k->n_down = 0;
+}
+
+/* The link a request carries (query, header, or each sf_preview cookie): OK when one
+ * checks. Returns the verdict of the best candidate. */
+static int request_token_ok(pv_conn *k, const char *query, const char *hdr_tok,
+                            const char *cookie)
+{
+    int64_t exp, now = (int64_t)time(NULL);
+    int v = -1, best = -1;
+    const char *s;
+    size_t n;
+
+    if ((s = gw_pv_query_token(query ? query : "", &n)))
+        v = gw_pv_token_check(s, n, k->key, k->t.sandbox, k->t.port, k->epoch, now, &exp);
+    if (v != GW_PV_TOK_OK && hdr_tok) {
+        best = v;
+        v = gw_pv_token_check(hdr_tok, strlen(hdr_tok), k->key, k->t.sandbox, k->t.port,
+                              k->epoch, now, &exp);
+    }
+    for (size_t i = 0; v != GW_PV_TOK_OK && cookie && (s = gw_pv_cookie_at(cookie, i, &n)); i++) {
+        if (best < 0)
+            best = v;
+        v = gw_pv_token_check(s, n, k->key, k->t.sandbox, k->t.port, k->epoch, now, &exp);
+    }
+    return v == GW_PV_TOK_OK ? v : (best >= 0 ? best : v);
+}
+
+/* The head is in: it must name this connection's preview (and carry a link on a private
+ * port); then it goes to the sandbox rewritten. */
+static int on_headers_complete(llhttp_t *p)
+{
+    pv_conn *k = p->data;
+    const char *f = k->h_fields.p, *end, *host = NULL, *pvh = NULL, *pvtok = NULL;
+    const char *cookie = NULL, *query, *why;
+    gw_pv_target t;
+    int ok = 0, hf;
+    sf_buf *o = &k->out;
+
+    if (p->method == HTTP_CONNECT)
+        return -1;
+    if ((k->h_in_value && sf_buf_append(&k->h_fields, "", 1) < 0) ||
+        sf_buf_append(&k->h_target, "", 1) < 0)
+        return -1;
+    end = k->h_fields.p + k->h_fields.len;
+    for (const char *q = f; q && q < end;) {
+        const char *name = q, *val = q + strlen(q) + 1;
+
+        if (val >= end)
+            break;
+        while (*val == ' ' || *val == '\t')
+            val++;
+        if (hdr_is(name, "Host") && !host)
+            host = val;
+        else if (hdr_is(name, "X-Sandfleet-Preview") && !pvh)
+            pvh = val;
+        else if (hdr_is(name, "X-Sandfleet-Preview-Token") && !pvtok)
+            pvtok = val;
+        else if (hdr_is(name, "Cookie") && !cookie)
+            cookie = val;
+        q = val + strlen(val) + 1;
+    }
+    /* the same preview as the connection's first request */
+    if (!req_names(k->pv, host, pvh, &t, &ok, &why, &hf) || !ok ||
+        strcmp(t.sandbox, k->t.sandbox) != 0 || t.port != k->t.port) {
+        sf_info("msg=\"preview connection closed: a request named another preview\" "
+                "sandbox=%s port=%u peer=%s", k->t.sandbox, k->t.port, k->peer);
+        return -1;
+    }
+    query = strchr(k->h_target.p, '?');
+    if (k->priv && request_token_ok(k, query ? query + 1 : "", pvtok, cookie) != GW_PV_TOK_OK) {
+        sf_info("msg=\"preview connection closed: a request without a valid link\" sandbox=%s "
+                "port=%u peer=%s", k->t.sandbox, k->t.port, k->peer);
+        return -1;
+    }
+    sf_buf_reset(o);
+    if (sf_buf_appendf(o, "%s ", llhttp_method_name((llhttp_method_t)p->method)) < 0 ||
+        gw_pv_strip_token(k->h_target.p, o) < 0 ||
+        sf_buf_appendf(o, " HTTP/1.%d\r\n", p->http_minor) < 0)
+        return -1;
+    for (const char *q = f; q < end;) {
+        const char *name = q, *val = q + strlen(q) + 1;
+
+        if (val >= end)
+            break;
+        q = val + strlen(val) + 1;
+        while (*val == ' ' || *val == '\t')
+            val++;
+        if (hdr_is(name, "X-Forwarded-For") || hdr_is(name, "X-Forwarded-Proto") ||
+            hdr_is(name, "X-Forwarded-Host") || hdr_is(name, "Forwarded") ||
+            hdr_is(name, "X-Real-IP") || hdr_is(name, "X-Sandfleet-Preview") ||
+            hdr_is(name, "X-Sandfleet-Preview-Token"))
+            continue;
+        if (hdr_is(name, "Cookie")) {
+            size_t at = o->len;
+
+            if (sf_buf_appendf(o, "%s: ", name) < 0 ||
+                gw_pv_strip_cookie(val, strlen(val), o) < 0)
+                return -1;
+            if (o->len == at + strlen(name) + 2)
+                o->len = at; /* nothing left */
+            else if (sf_buf_append(o, "\r\n", 2) < 0)
+                return -1;
+            continue;
+        }
+        if (sf_buf_appendf(o, "%s: %s\r\n", name, val) < 0)
+            return -1;
+    }
+    if (sf_buf_appendf(o, "X-Forwarded-For: %s\r\nX-Forwarded-Proto: %s\r\n", k->peer,
+                       scheme_of(k)) < 0 ||
+        (host && sf_buf_appendf(o, "X-Forwarded-Host: %s\r\n", host) < 0) ||
+        sf_buf_append(o, "\r\n", 2) < 0)
+        return -1;
+    if (bufferevent_write(k->u, o->p, o->len) < 0)
+        return -1;
+    k->n_up += o->len;
+    k->n_req++;
+    k->chunked = (p->flags & F_CHUNKED) != 0;
+    k->in_head = 0;
+    if (k->pv->ctx->cfg.access_log) {
+        size_t n = strcspn(k->h_target.p, "?"); /* never the query: it may hold a link */
+
+        if (n > 512)
+            n = 512;
+        sf_info("msg=preview_access sandbox=%s port=%u method=%s path=%.*s peer=%s", k->t.sandbox,
+                k->t.port, llhttp_method_name((llhttp_method_t)p->method), (int)n,
+                k->h_target.p, k->peer);
+    }
+    flush_counts(k);
+    return 0;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t n)
+{
+    pv_conn *k = p->data;
+    struct evbuffer *o = bufferevent_get_output(k->u);
+
+    if (k->chunked && evbuffer_add_printf(o, "%zx\r\n", n) < 0)
+        return -1;
+    if (evbuffer_add(o, at, n) < 0 || (k->chunked && evbuffer_add(o, "\r\n", 2) < 0))
+        return -1;
+    k->n_up += n;
+    return 0;
+}
+
+static int on_message_complete(llhttp_t *p)
+{
+    pv_conn *k = p->data;
+
+    if (k->chunked && bufferevent_write(k->u, "0\r\n\r\n", 5) < 0)
+        return -1;
+    k->chunked = 0;
+    return 0;
+}
+
+static const llhttp_settings_t parser_settings = {
+    .on_message_begin = on_message_begin,
+    .on_url = on_url,
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+/* ------------------------------------------------------------------ relay */
+
+static void tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+    pv_conn *k = arg;
+
+    k->waiting_bw = 0;
+    relay_up(k);
+    if (k->state == S_RELAY)
+        relay_down(k);
+}
+
+static size_t allowance(pv_conn *k, size_t want)
+{
+    unsigned wait = 0;
+    size_t got;
+
+    if (!k->pv->ctx->cfg.preview_rate_team || !k->te)
+        return want;
+    got = gw_pv_team_bytes(k->te, want, (uint64_t)k->pv->ctx->cfg.preview_rate_team,
+                           (uint64_t)sf_mono_ms(), &wait);
+    if (got == 0 && !k->waiting_bw) {
+        struct timeval tv = {0, (suseconds_t)wait * 1000};
+
+        if (!k->tick)
+            k->tick = evtimer_new(k->pv->ctx->d.base, tick_cb, k);
+        if (k->tick && evtimer_add(k->tick, &tv) == 0)
+            k->waiting_bw = 1;
+    }
+    return got;
+}
+
+/* Both sides are done: the browser sent its end and the sandbox's end went out. */
+static void maybe_done(pv_conn *k)
+{
+    if (k->state != S_RELAY)
+        return;
+    if (k->u_eof && evbuffer_get_length(bufferevent_get_input(k->u)) == 0 &&
+        evbuffer_get_length(bufferevent_get_output(k->c)) == 0) {
+        conn_close(k);
+        return;
+    }
+    if (k->c_eof && !k->u_shut && evbuffer_get_length(bufferevent_get_input(k->c)) == 0 &&
+        evbuffer_get_length(bufferevent_get_output(k->u)) == 0) {
+        k->u_shut = 1; /* the browser's half-close, passed on */
+        shutdown(bufferevent_getfd(k->u), SHUT_WR);
+    }
+}
+
+/* browser -> sandbox */
+static void relay_up(pv_conn *k)
+{
+    struct evbuffer *in, *out;
+
+    if (k->state != S_RELAY)
+        return;
+    in = bufferevent_get_input(k->c);
+    out = bufferevent_get_output(k->u);
+    while (evbuffer_get_length(in) > 0 && evbuffer_get_length(out) < RELAY_HIGH &&
+           !k->waiting_bw) {
+        size_t avail = evbuffer_get_length(in), want = avail < RELAY_CHUNK ? avail : RELAY_CHUNK;
+        size_t n = allowance(k, want);
+
+        if (n == 0)
+            break;
+        if (k->raw_up) {
+            evbuffer_remove_buffer(in, out, n);
+            k->n_up += n;
+            continue;
+        }
+        {
+            const char *base = (const char *)evbuffer_pullup(in, (ev_ssize_t)n);
+            llhttp_errno_t e;
+            size_t used = n;
+
+            if (!base) {
+                conn_close(k);
+                return;
+            }
+            e = llhttp_execute(&k->p, base, n);
+            if (e == HPE_PAUSED_UPGRADE) {
+                used = (size_t)(llhttp_get_error_pos(&k->p) - base);
+                k->raw_up = 1; /* a WebSocket (or other Upgrade): bytes as they are */
+            } else if (e != HPE_OK) {
+                if (e != HPE_USER && e != HPE_CB_HEADERS_COMPLETE)
+                    sf_info("msg=\"preview request malformed; connection closed\" sandbox=%s "
+                            "port=%u peer=%s err=\"%s\"", k->t.sandbox, k->t.port, k->peer,
+                            llhttp_errno_name(e));
+                conn_close(k);
+                return;
+            }
+            evbuffer_drain(in, used);
+        }
+    }
+    if (k->n_up + k->n_down > (1u << 20))
+        flush_counts(k);
+    maybe_done(k);
+}
+
+/* sandbox -> browser */
+static void relay_down(pv_conn *k)
+{
+    struct evbuffer *in, *out;
+
+    if (k->state != S_RELAY)
+        return;
+    in = bufferevent_get_input(k->u);
+    out = bufferevent_get_output(k->c);
+    while (evbuffer_get_length(in) > 0 && evbuffer_get_length(out) < RELAY_HIGH &&
+           !k->waiting_bw) {
+        size_t avail = evbuffer_get_length(in);
+        size_t n = allowance(k, avail < RELAY_HIGH ? avail : RELAY_HIGH);
+
+        if (n == 0)
+            break;
+        evbuffer_remove_buffer(in, out, n);
+        k->n_down += n;
+    }
+    if (k->n_up + k->n_down > (1u << 20))
+        flush_counts(k);
+    maybe_done(k);
+}
+
+static void c_read_cb(struct bufferevent *bev, void *arg)
+{
+    relay_up(arg);
+}
+
+static void c_write_cb(struct bufferevent *bev, void *arg)
+{
+    pv_conn *k = arg;
+
+    if (k->state == S_ANSWER) {
+        if (evbuffer_get_length(bufferevent_get_output(bev)) > 0)
+            return;
+        if (k->tls || k->c_eof) {
+            conn_close(k);
+            return;
+        }
+        /* linger: our side shut, the client's bytes read and dropped for a moment */
+        {
+            struct timeval tv = {LINGER_S, 0};
+
+            shutdown(bufferevent_getfd(bev), SHUT_WR);
+            evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+            bufferevent_set_timeouts(bev, &tv, NULL);
+            bufferevent_enable(bev, EV_READ);
+        }
+        return;
+    }
+    relay_down(k);
+}
+
+static void u_write_cb(struct bufferevent *bev, void *arg)
+{
+    relay_up(arg);
+}
+
+static void c_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    pv_conn *k = arg;
+
+    if (k->state == S_RELAY && (what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR)) {
+        k->c_eof = 1; /* the browser may still read */
+        relay_up(k);
+        return;
+    }
+    conn_close(k);
+}
+
+static void c_answer_read_cb(struct bufferevent *bev, void *arg)
+{
+    evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+}
+
+/* ------------------------------------------------------------------ the hop */
+
+static void hop_answer(pv_conn *k)
+{
+    struct evbuffer *in = bufferevent_get_input(k->u);
+    struct evbuffer_ptr eol = evbuffer_search(in, "\n", 1, NULL);
+    char line[HOP_ANSWER_MAX + 1];
+    size_t n;
+
+    if (eol.pos < 0) {
+        if (evbuffer_get_length(in) > HOP_ANSWER_MAX)
+            conn_answer(k, 502, T_UNREACHABLE,
+                        M_NOT_HOP, NULL);
+        return;
+    }
+    n = (size_t)eol.pos;
+    if (n > HOP_ANSWER_MAX) {
+        conn_answer(k, 502, T_UNREACHABLE,
+                    "The sandbox's host answered with an overlong line; tell the platform's "
+                    "operator.", NULL);
+        return;
+    }
+    evbuffer_remove(in, line, n + 1);
+    line[n] = 0;
+    if (n > 0 && line[n - 1] == '\r')
+        line[n - 1] = 0;
+    if (!strcmp(line, "SFHOP1 OK")) {
+        k->state = S_RELAY;
+        bufferevent_set_timeouts(k->u, NULL, NULL);
+        /* large reads and writes (libevent's default is 16 KiB at a time) */
+        bufferevent_set_max_single_read(k->u, RELAY_IO);
+        bufferevent_set_max_single_write(k->u, RELAY_IO);
+        bufferevent_set_max_single_read(k->c, RELAY_IO);
+        bufferevent_set_max_single_write(k->c, RELAY_IO);
+        bufferevent_setwatermark(k->u, EV_READ, 0, RELAY_HIGH);
+        bufferevent_setwatermark(k->u, EV_WRITE, RELAY_LOW, 0);
+        bufferevent_setwatermark(k->c, EV_READ, 0, RELAY_HIGH);
+        bufferevent_setwatermark(k->c, EV_WRITE, RELAY_LOW, 0);
+        bufferevent_setcb(k->c, c_read_cb, c_write_cb, c_event_cb, k);
+        llhttp_init(&k->p, HTTP_REQUEST, &parser_settings);
+        k->p.data = k;
+        /* the first head, then what the browser sent after it */
+        switch (llhttp_execute(&k->p, k->first.p, k->first.len)) {
+        case HPE_OK:
+            break;
+        case HPE_PAUSED_UPGRADE: /* (a head with no body: nothing of it is left) */
+            k->raw_up = 1;
+            break;
+        default:
+            conn_close(k);
+            return;
+        }
+        sf_buf_fini(&k->first);
+        bufferevent_enable(k->c, EV_READ | EV_WRITE);
+        relay_up(k);
+        if (k->state == S_RELAY)
+            relay_down(k);
+        return;
+    }
+    if (!strncmp(line, "SFHOP1 ERR ", 11)) {
+        char *end;
+        long st = strtol(line + 11, &end, 10);
+        const char *msg = *end == ' ' ? end + 1 : "The sandbox's host refused the preview.";
+        const char *title = st == 404   ? "No such sandbox"
+                            : st == 409 ? "Port not published"
+                            : st == 502 ? "Nothing listens on this port yet"
+                            : st == 503 ? T_TOO_MANY
+                            : st == 504 ? "The sandbox did not wake up in time"
+                            : st == 403 ? "The preview hop was refused"
+                                        : T_UNREACHABLE;
+
+        if (st == 409)
+            st = 404;
+        if (st < 400 || st > 599)
+            st = 502;
+        conn_answer(k, (int)st, title, msg, NULL);
+        return;
+    }
+    conn_answer(k, 502, T_UNREACHABLE,
+                M_NOT_HOP, NULL);
+}
+
+static void u_hop_read_cb(struct bufferevent *bev, void *arg)
+{
+    pv_conn *k = arg;
+
+    if (k->state == S_HOPWAIT)
+        hop_answer(k);
+    else
+        relay_down(k);
+}
+
+static void u_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    pv_conn *k = arg;
+
+    if (what & BEV_EVENT_CONNECTED) {
+        char line[HOP_ANSWER_MAX];
+        int n = gw_pv_hop_line(line, sizeof(line), k->key, k->t.sandbox, k->t.port, k->epoch,
+                               (int64_t)sf_now_ms());
+
+        if (n < 0 || bufferevent_write(bev, line, (size_t)n) < 0) {
+            conn_answer(k, 502, T_UNREACHABLE,
+                        "The gateway could not start the hop; try again.", NULL);
+            return;
+        }
+        k->state = S_HOPWAIT;
+        bufferevent_enable(bev, EV_READ);
+        return;
+    }
+    if (k->state == S_CONNECT || k->state == S_HOPWAIT) {
+        int timeout = (what & BEV_EVENT_TIMEOUT) != 0;
+
+        sf_warn("msg=\"preview hop failed\" sandbox=%s port=%u host=%s state=%s what=0x%x",
+                k->t.sandbox, k->t.port, k->host, k->state == S_CONNECT ? "connect" : "answer",
+                (unsigned)what);
+        conn_answer(k, timeout ? 504 : 502, T_UNREACHABLE,
+                    timeout ? "The sandbox's host did not answer in time; try again in a moment."
+                            : "The gateway could not reach the sandbox's host (its preview "
+                              "ingress); try again in a moment, or tell the platform's operator "
+                              "if it lasts.",
+                    NULL);
+        return;
+    }
+    if (k->state == S_RELAY && (what & BEV_EVENT_EOF)) {
+        k->u_eof = 1;
+        relay_down(k);
+        return;
+    }
+    conn_close(k);
+}
+
+static void hop_connect(pv_conn *k, const char *ingress)
+{
+    struct sockaddr_storage ss;
+    int sl = sizeof(ss);
+    int64_t ms = k->pv->ctx->cfg.preview_hop_timeout_ms;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+
+    if (evutil_parse_sockaddr_port(ingress, (struct sockaddr *)&ss, &sl) < 0) {
+        conn_answer(k, 502, T_UNREACHABLE,
+                    "The sandbox's host announced a preview ingress address the gateway cannot "
+                    "read; tell the platform's operator.", NULL);
+        return;
+    }
+    if (!(k->u = bufferevent_socket_new(k->pv->ctx->d.base, -1, BEV_OPT_CLOSE_ON_FREE))) {
+        conn_answer(k, 503, "The gateway is busy", "The gateway is out of memory; try again.",
+                    NULL);
+        return;
+    }
+    bufferevent_setcb(k->u, u_hop_read_cb, u_write_cb, u_event_cb, k);
+    bufferevent_set_timeouts(k->u, &tv, &tv);
+    k->state = S_CONNECT;
+    if (bufferevent_socket_connect(k->u, (struct sockaddr *)&ss, sl) < 0) {
+        conn_answer(k, 502, T_UNREACHABLE,
+                    "The gateway could not reach the sandbox's host (its preview ingress); try "
+                    "again in a moment.", NULL);
+        return;
+    }
+}
+
+/* ------------------------------------------------------------------ lookup */
+
+static int reply_str(const redisReply *r, char *out, size_t n)
+{
+    if (!r || r->type != REDIS_REPLY_STRING || r->len == 0 || r->len >= n) {
+        out[0] = 0;
+        return -1;
+    }
+    memcpy(out, r->str, r->len);
+    out[r->len] = 0;
+    return 0;
+}
+
+static int lookup_pending_done(pv_conn *k)
+{
+    k->redis_pending--;
+    if (k->state == S_DEAD) {
+        if (k->redis_pending == 0)
+            conn_close(k);
+        return 1;
+    }
+    return 0;
+}
+
+static void on_host(redisAsyncContext *ac, void *reply, void *priv)
+{
+    pv_conn *k = priv;
+    char ingress[128];
+
+    if (lookup_pending_done(k))
+        return;
+    if (!reply) {
+        conn_answer(k, 503, T_UNAVAILABLE,
+                    M_LOST_REDIS, NULL);
+        return;
+    }
+    if (reply_str(reply, ingress, sizeof(ingress)) < 0) {
+        conn_answer(k, 502, T_UNREACHABLE,
+                    "The sandbox's host has no preview ingress (its worker is down or too old "
+                    "for previews); try again in a moment.", NULL);
+        return;
+    }
+    if (gw_pv_team_conn_take(k->te, (unsigned)k->pv->ctx->cfg.preview_max_conns_team) < 0) {
+        conn_answer(k, 429, T_TOO_MANY,
+                    "This team has as many preview connections open as the platform allows "
+                    "(preview_max_conns_team); close some tabs or try again in a moment.",
+                    "Retry-After: 1\r\n");
+        return;
+    }
+    k->team_held = 1;
+    hop_connect(k, ingress);
+}
+
+static void on_record(redisAsyncContext *ac, void *reply, void *priv)
+{
+    pv_conn *k = priv;
+    redisReply *r = reply;
+    char state[32], pvf[64], access[16];
+    unsigned long long epoch = 0;
+    gw_ctx *ctx = k->pv->ctx;
+    char text[512];
+
+    if (lookup_pending_done(k))
+        return;
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 4) {
+        conn_answer(k, 503, T_UNAVAILABLE,
+                    M_LOST_REDIS, NULL);
+        return;
+    }
+    reply_str(r->element[0], k->host, sizeof(k->host));
+    reply_str(r->element[1], k->team, sizeof(k->team));
+    reply_str(r->element[2], state, sizeof(state));
+    reply_str(r->element[3], pvf, sizeof(pvf));
+    if (!k->host[0] || !k->team[0] || !state[0] || !strcmp(state, "killed") ||
+        !strcmp(state, "killing") || !strcmp(state, "failed") || !strcmp(state, "lost")) {
+        snprintf(text, sizeof(text),
+                 "There is no sandbox %s (it was never created, or it was killed). Create one "
+                 "and ask for its URL with sandbox_preview_url.", k->t.sandbox);
+        conn_answer(k, 404, "No such sandbox", text, NULL);
+        return;
+    }
+    if (sscanf(pvf, "%15s %llu", access, &epoch) != 2 ||
+        (strcmp(access, "public") != 0 && strcmp(access, "private") != 0)) {
+        snprintf(text, sizeof(text),
+                 "Port %u of sandbox %s is not published. Publish it with sandbox_preview_url "
+                 "{sandbox_id: \"%s\", port: %u} and open the URL it gives.", k->t.port,
+                 k->t.sandbox, k->t.sandbox, k->t.port);
+        conn_answer(k, 404, "Port not published", text, NULL);
+        return;
+    }
+    k->epoch = epoch;
+    k->priv = !strcmp(access, "private");
+    sf_host_job_key(ctx->auth_secret, k->host, k->key);
+    if (!(k->te = gw_pv_team_get(ctx->pv_teams, k->team))) {
+        conn_answer(k, 503, "The gateway is busy", "Too many teams use previews on this gateway "
+                                                   "at once; try again later.", NULL);
+        return;
+    }
+    if (k->priv) {
+        int64_t exp = 0, now = (int64_t)time(NULL);
+        int v = k->tok_src == TOK_NONE
+                    ? -1
+                    : gw_pv_token_check(k->token, strlen(k->token), k->key, k->t.sandbox,
+                                        k->t.port, k->epoch, now, &exp);
+
+        if (v != GW_PV_TOK_OK) {
+            conn_answer(k, 403, "This preview is private", gw_pv_token_why(v), NULL);
+            return;
+        }
+        if (k->tok_src == TOK_QUERY && !k->header_form) {
+            /* the link is exchanged for a host-only cookie and the clean URL */
+            char extra[600];
+
+            snprintf(extra, sizeof(extra),
+                     "Location: %s\r\nSet-Cookie: sf_preview=%s; Path=/; HttpOnly; "
+                     "SameSite=Lax; Max-Age=%" PRId64 "%s\r\nReferrer-Policy: no-referrer\r\n",
+                     k->location, k->token, exp - now,
+                     !strcmp(scheme_of(k), "https") ? "; Secure" : "");
+            conn_answer(k, 302, "Opening the preview",
+                        "The link was accepted; your browser continues to the preview.", extra);
+            return;
+        }
+    }
+    if (sf_redis_cmd(ctx->redis, on_host, k, "HGET " SF_RK_HOST " ingress", k->host) < 0) {
+        conn_answer(k, 503, T_UNAVAILABLE,
+                    M_NO_REDIS, NULL);
+        return;
+    }
+    k->redis_pending++;
+}
+
+/* ------------------------------------------------------------------ connections */
+
+static void conn_answer(pv_conn *k, int status, const char *title, const char *text,
+                        const char *extra)
+{
+    sf_buf page;
+
+    if (k->state == S_DEAD || k->state == S_ANSWER)
+        return;
+    if (k->u) {
+        bufferevent_free(k->u);
+        k->u = NULL;
+    }
+    if (k->tick)
+        evtimer_del(k->tick);
+    sf_info("msg=preview_refused sandbox=%s port=%u status=%d peer=%s why=\"%s\"",
+            k->t.sandbox[0] ? k->t.sandbox : "-", k->t.port, status, k->peer, title);
+    sf_buf_init(&page, 64 << 10);
+    k->state = S_ANSWER;
+    bufferevent_setcb(k->c, c_answer_read_cb, c_write_cb, c_event_cb, k);
+    if (gw_pv_page(&page, status, title, text, extra) < 0 ||
+        bufferevent_write(k->c, page.p, page.len) < 0) {
+        sf_buf_fini(&page);
+        conn_close(k);
+        return;
+    }
+    sf_buf_fini(&page);
+    bufferevent_setwatermark(k->c, EV_WRITE, 0, 0);
+    bufferevent_enable(k->c, EV_WRITE);
+    bufferevent_disable(k->c, EV_READ);
+}
+
+static void conn_close(pv_conn *k)
+{
+    gw_preview *pv = k->pv;
+
+    if (k->state != S_DEAD) {
+        k->state = S_DEAD;
+        SF_LIST_UNLINK(pv->conns, k);
+        pv->nconns--;
+        if (k->c)
+            bufferevent_free(k->c);
+        if (k->u)
+            bufferevent_free(k->u);
+        k->c = k->u = NULL;
+        if (k->tick)
+            event_free(k->tick);
+        k->tick = NULL;
+        flush_counts(k);
+        if (k->team_held)
+            gw_pv_team_conn_put(k->te);
+        k->team_held = 0;
+        gw_http_hold_release(pv->ctx->http, k->hold);
+        k->hold = NULL;
+    }
+    if (k->redis_pending > 0)
+        return; /* freed when its answer comes (lookup_pending_done) */
+    sf_buf_fini(&k->first);
+    sf_buf_fini(&k->h_target);
+    sf_buf_fini(&k->h_fields);
+    sf_buf_fini(&k->out);
+    free(k->location);
+    sodium_memzero(k->key, sizeof(k->key));
+    sodium_memzero(k->token, sizeof(k->token));
+    free(k);
+}
+
+/* The first request's head as it came, for the parser to read again in RELAY. */
+static int first_head(pv_conn *k, gw_req *req)
+{
+    const char *name, *value;
+
+    if (sf_buf_appendf(&k->first, "%s %s HTTP/1.%d\r\n", gw_req_method(req), gw_req_target(req),
+                       gw_req_http_minor(req)) < 0)
+        return -1;
+    for (size_t i = 0; gw_req_header_at(req, i, &name, &value) == 0; i++)
+        if (sf_buf_appendf(&k->first, "%s: %s\r\n", name, value) < 0)
+            return -1;
+    return sf_buf_append(&k->first, "\r\n", 2);
+}
+
+static void divert_take(const gw_http_divert *d, void *arg)
+{
+    gw_preview *pv = arg;
+    gw_ctx *ctx = pv->ctx;
+    gw_req *req = d->req;
+    pv_conn *k = calloc(1, sizeof(*k));
+    const char *why = NULL, *tok, *host = gw_req_header(req, "Host");
+    int ok = 0;
+    size_t tn = 0;
+
+    if (!k) {
+        bufferevent_free(d->bev);
+        gw_http_hold_release(ctx->http, d->hold);
+        return;
+    }
+    k->pv = pv;
+    k->c = d->bev;
+    k->hold = d->hold;
+    k->tls = d->tls;
+    k->peer_port = d->peer_port;
+    k->state = S_LOOKUP;
+    snprintf(k->peer, sizeof(k->peer), "%s", d->peer ? d->peer : "unknown");
+    snprintf(k->fwd_host, sizeof(k->fwd_host), "%s", host ? host : "");
+    sf_buf_init(&k->first, HEAD_MAX + 4096);
+    sf_buf_init(&k->h_target, HEAD_MAX);
+    sf_buf_init(&k->h_fields, HEAD_MAX);
+    sf_buf_init(&k->out, HEAD_MAX + 4096);
+    SF_LIST_PUSH(pv->conns, k);
+    pv->nconns++;
+    bufferevent_setcb(k->c, c_answer_read_cb, c_write_cb, c_event_cb, k);
+    req_names(pv, host, gw_req_header(req, "X-Sandfleet-Preview"), &k->t, &ok, &why,
+              &k->header_form);
+    if (!ok) {
+        conn_answer(k, 404, "Not a preview address", why, NULL);
+        return;
+    }
+    if (first_head(k, req) < 0) {
+        conn_answer(k, 431, "Request too large",
+                    "The request's headers are too large for a preview (64 KiB at most).", NULL);
+        return;
+    }
+    if ((tok = gw_pv_query_token(gw_req_query(req), &tn))) {
+        k->tok_src = TOK_QUERY;
+    } else if ((tok = gw_req_header(req, "X-Sandfleet-Preview-Token"))) {
+        k->tok_src = TOK_HEADER;
+        tn = strlen(tok);
+    } else if ((tok = gw_pv_cookie_at(gw_req_header(req, "Cookie"), 0, &tn))) {
+        k->tok_src = TOK_COOKIE;
+    }
+    if (tok && tn < sizeof(k->token)) {
+        memcpy(k->token, tok, tn);
+        k->token[tn] = 0;
+    } else if (tok) {
+        k->token[0] = 0; /* too long: not one of ours (checked as malformed) */
+        memcpy(k->token, "x", 2);
+    }
+    if (k->tok_src == TOK_QUERY) {
+        sf_buf loc;
+
+        sf_buf_init(&loc, 70000);
+        if (gw_pv_strip_token(gw_req_target(req), &loc) < 0 || sf_buf_append(&loc, "", 1) < 0 ||
+            strpbrk(loc.p, "\r\n") || !(k->location = strdup(loc.p[0] ? loc.p : "/"))) {
+            sf_buf_fini(&loc);
+            conn_answer(k, 400, "Bad request", "The preview's address could not be read.", NULL);
+            return;
+        }
+        sf_buf_fini(&loc);
+    }
+    if (sf_redis_cmd(ctx->redis, on_record, k, "HMGET " SF_RK_SANDBOX " host team state pv:%u",
+                     k->t.sandbox, k->t.port) < 0) {
+        conn_answer(k, 503, T_UNAVAILABLE,
+                    M_NO_REDIS, NULL);
+        return;
+    }
+    k->redis_pending++;
+}
+
+/* ------------------------------------------------------------------ HTTP/2, setup */
+
+static int is_preview(gw_ctx *ctx, gw_req *req)
+{
+    return ctx->preview && divert_match(req, ctx->preview);
+}
+
+void gw_preview_dispatch(gw_req *req, void *arg)
+{
+    gw_ctx *ctx = arg;
+
+    if (is_preview(ctx, req)) {
+        static const char page[] =
+            "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>505 Use HTTP/1.1"
+            "</title></head><body><h1>Previews are served over HTTP/1.1</h1><p>This "
+            "connection speaks HTTP/2; open the preview's address in a browser (which uses "
+            "HTTP/1.1 for preview hosts) or use HTTP/1.1 (curl --http1.1).</p></body></html>\n";
+        static const char *const hdr[] = {"Cache-Control", "no-store", "X-Content-Type-Options",
+                                          "nosniff", NULL};
+
+        gw_req_respond(req, 505, "text/html; charset=utf-8", hdr, page, sizeof(page) - 1);
+        return;
+    }
+    gw_router_dispatch(req, ctx->router);
+}
+
+void gw_preview_head_check(gw_req *req, void *arg)
+{
+    gw_ctx *ctx = arg;
+
+    if (is_preview(ctx, req)) {
+        gw_req_head_verdict(req, 0, NULL);
+        return;
+    }
+    gw_mcp_head_check(req, ctx);
+}
+
+int gw_preview_start(gw_ctx *ctx, char *why, size_t n)
+{
+    gw_preview *pv = calloc(1, sizeof(*pv));
+
+    if (!pv) {
+        snprintf(why, n, "out of memory");
+        return -1;
+    }
+    pv->ctx = ctx;
+    if (gw_pv_domain_host(ctx->cfg.preview_domain, pv->dom_host, sizeof(pv->dom_host)) < 0) {
+        snprintf(why, n, "preview_domain \"%s\" is not a host name with an optional :port "
+                 "(e.g. preview.example.com)", ctx->cfg.preview_domain);
+        free(pv);
+        return -1;
+    }
+    if (strcmp(ctx->cfg.preview_scheme, "http") != 0 &&
+        strcmp(ctx->cfg.preview_scheme, "https") != 0) {
+        snprintf(why, n, "preview_scheme must be http or https, not \"%s\"",
+                 ctx->cfg.preview_scheme);
+        free(pv);
+        return -1;
+    }
+    ctx->preview = pv;
+    gw_http_server_set_divert(ctx->http, divert_match, divert_take, pv);
+    if (gw_http_server_set_h1_only_host(ctx->http, pv->dom_host) < 0) {
+        snprintf(why, n, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+void gw_preview_stop(gw_ctx *ctx)
+{
+    gw_preview *pv = ctx->preview;
+
+    if (!pv)
+        return;
+    while (pv->conns) {
+        pv_conn *k = pv->conns;
+
+        conn_close(k); /* (one waiting for Redis is freed by sf_redis_free's callbacks) */
+    }
+    ctx->preview = NULL;
+    free(pv);
+}

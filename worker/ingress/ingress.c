@@ -1,0 +1,721 @@
+/* ingress.c: the worker's preview ingress (ingress.h; docs/internals/ingress.md). */
+#include "ingress.h"
+#include "sf_list.h"
+#include "sf_map.h"
+#include "sf_msg.h"
+#include "sf_pvtoken.h"
+#include "sf_util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/listener.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TEAMS_MAX 4096 /* teams counted; the rest go under "_other" */
+#define MSG_FULL "The ingress is at its connection limit; retry in a few seconds."
+#define MSG_NOTHING_LISTENS_FMT                                                                \
+    "Nothing in sandbox %s listens on port %u yet; start the server with sandbox_exec."
+
+enum { HOP_LINE, HOP_OPENING, HOP_CONNECTING, HOP_PUMP, HOP_CLOSING };
+
+typedef struct team_bytes {
+    uint64_t in, out;
+} team_bytes;
+
+typedef struct sb_count {
+    uint32_t n;
+} sb_count;
+
+struct wk_hop {
+    wk_ingress *ing;
+    wk_hop *prev, *next;
+    int phase;
+    int client_gone;          /* the client's side ended before the daemon answered */
+    struct bufferevent *bc;   /* the gateway's side */
+    struct bufferevent *bs;   /* the sandbox's side */
+    struct event *ev_open;    /* the daemon's deadline */
+    char id[SF_ID_MAX];
+    unsigned port;
+    char team[SF_ID_MAX];
+    int counted;              /* in the sandbox's count */
+    int eof_c, eof_s;         /* that side sent its FIN */
+    int shut_c, shut_s;       /* ...and it was passed on (shutdown(SHUT_WR) of the other) */
+    uint64_t in, out;         /* bytes moved, not yet added to the team's counters */
+};
+
+struct wk_ingress {
+    wk_ingress_cfg cfg;
+    uint8_t key[32];
+    struct evconnlistener *lis;
+    char addr[64];
+    wk_hop *hops;
+    uint32_t nhops;
+    sf_map *per_sb;           /* id -> sb_count */
+    sf_map *teams;            /* team -> team_bytes */
+    /* the replay cache: a ring in arrival order, and its nonces */
+    struct nonce_ent {
+        char nonce[SF_PV_NONCE_HEX + 1];
+        int64_t until_ms;
+    } *ring;
+    uint32_t ring_head, ring_len;
+    sf_map *nonces;
+};
+
+/* ---- counters ---- */
+
+static void team_add(wk_ingress *ing, const char *team, uint64_t in, uint64_t out)
+{
+    team_bytes *t;
+
+    if (!team[0] || (in == 0 && out == 0))
+        return;
+    if (!(t = sf_map_get(ing->teams, team))) {
+        if (sf_map_len(ing->teams) >= TEAMS_MAX - 1)
+            team = "_other";
+        if (!(t = sf_map_get(ing->teams, team))) {
+            if (!(t = calloc(1, sizeof(*t))))
+                return;
+            if (sf_map_put(ing->teams, team, t) < 0) {
+                free(t);
+                return;
+            }
+        }
+    }
+    t->in += in;
+    t->out += out;
+}
+
+static void hop_flush_bytes(wk_hop *h)
+{
+    team_add(h->ing, h->team, h->in, h->out);
+    h->in = h->out = 0;
+}
+
+/* ---- a hop's end ---- */
+
+static void hop_free(wk_hop *h)
+{
+    wk_ingress *ing = h->ing;
+
+    hop_flush_bytes(h);
+    if (h->counted) {
+        sb_count *c = sf_map_get(ing->per_sb, h->id);
+        if (c && --c->n == 0)
+            free(sf_map_del(ing->per_sb, h->id));
+    }
+    if (h->bc)
+        bufferevent_free(h->bc);
+    if (h->bs)
+        bufferevent_free(h->bs);
+    if (h->ev_open)
+        event_free(h->ev_open);
+    SF_LIST_UNLINK(ing->hops, h);
+    ing->nhops--;
+    free(h);
+}
+
+/* The client's side is done with (the daemon still owes its answer: h waits for it). */
+static void hop_end(wk_hop *h)
+{
+    if (h->phase == HOP_OPENING) {
+        h->client_gone = 1;
+        if (h->bc) {
+            bufferevent_free(h->bc);
+            h->bc = NULL;
+        }
+        return;
+    }
+    hop_free(h);
+}
+
+static void on_closing_written(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    hop_end(arg);
+}
+
+static void on_closing_event(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    (void)what;
+    hop_end(arg);
+}
+
+/* Answers the client `SFHOP1 ERR <status> <why>` and closes once it is written. */
+static void hop_refuse(wk_hop *h, int status, const char *why)
+{
+    h->phase = HOP_CLOSING;
+    if (h->bs) {
+        bufferevent_free(h->bs);
+        h->bs = NULL;
+    }
+    if (h->client_gone || !h->bc) {
+        hop_free(h);
+        return;
+    }
+    bufferevent_disable(h->bc, EV_READ);
+    bufferevent_set_timeouts(h->bc, NULL, NULL);
+    evbuffer_drain(bufferevent_get_input(h->bc), evbuffer_get_length(bufferevent_get_input(h->bc)));
+    if (evbuffer_add_printf(bufferevent_get_output(h->bc), "SFHOP1 ERR %d %s\n", status,
+                            why) < 0) {
+        hop_free(h);
+        return;
+    }
+    bufferevent_setwatermark(h->bc, EV_WRITE, 0, 0);
+    bufferevent_setcb(h->bc, NULL, on_closing_written, on_closing_event, h);
+    bufferevent_enable(h->bc, EV_WRITE);
+}
+
+/* ---- the pump ---- */
+
+static struct bufferevent *peer_of(wk_hop *h, struct bufferevent *bev)
+{
+    return bev == h->bc ? h->bs : h->bc;
+}
+
+/* Both sides sent their FIN and both were passed on, everything written: done. */
+static int pump_done(wk_hop *h)
+{
+    if (h->shut_c && h->shut_s) {
+        hop_free(h);
+        return 1;
+    }
+    return 0;
+}
+
+/* bev's side ended its sending; its peer gets the FIN once its output is written. */
+static void pass_fin(wk_hop *h, struct bufferevent *from)
+{
+    struct bufferevent *to = peer_of(h, from);
+    int *shut = from == h->bc ? &h->shut_c : &h->shut_s;
+
+    if (*shut || evbuffer_get_length(bufferevent_get_output(to)) > 0)
+        return; /* on_written passes it once drained */
+    shutdown(bufferevent_getfd(to), SHUT_WR);
+    *shut = 1;
+}
+
+static void pump_read(struct bufferevent *bev, void *arg)
+{
+    wk_hop *h = arg;
+    struct bufferevent *to = peer_of(h, bev);
+    struct evbuffer *in = bufferevent_get_input(bev), *out = bufferevent_get_output(to);
+    size_t n = evbuffer_get_length(in);
+
+    if (bev == h->bc)
+        h->in += n;
+    else
+        h->out += n;
+    evbuffer_add_buffer(out, in);
+    if (evbuffer_get_length(out) >= h->ing->cfg.buf_max)
+        bufferevent_disable(bev, EV_READ); /* on_written reads again once it drained */
+    if (h->in + h->out >= (1u << 20))
+        hop_flush_bytes(h);
+}
+
+static void pump_written(struct bufferevent *bev, void *arg)
+{
+    wk_hop *h = arg;
+    struct bufferevent *from = peer_of(h, bev);
+    int eof = from == h->bc ? h->eof_c : h->eof_s;
+
+    if (evbuffer_get_length(bufferevent_get_output(bev)) < h->ing->cfg.buf_max / 2 && !eof)
+        bufferevent_enable(from, EV_READ);
+    if (eof && evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+        pass_fin(h, from);
+        pump_done(h);
+    }
+}
+
+static void pump_event(struct bufferevent *bev, short what, void *arg)
+{
+    wk_hop *h = arg;
+
+    if (what & BEV_EVENT_EOF) {
+        if (bev == h->bc)
+            h->eof_c = 1;
+        else
+            h->eof_s = 1;
+        bufferevent_disable(bev, EV_READ);
+        pass_fin(h, bev);
+        pump_done(h);
+        return;
+    }
+    /* an error or a reset on either side ends both */
+    hop_free(h);
+}
+
+static void pump_start(wk_hop *h)
+{
+    size_t wm = h->ing->cfg.buf_max;
+
+    h->phase = HOP_PUMP;
+    bufferevent_set_timeouts(h->bc, NULL, NULL);
+    bufferevent_setwatermark(h->bc, EV_READ, 0, wm);
+    bufferevent_setwatermark(h->bs, EV_READ, 0, wm);
+    /* the write callbacks fire when an output drained below half: reading goes on */
+    bufferevent_setwatermark(h->bc, EV_WRITE, wm / 2, 0);
+    bufferevent_setwatermark(h->bs, EV_WRITE, wm / 2, 0);
+    bufferevent_setcb(h->bc, pump_read, pump_written, pump_event, h);
+    bufferevent_setcb(h->bs, pump_read, pump_written, pump_event, h);
+    evbuffer_add_printf(bufferevent_get_output(h->bc), "SFHOP1 OK\n");
+    bufferevent_enable(h->bc, EV_READ | EV_WRITE);
+    bufferevent_enable(h->bs, EV_READ | EV_WRITE);
+    /* what the client sent behind its line goes first */
+    if (evbuffer_get_length(bufferevent_get_input(h->bc)) > 0)
+        pump_read(h->bc, h);
+}
+
+static void on_sandbox_event(struct bufferevent *bev, short what, void *arg)
+{
+    wk_hop *h = arg;
+    char why[256];
+
+    (void)bev;
+    if (what & BEV_EVENT_CONNECTED) {
+        pump_start(h);
+        return;
+    }
+    snprintf(why, sizeof(why), MSG_NOTHING_LISTENS_FMT, h->id, h->port);
+    hop_refuse(h, 502, why);
+}
+
+/* While connecting: the client's side may only end. */
+static void on_client_wait_event(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    (void)what;
+    hop_free(arg);
+}
+
+void wk_ingress_admit(wk_hop *h, const wk_hop_target *t)
+{
+    wk_ingress *ing = h->ing;
+
+    if (h->client_gone) { /* the client left (or heard 504): nothing to answer */
+        close(t->fd);
+        hop_free(h);
+        return;
+    }
+    event_del(h->ev_open);
+    snprintf(h->team, sizeof(h->team), "%s", t->team ? t->team : "");
+    h->phase = HOP_CONNECTING;
+    if (!(h->bs = bufferevent_socket_new(ing->cfg.base, t->fd, BEV_OPT_CLOSE_ON_FREE))) {
+        close(t->fd);
+        hop_refuse(h, 503, SF_MSG_HOST_NOMEM);
+        return;
+    }
+    bufferevent_setcb(h->bs, NULL, NULL, on_sandbox_event, h);
+    bufferevent_setcb(h->bc, NULL, NULL, on_client_wait_event, h);
+    if (bufferevent_socket_connect(h->bs, (const struct sockaddr *)&t->addr, (int)t->addrlen) < 0) {
+        char why[256];
+        snprintf(why, sizeof(why), MSG_NOTHING_LISTENS_FMT, h->id, h->port);
+        hop_refuse(h, 502, why);
+    }
+}
+
+void wk_ingress_refuse(wk_hop *h, int status, const char *why)
+{
+    if (h->client_gone) { /* the client left (or heard 504): nothing to answer */
+        hop_free(h);
+        return;
+    }
+    event_del(h->ev_open);
+    hop_refuse(h, status, why);
+}
+
+static void on_open_late(evutil_socket_t fd, short what, void *arg)
+{
+    wk_hop *h = arg;
+    char line[256];
+    int n;
+
+    (void)fd;
+    (void)what;
+    /* the client hears now and goes; the hop ends with the daemon's answer, which comes
+     * (a resume always ends) */
+    n = snprintf(line, sizeof(line), "SFHOP1 ERR 504 Sandbox %s did not resume in time; "
+                 "retry in a few seconds.\n", h->id);
+    if (h->bc) {
+        /* one short line into an idle socket's buffer: written at once or not at all */
+        if (send(bufferevent_getfd(h->bc), line, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+            (void)0;
+        bufferevent_free(h->bc);
+        h->bc = NULL;
+    }
+    h->client_gone = 1;
+}
+
+/* ---- the hop line ---- */
+
+/* 0 when the nonce was not seen in the window (and is now remembered); -EEXIST a replay;
+ * -ENOSPC the cache is full of live nonces. */
+static int nonce_fresh(wk_ingress *ing, const char *nonce, int64_t iat, int64_t now)
+{
+    struct nonce_ent *e;
+
+    while (ing->ring_len > 0 && ing->ring[ing->ring_head].until_ms < now) {
+        sf_map_del(ing->nonces, ing->ring[ing->ring_head].nonce);
+        ing->ring_head = (ing->ring_head + 1) % ing->cfg.replay_max;
+        ing->ring_len--;
+    }
+    if (sf_map_get(ing->nonces, nonce))
+        return -EEXIST;
+    if (ing->ring_len >= ing->cfg.replay_max)
+        return -ENOSPC;
+    e = &ing->ring[(ing->ring_head + ing->ring_len) % ing->cfg.replay_max];
+    snprintf(e->nonce, sizeof(e->nonce), "%s", nonce);
+    /* the line is good until iat + the window; it was taken no earlier than now - window */
+    e->until_ms = (iat > now ? iat : now) + SF_PV_HOP_WINDOW_MS + 1000;
+    if (sf_map_put(ing->nonces, e->nonce, e) < 0)
+        return -ENOSPC;
+    ing->ring_len++;
+    return 0;
+}
+
+static int all_hex(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return 0;
+    return s[n] == '\0';
+}
+
+/* Parses and checks the line; 0 and the sandbox's id, port, epoch; else the status. */
+static int check_line(wk_ingress *ing, char *line, char id[SF_ID_MAX], unsigned *port,
+                      uint64_t *epoch)
+{
+    char *f[8], *sp, mac[SF_PV_MAC_HEX + 1];
+    int n = 0;
+    int64_t p, iat, now = sf_now_ms(), ep;
+
+    /* seven fields, one space between each */
+    for (f[n++] = line; n < 8 && (sp = strchr(f[n - 1], ' ')); f[n++] = sp + 1)
+        *sp = '\0';
+    if (n != 7 || strcmp(f[0], "SFHOP1") != 0 || !sf_id_valid(f[1]) ||
+        sf_parse_i64(f[2], 1, 65535, &p) < 0 || sf_parse_i64(f[3], 0, INT64_MAX, &ep) < 0 ||
+        sf_parse_i64(f[4], 0, INT64_MAX, &iat) < 0 || strlen(f[5]) != SF_PV_NONCE_HEX ||
+        !all_hex(f[5], SF_PV_NONCE_HEX) || strlen(f[6]) != SF_PV_MAC_HEX ||
+        !all_hex(f[6], SF_PV_MAC_HEX))
+        return 403;
+    if (iat < now - SF_PV_HOP_WINDOW_MS || iat > now + SF_PV_HOP_WINDOW_MS)
+        return 403;
+    sf_pv_hop_mac(ing->key, f[1], (unsigned)p, (uint64_t)ep, iat, f[5], mac);
+    if (sf_pv_hex_equal(mac, f[6], SF_PV_MAC_HEX) != 0)
+        return 403;
+    switch (nonce_fresh(ing, f[5], iat, now)) {
+    case 0:
+        break;
+    case -EEXIST:
+        return 403;
+    default:
+        return 503;
+    }
+    snprintf(id, SF_ID_MAX, "%s", f[1]);
+    *port = (unsigned)p;
+    *epoch = (uint64_t)ep;
+    return 0;
+}
+
+static void on_line(struct bufferevent *bev, void *arg)
+{
+    wk_hop *h = arg;
+    wk_ingress *ing = h->ing;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, NULL, EVBUFFER_EOL_LF);
+    char line[SF_PV_HOP_LINE_MAX + 1];
+    uint64_t epoch = 0;
+    unsigned port = 0;
+    int st;
+    sb_count *c;
+
+    if (eol.pos < 0) {
+        if (evbuffer_get_length(in) >= SF_PV_HOP_LINE_MAX)
+            hop_refuse(h, 403, "The hop was refused.");
+        return;
+    }
+    if ((size_t)eol.pos >= SF_PV_HOP_LINE_MAX) {
+        hop_refuse(h, 403, "The hop was refused.");
+        return;
+    }
+    evbuffer_remove(in, line, (size_t)eol.pos + 1);
+    line[eol.pos] = '\0';
+    if (strlen(line) != (size_t)eol.pos) { /* a NUL inside */
+        hop_refuse(h, 403, "The hop was refused.");
+        return;
+    }
+    if ((st = check_line(ing, line, h->id, &port, &epoch)) != 0) {
+        hop_refuse(h, st, st == 503 ? MSG_FULL : "The hop was refused.");
+        return;
+    }
+    h->port = port;
+    c = sf_map_get(ing->per_sb, h->id);
+    if (c && c->n >= ing->cfg.conns_per_sandbox) {
+        char why[200];
+        snprintf(why, sizeof(why), "Sandbox %s has %u preview connections open, its limit; "
+                 "retry when some closed.", h->id, c->n);
+        hop_refuse(h, 503, why);
+        return;
+    }
+    if (!c) {
+        if (!(c = calloc(1, sizeof(*c))) || sf_map_put(ing->per_sb, h->id, c) < 0) {
+            free(c);
+            hop_refuse(h, 503, MSG_FULL);
+            return;
+        }
+    }
+    c->n++;
+    h->counted = 1;
+    h->phase = HOP_OPENING;
+    bufferevent_disable(bev, EV_READ); /* what follows waits for the sandbox */
+    bufferevent_set_timeouts(bev, NULL, NULL);
+    bufferevent_setcb(bev, NULL, NULL, on_client_wait_event, h);
+    {
+        struct timeval tv = {ing->cfg.open_timeout_ms / 1000,
+                             (ing->cfg.open_timeout_ms % 1000) * 1000};
+        event_add(h->ev_open, &tv);
+    }
+    ing->cfg.open(ing->cfg.arg, h, h->id, port, epoch);
+}
+
+/* While the daemon decides, the client may only leave. */
+static void on_line_event(struct bufferevent *bev, short what, void *arg)
+{
+    wk_hop *h = arg;
+
+    (void)bev;
+    if (what & BEV_EVENT_TIMEOUT) {
+        hop_refuse(h, 403, "The hop was refused.");
+        return;
+    }
+    hop_end(h);
+}
+
+static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct sockaddr *sa,
+                      int salen, void *arg)
+{
+    wk_ingress *ing = arg;
+    wk_hop *h;
+    struct timeval tv = {ing->cfg.line_timeout_ms / 1000, (ing->cfg.line_timeout_ms % 1000) * 1000};
+    int one = 1;
+
+    (void)lis;
+    (void)sa;
+    (void)salen;
+    if (!(h = calloc(1, sizeof(*h)))) {
+        close(fd);
+        return;
+    }
+    h->ing = ing;
+    SF_LIST_PUSH(ing->hops, h);
+    ing->nhops++;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (!(h->bc = bufferevent_socket_new(ing->cfg.base, fd, BEV_OPT_CLOSE_ON_FREE)) ||
+        !(h->ev_open = evtimer_new(ing->cfg.base, on_open_late, h))) {
+        if (!h->bc)
+            close(fd);
+        hop_free(h);
+        return;
+    }
+    if (ing->nhops > ing->cfg.conns_max) {
+        hop_refuse(h, 503, MSG_FULL);
+        return;
+    }
+    bufferevent_setwatermark(h->bc, EV_READ, 0, SF_PV_HOP_LINE_MAX);
+    bufferevent_set_timeouts(h->bc, &tv, NULL);
+    bufferevent_setcb(h->bc, on_line, NULL, on_line_event, h);
+    bufferevent_enable(h->bc, EV_READ);
+}
+
+/* ---- the listener ---- */
+
+static int parse_addr(const char *s, struct sockaddr_in *sin)
+{
+    char host[64];
+    const char *colon = strrchr(s, ':');
+    int64_t port;
+
+    if (!colon || (size_t)(colon - s) >= sizeof(host) ||
+        sf_parse_i64(colon + 1, 0, 65535, &port) < 0)
+        return -EINVAL;
+    memcpy(host, s, (size_t)(colon - s));
+    host[colon - s] = '\0';
+    memset(sin, 0, sizeof(*sin));
+    sin->sin_family = AF_INET;
+    sin->sin_port = htons((uint16_t)port);
+    return inet_pton(AF_INET, host, &sin->sin_addr) == 1 ? 0 : -EINVAL;
+}
+
+int wk_ingress_new(const wk_ingress_cfg *cfg, wk_ingress **out, char *why, size_t whylen)
+{
+    wk_ingress *ing;
+    struct sockaddr_in sin;
+    socklen_t len = sizeof(sin);
+    char ip[INET_ADDRSTRLEN];
+
+    if (parse_addr(cfg->listen, &sin) < 0) {
+        snprintf(why, whylen, "ingress_listen '%s' is not an IPv4 address and port (ip:port).",
+                 cfg->listen);
+        return -EINVAL;
+    }
+    if (!(ing = calloc(1, sizeof(*ing))))
+        return -ENOMEM;
+    ing->cfg = *cfg;
+    memcpy(ing->key, cfg->host_key, 32);
+    ing->cfg.host_key = ing->key;
+    if (ing->cfg.replay_max < 16)
+        ing->cfg.replay_max = 16;
+    if (ing->cfg.buf_max < 4096)
+        ing->cfg.buf_max = 4096;
+    if (!(ing->per_sb = sf_map_new(cfg->conns_max + 1)) || !(ing->teams = sf_map_new(TEAMS_MAX)) ||
+        !(ing->nonces = sf_map_new(ing->cfg.replay_max)) ||
+        !(ing->ring = calloc(ing->cfg.replay_max, sizeof(*ing->ring)))) {
+        wk_ingress_free(ing);
+        return -ENOMEM;
+    }
+    ing->lis = evconnlistener_new_bind(cfg->base, on_accept, ing,
+                                       LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
+                                           LEV_OPT_CLOSE_ON_EXEC,
+                                       512, (struct sockaddr *)&sin, sizeof(sin));
+    if (!ing->lis) {
+        int e = errno ? errno : EADDRINUSE;
+        snprintf(why, whylen, "The preview ingress cannot listen on %s: %s; set ingress_listen "
+                 "to a free address.", cfg->listen, strerror(e));
+        wk_ingress_free(ing);
+        return -e;
+    }
+    getsockname(evconnlistener_get_fd(ing->lis), (struct sockaddr *)&sin, &len);
+    inet_ntop(AF_INET, &sin.sin_addr, ip, sizeof(ip));
+    snprintf(ing->addr, sizeof(ing->addr), "%s:%u", ip, ntohs(sin.sin_port));
+    *out = ing;
+    return 0;
+}
+
+static void free_val(const char *key, void *val, void *arg)
+{
+    (void)key;
+    (void)arg;
+    free(val);
+}
+
+void wk_ingress_free(wk_ingress *ing)
+{
+    if (!ing)
+        return;
+    if (ing->lis)
+        evconnlistener_free(ing->lis);
+    while (ing->hops)
+        hop_free(ing->hops);
+    if (ing->per_sb) {
+        sf_map_foreach(ing->per_sb, free_val, NULL);
+        sf_map_free(ing->per_sb);
+    }
+    if (ing->teams) {
+        sf_map_foreach(ing->teams, free_val, NULL);
+        sf_map_free(ing->teams);
+    }
+    sf_map_free(ing->nonces);
+    free(ing->ring);
+    free(ing);
+}
+
+const char *wk_ingress_addr(const wk_ingress *ing)
+{
+    return ing->addr;
+}
+
+void wk_ingress_drop(wk_ingress *ing, const char *id, unsigned port)
+{
+    wk_hop *h = ing ? ing->hops : NULL, *next;
+
+    for (; h; h = next) {
+        next = h->next;
+        if (strcmp(h->id, id) != 0 || (port && h->port != port))
+            continue;
+        if (h->phase == HOP_PUMP || h->phase == HOP_CONNECTING)
+            hop_free(h);
+        /* a hop in its line phase has no id yet; one opening hears the daemon's answer */
+    }
+}
+
+uint32_t wk_ingress_open_hops(const wk_ingress *ing)
+{
+    return ing ? ing->nhops : 0;
+}
+
+typedef struct teams_walk {
+    void (*fn)(void *arg, const char *team, uint64_t in, uint64_t out);
+    void *arg;
+} teams_walk;
+
+static void walk_team(const char *key, void *val, void *arg)
+{
+    teams_walk *w = arg;
+    team_bytes *t = val;
+
+    w->fn(w->arg, key, t->in, t->out);
+}
+
+void wk_ingress_teams(const wk_ingress *ing,
+                      void (*fn)(void *arg, const char *team, uint64_t in, uint64_t out),
+                      void *arg)
+{
+    teams_walk w = {fn, arg};
+
+    for (wk_hop *h = ing->hops; h; h = h->next)
+        hop_flush_bytes(h);
+    sf_map_foreach(ing->teams, walk_team, &w);
+}
+
+/* ---- a socket inside a network namespace ---- */
+
+typedef struct ns_sock {
+    int netns;
+    int fd;
+    int err;
+} ns_sock;
+
+static void *ns_sock_main(void *arg)
+{
+    ns_sock *s = arg;
+
+    /* this thread alone enters the namespace, and ends right after */
+    if (setns(s->netns, CLONE_NEWNET) < 0) {
+        s->err = errno;
+        return NULL;
+    }
+    s->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s->fd < 0)
+        s->err = errno;
+    return NULL;
+}
+
+int wk_ingress_netns_socket(int netns, int *fd)
+{
+    ns_sock s = {.netns = netns, .fd = -1, .err = 0};
+    pthread_t t;
+    int one = 1;
+    int rc;
+
+    if (netns < 0)
+        return -EBADF;
+    if ((rc = pthread_create(&t, NULL, ns_sock_main, &s)) != 0)
+        return -rc;
+    pthread_join(t, NULL);
+    if (s.fd < 0)
+        return -(s.err ? s.err : EIO);
+    setsockopt(s.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    *fd = s.fd;
+    return 0;
+}
