@@ -24,6 +24,8 @@ static const char script[] =
     "  chain out_nat {\n"
     "    type nat hook output priority -100; policy accept;\n"
     "    oifname \"lo\" return\n"
+    "    meta mark " SP_NETNS_PREVIEW_MARK " ip daddr " SP_NETNS_PREVIEW_GUEST
+    " tcp dport " SP_NETNS_PREVIEW_PORT " return\n"
     "    fib daddr type local return\n"
     "    udp dport 53 redirect to :%d\n"
     "    meta l4proto tcp redirect to :%d\n"
@@ -38,6 +40,8 @@ static const char script[] =
     "  chain out_filter {\n"
     "    type filter hook output priority 0; policy drop;\n"
     "    oifname \"lo\" accept\n"
+    "    meta mark " SP_NETNS_PREVIEW_MARK " ip daddr " SP_NETNS_PREVIEW_GUEST
+    " tcp dport " SP_NETNS_PREVIEW_PORT " accept\n"
     "    ct status dnat accept\n"
     "    ct state established,related accept\n"
     "  }\n"

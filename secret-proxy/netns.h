@@ -10,7 +10,12 @@
  * IPv6 disabled; table "ip sandfleet": every TCP connection redirected to the transparent
  * listener, every UDP/53 packet to the proxy's resolver, everything else dropped (also for
  * traffic entering from a VM's tap, which may also reach the explicit proxy and the
- * resolver at the namespace's own addresses); table "ip6 sandfleet6" drops all IPv6. */
+ * resolver at the namespace's own addresses); table "ip6 sandfleet6" drops all IPv6.
+ * One exception: a socket the worker made in the namespace with SO_MARK
+ * SP_NETNS_PREVIEW_MARK (CAP_NET_ADMIN or CAP_NET_RAW over the namespace sets it;
+ * a jail's may: its CAP_NET_RAW allows it, and such a connect still reaches nothing)
+ * reaches SP_NETNS_PREVIEW_GUEST:SP_NETNS_PREVIEW_PORT as it is: the preview ingress to a
+ * VM guest agent's relay (worker/driver/driver.h preview_addr). */
 #ifndef SP_NETNS_H
 #define SP_NETNS_H
 
@@ -21,6 +26,10 @@
 /* sf0's address: where a sandbox reaches the explicit proxy (HTTP_PROXY), from a jail (a
  * local address) and from a VM behind a tap in the namespace alike. */
 #define SP_NETNS_PROXY_ADDR "169.254.77.2"
+/* = the worker's WK_PREVIEW_MARK and WK_PREVIEW_RELAY_PORT (worker/preview.c checks) */
+#define SP_NETNS_PREVIEW_MARK "0x53465056"
+#define SP_NETNS_PREVIEW_PORT "49983"
+#define SP_NETNS_PREVIEW_GUEST "169.254.78.2" /* a VM guest's side of its link */
 
 typedef struct sp_netns_opts {
     int transparent_port; /* the proxy's proxy_transparent_port (3129) */

@@ -7,6 +7,7 @@
  * A hop to a paused sandbox resumes it and counts as activity. */
 #include "worker.h"
 #include "ingress.h"
+#include "netns.h"
 #include "sf_log.h"
 #include "sf_msg.h"
 #include "sf_pvtoken.h"
@@ -22,6 +23,11 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+/* the namespace's rules let the ingress's marked sockets reach the relay (netns.h) */
+_Static_assert(WK_PREVIEW_MARK == 0x53465056u && WK_PREVIEW_RELAY_PORT == 49983,
+               "SP_NETNS_PREVIEW_MARK and SP_NETNS_PREVIEW_PORT (secret-proxy/netns.h) "
+               "must follow WK_PREVIEW_MARK and WK_PREVIEW_RELAY_PORT");
 
 static struct wk_pvport *pv_find(wk_box *b, unsigned port)
 {
@@ -287,32 +293,32 @@ typedef struct hop_wait {
     uint64_t epoch;
 } hop_wait;
 
-/* The sandbox's loopback port, through a socket made in its network namespace. */
+/* The sandbox's loopback port, through a socket made in its network namespace (the jail:
+ * the port itself; a VM: the guest agent's relay, driver.h preview_addr). */
 static void hop_connect(wk_ctx *ctx, wk_hop *h, wk_box *b, unsigned port)
 {
     wk_hop_target t = {.fd = -1, .team = b->team};
-    struct sockaddr_in *sin = (struct sockaddr_in *)&t.addr;
     char why[200];
     int ns, rc;
 
-    if (!(ctx->ops->caps & WK_CAP_NETNS_LO)) {
+    if (!ctx->ops->preview_addr) {
         snprintf(why, sizeof(why), "Previews of sandbox %s cannot be reached: this host's "
-                 "isolation driver (%s) does not carry them yet; use a jail host.", b->id,
+                 "isolation driver (%s) does not carry them; use another host.", b->id,
                  ctx->ops->name);
         wk_ingress_refuse(h, 502, why);
         return;
     }
     ns = ctx->ops->netns ? ctx->ops->netns(b->sb) : -ENOENT;
-    if (ns < 0 || (rc = wk_ingress_netns_socket(ns, &t.fd)) < 0) {
+    if (ns < 0 ||
+        (rc = ctx->ops->preview_addr(b->sb, (uint16_t)port, (struct sockaddr_in *)&t.addr,
+                                     &t.relay)) < 0 ||
+        (rc = wk_ingress_netns_socket(ns, t.relay ? WK_PREVIEW_MARK : 0, &t.fd)) < 0) {
         snprintf(why, sizeof(why), "Sandbox %s has no network to reach (error %d); retry, or "
                  "create a new sandbox.", b->id, ns < 0 ? -ns : -rc);
         wk_ingress_refuse(h, 502, why);
         return;
     }
-    sin->sin_family = AF_INET;
-    sin->sin_port = htons((uint16_t)port);
-    sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    t.addrlen = sizeof(*sin);
+    t.addrlen = sizeof(struct sockaddr_in);
     wk_ingress_admit(h, &t);
 }
 
@@ -402,15 +408,41 @@ static void add_team(void *arg, const char *team, uint64_t in, uint64_t out)
                                                (json_int_t)out));
 }
 
+/* A sandbox with previews open is in use: no idle pause under a long stream (SSE, a
+ * WebSocket). wk_touch writes the record at most once a second. The ids are copied first:
+ * wk_touch must not run inside the ingress's walk. */
+typedef struct touch_list {
+    char (*ids)[SF_ID_MAX];
+    size_t n, cap;
+} touch_list;
+
+static void collect_open(void *arg, const char *id)
+{
+    touch_list *l = arg;
+
+    if (l->n < l->cap)
+        snprintf(l->ids[l->n++], SF_ID_MAX, "%s", id);
+}
+
 static void on_bytes_tick(evutil_socket_t fd, short what, void *arg)
 {
     wk_ctx *ctx = arg;
-    json_t *o = json_object();
+    json_t *o;
     char *text;
+    touch_list open_now = {.cap = wk_ingress_open_hops(ctx->ingress)};
 
     (void)fd;
     (void)what;
-    if (!o)
+    if (open_now.cap > 0 && (open_now.ids = calloc(open_now.cap, SF_ID_MAX))) {
+        wk_ingress_sandboxes(ctx->ingress, collect_open, &open_now);
+        for (size_t i = 0; i < open_now.n; i++) {
+            wk_box *b = sf_map_get(ctx->sandboxes, open_now.ids[i]);
+            if (b && b->state == WK_BOX_RUNNING && !b->paused && !b->pausing)
+                wk_touch(ctx, b->id);
+        }
+        free(open_now.ids);
+    }
+    if (!(o = json_object()))
         return;
     wk_ingress_teams(ctx->ingress, add_team, o);
     text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);

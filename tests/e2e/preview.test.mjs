@@ -10,7 +10,7 @@ import crypto from 'node:crypto';
 import net from 'node:net';
 import { readFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
-import { connect, call, sh, env, until, driver } from './lib.mjs';
+import { connect, call, sh, env, until, driver, createWhenBuilt } from './lib.mjs';
 
 const client = await connect(env.SF_KEY_ALPHA);
 const created = [];
@@ -87,7 +87,7 @@ test('tools/list serves sandbox_preview_url with its annotations', async () => {
   assert.ok(tools.find((x) => x.name === 'sandbox_create').inputSchema.properties.preview_access);
 });
 
-test('a public port: URL, record, sandbox_info, and the page through the ingress', { skip: driver !== 'jail' && 'the jail driver only (qemu: not carried yet)' }, async (t) => {
+test('a public port: URL, record, sandbox_info, and the page through the ingress', async (t) => {
   const id = await sandbox();
   await serve(id, 8000, 'hello-preview');
   const r = await call(client, 'sandbox_preview_url', { sandbox_id: id, port: 8000 });
@@ -164,7 +164,7 @@ test('refusals: reserved ports, the range, link lifetimes, unknown sandboxes', a
   assert.equal(redis('hget', `sf:sb:{${id}}`, 'pv:8000'), '', 'nothing was published');
 });
 
-test('attacks on the ingress reach nothing', { skip: driver !== 'jail' && 'the jail driver only' }, async (t) => {
+test('attacks on the ingress reach nothing', async (t) => {
   const a = await sandbox();
   const b = await sandbox();
   await serve(a, 8000, 'page-a');
@@ -235,7 +235,7 @@ test('attacks on the ingress reach nothing', { skip: driver !== 'jail' && 'the j
   });
 });
 
-test('private ports, preview_close, a paused sandbox woken, a killed one', { skip: driver !== 'jail' && 'the jail driver only' }, async (t) => {
+test('private ports, preview_close, a paused sandbox woken, a killed one', async (t) => {
   const id = await sandbox({ preview_access: 'private' });
   assert.equal(redis('hget', `sf:sb:{${id}}`, 'preview_access'), 'private');
   await serve(id, 8000, 'private-page');
@@ -315,4 +315,57 @@ test('private ports, preview_close, a paused sandbox woken, a killed one', { ski
     const h = await hop(hopLine(id, 8000, e));
     assert.match(h.head, /^SFHOP1 ERR 404 Sandbox .* is not running on this host/);
   });
+});
+
+test("a jail's socket marked as the ingress's reaches no relay (the namespace's one exception)",
+  { skip: driver !== 'jail' && 'a VM guest has no socket in the namespace at all' }, async () => {
+  // A jail keeps CAP_NET_RAW, so it may set SO_MARK: the exception lets a marked connect
+  // to port 49983 skip the egress redirect, and it must still reach nothing.
+  const r = await createWhenBuilt(client, { from_template: 'debian' });
+  assert.equal(r.isError, false, r.text);
+  created.push(r.structured.id);
+  const py = [
+    'import socket',
+    'for addr in ("169.254.78.2", "169.254.77.2", "127.0.0.1", "10.9.9.9"):',
+    '  s = socket.socket(); s.settimeout(2)',
+    '  s.setsockopt(socket.SOL_SOCKET, 36, 0x53465056)',
+    '  try:',
+    '    s.connect((addr, 49983)); s.sendall(b"8000\\n"); print(addr, "answered", s.recv(100))',
+    '  except OSError as e: print(addr, "nothing", e.errno)',
+  ].join('\n');
+  const out = await sh(client, r.structured.id, `python3 - <<'PY'\n${py}\nPY`);
+  assert.equal(out.exit_code, 0, out.stderr);
+  // nothing listens, or the egress proxy took it (and closed it: not allowed); no relay
+  const lines = out.stdout.trim().split('\n');
+  assert.equal(lines.length, 4, out.stdout);
+  for (const l of lines) assert.match(l, / nothing | answered b''$/, out.stdout);
+});
+
+// Last: this one restarts the worker with a 2 s idle pause (its sandboxes are lost), then
+// gives the stack its usual worker back.
+test('an open preview connection is activity: no idle pause under it', async (t) => {
+  const stack = (extra) => execFileSync(`${import.meta.dirname}/../integration/stack`,
+    ['restart-worker', env.SF_STATE, env.SF_BUILD], { stdio: 'inherit', env: { ...process.env, ...extra } });
+  created.length = 0;
+  stack({ SF_IDLE_PAUSE_MS: '2000', SF_TIMER_TICK_MS: '100' });
+  t.after(() => stack({}));
+  const id = await sandbox();
+  // a server that holds its one connection open and says nothing
+  await sh(client, id, "setsid sh -c 'sleep 1000 | busybox nc -l -p 8005 >/dev/null 2>&1' & " +
+    'for i in $(seq 50); do netstat -ltn 2>/dev/null | grep -q ":8005 " && break; sleep 0.1; done');
+  assert.equal((await call(client, 'sandbox_preview_url', { sandbox_id: id, port: 8005 })).isError, false);
+  const { host, port } = ingress();
+  const s = net.connect(port, host);
+  let got = '';
+  s.on('data', (d) => { got += d; });
+  s.write(hopLine(id, 8005, epochOf(id, 8005)));
+  await until('the hop to be answered', () => got.includes('\n'));
+  assert.equal(got, 'SFHOP1 OK\n');
+  const state = () => redis('hget', `sf:sb:{${id}}`, 'state');
+  const t0 = Number(redis('TIME').split('\n')[0]);
+  await until('four seconds (twice the idle pause) to pass',
+    () => Number(redis('TIME').split('\n')[0]) >= t0 + 4, 8000);
+  assert.equal(state(), 'running', 'not paused while a preview connection is open');
+  s.destroy();
+  await until('the idle pause once the connection closed', () => state() === 'paused', 15000);
 });

@@ -33,7 +33,7 @@ static const uint8_t KEY[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 
 
 /* ---- the stand-in for the sandbox's server: each connection runs `mode` on a thread ---- */
 
-enum { SRV_ECHO_TILL_EOF, SRV_FLOOD };
+enum { SRV_ECHO_TILL_EOF, SRV_FLOOD, SRV_RELAY };
 static int srv_fd, srv_port, srv_mode;
 static atomic_llong srv_flood_written;
 static atomic_int srv_accepted;
@@ -44,7 +44,23 @@ static void *srv_conn(void *arg)
     char buf[65536];
     ssize_t n;
 
-    if (srv_mode == SRV_ECHO_TILL_EOF) {
+    if (srv_mode == SRV_RELAY) {
+        /* a relay as the qemu guest agent's: "<port>\n", then OK (port 8000) or ERR */
+        char line[16];
+        size_t k = 0;
+        while (k < sizeof(line) - 1 && read(fd, line + k, 1) == 1 && line[k] != '\n')
+            k++;
+        line[k] = '\0';
+        if (strcmp(line, "8000") != 0) {
+            (void)!write(fd, "ERR\n", 4);
+            close(fd);
+            return NULL;
+        }
+        /* OK and the first bytes in one write: they go through too */
+        (void)!write(fd, "OK\nhi:", 6);
+        while ((n = read(fd, buf, sizeof(buf))) > 0)
+            (void)!write(fd, buf, (size_t)n);
+    } else if (srv_mode == SRV_ECHO_TILL_EOF) {
         /* reads everything until the client's FIN, then answers it all back and closes */
         size_t total = 0;
         char *all = malloc(1 << 20);
@@ -90,9 +106,11 @@ static wk_ingress *ing;
 static atomic_int d_opens;
 static char d_last_id[64];
 
+static int d_relay;
+
 static void admit_now(wk_hop *h)
 {
-    wk_hop_target t = {.team = "team1"};
+    wk_hop_target t = {.team = "team1", .relay = d_relay};
     struct sockaddr_in *sin = (struct sockaddr_in *)&t.addr;
 
     t.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -416,6 +434,33 @@ static void back_pressure(void **state)
     close(fd);
 }
 
+static void relay(void **state)
+{
+    char line[600], buf[4096];
+    int fd;
+
+    (void)state;
+    d_mode = D_ADMIT;
+    d_relay = 1;
+    srv_mode = SRV_RELAY;
+    fd = dial();
+    line_for(line, sizeof(line), "sb_vm", 8000, sf_now_ms());
+    strcat(line, "ping");
+    assert_int_equal(write(fd, line, strlen(line)), (ssize_t)strlen(line));
+    shutdown(fd, SHUT_WR);
+    read_all(fd, buf, sizeof(buf));
+    assert_string_equal(buf, "SFHOP1 OK\nhi:ping");
+    close(fd);
+    fd = dial();
+    line_for(line, sizeof(line), "sb_vm", 9000, sf_now_ms());
+    assert_int_equal(write(fd, line, strlen(line)), (ssize_t)strlen(line));
+    read_all(fd, buf, sizeof(buf));
+    assert_string_equal(buf, "SFHOP1 ERR 502 Nothing in sandbox sb_vm listens on port 9000 yet; "
+                             "start the server with sandbox_exec.\n");
+    close(fd);
+    d_relay = 0;
+}
+
 static int teardown(void **state)
 {
     (void)state;
@@ -435,6 +480,7 @@ int main(void)
         cmocka_unit_test(refusals),
         cmocka_unit_test(caps_and_late_answers),
         cmocka_unit_test(back_pressure),
+        cmocka_unit_test(relay),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -740,6 +740,8 @@ int main(void)
         vm = 1;
     }
     fcntl(sock, F_SETFD, FD_CLOEXEC);
+    if (vm) /* previews reach the guest's loopback through it (agent_relay.c) */
+        agent_relay_start();
     /* fd 4, when the jail gave one: the box's cgroup file. Close-on-exec, so that no
      * command holds it (it could move other processes, the agent included). */
     if (!vm && fstat(SF_AP_BOX_FD, &st) == 0 && S_ISREG(st.st_mode)) {

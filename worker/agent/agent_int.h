@@ -15,6 +15,10 @@ int agent_vm_open(void);
  * kernel's generator), hostname. Failures are reported on stderr only. */
 void agent_vm_ping(const sf_ap_msg *m);
 
+/* agent_relay.c: inside a microVM, forks the preview relay (TCP 49983: "<port>\n", then
+ * the guest's 127.0.0.1:<port>). Returns at once in the agent. */
+void agent_relay_start(void);
+
 /* agent.c: queue a frame for the worker (the agent exits if its queue overflows). */
 void agent_send(const sf_ap_msg *m);
 /* An `error` answer to request id: one sentence, and the errno behind it (0: none). */

@@ -19,6 +19,7 @@
 #define WK_DRIVER_H
 
 #include <event2/event.h>
+#include <netinet/in.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -240,11 +241,6 @@ typedef void (*wk_snap_cb)(void *arg, int rc, uint64_t bytes, const char *why);
                                                    they are, or tpl_image) */
 #define WK_CAP_DESKTOP SF_HOSTCAP_DESKTOP       /* runs the built-in 'desktop' (a GUI desktop:
                                                    sandbox_computer; the jail) */
-#define WK_CAP_NETNS_LO (1u << 16)              /* netns() is the sandbox's own network
-                                                   namespace, its loopback included: a
-                                                   socket made there reaches the sandbox's
-                                                   127.0.0.1 (the preview ingress). Not
-                                                   published (the worker's own business) */
 
 typedef struct wk_driver_ops {
     const char *name;               /* for messages, logs and the heartbeat's `driver` */
@@ -331,7 +327,21 @@ typedef struct wk_driver_ops {
      * when the build failed (a call WK_TPL_RETRY_S later starts it again) or name is not
      * a template the driver makes. */
     int (*tpl_image)(wk_driver *d, const char *name, const char *rootfs, const char **why);
+
+    /* Optional (NULL = previews cannot reach this driver's sandboxes). Where a TCP socket
+     * made in netns() reaches the sandbox's own 127.0.0.1:port (the preview ingress,
+     * docs/internals/ingress.md): *addr, with *relay 0 when that is the port itself (the
+     * jail: netns() is the sandbox's namespace, loopback included), or 1 when it is the
+     * guest agent's relay (WK_PREVIEW_RELAY_PORT on the guest's side of the VM link),
+     * which takes "<port>\n" first and answers "OK\n" (connected to the guest's
+     * 127.0.0.1:port) or "ERR\n" (nothing listens). Such a socket must carry
+     * SO_MARK WK_PREVIEW_MARK: the namespace's rules let only marked sockets reach the relay
+     * (secret-proxy/netns.c). Any thread; never blocks. 0 or -errno. */
+    int (*preview_addr)(const wk_sandbox *sb, uint16_t port, struct sockaddr_in *addr,
+                        int *relay);
 } wk_driver_ops;
+#define WK_PREVIEW_RELAY_PORT 49983 /* reserved: no preview may publish it */
+#define WK_PREVIEW_MARK 0x53465056u /* "SFPV" */
 #define WK_TPL_RETRY_S 600
 
 #endif

@@ -49,6 +49,7 @@ struct wk_hop {
     unsigned port;
     char team[SF_ID_MAX];
     int counted;              /* in the sandbox's count */
+    int relay;                /* the sandbox's side is a relay: its answer line first */
     int eof_c, eof_s;         /* that side sent its FIN */
     int shut_c, shut_s;       /* ...and it was passed on (shutdown(SHUT_WR) of the other) */
     uint64_t in, out;         /* bytes moved, not yet added to the team's counters */
@@ -272,23 +273,77 @@ static void pump_start(wk_hop *h)
     evbuffer_add_printf(bufferevent_get_output(h->bc), "SFHOP1 OK\n");
     bufferevent_enable(h->bc, EV_READ | EV_WRITE);
     bufferevent_enable(h->bs, EV_READ | EV_WRITE);
-    /* what the client sent behind its line goes first */
+    /* what the client sent behind its line goes first, and what a relay sent behind its */
     if (evbuffer_get_length(bufferevent_get_input(h->bc)) > 0)
         pump_read(h->bc, h);
+    if (h->bs && evbuffer_get_length(bufferevent_get_input(h->bs)) > 0)
+        pump_read(h->bs, h);
 }
+
+static void refuse_not_listening(wk_hop *h)
+{
+    char why[256];
+
+    snprintf(why, sizeof(why), MSG_NOTHING_LISTENS_FMT, h->id, h->port);
+    hop_refuse(h, 502, why);
+}
+
+/* The relay's answer: "OK\n" (connected to the port) or anything else (nothing there). */
+static void on_relay_line(struct bufferevent *bev, void *arg)
+{
+    wk_hop *h = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, NULL, EVBUFFER_EOL_LF);
+    char line[8];
+
+    if (eol.pos < 0) {
+        if (evbuffer_get_length(in) >= sizeof(line))
+            refuse_not_listening(h);
+        return;
+    }
+    if ((size_t)eol.pos >= sizeof(line)) {
+        refuse_not_listening(h);
+        return;
+    }
+    evbuffer_remove(in, line, (size_t)eol.pos + 1);
+    line[eol.pos] = '\0';
+    if (strcmp(line, "OK") != 0) {
+        refuse_not_listening(h);
+        return;
+    }
+    bufferevent_set_timeouts(bev, NULL, NULL);
+    pump_start(h);
+}
+
+static void on_relay_event(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    (void)what;
+    refuse_not_listening(arg);
+}
+
+static void on_relay_line(struct bufferevent *bev, void *arg);
+static void on_relay_event(struct bufferevent *bev, short what, void *arg);
+static void refuse_not_listening(wk_hop *h);
 
 static void on_sandbox_event(struct bufferevent *bev, short what, void *arg)
 {
     wk_hop *h = arg;
-    char why[256];
+    struct timeval tv = {10, 0};
 
-    (void)bev;
-    if (what & BEV_EVENT_CONNECTED) {
+    if (!(what & BEV_EVENT_CONNECTED)) {
+        refuse_not_listening(h);
+        return;
+    }
+    if (!h->relay) {
         pump_start(h);
         return;
     }
-    snprintf(why, sizeof(why), MSG_NOTHING_LISTENS_FMT, h->id, h->port);
-    hop_refuse(h, 502, why);
+    /* the relay: the port, then its answer within 10 s */
+    evbuffer_add_printf(bufferevent_get_output(bev), "%u\n", h->port);
+    bufferevent_set_timeouts(bev, &tv, NULL);
+    bufferevent_setcb(bev, on_relay_line, NULL, on_relay_event, h);
+    bufferevent_enable(bev, EV_READ | EV_WRITE);
 }
 
 /* While connecting: the client's side may only end. */
@@ -310,6 +365,7 @@ void wk_ingress_admit(wk_hop *h, const wk_hop_target *t)
     }
     event_del(h->ev_open);
     snprintf(h->team, sizeof(h->team), "%s", t->team ? t->team : "");
+    h->relay = t->relay;
     h->phase = HOP_CONNECTING;
     if (!(h->bs = bufferevent_socket_new(ing->cfg.base, t->fd, BEV_OPT_CLOSE_ON_FREE))) {
         close(t->fd);
@@ -318,11 +374,8 @@ void wk_ingress_admit(wk_hop *h, const wk_hop_target *t)
     }
     bufferevent_setcb(h->bs, NULL, NULL, on_sandbox_event, h);
     bufferevent_setcb(h->bc, NULL, NULL, on_client_wait_event, h);
-    if (bufferevent_socket_connect(h->bs, (const struct sockaddr *)&t->addr, (int)t->addrlen) < 0) {
-        char why[256];
-        snprintf(why, sizeof(why), MSG_NOTHING_LISTENS_FMT, h->id, h->port);
-        hop_refuse(h, 502, why);
-    }
+    if (bufferevent_socket_connect(h->bs, (const struct sockaddr *)&t->addr, (int)t->addrlen) < 0)
+        refuse_not_listening(h);
 }
 
 void wk_ingress_refuse(wk_hop *h, int status, const char *why)
@@ -654,6 +707,28 @@ uint32_t wk_ingress_open_hops(const wk_ingress *ing)
     return ing ? ing->nhops : 0;
 }
 
+typedef struct sb_walk {
+    void (*fn)(void *arg, const char *id);
+    void *arg;
+} sb_walk;
+
+static void walk_sb(const char *key, void *val, void *arg)
+{
+    sb_walk *w = arg;
+
+    (void)val;
+    w->fn(w->arg, key);
+}
+
+void wk_ingress_sandboxes(const wk_ingress *ing, void (*fn)(void *arg, const char *id),
+                          void *arg)
+{
+    sb_walk w = {fn, arg};
+
+    if (ing)
+        sf_map_foreach(ing->per_sb, walk_sb, &w);
+}
+
 typedef struct teams_walk {
     void (*fn)(void *arg, const char *team, uint64_t in, uint64_t out);
     void *arg;
@@ -681,6 +756,7 @@ void wk_ingress_teams(const wk_ingress *ing,
 /* ---- a socket inside a network namespace ---- */
 
 typedef struct ns_sock {
+    uint32_t mark;
     int netns;
     int fd;
     int err;
@@ -698,12 +774,17 @@ static void *ns_sock_main(void *arg)
     s->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (s->fd < 0)
         s->err = errno;
+    else if (s->mark && setsockopt(s->fd, SOL_SOCKET, SO_MARK, &s->mark, sizeof(s->mark)) < 0) {
+        s->err = errno;
+        close(s->fd);
+        s->fd = -1;
+    }
     return NULL;
 }
 
-int wk_ingress_netns_socket(int netns, int *fd)
+int wk_ingress_netns_socket(int netns, uint32_t mark, int *fd)
 {
-    ns_sock s = {.netns = netns, .fd = -1, .err = 0};
+    ns_sock s = {.mark = mark, .netns = netns, .fd = -1, .err = 0};
     pthread_t t;
     int one = 1;
     int rc;

@@ -30,6 +30,8 @@ typedef struct wk_hop_target {
     struct sockaddr_storage addr; /* 127.0.0.1:port as that socket's namespace sees it */
     socklen_t addrlen;
     const char *team;             /* whose traffic it is (the byte counters) */
+    int relay;                    /* 1: addr is a relay that takes "<port>\n" first and
+                                     answers "OK\n" or "ERR\n" (the qemu guest agent's) */
 } wk_hop_target;
 
 typedef struct wk_ingress_cfg {
@@ -66,6 +68,10 @@ void wk_ingress_refuse(wk_hop *h, int status, const char *why);
  * sandbox killed. */
 void wk_ingress_drop(wk_ingress *ing, const char *id, unsigned port);
 
+/* Each sandbox with hops open (admitted or waiting), once. */
+void wk_ingress_sandboxes(const wk_ingress *ing, void (*fn)(void *arg, const char *id),
+                          void *arg);
+
 /* Counters: hops open now, and bytes moved per team (in: client to sandbox; out: back),
  * counted when a hop ends and as it goes. fn is called once per team. */
 uint32_t wk_ingress_open_hops(const wk_ingress *ing);
@@ -75,7 +81,7 @@ void wk_ingress_teams(const wk_ingress *ing,
 
 /* A nonblocking TCP socket made inside the network namespace netns (an fd of it), by a
  * thread that enters it for the one socket(2) and ends: the socket keeps its namespace,
- * the worker's threads keep theirs. 0 and *fd, or -errno. */
-int wk_ingress_netns_socket(int netns, int *fd);
+ * the worker's threads keep theirs. mark: its SO_MARK (0: none). 0 and *fd, or -errno. */
+int wk_ingress_netns_socket(int netns, uint32_t mark, int *fd);
 
 #endif

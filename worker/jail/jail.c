@@ -1074,9 +1074,22 @@ static int64_t jail_disk_free(const wk_sandbox *sb)
     return (int64_t)v.f_bavail * (int64_t)v.f_frsize;
 }
 
+/* The jail's netns is the sandbox's own: its loopback is the sandbox's. */
+static int jail_preview_addr(const wk_sandbox *sb, uint16_t port, struct sockaddr_in *addr,
+                             int *relay)
+{
+    (void)sb;
+    memset(addr, 0, sizeof(*addr));
+    addr->sin_family = AF_INET;
+    addr->sin_port = htons(port);
+    addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    *relay = 0;
+    return 0;
+}
+
 const wk_driver_ops wk_jail_driver = {
     .name = "jail",
-    .caps = WK_CAP_LAYERS | WK_CAP_BUILDS | WK_CAP_DEBIAN | WK_CAP_DESKTOP | WK_CAP_NETNS_LO,
+    .caps = WK_CAP_LAYERS | WK_CAP_BUILDS | WK_CAP_DEBIAN | WK_CAP_DESKTOP,
     .host_init = jail_host_init,
     .host_res = jail_host_res,
     .host_fini = jail_host_fini,
@@ -1091,4 +1104,5 @@ const wk_driver_ops wk_jail_driver = {
     .resume = jail_resume,
     .snapshot = jail_snapshot,
     .disk_free = jail_disk_free,
+    .preview_addr = jail_preview_addr,
 };

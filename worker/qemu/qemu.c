@@ -542,6 +542,21 @@ static int qemu_netns(const wk_sandbox *sb)
     return wk_qvm_netns(sb);
 }
 
+/* The netns holds the VM's tap; the guest's loopback is reached through the guest agent's
+ * relay on the guest's side of the link (agent/agent_relay.c). */
+static int qemu_preview_addr(const wk_sandbox *sb, uint16_t port, struct sockaddr_in *addr,
+                             int *relay)
+{
+    (void)sb;
+    (void)port;
+    memset(addr, 0, sizeof(*addr));
+    addr->sin_family = AF_INET;
+    addr->sin_port = htons(WK_PREVIEW_RELAY_PORT);
+    addr->sin_addr.s_addr = htonl(WK_QEMU_NET_GUEST);
+    *relay = 1;
+    return 0;
+}
+
 const wk_driver_ops wk_qemu_driver = {
     .name = "qemu",
     .caps = WK_CAP_SNAP_PROCS | WK_CAP_DEBIAN, /* 'debian' through tpl_image; no team templates */
@@ -559,4 +574,5 @@ const wk_driver_ops wk_qemu_driver = {
     .netns = qemu_netns,
     .snapshot = wk_qvm_snapshot,
     .tpl_image = qemu_tpl_image,
+    .preview_addr = qemu_preview_addr,
 };

@@ -34,6 +34,7 @@
 /* The VM's link: tap0 in the namespace is 169.254.78.1/30, the guest's eth0 169.254.78.2
  * with its default route and resolver via .1 (worker/vm/init, build-guest). */
 #define WK_QEMU_NET_HOST 0xa9fe4e01u   /* 169.254.78.1 */
+#define WK_QEMU_NET_GUEST 0xa9fe4e02u  /* 169.254.78.2 (vm/init sets it) */
 
 /* ---- qemu_qmp.c ----------------------------------------------------------- */
 typedef struct wk_qmp wk_qmp;
