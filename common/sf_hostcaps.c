@@ -11,6 +11,7 @@ static const struct {
     {SF_HOSTCAP_BUILDS, "builds"},
     {SF_HOSTCAP_SNAP_PROCS, "snapshot_processes"},
     {SF_HOSTCAP_DEBIAN, "debian"},
+    {SF_HOSTCAP_DESKTOP, "desktop"},
 };
 
 const char *sf_hostcaps_word(unsigned bit)

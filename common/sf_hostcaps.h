@@ -14,7 +14,8 @@
                                            processes (memory, devices), not only files */
 #define SF_HOSTCAP_DEBIAN (1u << 3)     /* "debian": runs the built-in 'debian' template
                                            (its layers as they are, or its own image) */
-#define SF_HOSTCAP_ALL 0xfu
+#define SF_HOSTCAP_DESKTOP (1u << 4)    /* "desktop": runs the built-in 'desktop' template */
+#define SF_HOSTCAP_ALL 0x1fu
 
 /* The longest `caps` value sf_hostcaps_format writes, with its NUL. */
 #define SF_HOSTCAPS_MAX 48

@@ -302,6 +302,27 @@ void gw_call_later(mcp_call *c, int ms, int step)
 
 /* ---- tools/call ---- */
 
+/* A result that carries its own MCP content (schemas/envelope.md, "Content fields"):
+ * `_image_png` (base64) becomes an image item, `_text` a text item; both leave the
+ * structuredContent. NULL when it has neither (the usual text-of-the-JSON answer). */
+static json_t *own_content(json_t *result)
+{
+    json_t *img = json_object_get(result, "_image_png"), *txt = json_object_get(result, "_text");
+    json_t *content;
+
+    if (!json_is_string(img) && !json_is_string(txt))
+        return NULL;
+    content = json_array();
+    if (json_is_string(img))
+        json_array_append_new(content, json_pack("{s:s, s:O, s:s}", "type", "image", "data", img,
+                                                 "mimeType", "image/png"));
+    if (json_is_string(txt))
+        json_array_append_new(content, json_pack("{s:s, s:O}", "type", "text", "text", txt));
+    json_object_del(result, "_image_png");
+    json_object_del(result, "_text");
+    return content;
+}
+
 static void on_job_reply(void *arg, const sf_reply *r)
 {
     mcp_call *c = arg;
@@ -319,6 +340,10 @@ static void on_job_reply(void *arg, const sf_reply *r)
         respond_tool_error(c, msg);
     } else if (r->kind == SF_REPLY_ERROR) {
         respond_tool_error(c, r->message ? r->message : "The call failed.");
+    } else if ((result = own_content(r->result))) {
+        result = json_pack("{s:o, s:O, s:b}", "content", result, "structuredContent", r->result,
+                           "isError", 0);
+        respond_rpc_result(c, result, NULL);
     } else {
         int timed_out = json_is_true(json_object_get(r->result, "timed_out"));
         text = json_dumps(r->result, JSON_COMPACT);

@@ -76,8 +76,8 @@ static void refuse(sch_call *c, redisReply *rep)
     if (!strcmp(verdict, "notemplate") || !strcmp(verdict, "tplstatus")) {
         const char *t = json_string_value(json_object_get(c->job.args, "from_template"));
         if (!strcmp(verdict, "notemplate"))
-            snprintf(text, sizeof(text), "Template '%.64s' does not exist; use 'base', 'debian' "
-                     "or one of your templates (sandbox_template_list).", t ? t : "");
+            snprintf(text, sizeof(text), "Template '%.64s' does not exist; use 'base', 'debian', "
+                     "'desktop' or one of your templates (sandbox_template_list).", t ? t : "");
         else
             snprintf(text, sizeof(text), "Template '%.64s' is %s, not ready; wait until "
                      "sandbox_template_list shows it ready.", t ? t : "", elem(rep, 1));
@@ -105,6 +105,12 @@ static void refuse(sch_call *c, redisReply *rep)
         sch_call_error(c, SF_ERR_INVALID, "No live worker host here runs the 'debian' "
                        "template (their workers predate it); create from 'base', or ask the "
                        "operator to update the workers.");
+        return;
+    }
+    if (!strcmp(verdict, "nodskhost")) {
+        sch_call_error(c, SF_ERR_INVALID, "No live worker host here runs the 'desktop' "
+                       "template: it needs a host with the jail driver (qemu hosts do not run "
+                       "it); create from 'debian', or ask the operator for a jail host.");
         return;
     }
     if (!strcmp(verdict, "nodebian")) {
@@ -221,6 +227,8 @@ static void placed(place_op *op, const char *host)
         json_object_set_new(l, "vcpu_milli", json_integer(strtoll(op->vcpu, NULL, 10)));
     if (strtoll(op->disk, NULL, 10) > 0)
         json_object_set_new(l, "disk_mib", json_integer(strtoll(op->disk, NULL, 10)));
+    if (!strcmp(json_string_value(json_object_get(c->job.args, "from_template")) ?: "", "desktop"))
+        json_object_set_new(l, "pids_max", json_integer(c->ctx->cfg.desktop_pids_max));
     /* from a snapshot: the captured sandbox's shape (sch_snap_place) */
     if (json_is_object(json_object_get(c->job.args, "limits")))
         json_object_update(l, json_object_get(c->job.args, "limits"));
@@ -436,6 +444,20 @@ static void on_hosts(void *priv, json_t *hosts)
     snprintf(num[2], 24, "%lld", (long long)cfg->team_fleet_share_pct);
     snprintf(num[3], 24, "%lld", (long long)cfg->sandbox_memory_mib);
     snprintf(num[4], 24, "%lld", (long long)cfg->sandbox_vcpu_milli);
+    if (!strcmp(tmpl, "desktop")) {
+        /* the desktop's own shape, or what the largest host that runs it can give */
+        int64_t mem = cfg->desktop_memory_mib, most = 0;
+        size_t i;
+        json_t *e;
+        json_array_foreach(hosts, i, e)
+            if (sch_host_can(e, SF_HOSTCAP_DESKTOP) &&
+                json_integer_value(json_object_get(e, "mem")) > most)
+                most = json_integer_value(json_object_get(e, "mem"));
+        if (most > 0 && most < mem)
+            mem = most;
+        snprintf(num[3], 24, "%lld", (long long)mem);
+        snprintf(num[4], 24, "%lld", (long long)cfg->desktop_vcpu_milli);
+    }
     if (c->pin[0]) { /* from a snapshot: its shape is reserved */
         json_t *l = json_object_get(c->job.args, "limits");
         if (json_integer_value(json_object_get(l, "memory_mib")) > 0)

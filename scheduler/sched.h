@@ -24,6 +24,9 @@ typedef struct sch_cfg {
     int64_t sandbox_disk_mib;     /* 0: the worker's default */
     int64_t sandbox_inodes;       /* 0: the worker's default */
     int64_t sandbox_pids_max;
+    int64_t desktop_memory_mib;   /* the shape of a 'desktop' sandbox */
+    int64_t desktop_vcpu_milli;
+    int64_t desktop_pids_max;
     char *schemas_dir;          /* tool schemas: arguments are checked here too */
     char *auth_secret_file;     /* the deployment's auth secret: signed jobs (auth.c) */
     int64_t accept_unsigned;    /* 1: jobs without a signature are taken as a gateway's */

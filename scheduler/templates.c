@@ -473,7 +473,7 @@ void sch_tpl_create(sch_call *c)
         sch_call_error(c, SF_ERR_INVALID, "Arguments 'name' and 'from' are required.");
         return;
     }
-    if (!strcmp(name, "base") || !strcmp(name, "debian")) {
+    if (!strcmp(name, "base") || !strcmp(name, "debian") || !strcmp(name, "desktop")) {
         snprintf(text, sizeof(text), "'%s' is a built-in template's name; pick another name.",
                  name);
         sch_call_error(c, SF_ERR_INVALID, text);
@@ -699,7 +699,7 @@ void sch_tpl_delete(sch_call *c)
         sch_call_error(c, SF_ERR_INVALID, "Argument 'name' is required.");
         return;
     }
-    if (!strcmp(name, "base") || !strcmp(name, "debian")) {
+    if (!strcmp(name, "base") || !strcmp(name, "debian") || !strcmp(name, "desktop")) {
         snprintf(text, sizeof(text), "'%s' is a built-in template and cannot be deleted.", name);
         sch_call_error(c, SF_ERR_INVALID, text);
         return;

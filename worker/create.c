@@ -370,6 +370,14 @@ static void do_create(wk_call *c)
     snprintf(b->template_name, sizeof(b->template_name), "%s", req.template ? req.template : "base");
     snprintf(b->snap_used, sizeof(b->snap_used), "%s", snap_id ? snap_id : "");
     b->env = json_is_object(env) ? json_incref(env) : NULL;
+    if (!strcmp(b->template_name, "desktop")) {
+        /* every command (and the template's service) finds the display */
+        json_t *e = b->env ? json_deep_copy(b->env) : json_object();
+        if (e && !json_object_get(e, "DISPLAY"))
+            json_object_set_new(e, "DISPLAY", json_string(":0"));
+        json_decref(b->env);
+        b->env = e;
+    }
     wk_preview_access_arg(b, c->job.args); /* preview.c; public unless asked */
     if (sf_map_put(ctx->sandboxes, b->id, b) < 0) {
         wk_snap_unuse(ctx, snap_id);

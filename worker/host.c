@@ -31,6 +31,7 @@ static int beat_once(wk_ctx *ctx, redisContext *conn)
     char caps[SF_HOSTCAPS_MAX], ts[24], cap[24], running[24], mem[24], vcpu[24], disk[24];
     char dused[24], err[256], pvbytes[4096];
     char tpl[2] = {ctx->tstore ? wk_tstore_debian_state(ctx->tstore) : '0', '\0'};
+    char dsk[2] = {ctx->tstore ? wk_tstore_desktop_state(ctx->tstore) : '0', '\0'};
     const char *kv[] = {"id", ctx->host_id, "topic", ctx->topic, "driver", ctx->ops->name,
                         /* what its driver can do (driver.h WK_CAP_*, sf_hostcaps.h) */
                         "caps", caps,
@@ -38,7 +39,7 @@ static int beat_once(wk_ctx *ctx, redisContext *conn)
                         "mem_mib", mem, "vcpu_milli", vcpu, "disk_mib", disk,
                         "disk_used_mib", dused,
                         /* 'debian' is on this host (placement prefers such hosts) */
-                        "tpl_debian", tpl,
+                        "tpl_debian", tpl, "tpl_desktop", dsk,
                         /* where gateways hop to for previews (preview.c) */
                         "ingress", ctx->ingress_addr,
                         /* bytes through it per team (preview.c) */

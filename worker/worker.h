@@ -143,6 +143,7 @@ typedef struct wk_box {
     const char *end_state;  /* record state once torn down: killed, lost, failed */
     char template_name[64]; /* the template it started from (its snapshots' too) */
     char snap_used[SF_ID_MAX]; /* created from this snapshot: in use until the driver answered */
+    int64_t computer_tat_ms; /* sandbox_computer's rate limit (computer.c): monotonic ms */
     int pv_private;         /* preview_access of ports published from now on (preview.c) */
     struct wk_pvport {      /* its published preview ports */
         uint16_t port;

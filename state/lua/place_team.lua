@@ -11,10 +11,11 @@
 -- snapshot's host). The team's own limits override the
 -- three defaults. Checks the team's limits and shares, picks the host (the fewest of the
 -- team's sandboxes, then the most room; a team template's: one where it is ready;
--- 'debian': a host that has it) and reserves the team's part: {'ok', host, mem, vcpu, disk, new ('1': reserved now,
+-- 'debian': a host that has it; 'desktop': a host whose driver runs it) and reserves the team's part: {'ok', host, mem, vcpu, disk, new ('1': reserved now,
 -- '0': this id held it already: the same host)}, or {'quota', limit}, {'share', what,
 -- limit}, {'hostshare', pct}, {'notemplate'}, {'tplstatus', status}, {'pinned'},
--- {'nodebhost'} (no live host's driver runs 'debian'), {'nodebian'}, {'full'}, {'nohost'}.
+-- {'nodebhost'} (no live host's driver runs 'debian'), {'nodebian'}, {'nodskhost'} (none
+-- runs 'desktop'), {'full'}, {'nohost'}.
 local id, tmpl = ARGV[1], ARGV[2]
 local mem, vcpu, disk = tonumber(ARGV[6]), tonumber(ARGV[7]), ''
 local held = redis.call('HGET', KEYS[3], id)
@@ -43,7 +44,8 @@ if tn >= limit then return {'quota', tostring(limit)} end
 -- before templates were built on several hosts: its one host); 'debian': a host that
 -- has it
 local pin, needdeb, tkey = nil, tmpl == 'debian', nil
-if tmpl ~= 'base' and tmpl ~= 'debian' then
+local needdsk = tmpl == 'desktop'
+if tmpl ~= 'base' and tmpl ~= 'debian' and tmpl ~= 'desktop' then
   tkey = KEYS[4]
   local t = redis.call('HMGET', tkey, 'status', 'host', 'memory_mib', 'vcpu_milli', 'disk_mib')
   if not t[1] then return {'notemplate'} end
@@ -60,8 +62,10 @@ local live, skip = cjson.decode(ARGV[8]), {}
 for _, h in ipairs(cjson.decode(ARGV[9])) do skip[h] = true end
 if #live == 0 then return {'nohost'} end
 local hosts, fn, fmem, fvcpu, allmem, allvcpu, anydeb = {}, 0, 0, 0, true, true, false
+local anydsk = false
 for _, e in ipairs(live) do
   if e.caps and e.caps.debian then anydeb = true end
+  if e.caps and e.caps.desktop then anydsk = true end
   if e.cap > 0 then
     fn = fn + e.cap
     if e.mem then fmem = fmem + e.mem else allmem = false end
@@ -83,7 +87,8 @@ if tn > 0 then
 end
 local best, bn, bfree, fits = nil, 0, 0, false
 for _, e in ipairs(hosts) do
-  if not holds(e.h) or (needdeb and not (e.deb and e.caps and e.caps.debian)) or skip[e.h] then
+  if not holds(e.h) or (needdeb and not (e.deb and e.caps and e.caps.debian)) or skip[e.h] or
+     (needdsk and not (e.caps and e.caps.desktop)) then
   elseif e.used < e.cap and (not e.mem or e.rmem + mem <= e.mem) and
      (not e.vcpu or e.rvcpu + vcpu <= e.vcpu) then
     fits = true
@@ -102,6 +107,7 @@ end
 if not best then
   if (pin or tkey) and not fits then return {'pinned'} end
   if needdeb and not anydeb then return {'nodebhost'} end
+  if needdsk and not anydsk then return {'nodskhost'} end
   if needdeb and not fits then return {'nodebian'} end
   if fits then return {'hostshare', tostring(hshare)} end
   return {'full'}

@@ -246,6 +246,8 @@ typedef void (*wk_snap_cb)(void *arg, int rc, uint64_t bytes, const char *why);
 #define WK_CAP_SNAP_PROCS SF_HOSTCAP_SNAP_PROCS /* a snapshot keeps the processes */
 #define WK_CAP_DEBIAN SF_HOSTCAP_DEBIAN         /* runs the built-in 'debian' (its layers as
                                                    they are, or tpl_image) */
+#define WK_CAP_DESKTOP SF_HOSTCAP_DESKTOP       /* runs the built-in 'desktop' (a GUI desktop:
+                                                   sandbox_computer; the jail) */
 
 typedef struct wk_driver_ops {
     const char *name;               /* for messages, logs and the heartbeat's `driver` */

@@ -1089,7 +1089,7 @@ static int jail_preview_addr(const wk_sandbox *sb, uint16_t port, struct sockadd
 
 const wk_driver_ops wk_jail_driver = {
     .name = "jail",
-    .caps = WK_CAP_LAYERS | WK_CAP_BUILDS | WK_CAP_DEBIAN,
+    .caps = WK_CAP_LAYERS | WK_CAP_BUILDS | WK_CAP_DEBIAN | WK_CAP_DESKTOP,
     .host_init = jail_host_init,
     .host_res = jail_host_res,
     .host_fini = jail_host_fini,

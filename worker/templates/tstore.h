@@ -3,6 +3,8 @@
  *   base     the driver's own busybox root (template.c): no layers
  *   debian   templates_dir/debian/rootfs, built once per host by tpl/build-debian in the
  *            background (first use or start-up) and shared by every worker of the host
+ *   desktop  templates_dir/desktop/rootfs: 'debian' plus a GUI desktop, built the same way by
+ *            tpl/build-desktop on its first create (drivers with WK_CAP_DESKTOP: the jail)
  *   a team's state_dir/templates/team/<team>/<name>/rootfs: one whole root filesystem
  *            (a copy of its `from` changed by its run_steps) */
 #ifndef WK_TSTORE_H
@@ -37,12 +39,19 @@ int wk_tstore_debian_ready(wk_tstore *ts);
  * driver's tpl_image, '1' needs its image too ('b' while it is made, '0' if that failed). */
 char wk_tstore_debian_state(wk_tstore *ts);
 
+/* For the heartbeat: the same for 'desktop' ('0' on a driver without WK_CAP_DESKTOP). */
+char wk_tstore_desktop_state(wk_tstore *ts);
+
 /* The service of template name for team (tpl_start.h): its start_cmd and ready_cmd
  * (malloc'd; NULL when it has none), from service.json in its directory, which its build
- * wrote. The built-ins have none. 0, -ENOENT (not on this host), -ENOMEM. */
+ * wrote. 'desktop' has its own (WK_DESKTOP_*), the other built-ins none. 0, -ENOENT (not on this host), -ENOMEM. */
 int wk_tstore_service(wk_tstore *ts, const char *team, const char *name, char **start,
                       char **ready);
 #define WK_TSTORE_SERVICE "service.json" /* beside rootfs: {start_cmd, ready_cmd} */
+/* The 'desktop' template's service (tpl/desktop/sandfleet-desktop): the display :0, its
+ * panel and the live view; ready once the display answers. */
+#define WK_DESKTOP_START "exec /usr/local/bin/sandfleet-desktop"
+#define WK_DESKTOP_READY "xdpyinfo -display :0 >/dev/null 2>&1"
 
 /* A new place for a deleted template's directory (state_dir/templates/trash/<id>; the
  * trash is emptied at start-up), its parent created. 0 or -errno. */
