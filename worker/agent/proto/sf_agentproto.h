@@ -148,6 +148,10 @@ typedef struct sf_ap_msg {
      * answers `ok` with size = the process's pid at once, its output merged into a log) */
     int in;
     int bg;
+    /* exec: a duplex session (with in and stream): stdin stays open for `input` frames
+     * until one says more = false, output frames go out as the command writes (no hold,
+     * no budget: the agent stops reading the command's pipes while the worker is slow) */
+    int pipe;
     /* pkill, plogs */
     uint32_t pid;            /* > 0 */
     uint32_t sig;            /* pkill: 1..64 */
