@@ -18,6 +18,7 @@ int cli_teams(int argc, char **argv);      /* teams.c */
 int cli_tokens(int argc, char **argv);     /* tokens.c */
 int cli_templates(int argc, char **argv);  /* templates.c */
 int cli_batch(int argc, char **argv);      /* batch.c */
+int cli_servers(int argc, char **argv);    /* servers.c */
 
 /* argv[0] of the program (main.c sets it). */
 extern const char *cli_program;

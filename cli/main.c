@@ -20,6 +20,7 @@ static const cli_cmd commands[] = {
     {"secrets", cli_secrets, "secrets create|rotate|list|delete ...   team secrets (cli/secrets.c)"},
     {"teams", cli_teams, "teams show|limits TEAM ...   a team's own limits, what it holds now"},
     {"templates", cli_templates, "templates build|list|delete|logs ...  team templates (build: progress until ready)"},
+    {"servers", cli_servers, "servers add|list|show|remove|logs ...  the team's hosted MCP servers"},
     {"tokens", cli_tokens, "tokens list [--team TEAM] | revoke GRANT_ID   OAuth sign-ins"},
     {"batch", cli_batch, "batch run JOBS.jsonl --out RESULTS.jsonl   tool calls through the job queue"},
     {"mcp-stdio", cli_mcp_stdio, "mcp-stdio [URL]              stdio MCP server forwarding to the gateway"},

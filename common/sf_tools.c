@@ -33,9 +33,41 @@ static const char delete_schema[] =
     " \"type\": \"object\", \"required\": [\"name\"],"
     " \"x-sandfleet\": {\"runs\": \"worker\", \"sandbox\": \"none\"}}";
 
-static const char *const internal_schemas[] = {cancel_schema, build_schema, delete_schema};
+/* sf.hosted_*: the gateway's jobs for a hosted MCP server's session (gateway/hosted.c),
+ * answered like any call; the sandbox is the session's. */
+static const char hosted_start_schema[] =
+    "{\"title\": \"" SF_TOOL_HOSTED_START "\", \"description\": \"Start a hosted MCP server.\","
+    " \"type\": \"object\", \"required\": [\"sandbox_id\", \"run\"],"
+    " \"properties\": {\"sandbox_id\": {\"type\": \"string\", \"maxLength\": 63},"
+    "   \"run\": {\"type\": \"string\", \"minLength\": 1, \"maxLength\": 4096},"
+    "   \"cwd\": {\"type\": \"string\", \"maxLength\": 4096},"
+    "   \"idle_s\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 86400}},"
+    " \"x-sandfleet\": {\"runs\": \"worker\", \"sandbox\": \"existing\", \"resume\": true}}";
+static const char hosted_send_schema[] =
+    "{\"title\": \"" SF_TOOL_HOSTED_SEND "\", \"description\": \"One message to a hosted MCP server.\","
+    " \"type\": \"object\", \"required\": [\"sandbox_id\", \"message\"],"
+    " \"properties\": {\"sandbox_id\": {\"type\": \"string\", \"maxLength\": 63},"
+    "   \"message\": {\"type\": \"string\", \"minLength\": 2},"
+    "   \"id\": {\"type\": \"string\", \"maxLength\": 256},"
+    "   \"token\": {\"type\": \"string\", \"maxLength\": 256},"
+    "   \"wait_ms\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 3600000}},"
+    " \"x-sandfleet\": {\"runs\": \"worker\", \"sandbox\": \"existing\", \"resume\": true,"
+    "   \"claim_check\": [\"message\"],"
+    "   \"wait\": {\"arg\": \"wait_ms\", \"default\": 300000, \"max\": 3600000}}}";
+static const char hosted_listen_schema[] =
+    "{\"title\": \"" SF_TOOL_HOSTED_LISTEN "\", \"description\": \"What a hosted MCP server sends alone.\","
+    " \"type\": \"object\", \"required\": [\"sandbox_id\"],"
+    " \"properties\": {\"sandbox_id\": {\"type\": \"string\", \"maxLength\": 63},"
+    "   \"wait_ms\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 600000}},"
+    " \"x-sandfleet\": {\"runs\": \"worker\", \"sandbox\": \"existing\", \"resume\": true,"
+    "   \"wait\": {\"arg\": \"wait_ms\", \"default\": 30000, \"max\": 600000}}}";
+
+static const char *const internal_schemas[] = {cancel_schema, build_schema, delete_schema,
+                                               hosted_start_schema, hosted_send_schema,
+                                               hosted_listen_schema};
 static const char *const internal_names[] = {SF_TOOL_CANCEL, SF_TOOL_TEMPLATE_BUILD,
-                                             SF_TOOL_TEMPLATE_DELETE};
+                                             SF_TOOL_TEMPLATE_DELETE, SF_TOOL_HOSTED_START,
+                                             SF_TOOL_HOSTED_SEND, SF_TOOL_HOSTED_LISTEN};
 #define N_INTERNAL (sizeof(internal_schemas) / sizeof(internal_schemas[0]))
 
 static int json_file(const struct dirent *d)
@@ -229,6 +261,7 @@ int sf_toolset_load(sf_toolset *set, const char *dir, char *why, size_t whylen)
                 tool_fini(&set->tools[set->n]);
             goto out;
         }
+        set->tools[set->n].answered = !strncmp(iname, "sf.hosted_", 10);
         set->n++;
     }
     rc = 0;

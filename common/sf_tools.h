@@ -39,6 +39,8 @@ typedef struct sf_tool {
     sf_tool_sandbox sandbox;
     int resume;              /* worker: auto-resume a paused sandbox first */
     int internal;            /* not served by tools/list nor callable over MCP (sf.cancel) */
+    int answered;            /* internal, yet routed, run and answered like any call: the
+                                gateway's own jobs for hosted MCP servers (sf.hosted_*) */
     char *wait_arg;          /* NULL: the gateway's call deadline */
     int64_t wait_default_ms, wait_max_ms;
     char *claims[SF_TOOL_CLAIMS_MAX]; /* argument names that may travel by claim check */
@@ -56,6 +58,11 @@ typedef struct sf_toolset {
 #define SF_TOOL_CANCEL "sf.cancel"
 #define SF_TOOL_TEMPLATE_BUILD "sf.template_build"
 #define SF_TOOL_TEMPLATE_DELETE "sf.template_delete"
+/* Hosted MCP servers (gateway/hosted.c, worker/hosted.c): the gateway's own jobs, answered:
+ * start a session's server, hand it one JSON-RPC message, wait for what it sends alone. */
+#define SF_TOOL_HOSTED_START "sf.hosted_start"
+#define SF_TOOL_HOSTED_SEND "sf.hosted_send"
+#define SF_TOOL_HOSTED_LISTEN "sf.hosted_listen"
 
 /* Loads and checks every *.json in dir (schema keywords and the x-sandfleet block), plus the
  * internal sf.cancel, sf.template_build and sf.template_delete. 0, or -EINVAL with why naming the file and the problem. */

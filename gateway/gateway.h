@@ -212,6 +212,11 @@ void gw_metrics_kafka_error(const char *topic, const char *err);
 void gw_mcp_handle(gw_req *req, void *arg);
 /* The head check (http/server.h): a body for /mcp is read only with a valid API key. */
 void gw_mcp_head_check(gw_req *req, void *arg);
+/* hosted.c: hosted MCP servers. True when req names one (/mcp/NAME, /mcp?name=NAME);
+ * then gw_hosted_handle answers it. Routes: /mcp/ and the registry /v1/servers. */
+int gw_hosted_wanted(gw_req *req);
+void gw_hosted_handle(gw_req *req, gw_ctx *ctx);
+int gw_hosted_routes(gw_ctx *ctx);
 /* The gateway's routes on ctx->router (mcp.c): /mcp, /healthz; 0 or -ENOMEM. */
 int gw_routes_add(gw_ctx *ctx);
 

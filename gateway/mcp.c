@@ -1020,7 +1020,7 @@ static void not_found(gw_req *req, void *arg)
 int gw_routes_add(gw_ctx *ctx)
 {
     if (gw_router_add(ctx->router, NULL, "/mcp", gw_mcp_handle, ctx) < 0 ||
-        gw_metrics_routes(ctx) < 0 || gw_oauth_routes(ctx) < 0)
+        gw_hosted_routes(ctx) < 0 || gw_metrics_routes(ctx) < 0 || gw_oauth_routes(ctx) < 0)
         return -ENOMEM;
     gw_router_fallback(ctx->router, not_found, ctx);
     return 0;
@@ -1072,7 +1072,7 @@ void gw_mcp_head_check(gw_req *req, void *arg)
     char resource[300];
     head_op *op;
 
-    if (strcmp(gw_req_path(req), "/mcp") != 0) {
+    if (strcmp(gw_req_path(req), "/mcp") != 0 && strncmp(gw_req_path(req), "/mcp/", 5) != 0) {
         gw_req_head_verdict(req, 0, NULL);
         return;
     }
@@ -1101,6 +1101,10 @@ void gw_mcp_handle(gw_req *req, void *arg)
 
     if (origin && !origin_allowed(ctx, origin)) {
         simple(req, 403, NULL, "{\"error\":\"Origin not allowed; add it to allowed_origins.\"}");
+        return;
+    }
+    if (gw_hosted_wanted(req)) { /* a team's own MCP server (hosted.c) */
+        gw_hosted_handle(req, ctx);
         return;
     }
     if (!strcmp(method, "GET") || !strcmp(method, "HEAD")) {

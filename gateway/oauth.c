@@ -1545,6 +1545,8 @@ int gw_oauth_routes(gw_ctx *ctx)
             return -ENOMEM;
 
     if (gw_router_add(r, "GET", "/.well-known/oauth-protected-resource", resource_metadata, ctx) < 0 ||
+        gw_router_add(r, "GET", "/.well-known/oauth-protected-resource/mcp/", resource_metadata,
+                      ctx) < 0 ||
         gw_router_add(r, "GET", "/.well-known/oauth-protected-resource/mcp", resource_metadata,
                       ctx) < 0 ||
         gw_router_add(r, "GET", "/.well-known/oauth-authorization-server", server_metadata, ctx) < 0 ||

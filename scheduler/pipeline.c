@@ -107,7 +107,7 @@ static const sf_tool *validate(sch_call *c)
         sch_call_error(c, SF_ERR_INVALID, why);
         return NULL;
     }
-    c->call.silent = t && t->internal;
+    c->call.silent = t && t->internal && !t->answered;
     if (sf_toolset_validate(&c->ctx->tools, c->job.tool, c->job.args, why, sizeof(why)) < 0) {
         sch_call_error(c, SF_ERR_INVALID, why);
         return NULL;

@@ -314,7 +314,7 @@ void wk_call_refuse(wk_call *c, const char *code, const char *message)
  * `unauthenticated` (an internal one never is), before any guard, record or sandbox. */
 void wk_call_refuse_forged(wk_call *c, const char *text)
 {
-    int answer = !(c->tool && c->tool->internal) && c->job.reply[0];
+    int answer = !(c->tool && c->tool->internal && !c->tool->answered) && c->job.reply[0];
     sf_buf b;
 
     sf_warn("msg=\"host job refused\" job=%s tool=%s key=%s why=\"%s\"", c->job.id, c->job.tool,

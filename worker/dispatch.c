@@ -18,7 +18,7 @@
  * of the tools that make a sandbox (placed by the scheduler, started here). */
 static int runs_here(const sf_tool *t)
 {
-    return !t->internal && (t->runs == SF_RUNS_WORKER || t->sandbox == SF_SB_NEW);
+    return (!t->internal || t->answered) && (t->runs == SF_RUNS_WORKER || t->sandbox == SF_SB_NEW);
 }
 
 int wk_jobs_check(const sf_toolset *tools, char *why, size_t whylen)
@@ -92,7 +92,7 @@ static void dispatch(wk_call *c)
     char text[256];
     wk_box *b;
 
-    if (t && t->internal) { /* sf.cancel, sf.template_build/_delete: never answered */
+    if (t && t->internal && !t->answered) { /* sf.cancel, sf.template_build/_delete */
         if (!strcmp(c->job.tool, SF_TOOL_TEMPLATE_BUILD)) {
             wk_tpl_build(ctx, &c->job);
             wk_call_done(c);
@@ -212,7 +212,7 @@ void wk_on_job(void *arg, sf_job *job, sf_kafka_ticket tk)
      * gets its answer again) */
     {
         const sf_tool *t = sf_toolset_find(&ctx->tools, c->job.tool);
-        if (t && t->internal) { /* sf.cancel: no guard, never answered */
+        if (t && t->internal && !t->answered) { /* sf.cancel: no guard, never answered */
             dispatch(c);
             return;
         }

@@ -45,6 +45,7 @@
 #define STREAM_SEND (8 * 1024)  /* ...sent once this much is held */
 #define STREAM_FLUSH_MS 100     /* ...or once its first byte waited this long */
 #define STREAM_BUDGET (1u << 20) /* output streamed per command; the rest only counts */
+#define PIPE_OUTQ_HIGH (4u << 20) /* a pipe exec's output waits in its pipes past this */
 #define PROC_FDS (2 * AGENT_BG_MAX + 64) /* background logs + stdin feeders (agent_proc.c) */
 
 typedef struct job {
@@ -70,6 +71,7 @@ typedef struct job {
     uint64_t skipped[2];        /* bytes not streamed (buffer full or budget spent) */
     int64_t sfirst_ms;          /* when the oldest held byte arrived (0: none held) */
     uint64_t streamed;
+    int pipe;                   /* a duplex session: output frames at once, no budget */
 } job;
 
 static job jobs[JOBS_MAX];
@@ -220,10 +222,17 @@ static int drain(job *j, int s)
     char buf[CHUNK];
 
     for (;;) {
-        ssize_t n = read(j->fd[s], buf, sizeof(buf));
+        ssize_t n;
+
+        if (j->pipe && outq.len >= PIPE_OUTQ_HIGH)
+            return 0; /* the worker reads slowly: the command waits on its pipe */
+        n = read(j->fd[s], buf, sizeof(buf));
         if (n > 0) {
             sf_cap_append(&j->cap[s], buf, (size_t)n);
-            stream_add(j, s, buf, (size_t)n);
+            if (j->pipe)
+                stream_send(j, s, buf, (size_t)n);
+            else
+                stream_add(j, s, buf, (size_t)n);
             continue;
         }
         if (n < 0 && errno == EINTR)
@@ -526,6 +535,7 @@ static void job_start(const sf_ap_msg *m)
     j->id = m->id;
     j->pid = pid;
     j->stream = m->stream;
+    j->pipe = m->pipe && m->in && m->stream;
     j->fd[0] = po[0];
     j->fd[1] = pe[0];
     fcntl(po[0], F_SETFL, O_NONBLOCK);
@@ -833,7 +843,7 @@ int main(void)
             if (!j->used)
                 continue;
             for (int s = 0; s < 2; s++)
-                if (j->fd[s] >= 0) {
+                if (j->fd[s] >= 0 && !(j->pipe && outq.len >= PIPE_OUTQ_HIGH)) {
                     stream[n] = s;
                     owner[n] = j;
                     pfd[n++] = (struct pollfd){.fd = j->fd[s], .events = POLLIN};

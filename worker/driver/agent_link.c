@@ -555,6 +555,12 @@ int wk_alink_exec(wk_alink *l, const wk_exec_req *req_in, wk_exec_cb cb, void *a
     m.stream = req_in->on_output != NULL && !req_in->background;
     m.in = req_in->has_stdin;
     m.bg = req_in->background;
+    if (req_in->pipe) { /* a duplex session: no timeout, stdin open until wk_alink_input's eof */
+        if (!req_in->on_output || req_in->background)
+            return -EINVAL;
+        m.pipe = m.in = m.stream = 1;
+        m.timeout_ms = UINT32_MAX;
+    }
     r->bg = m.bg;
     if (!m.bg && req_in->detach_ms && req_in->detach_ms < m.timeout_ms)
         m.detach_ms = req_in->detach_ms;
@@ -568,7 +574,7 @@ int wk_alink_exec(wk_alink *l, const wk_exec_req *req_in, wk_exec_cb cb, void *a
         req_free(r);
         return rc;
     }
-    if (m.in && !r->error && send_input(l, r->id, req_in->stdin_data, req_in->stdin_len) < 0) {
+    if (m.in && !m.pipe && !r->error && send_input(l, r->id, req_in->stdin_data, req_in->stdin_len) < 0) {
         /* Failed from the loop (never inside this call); the command, already sent, reads
          * what did go and is killed at its timeout; its late answer is ignored. */
         r->error = ERR_STDIN;
@@ -612,6 +618,38 @@ int wk_alink_file(wk_alink *l, const wk_file_req *fr, wk_file_cb cb, void *arg)
     if ((rc = submit(l, r, &m, WK_ALINK_FILE_MS + (uint64_t)fr->grace_ms)) < 0)
         req_free(r);
     return rc == -E2BIG ? -EINVAL : rc;
+}
+
+int wk_alink_input(wk_alink *l, void *exec_arg, const char *data, size_t len, int eof)
+{
+    sf_buf b;
+    size_t off = 0;
+    int rc = 0;
+    req *x;
+
+    if (!l || (len && !data))
+        return -EINVAL;
+    for (x = l->reqs; x; x = x->next)
+        if (x->kind == R_EXEC && x->arg == exec_arg && !x->error)
+            break;
+    if (!x || l->down)
+        return -ENOENT;
+    if (evbuffer_get_length(bufferevent_get_output(l->bev)) > WK_ALINK_INPUT_QUEUED_MAX)
+        return -EAGAIN;
+    sf_buf_init(&b, SF_AP_HDR_LEN + SF_AP_FRAME_MAX);
+    do {
+        size_t n = len - off > SF_AP_DATA_MAX ? SF_AP_DATA_MAX : len - off;
+        sf_ap_msg m = {.op = SF_AP_INPUT, .id = x->id, .data = data + off, .data_len = n,
+                       .more = !(eof && off + n == len)};
+        b.len = 0;
+        if ((rc = sf_ap_encode(&b, &m, NULL)) < 0 || bufferevent_write(l->bev, b.p, b.len) < 0) {
+            rc = rc < 0 ? rc : -ENOMEM;
+            break;
+        }
+        off += n;
+    } while (off < len);
+    sf_buf_fini(&b);
+    return rc;
 }
 
 int wk_alink_cancel(wk_alink *l, void *exec_arg)

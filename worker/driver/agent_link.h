@@ -55,6 +55,11 @@ int wk_alink_exec(wk_alink *l, const wk_exec_req *req, wk_exec_cb cb, void *arg)
 /* As driver.h's file: one request, cb exactly once; -EINVAL, -EBUSY, -ENOMEM. */
 int wk_alink_file(wk_alink *l, const wk_file_req *req, wk_file_cb cb, void *arg);
 
+/* As driver.h's exec_input: more stdin for the pipe exec whose callback argument is
+ * exec_arg. -ENOENT (no such exec), -EAGAIN (over WK_ALINK_INPUT_QUEUED_MAX bytes wait
+ * for the agent already), -ENOMEM. */
+#define WK_ALINK_INPUT_QUEUED_MAX (8u << 20)
+int wk_alink_input(wk_alink *l, void *exec_arg, const char *data, size_t len, int eof);
 /* As driver.h's exec_cancel: the agent kills the process group of the exec whose callback
  * argument is exec_arg; that exec then answers as a killed command. -ENOENT (no such exec
  * in flight), -EBUSY, -ENOMEM. */

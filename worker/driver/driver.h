@@ -153,6 +153,11 @@ typedef struct wk_exec_req {
      * goes on as a background command (its timeout kept, its later output in its log)
      * and the result comes then: still_running, pid and the output so far. */
     uint32_t detach_ms;
+    /* 1: a duplex session (a hosted MCP server's stdio): no timeout, stdin stays open and
+     * takes bytes through exec_input until its eof, on_output (required) gets the output
+     * as it is written (no 100 ms hold, no 1 MiB budget; the agent stops reading the
+     * command's pipes while the worker is behind). */
+    int pipe;
 } wk_exec_req;
 #define WK_EXEC_STDIN_MAX (8u << 20)
 
@@ -292,6 +297,10 @@ typedef struct wk_driver_ops {
      * command's process group); its callback still runs once, with the result of a
      * killed command. -ENOENT when no such exec runs. */
     int (*exec_cancel)(wk_sandbox *sb, void *arg);
+    /* Optional (NULL = none). More stdin for the running pipe exec whose callback
+     * argument is arg (eof: then its stdin closes). -ENOENT when no such exec runs,
+     * -EAGAIN while too much waits for the agent already (retry after output came). */
+    int (*exec_input)(wk_sandbox *sb, void *arg, const char *data, size_t len, int eof);
 
     /* One file request (wk_file_req); cb exactly once, never from inside this call.
      * -EINVAL (bad request), -EBUSY (too many requests in flight), -ESRCH (killed),

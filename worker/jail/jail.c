@@ -1099,6 +1099,7 @@ const wk_driver_ops wk_jail_driver = {
     .kill = jail_kill,
     .netns = jail_netns,
     .exec_cancel = wk_jail_exec_cancel,
+    .exec_input = wk_jail_exec_input,
     .file = wk_jail_file,
     .pause = jail_pause,
     .resume = jail_resume,

@@ -141,6 +141,13 @@ int wk_jail_exec_cancel(wk_sandbox *sb, void *arg)
     return wk_alink_cancel(sb->link, arg);
 }
 
+int wk_jail_exec_input(wk_sandbox *sb, void *arg, const char *data, size_t len, int eof)
+{
+    if (!sb || sb->killed || !sb->link)
+        return -ENOENT;
+    return wk_alink_input(sb->link, arg, data, len, eof);
+}
+
 int wk_jail_file(wk_sandbox *sb, const wk_file_req *req, wk_file_cb cb, void *arg)
 {
     if (!sb || !req || !cb)

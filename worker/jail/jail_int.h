@@ -197,6 +197,7 @@ void wk_sandbox_release(wk_sandbox *sb);
 /* The driver's exec, exec_cancel and file operations (driver.h). */
 int wk_jail_exec(wk_sandbox *sb, const wk_exec_req *req, wk_exec_cb cb, void *arg);
 int wk_jail_exec_cancel(wk_sandbox *sb, void *arg);
+int wk_jail_exec_input(wk_sandbox *sb, void *arg, const char *data, size_t len, int eof);
 int wk_jail_file(wk_sandbox *sb, const wk_file_req *req, wk_file_cb cb, void *arg);
 
 #endif

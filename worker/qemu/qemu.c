@@ -568,6 +568,7 @@ const wk_driver_ops wk_qemu_driver = {
     .exec = wk_qvm_exec,
     .kill = wk_qvm_kill,
     .exec_cancel = wk_qvm_exec_cancel,
+    .exec_input = wk_qvm_exec_input,
     .file = wk_qvm_file,
     .pause = wk_qvm_pause,
     .resume = wk_qvm_resume,

@@ -198,6 +198,7 @@ typedef wk_op_cb wk_qvm_cb;
 int wk_qvm_create(wk_driver *d, const wk_create_req *req, wk_create_cb cb, void *arg);
 int wk_qvm_exec(wk_sandbox *sb, const wk_exec_req *req, wk_exec_cb cb, void *arg);
 int wk_qvm_exec_cancel(wk_sandbox *sb, void *arg);
+int wk_qvm_exec_input(wk_sandbox *sb, void *arg, const char *data, size_t len, int eof);
 /* driver.h's file: on a paused or saved VM the request waits for it to run again (and
  * asks for that), like an exec. */
 int wk_qvm_file(wk_sandbox *sb, const wk_file_req *req, wk_file_cb cb, void *arg);

@@ -66,7 +66,7 @@ typedef struct waiter {
     char *command, *cwd;
     char **env;
     uint32_t timeout_ms, cap_bytes;
-    int has_stdin, background;
+    int has_stdin, background, pipe;
     uint32_t detach_ms;
     char *stdin_data;
     size_t stdin_len;
@@ -225,7 +225,7 @@ static void waiter_fire(wk_sandbox *sb, waiter *w, int rc, const char *why)
                                      .on_output = w->on_output, .has_stdin = w->has_stdin,
                                      .stdin_data = w->stdin_data, .stdin_len = w->stdin_len,
                                      .background = w->background,
-                                     .detach_ms = w->detach_ms};
+                                     .detach_ms = w->detach_ms, .pipe = w->pipe};
             if (wk_alink_exec(sb->link, &req, w->exec_cb, w->arg) < 0) {
                 wk_exec_result res = {.exit_code = -1, .error = ERR_NOMEM};
                 w->exec_cb(w->arg, &res);
@@ -1553,6 +1553,7 @@ int wk_qvm_exec(wk_sandbox *sb, const wk_exec_req *req, wk_exec_cb cb, void *arg
     w->has_stdin = req->has_stdin;
     w->background = req->background;
     w->detach_ms = req->detach_ms;
+    w->pipe = req->pipe;
     w->stdin_len = req->has_stdin ? req->stdin_len : 0;
     if (w->stdin_len)
         memcpy(w->stdin_data, req->stdin_data, w->stdin_len);
@@ -1587,6 +1588,13 @@ int wk_qvm_exec_cancel(wk_sandbox *sb, void *arg)
         return 0;
     }
     return sb->link ? wk_alink_cancel(sb->link, arg) : -ENOENT;
+}
+
+int wk_qvm_exec_input(wk_sandbox *sb, void *arg, const char *data, size_t len, int eof)
+{
+    if (!sb || sb->killed || !sb->link)
+        return -ENOENT;
+    return wk_alink_input(sb->link, arg, data, len, eof);
 }
 
 /* ---- files ------------------------------------------------------------------- */

@@ -18,6 +18,7 @@ enum {
     K_ENTRIES, K_MORE, K_S, K_TARGET,
     K_IN, K_BG, K_PID, K_SIG, K_GRACE, K_TAIL, K_PROCS, /* stdin, background, processes */
     K_DETACH,              /* exec: still running then, it goes on in the background */
+    K_PIPE,                /* exec: a duplex stdio session (hosted MCP servers) */
     K_COUNT
 };
 
@@ -65,6 +66,7 @@ static const struct {
     [K_TARGET] = {"target", "missing key 'target'", "'target' must be an unsigned 32-bit integer"},
     [K_IN] = {"in", "missing key 'in'", "'in' must be a boolean"},
     [K_BG] = {"bg", "missing key 'bg'", "'bg' must be a boolean"},
+    [K_PIPE] = {"pipe", "missing key 'pipe'", "'pipe' must be a boolean"},
     [K_PID] = {"pid", "missing key 'pid'", "'pid' must be an integer from 1 to 4294967295"},
     [K_SIG] = {"sig", "missing key 'sig'", "'sig' must be a signal number from 1 to 64"},
     [K_GRACE] = {"grace_ms", "missing key 'grace_ms'", "'grace_ms' must be an integer from 0 to 600000"},
@@ -85,7 +87,7 @@ static const struct {
                     BIT(K_OP) | BIT(K_ID) | BIT(K_CMD) | BIT(K_TIMEOUT) | BIT(K_CAP),
                     BIT(K_OP) | BIT(K_ID) | BIT(K_CMD) | BIT(K_TIMEOUT) | BIT(K_CAP) |
                         BIT(K_CWD) | BIT(K_ENV) | BIT(K_STREAM) | BIT(K_IN) | BIT(K_BG) |
-                        BIT(K_DETACH)},
+                        BIT(K_DETACH) | BIT(K_PIPE)},
     [SF_AP_RESULT] = {"result",
                       BIT(K_OP) | BIT(K_ID) | BIT(K_EXIT) | BIT(K_TIMED_OUT) |
                           BIT(K_TRUNCATED) | BIT(K_MS) | BIT(K_OUT) | BIT(K_OUT_TOTAL) |
@@ -436,7 +438,8 @@ static void pack_body(msgpack_packer *pk, const sf_ap_msg *m)
         break;
     }
     if (m->op == SF_AP_EXEC)
-        n += (m->stream != 0) + (m->in != 0) + (m->bg != 0) + (m->detach_ms != 0);
+        n += (m->stream != 0) + (m->in != 0) + (m->bg != 0) + (m->detach_ms != 0) +
+             (m->pipe != 0);
     if (m->op == SF_AP_RESULT)
         n += m->pid != 0;
     msgpack_pack_map(pk, n);
@@ -474,6 +477,8 @@ static void pack_body(msgpack_packer *pk, const sf_ap_msg *m)
             pack_bool(pk, K_BG, 1);
         if (m->detach_ms)
             pack_u64(pk, K_DETACH, m->detach_ms);
+        if (m->pipe)
+            pack_bool(pk, K_PIPE, 1);
         break;
     case SF_AP_RESULT:
         pack_key(pk, K_EXIT);
@@ -922,6 +927,11 @@ static int decode_map(const msgpack_object *root, sf_ap_msg *m, const char **why
         if (v[K_BG]->type != MSGPACK_OBJECT_BOOLEAN)
             return set_why(why, keys[K_BG].bad, -EBADMSG);
         m->bg = v[K_BG]->via.boolean;
+    }
+    if (v[K_PIPE]) {
+        if (v[K_PIPE]->type != MSGPACK_OBJECT_BOOLEAN)
+            return set_why(why, keys[K_PIPE].bad, -EBADMSG);
+        m->pipe = v[K_PIPE]->via.boolean;
     }
     if (v[K_PID]) {
         if (get_uint(v[K_PID], UINT32_MAX, &u) < 0 || u == 0)

@@ -154,6 +154,10 @@ typedef struct sf_ap_msg {
      * on as a background command (its timeout kept, its later output in its log) and the
      * result comes then, with the output so far and pid set (exit unset) */
     uint32_t detach_ms;
+    /* exec: a duplex session (with in and stream): stdin stays open for `input` frames
+     * until one says more = false, output frames go out as the command writes (no hold,
+     * no budget: the agent stops reading the command's pipes while the worker is slow) */
+    int pipe;
     /* pkill, plogs; result: the detached command's pid (0: it ended) */
     uint32_t pid;            /* > 0 */
     uint32_t sig;            /* pkill: 1..64 */

@@ -1,0 +1,1127 @@
+/* hosted.c: hosted MCP servers (issue 24). A team registers a server (`sandfleet servers
+ * add`, through /v1/servers below); a client then speaks MCP to it at POST /mcp?name=NAME
+ * (or /mcp/NAME) with the team's credentials. Each MCP session is one sandbox made from the
+ * server's snapshot; the server runs in it over stdio, bridged by the worker
+ * (worker/hosted.c) through the gateway's own jobs sf.hosted_start / _send / _listen.
+ *
+ *   initialize          sandbox_create (from_snapshot, the entry's egress and secrets),
+ *                       sf.hosted_start, then the initialize itself through sf.hosted_send:
+ *                       the server's own answer, with our Mcp-Session-Id
+ *   a request           sf.hosted_send with its id: the response; what the server sends
+ *                       meanwhile goes out first on the same SSE stream (client accepting it)
+ *   a notification or
+ *   a response          sf.hosted_send without id: 202
+ *   GET                 an SSE stream fed by sf.hosted_listen, one after the other
+ *   DELETE              sandbox_kill: 204
+ *
+ * Sessions live in Redis (sf_hosted.h): any gateway serves any session. Unknown or expired
+ * session: 404 (the client initializes again); unknown server: 404 with a JSON-RPC error. */
+#include "gateway.h"
+#include "oauth.h"
+#include "sf_oauth.h"
+#include "sf_hosted.h"
+#include "sf_log.h"
+#include "sf_msg.h"
+#include "sf_store.h"
+#include "sf_util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NAME_MAX_LEN 63
+#define SERVER_BODY_MAX (64 * 1024)
+
+typedef struct hreq {
+    gw_ctx *ctx;
+    gw_req *req;              /* NULL once the client left */
+    int busy;                 /* a Redis answer is awaited: it frees h when req is gone */
+    gw_pending *pending;
+    char team[SF_ID_MAX];
+    char name[NAME_MAX_LEN + 1];
+    char sid[SF_ID_MAX];
+    char sandbox[SF_ID_MAX];
+    json_t *entry;            /* the server's registry hash as an object */
+    json_t *msg;              /* the client's message */
+    json_t *id;               /* its id (borrowed from msg), NULL for a notification */
+    int sse_ok, streaming;
+    int listen;               /* a GET stream */
+    int64_t idle_s;
+} hreq;
+
+/* ---- answers ------------------------------------------------------------------------ */
+
+static void h_free(hreq *h)
+{
+    if (h->pending)
+        gw_jobs_cancel(h->ctx, h->pending);
+    json_decref(h->entry);
+    json_decref(h->msg);
+    free(h);
+}
+
+static void h_respond(hreq *h, int status, const char *const *headers, const char *ctype,
+                      const char *body)
+{
+    if (!h->req)
+        return;
+    gw_req_set_abort_cb(h->req, NULL, NULL);
+    if (h->streaming) {
+        gw_req_stream_end(h->req);
+    } else {
+        gw_req_respond(h->req, status, ctype, headers, body, body ? strlen(body) : 0);
+    }
+    h->req = NULL;
+}
+
+/* A JSON-RPC error for the client's message (HTTP status http). */
+static void h_error(hreq *h, int http, int code, const char *message)
+{
+    json_t *e = json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id",
+                          h->id ? h->id : json_null(), "error", "code", code, "message", message);
+    char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
+
+    if (h->streaming && h->req && text) {
+        char *ev = NULL;
+        if (asprintf(&ev, "event: message\ndata: %s\n\n", text) > 0)
+            gw_req_stream_write(h->req, ev, strlen(ev));
+        free(ev);
+    }
+    h_respond(h, http, NULL, "application/json", text ? text : "{}");
+    free(text);
+    json_decref(e);
+}
+
+static void sse_event(hreq *h, const char *line)
+{
+    char *ev = NULL;
+
+    if (!h->req || !h->streaming)
+        return;
+    if (asprintf(&ev, "event: message\ndata: %s\n\n", line) > 0 &&
+        gw_req_stream_write(h->req, ev, strlen(ev)) == -ENOBUFS) {
+        sf_warn("msg=\"client reads the hosted stream too slowly; ending it\" server=%s",
+                h->name);
+        gw_req_set_abort_cb(h->req, NULL, NULL);
+        gw_req_stream_end(h->req);
+        h->req = NULL;
+    }
+    free(ev);
+}
+
+static int sse_begin(hreq *h, const char *const *headers)
+{
+    if (h->streaming)
+        return 0;
+    if (!h->req || !h->sse_ok || gw_req_stream_begin(h->req, 200, "text/event-stream", headers) < 0)
+        return -1;
+    h->streaming = 1;
+    return 0;
+}
+
+static void on_abort(gw_req *req, void *arg)
+{
+    hreq *h = arg;
+
+    (void)req;
+    h->req = NULL;
+    if (h->busy)
+        return; /* the Redis callback frees it */
+    h_free(h);
+}
+
+static const char *entry_str(const hreq *h, const char *k)
+{
+    return json_string_value(json_object_get(h->entry, k));
+}
+
+/* ---- jobs ------------------------------------------------------------------------- */
+
+/* Publishes the gateway's job `tool` for this session (args stolen; sandbox "" = a new
+ * one, then h->sandbox gets its id). 0, or answered (-1). */
+static int h_submit(hreq *h, const char *tool, json_t *args, int progress, gw_job_cb cb,
+                    gw_progress_cb pcb)
+{
+    gw_ctx *ctx = h->ctx;
+    const sf_tool *t = sf_toolset_find(&ctx->tools, tool);
+    sf_job job;
+    int rc;
+
+    if (!t || !args) {
+        json_decref(args);
+        h_error(h, 500, -32603, "This gateway lacks a tool it needs; deploy a matching build.");
+        return -1;
+    }
+    if (ctx->kafka_down) {
+        json_decref(args);
+        h_error(h, 503, -32603, GW_MSG_QUEUE_DOWN);
+        return -1;
+    }
+    sf_job_init(&job);
+    snprintf(job.team, sizeof(job.team), "%s", h->team);
+    snprintf(job.tool, sizeof(job.tool), "%s", tool);
+    snprintf(job.trace, sizeof(job.trace), "%s", h->req ? gw_req_id(h->req) : "");
+    if (t->sandbox == SF_SB_NEW) {
+        sf_id_new(job.sandbox, "sb_");
+        snprintf(h->sandbox, sizeof(h->sandbox), "%s", job.sandbox);
+    } else {
+        snprintf(job.sandbox, sizeof(job.sandbox), "%s", h->sandbox);
+        if (!json_object_get(args, "sandbox_id"))
+            json_object_set_new(args, "sandbox_id", json_string(h->sandbox));
+    }
+    job.args = args;
+    job.progress = progress;
+    rc = gw_jobs_submit(ctx, &job,
+                        sf_tool_wait_ms(t, args, ctx->cfg.call_deadline_ms,
+                                        ctx->cfg.exec_deadline_margin_ms) +
+                            (t->sandbox == SF_SB_NEW ? ctx->cfg.template_wait_s * 1000 : 0),
+                        cb, h, &h->pending);
+    if (h->req && rc == 0)
+        gw_req_set_job(h->req, job.id);
+    sf_job_fini(&job);
+    if (rc < 0) {
+        h_error(h, 503, -32603, rc == -EDQUOT ? "Your team has too many calls in flight on this "
+                                                "gateway; wait for some to finish, then retry."
+                                              : "The job queue is unavailable; retry in a few "
+                                                "seconds.");
+        return -1;
+    }
+    if (pcb)
+        gw_jobs_on_progress(h->pending, pcb);
+    return 0;
+}
+
+/* ---- sessions in Redis ------------------------------------------------------------ */
+
+static void session_forget(gw_ctx *ctx, const char *team, const char *name, const char *sid)
+{
+    sf_redis_cmd(ctx->redis, NULL, NULL, "DEL " SF_RK_HSESS, sid);
+    sf_redis_cmd(ctx->redis, NULL, NULL, "ZREM " SF_RK_TEAM_HSESS " %s", team, name, sid);
+}
+
+static void session_touch(hreq *h)
+{
+    int64_t until = sf_now_ms() + h->idle_s * 1000;
+
+    sf_redis_cmd(h->ctx->redis, NULL, NULL, "EXPIRE " SF_RK_HSESS " %lld", h->sid,
+                 (long long)h->idle_s);
+    sf_redis_cmd(h->ctx->redis, NULL, NULL, "ZADD " SF_RK_TEAM_HSESS " XX %lld %s", h->team,
+                 h->name, (long long)until, h->sid);
+}
+
+/* A worker's error: the session is gone (404, the client starts again), the server
+ * crashed (its log kept for `sandfleet servers logs`), or something else. */
+static void job_error(hreq *h, const sf_reply *r, const char *what)
+{
+    char text[512];
+
+    if (!r) {
+        snprintf(text, sizeof(text), "The hosted MCP server '%s' did not answer %s in time; "
+                 "retry, or check `sandfleet servers logs %s`.", h->name, what, h->name);
+        h_error(h, h->streaming ? 200 : 504, -32603, text);
+        return;
+    }
+    if (!strcmp(r->code, SF_ERR_NOT_FOUND) && h->sid[0]) {
+        session_forget(h->ctx, h->team, h->name, h->sid);
+        h_error(h, 404, -32001, r->message ? r->message : "Session not found.");
+        return;
+    }
+    if (r->message && strstr(r->message, "hosted MCP server exited")) {
+        const char *m = r->message;
+        size_t len = strlen(m);
+        if (len > SF_HOSTED_LOG_MAX)
+            m += len - SF_HOSTED_LOG_MAX;
+        sf_redis_cmd(h->ctx->redis, NULL, NULL, "SET " SF_RK_SRV_LOG " %s", h->team, h->name, m);
+    }
+    h_error(h, h->streaming ? 200 : 502, -32603, r->message ? r->message : "The call failed.");
+}
+
+/* ---- a request, a notification ---------------------------------------------------- */
+
+static void on_progress(void *arg, const json_t *chunk)
+{
+    hreq *h = arg;
+    const char *line = json_string_value(json_object_get(chunk, "mcp"));
+
+    if (!line)
+        return;
+    if (!h->streaming && !h->listen) {
+        char hdr[SF_ID_MAX];
+        const char *headers[] = {"Mcp-Session-Id", hdr, NULL};
+        snprintf(hdr, sizeof(hdr), "%s", h->sid);
+        if (sse_begin(h, headers) < 0)
+            return;
+    }
+    sse_event(h, line);
+}
+
+static void on_sent(void *arg, const sf_reply *r)
+{
+    hreq *h = arg;
+    const char *line;
+    char hdr[SF_ID_MAX];
+    const char *headers[] = {"Mcp-Session-Id", hdr, NULL};
+
+    h->pending = NULL;
+    snprintf(hdr, sizeof(hdr), "%s", h->sid);
+    if (!h->req) {
+        h_free(h);
+        return;
+    }
+    if (!r || r->kind != SF_REPLY_RESULT) {
+        job_error(h, r, "the message");
+        h_free(h);
+        return;
+    }
+    if (!h->id) { /* a notification or a response: accepted */
+        h_respond(h, 202, headers, NULL, NULL);
+        h_free(h);
+        return;
+    }
+    line = json_string_value(json_object_get(r->result, "message"));
+    if (!line) {
+        h_error(h, 502, -32603, "The hosted MCP server's answer was lost; retry.");
+    } else if (h->streaming) {
+        sse_event(h, line);
+        h_respond(h, 200, NULL, NULL, NULL);
+    } else {
+        h_respond(h, 200, headers, "application/json", line);
+    }
+    h_free(h);
+}
+
+/* The client's message goes to the session's server. */
+static void send_message(hreq *h)
+{
+    json_t *args, *token = NULL;
+    char *text = json_dumps(h->msg, JSON_COMPACT), *idtext = NULL, *tok = NULL;
+    json_t *params = json_object_get(h->msg, "params");
+
+    if (json_is_object(params))
+        token = json_object_get(json_object_get(params, "_meta"), "progressToken");
+    if (h->id)
+        idtext = json_dumps(h->id, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (token)
+        tok = json_dumps(token, JSON_COMPACT | JSON_ENCODE_ANY);
+    args = text ? json_pack("{s:s}", "message", text) : NULL;
+    if (args && idtext && strlen(idtext) <= 256)
+        json_object_set_new(args, "id", json_string(idtext));
+    if (args && tok && strlen(tok) <= 256)
+        json_object_set_new(args, "token", json_string(tok));
+    free(text);
+    free(idtext);
+    free(tok);
+    if (h_submit(h, SF_TOOL_HOSTED_SEND, args, h->id && h->sse_ok, on_sent,
+                 h->id && h->sse_ok ? on_progress : NULL) < 0)
+        h_free(h);
+}
+
+/* ---- initialize ------------------------------------------------------------------- */
+
+static void ignore_reply(void *arg, const sf_reply *r)
+{
+    (void)arg, (void)r;
+}
+
+static void on_init_answer(void *arg, const sf_reply *r)
+{
+    hreq *h = arg;
+    const char *line;
+    char hdr[SF_ID_MAX];
+    const char *headers[] = {"Mcp-Session-Id", hdr, NULL};
+    int64_t until = sf_now_ms() + h->idle_s * 1000;
+
+    h->pending = NULL;
+    if (!r || r->kind != SF_REPLY_RESULT ||
+        !(line = json_string_value(json_object_get(r->result, "message")))) {
+        /* the sandbox goes: nobody will use it */
+        json_t *a = json_pack("{s:s}", "sandbox_id", h->sandbox);
+        sf_job job;
+        sf_job_init(&job);
+        snprintf(job.team, sizeof(job.team), "%s", h->team);
+        snprintf(job.tool, sizeof(job.tool), "sandbox_kill");
+        snprintf(job.sandbox, sizeof(job.sandbox), "%s", h->sandbox);
+        job.args = a;
+        gw_jobs_submit(h->ctx, &job, h->ctx->cfg.call_deadline_ms, ignore_reply, NULL, NULL);
+        sf_job_fini(&job);
+        if (!h->req) {
+            h_free(h);
+            return;
+        }
+        h->sid[0] = '\0';
+        job_error(h, r, "initialize");
+        h_free(h);
+        return;
+    }
+    sf_redis_cmd(h->ctx->redis, NULL, NULL, "HSET " SF_RK_HSESS " team %s name %s sandbox %s "
+                 "idle_s %lld created %lld", h->sid, h->team, h->name, h->sandbox,
+                 (long long)h->idle_s, (long long)sf_now_ms());
+    sf_redis_cmd(h->ctx->redis, NULL, NULL, "EXPIRE " SF_RK_HSESS " %lld", h->sid,
+                 (long long)h->idle_s);
+    sf_redis_cmd(h->ctx->redis, NULL, NULL, "ZADD " SF_RK_TEAM_HSESS " %lld %s", h->team,
+                 h->name, (long long)until, h->sid);
+    sf_info("msg=\"hosted session opened\" server=%s team=%s session=%s sandbox=%s", h->name,
+            h->team, h->sid, h->sandbox);
+    if (!h->req) {
+        h_free(h);
+        return;
+    }
+    snprintf(hdr, sizeof(hdr), "%s", h->sid);
+    if (h->streaming) {
+        sse_event(h, line);
+        h_respond(h, 200, NULL, NULL, NULL);
+    } else {
+        h_respond(h, 200, headers, "application/json", line);
+    }
+    h_free(h);
+}
+
+static void on_started(void *arg, const sf_reply *r)
+{
+    hreq *h = arg;
+    json_t *args;
+    char *text, *idtext;
+
+    h->pending = NULL;
+    if (!r || r->kind != SF_REPLY_RESULT) {
+        on_init_answer(h, r);
+        return;
+    }
+    text = json_dumps(h->msg, JSON_COMPACT);
+    idtext = json_dumps(h->id, JSON_COMPACT | JSON_ENCODE_ANY);
+    args = text && idtext ? json_pack("{s:s, s:s}", "message", text, "id", idtext) : NULL;
+    free(text);
+    free(idtext);
+    if (h_submit(h, SF_TOOL_HOSTED_SEND, args, 0, on_init_answer, NULL) < 0)
+        h_free(h);
+}
+
+static void on_created(void *arg, const sf_reply *r)
+{
+    hreq *h = arg;
+    json_t *args;
+
+    h->pending = NULL;
+    if (!r || r->kind != SF_REPLY_RESULT) {
+        char text[600];
+        if (!h->req) {
+            h_free(h);
+            return;
+        }
+        snprintf(text, sizeof(text), "The hosted MCP server '%s' could not get a sandbox: %s",
+                 h->name, r && r->message ? r->message : "no answer in time; retry.");
+        h_error(h, r && !strcmp(r->code, SF_ERR_LIMIT) ? 429 : 503, -32603, text);
+        h_free(h);
+        return;
+    }
+    args = json_pack("{s:s, s:s, s:I}", "run", entry_str(h, "run") ? entry_str(h, "run") : "",
+                     "cwd", entry_str(h, "cwd") ? entry_str(h, "cwd") : "/root/mcp", "idle_s",
+                     (json_int_t)h->idle_s);
+    if (h_submit(h, SF_TOOL_HOSTED_START, args, 0, on_started, NULL) < 0)
+        h_free(h);
+}
+
+static json_t *json_field(const hreq *h, const char *k)
+{
+    const char *s = entry_str(h, k);
+    return s ? json_loads(s, 0, NULL) : NULL;
+}
+
+static void on_count(redisAsyncContext *ac, void *reply, void *priv)
+{
+    hreq *h = priv;
+    redisReply *rep = reply;
+    const char *ms = entry_str(h, "max_sessions");
+    long long cap = ms ? strtoll(ms, NULL, 10) : SF_HOSTED_SESSIONS_DEFAULT;
+    json_t *args, *v = NULL;
+    char text[300];
+
+    (void)ac;
+    h->busy = 0;
+    if (!h->req) {
+        h_free(h);
+        return;
+    }
+    if (!rep || rep->type != REDIS_REPLY_INTEGER) {
+        h_error(h, 503, -32603, SF_MSG_STORE_DOWN);
+        h_free(h);
+        return;
+    }
+    if (rep->integer >= cap) {
+        snprintf(text, sizeof(text), "Your team holds %lld sessions of hosted MCP server '%s', "
+                 "the most its registration allows (--max-sessions); end one (DELETE /mcp with its Mcp-Session-Id) or "
+                 "wait for an idle one to be evicted.", (long long)rep->integer, h->name);
+        h_error(h, 429, -32603, text);
+        h_free(h);
+        return;
+    }
+    sf_id_new(h->sid, "hs_");
+    args = json_pack("{s:s, s:s, s:{s:s, s:s}}", "from_snapshot",
+                     entry_str(h, "snapshot") ? entry_str(h, "snapshot") : "", "name",
+                     h->name, "metadata", "sandfleet_hosted", h->name, "session", h->sid);
+    if (args && (v = json_field(h, "allow_out")) && json_array_size(v))
+        json_object_set_new(args, "allow_out", v);
+    else if (v)
+        json_decref(v);
+    v = NULL;
+    if (args && (v = json_field(h, "secrets")) && json_object_size(v))
+        json_object_set_new(args, "secrets", v);
+    else if (v)
+        json_decref(v);
+    if (h_submit(h, "sandbox_create", args, 0, on_created, NULL) < 0)
+        h_free(h);
+}
+
+static void initialize(hreq *h)
+{
+    int64_t now = sf_now_ms();
+
+    /* the team's live sessions: expired ones leave first */
+    sf_redis_cmd(h->ctx->redis, NULL, NULL, "ZREMRANGEBYSCORE " SF_RK_TEAM_HSESS " -inf %lld",
+                 h->team, h->name, (long long)now);
+    h->busy = 1;
+    if (sf_redis_cmd(h->ctx->redis, on_count, h, "ZCARD " SF_RK_TEAM_HSESS, h->team, h->name) < 0) {
+        h->busy = 0;
+        h_error(h, 503, -32603, SF_MSG_STORE_DOWN);
+        h_free(h);
+    }
+}
+
+/* ---- GET: the server's own stream -------------------------------------------------- */
+
+static void listen_next(hreq *h);
+
+static void on_listened(void *arg, const sf_reply *r)
+{
+    hreq *h = arg;
+
+    h->pending = NULL;
+    if (!h->req) {
+        h_free(h);
+        return;
+    }
+    if (r && r->kind == SF_REPLY_RESULT) {
+        listen_next(h);
+        return;
+    }
+    if (r && !strcmp(r->code, SF_ERR_NOT_FOUND))
+        session_forget(h->ctx, h->team, h->name, h->sid);
+    h_respond(h, 200, NULL, NULL, NULL);
+    h_free(h);
+}
+
+static void listen_next(hreq *h)
+{
+    if (h_submit(h, SF_TOOL_HOSTED_LISTEN, json_pack("{s:I}", "wait_ms", (json_int_t)25000), 1,
+                 on_listened, on_progress) < 0)
+        h_free(h);
+}
+
+/* ---- DELETE ----------------------------------------------------------------------- */
+
+static void on_killed(void *arg, const sf_reply *r)
+{
+    hreq *h = arg;
+
+    h->pending = NULL;
+    sf_info("msg=\"hosted session deleted\" server=%s session=%s sandbox=%s ok=%d", h->name,
+            h->sid, h->sandbox, r && r->kind == SF_REPLY_RESULT);
+    h_respond(h, 204, NULL, NULL, NULL);
+    h_free(h);
+}
+
+/* ---- the session, then the method ------------------------------------------------- */
+
+static void on_session(redisAsyncContext *ac, void *reply, void *priv)
+{
+    hreq *h = priv;
+    redisReply *rep = reply;
+    const char *method;
+
+    (void)ac;
+    h->busy = 0;
+    if (!h->req) {
+        h_free(h);
+        return;
+    }
+    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 4) {
+        h_error(h, 503, -32603, SF_MSG_STORE_DOWN);
+        h_free(h);
+        return;
+    }
+    if (rep->element[0]->type != REDIS_REPLY_STRING || strcmp(rep->element[0]->str, h->team) ||
+        rep->element[1]->type != REDIS_REPLY_STRING || strcmp(rep->element[1]->str, h->name) ||
+        rep->element[2]->type != REDIS_REPLY_STRING) {
+        h_error(h, 404, -32001, "Session not found: it ended, was idle too long, or belongs to "
+                                "another server or team; send initialize again without "
+                                "Mcp-Session-Id.");
+        h_free(h);
+        return;
+    }
+    snprintf(h->sandbox, sizeof(h->sandbox), "%s", rep->element[2]->str);
+    if (rep->element[3]->type == REDIS_REPLY_STRING)
+        h->idle_s = strtoll(rep->element[3]->str, NULL, 10);
+    if (h->idle_s <= 0)
+        h->idle_s = SF_HOSTED_IDLE_DEFAULT_S;
+    method = gw_req_method(h->req);
+    if (!strcmp(method, "DELETE")) {
+        session_forget(h->ctx, h->team, h->name, h->sid);
+        if (h_submit(h, "sandbox_kill", json_object(), 0, on_killed, NULL) < 0)
+            h_free(h);
+        return;
+    }
+    session_touch(h);
+    if (!strcmp(method, "GET")) {
+        char hdr[SF_ID_MAX];
+        const char *headers[] = {"Mcp-Session-Id", hdr, NULL};
+        snprintf(hdr, sizeof(hdr), "%s", h->sid);
+        h->sse_ok = 1;
+        h->listen = 1;
+        if (sse_begin(h, headers) < 0) {
+            h_free(h);
+            return;
+        }
+        listen_next(h);
+        return;
+    }
+    send_message(h);
+}
+
+static void on_entry(redisAsyncContext *ac, void *reply, void *priv)
+{
+    hreq *h = priv;
+    redisReply *rep = reply;
+    const char *sid;
+    char text[300];
+
+    (void)ac;
+    h->busy = 0;
+    if (!h->req) {
+        h_free(h);
+        return;
+    }
+    if (!rep || rep->type != REDIS_REPLY_ARRAY) {
+        h_error(h, 503, -32603, SF_MSG_STORE_DOWN);
+        h_free(h);
+        return;
+    }
+    if (rep->elements == 0) {
+        snprintf(text, sizeof(text), "No MCP server named '%s' is registered for your team; "
+                 "check the name (sandfleet servers list) or register it with `sandfleet "
+                 "servers add %s`.", h->name, h->name);
+        h_error(h, 404, -32601, text);
+        h_free(h);
+        return;
+    }
+    h->entry = json_object();
+    for (size_t i = 0; i + 1 < rep->elements; i += 2)
+        if (rep->element[i]->type == REDIS_REPLY_STRING &&
+            rep->element[i + 1]->type == REDIS_REPLY_STRING)
+            json_object_set_new(h->entry, rep->element[i]->str,
+                                json_string(rep->element[i + 1]->str));
+    {
+        const char *idle = entry_str(h, "idle_s");
+        h->idle_s = idle ? strtoll(idle, NULL, 10) : SF_HOSTED_IDLE_DEFAULT_S;
+        if (h->idle_s <= 0)
+            h->idle_s = SF_HOSTED_IDLE_DEFAULT_S;
+    }
+    sid = gw_req_header(h->req, "Mcp-Session-Id");
+    if (!sid) {
+        const char *method = json_string_value(json_object_get(h->msg, "method"));
+        if (strcmp(gw_req_method(h->req), "POST") != 0) {
+            h_error(h, 400, -32600, "Send Mcp-Session-Id: GET and DELETE name a session.");
+            h_free(h);
+            return;
+        }
+        if (!method || strcmp(method, "initialize") != 0 || !h->id) {
+            h_error(h, 400, -32600, "No session: send initialize first (without "
+                                    "Mcp-Session-Id), then the Mcp-Session-Id it answers with.");
+            h_free(h);
+            return;
+        }
+        initialize(h);
+        return;
+    }
+    if (!sf_id_valid(sid) || strncmp(sid, "hs_", 3) != 0) {
+        h_error(h, 404, -32001, "Session not found: send initialize again without "
+                                "Mcp-Session-Id.");
+        h_free(h);
+        return;
+    }
+    snprintf(h->sid, sizeof(h->sid), "%s", sid);
+    h->busy = 1;
+    if (sf_redis_cmd(h->ctx->redis, on_session, h, "HMGET " SF_RK_HSESS " team name sandbox idle_s",
+                     h->sid) < 0) {
+        h->busy = 0;
+        h_error(h, 503, -32603, SF_MSG_STORE_DOWN);
+        h_free(h);
+    }
+}
+
+static void on_auth(void *arg, int status, const char *team, gw_session *sess, const char *why)
+{
+    hreq *h = arg;
+
+    (void)sess;
+    h->busy = 0;
+    if (!h->req) {
+        h_free(h);
+        return;
+    }
+    if (status == 401) {
+        char challenge[768], *text = NULL;
+        const char *hd[] = {"WWW-Authenticate", challenge, NULL};
+        json_t *e;
+        gw_oauth_challenge(h->ctx, h->req, why, challenge, sizeof(challenge));
+        e = json_pack("{s:s, s:s}", "error", why ? "invalid_token" : "unauthorized",
+                      "error_description", why ? why : GW_WHY_MISSING_CREDENTIALS);
+        text = e ? json_dumps(e, JSON_COMPACT) : NULL;
+        h_respond(h, 401, hd, "application/json", text ? text : "{\"error\":\"unauthorized\"}");
+        free(text);
+        json_decref(e);
+        h_free(h);
+        return;
+    }
+    if (status != 200) {
+        h_error(h, 503, -32603, SF_MSG_STORE_DOWN);
+        h_free(h);
+        return;
+    }
+    snprintf(h->team, sizeof(h->team), "%s", team);
+    h->busy = 1;
+    if (sf_redis_cmd(h->ctx->redis, on_entry, h, "HGETALL " SF_RK_SRV, h->team, h->name) < 0) {
+        h->busy = 0;
+        h_error(h, 503, -32603, SF_MSG_STORE_DOWN);
+        h_free(h);
+    }
+}
+
+/* NAME from /mcp/NAME or ?name=NAME; 0, or -1 when it is no server name. */
+static int server_name(gw_req *req, char *out, size_t n)
+{
+    const char *path = gw_req_path(req), *q = gw_req_query(req), *v = NULL;
+    size_t len = 0;
+
+    if (!strncmp(path, "/mcp/", 5)) {
+        v = path + 5;
+        len = strlen(v);
+    } else {
+        for (const char *p = q; p && *p; p = strchr(p, '&') ? strchr(p, '&') + 1 : NULL)
+            if (!strncmp(p, "name=", 5)) {
+                v = p + 5;
+                len = strcspn(v, "&");
+                break;
+            }
+    }
+    if (!v || len == 0 || len >= n || len > NAME_MAX_LEN)
+        return -1;
+    for (size_t i = 0; i < len; i++)
+        if (!((v[i] >= 'a' && v[i] <= 'z') || (v[i] >= '0' && v[i] <= '9') || v[i] == '-' ||
+              v[i] == '_'))
+            return -1;
+    memcpy(out, v, len);
+    out[len] = '\0';
+    return 0;
+}
+
+int gw_hosted_wanted(gw_req *req)
+{
+    const char *q = gw_req_query(req);
+
+    return !strncmp(gw_req_path(req), "/mcp/", 5) ||
+           (q && (!strncmp(q, "name=", 5) || strstr(q, "&name=")));
+}
+
+void gw_hosted_handle(gw_req *req, gw_ctx *ctx)
+{
+    const char *method = gw_req_method(req);
+    const char *accept = gw_req_header(req, "Accept");
+    char resource[300];
+    const char *authz = gw_req_header(req, "Authorization");
+    hreq *h;
+    size_t len;
+    const char *body;
+
+    if (strcmp(method, "POST") && strcmp(method, "GET") && strcmp(method, "DELETE")) {
+        static const char *const allow[] = {"Allow", "GET, POST, DELETE", NULL};
+        gw_req_respond(req, 405, "application/json", allow,
+                       "{\"error\":\"Use POST, GET (the server's stream) or DELETE.\"}", 55);
+        return;
+    }
+    if (!(h = calloc(1, sizeof(*h)))) {
+        gw_req_respond(req, 503, "application/json", NULL, "{\"error\":\"Out of memory; retry.\"}",
+                       33);
+        return;
+    }
+    h->ctx = ctx;
+    h->req = req;
+    h->sse_ok = accept && strstr(accept, "text/event-stream");
+    gw_req_set_abort_cb(req, on_abort, h);
+    if (server_name(req, h->name, sizeof(h->name)) < 0) {
+        h_error(h, 404, -32601, "The server name must be 1-63 of a-z, 0-9, '-' and '_': "
+                                "POST /mcp?name=NAME or /mcp/NAME.");
+        h_free(h);
+        return;
+    }
+    if (!strcmp(method, "POST")) {
+        json_error_t jerr;
+        body = gw_req_body(req, &len);
+        if (len > SF_HOSTED_MSG_MAX) {
+            h_error(h, 413, -32600, "A message to a hosted MCP server is at most 256 KiB; send "
+                                    "large data through a file or a URL.");
+            h_free(h);
+            return;
+        }
+        h->msg = json_loadb(body, len, 0, &jerr);
+        if (!json_is_object(h->msg) ||
+            !json_is_string(json_object_get(h->msg, "jsonrpc"))) {
+            h_error(h, 400, -32700, "Send one JSON-RPC 2.0 message (a JSON object) per POST.");
+            h_free(h);
+            return;
+        }
+        h->id = json_object_get(h->msg, "id");
+        if (h->id && !json_object_get(h->msg, "method")) /* a response to the server */
+            h->id = NULL;
+        if (h->id && !json_is_string(h->id) && !json_is_integer(h->id)) {
+            h->id = NULL;
+            h_error(h, 400, -32600, "A request's id must be a string or an integer.");
+            h_free(h);
+            return;
+        }
+    }
+    h->busy = 1;
+    resource[0] = '\0';
+    if (authz && strstr(authz, SF_OAUTH_AT_PREFIX))
+        gw_oauth_resource(ctx, req, resource, sizeof(resource));
+    gw_auth_check(ctx, authz, NULL, NULL, resource, on_auth, h);
+}
+
+/* ---- the registry: /v1/servers -------------------------------------------------------- */
+
+typedef struct sreq {
+    gw_ctx *ctx;
+    gw_req *req;
+    int busy;
+    char team[SF_ID_MAX];
+    char name[NAME_MAX_LEN + 1];
+    char sub[16];             /* "", "logs" */
+    json_t *body;
+} sreq;
+
+static void s_free(sreq *s)
+{
+    json_decref(s->body);
+    free(s);
+}
+
+static void s_answer(sreq *s, int status, json_t *j)
+{
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+
+    if (s->req) {
+        gw_req_set_abort_cb(s->req, NULL, NULL);
+        gw_req_respond(s->req, status, "application/json", NULL, text ? text : "{}",
+                       text ? strlen(text) : 2);
+        s->req = NULL;
+    }
+    free(text);
+    json_decref(j);
+}
+
+static void s_error(sreq *s, int status, const char *msg)
+{
+    s_answer(s, status, json_pack("{s:s}", "error", msg));
+}
+
+static void s_abort(gw_req *req, void *arg)
+{
+    sreq *s = arg;
+
+    (void)req;
+    s->req = NULL;
+    if (!s->busy)
+        s_free(s);
+}
+
+static json_t *hash_object(const redisReply *rep)
+{
+    json_t *o = json_object();
+
+    for (size_t i = 0; rep && i + 1 < rep->elements; i += 2)
+        if (rep->element[i]->type == REDIS_REPLY_STRING &&
+            rep->element[i + 1]->type == REDIS_REPLY_STRING) {
+            const char *k = rep->element[i]->str, *v = rep->element[i + 1]->str;
+            json_t *parsed = NULL;
+            if (!strcmp(k, "allow_out") || !strcmp(k, "secrets"))
+                parsed = json_loads(v, 0, NULL);
+            else if (!strcmp(k, "idle_s") || !strcmp(k, "max_sessions") || !strcmp(k, "warm") ||
+                     !strcmp(k, "created"))
+                parsed = json_integer(strtoll(v, NULL, 10));
+            json_object_set_new(o, k, parsed ? parsed : json_string(v));
+        }
+    return o;
+}
+
+static void s_done(redisAsyncContext *ac, void *reply, void *priv)
+{
+    sreq *s = priv;
+    redisReply *rep = reply;
+    const char *method;
+
+    (void)ac;
+    s->busy = 0;
+    if (!s->req) {
+        s_free(s);
+        return;
+    }
+    if (!rep || rep->type == REDIS_REPLY_ERROR) {
+        s_error(s, 503, SF_MSG_STORE_DOWN);
+        s_free(s);
+        return;
+    }
+    method = gw_req_method(s->req);
+    if (!strcmp(method, "GET") && !s->name[0]) { /* list: SMEMBERS */
+        json_t *names = json_array();
+        for (size_t i = 0; i < rep->elements; i++)
+            json_array_append_new(names, json_string(rep->element[i]->str));
+        s_answer(s, 200, json_pack("{s:o}", "servers", names));
+    } else if (!strcmp(method, "GET") && s->sub[0]) { /* logs */
+        s_answer(s, 200, json_pack("{s:s, s:s}", "name", s->name, "log",
+                                   rep->type == REDIS_REPLY_STRING ? rep->str : ""));
+    } else if (!strcmp(method, "GET")) {
+        if (rep->elements == 0)
+            s_error(s, 404, "No server of that name is registered for your team; `sandfleet "
+                            "servers list` shows them.");
+        else
+            s_answer(s, 200, hash_object(rep));
+    } else if (!strcmp(method, "DELETE")) {
+        if (rep->type == REDIS_REPLY_INTEGER && rep->integer == 0)
+            s_error(s, 404, "No server of that name is registered for your team.");
+        else
+            s_answer(s, 200, json_pack("{s:s, s:b}", "name", s->name, "removed", 1));
+    } else { /* PUT: the script's answer */
+        if (rep->type == REDIS_REPLY_INTEGER && rep->integer < 0)
+            s_error(s, 409, "Your team has 64 servers registered, the most it may; remove one "
+                            "first (sandfleet servers remove NAME).");
+        else
+            s_answer(s, 200, json_pack("{s:s, s:s}", "name", s->name, "status", "registered"));
+    }
+    s_free(s);
+}
+
+/* PUT /v1/servers/NAME: the entry, checked. -1 answered. */
+static int s_put(sreq *s)
+{
+    static const char *const strs[] = {"run", "snapshot", "template", "cwd", "http", "setup",
+                                       "source"};
+    json_t *b = s->body, *v;
+    const char *argv[64];
+    char nums[4][24], *jallow = NULL, *jsec = NULL;
+    char k1[200], k2[200];
+    int argc = 0;
+
+    if (!json_is_object(b) || !json_is_string(json_object_get(b, "run")) ||
+        !json_is_string(json_object_get(b, "snapshot"))) {
+        s_error(s, 400, "Send a JSON object with 'run' (the command) and 'snapshot' (the image "
+                        "`sandfleet servers add` made).");
+        return -1;
+    }
+    snprintf(k1, sizeof(k1), SF_RK_SRV, s->team, s->name);
+    snprintf(k2, sizeof(k2), SF_RK_SRVS, s->team);
+    /* EVAL: at most SF_HOSTED_SERVERS_MAX names, then the hash replaced whole */
+    argv[argc++] = "EVAL";
+    argv[argc++] = "if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 0 and "
+                   "redis.call('SCARD', KEYS[2]) >= tonumber(ARGV[2]) then return -1 end "
+                   "redis.call('SADD', KEYS[2], ARGV[1]) redis.call('DEL', KEYS[1]) "
+                   "redis.call('HSET', KEYS[1], unpack(ARGV, 3)) return 1";
+    argv[argc++] = "2";
+    argv[argc++] = k1;
+    argv[argc++] = k2;
+    argv[argc++] = s->name;
+    snprintf(nums[0], sizeof(nums[0]), "%d", SF_HOSTED_SERVERS_MAX);
+    argv[argc++] = nums[0];
+    argv[argc++] = "name";
+    argv[argc++] = s->name;
+    argv[argc++] = "team";
+    argv[argc++] = s->team;
+    for (size_t i = 0; i < SF_ARRAY_LEN(strs); i++) {
+        v = json_object_get(b, strs[i]);
+        if (!v)
+            continue;
+        if (!json_is_string(v) || json_string_length(v) > 4096) {
+            s_error(s, 400, "Server fields 'run', 'setup', 'cwd', 'http', 'template', 'snapshot' "
+                            "and 'source' are strings of at most 4096 bytes.");
+            return -1;
+        }
+        argv[argc++] = strs[i];
+        argv[argc++] = json_string_value(v);
+    }
+    {
+        static const char *const ints[] = {"idle_s", "max_sessions", "warm"};
+        static const json_int_t lo[] = {1, 1, 0}, hi[] = {604800, 1000, 16};
+        for (size_t i = 0; i < 3; i++) {
+            v = json_object_get(b, ints[i]);
+            if (!v)
+                continue;
+            if (!json_is_integer(v) || json_integer_value(v) < lo[i] ||
+                json_integer_value(v) > hi[i]) {
+                s_error(s, 400, "idle_s is 1-604800 seconds, max_sessions 1-1000, warm 0-16.");
+                return -1;
+            }
+            snprintf(nums[1 + i], sizeof(nums[1 + i]), "%lld",
+                     (long long)json_integer_value(v));
+            argv[argc++] = ints[i];
+            argv[argc++] = nums[1 + i];
+        }
+    }
+    if ((v = json_object_get(b, "allow_out"))) {
+        if (!json_is_array(v) || json_array_size(v) > 64) {
+            s_error(s, 400, "allow_out is a list of at most 64 hosts.");
+            return -1;
+        }
+        jallow = json_dumps(v, JSON_COMPACT);
+        argv[argc++] = "allow_out";
+        argv[argc++] = jallow ? jallow : "[]";
+    }
+    if ((v = json_object_get(b, "secrets"))) {
+        if (!json_is_object(v) || json_object_size(v) > 32) {
+            free(jallow);
+            s_error(s, 400, "secrets is an object ENV -> secret name (at most 32).");
+            return -1;
+        }
+        jsec = json_dumps(v, JSON_COMPACT);
+        argv[argc++] = "secrets";
+        argv[argc++] = jsec ? jsec : "{}";
+    }
+    {
+        static char created[24];
+        snprintf(created, sizeof(created), "%lld", (long long)sf_now_ms());
+        argv[argc++] = "created";
+        argv[argc++] = created;
+    }
+    s->busy = 1;
+    if (sf_redis_cmdargv(s->ctx->redis, s_done, s, argc, argv, NULL) < 0) {
+        s->busy = 0;
+        free(jallow);
+        free(jsec);
+        s_error(s, 503, SF_MSG_STORE_DOWN);
+        return -1;
+    }
+    free(jallow);
+    free(jsec);
+    return 0;
+}
+
+static void s_on_auth(void *arg, int status, const char *team, gw_session *sess, const char *why)
+{
+    sreq *s = arg;
+    const char *method;
+    int rc = 0;
+
+    (void)sess;
+    s->busy = 0;
+    if (!s->req) {
+        s_free(s);
+        return;
+    }
+    if (status != 200) {
+        s_error(s, status == 401 ? 401 : 503,
+                status == 401 ? (why ? why : GW_WHY_MISSING_CREDENTIALS) : SF_MSG_STORE_DOWN);
+        s_free(s);
+        return;
+    }
+    snprintf(s->team, sizeof(s->team), "%s", team);
+    method = gw_req_method(s->req);
+    s->busy = 1;
+    if (!strcmp(method, "GET") && !s->name[0])
+        rc = sf_redis_cmd(s->ctx->redis, s_done, s, "SMEMBERS " SF_RK_SRVS, s->team);
+    else if (!strcmp(method, "GET") && s->sub[0])
+        rc = sf_redis_cmd(s->ctx->redis, s_done, s, "GET " SF_RK_SRV_LOG, s->team, s->name);
+    else if (!strcmp(method, "GET"))
+        rc = sf_redis_cmd(s->ctx->redis, s_done, s, "HGETALL " SF_RK_SRV, s->team, s->name);
+    else if (!strcmp(method, "DELETE")) {
+        sf_redis_cmd(s->ctx->redis, NULL, NULL, "DEL " SF_RK_SRV_LOG, s->team, s->name);
+        sf_redis_cmd(s->ctx->redis, NULL, NULL, "SREM " SF_RK_SRVS " %s", s->team, s->name);
+        rc = sf_redis_cmd(s->ctx->redis, s_done, s, "DEL " SF_RK_SRV, s->team, s->name);
+    } else {
+        s->busy = 0;
+        if (s_put(s) < 0)
+            s_free(s);
+        return;
+    }
+    if (rc < 0) {
+        s->busy = 0;
+        s_error(s, 503, SF_MSG_STORE_DOWN);
+        s_free(s);
+    }
+}
+
+static void servers_handle(gw_req *req, void *arg)
+{
+    gw_ctx *ctx = arg;
+    const char *path = gw_req_path(req), *method = gw_req_method(req), *rest;
+    sreq *s;
+    size_t len;
+    const char *body;
+
+    if (!(s = calloc(1, sizeof(*s)))) {
+        gw_req_respond(req, 503, "application/json", NULL, "{\"error\":\"Out of memory; retry.\"}",
+                       33);
+        return;
+    }
+    s->ctx = ctx;
+    s->req = req;
+    gw_req_set_abort_cb(req, s_abort, s);
+    rest = !strncmp(path, "/v1/servers/", 12) ? path + 12 : "";
+    if (*rest) {
+        size_t n = strcspn(rest, "/");
+        if (n == 0 || n > NAME_MAX_LEN) {
+            s_error(s, 404, "Server names are 1-63 of a-z, 0-9, '-' and '_'.");
+            s_free(s);
+            return;
+        }
+        memcpy(s->name, rest, n);
+        s->name[n] = '\0';
+        for (size_t i = 0; i < n; i++)
+            if (!((s->name[i] >= 'a' && s->name[i] <= 'z') ||
+                  (s->name[i] >= '0' && s->name[i] <= '9') || s->name[i] == '-' ||
+                  s->name[i] == '_')) {
+                s_error(s, 400, "Server names are 1-63 of a-z, 0-9, '-' and '_'.");
+                s_free(s);
+                return;
+            }
+        if (rest[n] == '/' && !strcmp(rest + n + 1, "logs"))
+            snprintf(s->sub, sizeof(s->sub), "logs");
+        else if (rest[n]) {
+            s_error(s, 404, "Not found: /v1/servers/NAME or /v1/servers/NAME/logs.");
+            s_free(s);
+            return;
+        }
+    }
+    if (!strcmp(method, "PUT")) {
+        body = gw_req_body(req, &len);
+        if (!s->name[0] || s->sub[0] || len > SERVER_BODY_MAX ||
+            !(s->body = json_loadb(body, len, 0, NULL))) {
+            s_error(s, 400, "PUT /v1/servers/NAME takes the server's entry as a JSON object (at "
+                            "most 64 KiB).");
+            s_free(s);
+            return;
+        }
+    } else if (strcmp(method, "GET") && !(!strcmp(method, "DELETE") && s->name[0] && !s->sub[0])) {
+        s_error(s, 405, "Use GET /v1/servers[/NAME[/logs]], PUT or DELETE /v1/servers/NAME.");
+        s_free(s);
+        return;
+    }
+    s->busy = 1;
+    gw_auth_check(ctx, gw_req_header(req, "Authorization"), NULL, NULL, "", s_on_auth, s);
+}
+
+int gw_hosted_routes(gw_ctx *ctx)
+{
+    if (gw_router_add(ctx->router, NULL, "/mcp/", gw_mcp_handle, ctx) < 0 ||
+        gw_router_add(ctx->router, NULL, "/v1/servers", servers_handle, ctx) < 0 ||
+        gw_router_add(ctx->router, NULL, "/v1/servers/", servers_handle, ctx) < 0)
+        return -ENOMEM;
+    return 0;
+}
