@@ -19,7 +19,10 @@ test('tools/list serves the schemas with annotations', async () => {
   assert.equal(byName.sandbox_exec.inputSchema.type, 'object');
   // x-sandfleet (where a tool runs) stays inside the platform; its output schema is served
   assert.equal(byName.sandbox_exec.inputSchema['x-sandfleet'], undefined);
-  assert.deepEqual(byName.sandbox_exec.outputSchema.required, ['stdout', 'stderr', 'exit_code']);
+  // exit_code is absent while a detached command is still_running (its pid instead)
+  assert.deepEqual(byName.sandbox_exec.outputSchema.required, ['stdout', 'stderr']);
+  for (const f of ['exit_code', 'still_running', 'pid'])
+    assert.ok(byName.sandbox_exec.outputSchema.properties[f], `sandbox_exec's output has ${f}`);
   for (const t of tools) assert.equal(t.outputSchema.type, 'object', t.name);
   assert.equal(byName['sf.cancel'], undefined, 'the internal cancel message is not a tool');
 });

@@ -5,7 +5,7 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { connect, call, post, bearer, env } from '../e2e/lib.mjs';
+import { connect, call, post, bearer, env, until } from '../e2e/lib.mjs';
 
 const redis = (...args) =>
   execFileSync('redis-cli', ['-u', env.SF_REDIS_URL, ...args]).toString().trim();
@@ -26,9 +26,14 @@ test('a session Redis no longer has is recreated for the same team: the SDK clie
   // what it cached, as a restarted or different gateway would.
   assert.equal(redis('DEL', `sf:mcpsess:{${sid}}`), '1');
   redis('PUBLISH', 'sf:gw:events', `sess:${sid}`);
-  const r = await call(client, 'sandbox_list');
-  assert.equal(r.isError, false, r.text);
-  assert.ok(Array.isArray(r.structured.sandboxes));
+  // (the event reaches the gateway by Pub/Sub, maybe after the next request: until then
+  // its cache still answers; every call goes on either way)
+  await until('the session is recreated in Redis', async () => {
+    const r = await call(client, 'sandbox_list');
+    assert.equal(r.isError, false, r.text);
+    assert.ok(Array.isArray(r.structured.sandboxes));
+    return redis('HGET', `sf:mcpsess:{${sid}}`, 'recreated') === '1';
+  });
   assert.equal(redis('HGET', `sf:mcpsess:{${sid}}`, 'team'), 'alpha');
   assert.equal(redis('HGET', `sf:mcpsess:{${sid}}`, 'recreated'), '1');
   // an id this gateway never saw is taken up the same way
