@@ -3,12 +3,13 @@
 // far, still_running: true and its pid, and goes on as a background process that
 // sandbox_process_logs follows to its exit code. The 90 s case runs with the official SDK
 // client at its DEFAULT request timeout (60 s, no option passed), over HTTP, through
-// `sandfleet mcp-stdio` and, when installed (SF_MCP_REMOTE_BIN or `mcp-remote` on the PATH;
-// npm i mcp-remote), through mcp-remote, all at once; it is its own ctest (e2e.longcall, no
-// stack lock) so it runs beside the other suites.
+// `sandfleet mcp-stdio` and through mcp-remote 0.15.1 (pinned in package.json, installed by
+// ops/test's `npm ci`; SF_MCP_REMOTE_BIN overrides it; missing, the test fails saying so),
+// all at once; it is its own ctest (e2e.longcall, no stack lock) so it runs beside the other
+// suites.
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,6 +17,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { connect, call, env, url, until } from './lib.mjs';
 import { bridge, finish, sandfleetBin } from './bridge.mjs';
+import { clientBin } from './clients.mjs';
 
 // its own team: the quota suites that run meanwhile count alpha's and beta's sandboxes
 const key = execFileSync(sandfleetBin(env.SF_BUILD), ['keys', 'create', '--team', 'longcall'],
@@ -116,11 +118,6 @@ async function ninety(c, label) {
   assert.ok(Date.now() - t0 >= 90000, `${label}: exited after the sleep`);
 }
 
-const remoteBin = process.env.SF_MCP_REMOTE_BIN || (() => {
-  const r = spawnSync('sh', ['-c', 'command -v mcp-remote'], { encoding: 'utf8' });
-  return r.status === 0 ? r.stdout.trim() : '';
-})();
-
 describe('sleep 90 under the default 60 s client timeout', { concurrency: 3 }, () => {
   test('over HTTP (the SDK client)', () => ninety(client, 'http'));
   test('through sandfleet mcp-stdio', async () => {
@@ -132,8 +129,8 @@ describe('sleep 90 under the default 60 s client timeout', { concurrency: 3 }, (
       await finish(b);
     }
   });
-  test('through mcp-remote', { skip: !remoteBin && 'no mcp-remote here (npm i mcp-remote, then SF_MCP_REMOTE_BIN=.../bin/mcp-remote)' }, async () => {
-    const transport = new StdioClientTransport({ command: remoteBin,
+  test('through mcp-remote', async () => {
+    const transport = new StdioClientTransport({ command: clientBin('SF_MCP_REMOTE_BIN', 'mcp-remote'),
       args: [url, '--header', `Authorization:Bearer ${key}`, '--allow-http'],
       env: { PATH: process.env.PATH, HOME: mkdtempSync(join(tmpdir(), 'sf-mcp-remote-')) }, stderr: 'pipe' });
     const c = new Client({ name: 'sandfleet-mcp-remote-e2e', version: '1.0.0' });
