@@ -3,10 +3,12 @@
 // far, still_running: true and its pid, and goes on as a background process that
 // sandbox_process_logs follows to its exit code. The 90 s case runs with the official SDK
 // client at its DEFAULT request timeout (60 s, no option passed), over HTTP, through
-// `sandfleet mcp-stdio` and through mcp-remote 0.15.1 (pinned in package.json, installed by
-// ops/test's `npm ci`; SF_MCP_REMOTE_BIN overrides it; missing, the test fails saying so),
-// all at once; it is its own ctest (e2e.longcall, no stack lock) so it runs beside the other
-// suites.
+// `sandfleet mcp-stdio` and through mcp-remote 0.15.1, and with LangChain's MCP adapters
+// 1.1.4 (MultiServerMCPClient, its tools' invoke) and mcp-use 1.34.6 (MCPClient sessions),
+// each at its default timeout, all at once. The clients are pinned in package.json and
+// installed by ops/test's `npm ci` (SF_MCP_REMOTE_BIN overrides mcp-remote; a missing one
+// fails its test, saying so). It is its own ctest (e2e.longcall, no stack lock) so it runs
+// beside the other suites.
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -18,6 +20,11 @@ import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
 import { connect, call, env, url, until } from './lib.mjs';
 import { bridge, finish, sandfleetBin } from './bridge.mjs';
 import { clientBin } from './clients.mjs';
+import { MultiServerMCPClient } from '@langchain/mcp-adapters';
+
+// mcp-use sends anonymous telemetry to the internet unless told not to: no traffic but loopback
+process.env.MCP_USE_ANONYMIZED_TELEMETRY = 'false';
+const { MCPClient } = await import('mcp-use/client');
 
 // its own team: the quota suites that run meanwhile count alpha's and beta's sandboxes
 const key = execFileSync(sandfleetBin(env.SF_BUILD), ['keys', 'create', '--team', 'longcall'],
@@ -118,7 +125,7 @@ async function ninety(c, label) {
   assert.ok(Date.now() - t0 >= 90000, `${label}: exited after the sleep`);
 }
 
-describe('sleep 90 under the default 60 s client timeout', { concurrency: 3 }, () => {
+describe('sleep 90 under the default 60 s client timeout', { concurrency: 5 }, () => {
   test('over HTTP (the SDK client)', () => ninety(client, 'http'));
   test('through sandfleet mcp-stdio', async () => {
     const b = bridge(sandfleetBin(env.SF_BUILD), url, key);
@@ -139,6 +146,35 @@ describe('sleep 90 under the default 60 s client timeout', { concurrency: 3 }, (
       await ninety(c, 'remote');
     } finally {
       await c.close();
+    }
+  });
+  test("through LangChain's MCP adapters (a tool's invoke)", async () => {
+    const lc = new MultiServerMCPClient({ mcpServers: { sandfleet: { transport: 'http', url,
+      headers: { Authorization: `Bearer ${key}` } } } });
+    try {
+      const tools = await lc.getTools();
+      // what a LangChain agent gets back from a tool: its content block (text: the JSON);
+      // a tool error throws
+      const c = { callTool: async ({ name, arguments: args }) => {
+        const tool = tools.find((t) => t.name === name);
+        assert.ok(tool, `LangChain lists ${name}`);
+        const out = await tool.invoke(args);
+        const block = Array.isArray(out) ? out[0] : out;
+        assert.equal(block?.type, 'text', JSON.stringify(out));
+        return { isError: false, content: [block], structuredContent: JSON.parse(block.text) };
+      } };
+      await ninety(c, 'langchain');
+    } finally {
+      await lc.close();
+    }
+  });
+  test('through mcp-use (a session of its MCPClient)', async () => {
+    const mu = new MCPClient({ mcpServers: { sandfleet: { url, headers: { Authorization: `Bearer ${key}` } } } });
+    try {
+      const session = await mu.createSession('sandfleet');
+      await ninety({ callTool: ({ name, arguments: args }) => session.callTool(name, args) }, 'mcp-use');
+    } finally {
+      await mu.closeAllSessions();
     }
   });
 });
