@@ -1,6 +1,8 @@
 // The real MCP clients the suites drive besides the SDK (tests/e2e/package.json pins them;
-// ops/test installs them with `npm ci`): mcp-remote, Claude Code, Codex. A suite that needs
-// one and finds it missing fails and says how to install it: no client is skipped.
+// ops/test installs them with `npm ci`): the command-line ones (mcp-remote, the MCP
+// Inspector, Claude Code, Codex) are found here; the libraries (LangChain's adapters,
+// mcp-use, the AI SDK) are imported. A suite that needs one and finds it missing fails and
+// says how to install it: no client is skipped.
 import { accessSync, constants } from 'node:fs';
 import { resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
