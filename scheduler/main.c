@@ -41,6 +41,10 @@ static const sf_cfg_entry cfg_table[] = {
              "1: take jobs without a signature as a gateway's (only behind Kafka ACLs)"),
     SF_CFG_I(sch_cfg, template_wait_s, "600", 0, 3600,
              "a sandbox_create waits this long (s) for a template a host is still building"),
+    SF_CFG_I(sch_cfg, template_wait_detach_ms, "45000", 1000, 3600000,
+             "a sandbox_create that asked for no progress waits at most this long for a "
+             "template being built, then answers 'still being built' (before common client "
+             "timeouts, 60 s)"),
     SF_CFG_S(sch_cfg, default_template, "debian",
              "template of a sandbox_create without from_template: debian (base on a fleet of "
              "qemu hosts only) or base"),

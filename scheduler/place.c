@@ -266,6 +266,10 @@ static int wait_template(place_op *op)
     if (!op->wait_from)
         op->wait_from = now;
     until = op->wait_from + c->ctx->cfg.template_wait_s * 1000;
+    /* a caller that gets no progress beats cannot keep its request alive: it hears back
+     * before common client timeouts (60 s), as a long sandbox_exec does */
+    if (!c->job.progress && op->wait_from + c->ctx->cfg.template_wait_detach_ms < until)
+        until = op->wait_from + c->ctx->cfg.template_wait_detach_ms;
     if (c->job.deadline_ms > 0 && c->job.deadline_ms - 2 * TPL_POLL_MS < until)
         until = c->job.deadline_ms - 2 * TPL_POLL_MS; /* answered before the caller gives up */
     if (now + TPL_POLL_MS < until) {

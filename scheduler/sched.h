@@ -31,6 +31,7 @@ typedef struct sch_cfg {
     char *auth_secret_file;     /* the deployment's auth secret: signed jobs (auth.c) */
     int64_t accept_unsigned;    /* 1: jobs without a signature are taken as a gateway's */
     int64_t template_wait_s;    /* a create waits this long for a template being built */
+    int64_t template_wait_detach_ms; /* ... at most this long when it asked for no progress */
     char *default_template;     /* sandbox_create without from_template: debian or base */
     char *preview_domain;       /* sandbox_info's preview URLs (common/sf_pvtoken.h) */
     char *preview_scheme;

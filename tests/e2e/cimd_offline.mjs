@@ -8,10 +8,10 @@
 // chose (RFC 8252), and the code trades for tokens. The requests carry what those clients
 // send (their client_id URLs, loopback /callback redirect URIs on an ephemeral port, PKCE
 // S256; Codex's per-callback client_id .../codex/<id>/client.json). The real CLIs sign in
-// too when installed (npm i @openai/codex @anthropic-ai/claude-code): `codex mcp login`
-// (SF_CODEX_BIN, or `codex` on the PATH) and `claude mcp login` in a terminal (`script`
-// gives it one; SF_CLAUDE_BIN, or `claude` on the PATH); each is skipped, saying so,
-// when absent.
+// too: Codex 0.171.0 (`codex mcp login`) and Claude Code 2.1.332 (`claude mcp login`, in a
+// terminal that `script` gives it), pinned in package.json and installed by ops/test's
+// `npm ci` (SF_CODEX_BIN / SF_CLAUDE_BIN override them); a missing one fails its test,
+// saying how to install it.
 // Also: a URL with no document in the folder still tries the network and says it could
 // not be fetched; a folder document with a redirect URI off loopback stops the gateway at
 // start with a sentence, unless oauth_cimd_dir_any_redirect is set.
@@ -26,6 +26,7 @@ import { fileURLToPath } from 'node:url';
 import { createHash, randomBytes } from 'node:crypto';
 import { chromium } from 'playwright-core';
 import { waitFor } from './bridge.mjs';
+import { clientBin } from './clients.mjs';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const build = process.env.SF_BUILD;
@@ -173,13 +174,6 @@ test("Codex's per-callback client ID signs in offline through the shipped templa
   assert.match(await deep.text(), /could not be fetched|did not arrive/);
 });
 
-const which = (env, name) => process.env[env] || (() => {
-  const r = spawnSync('sh', ['-c', `command -v ${name}`], { encoding: 'utf8' });
-  return r.status === 0 ? r.stdout.trim() : '';
-})();
-const codexBin = which('SF_CODEX_BIN', 'codex');
-const claudeBin = which('SF_CLAUDE_BIN', 'claude');
-
 // A person approves the sign-in link the CLI printed; the browser goes back to the CLI.
 async function approve(link, shown, team) {
   const context = await browser.newContext();
@@ -192,8 +186,8 @@ async function approve(link, shown, team) {
   await context.close();
 }
 
-test('the real Claude Code signs in offline (claude mcp login in a terminal, Chromium for the person)',
-  { skip: !claudeBin && 'no Claude Code here (npm i @anthropic-ai/claude-code, then SF_CLAUDE_BIN=.../bin/claude)' }, async () => {
+test('the real Claude Code signs in offline (claude mcp login in a terminal, Chromium for the person)', async () => {
+    const claudeBin = clientBin('SF_CLAUDE_BIN', 'claude');
     const home = `${dir}/claude-home`;
     mkdirSync(home);
     const env = { ...process.env, HOME: home };
@@ -219,8 +213,8 @@ test('the real Claude Code signs in offline (claude mcp login in a terminal, Chr
       p.kill();
     }
   });
-test('the real Codex CLI signs in offline (codex mcp login, Chromium for the person)',
-  { skip: !codexBin && 'no Codex CLI here (npm i @openai/codex, then SF_CODEX_BIN=.../bin/codex)' }, async () => {
+test('the real Codex CLI signs in offline (codex mcp login, Chromium for the person)', async () => {
+    const codexBin = clientBin('SF_CODEX_BIN', 'codex');
     const home = `${dir}/codex-home`;
     mkdirSync(home);
     writeFileSync(`${home}/config.toml`, `[mcp_servers.sandfleet]\nurl = "${base}/mcp"\n`);
