@@ -127,7 +127,7 @@ test('WebSocket echo and an SSE stream of 3 events 1 s apart, in the browser', a
   await page.context().close();
 });
 
-test('private: refused without the link, the link opens it (cookie, clean URL), refused once expired, tampered, or for another port', async () => {
+test('private: refused without the link, the link opens it (cookie, clean URL), refused once expired, tampered, or for another port; a later link outlives the first; preview_close stops them at once', async () => {
   const u = await call(alpha, 'sandbox_update', { sandbox_id: id, preview_access: 'private' });
   assert.equal(u.isError, false, u.text);
   const p = await previewUrl(8003, { expires_in_seconds: 4 });
@@ -151,6 +151,10 @@ test('private: refused without the link, the link opens it (cookie, clean URL), 
   assert.equal(cookies[0].httpOnly, true);
   assert.equal(cookies[0].domain, link.hostname, 'host-only');
   await shot(page, 'private');
+  // asked again: a new link, and the first stays valid (both exchange) until it expires
+  const p2 = await previewUrl(8003, { expires_in_seconds: 600 });
+  assert.notEqual(p2.url, p.url);
+  for (const l of [p.url, p2.url]) assert.equal((await via(l)).status, 302, l);
   // another port's token, and a tampered one
   const other = await previewUrl(8004, { expires_in_seconds: 600 });
   const otherTok = new URL(other.url).searchParams.get('sf_token');
@@ -167,6 +171,15 @@ test('private: refused without the link, the link opens it (cookie, clean URL), 
   const page2 = await (await browser.newContext()).newPage();
   assert.equal((await page2.goto(p.url)).status(), 403);
   await page2.context().close();
+  assert.equal((await via(p2.url)).status, 302, 'the later link outlives the first');
+  // preview_close: its links stop at once, the cookie of an open tab too
+  const cl = await call(alpha, 'sandbox_update', { sandbox_id: id, preview_close: [8003] });
+  assert.equal(cl.isError, false, cl.text);
+  const gone = await via(p2.url);
+  assert.equal(gone.status, 404);
+  assert.match(gone.body.toString(), /not published/);
+  res = await page.goto(clean);
+  assert.equal(res.status(), 404, 'the cookie of a closed port opens nothing');
   await ctx.close();
 });
 

@@ -107,6 +107,11 @@ test('Node http2 (h2c): pages, a HEAD, the sandbox\'s own 404, and a gateway pag
     assert.equal(h.body.length, 0);
     const nf = await h2req(s, host, '/nothing-here');
     assert.equal(nf.status, 404); // python's own 404, relayed
+    for (const path of ['/metrics', '/mcp', '/healthz']) { // never the gateway's own routes
+      const g = await h2req(s, host, path);
+      assert.equal(g.status, 404, path);
+      assert.match(g.body.toString(), /Error response/, `${path}: python's page, not the gateway's`);
+    }
     // a port not published: the gateway's page, on this stream only
     const other = host.replace(/^8000-/, '8009-');
     const np = await h2req(s, other, '/');
