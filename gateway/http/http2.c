@@ -16,7 +16,8 @@
  * only. A request still arriving has a total deadline as on HTTP/1 (headers within
  * header_timeout_ms; all of it within that plus body_timeout_ms plus its bytes at
  * body_min_rate): past it, 408 and the stream is reset. Connections without open
- * streams close after idle_timeout_s. */
+ * streams close after idle_timeout_s. A stream whose head the divert hook matches (preview
+ * URLs) is relayed to the HTTP/1 leaf instead ("preview streams" below). */
 #include "proto.h"
 
 #include "conn.h"
