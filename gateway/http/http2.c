@@ -533,10 +533,12 @@ static void bridge_close(h2_stream *st)
 
 /* The answer could not be read whole: a page when nothing of it went out yet, else the
  * stream is reset. */
-static void bridge_fail(h2_stream *st)
+static void bridge_fail(h2_stream *st, const char *why)
 {
     static const char msg[] = "The preview's answer could not be read; try again.\n";
 
+    sf_debug("msg=\"preview stream failed\" peer=%s stream=%d why=\"%s\" begun=%d eof=%d",
+             st->hc->peer, (int)st->id, why, (int)st->resp_begun, (int)st->pipe_eof);
     if (!st->resp_begun) {
         st->resp_begun = 1;
         evbuffer_drain(st->out, evbuffer_get_length(st->out));
@@ -699,16 +701,14 @@ static void bridge_pump(h2_stream *st)
         if (n > H2_PIPE_STEP)
             n = H2_PIPE_STEP;
         if (!(b = (const char *)evbuffer_pullup(in, (ev_ssize_t)n))) {
-            bridge_fail(st);
+            bridge_fail(st, "out of memory");
             return;
         }
         e = llhttp_execute(&st->rp, b, n);
         if (e == HPE_PAUSED && st->resp_done)
             break;
         if (e != HPE_OK) {
-            sf_debug("msg=\"preview answer unreadable on HTTP/2\" peer=%s stream=%d err=%s",
-                     st->hc->peer, (int)st->id, llhttp_errno_name(e));
-            bridge_fail(st);
+            bridge_fail(st, llhttp_errno_name(e));
             return;
         }
         evbuffer_drain(in, n);
@@ -716,7 +716,7 @@ static void bridge_pump(h2_stream *st)
     if (!st->resp_done && st->pipe_eof && evbuffer_get_length(in) == 0) {
         (void)llhttp_finish(&st->rp); /* a body that ends with the connection ends here */
         if (!st->resp_done) {
-            bridge_fail(st); /* ended before the answer did */
+            bridge_fail(st, "the answer ended early"); /* ended before the answer did */
             return;
         }
     }
@@ -766,7 +766,7 @@ static void bridge_up(h2_stream *st, const uint8_t *data, size_t len)
     out = bufferevent_get_output(st->pipe);
     if ((st->up_chunked && evbuffer_add_printf(out, "%zx\r\n", len) < 0) ||
         evbuffer_add(out, data, len) < 0 || (st->up_chunked && evbuffer_add(out, "\r\n", 2) < 0)) {
-        bridge_fail(st);
+        bridge_fail(st, "out of memory");
         return;
     }
     st->up_unconsumed += len;
@@ -860,7 +860,7 @@ static int bridge_start(h2_stream *st, int end_stream)
     st->checked = 1;
     if (bufferevent_write(st->pipe, h.p, h.len) < 0) {
         sf_buf_fini(&h);
-        bridge_fail(st);
+        bridge_fail(st, "out of memory");
         return -1;
     }
     sf_buf_fini(&h);
