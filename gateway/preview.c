@@ -861,6 +861,8 @@ static void conn_close(pv_conn *k)
         k->state = S_DEAD;
         SF_LIST_UNLINK(pv->conns, k);
         pv->nconns--;
+        if (k->c && bufferevent_pair_get_partner(k->c)) /* an HTTP/2 stream (http2.c) */
+            bufferevent_flush(k->c, EV_WRITE, BEV_FINISHED); /* hears the end */
         if (k->c)
             bufferevent_free(k->c);
         if (k->u)
@@ -1039,11 +1041,10 @@ int gw_preview_start(gw_ctx *ctx, char *why, size_t n)
         return -1;
     }
     ctx->preview = pv;
+    /* HTTP/1 heads are diverted here; HTTP/2 streams too (http2.c relays each one as an
+     * HTTP/1.1 request through a pipe to the HTTP/1 leaf, which diverts it), so TLS offers
+     * preview hosts h2 like any other name */
     gw_http_server_set_divert(ctx->http, divert_match, divert_take, pv);
-    if (gw_http_server_set_h1_only_host(ctx->http, pv->dom_host) < 0) {
-        snprintf(why, n, "out of memory");
-        return -1;
-    }
     return 0;
 }
 

@@ -865,6 +865,8 @@ static void conn_free(gw_conn *c)
         event_free(c->linger_ev);
     if (c->rd_ev)
         event_free(c->rd_ev);
+    if (c->bev && bufferevent_pair_get_partner(c->bev)) /* an HTTP/2 preview stream (http2.c) */
+        bufferevent_flush(c->bev, EV_WRITE, BEV_FINISHED); /* hears the end */
     if (c->bev)
         bufferevent_free(c->bev);
     SF_LIST_UNLINK(s->conns, c);

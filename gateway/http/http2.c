@@ -16,10 +16,12 @@
  * only. A request still arriving has a total deadline as on HTTP/1 (headers within
  * header_timeout_ms; all of it within that plus body_timeout_ms plus its bytes at
  * body_min_rate): past it, 408 and the stream is reset. Connections without open
- * streams close after idle_timeout_s. */
+ * streams close after idle_timeout_s. A stream whose head the divert hook matches (preview
+ * URLs) is relayed to the HTTP/1 leaf instead ("preview streams" below). */
 #include "proto.h"
 
 #include "conn.h"
+#include "llhttp.h"
 #include "req_int.h"
 
 #include <errno.h>
@@ -43,6 +45,11 @@
 #define H2_FRAME       16384u      /* the DATA frame size a stream's body is cut for */
 #define H2_SMALL_PIECE 512u        /* a referenced piece below this is copied (a chain each
                                       cost more than the copy) */
+#define H2_PIPE_HIGH   (1u << 20)  /* a preview stream's answer bytes held before it stops
+                                      reading its pipe */
+#define H2_PIPE_LOW    (256u << 10) /* ...and reads again below this */
+#define H2_PIPE_STEP   (64u << 10) /* one step of the answer's parser */
+#define H2_PIPE_HEAD   (64u << 10) /* an answer's header fields */
 
 typedef struct h2_stream h2_stream;
 
@@ -78,6 +85,15 @@ struct h2_stream {
     unsigned eof : 1, responded : 1, dispatched : 1, remote_done : 1;
     unsigned checked : 1;  /* its head check passed (or it needs none): body accepted */
     int64_t t0_ms;         /* monotonic: when its headers began */
+    /* A preview stream (the divert hook matched its head): one HTTP/1.1 request with
+     * Connection: close, written into a bufferevent pair whose other end the HTTP/1 leaf
+     * serves (and diverts); the HTTP/1.1 answer read back is parsed into this stream. */
+    struct bufferevent *pipe;
+    llhttp_t rp;           /* the answer's parser */
+    sf_buf rh;             /* its header fields as name\0value\0 */
+    size_t up_unconsumed;  /* request body bytes whose stream window is not given back yet */
+    unsigned bridged : 1, up_chunked : 1, up_done : 1, resp_nobody : 1, resp_begun : 1,
+        resp_done : 1, pipe_paused : 1, pipe_eof : 1;
 };
 
 static void h2_respond(gw_req *r, int status, const char *ctype, const char *const *headers,
@@ -97,6 +113,7 @@ static const gw_req_transport h2_transport = {
 
 static void h2_flush(gw_h2_conn *hc);
 static void h2_conn_free(gw_h2_conn *hc);
+static void bridge_close(h2_stream *st);
 
 /* ------------------------------------------------------------------ streams */
 
@@ -137,6 +154,7 @@ static h2_stream *stream_new(gw_h2_conn *hc, int32_t id)
     st->hc = hc;
     st->id = id;
     st->t0_ms = sf_mono_ms();
+    sf_buf_init(&st->rh, H2_PIPE_HEAD);
     if (!(st->out = evbuffer_new()) ||
         !(st->req = gw_req_new(&h2_transport, hc->srv, st, hc->srv->lim.max_header_bytes,
                                hc->srv->lim.max_body))) {
@@ -166,6 +184,8 @@ static void stream_free(h2_stream *st)
         gw_req_free(st->req);
         st->req = NULL;
     }
+    bridge_close(st);
+    sf_buf_fini(&st->rh);
     stream_release(st);
     if (st->unconsumed > 0 && hc->ng) /* the stream is closed: the connection's share */
         nghttp2_session_consume_connection(hc->ng, st->unconsumed);
@@ -251,6 +271,11 @@ static int send_data_cb(nghttp2_session *ng, nghttp2_frame *frame, const uint8_t
         evbuffer_remove_buffer(st->out, out, length) != (int)length ||
         (pad > 1 && evbuffer_add(out, zeros, pad - 1) < 0))
         return NGHTTP2_ERR_CALLBACK_FAILURE;
+    if (st->pipe && st->pipe_paused && evbuffer_get_length(st->out) < H2_PIPE_LOW) {
+        st->pipe_paused = 0; /* the client took enough: read the preview's answer again */
+        bufferevent_enable(st->pipe, EV_READ);
+        bufferevent_trigger(st->pipe, EV_READ, BEV_OPT_DEFER_CALLBACKS);
+    }
     return 0;
 }
 
@@ -476,6 +501,382 @@ static void h2_head_verdict(gw_req *r, int status, const char *msg)
     h2_flush(hc);
 }
 
+/* ------------------------------------------------------------------ preview streams */
+
+/* A stream whose head the divert hook matches (preview URLs, server.h) is not dispatched:
+ * it becomes one HTTP/1.1 request (its head, then its body as it arrives: as it came with
+ * content-length, else chunked; always Connection: close) written into a bufferevent pair
+ * whose other end is served by the HTTP/1 leaf, which diverts it like any HTTP/1
+ * connection. The HTTP/1.1 answer read back from the pair is parsed into this stream's
+ * HEADERS and DATA. Both ways are bounded: a request body's stream window is given back
+ * only as the pipe drains (the connection's at once, so one slow stream stalls no other),
+ * and the pipe is not read while H2_PIPE_HIGH of the answer waits for the client's
+ * window. Both pair ends defer their callbacks, so neither side runs inside the other. */
+
+/* The pipe is done with (answer complete, stream gone): the other side hears an error,
+ * as from a client that went away, and closes. */
+static void bridge_close(h2_stream *st)
+{
+    struct bufferevent *p = st->pipe, *partner;
+
+    if (!p)
+        return;
+    st->pipe = NULL;
+    if ((partner = bufferevent_pair_get_partner(p)))
+        bufferevent_trigger_event(partner, BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_READING,
+                                  0);
+    bufferevent_free(p);
+    if (st->up_unconsumed > 0 && st->hc->ng)
+        nghttp2_session_consume_stream(st->hc->ng, st->id, st->up_unconsumed);
+    st->up_unconsumed = 0;
+}
+
+/* The answer could not be read whole: a page when nothing of it went out yet, else the
+ * stream is reset. */
+static void bridge_fail(h2_stream *st, const char *why)
+{
+    static const char msg[] = "The preview's answer could not be read; try again.\n";
+
+    sf_debug("msg=\"preview stream failed\" peer=%s stream=%d why=\"%s\" begun=%d eof=%d",
+             st->hc->peer, (int)st->id, why, (int)st->resp_begun, (int)st->pipe_eof);
+    if (!st->resp_begun) {
+        st->resp_begun = 1;
+        evbuffer_drain(st->out, evbuffer_get_length(st->out));
+        evbuffer_add(st->out, msg, sizeof(msg) - 1);
+        st->eof = 1;
+        if (submit_head(st, 502, "text/plain; charset=utf-8", NULL, 1, 0, sizeof(msg) - 1,
+                        NULL) < 0)
+            nghttp2_submit_rst_stream(st->hc->ng, NGHTTP2_FLAG_NONE, st->id,
+                                      NGHTTP2_INTERNAL_ERROR);
+    } else if (!st->resp_done) {
+        nghttp2_submit_rst_stream(st->hc->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
+    }
+    st->resp_done = 1;
+    bridge_close(st);
+}
+
+/* Gives the client back the stream window of the body bytes that left the pipe. */
+static void bridge_window(h2_stream *st)
+{
+    if (st->up_unconsumed == 0 ||
+        (st->pipe && evbuffer_get_length(bufferevent_get_output(st->pipe)) > H2_PIPE_LOW))
+        return;
+    nghttp2_session_consume_stream(st->hc->ng, st->id, st->up_unconsumed);
+    st->up_unconsumed = 0;
+}
+
+static int hop_hdr(const char *name, size_t n)
+{
+    static const char *const hop[] = {"connection", "keep-alive", "proxy-connection",
+                                      "transfer-encoding", "upgrade", "te"};
+
+    for (size_t i = 0; i < SF_ARRAY_LEN(hop); i++)
+        if (strlen(hop[i]) == n && !strncasecmp(hop[i], name, n))
+            return 1;
+    return 0;
+}
+
+static int rp_begin(llhttp_t *p)
+{
+    h2_stream *st = p->data;
+
+    sf_buf_reset(&st->rh);
+    return 0;
+}
+
+/* (a name or value may come in several pieces; each ends with its _complete callback) */
+static int rp_piece(llhttp_t *p, const char *at, size_t n)
+{
+    h2_stream *st = p->data;
+
+    return sf_buf_append(&st->rh, at, n) < 0 ? -1 : 0;
+}
+
+static int rp_piece_end(llhttp_t *p)
+{
+    h2_stream *st = p->data;
+
+    return sf_buf_append(&st->rh, "", 1) < 0 ? -1 : 0;
+}
+
+/* The answer's head: informational ones (1xx) are not passed on; the final one becomes
+ * the stream's HEADERS (names lower-cased, the hop-by-hop fields dropped). */
+static int rp_headers(llhttp_t *p)
+{
+    h2_stream *st = p->data;
+    nghttp2_data_provider prd = {.source.ptr = st, .read_callback = data_read_cb};
+    nghttp2_nv *nv;
+    char status_s[8];
+    size_t n = 1, cap = 1;
+    const char *f, *end;
+    int rc;
+
+    if (p->status_code < 200 || p->status_code > 999 || st->resp_begun)
+        return p->status_code < 200 ? 0 : -1;
+    end = st->rh.p + st->rh.len;
+    for (f = st->rh.p; f && f < end; f += strlen(f) + 1)
+        cap++;
+    if (!(nv = calloc(cap, sizeof(*nv))))
+        return -1;
+    snprintf(status_s, sizeof(status_s), "%d", (int)p->status_code);
+    nv[0] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)status_s, 7, strlen(status_s),
+                         NGHTTP2_NV_FLAG_NONE};
+    for (f = st->rh.p; f && f < end && n < cap;) {
+        char *name = (char *)f, *val = name + strlen(name) + 1;
+        size_t nl = strlen(name);
+
+        if (val >= end)
+            break;
+        f = val + strlen(val) + 1;
+        while (*val == ' ' || *val == '\t')
+            val++;
+        if (nl == 0 || hop_hdr(name, nl))
+            continue;
+        for (size_t i = 0; i < nl; i++)
+            if (name[i] >= 'A' && name[i] <= 'Z')
+                name[i] = (char)(name[i] + 32);
+        nv[n++] = (nghttp2_nv){(uint8_t *)name, (uint8_t *)val, nl, strlen(val),
+                               NGHTTP2_NV_FLAG_NONE};
+    }
+    rc = nghttp2_submit_response(st->hc->ng, st->id, nv, n, &prd); /* (copies nv) */
+    free(nv);
+    if (rc != 0)
+        return -1;
+    st->resp_begun = 1;
+    return st->resp_nobody ? 1 : 0; /* HEAD: no body follows */
+}
+
+static int rp_body(llhttp_t *p, const char *at, size_t n)
+{
+    h2_stream *st = p->data;
+
+    if (evbuffer_add(st->out, at, n) < 0)
+        return -1;
+    nghttp2_session_resume_data(st->hc->ng, st->id);
+    return 0;
+}
+
+static int rp_complete(llhttp_t *p)
+{
+    h2_stream *st = p->data;
+
+    if (!st->resp_begun)
+        return 0; /* an informational answer: the final one follows */
+    st->resp_done = 1;
+    st->eof = 1;
+    nghttp2_session_resume_data(st->hc->ng, st->id);
+    return HPE_PAUSED; /* nothing after it is read */
+}
+
+static const llhttp_settings_t rp_settings = {
+    .on_message_begin = rp_begin,
+    .on_header_field = rp_piece,
+    .on_header_field_complete = rp_piece_end,
+    .on_header_value = rp_piece,
+    .on_header_value_complete = rp_piece_end,
+    .on_headers_complete = rp_headers,
+    .on_body = rp_body,
+    .on_message_complete = rp_complete,
+};
+
+/* Reads what the pipe holds into the stream, as far as the client's window lets the
+ * answer out; at the pipe's end the answer must be whole. */
+static void bridge_pump(h2_stream *st)
+{
+    struct evbuffer *in;
+
+    if (!st->pipe)
+        return;
+    in = bufferevent_get_input(st->pipe);
+    while (!st->resp_done && evbuffer_get_length(in) > 0) {
+        size_t n = evbuffer_get_length(in);
+        const char *b;
+        llhttp_errno_t e;
+
+        if (evbuffer_get_length(st->out) >= H2_PIPE_HIGH) {
+            st->pipe_paused = 1; /* send_data_cb reads on when the client took some */
+            bufferevent_disable(st->pipe, EV_READ);
+            return;
+        }
+        if (n > H2_PIPE_STEP)
+            n = H2_PIPE_STEP;
+        if (!(b = (const char *)evbuffer_pullup(in, (ev_ssize_t)n))) {
+            bridge_fail(st, "out of memory");
+            return;
+        }
+        e = llhttp_execute(&st->rp, b, n);
+        if (e == HPE_PAUSED && st->resp_done)
+            break;
+        if (e != HPE_OK) {
+            bridge_fail(st, llhttp_errno_name(e));
+            return;
+        }
+        evbuffer_drain(in, n);
+    }
+    if (!st->resp_done && st->pipe_eof && evbuffer_get_length(in) == 0) {
+        (void)llhttp_finish(&st->rp); /* a body that ends with the connection ends here */
+        if (!st->resp_done) {
+            bridge_fail(st, "the answer ended early"); /* ended before the answer did */
+            return;
+        }
+    }
+    if (st->resp_done)
+        bridge_close(st);
+}
+
+static void pipe_read_cb(struct bufferevent *bev, void *arg)
+{
+    h2_stream *st = arg;
+    gw_h2_conn *hc = st->hc;
+
+    bridge_pump(st);
+    h2_flush(hc); /* (may free hc and st) */
+}
+
+static void pipe_write_cb(struct bufferevent *bev, void *arg)
+{
+    h2_stream *st = arg;
+    gw_h2_conn *hc = st->hc;
+
+    bridge_window(st);
+    h2_flush(hc);
+}
+
+static void pipe_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    h2_stream *st = arg;
+    gw_h2_conn *hc = st->hc;
+
+    st->pipe_eof = 1; /* the preview side closed: what it sent is all there is */
+    bufferevent_disable(bev, EV_WRITE);
+    if (!st->pipe_paused)
+        bridge_pump(st);
+    h2_flush(hc);
+}
+
+/* The request's body, as it arrives (held window: bridge_window). */
+static void bridge_up(h2_stream *st, const uint8_t *data, size_t len)
+{
+    struct evbuffer *out;
+
+    if (!st->pipe || st->up_done) {
+        nghttp2_session_consume_stream(st->hc->ng, st->id, len);
+        return;
+    }
+    out = bufferevent_get_output(st->pipe);
+    if ((st->up_chunked && evbuffer_add_printf(out, "%zx\r\n", len) < 0) ||
+        evbuffer_add(out, data, len) < 0 || (st->up_chunked && evbuffer_add(out, "\r\n", 2) < 0)) {
+        bridge_fail(st, "out of memory");
+        return;
+    }
+    st->up_unconsumed += len;
+    bridge_window(st);
+}
+
+static void bridge_up_end(h2_stream *st)
+{
+    if (st->up_done)
+        return;
+    st->up_done = 1;
+    if (st->pipe && st->up_chunked)
+        evbuffer_add(bufferevent_get_output(st->pipe), "0\r\n\r\n", 5);
+}
+
+/* The head is in and names a preview: the stream becomes one HTTP/1.1 request on a pipe
+ * to the HTTP/1 leaf. 0, or -1 when it was refused here. */
+static int bridge_start(h2_stream *st, int end_stream)
+{
+    gw_h2_conn *hc = st->hc;
+    gw_http_server *s = hc->srv;
+    gw_req *r = st->req;
+    struct bufferevent *pair[2] = {NULL, NULL};
+    gw_handover ho = {0};
+    const char *name, *value;
+    int has_cl = 0, cookies = 0;
+    sf_buf h;
+
+    if (!r->target.p || r->target.len == 0 || !r->method) {
+        stream_refuse(st, 400, SF_MSG_H2_NO_METHOD_PATH_WHY);
+        return -1;
+    }
+    if (s->nconns + s->nh2 + s->nsniff >= s->lim.max_conns) {
+        stream_refuse(st, 503, SF_MSG_HTTP_BUSY);
+        return -1;
+    }
+    sf_buf_init(&h, s->lim.max_header_bytes + 4096);
+    if (sf_buf_appendf(&h, "%s %.*s HTTP/1.1\r\n", r->method, (int)r->target.len, r->target.p) < 0)
+        goto toolarge;
+    for (size_t i = 0; gw_req_header_at(r, i, &name, &value) == 0; i++) {
+        if (!strcasecmp(name, "cookie")) { /* joined into one (RFC 9113 8.2.3) */
+            if (sf_buf_appendf(&h, cookies++ ? "; %s" : "cookie: %s", value) < 0)
+                goto toolarge;
+        }
+    }
+    if (cookies && sf_buf_append(&h, "\r\n", 2) < 0)
+        goto toolarge;
+    for (size_t i = 0; gw_req_header_at(r, i, &name, &value) == 0; i++) {
+        if (!strcasecmp(name, "cookie") || hop_hdr(name, strlen(name)))
+            continue;
+        if (!strcasecmp(name, "content-length"))
+            has_cl = 1;
+        if (sf_buf_appendf(&h, "%s: %s\r\n", name, value) < 0)
+            goto toolarge;
+    }
+    st->up_chunked = !end_stream && !has_cl;
+    if ((st->up_chunked && sf_buf_appendf(&h, "transfer-encoding: chunked\r\n") < 0) ||
+        sf_buf_appendf(&h, "connection: close\r\n\r\n") < 0)
+        goto toolarge;
+    if (bufferevent_pair_new(s->base, BEV_OPT_DEFER_CALLBACKS, pair) < 0 ||
+        !(ho.addr = gw_addr_get(s, hc->peer))) {
+        if (pair[0]) {
+            bufferevent_free(pair[0]);
+            bufferevent_free(pair[1]);
+        }
+        sf_buf_fini(&h);
+        stream_refuse(st, 503, SF_MSG_SERVER_NOMEM_WHY);
+        return -1;
+    }
+    ho.bev = pair[1];
+    ho.peer = hc->peer;
+    ho.peer_port = hc->peer_port;
+    ho.tls = hc->tls;
+    ho.t0_ms = (uint64_t)sf_mono_ms();
+    if (gw_conn_serve(s, GW_PROTO_H1, &ho) < 0) { /* (it freed pair[1] and the hold) */
+        bufferevent_free(pair[0]);
+        sf_buf_fini(&h);
+        stream_refuse(st, 503, SF_MSG_SERVER_NOMEM_WHY);
+        return -1;
+    }
+    st->pipe = pair[0];
+    bufferevent_setcb(st->pipe, pipe_read_cb, pipe_write_cb, pipe_event_cb, st);
+    bufferevent_setwatermark(st->pipe, EV_READ, 0, H2_PIPE_LOW);
+    bufferevent_setwatermark(st->pipe, EV_WRITE, H2_PIPE_LOW, 0);
+    bufferevent_enable(st->pipe, EV_READ | EV_WRITE);
+    llhttp_init(&st->rp, HTTP_RESPONSE, &rp_settings);
+    st->rp.data = st;
+    st->resp_nobody = r->head;
+    st->bridged = 1;
+    st->dispatched = 1;
+    st->checked = 1;
+    if (bufferevent_write(st->pipe, h.p, h.len) < 0) {
+        sf_buf_fini(&h);
+        bridge_fail(st, "out of memory");
+        return -1;
+    }
+    sf_buf_fini(&h);
+    st->req = NULL;
+    gw_req_free(r);
+    stream_release(st);
+    if (end_stream)
+        bridge_up_end(st);
+    return 0;
+
+toolarge:
+    sf_buf_fini(&h);
+    stream_refuse(st, 431, SF_MSG_HTTP_HEADERS_TOO_LARGE_WHY);
+    return -1;
+}
+
 /* ------------------------------------------------------------------ nghttp2 callbacks */
 
 static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *user)
@@ -560,6 +961,13 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
     gw_http_server *s;
     int rc;
 
+    if (st && st->bridged) { /* a preview stream: the connection's window at once */
+        if (len > 0) {
+            nghttp2_session_consume_connection(ng, len);
+            bridge_up(st, data, len);
+        }
+        return 0;
+    }
     if (!st || !st->req || st->err || st->responded) {
         body_consumed(user, id, len); /* dropped */
         return 0;
@@ -600,6 +1008,19 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *user
         return 0;
     if (!(st = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id)))
         return 0;
+    if (f->hd.type == NGHTTP2_HEADERS && st->req && !st->err && !st->bridged && !st->checked &&
+        !st->responded && st->hc->srv->divert_match &&
+        st->hc->srv->divert_match(st->req, st->hc->srv->divert_arg)) {
+        if (bridge_start(st, (f->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0) < 0)
+            return 0;
+    }
+    if (st->bridged) {
+        if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) {
+            st->remote_done = 1;
+            bridge_up_end(st);
+        }
+        return 0;
+    }
     if (f->hd.type == NGHTTP2_HEADERS && st->req && !st->err) {
         const char *cl = gw_req_header(st->req, "content-length");
         int64_t v;

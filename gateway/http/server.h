@@ -154,7 +154,11 @@ void gw_http_server_set_challenge(gw_http_server *srv, gw_http_challenge_fn fn, 
 
 /* Diverting HTTP/1 connections (preview URLs, gateway/preview.c): match() sees every
  * HTTP/1 request head as soon as its headers are in (before the head check, the body and
- * any route); when it returns 1 the connection leaves the HTTP server: take() gets the
+ * any route), and every HTTP/2 stream's head when its HEADERS end: a matching stream is
+ * relayed as one HTTP/1.1 request (Connection: close) through a bufferevent pair to the
+ * HTTP/1 leaf, which diverts that (http2.c), so take() only ever gets HTTP/1 connections
+ * (a pair end, whose fd is -1, for a stream). When match returns 1 the connection leaves
+ * the HTTP server: take() gets the
  * bufferevent (no callbacks, no timeouts; its input holds what followed the head: the
  * body, pipelined requests), the head (req, readable only during the call; it is freed
  * after), and owns the bufferevent from then on. `hold` is the connection's hold on its

@@ -41,8 +41,8 @@ const base = `http://127.0.0.1:${gwPort}`;
 if (spawnSync('curl', ['-sf', '-o', '/dev/null', '-H', `Host: ${host}`, `${base}/small.html`]).status !== 0)
   throw new Error('the preview does not answer');
 
-function h2load(direct, args) {
-  const r = direct ? inNs('h2load', ['--h1', ...args]) : spawnSync('h2load', ['--h1', ...viaHdr, ...args], { encoding: 'utf8' });
+function h2load(direct, args, h1 = ['--h1']) {
+  const r = direct ? inNs('h2load', [...h1, ...args]) : spawnSync('h2load', [...h1, ...viaHdr, ...args], { encoding: 'utf8' });
   const rps = /finished in [^,]+, ([\d.]+) req\/s/.exec(r.stdout);
   const ok = /(\d+) succeeded/.exec(r.stdout);
   if (!rps || Number(ok[1]) === 0) throw new Error(r.stdout + r.stderr);
@@ -74,6 +74,9 @@ warm();
 const d = h2load(true, ['-n', String(n), '-c', '64', 'http://127.0.0.1:18080/small.html']);
 const p = h2load(false, ['-n', String(n), '-c', '64', `${base}/small.html`]);
 rows.push(['small page, req/s at 64 connections', d.rps.toFixed(0), p.rps.toFixed(0), (p.rps / d.rps).toFixed(2) + 'x', '>= 0.6x']);
+// HTTP/2 from the client (h2c, 64 streams on 8 connections): each stream is its own hop
+const p2 = h2load(false, ['-n', String(Math.min(n, 20000)), '-c', '8', '-m', '8', `${base}/small.html`], []);
+rows.push(['small page over h2c, req/s (8 conns x 8 streams)', '-', p2.rps.toFixed(0), '', 'a hop per stream']);
 const ld = p50(true), lp = p50(false);
 rows.push(['p50 latency, 1 connection (ms)', ld.toFixed(3), lp.toFixed(3), `+${(lp - ld).toFixed(3)} ms`, '<= +1 ms']);
 const sd = speed(true), sp = speed(false);

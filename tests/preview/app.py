@@ -1,6 +1,6 @@
 # The sandbox's app for the preview browser suite (stdlib only; copied into a 'debian'
 # sandbox and run there): GET / is a page that opens a WebSocket to /ws (echoed back) and an
-# EventSource on /events (3 events, 1 s apart); POST /upload reads a body (Content-Length)
+# EventSource on /events (3 events, 1 s apart); POST /upload reads a body (Content-Length or chunked)
 # and answers its size and SHA-256. Usage: python3 app.py PORT
 import base64, hashlib, http.server, json, struct, sys, time
 
@@ -50,14 +50,26 @@ class H(http.server.BaseHTTPRequestHandler):
         self.wfile.write(PAGE)
 
     def do_POST(self):
-        n = int(self.headers.get('Content-Length', '0'))
         h, got = hashlib.sha256(), 0
-        while got < n:
-            b = self.rfile.read(min(65536, n - got))
-            if not b:
-                break
-            h.update(b)
-            got += len(b)
+        if self.headers.get('Transfer-Encoding', '').lower() == 'chunked':
+            while True:  # (a body relayed from HTTP/2 without a length comes chunked)
+                n = int(self.rfile.readline().split(b';')[0], 16)
+                if n == 0:
+                    while self.rfile.readline() not in (b'\r\n', b'\n', b''):
+                        pass
+                    break
+                b = self.rfile.read(n)
+                h.update(b)
+                got += len(b)
+                self.rfile.readline()
+        else:
+            n = int(self.headers.get('Content-Length', '0'))
+            while got < n:
+                b = self.rfile.read(min(65536, n - got))
+                if not b:
+                    break
+                h.update(b)
+                got += len(b)
         body = json.dumps({'bytes': got, 'sha256': h.hexdigest()}).encode()
         self.send_response(200)
         self.send_header('Content-Type', 'application/json')

@@ -4,7 +4,8 @@
 // gateway and the worker's ingress (no stand-in anywhere). Screenshots go to
 // build/test-artifacts/. Also: a second gateway of the fleet, private links, a paused
 // sandbox woken, refusals that reach nothing, 50 MB down and up, a slow reader beside
-// others, and TLS (the stack serves TLS on the same port: preview hosts get HTTP/1.1).
+// others, and TLS (the stack serves TLS on the same port: h2 and HTTP/1.1). HTTP/2 itself:
+// tests/preview/h2.test.mjs.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
@@ -126,7 +127,7 @@ test('WebSocket echo and an SSE stream of 3 events 1 s apart, in the browser', a
   await page.context().close();
 });
 
-test('private: refused without the link, the link opens it (cookie, clean URL), refused once expired, tampered, or for another port', async () => {
+test('private: refused without the link, the link opens it (cookie, clean URL), refused once expired, tampered, or for another port; a later link outlives the first; preview_close stops them at once', async () => {
   const u = await call(alpha, 'sandbox_update', { sandbox_id: id, preview_access: 'private' });
   assert.equal(u.isError, false, u.text);
   const p = await previewUrl(8003, { expires_in_seconds: 4 });
@@ -150,6 +151,10 @@ test('private: refused without the link, the link opens it (cookie, clean URL), 
   assert.equal(cookies[0].httpOnly, true);
   assert.equal(cookies[0].domain, link.hostname, 'host-only');
   await shot(page, 'private');
+  // asked again: a new link, and the first stays valid (both exchange) until it expires
+  const p2 = await previewUrl(8003, { expires_in_seconds: 600 });
+  assert.notEqual(p2.url, p.url);
+  for (const l of [p.url, p2.url]) assert.equal((await via(l)).status, 302, l);
   // another port's token, and a tampered one
   const other = await previewUrl(8004, { expires_in_seconds: 600 });
   const otherTok = new URL(other.url).searchParams.get('sf_token');
@@ -166,6 +171,15 @@ test('private: refused without the link, the link opens it (cookie, clean URL), 
   const page2 = await (await browser.newContext()).newPage();
   assert.equal((await page2.goto(p.url)).status(), 403);
   await page2.context().close();
+  assert.equal((await via(p2.url)).status, 302, 'the later link outlives the first');
+  // preview_close: its links stop at once, the cookie of an open tab too
+  const cl = await call(alpha, 'sandbox_update', { sandbox_id: id, preview_close: [8003] });
+  assert.equal(cl.isError, false, cl.text);
+  const gone = await via(p2.url);
+  assert.equal(gone.status, 404);
+  assert.match(gone.body.toString(), /not published/);
+  res = await page.goto(clean);
+  assert.equal(res.status(), 404, 'the cookie of a closed port opens nothing');
   await ctx.close();
 });
 
@@ -245,14 +259,18 @@ test('a slow reader does not stall others, and the gateway buffers a bounded amo
   slow.destroy();
 });
 
-test('TLS on the same port: a preview host gets HTTP/1.1 by ALPN (h2 is for the gateway itself)', { skip: !env.SF_TLS_CERT_FILE && 'no TLS in this stack' }, async () => {
+test('TLS on the same port: a preview host is served over h2 (ALPN) and HTTP/1.1', { skip: !env.SF_TLS_CERT_FILE && 'no TLS in this stack' }, async () => {
   const u = (await previewUrl(8000)).url;
   const h = new URL(u).hostname;
   const r = spawnSync('curl', ['-sk', '--http2', '--resolve', `${h}:${gwPort}:127.0.0.1`,
     '-w', '\n%{http_version} %{http_code}', `https://${h}:${gwPort}/`], { encoding: 'utf8' });
   assert.equal(r.status, 0, r.stderr);
   assert.match(r.stdout, /Hello from the sandbox preview/);
-  assert.match(r.stdout, /\n1(\.[01])? 200$/, 'HTTP/1.x (python answers 1.0), never h2');
+  assert.match(r.stdout, /\n2 200$/, 'h2 (relayed per stream: gateway/http/http2.c)');
+  const h1 = spawnSync('curl', ['-sk', '--http1.1', '--resolve', `${h}:${gwPort}:127.0.0.1`,
+    '-w', '\n%{http_version} %{http_code}', `https://${h}:${gwPort}/`], { encoding: 'utf8' });
+  assert.equal(h1.status, 0, h1.stderr);
+  assert.match(h1.stdout, /Hello from the sandbox preview[^]*\n1(\.[01])? 200$/, 'HTTP/1.x (python answers 1.0)');
   const g = spawnSync('curl', ['-sk', '--http2', '-o', '/dev/null', '-w', '%{http_version}',
     `https://127.0.0.1:${gwPort}/healthz`], { encoding: 'utf8' });
   assert.equal(g.stdout, '2', 'the gateway itself still speaks h2');

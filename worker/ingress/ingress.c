@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #define TEAMS_MAX 4096 /* teams counted; the rest go under "_other" */
+#define PUMP_IO (256u << 10) /* the largest single read or write of a pump */
 #define MSG_FULL "The ingress is at its connection limit; retry in a few seconds."
 #define MSG_NOTHING_LISTENS_FMT                                                                \
     "Nothing in sandbox %s listens on port %u yet; start the server with sandbox_exec."
@@ -265,6 +266,16 @@ static void pump_start(wk_hop *h)
     bufferevent_set_timeouts(h->bc, NULL, NULL);
     bufferevent_setwatermark(h->bc, EV_READ, 0, wm);
     bufferevent_setwatermark(h->bs, EV_READ, 0, wm);
+    /* large reads and writes (libevent's default is 16 KiB at a time: a 50 MB download
+     * moved at a sixth of the speed of a direct connection, tests/bench/preview) */
+    for (int i = 0; i < 2; i++) {
+        struct bufferevent *b = i ? h->bs : h->bc;
+
+        if (b) {
+            bufferevent_set_max_single_read(b, PUMP_IO);
+            bufferevent_set_max_single_write(b, PUMP_IO);
+        }
+    }
     /* the write callbacks fire when an output drained below half: reading goes on */
     bufferevent_setwatermark(h->bc, EV_WRITE, wm / 2, 0);
     bufferevent_setwatermark(h->bs, EV_WRITE, wm / 2, 0);
