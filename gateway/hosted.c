@@ -48,6 +48,7 @@ typedef struct hreq {
     int sse_ok, streaming;
     int listen;               /* a GET stream */
     int64_t idle_s;
+    char *answer;             /* the server's initialize answer, until Redis holds the session */
 } hreq;
 
 /* ---- answers ------------------------------------------------------------------------ */
@@ -58,6 +59,7 @@ static void h_free(hreq *h)
         gw_jobs_cancel(h->ctx, h->pending);
     json_decref(h->entry);
     json_decref(h->msg);
+    free(h->answer);
     free(h);
 }
 
@@ -324,12 +326,41 @@ static void ignore_reply(void *arg, const sf_reply *r)
     (void)arg, (void)r;
 }
 
+static void on_init_stored(redisAsyncContext *ac, void *reply, void *priv)
+{
+    hreq *h = priv;
+    redisReply *rep = reply;
+    char hdr[SF_ID_MAX];
+    const char *headers[] = {"Mcp-Session-Id", hdr, NULL};
+
+    (void)ac;
+    h->busy = 0;
+    if (!rep || rep->type == REDIS_REPLY_ERROR) {
+        if (h->req)
+            h_error(h, 503, -32603, SF_MSG_STORE_DOWN);
+        h_free(h);
+        return;
+    }
+    sf_info("msg=\"hosted session opened\" server=%s team=%s session=%s sandbox=%s", h->name,
+            h->team, h->sid, h->sandbox);
+    if (!h->req) {
+        h_free(h);
+        return;
+    }
+    snprintf(hdr, sizeof(hdr), "%s", h->sid);
+    if (h->streaming) {
+        sse_event(h, h->answer);
+        h_respond(h, 200, NULL, NULL, NULL);
+    } else {
+        h_respond(h, 200, headers, "application/json", h->answer);
+    }
+    h_free(h);
+}
+
 static void on_init_answer(void *arg, const sf_reply *r)
 {
     hreq *h = arg;
     const char *line;
-    char hdr[SF_ID_MAX];
-    const char *headers[] = {"Mcp-Session-Id", hdr, NULL};
     int64_t until = sf_now_ms() + h->idle_s * 1000;
 
     h->pending = NULL;
@@ -354,27 +385,23 @@ static void on_init_answer(void *arg, const sf_reply *r)
         h_free(h);
         return;
     }
+    /* The answer goes out once Redis holds the session: the client's next request may reach
+     * another gateway thread (or process), whose own Redis connection must find it. */
+    h->answer = strdup(line);
     sf_redis_cmd(h->ctx->redis, NULL, NULL, "HSET " SF_RK_HSESS " team %s name %s sandbox %s "
                  "idle_s %lld created %lld", h->sid, h->team, h->name, h->sandbox,
                  (long long)h->idle_s, (long long)sf_now_ms());
     sf_redis_cmd(h->ctx->redis, NULL, NULL, "EXPIRE " SF_RK_HSESS " %lld", h->sid,
                  (long long)h->idle_s);
-    sf_redis_cmd(h->ctx->redis, NULL, NULL, "ZADD " SF_RK_TEAM_HSESS " %lld %s", h->team,
-                 h->name, (long long)until, h->sid);
-    sf_info("msg=\"hosted session opened\" server=%s team=%s session=%s sandbox=%s", h->name,
-            h->team, h->sid, h->sandbox);
-    if (!h->req) {
+    h->busy = 1;
+    if (!h->answer || sf_redis_cmd(h->ctx->redis, on_init_stored, h,
+                                   "ZADD " SF_RK_TEAM_HSESS " %lld %s", h->team, h->name,
+                                   (long long)until, h->sid) < 0) {
+        h->busy = 0;
+        if (h->req)
+            h_error(h, 503, -32603, SF_MSG_STORE_DOWN);
         h_free(h);
-        return;
     }
-    snprintf(hdr, sizeof(hdr), "%s", h->sid);
-    if (h->streaming) {
-        sse_event(h, line);
-        h_respond(h, 200, NULL, NULL, NULL);
-    } else {
-        h_respond(h, 200, headers, "application/json", line);
-    }
-    h_free(h);
 }
 
 static void on_started(void *arg, const sf_reply *r)
@@ -571,8 +598,7 @@ static void on_session(redisAsyncContext *ac, void *reply, void *priv)
             h_free(h);
         return;
     }
-    session_touch(h);
-    if (!strcmp(method, "GET")) {
+    if (!strcmp(method, "GET")) { /* no activity: an open stream keeps no session alive */
         char hdr[SF_ID_MAX];
         const char *headers[] = {"Mcp-Session-Id", hdr, NULL};
         snprintf(hdr, sizeof(hdr), "%s", h->sid);
@@ -585,6 +611,7 @@ static void on_session(redisAsyncContext *ac, void *reply, void *priv)
         listen_next(h);
         return;
     }
+    session_touch(h);
     send_message(h);
 }
 

@@ -4,19 +4,21 @@
 // on the official MCP Python SDK, its wheels downloaded on this host with pip (PyPI) and
 // uploaded with the code; the Node server on the official TypeScript SDK, its node_modules
 // uploaded. Real stack, real servers, real clients.
-import { test, before } from 'node:test';
+import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync, mkdirSync, existsSync, readdirSync } from 'node:fs';
+import { mkdtempSync, writeFileSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { env, url, driver, post, bearer, until } from './lib.mjs';
+import { env, url, driver, bearer, until, cli, connect, call } from './lib.mjs';
 
 const uniq = Date.now().toString(36);
 const PY = `py-${uniq}`;
 const NODE = `node-${uniq}`;
+const SECRET = `hosted_tok_${uniq}`;
+const VALUE = `real-${uniq}-value`;
 const skip = { skip: driver !== 'jail' && 'snapshots of jail hosts hold the server image (a VM one works too, slower)' };
 
 function servers(args, key = env.SF_KEY_ALPHA) {
@@ -25,16 +27,13 @@ function servers(args, key = env.SF_KEY_ALPHA) {
     { encoding: 'utf8', env: e, timeout: 900000 });
 }
 
-// The official Python SDK's wheels, downloaded here once per build folder (PyPI).
+// The official Python SDK's wheels, pinned in hosted/requirements.txt, downloaded from PyPI by
+// ops/lib.sh's sf_hosted_wheels (ops/test runs it; here it is a no-op when they are there).
 function wheels() {
-  const dir = join(env.SF_BUILD, 'hosted-wheels');
-  if (existsSync(dir) && readdirSync(dir).some((f) => f.startsWith('mcp-'))) return dir;
-  mkdirSync(dir, { recursive: true });
-  const r = spawnSync('python3', ['-m', 'pip', 'download', 'mcp', '--only-binary=:all:',
-    '--python-version', '3.11', '--implementation', 'cp', '--platform', 'manylinux2014_x86_64',
-    '--platform', 'manylinux_2_17_x86_64', '-d', dir, '-q'], { encoding: 'utf8', timeout: 300000 });
-  assert.equal(r.status, 0, `pip download mcp: ${r.stderr}`);
-  return dir;
+  const root = join(import.meta.dirname, '../..');
+  const r = spawnSync('bash', ['-c', '. ops/lib.sh && sf_hosted_wheels'], { cwd: root, encoding: 'utf8', timeout: 300000 });
+  assert.equal(r.status, 0, `sf_hosted_wheels: ${r.stderr}`);
+  return join(root, '.test-cache/hosted-wheels');
 }
 
 const PY_SERVER = `
@@ -65,6 +64,14 @@ def env_token() -> str:
     return os.environ.get("TOKEN", "")
 
 @server.tool()
+def call_upstream(path: str) -> str:
+    """GET http://api.example.test{path} with X-Api-Key: $TOKEN."""
+    req = urllib.request.Request("http://api.example.test" + path,
+                                 headers={"X-Api-Key": os.environ.get("TOKEN", "")})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return r.read().decode()
+
+@server.tool()
 def crash() -> str:
     """Dies."""
     print("about to crash: boom-" + "marker", file=sys.stderr, flush=True)
@@ -88,22 +95,93 @@ function clientFor(name, key = env.SF_KEY_ALPHA) {
   return { u, transport: new StreamableHTTPClientTransport(u, { requestInit: { headers: bearer(key) } }) };
 }
 
+// Every session a test opens; end() closes it (DELETE, then the client's streams), and the
+// after hook ends what a failed test left open, so no session outlives the suite.
+const opened = new Set();
 async function open(name, key) {
   const { transport } = clientFor(name, key);
   const client = new Client({ name: 'hosted-e2e', version: '1.0.0' });
   await client.connect(transport);
-  return { client, transport };
+  const h = { client, transport };
+  opened.add(h);
+  return h;
+}
+async function end(h, strict = true) {
+  opened.delete(h);
+  try {
+    await h.transport.terminateSession();
+  } catch (e) {
+    if (strict) throw e;
+  } finally {
+    await h.client.close();
+  }
 }
 
 const text = (r) => r.content.filter((c) => c.type === 'text').map((c) => c.text).join('');
 
+const NODE_SERVER = `
+import { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
+import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
+let n = 0;
+const server = new Server({ name: 'node-hosted', version: '1.0.0' }, { capabilities: { tools: {} } });
+server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: [
+  { name: 'inc', description: 'Counts calls in this session.', inputSchema: { type: 'object' } },
+  { name: 'ticks', description: 'Reports n progress ticks.',
+    inputSchema: { type: 'object', properties: { n: { type: 'integer' } } } }] }));
+server.setRequestHandler(CallToolRequestSchema, async (req, extra) => {
+  if (req.params.name === 'inc') return { content: [{ type: 'text', text: String(++n) }] };
+  const t = req.params._meta?.progressToken, k = req.params.arguments?.n ?? 2;
+  for (let i = 1; i <= k; i++)
+    if (t !== undefined) await extra.sendNotification({ method: 'notifications/progress',
+      params: { progressToken: t, progress: i, total: k } });
+  return { content: [{ type: 'text', text: \`ticked \${k}\` }] };
+});
+await server.connect(new StdioServerTransport());
+`;
+
+// The Node server's folder: server.mjs and the TS SDK's node_modules (as npm ci made them
+// for these tests; the browser engine left out).
+function nodeDir() {
+  const dir = mkdtempSync(join(tmpdir(), 'sf-hosted-node-'));
+  writeFileSync(join(dir, 'server.mjs'), NODE_SERVER);
+  const r = spawnSync('sh', ['-c', `tar -C ${join(import.meta.dirname, '.')} --exclude=node_modules/playwright-core -cf - node_modules | tar -C ${dir} -xf -`]);
+  assert.equal(r.status, 0, String(r.stderr));
+  return dir;
+}
+
+// What the proxy tests' fake upstream (a fake of an internet API: nothing leaves this
+// machine) received for a request path.
+function upstream(uri) {
+  return readFileSync(env.SF_UPSTREAM_LOG, 'utf8').trim().split('\n').filter(Boolean)
+    .map((l) => JSON.parse(l)).filter((e) => e.uri === uri);
+}
+
+// The team's sandboxes of a hosted session (by the metadata the gateway gives them).
+async function sessionBoxes(sid) {
+  const c = await connect(env.SF_KEY_ALPHA);
+  const r = await call(c, 'sandbox_list', { metadata: { session: sid } });
+  await c.close();
+  return r.structured.sandboxes.filter((s) => s.status !== 'killed');
+}
+
 before(() => {
   if (driver !== 'jail') return;
+  cli(['secrets', 'create', '--team', 'alpha', '--name', SECRET, '--allowed-host', 'api.example.test',
+    '--any-header', '--allow-http'], VALUE);
+  const n = servers(['add', NODE, '--dir', nodeDir(), '--run', 'node server.mjs', '--idle-timeout', '3']);
+  assert.equal(n.status, 0, n.stderr);
   const r = servers(['add', PY, '--dir', pyDir(), '--run', '/root/venv/bin/python server.py',
+    '--secret', `TOKEN=${SECRET}`, '--allow-out', 'api.example.test',
     '--setup', 'python3 -m venv /root/venv && /root/venv/bin/pip install -q --no-index --find-links wheels mcp',
     '--idle-timeout', '600', '--max-sessions', '3']);
   assert.equal(r.status, 0, r.stderr);
   assert.match(r.stdout, new RegExp(`server ${PY} registered`));
+});
+
+after(async () => {
+  for (const h of [...opened]) await end(h, false);
+  for (const n of [PY, NODE]) servers(['remove', n]); // (their snapshots count in the team's)
 });
 
 test('servers list/show: the key\'s team sees its server; another team does not', skip, () => {
@@ -129,7 +207,7 @@ test('Python SDK server: the SDK client lists and calls its tools; per-session s
   const a = await open(PY);
   assert.equal(a.client.getServerVersion().name, 'py-hosted', 'the server\'s own initialize answer');
   const tools = (await a.client.listTools()).tools.map((t) => t.name).sort();
-  assert.deepEqual(tools, ['bump', 'crash', 'env_token', 'steps']);
+  assert.deepEqual(tools, ['bump', 'call_upstream', 'crash', 'env_token', 'steps']);
   assert.equal(text(await a.client.callTool({ name: 'bump', arguments: {} })), '1');
   assert.equal(text(await a.client.callTool({ name: 'bump', arguments: {} })), '2');
 
@@ -146,13 +224,15 @@ test('Python SDK server: the SDK client lists and calls its tools; per-session s
 
   // DELETE: 204, the session is gone (404), its sandbox killed
   const sid = a.transport.sessionId;
-  await a.transport.terminateSession();
+  assert.equal((await sessionBoxes(sid)).length, 1, 'the session has its sandbox');
+  await end(a);
+  assert.equal((await sessionBoxes(sid)).length, 0, 'DELETE killed it');
   const again = await fetch(`${url}?name=${PY}`, { method: 'POST', headers: {
     'Content-Type': 'application/json', Accept: 'application/json, text/event-stream',
     ...bearer(env.SF_KEY_ALPHA), 'Mcp-Session-Id': sid, 'MCP-Protocol-Version': '2025-06-18' },
     body: JSON.stringify({ jsonrpc: '2.0', id: 9, method: 'tools/list' }) });
   assert.equal(again.status, 404, await again.text());
-  await b.transport.terminateSession();
+  await end(b);
 });
 
 test('unknown name, another team\'s server, unknown session: 404 with a sentence', skip, async () => {
@@ -186,7 +266,8 @@ test('over the session cap: an actionable 429', skip, async () => {
   const { transport } = clientFor(PY);
   const client = new Client({ name: 'hosted-e2e', version: '1.0.0' });
   await assert.rejects(client.connect(transport), /sessions of hosted MCP server '.*', the most its registration allows/);
-  for (const h of held) await h.transport.terminateSession();
+  await client.close();
+  for (const h of held) await end(h);
 });
 
 test('a crashing server: a JSON-RPC error saying so; its last lines in servers logs', skip, async () => {
@@ -196,25 +277,74 @@ test('a crashing server: a JSON-RPC error saying so; its last lines in servers l
   const l = servers(['logs', PY]);
   assert.equal(l.status, 0, l.stderr);
   assert.match(l.stdout, /boom-marker/);
-  await a.transport.terminateSession().catch(() => {});
+  await end(a, false);
 });
 
-test('a second gateway serves a session opened on the first', skip, async () => {
-  // ops/run's stack runs one gateway; the second is the same binary on another port
-  if (!env.SF_URL2) return;
+test('another gateway process serves a session opened on the first (sessions live in Redis)', skip, async () => {
   const a = await open(PY);
   assert.equal(text(await a.client.callTool({ name: 'bump', arguments: {} })), '1');
-  const res = await fetch(`${env.SF_URL2}?name=${PY}`, { method: 'POST', headers: {
+  // the gateway is killed (-9) and a new process takes the port: it never saw the session
+  const r = spawnSync(join(import.meta.dirname, '../integration/stack'),
+    ['restart-gateway', process.env.SF_E2E_STATE, env.SF_BUILD], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stdout + r.stderr);
+  // (the first try may meet fetch's pooled connection to the dead gateway: that request never
+  // reached a live process, so it is sent again)
+  const res = await until('the new gateway to answer', () => fetch(`${url}?name=${PY}`, { method: 'POST', headers: {
     'Content-Type': 'application/json', Accept: 'application/json', ...bearer(env.SF_KEY_ALPHA),
     'Mcp-Session-Id': a.transport.sessionId, 'MCP-Protocol-Version': '2025-06-18' },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 77, method: 'tools/call', params: { name: 'bump', arguments: {} } }) });
+    body: JSON.stringify({ jsonrpc: '2.0', id: 77, method: 'tools/call', params: { name: 'bump', arguments: {} } }) })
+    .catch((e) => (e.cause?.code === 'UND_ERR_SOCKET' ? null : Promise.reject(e))), 10000);
   assert.equal(res.status, 200);
-  assert.equal((await res.json()).result.content[0].text, '2');
-  await a.transport.terminateSession();
+  assert.equal((await res.json()).result.content[0].text, '2', 'the same server process answers');
+  await end(a);
 });
 
-test('servers remove: the name is gone', skip, () => {
+test('a bound secret: the upstream sees the real value, the server process only a placeholder', skip, async () => {
+  const a = await open(PY);
+  const held = text(await a.client.callTool({ name: 'env_token', arguments: {} }));
+  assert.ok(held.length > 0, 'the server has TOKEN');
+  assert.notEqual(held, VALUE, 'the process never holds the real value');
+  assert.ok(!held.includes(VALUE));
+  const path = `/hosted-secret-${uniq}`;
+  assert.equal(text(await a.client.callTool({ name: 'call_upstream', arguments: { path } })).trim(), 'ok');
+  assert.equal(upstream(path)[0]?.headers['X-Api-Key'], VALUE, 'the proxy swapped in the real value');
+  await end(a);
+});
+
+test('Node TS SDK server: tools, per-session state, progress; an idle session is evicted', skip, async () => {
+  const a = await open(NODE);
+  assert.equal(a.client.getServerVersion().name, 'node-hosted');
+  assert.deepEqual((await a.client.listTools()).tools.map((t) => t.name), ['inc', 'ticks']);
+  assert.equal(text(await a.client.callTool({ name: 'inc', arguments: {} })), '1');
+  assert.equal(text(await a.client.callTool({ name: 'inc', arguments: {} })), '2');
+  const seen = [];
+  assert.equal(text(await a.client.callTool({ name: 'ticks', arguments: { n: 4 } }, undefined,
+    { onprogress: (p) => seen.push(p.progress) })), 'ticked 4');
+  assert.deepEqual(seen, [1, 2, 3, 4]);
+  // idle (3 s here): the worker kills the session's sandbox; the next call gets 404 and a new
+  // session starts from scratch
+  const sid = a.transport.sessionId;
+  await until('the idle session to be evicted', async () => (await sessionBoxes(sid)).length === 0, 60000, 500);
+  await assert.rejects(a.client.callTool({ name: 'inc', arguments: {} }), /404|Session not found/);
+  await end(a, false);
+  const b = await open(NODE);
+  assert.equal(text(await b.client.callTool({ name: 'inc', arguments: {} })), '1');
+  await end(b);
+});
+
+test('servers remove: the name is gone, its image too', skip, async () => {
+  const snaps = async () => {
+    const c = await connect(env.SF_KEY_ALPHA);
+    const r = await call(c, 'sandbox_snapshot_list', {});
+    await c.close();
+    return r.structured.snapshots.map((x) => x.name);
+  };
+  assert.ok((await snaps()).includes(`mcp-${PY}`), 'the server\'s image is a snapshot of the team');
   const r = servers(['remove', PY]);
   assert.equal(r.status, 0, r.stderr);
   assert.doesNotMatch(servers(['list']).stdout, new RegExp(PY));
+  assert.ok(!(await snaps()).includes(`mcp-${PY}`), 'remove deleted the image');
+  const again = servers(['remove', PY]);
+  assert.equal(again.status, 1);
+  assert.match(again.stderr, /No server of that name is registered for your team/);
 });
