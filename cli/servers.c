@@ -25,6 +25,9 @@
 #define UPLOAD_MAX (256ll << 20)
 #define PART (6u << 20)
 #define OPT_MAX 64
+#define HTTP_BRIDGE "/root/.sandfleet/http-bridge.py"
+
+#include "http_bridge.h" /* http_bridge_py: cli/http-bridge.py */
 
 typedef struct mcp {
     CURL *easy;
@@ -379,6 +382,23 @@ out:
     return rc;
 }
 
+/* --http PORT[/PATH] as "PORT/PATH" (PATH default /mcp). 0, or -1 when malformed. */
+static int http_spec(const char *v, char *out, size_t n)
+{
+    char *end;
+    long port = strtol(v, &end, 10);
+    const char *path = *end ? end : "/mcp";
+
+    if (end == v || port < 1 || port > 65535 || *path != '/' || strlen(path) > 128)
+        return -1;
+    for (const char *p = path; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '/' || *p == '-' || *p == '_' || *p == '.'))
+            return -1;
+    snprintf(out, n, "%ld%s", port, path);
+    return 0;
+}
+
 static int gzipped(const char *file)
 {
     unsigned char mg[2] = {0};
@@ -401,7 +421,7 @@ static int add(int argc, char **argv)
     const char *idle = cli_opt(argc, argv, "--idle-timeout");
     const char *maxs = cli_opt(argc, argv, "--max-sessions"), *warm = cli_opt(argc, argv, "--warm");
     json_t *allow = json_array(), *secrets = json_object(), *entry, *r = NULL;
-    char tmp[] = "/tmp/sandfleet-server-XXXXXX", snap[80], sb[80] = "", cmd[512];
+    char tmp[] = "/tmp/sandfleet-server-XXXXXX", snap[80], sb[80] = "", cmd[512], httpspec[160];
     const char *file = archive;
     int tmpfd = -1, rc = 1, sources = !!dir + !!archive + !!git;
     mcp m;
@@ -428,11 +448,11 @@ static int add(int argc, char **argv)
               "command that starts the server.\n", stderr);
         goto usage;
     }
-    if (httpopt) {
-        fputs("--http servers are not served yet: this build bridges stdio servers only (the "
-              "worker ingress of preview URLs, which --http needs, is not merged); register "
-              "the server without --http, speaking MCP over stdio.\n", stderr);
-        goto fail;
+    if (httpopt && http_spec(httpopt, httpspec, sizeof(httpspec)) < 0) {
+        fputs("--http takes PORT[/PATH]: the port the server listens on inside its sandbox "
+              "(1-65535) and its MCP path (default /mcp; letters, digits, '/', '-', '_', '.'), "
+              "e.g. --http 8000/mcp.\n", stderr);
+        goto usage;
     }
     if (git) {
         fputs("--git is not served yet: clone the repository yourself and pass --dir.\n", stderr);
@@ -473,6 +493,16 @@ static int add(int argc, char **argv)
              "-C /root/mcp --no-same-owner; rm -rf /tmp/sf-upload", gzipped(file) ? "z" : "");
     if (run_in(&m, sb, cmd, "Unpacking the server's code"))
         goto kill;
+    if (httpopt) {
+        char *enc = b64((const unsigned char *)http_bridge_py, strlen(http_bridge_py));
+        int bad = !enc || call_tool(&m, "sandbox_files_write",
+                                    json_pack("{s:s, s:s, s:s, s:s}", "sandbox_id", sb, "path",
+                                              HTTP_BRIDGE, "content", enc, "encoding", "base64"),
+                                    NULL, 0);
+        free(enc);
+        if (bad)
+            goto kill;
+    }
     if (setup) {
         char *sc = NULL;
         fprintf(stderr, "running --setup\n");
@@ -491,6 +521,8 @@ static int add(int argc, char **argv)
                       secrets);
     if (setup)
         json_object_set_new(entry, "setup", json_string(setup));
+    if (httpopt)
+        json_object_set_new(entry, "http", json_string(httpspec));
     json_object_set_new(entry, "source", json_string(dir ? dir : archive));
     if (idle)
         json_object_set_new(entry, "idle_s", json_integer(strtoll(idle, NULL, 10)));
@@ -523,9 +555,42 @@ usage:
     return 2;
 }
 
+/* Kills the sandboxes of the server's live sessions (the team's sandboxes whose metadata
+ * names it), page by page; how many. */
+static int end_sessions(mcp *m, const char *name)
+{
+    char cursor[160] = "";
+    int n = 0;
+
+    for (int page = 0; page < 100; page++) {
+        json_t *a = json_pack("{s:{s:s}, s:i}", "metadata", "sandfleet_hosted", name, "limit", 200);
+        json_t *r = NULL, *v;
+        const char *next;
+        size_t i;
+        if (cursor[0])
+            json_object_set_new(a, "cursor", json_string(cursor));
+        if (call_tool(m, "sandbox_list", a, &r, 0))
+            break;
+        json_array_foreach(json_object_get(r, "sandboxes"), i, v) {
+            const char *id = json_string_value(json_object_get(v, "id"));
+            const char *st = json_string_value(json_object_get(v, "status"));
+            if (id && (!st || strcmp(st, "killed")) &&
+                !call_tool(m, "sandbox_kill", json_pack("{s:s}", "sandbox_id", id), NULL, 1))
+                n++;
+        }
+        next = json_string_value(json_object_get(r, "next_cursor"));
+        snprintf(cursor, sizeof(cursor), "%s", next && strlen(next) < sizeof(cursor) ? next : "");
+        json_decref(r);
+        if (!cursor[0])
+            break;
+    }
+    return n;
+}
+
 static int usage_all(FILE *f)
 {
-    fputs("usage: sandfleet servers add NAME (--dir PATH | --archive FILE) --run CMD [--setup CMD]\n"
+    fputs("usage: sandfleet servers add NAME (--dir PATH | --archive FILE) --run CMD [--http PORT[/PATH]]\n"
+          "                         [--setup CMD]\n"
           "                         [--template T] [--allow-out HOST]... [--secret ENV=NAME]...\n"
           "                         [--idle-timeout S] [--max-sessions N] [--warm N]\n"
           "       sandfleet servers list | show NAME | remove NAME | logs NAME\n"
@@ -577,9 +642,11 @@ int cli_servers(int argc, char **argv)
     } else if (!strcmp(sub, "remove")) {
         if (registry(&m, "DELETE", name, NULL, NULL, &r) == 0) {
             char snap[80];
+            int ended = end_sessions(&m, name);
             snprintf(snap, sizeof(snap), "mcp-%s", name);
             call_tool(&m, "sandbox_snapshot_delete", json_pack("{s:s}", "snapshot", snap), NULL, 1);
-            printf("server %s removed\n", name);
+            printf("server %s removed (%d live session%s ended)\n", name, ended,
+                   ended == 1 ? "" : "s");
             rc = 0;
         }
     } else {

@@ -424,10 +424,50 @@ static void on_started(void *arg, const sf_reply *r)
         h_free(h);
 }
 
+/* "PORT/PATH" of --http, checked: 0, or -1. */
+static int http_spec_ok(const char *v)
+{
+    char *end;
+    long port = strtol(v, &end, 10);
+
+    if (end == v || *v == '-' || *v == '+' || port < 1 || port > 65535 || *end != '/' ||
+        strlen(end) > 128)
+        return -1;
+    for (const char *p = end; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '/' || *p == '-' || *p == '_' || *p == '.'))
+            return -1;
+    return 0;
+}
+
+/* The command the worker starts: run itself (stdio), or for an --http server the bridge
+ * `sandfleet servers add` put in its image (cli/http-bridge.py), which starts run and relays
+ * stdio lines to http://127.0.0.1:PORT/PATH. Allocated; NULL when out of memory. */
+static char *http_run(const char *run, const char *http)
+{
+    char *out, *w;
+    size_t n = 0;
+
+    if (!http || http_spec_ok(http) < 0)
+        return strdup(run);
+    for (const char *p = run; *p; p++)
+        n += *p == '\'' ? 4 : 1;
+    out = malloc(strlen(http) + n + 64);
+    if (!out)
+        return NULL;
+    w = out + sprintf(out, "exec python3 /root/.sandfleet/http-bridge.py %.*s %s '",
+                      (int)strcspn(http, "/"), http, http + strcspn(http, "/"));
+    for (const char *p = run; *p; p++)
+        w = *p == '\'' ? stpcpy(w, "'\\''") : (*w++ = *p, w);
+    strcpy(w, "'");
+    return out;
+}
+
 static void on_created(void *arg, const sf_reply *r)
 {
     hreq *h = arg;
     json_t *args;
+    char *run;
 
     h->pending = NULL;
     if (!r || r->kind != SF_REPLY_RESULT) {
@@ -442,9 +482,12 @@ static void on_created(void *arg, const sf_reply *r)
         h_free(h);
         return;
     }
-    args = json_pack("{s:s, s:s, s:I}", "run", entry_str(h, "run") ? entry_str(h, "run") : "",
-                     "cwd", entry_str(h, "cwd") ? entry_str(h, "cwd") : "/root/mcp", "idle_s",
-                     (json_int_t)h->idle_s);
+    run = http_run(entry_str(h, "run") ? entry_str(h, "run") : "", entry_str(h, "http"));
+    args = run ? json_pack("{s:s, s:s, s:I}", "run", run, "cwd",
+                           entry_str(h, "cwd") ? entry_str(h, "cwd") : "/root/mcp", "idle_s",
+                           (json_int_t)h->idle_s)
+               : NULL;
+    free(run);
     if (h_submit(h, SF_TOOL_HOSTED_START, args, 0, on_started, NULL) < 0)
         h_free(h);
 }
@@ -981,6 +1024,11 @@ static int s_put(sreq *s)
                             "and 'source' are strings of at most 4096 bytes.");
             return -1;
         }
+        if (!strcmp(strs[i], "http") && http_spec_ok(json_string_value(v)) < 0) {
+            s_error(s, 400, "http is PORT/PATH: a port 1-65535 and a path of letters, digits, "
+                            "'/', '-', '_' and '.' (at most 128), e.g. 8000/mcp.");
+            return -1;
+        }
         argv[argc++] = strs[i];
         argv[argc++] = json_string_value(v);
     }
@@ -1128,7 +1176,13 @@ static void servers_handle(gw_req *req, void *arg)
     }
     if (!strcmp(method, "PUT")) {
         body = gw_req_body(req, &len);
-        if (!s->name[0] || s->sub[0] || len > SERVER_BODY_MAX ||
+        if (len > SERVER_BODY_MAX) {
+            s_error(s, 413, "A server's entry is at most 64 KiB of JSON; keep long setup steps "
+                            "in a script uploaded with the code.");
+            s_free(s);
+            return;
+        }
+        if (!s->name[0] || s->sub[0] ||
             !(s->body = json_loadb(body, len, 0, NULL))) {
             s_error(s, 400, "PUT /v1/servers/NAME takes the server's entry as a JSON object (at "
                             "most 64 KiB).");

@@ -4,7 +4,7 @@
 // on the official MCP Python SDK, its wheels downloaded on this host with pip (PyPI) and
 // uploaded with the code; the Node server on the official TypeScript SDK, its node_modules
 // uploaded. Real stack, real servers, real clients.
-import { test, before, after } from 'node:test';
+import { test, before, after, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync, readFileSync } from 'node:fs';
@@ -17,6 +17,7 @@ import { env, url, driver, bearer, until, cli, connect, call } from './lib.mjs';
 const uniq = Date.now().toString(36);
 const PY = `py-${uniq}`;
 const NODE = `node-${uniq}`;
+const HTTP = `http-${uniq}`;
 const SECRET = `hosted_tok_${uniq}`;
 const VALUE = `real-${uniq}-value`;
 const skip = { skip: driver !== 'jail' && 'snapshots of jail hosts hold the server image (a VM one works too, slower)' };
@@ -80,9 +81,36 @@ def crash() -> str:
 server.run()
 `;
 
+// The same SDK's Streamable HTTP transport, on 127.0.0.1:8123/rpc inside its sandbox.
+const PY_HTTP_SERVER = `
+import asyncio
+from mcp.server.mcpserver import MCPServer, Context
+
+server = MCPServer("py-http")
+count = 0
+
+@server.tool()
+def bump() -> str:
+    """Counts calls in this session."""
+    global count
+    count += 1
+    return str(count)
+
+@server.tool()
+async def steps(n: int, ctx: Context) -> str:
+    """Reports n progress steps."""
+    for i in range(n):
+        await ctx.report_progress(i + 1, n, f"step {i + 1}")
+        await asyncio.sleep(0.05)
+    return f"did {n}"
+
+server.run(transport="streamable-http", host="127.0.0.1", port=8123, streamable_http_path="/rpc")
+`;
+
 function pyDir() {
   const dir = mkdtempSync(join(tmpdir(), 'sf-hosted-py-'));
   writeFileSync(join(dir, 'server.py'), PY_SERVER);
+  writeFileSync(join(dir, 'http_server.py'), PY_HTTP_SERVER);
   const w = wheels();
   const r = spawnSync('cp', ['-a', w, join(dir, 'wheels')]);
   assert.equal(r.status, 0);
@@ -95,8 +123,8 @@ function clientFor(name, key = env.SF_KEY_ALPHA) {
   return { u, transport: new StreamableHTTPClientTransport(u, { requestInit: { headers: bearer(key) } }) };
 }
 
-// Every session a test opens; end() closes it (DELETE, then the client's streams), and the
-// after hook ends what a failed test left open, so no session outlives the suite.
+// Every session a test opens; end() closes it (DELETE, then the client's streams); afterEach
+// ends what a failed test left open, so no test starts over the caps.
 const opened = new Set();
 async function open(name, key) {
   const { transport } = clientFor(name, key);
@@ -177,11 +205,18 @@ before(() => {
     '--idle-timeout', '600', '--max-sessions', '3']);
   assert.equal(r.status, 0, r.stderr);
   assert.match(r.stdout, new RegExp(`server ${PY} registered`));
+  const h = servers(['add', HTTP, '--dir', pyDir(), '--run', '/root/venv/bin/python http_server.py',
+    '--http', '8123/rpc',
+    '--setup', 'python3 -m venv /root/venv && /root/venv/bin/pip install -q --no-index --find-links wheels mcp']);
+  assert.equal(h.status, 0, h.stderr);
+});
+
+afterEach(async () => { // a failed test's sessions end here: the next test starts under the caps
+  for (const h of [...opened]) await end(h, false);
 });
 
 after(async () => {
-  for (const h of [...opened]) await end(h, false);
-  for (const n of [PY, NODE]) servers(['remove', n]); // (their snapshots count in the team's)
+  for (const n of [PY, NODE, HTTP]) servers(['remove', n]); // (their snapshots count in the team's)
 });
 
 test('servers list/show: the key\'s team sees its server; another team does not', skip, () => {
@@ -260,6 +295,91 @@ test('unknown name, another team\'s server, unknown session: 404 with a sentence
   assert.equal(unauth.status, 401);
 });
 
+// Attacks: another team holding a live session's id, a forged registry entry naming another
+// team's image, oversized input. Each refused with its sentence; the victim's session goes on.
+test('attack: another team cannot use, read or end a session, nor register onto another team\'s image', skip, async () => {
+  const a = await open(PY);
+  const sid = a.transport.sessionId;
+  const hdr = (key) => ({ 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream',
+    ...bearer(key), 'Mcp-Session-Id': sid, 'MCP-Protocol-Version': '2025-06-18' });
+  const bump = JSON.stringify({ jsonrpc: '2.0', id: 5, method: 'tools/call', params: { name: 'bump', arguments: {} } });
+  const base = url.replace(/\/mcp$/, '');
+  const init = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize',
+    params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'x', version: '1' } } });
+
+  // beta has no server of that name: 404 before any session is looked at
+  const none = await fetch(`${url}?name=${PY}`, { method: 'POST', headers: hdr(env.SF_KEY_BETA), body: bump });
+  assert.equal(none.status, 404);
+  assert.match((await none.json()).error.message, /No MCP server named .* is registered for your team/);
+
+  // beta registers the same name, its entry naming alpha's image (mcp-PY)
+  const put = await fetch(`${base}/v1/servers/${PY}`, { method: 'PUT',
+    headers: { 'Content-Type': 'application/json', ...bearer(env.SF_KEY_BETA) },
+    body: JSON.stringify({ run: 'cat /root/mcp/server.py', snapshot: `mcp-${PY}` }) });
+  assert.equal(put.status, 200, await put.text());
+  try {
+    // its sessions cannot start from alpha's image
+    const st = await fetch(`${url}?name=${PY}`, { method: 'POST', headers: {
+      'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', ...bearer(env.SF_KEY_BETA) },
+      body: init });
+    const body = await st.text();
+    assert.notEqual(st.status, 200, body);
+    assert.match(body, /could not get a sandbox/);
+    assert.doesNotMatch(body, /MCPServer/, 'nothing of alpha\'s code');
+    // now past the name: alpha's session id is still no session of beta's, on every method
+    for (const where of [`${url}?name=${PY}`, `${url}/${PY}`]) {
+      const p = await fetch(where, { method: 'POST', headers: hdr(env.SF_KEY_BETA), body: bump });
+      assert.equal(p.status, 404, 'beta cannot call into alpha\'s session');
+      assert.match((await p.json()).error.message, /Session not found/);
+      const g = await fetch(where, { method: 'GET', headers: hdr(env.SF_KEY_BETA) });
+      assert.equal(g.status, 404, 'beta cannot open its stream');
+      await g.body?.cancel();
+      const d = await fetch(where, { method: 'DELETE', headers: hdr(env.SF_KEY_BETA) });
+      assert.equal(d.status, 404, 'beta cannot end it');
+      await d.body?.cancel();
+    }
+  } finally {
+    assert.equal(servers(['remove', PY], env.SF_KEY_BETA).status, 0);
+  }
+  // the session's id under another server's name (of the same team) is no session either
+  const n = await fetch(`${url}?name=${NODE}`, { method: 'POST', headers: hdr(env.SF_KEY_ALPHA), body: bump });
+  assert.equal(n.status, 404);
+  assert.match((await n.json()).error.message, /Session not found/);
+  assert.equal(text(await a.client.callTool({ name: 'bump', arguments: {} })), '1',
+    'alpha\'s session went on untouched (no call of beta reached it)');
+  assert.equal(servers(['show', PY]).status, 0, 'alpha\'s entry is its own still');
+  await end(a);
+});
+
+test('bounded input: an oversized message, a bad name, an oversized registry entry', skip, async () => {
+  const a = await open(PY);
+  const big = JSON.stringify({ jsonrpc: '2.0', id: 6, method: 'tools/call',
+    params: { name: 'bump', arguments: { pad: 'x'.repeat(300 * 1024) } } });
+  const r = await fetch(`${url}?name=${PY}`, { method: 'POST', headers: { 'Content-Type': 'application/json',
+    Accept: 'application/json, text/event-stream', ...bearer(env.SF_KEY_ALPHA),
+    'Mcp-Session-Id': a.transport.sessionId, 'MCP-Protocol-Version': '2025-06-18' }, body: big });
+  assert.equal(r.status, 413);
+  assert.match((await r.json()).error.message, /at most 256 KiB/);
+  assert.equal(text(await a.client.callTool({ name: 'bump', arguments: {} })), '1', 'the session goes on');
+  for (const bad of ['x'.repeat(64), 'UPPER', '..%2Fetc', 'a%00b', 'a/b']) {
+    const res = await fetch(`${url}?name=${bad}`, { method: 'POST', headers: { 'Content-Type': 'application/json',
+      ...bearer(env.SF_KEY_ALPHA) }, body: '{}' });
+    assert.equal(res.status, 404, bad);
+    assert.match((await res.json()).error.message, /must be 1-63 of a-z, 0-9/, bad);
+  }
+  const base = url.replace(/\/mcp$/, '');
+  const put = await fetch(`${base}/v1/servers/big-${uniq}`, { method: 'PUT',
+    headers: { 'Content-Type': 'application/json', ...bearer(env.SF_KEY_ALPHA) },
+    body: JSON.stringify({ run: 'x', snapshot: 'y', setup: 'z'.repeat(70 * 1024) }) });
+  assert.equal(put.status, 413, await put.text());
+  const long = await fetch(`${base}/v1/servers/long-${uniq}`, { method: 'PUT',
+    headers: { 'Content-Type': 'application/json', ...bearer(env.SF_KEY_ALPHA) },
+    body: JSON.stringify({ run: 'x'.repeat(5000), snapshot: 'y' }) });
+  assert.equal(long.status, 400);
+  assert.match((await long.json()).error, /at most 4096 bytes/);
+  await end(a);
+});
+
 test('over the session cap: an actionable 429', skip, async () => {
   const held = [];
   for (let i = 0; i < 3; i++) held.push(await open(PY));
@@ -332,6 +452,29 @@ test('Node TS SDK server: tools, per-session state, progress; an idle session is
   await end(b);
 });
 
+test('--http: a Streamable HTTP server (the Python SDK\'s) behind the same endpoint', skip, async () => {
+  const entry = JSON.parse(servers(['show', HTTP]).stdout);
+  assert.equal(entry.http, '8123/rpc');
+  const a = await open(HTTP);
+  assert.equal(a.client.getServerVersion().name, 'py-http', 'the server\'s own initialize answer');
+  assert.deepEqual((await a.client.listTools()).tools.map((t) => t.name).sort(), ['bump', 'steps']);
+  assert.equal(text(await a.client.callTool({ name: 'bump', arguments: {} })), '1');
+  assert.equal(text(await a.client.callTool({ name: 'bump', arguments: {} })), '2');
+  const b = await open(HTTP);
+  assert.equal(text(await b.client.callTool({ name: 'bump', arguments: {} })), '1', 'its own sandbox');
+  const seen = [];
+  assert.equal(text(await a.client.callTool({ name: 'steps', arguments: { n: 3 } }, undefined,
+    { onprogress: (p) => seen.push(p.progress) })), 'did 3');
+  assert.deepEqual(seen, [1, 2, 3], 'progress over the server\'s SSE answer');
+  await end(a);
+  await end(b);
+  for (const bad of ['0', '70000/mcp', '80/a b', 'x/mcp', "80/../'x"]) {
+    const r = servers(['add', `bad-${uniq}`, '--dir', '/nonexistent', '--run', 'x', '--http', bad]);
+    assert.equal(r.status, 2, bad);
+    assert.match(r.stderr, /--http takes PORT\[\/PATH\]/, bad);
+  }
+});
+
 test('servers remove: the name is gone, its image too', skip, async () => {
   const snaps = async () => {
     const c = await connect(env.SF_KEY_ALPHA);
@@ -340,8 +483,14 @@ test('servers remove: the name is gone, its image too', skip, async () => {
     return r.structured.snapshots.map((x) => x.name);
   };
   assert.ok((await snaps()).includes(`mcp-${PY}`), 'the server\'s image is a snapshot of the team');
+  const live = await open(PY);
+  const sid = live.transport.sessionId;
+  assert.equal((await sessionBoxes(sid)).length, 1);
   const r = servers(['remove', PY]);
   assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stdout, /removed \(1 live session ended\)/);
+  assert.equal((await sessionBoxes(sid)).length, 0, 'remove ended the live session\'s sandbox');
+  await end(live, false);
   assert.doesNotMatch(servers(['list']).stdout, new RegExp(PY));
   assert.ok(!(await snaps()).includes(`mcp-${PY}`), 'remove deleted the image');
   const again = servers(['remove', PY]);
