@@ -9,6 +9,7 @@
  * goes to the gateway's registry (PUT /v1/servers/NAME). list, show, remove and logs read
  * and change that registry. */
 #include "cli.h"
+#include "sf_msg.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -112,13 +113,12 @@ static int http(mcp *m, const char *method, const char *url, const char *body, i
     cc = curl_easy_perform(m->easy);
     curl_slist_free_all(h);
     if (cc != CURLE_OK) {
-        fprintf(stderr, "Cannot reach the sandfleet gateway at %s (%s); start it (ops/run) or "
-                "set SANDFLEET_URL, then retry.\n", url, curl_easy_strerror(cc));
+        fprintf(stderr, SF_MSG_CLI_GATEWAY_UNREACHABLE_FMT, url, curl_easy_strerror(cc));
         return 1;
     }
     curl_easy_getinfo(m->easy, CURLINFO_RESPONSE_CODE, status);
     if (*status == 401 || *status == 403) {
-        fprintf(stderr, "The gateway refused the API key (HTTP %ld); check SANDFLEET_API_KEY.\n",
+        fprintf(stderr, SF_MSG_CLI_KEY_REFUSED_FMT,
                 *status);
         return 1;
     }
@@ -155,7 +155,7 @@ static int post(mcp *m, json_t *msg, json_t **out)
     if (rc || !out)
         return rc;
     if (status != 200 || !(*out = answer_json(m->buf))) {
-        fprintf(stderr, "The gateway answered HTTP %ld without a usable result; retry.\n", status);
+        fprintf(stderr, SF_MSG_CLI_NO_RESULT_FMT, status);
         return 1;
     }
     return 0;
@@ -169,12 +169,11 @@ static int mcp_open(mcp *m, int need_session)
 
     memset(m, 0, sizeof(*m));
     if (!key || !*key) {
-        fputs("SANDFLEET_API_KEY is not set: export your team's key (sandfleet keys create "
-              "--team NAME prints one).\n", stderr);
+        fputs(SF_MSG_CLI_KEY_UNSET, stderr);
         return 1;
     }
     if (strlen(key) > 512) {
-        fputs("SANDFLEET_API_KEY is too long to be a sandfleet key.\n", stderr);
+        fputs(SF_MSG_CLI_KEY_TOO_LONG, stderr);
         return 1;
     }
     if (!url || !*url)

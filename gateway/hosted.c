@@ -32,6 +32,7 @@
 
 #define NAME_MAX_LEN 63
 #define SERVER_BODY_MAX (64 * 1024)
+#define NAME_RULE "Server names are 1-63 of a-z, 0-9, '-' and '_'."
 
 typedef struct hreq {
     gw_ctx *ctx;
@@ -185,8 +186,7 @@ static int h_submit(hreq *h, const char *tool, json_t *args, int progress, gw_jo
     if (rc < 0) {
         h_error(h, 503, -32603, rc == -EDQUOT ? "Your team has too many calls in flight on this "
                                                 "gateway; wait for some to finish, then retry."
-                                              : "The job queue is unavailable; retry in a few "
-                                                "seconds.");
+                                              : GW_MSG_QUEUE_DOWN);
         return -1;
     }
     if (pcb)
@@ -820,8 +820,8 @@ void gw_hosted_handle(gw_req *req, gw_ctx *ctx)
         return;
     }
     if (!(h = calloc(1, sizeof(*h)))) {
-        gw_req_respond(req, 503, "application/json", NULL, "{\"error\":\"Out of memory; retry.\"}",
-                       33);
+        gw_req_respond(req, 503, "application/json", NULL, SF_MSG_OOM_JSON,
+                       strlen(SF_MSG_OOM_JSON));
         return;
     }
     h->ctx = ctx;
@@ -1141,8 +1141,8 @@ static void servers_handle(gw_req *req, void *arg)
     const char *body;
 
     if (!(s = calloc(1, sizeof(*s)))) {
-        gw_req_respond(req, 503, "application/json", NULL, "{\"error\":\"Out of memory; retry.\"}",
-                       33);
+        gw_req_respond(req, 503, "application/json", NULL, SF_MSG_OOM_JSON,
+                       strlen(SF_MSG_OOM_JSON));
         return;
     }
     s->ctx = ctx;
@@ -1152,7 +1152,7 @@ static void servers_handle(gw_req *req, void *arg)
     if (*rest) {
         size_t n = strcspn(rest, "/");
         if (n == 0 || n > NAME_MAX_LEN) {
-            s_error(s, 404, "Server names are 1-63 of a-z, 0-9, '-' and '_'.");
+            s_error(s, 404, NAME_RULE);
             s_free(s);
             return;
         }
@@ -1162,7 +1162,7 @@ static void servers_handle(gw_req *req, void *arg)
             if (!((s->name[i] >= 'a' && s->name[i] <= 'z') ||
                   (s->name[i] >= '0' && s->name[i] <= '9') || s->name[i] == '-' ||
                   s->name[i] == '_')) {
-                s_error(s, 400, "Server names are 1-63 of a-z, 0-9, '-' and '_'.");
+                s_error(s, 400, NAME_RULE);
                 s_free(s);
                 return;
             }
@@ -1200,8 +1200,7 @@ static void servers_handle(gw_req *req, void *arg)
 
 int gw_hosted_routes(gw_ctx *ctx)
 {
-    if (gw_router_add(ctx->router, NULL, "/mcp/", gw_mcp_handle, ctx) < 0 ||
-        gw_router_add(ctx->router, NULL, "/v1/servers", servers_handle, ctx) < 0 ||
+    if (gw_router_add(ctx->router, NULL, "/v1/servers", servers_handle, ctx) < 0 ||
         gw_router_add(ctx->router, NULL, "/v1/servers/", servers_handle, ctx) < 0)
         return -ENOMEM;
     return 0;

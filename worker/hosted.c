@@ -373,7 +373,7 @@ static void do_start(wk_call *c, wk_box *b)
             free(store[i]);
         json_decref(all);
         free(hs);
-        wk_reply_error(c, SF_ERR_INVALID, "Too many environment variables; pass at most 256.");
+        wk_reply_error(c, SF_ERR_INVALID, SF_MSG_ENV_TOO_MANY);
         return;
     }
     json_decref(all);
