@@ -398,6 +398,32 @@ static int http_spec(const char *v, char *out, size_t n)
     return 0;
 }
 
+/* --git URL [--ref REF]: the URL's host into host (for the builder's allow_out). 0, or -1
+ * when either is malformed (both go into a shell command in single quotes). */
+static int git_host(const char *url, const char *ref, char *host, size_t n)
+{
+    const char *h = !strncmp(url, "https://", 8) ? url + 8 : !strncmp(url, "http://", 7) ? url + 7
+                                                                                         : NULL;
+    size_t len;
+
+    if (!h || strlen(url) > 1024 || strpbrk(url, "'\"\\ \t\n\r`$;&|<>") ||
+        (ref && (!*ref || strlen(ref) > 200 || *ref == '-')))
+        return -1;
+    for (const char *p = ref; p && *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '.' || *p == '_' || *p == '-' || *p == '/'))
+            return -1;
+    len = strcspn(h, "/?#");
+    if (memchr(h, '@', len)) /* user:password@: a credential does not belong in a URL */
+        return -1;
+    len = strcspn(h, "/:?#");
+    if (len == 0 || len >= n)
+        return -1;
+    memcpy(host, h, len);
+    host[len] = '\0';
+    return 0;
+}
+
 static int gzipped(const char *file)
 {
     unsigned char mg[2] = {0};
@@ -417,10 +443,11 @@ static int add(int argc, char **argv)
     const char *archive = cli_opt(argc, argv, "--archive"), *git = cli_opt(argc, argv, "--git");
     const char *run = cli_opt(argc, argv, "--run"), *setup = cli_opt(argc, argv, "--setup");
     const char *tpl = cli_opt(argc, argv, "--template"), *httpopt = cli_opt(argc, argv, "--http");
-    const char *idle = cli_opt(argc, argv, "--idle-timeout");
+    const char *idle = cli_opt(argc, argv, "--idle-timeout"), *ref = cli_opt(argc, argv, "--ref");
     const char *maxs = cli_opt(argc, argv, "--max-sessions"), *warm = cli_opt(argc, argv, "--warm");
     json_t *allow = json_array(), *secrets = json_object(), *entry, *r = NULL;
-    char tmp[] = "/tmp/sandfleet-server-XXXXXX", snap[80], sb[80] = "", cmd[512], httpspec[160];
+    char tmp[] = "/tmp/sandfleet-server-XXXXXX", snap[80], sb[80] = "", cmd[512], httpspec[160],
+         githost[256];
     const char *file = archive;
     int tmpfd = -1, rc = 1, sources = !!dir + !!archive + !!git;
     mcp m;
@@ -453,9 +480,11 @@ static int add(int argc, char **argv)
               "e.g. --http 8000/mcp.\n", stderr);
         goto usage;
     }
-    if (git) {
-        fputs("--git is not served yet: clone the repository yourself and pass --dir.\n", stderr);
-        goto fail;
+    if (git && git_host(git, ref, githost, sizeof(githost)) < 0) {
+        fputs("--git takes an http(s) URL of at most 1024 bytes without quotes, spaces or "
+              "credentials (e.g. --git https://github.com/org/server.git), and --ref a branch "
+              "or tag of letters, digits, '.', '_', '-' and '/'.\n", stderr);
+        goto usage;
     }
     if (cli_opt(argc, argv, "--vcpu") || cli_opt(argc, argv, "--memory_mib") ||
         cli_opt(argc, argv, "--disk_mib"))
@@ -478,20 +507,42 @@ static int add(int argc, char **argv)
     {
         json_t *a = json_pack("{s:s, s:s}", "name", "sandfleet-server-build", "from_template",
                               tpl ? tpl : "debian");
-        if (json_array_size(allow))
-            json_object_set(a, "allow_out", allow);
+        json_t *bal = json_copy(allow); /* the builder also reaches the repository's host */
+        if (git)
+            json_array_append_new(bal, json_string(githost));
+        if (json_array_size(bal))
+            json_object_set(a, "allow_out", bal);
+        json_decref(bal);
         if (call_tool(&m, "sandbox_create", a, &r, 0))
             goto close;
         snprintf(sb, sizeof(sb), "%s", json_string_value(json_object_get(r, "id")) ?: "");
         json_decref(r);
         r = NULL;
     }
-    if (upload(&m, sb, file))
-        goto kill;
-    snprintf(cmd, sizeof(cmd), "set -e; mkdir -p /root/mcp; cat /tmp/sf-upload/part.* | tar -x%sf - "
-             "-C /root/mcp --no-same-owner; rm -rf /tmp/sf-upload", gzipped(file) ? "z" : "");
-    if (run_in(&m, sb, cmd, "Unpacking the server's code"))
-        goto kill;
+    if (git) {
+        /* through the sandbox's egress proxy; a shallow clone, or a whole one from a server
+         * that cannot serve shallow clones (dumb HTTP) */
+        char *gc = NULL, rf[300] = "";
+        if (ref)
+            snprintf(rf, sizeof(rf), "--branch '%s' ", ref);
+        fprintf(stderr, "cloning %s\n", git);
+        if (asprintf(&gc, "git clone -q --depth 1 %s-- '%s' /root/mcp 2>/dev/null || "
+                     "{ rm -rf /root/mcp; git clone -q %s-- '%s' /root/mcp; }", rf, git, rf,
+                     git) < 0 ||
+            run_in(&m, sb, gc, "Cloning the server's repository")) {
+            free(gc);
+            goto kill;
+        }
+        free(gc);
+    } else {
+        if (upload(&m, sb, file))
+            goto kill;
+        snprintf(cmd, sizeof(cmd), "set -e; mkdir -p /root/mcp; cat /tmp/sf-upload/part.* | "
+                 "tar -x%sf - -C /root/mcp --no-same-owner; rm -rf /tmp/sf-upload",
+                 gzipped(file) ? "z" : "");
+        if (run_in(&m, sb, cmd, "Unpacking the server's code"))
+            goto kill;
+    }
     if (httpopt) {
         char *enc = b64((const unsigned char *)http_bridge_py, strlen(http_bridge_py));
         int bad = !enc || call_tool(&m, "sandbox_files_write",
@@ -522,7 +573,9 @@ static int add(int argc, char **argv)
         json_object_set_new(entry, "setup", json_string(setup));
     if (httpopt)
         json_object_set_new(entry, "http", json_string(httpspec));
-    json_object_set_new(entry, "source", json_string(dir ? dir : archive));
+    json_object_set_new(entry, "source", json_string(dir ? dir : archive ? archive : git));
+    if (git && ref)
+        json_object_set_new(entry, "ref", json_string(ref));
     if (idle)
         json_object_set_new(entry, "idle_s", json_integer(strtoll(idle, NULL, 10)));
     if (maxs)
@@ -588,7 +641,8 @@ static int end_sessions(mcp *m, const char *name)
 
 static int usage_all(FILE *f)
 {
-    fputs("usage: sandfleet servers add NAME (--dir PATH | --archive FILE) --run CMD [--http PORT[/PATH]]\n"
+    fputs("usage: sandfleet servers add NAME (--dir PATH | --archive FILE | --git URL [--ref REF])\n"
+          "                         --run CMD [--http PORT[/PATH]]\n"
           "                         [--setup CMD]\n"
           "                         [--template T] [--allow-out HOST]... [--secret ENV=NAME]...\n"
           "                         [--idle-timeout S] [--max-sessions N] [--warm N]\n"

@@ -984,7 +984,7 @@ static void s_done(redisAsyncContext *ac, void *reply, void *priv)
 static int s_put(sreq *s)
 {
     static const char *const strs[] = {"run", "snapshot", "template", "cwd", "http", "setup",
-                                       "source"};
+                                       "source", "ref"};
     json_t *b = s->body, *v;
     const char *argv[64];
     char nums[4][24], *jallow = NULL, *jsec = NULL;
@@ -1020,8 +1020,8 @@ static int s_put(sreq *s)
         if (!v)
             continue;
         if (!json_is_string(v) || json_string_length(v) > 4096) {
-            s_error(s, 400, "Server fields 'run', 'setup', 'cwd', 'http', 'template', 'snapshot' "
-                            "and 'source' are strings of at most 4096 bytes.");
+            s_error(s, 400, "Server fields 'run', 'setup', 'cwd', 'http', 'template', 'snapshot', "
+                            "'source' and 'ref' are strings of at most 4096 bytes.");
             return -1;
         }
         if (!strcmp(strs[i], "http") && http_spec_ok(json_string_value(v)) < 0) {

@@ -2,8 +2,10 @@
 // add`, spoken to through POST /mcp?name=NAME by the official TypeScript SDK client; one
 // sandbox per session, the server's stdio bridged by the worker. The Python server is built
 // on the official MCP Python SDK, its wheels downloaded on this host with pip (PyPI) and
-// uploaded with the code; the Node server on the official TypeScript SDK, its node_modules
-// uploaded. Real stack, real servers, real clients.
+// uploaded with the code (also as a Streamable HTTP server, --http, and cloned from a git
+// repository, --git); the Node server on the official TypeScript SDK, its node_modules
+// uploaded. Real stack, real servers, real clients; the one fake is the proxy tests'
+// upstream standing in for internet hosts (an API, a git host).
 import { test, before, after, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -496,4 +498,52 @@ test('servers remove: the name is gone, its image too', skip, async () => {
   const again = servers(['remove', PY]);
   assert.equal(again.status, 1);
   assert.match(again.stderr, /No server of that name is registered for your team/);
+});
+
+// --git: a repository the proxy tests' fake upstream serves (dumb HTTP, a fake of a git host:
+// nothing leaves this machine) at http://api.example.test/files/NAME.git, fetched by the
+// builder through its egress proxy. Its default branch holds a README only; --ref release
+// holds the server (the Python SDK's, its wheels committed beside it).
+test('--git URL --ref REF: the server cloned through the egress proxy; bad URLs and a missing repo refused', skip, async () => {
+  const repo = `srv-${uniq}.git`;
+  const work = pyDir();
+  const bare = join(process.env.SF_E2E_STATE, 'upstream/files', repo);
+  const g = 'git -c user.name=t -c user.email=t@example.test -c init.defaultBranch=main';
+  const r = spawnSync('sh', ['-c', `set -e; cd ${work}; mkdir ../keep-${uniq}; mv * ../keep-${uniq}/;
+    ${g} init -q .; echo readme > README; ${g} add README; ${g} commit -qm readme;
+    ${g} checkout -qb release; mv ../keep-${uniq}/* .; ${g} add -A; ${g} commit -qm server;
+    ${g} checkout -q main; git clone -q --bare . ${bare}; cd ${bare}; git repack -qad; git update-server-info`],
+    { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  const GIT = `git-${uniq}`;
+  const add = servers(['add', GIT, '--git', `http://api.example.test/files/${repo}`, '--ref', 'release',
+    '--run', '/root/venv/bin/python server.py',
+    '--setup', 'python3 -m venv /root/venv && /root/venv/bin/pip install -q --no-index --find-links wheels mcp']);
+  assert.equal(add.status, 0, add.stderr);
+  const fetched = readFileSync(env.SF_UPSTREAM_LOG, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l))
+    .filter((e) => e.uri?.startsWith(`/files/${repo}/`));
+  assert.ok(fetched.some((e) => e.uri.includes('/objects/pack/')), 'the pack came from the upstream, through the proxy');
+  try {
+    const entry = JSON.parse(servers(['show', GIT]).stdout);
+    assert.equal(entry.source, `http://api.example.test/files/${repo}`);
+    assert.equal(entry.ref, 'release');
+    const a = await open(GIT);
+    assert.equal(a.client.getServerVersion().name, 'py-hosted');
+    assert.equal(text(await a.client.callTool({ name: 'bump', arguments: {} })), '1');
+    await end(a);
+  } finally {
+    servers(['remove', GIT]);
+  }
+  const missing = servers(['add', `gone-${uniq}`, '--git', `http://api.example.test/files/none-${uniq}.git`,
+    '--run', 'x']);
+  assert.equal(missing.status, 1);
+  assert.match(missing.stderr, /Cloning the server's repository failed/);
+  for (const bad of ['ftp://api.example.test/r.git', "https://api.example.test/r'.git", 'https://u:p@api.example.test/r.git',
+    'https://api.example.test/r.git;id']) {
+    const b = servers(['add', `bad-${uniq}`, '--git', bad, '--run', 'x']);
+    assert.equal(b.status, 2, bad);
+    assert.match(b.stderr, /--git takes an http\(s\) URL/, bad);
+  }
+  const badref = servers(['add', `bad-${uniq}`, '--git', 'https://api.example.test/r.git', '--ref', '--upload-pack=x', '--run', 'x']);
+  assert.equal(badref.status, 2);
 });
