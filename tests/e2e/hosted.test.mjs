@@ -295,6 +295,17 @@ test('unknown name, another team\'s server, unknown session: 404 with a sentence
   const unauth = await fetch(u(PY), { method: 'POST', headers: { 'Content-Type': 'application/json' },
     body: JSON.stringify(init) });
   assert.equal(unauth.status, 401);
+  // OAuth clients of /mcp/NAME find the protected-resource metadata there too
+  const base = url.replace(/\/mcp$/, '');
+  const challenge = await fetch(`${url}/${PY}`, { method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify(init) });
+  assert.equal(challenge.status, 401);
+  assert.match(challenge.headers.get('www-authenticate') ?? '', /resource_metadata="/);
+  const prm = await fetch(`${base}/.well-known/oauth-protected-resource/mcp/${PY}`);
+  assert.equal(prm.status, 200);
+  const meta = await prm.json();
+  assert.ok(`${url}/${PY}`.startsWith(meta.resource), meta.resource);
+  assert.ok(meta.authorization_servers?.length > 0);
 });
 
 // Attacks: another team holding a live session's id, a forged registry entry naming another
