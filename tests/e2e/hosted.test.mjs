@@ -358,6 +358,18 @@ test('attack: another team cannot use, read or end a session, nor register onto 
   const n = await fetch(`${url}?name=${NODE}`, { method: 'POST', headers: hdr(env.SF_KEY_ALPHA), body: bump });
   assert.equal(n.status, 404);
   assert.match((await n.json()).error.message, /Session not found/);
+  // the gateway's own jobs are no tools: neither team can call them on the session's sandbox
+  const [box] = await sessionBoxes(sid);
+  for (const key of [env.SF_KEY_BETA, env.SF_KEY_ALPHA]) {
+    const c = await connect(key);
+    for (const tool of ['sf.hosted_send', 'sf.hosted_start', 'sf.hosted_listen']) {
+      const r = await c.callTool({ name: tool, arguments: { sandbox_id: box.id, run: 'id', message: bump } })
+        .then((x) => ({ err: x.isError ? JSON.stringify(x.content) : null }), (e) => ({ err: String(e) }));
+      assert.ok(r.err, `${tool} refused`);
+      assert.match(r.err, /unknown tool|not a tool|Unknown tool/i, tool);
+    }
+    await c.close();
+  }
   assert.equal(text(await a.client.callTool({ name: 'bump', arguments: {} })), '1',
     'alpha\'s session went on untouched (no call of beta reached it)');
   assert.equal(servers(['show', PY]).status, 0, 'alpha\'s entry is its own still');
