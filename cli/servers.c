@@ -9,6 +9,7 @@
  * goes to the gateway's registry (PUT /v1/servers/NAME). list, show, remove and logs read
  * and change that registry. */
 #include "cli.h"
+#include "sf_msg.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -25,6 +26,9 @@
 #define UPLOAD_MAX (256ll << 20)
 #define PART (6u << 20)
 #define OPT_MAX 64
+#define HTTP_BRIDGE "/root/.sandfleet/http-bridge.py"
+
+#include "http_bridge.h" /* http_bridge_py: cli/http-bridge.py */
 
 typedef struct mcp {
     CURL *easy;
@@ -109,13 +113,12 @@ static int http(mcp *m, const char *method, const char *url, const char *body, i
     cc = curl_easy_perform(m->easy);
     curl_slist_free_all(h);
     if (cc != CURLE_OK) {
-        fprintf(stderr, "Cannot reach the sandfleet gateway at %s (%s); start it (ops/run) or "
-                "set SANDFLEET_URL, then retry.\n", url, curl_easy_strerror(cc));
+        fprintf(stderr, SF_MSG_CLI_GATEWAY_UNREACHABLE_FMT, url, curl_easy_strerror(cc));
         return 1;
     }
     curl_easy_getinfo(m->easy, CURLINFO_RESPONSE_CODE, status);
     if (*status == 401 || *status == 403) {
-        fprintf(stderr, "The gateway refused the API key (HTTP %ld); check SANDFLEET_API_KEY.\n",
+        fprintf(stderr, SF_MSG_CLI_KEY_REFUSED_FMT,
                 *status);
         return 1;
     }
@@ -152,7 +155,7 @@ static int post(mcp *m, json_t *msg, json_t **out)
     if (rc || !out)
         return rc;
     if (status != 200 || !(*out = answer_json(m->buf))) {
-        fprintf(stderr, "The gateway answered HTTP %ld without a usable result; retry.\n", status);
+        fprintf(stderr, SF_MSG_CLI_NO_RESULT_FMT, status);
         return 1;
     }
     return 0;
@@ -166,12 +169,11 @@ static int mcp_open(mcp *m, int need_session)
 
     memset(m, 0, sizeof(*m));
     if (!key || !*key) {
-        fputs("SANDFLEET_API_KEY is not set: export your team's key (sandfleet keys create "
-              "--team NAME prints one).\n", stderr);
+        fputs(SF_MSG_CLI_KEY_UNSET, stderr);
         return 1;
     }
     if (strlen(key) > 512) {
-        fputs("SANDFLEET_API_KEY is too long to be a sandfleet key.\n", stderr);
+        fputs(SF_MSG_CLI_KEY_TOO_LONG, stderr);
         return 1;
     }
     if (!url || !*url)
@@ -379,6 +381,49 @@ out:
     return rc;
 }
 
+/* --http PORT[/PATH] as "PORT/PATH" (PATH default /mcp). 0, or -1 when malformed. */
+static int http_spec(const char *v, char *out, size_t n)
+{
+    char *end;
+    long port = strtol(v, &end, 10);
+    const char *path = *end ? end : "/mcp";
+
+    if (end == v || port < 1 || port > 65535 || *path != '/' || strlen(path) > 128)
+        return -1;
+    for (const char *p = path; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '/' || *p == '-' || *p == '_' || *p == '.'))
+            return -1;
+    snprintf(out, n, "%ld%s", port, path);
+    return 0;
+}
+
+/* --git URL [--ref REF]: the URL's host into host (for the builder's allow_out). 0, or -1
+ * when either is malformed (both go into a shell command in single quotes). */
+static int git_host(const char *url, const char *ref, char *host, size_t n)
+{
+    const char *h = !strncmp(url, "https://", 8) ? url + 8 : !strncmp(url, "http://", 7) ? url + 7
+                                                                                         : NULL;
+    size_t len;
+
+    if (!h || strlen(url) > 1024 || strpbrk(url, "'\"\\ \t\n\r`$;&|<>") ||
+        (ref && (!*ref || strlen(ref) > 200 || *ref == '-')))
+        return -1;
+    for (const char *p = ref; p && *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '.' || *p == '_' || *p == '-' || *p == '/'))
+            return -1;
+    len = strcspn(h, "/?#");
+    if (memchr(h, '@', len)) /* user:password@: a credential does not belong in a URL */
+        return -1;
+    len = strcspn(h, "/:?#");
+    if (len == 0 || len >= n)
+        return -1;
+    memcpy(host, h, len);
+    host[len] = '\0';
+    return 0;
+}
+
 static int gzipped(const char *file)
 {
     unsigned char mg[2] = {0};
@@ -398,10 +443,11 @@ static int add(int argc, char **argv)
     const char *archive = cli_opt(argc, argv, "--archive"), *git = cli_opt(argc, argv, "--git");
     const char *run = cli_opt(argc, argv, "--run"), *setup = cli_opt(argc, argv, "--setup");
     const char *tpl = cli_opt(argc, argv, "--template"), *httpopt = cli_opt(argc, argv, "--http");
-    const char *idle = cli_opt(argc, argv, "--idle-timeout");
+    const char *idle = cli_opt(argc, argv, "--idle-timeout"), *ref = cli_opt(argc, argv, "--ref");
     const char *maxs = cli_opt(argc, argv, "--max-sessions"), *warm = cli_opt(argc, argv, "--warm");
     json_t *allow = json_array(), *secrets = json_object(), *entry, *r = NULL;
-    char tmp[] = "/tmp/sandfleet-server-XXXXXX", snap[80], sb[80] = "", cmd[512];
+    char tmp[] = "/tmp/sandfleet-server-XXXXXX", snap[80], sb[80] = "", cmd[512], httpspec[160],
+         githost[256];
     const char *file = archive;
     int tmpfd = -1, rc = 1, sources = !!dir + !!archive + !!git;
     mcp m;
@@ -428,15 +474,17 @@ static int add(int argc, char **argv)
               "command that starts the server.\n", stderr);
         goto usage;
     }
-    if (httpopt) {
-        fputs("--http servers are not served yet: this build bridges stdio servers only (the "
-              "worker ingress of preview URLs, which --http needs, is not merged); register "
-              "the server without --http, speaking MCP over stdio.\n", stderr);
-        goto fail;
+    if (httpopt && http_spec(httpopt, httpspec, sizeof(httpspec)) < 0) {
+        fputs("--http takes PORT[/PATH]: the port the server listens on inside its sandbox "
+              "(1-65535) and its MCP path (default /mcp; letters, digits, '/', '-', '_', '.'), "
+              "e.g. --http 8000/mcp.\n", stderr);
+        goto usage;
     }
-    if (git) {
-        fputs("--git is not served yet: clone the repository yourself and pass --dir.\n", stderr);
-        goto fail;
+    if (git && git_host(git, ref, githost, sizeof(githost)) < 0) {
+        fputs("--git takes an http(s) URL of at most 1024 bytes without quotes, spaces or "
+              "credentials (e.g. --git https://github.com/org/server.git), and --ref a branch "
+              "or tag of letters, digits, '.', '_', '-' and '/'.\n", stderr);
+        goto usage;
     }
     if (cli_opt(argc, argv, "--vcpu") || cli_opt(argc, argv, "--memory_mib") ||
         cli_opt(argc, argv, "--disk_mib"))
@@ -459,20 +507,52 @@ static int add(int argc, char **argv)
     {
         json_t *a = json_pack("{s:s, s:s}", "name", "sandfleet-server-build", "from_template",
                               tpl ? tpl : "debian");
-        if (json_array_size(allow))
-            json_object_set(a, "allow_out", allow);
+        json_t *bal = json_copy(allow); /* the builder also reaches the repository's host */
+        if (git)
+            json_array_append_new(bal, json_string(githost));
+        if (json_array_size(bal))
+            json_object_set(a, "allow_out", bal);
+        json_decref(bal);
         if (call_tool(&m, "sandbox_create", a, &r, 0))
             goto close;
         snprintf(sb, sizeof(sb), "%s", json_string_value(json_object_get(r, "id")) ?: "");
         json_decref(r);
         r = NULL;
     }
-    if (upload(&m, sb, file))
-        goto kill;
-    snprintf(cmd, sizeof(cmd), "set -e; mkdir -p /root/mcp; cat /tmp/sf-upload/part.* | tar -x%sf - "
-             "-C /root/mcp --no-same-owner; rm -rf /tmp/sf-upload", gzipped(file) ? "z" : "");
-    if (run_in(&m, sb, cmd, "Unpacking the server's code"))
-        goto kill;
+    if (git) {
+        /* through the sandbox's egress proxy; a shallow clone, or a whole one from a server
+         * that cannot serve shallow clones (dumb HTTP) */
+        char *gc = NULL, rf[300] = "";
+        if (ref)
+            snprintf(rf, sizeof(rf), "--branch '%s' ", ref);
+        fprintf(stderr, "cloning %s\n", git);
+        if (asprintf(&gc, "git clone -q --depth 1 %s-- '%s' /root/mcp 2>/dev/null || "
+                     "{ rm -rf /root/mcp; git clone -q %s-- '%s' /root/mcp; }", rf, git, rf,
+                     git) < 0 ||
+            run_in(&m, sb, gc, "Cloning the server's repository")) {
+            free(gc);
+            goto kill;
+        }
+        free(gc);
+    } else {
+        if (upload(&m, sb, file))
+            goto kill;
+        snprintf(cmd, sizeof(cmd), "set -e; mkdir -p /root/mcp; cat /tmp/sf-upload/part.* | "
+                 "tar -x%sf - -C /root/mcp --no-same-owner; rm -rf /tmp/sf-upload",
+                 gzipped(file) ? "z" : "");
+        if (run_in(&m, sb, cmd, "Unpacking the server's code"))
+            goto kill;
+    }
+    if (httpopt) {
+        char *enc = b64((const unsigned char *)http_bridge_py, strlen(http_bridge_py));
+        int bad = !enc || call_tool(&m, "sandbox_files_write",
+                                    json_pack("{s:s, s:s, s:s, s:s}", "sandbox_id", sb, "path",
+                                              HTTP_BRIDGE, "content", enc, "encoding", "base64"),
+                                    NULL, 0);
+        free(enc);
+        if (bad)
+            goto kill;
+    }
     if (setup) {
         char *sc = NULL;
         fprintf(stderr, "running --setup\n");
@@ -491,7 +571,11 @@ static int add(int argc, char **argv)
                       secrets);
     if (setup)
         json_object_set_new(entry, "setup", json_string(setup));
-    json_object_set_new(entry, "source", json_string(dir ? dir : archive));
+    if (httpopt)
+        json_object_set_new(entry, "http", json_string(httpspec));
+    json_object_set_new(entry, "source", json_string(dir ? dir : archive ? archive : git));
+    if (git && ref)
+        json_object_set_new(entry, "ref", json_string(ref));
     if (idle)
         json_object_set_new(entry, "idle_s", json_integer(strtoll(idle, NULL, 10)));
     if (maxs)
@@ -523,9 +607,43 @@ usage:
     return 2;
 }
 
+/* Kills the sandboxes of the server's live sessions (the team's sandboxes whose metadata
+ * names it), page by page; how many. */
+static int end_sessions(mcp *m, const char *name)
+{
+    char cursor[160] = "";
+    int n = 0;
+
+    for (int page = 0; page < 100; page++) {
+        json_t *a = json_pack("{s:{s:s}, s:i}", "metadata", "sandfleet_hosted", name, "limit", 200);
+        json_t *r = NULL, *v;
+        const char *next;
+        size_t i;
+        if (cursor[0])
+            json_object_set_new(a, "cursor", json_string(cursor));
+        if (call_tool(m, "sandbox_list", a, &r, 0))
+            break;
+        json_array_foreach(json_object_get(r, "sandboxes"), i, v) {
+            const char *id = json_string_value(json_object_get(v, "id"));
+            const char *st = json_string_value(json_object_get(v, "status"));
+            if (id && (!st || strcmp(st, "killed")) &&
+                !call_tool(m, "sandbox_kill", json_pack("{s:s}", "sandbox_id", id), NULL, 1))
+                n++;
+        }
+        next = json_string_value(json_object_get(r, "next_cursor"));
+        snprintf(cursor, sizeof(cursor), "%s", next && strlen(next) < sizeof(cursor) ? next : "");
+        json_decref(r);
+        if (!cursor[0])
+            break;
+    }
+    return n;
+}
+
 static int usage_all(FILE *f)
 {
-    fputs("usage: sandfleet servers add NAME (--dir PATH | --archive FILE) --run CMD [--setup CMD]\n"
+    fputs("usage: sandfleet servers add NAME (--dir PATH | --archive FILE | --git URL [--ref REF])\n"
+          "                         --run CMD [--http PORT[/PATH]]\n"
+          "                         [--setup CMD]\n"
           "                         [--template T] [--allow-out HOST]... [--secret ENV=NAME]...\n"
           "                         [--idle-timeout S] [--max-sessions N] [--warm N]\n"
           "       sandfleet servers list | show NAME | remove NAME | logs NAME\n"
@@ -577,9 +695,11 @@ int cli_servers(int argc, char **argv)
     } else if (!strcmp(sub, "remove")) {
         if (registry(&m, "DELETE", name, NULL, NULL, &r) == 0) {
             char snap[80];
+            int ended = end_sessions(&m, name);
             snprintf(snap, sizeof(snap), "mcp-%s", name);
             call_tool(&m, "sandbox_snapshot_delete", json_pack("{s:s}", "snapshot", snap), NULL, 1);
-            printf("server %s removed\n", name);
+            printf("server %s removed (%d live session%s ended)\n", name, ended,
+                   ended == 1 ? "" : "s");
             rc = 0;
         }
     } else {

@@ -4,6 +4,7 @@
  * client; build then polls the list and draws a progress bar on stderr until the template
  * is ready or failed. logs is an operator view: the build log kept in Redis. */
 #include "cli.h"
+#include "sf_msg.h"
 #include "sf_redis.h"
 #include "sf_templates.h"
 #include "sf_util.h"
@@ -124,20 +125,19 @@ static int post(mcp *m, json_t *msg, json_t **out)
     curl_slist_free_all(h);
     free(body);
     if (cc != CURLE_OK) {
-        fprintf(stderr, "Cannot reach the sandfleet gateway at %s (%s); start it (ops/run) or "
-                "set SANDFLEET_URL, then retry.\n", m->url, curl_easy_strerror(cc));
+        fprintf(stderr, SF_MSG_CLI_GATEWAY_UNREACHABLE_FMT, m->url, curl_easy_strerror(cc));
         return 1;
     }
     curl_easy_getinfo(m->easy, CURLINFO_RESPONSE_CODE, &status);
     if (status == 401 || status == 403) {
-        fprintf(stderr, "The gateway refused the API key (HTTP %ld); check SANDFLEET_API_KEY.\n",
+        fprintf(stderr, SF_MSG_CLI_KEY_REFUSED_FMT,
                 status);
         return 1;
     }
     if (!out)
         return 0;
     if (status != 200 || !m->buf || !(*out = answer_json(m->buf))) {
-        fprintf(stderr, "The gateway answered HTTP %ld without a usable result; retry.\n", status);
+        fprintf(stderr, SF_MSG_CLI_NO_RESULT_FMT, status);
         return 1;
     }
     return 0;
@@ -150,12 +150,11 @@ static int mcp_open(mcp *m)
 
     memset(m, 0, sizeof(*m));
     if (!key || !*key) {
-        fputs("SANDFLEET_API_KEY is not set: export your team's key (sandfleet keys create "
-              "--team NAME prints one).\n", stderr);
+        fputs(SF_MSG_CLI_KEY_UNSET, stderr);
         return 1;
     }
     if (strlen(key) > 512) {
-        fputs("SANDFLEET_API_KEY is too long to be a sandfleet key.\n", stderr);
+        fputs(SF_MSG_CLI_KEY_TOO_LONG, stderr);
         return 1;
     }
     m->url = getenv("SANDFLEET_URL");

@@ -26,6 +26,8 @@
     "over; retry in a few seconds."
 
 /* Out of memory or descriptors (sentences; *_WHY: lower-case reasons other text wraps) */
+#define SF_MSG_OOM_JSON "{\"error\":\"Out of memory; retry.\"}" /* an HTTP answer's body */
+#define SF_MSG_ENV_TOO_MANY "Too many environment variables; pass at most 256."
 #define SF_MSG_HOST_NOMEM "The host is out of memory; retry later."
 #define SF_MSG_HOST_NOMEM_BUILD "The host is out of memory; build it again."
 #define SF_MSG_SCHED_NOMEM "The scheduler is out of memory; retry later."
@@ -122,5 +124,18 @@
 #define SF_MSG_CLI_NO_GRANT_FMT "sandfleet: no grant %s; see: sandfleet tokens list\n"
 #define SF_MSG_CLI_ENTRY_SAME_FMT "%s already holds this sandfleet entry; nothing to change.\n"
 #define SF_MSG_CLI_ENTRY_DONE_FMT "%s sandfleet in %s (everything else there is kept).\n"
+
+/* The CLI's commands that act through the gateway as a team (templates, servers) */
+#define SF_MSG_CLI_GATEWAY_UNREACHABLE_FMT /* URL, curl's reason */                                \
+    "Cannot reach the sandfleet gateway at %s (%s); start it (ops/run) or set SANDFLEET_URL, "  \
+    "then retry.\n"
+#define SF_MSG_CLI_KEY_REFUSED_FMT /* HTTP status */                                               \
+    "The gateway refused the API key (HTTP %ld); check SANDFLEET_API_KEY.\n"
+#define SF_MSG_CLI_NO_RESULT_FMT /* HTTP status */                                                 \
+    "The gateway answered HTTP %ld without a usable result; retry.\n"
+#define SF_MSG_CLI_KEY_UNSET                                                                       \
+    "SANDFLEET_API_KEY is not set: export your team's key (sandfleet keys create --team NAME "  \
+    "prints one).\n"
+#define SF_MSG_CLI_KEY_TOO_LONG "SANDFLEET_API_KEY is too long to be a sandfleet key.\n"
 
 #endif

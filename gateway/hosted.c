@@ -32,6 +32,7 @@
 
 #define NAME_MAX_LEN 63
 #define SERVER_BODY_MAX (64 * 1024)
+#define NAME_RULE "Server names are 1-63 of a-z, 0-9, '-' and '_'."
 
 typedef struct hreq {
     gw_ctx *ctx;
@@ -48,6 +49,7 @@ typedef struct hreq {
     int sse_ok, streaming;
     int listen;               /* a GET stream */
     int64_t idle_s;
+    char *answer;             /* the server's initialize answer, until Redis holds the session */
 } hreq;
 
 /* ---- answers ------------------------------------------------------------------------ */
@@ -58,6 +60,7 @@ static void h_free(hreq *h)
         gw_jobs_cancel(h->ctx, h->pending);
     json_decref(h->entry);
     json_decref(h->msg);
+    free(h->answer);
     free(h);
 }
 
@@ -183,8 +186,7 @@ static int h_submit(hreq *h, const char *tool, json_t *args, int progress, gw_jo
     if (rc < 0) {
         h_error(h, 503, -32603, rc == -EDQUOT ? "Your team has too many calls in flight on this "
                                                 "gateway; wait for some to finish, then retry."
-                                              : "The job queue is unavailable; retry in a few "
-                                                "seconds.");
+                                              : GW_MSG_QUEUE_DOWN);
         return -1;
     }
     if (pcb)
@@ -324,12 +326,41 @@ static void ignore_reply(void *arg, const sf_reply *r)
     (void)arg, (void)r;
 }
 
+static void on_init_stored(redisAsyncContext *ac, void *reply, void *priv)
+{
+    hreq *h = priv;
+    redisReply *rep = reply;
+    char hdr[SF_ID_MAX];
+    const char *headers[] = {"Mcp-Session-Id", hdr, NULL};
+
+    (void)ac;
+    h->busy = 0;
+    if (!rep || rep->type == REDIS_REPLY_ERROR) {
+        if (h->req)
+            h_error(h, 503, -32603, SF_MSG_STORE_DOWN);
+        h_free(h);
+        return;
+    }
+    sf_info("msg=\"hosted session opened\" server=%s team=%s session=%s sandbox=%s", h->name,
+            h->team, h->sid, h->sandbox);
+    if (!h->req) {
+        h_free(h);
+        return;
+    }
+    snprintf(hdr, sizeof(hdr), "%s", h->sid);
+    if (h->streaming) {
+        sse_event(h, h->answer);
+        h_respond(h, 200, NULL, NULL, NULL);
+    } else {
+        h_respond(h, 200, headers, "application/json", h->answer);
+    }
+    h_free(h);
+}
+
 static void on_init_answer(void *arg, const sf_reply *r)
 {
     hreq *h = arg;
     const char *line;
-    char hdr[SF_ID_MAX];
-    const char *headers[] = {"Mcp-Session-Id", hdr, NULL};
     int64_t until = sf_now_ms() + h->idle_s * 1000;
 
     h->pending = NULL;
@@ -354,27 +385,23 @@ static void on_init_answer(void *arg, const sf_reply *r)
         h_free(h);
         return;
     }
+    /* The answer goes out once Redis holds the session: the client's next request may reach
+     * another gateway thread (or process), whose own Redis connection must find it. */
+    h->answer = strdup(line);
     sf_redis_cmd(h->ctx->redis, NULL, NULL, "HSET " SF_RK_HSESS " team %s name %s sandbox %s "
                  "idle_s %lld created %lld", h->sid, h->team, h->name, h->sandbox,
                  (long long)h->idle_s, (long long)sf_now_ms());
     sf_redis_cmd(h->ctx->redis, NULL, NULL, "EXPIRE " SF_RK_HSESS " %lld", h->sid,
                  (long long)h->idle_s);
-    sf_redis_cmd(h->ctx->redis, NULL, NULL, "ZADD " SF_RK_TEAM_HSESS " %lld %s", h->team,
-                 h->name, (long long)until, h->sid);
-    sf_info("msg=\"hosted session opened\" server=%s team=%s session=%s sandbox=%s", h->name,
-            h->team, h->sid, h->sandbox);
-    if (!h->req) {
+    h->busy = 1;
+    if (!h->answer || sf_redis_cmd(h->ctx->redis, on_init_stored, h,
+                                   "ZADD " SF_RK_TEAM_HSESS " %lld %s", h->team, h->name,
+                                   (long long)until, h->sid) < 0) {
+        h->busy = 0;
+        if (h->req)
+            h_error(h, 503, -32603, SF_MSG_STORE_DOWN);
         h_free(h);
-        return;
     }
-    snprintf(hdr, sizeof(hdr), "%s", h->sid);
-    if (h->streaming) {
-        sse_event(h, line);
-        h_respond(h, 200, NULL, NULL, NULL);
-    } else {
-        h_respond(h, 200, headers, "application/json", line);
-    }
-    h_free(h);
 }
 
 static void on_started(void *arg, const sf_reply *r)
@@ -397,10 +424,50 @@ static void on_started(void *arg, const sf_reply *r)
         h_free(h);
 }
 
+/* "PORT/PATH" of --http, checked: 0, or -1. */
+static int http_spec_ok(const char *v)
+{
+    char *end;
+    long port = strtol(v, &end, 10);
+
+    if (end == v || *v == '-' || *v == '+' || port < 1 || port > 65535 || *end != '/' ||
+        strlen(end) > 128)
+        return -1;
+    for (const char *p = end; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '/' || *p == '-' || *p == '_' || *p == '.'))
+            return -1;
+    return 0;
+}
+
+/* The command the worker starts: run itself (stdio), or for an --http server the bridge
+ * `sandfleet servers add` put in its image (cli/http-bridge.py), which starts run and relays
+ * stdio lines to http://127.0.0.1:PORT/PATH. Allocated; NULL when out of memory. */
+static char *http_run(const char *run, const char *http)
+{
+    char *out, *w;
+    size_t n = 0;
+
+    if (!http || http_spec_ok(http) < 0)
+        return strdup(run);
+    for (const char *p = run; *p; p++)
+        n += *p == '\'' ? 4 : 1;
+    out = malloc(strlen(http) + n + 64);
+    if (!out)
+        return NULL;
+    w = out + sprintf(out, "exec python3 /root/.sandfleet/http-bridge.py %.*s %s '",
+                      (int)strcspn(http, "/"), http, http + strcspn(http, "/"));
+    for (const char *p = run; *p; p++)
+        w = *p == '\'' ? stpcpy(w, "'\\''") : (*w++ = *p, w);
+    strcpy(w, "'");
+    return out;
+}
+
 static void on_created(void *arg, const sf_reply *r)
 {
     hreq *h = arg;
     json_t *args;
+    char *run;
 
     h->pending = NULL;
     if (!r || r->kind != SF_REPLY_RESULT) {
@@ -415,9 +482,12 @@ static void on_created(void *arg, const sf_reply *r)
         h_free(h);
         return;
     }
-    args = json_pack("{s:s, s:s, s:I}", "run", entry_str(h, "run") ? entry_str(h, "run") : "",
-                     "cwd", entry_str(h, "cwd") ? entry_str(h, "cwd") : "/root/mcp", "idle_s",
-                     (json_int_t)h->idle_s);
+    run = http_run(entry_str(h, "run") ? entry_str(h, "run") : "", entry_str(h, "http"));
+    args = run ? json_pack("{s:s, s:s, s:I}", "run", run, "cwd",
+                           entry_str(h, "cwd") ? entry_str(h, "cwd") : "/root/mcp", "idle_s",
+                           (json_int_t)h->idle_s)
+               : NULL;
+    free(run);
     if (h_submit(h, SF_TOOL_HOSTED_START, args, 0, on_started, NULL) < 0)
         h_free(h);
 }
@@ -571,8 +641,7 @@ static void on_session(redisAsyncContext *ac, void *reply, void *priv)
             h_free(h);
         return;
     }
-    session_touch(h);
-    if (!strcmp(method, "GET")) {
+    if (!strcmp(method, "GET")) { /* no activity: an open stream keeps no session alive */
         char hdr[SF_ID_MAX];
         const char *headers[] = {"Mcp-Session-Id", hdr, NULL};
         snprintf(hdr, sizeof(hdr), "%s", h->sid);
@@ -585,6 +654,7 @@ static void on_session(redisAsyncContext *ac, void *reply, void *priv)
         listen_next(h);
         return;
     }
+    session_touch(h);
     send_message(h);
 }
 
@@ -750,8 +820,8 @@ void gw_hosted_handle(gw_req *req, gw_ctx *ctx)
         return;
     }
     if (!(h = calloc(1, sizeof(*h)))) {
-        gw_req_respond(req, 503, "application/json", NULL, "{\"error\":\"Out of memory; retry.\"}",
-                       33);
+        gw_req_respond(req, 503, "application/json", NULL, SF_MSG_OOM_JSON,
+                       strlen(SF_MSG_OOM_JSON));
         return;
     }
     h->ctx = ctx;
@@ -914,7 +984,7 @@ static void s_done(redisAsyncContext *ac, void *reply, void *priv)
 static int s_put(sreq *s)
 {
     static const char *const strs[] = {"run", "snapshot", "template", "cwd", "http", "setup",
-                                       "source"};
+                                       "source", "ref"};
     json_t *b = s->body, *v;
     const char *argv[64];
     char nums[4][24], *jallow = NULL, *jsec = NULL;
@@ -950,8 +1020,13 @@ static int s_put(sreq *s)
         if (!v)
             continue;
         if (!json_is_string(v) || json_string_length(v) > 4096) {
-            s_error(s, 400, "Server fields 'run', 'setup', 'cwd', 'http', 'template', 'snapshot' "
-                            "and 'source' are strings of at most 4096 bytes.");
+            s_error(s, 400, "Server fields 'run', 'setup', 'cwd', 'http', 'template', 'snapshot', "
+                            "'source' and 'ref' are strings of at most 4096 bytes.");
+            return -1;
+        }
+        if (!strcmp(strs[i], "http") && http_spec_ok(json_string_value(v)) < 0) {
+            s_error(s, 400, "http is PORT/PATH: a port 1-65535 and a path of letters, digits, "
+                            "'/', '-', '_' and '.' (at most 128), e.g. 8000/mcp.");
             return -1;
         }
         argv[argc++] = strs[i];
@@ -1066,8 +1141,8 @@ static void servers_handle(gw_req *req, void *arg)
     const char *body;
 
     if (!(s = calloc(1, sizeof(*s)))) {
-        gw_req_respond(req, 503, "application/json", NULL, "{\"error\":\"Out of memory; retry.\"}",
-                       33);
+        gw_req_respond(req, 503, "application/json", NULL, SF_MSG_OOM_JSON,
+                       strlen(SF_MSG_OOM_JSON));
         return;
     }
     s->ctx = ctx;
@@ -1077,7 +1152,7 @@ static void servers_handle(gw_req *req, void *arg)
     if (*rest) {
         size_t n = strcspn(rest, "/");
         if (n == 0 || n > NAME_MAX_LEN) {
-            s_error(s, 404, "Server names are 1-63 of a-z, 0-9, '-' and '_'.");
+            s_error(s, 404, NAME_RULE);
             s_free(s);
             return;
         }
@@ -1087,7 +1162,7 @@ static void servers_handle(gw_req *req, void *arg)
             if (!((s->name[i] >= 'a' && s->name[i] <= 'z') ||
                   (s->name[i] >= '0' && s->name[i] <= '9') || s->name[i] == '-' ||
                   s->name[i] == '_')) {
-                s_error(s, 400, "Server names are 1-63 of a-z, 0-9, '-' and '_'.");
+                s_error(s, 400, NAME_RULE);
                 s_free(s);
                 return;
             }
@@ -1101,7 +1176,13 @@ static void servers_handle(gw_req *req, void *arg)
     }
     if (!strcmp(method, "PUT")) {
         body = gw_req_body(req, &len);
-        if (!s->name[0] || s->sub[0] || len > SERVER_BODY_MAX ||
+        if (len > SERVER_BODY_MAX) {
+            s_error(s, 413, "A server's entry is at most 64 KiB of JSON; keep long setup steps "
+                            "in a script uploaded with the code.");
+            s_free(s);
+            return;
+        }
+        if (!s->name[0] || s->sub[0] ||
             !(s->body = json_loadb(body, len, 0, NULL))) {
             s_error(s, 400, "PUT /v1/servers/NAME takes the server's entry as a JSON object (at "
                             "most 64 KiB).");
@@ -1119,8 +1200,7 @@ static void servers_handle(gw_req *req, void *arg)
 
 int gw_hosted_routes(gw_ctx *ctx)
 {
-    if (gw_router_add(ctx->router, NULL, "/mcp/", gw_mcp_handle, ctx) < 0 ||
-        gw_router_add(ctx->router, NULL, "/v1/servers", servers_handle, ctx) < 0 ||
+    if (gw_router_add(ctx->router, NULL, "/v1/servers", servers_handle, ctx) < 0 ||
         gw_router_add(ctx->router, NULL, "/v1/servers/", servers_handle, ctx) < 0)
         return -ENOMEM;
     return 0;

@@ -1020,6 +1020,7 @@ static void not_found(gw_req *req, void *arg)
 int gw_routes_add(gw_ctx *ctx)
 {
     if (gw_router_add(ctx->router, NULL, "/mcp", gw_mcp_handle, ctx) < 0 ||
+        gw_router_add(ctx->router, NULL, "/mcp/", gw_mcp_handle, ctx) < 0 || /* /mcp/NAME */
         gw_hosted_routes(ctx) < 0 || gw_metrics_routes(ctx) < 0 || gw_oauth_routes(ctx) < 0)
         return -ENOMEM;
     gw_router_fallback(ctx->router, not_found, ctx);
@@ -1141,7 +1142,7 @@ void gw_mcp_handle(gw_req *req, void *arg)
         return;
     }
     if (!(c = calloc(1, sizeof(*c)))) {
-        simple(req, 503, NULL, "{\"error\":\"Out of memory; retry.\"}");
+        simple(req, 503, NULL, SF_MSG_OOM_JSON);
         return;
     }
     c->ctx = ctx;

@@ -22,6 +22,8 @@ SF_PACKAGES="$SF_PACKAGES chromium"
 SF_PACKAGES="$SF_PACKAGES debootstrap"
 # the test suite's check of the store's Lua scripts (luac5.1: tests/lint/lua.sh)
 SF_PACKAGES="$SF_PACKAGES lua5.1"
+# the hosted MCP servers' test: pip downloads the MCP Python SDK's wheels (sf_hosted_wheels)
+SF_PACKAGES="$SF_PACKAGES python3-pip"
 
 sf_log() { printf '\033[1m[sandfleet]\033[0m %s\n' "$*" >&2; }
 sf_die() { printf '\033[1;31m[sandfleet]\033[0m %s\n' "$*" >&2; exit 1; }
@@ -55,6 +57,20 @@ sf_build() {
     fi
     cmake --build "$dir" -j"$(nproc)" -- --no-print-directory >"$dir.log" 2>&1 ||
         { tail -40 "$dir.log" >&2; sf_die "build failed (full log: $dir.log)"; }
+}
+
+# sf_hosted_wheels: the wheels of tests/e2e/hosted/requirements.txt (the official MCP Python
+# SDK, pinned) in .test-cache/hosted-wheels, downloaded from PyPI once per lock file for the
+# 'debian' template's CPython 3.11 (tests/e2e/hosted.test.mjs uploads them with its server).
+sf_hosted_wheels() {
+    local req="$SF_ROOT/tests/e2e/hosted/requirements.txt" dir="$SF_ROOT/.test-cache/hosted-wheels"
+    [ -f "$dir/.sf-lock" ] && cmp -s "$req" "$dir/.sf-lock" && return 0
+    sf_log "downloading the MCP Python SDK's wheels (pip download)"
+    rm -rf "$dir" && mkdir -p "$dir" || sf_die "cannot make $dir"
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
+        --implementation cp --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+        -r "$req" -d "$dir" >&2 || sf_die "pip download of $req failed (is PyPI reachable?)"
+    cp "$req" "$dir/.sf-lock"
 }
 
 sf_wait() { # sf_wait SECONDS WHAT CMD...: polls CMD every 50 ms

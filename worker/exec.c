@@ -6,6 +6,7 @@
 #include "sf_events.h"
 #include "sf_jobio.h"
 #include "sf_log.h"
+#include "sf_msg.h"
 #include "sf_records.h"
 #include "sf_tools.h"
 #include "sf_trace.h"
@@ -216,7 +217,7 @@ static void do_exec(wk_call *c, wk_box *b)
         for (size_t i = 0; i < n; i++)
             free(store[i]);
         json_decref(all);
-        wk_reply_error(c, SF_ERR_INVALID, "Too many environment variables; pass at most 256.");
+        wk_reply_error(c, SF_ERR_INVALID, SF_MSG_ENV_TOO_MANY);
         return;
     }
     json_decref(all);

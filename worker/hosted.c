@@ -373,7 +373,7 @@ static void do_start(wk_call *c, wk_box *b)
             free(store[i]);
         json_decref(all);
         free(hs);
-        wk_reply_error(c, SF_ERR_INVALID, "Too many environment variables; pass at most 256.");
+        wk_reply_error(c, SF_ERR_INVALID, SF_MSG_ENV_TOO_MANY);
         return;
     }
     json_decref(all);
@@ -424,7 +424,10 @@ static void on_wait_deadline(evutil_socket_t fd, short what, void *arg)
     wait_free(w);
 }
 
-static hsess *live_session(wk_call *c, wk_box *b)
+/* The session of b's server, or NULL (c answered). activity: c counts as the client's use
+ * (a message does; the GET stream's listen does not, or an open stream would keep an idle
+ * session forever). */
+static hsess *live_session(wk_call *c, wk_box *b, int activity)
 {
     hsess *hs = hs_get(b->id);
 
@@ -438,8 +441,10 @@ static hsess *live_session(wk_call *c, wk_box *b)
         wk_reply_error(c, SF_ERR_UNAVAILABLE, hs->why_ended);
         return NULL;
     }
-    touch(hs);
-    wk_touch(c->ctx, b->id);
+    if (activity) {
+        touch(hs);
+        wk_touch(c->ctx, b->id);
+    }
     return hs;
 }
 
@@ -450,7 +455,7 @@ static void do_send(wk_call *c, wk_box *b)
     const char *id = json_string_value(json_object_get(a, "id"));
     const char *token = json_string_value(json_object_get(a, "token"));
     size_t len = json_string_length(json_object_get(a, "message"));
-    hsess *hs = live_session(c, b);
+    hsess *hs = live_session(c, b, 1);
     hwait *w = NULL;
     char *line;
     int rc;
@@ -539,7 +544,7 @@ static void on_listen_timer(evutil_socket_t fd, short what, void *arg)
 
 static void do_listen(wk_call *c, wk_box *b)
 {
-    hsess *hs = live_session(c, b);
+    hsess *hs = live_session(c, b, 0);
     int64_t left;
     struct timeval tv;
 

@@ -2,21 +2,26 @@
 // add`, spoken to through POST /mcp?name=NAME by the official TypeScript SDK client; one
 // sandbox per session, the server's stdio bridged by the worker. The Python server is built
 // on the official MCP Python SDK, its wheels downloaded on this host with pip (PyPI) and
-// uploaded with the code; the Node server on the official TypeScript SDK, its node_modules
-// uploaded. Real stack, real servers, real clients.
-import { test, before } from 'node:test';
+// uploaded with the code (also as a Streamable HTTP server, --http, and cloned from a git
+// repository, --git); the Node server on the official TypeScript SDK, its node_modules
+// uploaded. Real stack, real servers, real clients; the one fake is the proxy tests'
+// upstream standing in for internet hosts (an API, a git host).
+import { test, before, after, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync, mkdirSync, existsSync, readdirSync } from 'node:fs';
+import { mkdtempSync, writeFileSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { env, url, driver, post, bearer, until } from './lib.mjs';
+import { env, url, driver, bearer, until, cli, connect, call } from './lib.mjs';
 
 const uniq = Date.now().toString(36);
 const PY = `py-${uniq}`;
 const NODE = `node-${uniq}`;
+const HTTP = `http-${uniq}`;
+const SECRET = `hosted_tok_${uniq}`;
+const VALUE = `real-${uniq}-value`;
 const skip = { skip: driver !== 'jail' && 'snapshots of jail hosts hold the server image (a VM one works too, slower)' };
 
 function servers(args, key = env.SF_KEY_ALPHA) {
@@ -25,16 +30,13 @@ function servers(args, key = env.SF_KEY_ALPHA) {
     { encoding: 'utf8', env: e, timeout: 900000 });
 }
 
-// The official Python SDK's wheels, downloaded here once per build folder (PyPI).
+// The official Python SDK's wheels, pinned in hosted/requirements.txt, downloaded from PyPI by
+// ops/lib.sh's sf_hosted_wheels (ops/test runs it; here it is a no-op when they are there).
 function wheels() {
-  const dir = join(env.SF_BUILD, 'hosted-wheels');
-  if (existsSync(dir) && readdirSync(dir).some((f) => f.startsWith('mcp-'))) return dir;
-  mkdirSync(dir, { recursive: true });
-  const r = spawnSync('python3', ['-m', 'pip', 'download', 'mcp', '--only-binary=:all:',
-    '--python-version', '3.11', '--implementation', 'cp', '--platform', 'manylinux2014_x86_64',
-    '--platform', 'manylinux_2_17_x86_64', '-d', dir, '-q'], { encoding: 'utf8', timeout: 300000 });
-  assert.equal(r.status, 0, `pip download mcp: ${r.stderr}`);
-  return dir;
+  const root = join(import.meta.dirname, '../..');
+  const r = spawnSync('bash', ['-c', '. ops/lib.sh && sf_hosted_wheels'], { cwd: root, encoding: 'utf8', timeout: 300000 });
+  assert.equal(r.status, 0, `sf_hosted_wheels: ${r.stderr}`);
+  return join(root, '.test-cache/hosted-wheels');
 }
 
 const PY_SERVER = `
@@ -65,6 +67,14 @@ def env_token() -> str:
     return os.environ.get("TOKEN", "")
 
 @server.tool()
+def call_upstream(path: str) -> str:
+    """GET http://api.example.test{path} with X-Api-Key: $TOKEN."""
+    req = urllib.request.Request("http://api.example.test" + path,
+                                 headers={"X-Api-Key": os.environ.get("TOKEN", "")})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return r.read().decode()
+
+@server.tool()
 def crash() -> str:
     """Dies."""
     print("about to crash: boom-" + "marker", file=sys.stderr, flush=True)
@@ -73,9 +83,36 @@ def crash() -> str:
 server.run()
 `;
 
+// The same SDK's Streamable HTTP transport, on 127.0.0.1:8123/rpc inside its sandbox.
+const PY_HTTP_SERVER = `
+import asyncio
+from mcp.server.mcpserver import MCPServer, Context
+
+server = MCPServer("py-http")
+count = 0
+
+@server.tool()
+def bump() -> str:
+    """Counts calls in this session."""
+    global count
+    count += 1
+    return str(count)
+
+@server.tool()
+async def steps(n: int, ctx: Context) -> str:
+    """Reports n progress steps."""
+    for i in range(n):
+        await ctx.report_progress(i + 1, n, f"step {i + 1}")
+        await asyncio.sleep(0.05)
+    return f"did {n}"
+
+server.run(transport="streamable-http", host="127.0.0.1", port=8123, streamable_http_path="/rpc")
+`;
+
 function pyDir() {
   const dir = mkdtempSync(join(tmpdir(), 'sf-hosted-py-'));
   writeFileSync(join(dir, 'server.py'), PY_SERVER);
+  writeFileSync(join(dir, 'http_server.py'), PY_HTTP_SERVER);
   const w = wheels();
   const r = spawnSync('cp', ['-a', w, join(dir, 'wheels')]);
   assert.equal(r.status, 0);
@@ -88,22 +125,100 @@ function clientFor(name, key = env.SF_KEY_ALPHA) {
   return { u, transport: new StreamableHTTPClientTransport(u, { requestInit: { headers: bearer(key) } }) };
 }
 
+// Every session a test opens; end() closes it (DELETE, then the client's streams); afterEach
+// ends what a failed test left open, so no test starts over the caps.
+const opened = new Set();
 async function open(name, key) {
   const { transport } = clientFor(name, key);
   const client = new Client({ name: 'hosted-e2e', version: '1.0.0' });
   await client.connect(transport);
-  return { client, transport };
+  const h = { client, transport };
+  opened.add(h);
+  return h;
+}
+async function end(h, strict = true) {
+  opened.delete(h);
+  try {
+    await h.transport.terminateSession();
+  } catch (e) {
+    if (strict) throw e;
+  } finally {
+    await h.client.close();
+  }
 }
 
 const text = (r) => r.content.filter((c) => c.type === 'text').map((c) => c.text).join('');
 
+const NODE_SERVER = `
+import { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
+import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
+let n = 0;
+const server = new Server({ name: 'node-hosted', version: '1.0.0' }, { capabilities: { tools: {} } });
+server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: [
+  { name: 'inc', description: 'Counts calls in this session.', inputSchema: { type: 'object' } },
+  { name: 'ticks', description: 'Reports n progress ticks.',
+    inputSchema: { type: 'object', properties: { n: { type: 'integer' } } } }] }));
+server.setRequestHandler(CallToolRequestSchema, async (req, extra) => {
+  if (req.params.name === 'inc') return { content: [{ type: 'text', text: String(++n) }] };
+  const t = req.params._meta?.progressToken, k = req.params.arguments?.n ?? 2;
+  for (let i = 1; i <= k; i++)
+    if (t !== undefined) await extra.sendNotification({ method: 'notifications/progress',
+      params: { progressToken: t, progress: i, total: k } });
+  return { content: [{ type: 'text', text: \`ticked \${k}\` }] };
+});
+await server.connect(new StdioServerTransport());
+`;
+
+// The Node server's folder: server.mjs and the TS SDK's node_modules (as npm ci made them
+// for these tests; the browser engine left out).
+function nodeDir() {
+  const dir = mkdtempSync(join(tmpdir(), 'sf-hosted-node-'));
+  writeFileSync(join(dir, 'server.mjs'), NODE_SERVER);
+  const r = spawnSync('sh', ['-c', `tar -C ${join(import.meta.dirname, '.')} --exclude=node_modules/playwright-core -cf - node_modules | tar -C ${dir} -xf -`]);
+  assert.equal(r.status, 0, String(r.stderr));
+  return dir;
+}
+
+// What the proxy tests' fake upstream (a fake of an internet API: nothing leaves this
+// machine) received for a request path.
+function upstream(uri) {
+  return readFileSync(env.SF_UPSTREAM_LOG, 'utf8').trim().split('\n').filter(Boolean)
+    .map((l) => JSON.parse(l)).filter((e) => e.uri === uri);
+}
+
+// The team's sandboxes of a hosted session (by the metadata the gateway gives them).
+async function sessionBoxes(sid) {
+  const c = await connect(env.SF_KEY_ALPHA);
+  const r = await call(c, 'sandbox_list', { metadata: { session: sid } });
+  await c.close();
+  return r.structured.sandboxes.filter((s) => s.status !== 'killed');
+}
+
 before(() => {
   if (driver !== 'jail') return;
+  cli(['secrets', 'create', '--team', 'alpha', '--name', SECRET, '--allowed-host', 'api.example.test',
+    '--any-header', '--allow-http'], VALUE);
+  const n = servers(['add', NODE, '--dir', nodeDir(), '--run', 'node server.mjs', '--idle-timeout', '3']);
+  assert.equal(n.status, 0, n.stderr);
   const r = servers(['add', PY, '--dir', pyDir(), '--run', '/root/venv/bin/python server.py',
+    '--secret', `TOKEN=${SECRET}`, '--allow-out', 'api.example.test',
     '--setup', 'python3 -m venv /root/venv && /root/venv/bin/pip install -q --no-index --find-links wheels mcp',
     '--idle-timeout', '600', '--max-sessions', '3']);
   assert.equal(r.status, 0, r.stderr);
   assert.match(r.stdout, new RegExp(`server ${PY} registered`));
+  const h = servers(['add', HTTP, '--dir', pyDir(), '--run', '/root/venv/bin/python http_server.py',
+    '--http', '8123/rpc',
+    '--setup', 'python3 -m venv /root/venv && /root/venv/bin/pip install -q --no-index --find-links wheels mcp']);
+  assert.equal(h.status, 0, h.stderr);
+});
+
+afterEach(async () => { // a failed test's sessions end here: the next test starts under the caps
+  for (const h of [...opened]) await end(h, false);
+});
+
+after(async () => {
+  for (const n of [PY, NODE, HTTP]) servers(['remove', n]); // (their snapshots count in the team's)
 });
 
 test('servers list/show: the key\'s team sees its server; another team does not', skip, () => {
@@ -129,7 +244,7 @@ test('Python SDK server: the SDK client lists and calls its tools; per-session s
   const a = await open(PY);
   assert.equal(a.client.getServerVersion().name, 'py-hosted', 'the server\'s own initialize answer');
   const tools = (await a.client.listTools()).tools.map((t) => t.name).sort();
-  assert.deepEqual(tools, ['bump', 'crash', 'env_token', 'steps']);
+  assert.deepEqual(tools, ['bump', 'call_upstream', 'crash', 'env_token', 'steps']);
   assert.equal(text(await a.client.callTool({ name: 'bump', arguments: {} })), '1');
   assert.equal(text(await a.client.callTool({ name: 'bump', arguments: {} })), '2');
 
@@ -146,13 +261,15 @@ test('Python SDK server: the SDK client lists and calls its tools; per-session s
 
   // DELETE: 204, the session is gone (404), its sandbox killed
   const sid = a.transport.sessionId;
-  await a.transport.terminateSession();
+  assert.equal((await sessionBoxes(sid)).length, 1, 'the session has its sandbox');
+  await end(a);
+  assert.equal((await sessionBoxes(sid)).length, 0, 'DELETE killed it');
   const again = await fetch(`${url}?name=${PY}`, { method: 'POST', headers: {
     'Content-Type': 'application/json', Accept: 'application/json, text/event-stream',
     ...bearer(env.SF_KEY_ALPHA), 'Mcp-Session-Id': sid, 'MCP-Protocol-Version': '2025-06-18' },
     body: JSON.stringify({ jsonrpc: '2.0', id: 9, method: 'tools/list' }) });
   assert.equal(again.status, 404, await again.text());
-  await b.transport.terminateSession();
+  await end(b);
 });
 
 test('unknown name, another team\'s server, unknown session: 404 with a sentence', skip, async () => {
@@ -178,6 +295,114 @@ test('unknown name, another team\'s server, unknown session: 404 with a sentence
   const unauth = await fetch(u(PY), { method: 'POST', headers: { 'Content-Type': 'application/json' },
     body: JSON.stringify(init) });
   assert.equal(unauth.status, 401);
+  // OAuth clients of /mcp/NAME find the protected-resource metadata there too
+  const base = url.replace(/\/mcp$/, '');
+  const challenge = await fetch(`${url}/${PY}`, { method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify(init) });
+  assert.equal(challenge.status, 401);
+  assert.match(challenge.headers.get('www-authenticate') ?? '', /resource_metadata="/);
+  const prm = await fetch(`${base}/.well-known/oauth-protected-resource/mcp/${PY}`);
+  assert.equal(prm.status, 200);
+  const meta = await prm.json();
+  assert.ok(`${url}/${PY}`.startsWith(meta.resource), meta.resource);
+  assert.ok(meta.authorization_servers?.length > 0);
+});
+
+// Attacks: another team holding a live session's id, a forged registry entry naming another
+// team's image, oversized input. Each refused with its sentence; the victim's session goes on.
+test('attack: another team cannot use, read or end a session, nor register onto another team\'s image', skip, async () => {
+  const a = await open(PY);
+  const sid = a.transport.sessionId;
+  const hdr = (key) => ({ 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream',
+    ...bearer(key), 'Mcp-Session-Id': sid, 'MCP-Protocol-Version': '2025-06-18' });
+  const bump = JSON.stringify({ jsonrpc: '2.0', id: 5, method: 'tools/call', params: { name: 'bump', arguments: {} } });
+  const base = url.replace(/\/mcp$/, '');
+  const init = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize',
+    params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'x', version: '1' } } });
+
+  // beta has no server of that name: 404 before any session is looked at
+  const none = await fetch(`${url}?name=${PY}`, { method: 'POST', headers: hdr(env.SF_KEY_BETA), body: bump });
+  assert.equal(none.status, 404);
+  assert.match((await none.json()).error.message, /No MCP server named .* is registered for your team/);
+
+  // beta registers the same name, its entry naming alpha's image (mcp-PY)
+  const put = await fetch(`${base}/v1/servers/${PY}`, { method: 'PUT',
+    headers: { 'Content-Type': 'application/json', ...bearer(env.SF_KEY_BETA) },
+    body: JSON.stringify({ run: 'cat /root/mcp/server.py', snapshot: `mcp-${PY}` }) });
+  assert.equal(put.status, 200, await put.text());
+  try {
+    // its sessions cannot start from alpha's image
+    const st = await fetch(`${url}?name=${PY}`, { method: 'POST', headers: {
+      'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', ...bearer(env.SF_KEY_BETA) },
+      body: init });
+    const body = await st.text();
+    assert.notEqual(st.status, 200, body);
+    assert.match(body, /could not get a sandbox/);
+    assert.doesNotMatch(body, /MCPServer/, 'nothing of alpha\'s code');
+    // now past the name: alpha's session id is still no session of beta's, on every method
+    for (const where of [`${url}?name=${PY}`, `${url}/${PY}`]) {
+      const p = await fetch(where, { method: 'POST', headers: hdr(env.SF_KEY_BETA), body: bump });
+      assert.equal(p.status, 404, 'beta cannot call into alpha\'s session');
+      assert.match((await p.json()).error.message, /Session not found/);
+      const g = await fetch(where, { method: 'GET', headers: hdr(env.SF_KEY_BETA) });
+      assert.equal(g.status, 404, 'beta cannot open its stream');
+      await g.body?.cancel();
+      const d = await fetch(where, { method: 'DELETE', headers: hdr(env.SF_KEY_BETA) });
+      assert.equal(d.status, 404, 'beta cannot end it');
+      await d.body?.cancel();
+    }
+  } finally {
+    assert.equal(servers(['remove', PY], env.SF_KEY_BETA).status, 0);
+  }
+  // the session's id under another server's name (of the same team) is no session either
+  const n = await fetch(`${url}?name=${NODE}`, { method: 'POST', headers: hdr(env.SF_KEY_ALPHA), body: bump });
+  assert.equal(n.status, 404);
+  assert.match((await n.json()).error.message, /Session not found/);
+  // the gateway's own jobs are no tools: neither team can call them on the session's sandbox
+  const [box] = await sessionBoxes(sid);
+  for (const key of [env.SF_KEY_BETA, env.SF_KEY_ALPHA]) {
+    const c = await connect(key);
+    for (const tool of ['sf.hosted_send', 'sf.hosted_start', 'sf.hosted_listen']) {
+      const r = await c.callTool({ name: tool, arguments: { sandbox_id: box.id, run: 'id', message: bump } })
+        .then((x) => ({ err: x.isError ? JSON.stringify(x.content) : null }), (e) => ({ err: String(e) }));
+      assert.ok(r.err, `${tool} refused`);
+      assert.match(r.err, /unknown tool|not a tool|Unknown tool/i, tool);
+    }
+    await c.close();
+  }
+  assert.equal(text(await a.client.callTool({ name: 'bump', arguments: {} })), '1',
+    'alpha\'s session went on untouched (no call of beta reached it)');
+  assert.equal(servers(['show', PY]).status, 0, 'alpha\'s entry is its own still');
+  await end(a);
+});
+
+test('bounded input: an oversized message, a bad name, an oversized registry entry', skip, async () => {
+  const a = await open(PY);
+  const big = JSON.stringify({ jsonrpc: '2.0', id: 6, method: 'tools/call',
+    params: { name: 'bump', arguments: { pad: 'x'.repeat(300 * 1024) } } });
+  const r = await fetch(`${url}?name=${PY}`, { method: 'POST', headers: { 'Content-Type': 'application/json',
+    Accept: 'application/json, text/event-stream', ...bearer(env.SF_KEY_ALPHA),
+    'Mcp-Session-Id': a.transport.sessionId, 'MCP-Protocol-Version': '2025-06-18' }, body: big });
+  assert.equal(r.status, 413);
+  assert.match((await r.json()).error.message, /at most 256 KiB/);
+  assert.equal(text(await a.client.callTool({ name: 'bump', arguments: {} })), '1', 'the session goes on');
+  for (const bad of ['x'.repeat(64), 'UPPER', '..%2Fetc', 'a%00b', 'a/b']) {
+    const res = await fetch(`${url}?name=${bad}`, { method: 'POST', headers: { 'Content-Type': 'application/json',
+      ...bearer(env.SF_KEY_ALPHA) }, body: '{}' });
+    assert.equal(res.status, 404, bad);
+    assert.match((await res.json()).error.message, /must be 1-63 of a-z, 0-9/, bad);
+  }
+  const base = url.replace(/\/mcp$/, '');
+  const put = await fetch(`${base}/v1/servers/big-${uniq}`, { method: 'PUT',
+    headers: { 'Content-Type': 'application/json', ...bearer(env.SF_KEY_ALPHA) },
+    body: JSON.stringify({ run: 'x', snapshot: 'y', setup: 'z'.repeat(70 * 1024) }) });
+  assert.equal(put.status, 413, await put.text());
+  const long = await fetch(`${base}/v1/servers/long-${uniq}`, { method: 'PUT',
+    headers: { 'Content-Type': 'application/json', ...bearer(env.SF_KEY_ALPHA) },
+    body: JSON.stringify({ run: 'x'.repeat(5000), snapshot: 'y' }) });
+  assert.equal(long.status, 400);
+  assert.match((await long.json()).error, /at most 4096 bytes/);
+  await end(a);
 });
 
 test('over the session cap: an actionable 429', skip, async () => {
@@ -186,7 +411,8 @@ test('over the session cap: an actionable 429', skip, async () => {
   const { transport } = clientFor(PY);
   const client = new Client({ name: 'hosted-e2e', version: '1.0.0' });
   await assert.rejects(client.connect(transport), /sessions of hosted MCP server '.*', the most its registration allows/);
-  for (const h of held) await h.transport.terminateSession();
+  await client.close();
+  for (const h of held) await end(h);
 });
 
 test('a crashing server: a JSON-RPC error saying so; its last lines in servers logs', skip, async () => {
@@ -196,25 +422,151 @@ test('a crashing server: a JSON-RPC error saying so; its last lines in servers l
   const l = servers(['logs', PY]);
   assert.equal(l.status, 0, l.stderr);
   assert.match(l.stdout, /boom-marker/);
-  await a.transport.terminateSession().catch(() => {});
+  await end(a, false);
 });
 
-test('a second gateway serves a session opened on the first', skip, async () => {
-  // ops/run's stack runs one gateway; the second is the same binary on another port
-  if (!env.SF_URL2) return;
+test('another gateway process serves a session opened on the first (sessions live in Redis)', skip, async () => {
   const a = await open(PY);
   assert.equal(text(await a.client.callTool({ name: 'bump', arguments: {} })), '1');
-  const res = await fetch(`${env.SF_URL2}?name=${PY}`, { method: 'POST', headers: {
+  // the gateway is killed (-9) and a new process takes the port: it never saw the session
+  const r = spawnSync(join(import.meta.dirname, '../integration/stack'),
+    ['restart-gateway', process.env.SF_E2E_STATE, env.SF_BUILD], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stdout + r.stderr);
+  // (the first try may meet fetch's pooled connection to the dead gateway: that request never
+  // reached a live process, so it is sent again)
+  const res = await until('the new gateway to answer', () => fetch(`${url}?name=${PY}`, { method: 'POST', headers: {
     'Content-Type': 'application/json', Accept: 'application/json', ...bearer(env.SF_KEY_ALPHA),
     'Mcp-Session-Id': a.transport.sessionId, 'MCP-Protocol-Version': '2025-06-18' },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 77, method: 'tools/call', params: { name: 'bump', arguments: {} } }) });
+    body: JSON.stringify({ jsonrpc: '2.0', id: 77, method: 'tools/call', params: { name: 'bump', arguments: {} } }) })
+    .catch((e) => (e.cause?.code === 'UND_ERR_SOCKET' ? null : Promise.reject(e))), 10000);
   assert.equal(res.status, 200);
-  assert.equal((await res.json()).result.content[0].text, '2');
-  await a.transport.terminateSession();
+  assert.equal((await res.json()).result.content[0].text, '2', 'the same server process answers');
+  await end(a);
 });
 
-test('servers remove: the name is gone', skip, () => {
+test('a bound secret: the upstream sees the real value, the server process only a placeholder', skip, async () => {
+  const a = await open(PY);
+  const held = text(await a.client.callTool({ name: 'env_token', arguments: {} }));
+  assert.ok(held.length > 0, 'the server has TOKEN');
+  assert.notEqual(held, VALUE, 'the process never holds the real value');
+  assert.ok(!held.includes(VALUE));
+  const path = `/hosted-secret-${uniq}`;
+  assert.equal(text(await a.client.callTool({ name: 'call_upstream', arguments: { path } })).trim(), 'ok');
+  assert.equal(upstream(path)[0]?.headers['X-Api-Key'], VALUE, 'the proxy swapped in the real value');
+  await end(a);
+});
+
+test('Node TS SDK server: tools, per-session state, progress; an idle session is evicted', skip, async () => {
+  const a = await open(NODE);
+  assert.equal(a.client.getServerVersion().name, 'node-hosted');
+  assert.deepEqual((await a.client.listTools()).tools.map((t) => t.name), ['inc', 'ticks']);
+  assert.equal(text(await a.client.callTool({ name: 'inc', arguments: {} })), '1');
+  assert.equal(text(await a.client.callTool({ name: 'inc', arguments: {} })), '2');
+  const seen = [];
+  assert.equal(text(await a.client.callTool({ name: 'ticks', arguments: { n: 4 } }, undefined,
+    { onprogress: (p) => seen.push(p.progress) })), 'ticked 4');
+  assert.deepEqual(seen, [1, 2, 3, 4]);
+  // idle (3 s here): the worker kills the session's sandbox; the next call gets 404 and a new
+  // session starts from scratch
+  const sid = a.transport.sessionId;
+  await until('the idle session to be evicted', async () => (await sessionBoxes(sid)).length === 0, 60000, 500);
+  await assert.rejects(a.client.callTool({ name: 'inc', arguments: {} }), /404|Session not found/);
+  await end(a, false);
+  const b = await open(NODE);
+  assert.equal(text(await b.client.callTool({ name: 'inc', arguments: {} })), '1');
+  await end(b);
+});
+
+test('--http: a Streamable HTTP server (the Python SDK\'s) behind the same endpoint', skip, async () => {
+  const entry = JSON.parse(servers(['show', HTTP]).stdout);
+  assert.equal(entry.http, '8123/rpc');
+  const a = await open(HTTP);
+  assert.equal(a.client.getServerVersion().name, 'py-http', 'the server\'s own initialize answer');
+  assert.deepEqual((await a.client.listTools()).tools.map((t) => t.name).sort(), ['bump', 'steps']);
+  assert.equal(text(await a.client.callTool({ name: 'bump', arguments: {} })), '1');
+  assert.equal(text(await a.client.callTool({ name: 'bump', arguments: {} })), '2');
+  const b = await open(HTTP);
+  assert.equal(text(await b.client.callTool({ name: 'bump', arguments: {} })), '1', 'its own sandbox');
+  const seen = [];
+  assert.equal(text(await a.client.callTool({ name: 'steps', arguments: { n: 3 } }, undefined,
+    { onprogress: (p) => seen.push(p.progress) })), 'did 3');
+  assert.deepEqual(seen, [1, 2, 3], 'progress over the server\'s SSE answer');
+  await end(a);
+  await end(b);
+  for (const bad of ['0', '70000/mcp', '80/a b', 'x/mcp', "80/../'x"]) {
+    const r = servers(['add', `bad-${uniq}`, '--dir', '/nonexistent', '--run', 'x', '--http', bad]);
+    assert.equal(r.status, 2, bad);
+    assert.match(r.stderr, /--http takes PORT\[\/PATH\]/, bad);
+  }
+});
+
+test('servers remove: the name is gone, its image too', skip, async () => {
+  const snaps = async () => {
+    const c = await connect(env.SF_KEY_ALPHA);
+    const r = await call(c, 'sandbox_snapshot_list', {});
+    await c.close();
+    return r.structured.snapshots.map((x) => x.name);
+  };
+  assert.ok((await snaps()).includes(`mcp-${PY}`), 'the server\'s image is a snapshot of the team');
+  const live = await open(PY);
+  const sid = live.transport.sessionId;
+  assert.equal((await sessionBoxes(sid)).length, 1);
   const r = servers(['remove', PY]);
   assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stdout, /removed \(1 live session ended\)/);
+  assert.equal((await sessionBoxes(sid)).length, 0, 'remove ended the live session\'s sandbox');
+  await end(live, false);
   assert.doesNotMatch(servers(['list']).stdout, new RegExp(PY));
+  assert.ok(!(await snaps()).includes(`mcp-${PY}`), 'remove deleted the image');
+  const again = servers(['remove', PY]);
+  assert.equal(again.status, 1);
+  assert.match(again.stderr, /No server of that name is registered for your team/);
+});
+
+// --git: a repository the proxy tests' fake upstream serves (dumb HTTP, a fake of a git host:
+// nothing leaves this machine) at http://api.example.test/files/NAME.git, fetched by the
+// builder through its egress proxy. Its default branch holds a README only; --ref release
+// holds the server (the Python SDK's, its wheels committed beside it).
+test('--git URL --ref REF: the server cloned through the egress proxy; bad URLs and a missing repo refused', skip, async () => {
+  const repo = `srv-${uniq}.git`;
+  const work = pyDir();
+  const bare = join(process.env.SF_E2E_STATE, 'upstream/files', repo);
+  const g = 'git -c user.name=t -c user.email=t@example.test -c init.defaultBranch=main';
+  const r = spawnSync('sh', ['-c', `set -e; cd ${work}; mkdir ../keep-${uniq}; mv * ../keep-${uniq}/;
+    ${g} init -q .; echo readme > README; ${g} add README; ${g} commit -qm readme;
+    ${g} checkout -qb release; mv ../keep-${uniq}/* .; ${g} add -A; ${g} commit -qm server;
+    ${g} checkout -q main; git clone -q --bare . ${bare}; cd ${bare}; git repack -qad; git update-server-info`],
+    { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  const GIT = `git-${uniq}`;
+  const add = servers(['add', GIT, '--git', `http://api.example.test/files/${repo}`, '--ref', 'release',
+    '--run', '/root/venv/bin/python server.py',
+    '--setup', 'python3 -m venv /root/venv && /root/venv/bin/pip install -q --no-index --find-links wheels mcp']);
+  assert.equal(add.status, 0, add.stderr);
+  const fetched = readFileSync(env.SF_UPSTREAM_LOG, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l))
+    .filter((e) => e.uri?.startsWith(`/files/${repo}/`));
+  assert.ok(fetched.some((e) => e.uri.includes('/objects/pack/')), 'the pack came from the upstream, through the proxy');
+  try {
+    const entry = JSON.parse(servers(['show', GIT]).stdout);
+    assert.equal(entry.source, `http://api.example.test/files/${repo}`);
+    assert.equal(entry.ref, 'release');
+    const a = await open(GIT);
+    assert.equal(a.client.getServerVersion().name, 'py-hosted');
+    assert.equal(text(await a.client.callTool({ name: 'bump', arguments: {} })), '1');
+    await end(a);
+  } finally {
+    servers(['remove', GIT]);
+  }
+  const missing = servers(['add', `gone-${uniq}`, '--git', `http://api.example.test/files/none-${uniq}.git`,
+    '--run', 'x']);
+  assert.equal(missing.status, 1);
+  assert.match(missing.stderr, /Cloning the server's repository failed/);
+  for (const bad of ['ftp://api.example.test/r.git', "https://api.example.test/r'.git", 'https://u:p@api.example.test/r.git',
+    'https://api.example.test/r.git;id']) {
+    const b = servers(['add', `bad-${uniq}`, '--git', bad, '--run', 'x']);
+    assert.equal(b.status, 2, bad);
+    assert.match(b.stderr, /--git takes an http\(s\) URL/, bad);
+  }
+  const badref = servers(['add', `bad-${uniq}`, '--git', 'https://api.example.test/r.git', '--ref', '--upload-pack=x', '--run', 'x']);
+  assert.equal(badref.status, 2);
 });

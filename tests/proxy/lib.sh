@@ -61,11 +61,12 @@ sp_upstream_up() {
     for a in 10 20 30 40 53; do ip -n "$SP_UPNS" addr add "$SP_NET.$a/24" dev "$SP_VETH_U"; done
     ip -n "$SP_UPNS" link set "$SP_VETH_U" up
     sp_test_ca "$state" || return 1
+    mkdir -p "$state/files" # served at http://api.example.test/files/ (tests/e2e/hosted.test.mjs)
     local uplog=(--log "$state/upstream.jsonl")
     [ "${SP_BENCH:-0}" = 1 ] && uplog=() # the benchmark's upstream logs nothing
     ip netns exec "$SP_UPNS" "$build/tests/proxy/sp_upstream" --http 80 --https 443 --udp 53 --udp 9999 \
         --dns 5353 --dns-addr "$SP_DNS" --dns-answer "$SP_API" \
-        --cert "$state/up.pem" --key "$state/up.key" "${uplog[@]}" \
+        --cert "$state/up.pem" --key "$state/up.key" "${uplog[@]}" --files "$state/files" \
         >>"$state/logs/upstream.log" 2>&1 &
     echo $! >"$state/pids/upstream"
     sf_wait 10 "the upstream servers" ip netns exec "$SP_UPNS" bash -c 'exec 3<>/dev/tcp/127.0.0.1/443' ||

@@ -9,7 +9,7 @@
  * every other name NXDOMAIN (bound to --dns-addr: the resolver checks where answers come
  * from). Never answers with request headers, so
  * a swapped secret is only ever visible in the log, never to the sandbox. Without --log
- * nothing is logged (benchmarks). */
+ * nothing is logged (benchmarks). --files DIR serves DIR's regular files at /files/PATH. */
 #include <sys/queue.h>
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -29,6 +29,10 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static FILE *logfp;
@@ -67,6 +71,31 @@ static void log_request(struct evhttp_request *req, int tls)
     json_decref(o);
 }
 
+/* --files DIR: GET /files/PATH answers DIR/PATH when it is a regular file beneath DIR
+ * reached through no link (a dumb-HTTP git repository for the hosted servers' --git test),
+ * else 404. */
+static int files_fd = -1;
+
+static void serve_file(struct evhttp_request *req, const char *rel, struct evbuffer *out)
+{
+    struct open_how how = {.flags = O_RDONLY | O_CLOEXEC,
+                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+    char path[1024];
+    struct stat st;
+    int fd;
+
+    snprintf(path, sizeof(path), "%.*s", (int)strcspn(rel, "?#"), rel);
+    fd = *path ? (int)syscall(SYS_openat2, files_fd, path, &how, sizeof(how)) : -1;
+    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        if (fd >= 0)
+            close(fd);
+        evhttp_send_reply(req, 404, "Not Found", NULL);
+        return;
+    }
+    evbuffer_add_file(out, fd, 0, st.st_size); /* takes fd */
+    evhttp_send_reply(req, 200, "OK", out);
+}
+
 static void on_request(struct evhttp_request *req, void *arg)
 {
     const char *uri = evhttp_request_get_uri(req), *to_url;
@@ -85,6 +114,8 @@ static void on_request(struct evhttp_request *req, void *arg)
             evbuffer_commit_space(out, &v, 1);
         }
         evhttp_send_reply(req, 200, "OK", out);
+    } else if (files_fd >= 0 && !strncmp(uri, "/files/", 7)) {
+        serve_file(req, uri + 7, out);
     } else if (!strncmp(uri, "/redirect?to=", 13)) {
         to_url = uri + 13;
         evhttp_add_header(evhttp_request_get_output_headers(req), "Location", to_url);
@@ -210,6 +241,8 @@ int main(int argc, char **argv)
             cert = argv[i + 1];
         else if (!strcmp(argv[i], "--key"))
             key = argv[i + 1];
+        else if (!strcmp(argv[i], "--files"))
+            files_fd = open(argv[i + 1], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         else if (!strcmp(argv[i], "--log") && !(logfp = fopen(argv[i + 1], "a")))
             return 1;
     }

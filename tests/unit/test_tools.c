@@ -48,15 +48,24 @@ static void real_declarations(void **state)
     assert_true(t->resume);
     assert_false(t->internal);
     assert_non_null(json_object_get(json_object_get(t->output, "properties"), "exit_code"));
-    /* every tool promises an object; none is internal but sf.cancel, sf.template_build and
-     * sf.template_delete */
+    /* every tool promises an object; none is internal but sf.cancel, sf.template_build,
+     * sf.template_delete and the hosted MCP servers' sf.hosted_start / _send / _listen */
     for (size_t i = 0; i < real.n; i++) {
         assert_string_equal(json_string_value(json_object_get(real.tools[i].output, "type")),
                             "object");
         assert_int_equal(real.tools[i].internal,
                          !strcmp(real.tools[i].name, SF_TOOL_CANCEL) ||
                              !strcmp(real.tools[i].name, SF_TOOL_TEMPLATE_BUILD) ||
-                             !strcmp(real.tools[i].name, SF_TOOL_TEMPLATE_DELETE));
+                             !strcmp(real.tools[i].name, SF_TOOL_TEMPLATE_DELETE) ||
+                             !strcmp(real.tools[i].name, SF_TOOL_HOSTED_START) ||
+                             !strcmp(real.tools[i].name, SF_TOOL_HOSTED_SEND) ||
+                             !strcmp(real.tools[i].name, SF_TOOL_HOSTED_LISTEN));
+    }
+    for (size_t i = 0; i < 3; i++) { /* the gateway's own jobs on a session's sandbox */
+        const char *n[] = {SF_TOOL_HOSTED_START, SF_TOOL_HOSTED_SEND, SF_TOOL_HOSTED_LISTEN};
+        assert_non_null(t = sf_toolset_find(&real, n[i]));
+        assert_int_equal(t->runs, SF_RUNS_WORKER);
+        assert_int_equal(t->sandbox, SF_SB_EXISTING);
     }
     assert_non_null(t = sf_toolset_find(&real, SF_TOOL_CANCEL));
     assert_int_equal(t->runs, SF_RUNS_WORKER);
