@@ -13,6 +13,7 @@
 #include "worker.h"
 #include "sf_log.h"
 #include "sf_msg.h"
+#include "sf_pvtoken.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CU_RATE_MS 100            /* on average one action per 100 ms per sandbox... */
@@ -299,6 +301,11 @@ static void on_read(void *arg, const wk_file_result *res)
                                     "program failed); take another one.");
         return;
     }
+    if (o->w == 0 || o->h == 0) { /* a plain screenshot: the display's size is the PNG's */
+        const unsigned char *p = (const unsigned char *)o->png.p + 16;
+        o->w = (long)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]);
+        o->h = (long)((uint32_t)p[4] << 24 | (uint32_t)p[5] << 16 | (uint32_t)p[6] << 8 | p[7]);
+    }
     answer(o);
 }
 
@@ -322,13 +329,57 @@ static void read_next(cu_op *o)
 
 /* ---- stream_url ------------------------------------------------------------- */
 
-/* The live view: noVNC (websockify on 127.0.0.1:6080 in the sandbox) through a preview URL
- * of the sandbox (issue 22), under its preview policy. */
+/* The live view: noVNC served by websockify in the sandbox (tpl/desktop/sandfleet-desktop:
+ * 127.0.0.1:6080 for a viewer that may use the desktop, 6081 through a filter that drops
+ * every key, pointer, clipboard and resize message for view_only) through a preview URL
+ * of that port (preview.c), under the sandbox's preview policy: a public sandbox's URL,
+ * or a private one's signed link, good for an hour (its token only in that first URL; the
+ * gateway trades it for a host-only cookie). The VNC server has no password: nothing but
+ * the preview ingress reaches it, so no URL carries a reusable secret. */
+#define CU_STREAM_PORT 6080
+#define CU_STREAM_VIEW_PORT 6081
+#define CU_STREAM_EXPIRES_S 3600
+
+static void on_stream_published(wk_call *c, const char *url, const char *token, int64_t exp)
+{
+    int view_only = json_is_true(json_object_get(c->job.args, "view_only"));
+    char full[SF_PV_URL_MAX + SF_PV_TOKEN_MAX + 128], at[32];
+    json_t *r;
+    int n;
+
+    /* noVNC's own page: connect at once, scale to the window (never resize the display the
+     * agent sees), the WebSocket on the same host */
+    n = snprintf(full, sizeof(full), "%svnc.html?autoconnect=1&resize=scale&reconnect=1&"
+                 "path=websockify%s%s%s", url, view_only ? "&view_only=1" : "",
+                 token ? "&sf_token=" : "", token ? token : "");
+    if (n < 0 || (size_t)n >= sizeof(full)) {
+        wk_reply_error(c, SF_ERR_INTERNAL, "The live view's URL is too long; set a shorter "
+                       "preview_domain on the worker.");
+        return;
+    }
+    r = json_pack("{s:s, s:b, s:s}", "url", full, "view_only", view_only, "_text", full);
+    if (r && token) {
+        time_t t = (time_t)exp;
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        json_object_set_new(r, "expires_at", json_string(at));
+    }
+    if (!r) {
+        wk_reply_error(c, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
+        return;
+    }
+    wk_touch(c->ctx, c->job.sandbox);
+    wk_reply_result(c, r);
+}
+
 static void stream_url(wk_call *c, wk_box *b)
 {
-    (void)b;
-    wk_reply_error(c, SF_ERR_UNAVAILABLE, "stream_url needs the platform's preview URLs, "
-                   "which this worker does not have yet; take screenshots instead.");
+    int view_only = json_is_true(json_object_get(c->job.args, "view_only"));
+
+    if (wk_preview_publish(c, b, view_only ? CU_STREAM_VIEW_PORT : CU_STREAM_PORT,
+                           CU_STREAM_EXPIRES_S, on_stream_published) < 0)
+        wk_reply_error(c, SF_ERR_INTERNAL, "The live view could not be published; retry.");
 }
 
 /* ---- the action ------------------------------------------------------------ */
@@ -391,8 +442,8 @@ static void on_action_done(void *arg, const wk_exec_result *res)
                                     "'sandfleet-desktop', then retry.");
         return;
     }
-    if (res->exit_code != 0 || (strcmp(word, "shot") && strcmp(word, "done")) || w <= 0 ||
-        h <= 0) {
+    if (res->exit_code != 0 || (strcmp(word, "shot") && strcmp(word, "done")) || w < 0 ||
+        h < 0 || (!strcmp(word, "done") && (w == 0 || h == 0))) {
         char d[200];
         snprintf(d, sizeof(d), "the input program failed: %.*s", (int)(res->err_len > 120 ? 120
                  : res->err_len), res->err ? res->err : "");
