@@ -180,6 +180,23 @@ test('errors: off-screen coordinates, unknown key names, missing fields', async 
   assert.equal(r.isError, true);
 });
 
+test('key aliases cmd and win (super), esc: X knows them only translated', async () => {
+  for (const text of ['cmd', 'win', 'esc']) {
+    const r = await computer({ action: 'key', text, screenshot_after: false });
+    assert.equal(r.isError, false, `${text}: ${r.text}`);
+    assert.equal(r.text, `Pressed ${text} (1280x800)`);
+  }
+  await computer({ action: 'key', text: 'Escape', screenshot_after: false });
+});
+
+test('screenshots back to back (faster than one a second): none refused by the reply budget', async () => {
+  for (let i = 0; i < 30; i++) {
+    const r = await computer({ action: 'screenshot' });
+    assert.equal(r.isError, false, `screenshot ${i}: ${r.text}`);
+    assert.ok(image(r).length > 1000);
+  }
+});
+
 test('wait: default 1 s, capped at 10 s', async () => {
   let t0 = Date.now();
   let r = await computer({ action: 'wait' });
