@@ -35,6 +35,9 @@
 #define CU_KEY_NAME_MAX 48
 #define CU_CMD_MAX 4096
 #define CU_PROG_MAX (16u << 10) /* tpl/desktop/sandfleet-computer, sent with each action */
+#define CU_MSG_SHOT_LARGE                                                                     \
+    "The screenshot stayed over 32 MiB even downscaled; resize the display smaller (action "  \
+    "resize) and take another one."
 
 typedef struct cu_op {
     wk_call *c;
@@ -280,8 +283,7 @@ static void on_read(void *arg, const wk_file_result *res)
         return;
     }
     if (res->size > CU_SHOT_MAX || o->png.len + res->data_len > CU_SHOT_MAX) {
-        fail(o, SF_ERR_LIMIT, "The screenshot stayed over 32 MiB even downscaled; resize the "
-                              "display smaller (action resize) and take another one.");
+        fail(o, SF_ERR_LIMIT, CU_MSG_SHOT_LARGE);
         return;
     }
     if (sf_buf_append(&o->png, res->data ? res->data : "", res->data_len) < 0) {
@@ -323,8 +325,8 @@ static void read_next(cu_op *o)
     if ((rc = o->ctx->ops->file(sb, &req, on_read, o)) < 0)
         fail(o, rc == -EBUSY ? SF_ERR_LIMIT : SF_ERR_UNAVAILABLE,
              rc == -EBUSY ? "The sandbox has too many file requests in flight; retry in a moment."
-                          : "The sandbox did not accept the request; retry, or create a new "
-                            "sandbox.");
+                          : "The sandbox did not accept the screenshot's read; take another "
+                            "screenshot, or create a new sandbox.");
 }
 
 /* ---- stream_url ------------------------------------------------------------- */
@@ -464,8 +466,7 @@ static void on_action_done(void *arg, const wk_exec_result *res)
         return;
     }
     if (bytes == 0 || bytes > CU_SHOT_MAX) {
-        fail(o, SF_ERR_LIMIT, "The screenshot stayed over 32 MiB even downscaled; resize the "
-                              "display smaller (action resize) and take another one.");
+        fail(o, SF_ERR_LIMIT, CU_MSG_SHOT_LARGE);
         return;
     }
     o->size = bytes;
@@ -703,8 +704,8 @@ static void do_computer(wk_call *c, wk_box *b)
     req.timeout_ms = (uint32_t)timeout;
     if ((rc = c->ctx->ops->exec(b->sb, &req, on_action_done, o)) < 0)
         fail(o, rc == -EBUSY ? SF_ERR_LIMIT : SF_ERR_UNAVAILABLE,
-             rc == -EBUSY ? "64 commands are already running in this sandbox; wait for some to "
-                            "finish, then retry."
+             rc == -EBUSY ? "The sandbox already runs 64 commands, so the action cannot start; "
+                            "wait for some to finish, then retry."
                           : "The sandbox did not accept the action; retry, or create a new "
                             "sandbox.");
 }

@@ -101,19 +101,15 @@ static void on_published(redisAsyncContext *ac, void *r, void *priv)
         wk_reply_error(c, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
         goto out;
     }
-    if (op->done) { /* another tool's: it builds its own answer */
-        if (sf_pv_url(ctx->cfg.preview_scheme, ctx->cfg.preview_domain, c->job.sandbox,
-                      op->port, NULL, url, sizeof(url)) < 0)
-            wk_reply_error(c, SF_ERR_INTERNAL, "The preview URL is too long; set a shorter "
-                           "preview_domain on the worker.");
-        else
-            op->done(c, url, op->priv ? token : NULL, op->priv ? op->exp_s : 0);
-        goto out;
-    }
+    /* (another tool's publication, op->done, gets the clean URL and builds its answer) */
     if (sf_pv_url(ctx->cfg.preview_scheme, ctx->cfg.preview_domain, c->job.sandbox, op->port,
-                  op->priv ? token : NULL, url, sizeof(url)) < 0) {
+                  op->priv && !op->done ? token : NULL, url, sizeof(url)) < 0) {
         wk_reply_error(c, SF_ERR_INTERNAL, "The preview URL is too long; set a shorter "
                        "preview_domain on the worker.");
+        goto out;
+    }
+    if (op->done) {
+        op->done(c, url, op->priv ? token : NULL, op->priv ? op->exp_s : 0);
         goto out;
     }
     res = json_pack("{s:s, s:i, s:s, s:s}", "sandbox_id", c->job.sandbox, "port", (int)op->port,
