@@ -13,6 +13,7 @@
 #include "worker.h"
 #include "sf_log.h"
 #include "sf_msg.h"
+#include "sf_pvtoken.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CU_RATE_MS 100            /* on average one action per 100 ms per sandbox... */
@@ -33,6 +35,9 @@
 #define CU_KEY_NAME_MAX 48
 #define CU_CMD_MAX 4096
 #define CU_PROG_MAX (16u << 10) /* tpl/desktop/sandfleet-computer, sent with each action */
+#define CU_MSG_SHOT_LARGE                                                                     \
+    "The screenshot stayed over 32 MiB even downscaled; resize the display smaller (action "  \
+    "resize) and take another one."
 
 typedef struct cu_op {
     wk_call *c;
@@ -278,8 +283,7 @@ static void on_read(void *arg, const wk_file_result *res)
         return;
     }
     if (res->size > CU_SHOT_MAX || o->png.len + res->data_len > CU_SHOT_MAX) {
-        fail(o, SF_ERR_LIMIT, "The screenshot stayed over 32 MiB even downscaled; resize the "
-                              "display smaller (action resize) and take another one.");
+        fail(o, SF_ERR_LIMIT, CU_MSG_SHOT_LARGE);
         return;
     }
     if (sf_buf_append(&o->png, res->data ? res->data : "", res->data_len) < 0) {
@@ -299,6 +303,11 @@ static void on_read(void *arg, const wk_file_result *res)
                                     "program failed); take another one.");
         return;
     }
+    if (o->w == 0 || o->h == 0) { /* a plain screenshot: the display's size is the PNG's */
+        const unsigned char *p = (const unsigned char *)o->png.p + 16;
+        o->w = (long)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]);
+        o->h = (long)((uint32_t)p[4] << 24 | (uint32_t)p[5] << 16 | (uint32_t)p[6] << 8 | p[7]);
+    }
     answer(o);
 }
 
@@ -316,19 +325,63 @@ static void read_next(cu_op *o)
     if ((rc = o->ctx->ops->file(sb, &req, on_read, o)) < 0)
         fail(o, rc == -EBUSY ? SF_ERR_LIMIT : SF_ERR_UNAVAILABLE,
              rc == -EBUSY ? "The sandbox has too many file requests in flight; retry in a moment."
-                          : "The sandbox did not accept the request; retry, or create a new "
-                            "sandbox.");
+                          : "The sandbox did not accept the screenshot's read; take another "
+                            "screenshot, or create a new sandbox.");
 }
 
 /* ---- stream_url ------------------------------------------------------------- */
 
-/* The live view: noVNC (websockify on 127.0.0.1:6080 in the sandbox) through a preview URL
- * of the sandbox (issue 22), under its preview policy. */
+/* The live view: noVNC served by websockify in the sandbox (tpl/desktop/sandfleet-desktop:
+ * 127.0.0.1:6080 for a viewer that may use the desktop, 6081 through a filter that drops
+ * every key, pointer, clipboard and resize message for view_only) through a preview URL
+ * of that port (preview.c), under the sandbox's preview policy: a public sandbox's URL,
+ * or a private one's signed link, good for an hour (its token only in that first URL; the
+ * gateway trades it for a host-only cookie). The VNC server has no password: nothing but
+ * the preview ingress reaches it, so no URL carries a reusable secret. */
+#define CU_STREAM_PORT 6080
+#define CU_STREAM_VIEW_PORT 6081
+#define CU_STREAM_EXPIRES_S 3600
+
+static void on_stream_published(wk_call *c, const char *url, const char *token, int64_t exp)
+{
+    int view_only = json_is_true(json_object_get(c->job.args, "view_only"));
+    char full[SF_PV_URL_MAX + SF_PV_TOKEN_MAX + 128], at[32];
+    json_t *r;
+    int n;
+
+    /* noVNC's own page: connect at once, scale to the window (never resize the display the
+     * agent sees), the WebSocket on the same host */
+    n = snprintf(full, sizeof(full), "%svnc.html?autoconnect=1&resize=scale&reconnect=1&"
+                 "path=websockify%s%s%s", url, view_only ? "&view_only=1" : "",
+                 token ? "&sf_token=" : "", token ? token : "");
+    if (n < 0 || (size_t)n >= sizeof(full)) {
+        wk_reply_error(c, SF_ERR_INTERNAL, "The live view's URL is too long; set a shorter "
+                       "preview_domain on the worker.");
+        return;
+    }
+    r = json_pack("{s:s, s:b, s:s}", "url", full, "view_only", view_only, "_text", full);
+    if (r && token) {
+        time_t t = (time_t)exp;
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        json_object_set_new(r, "expires_at", json_string(at));
+    }
+    if (!r) {
+        wk_reply_error(c, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
+        return;
+    }
+    wk_touch(c->ctx, c->job.sandbox);
+    wk_reply_result(c, r);
+}
+
 static void stream_url(wk_call *c, wk_box *b)
 {
-    (void)b;
-    wk_reply_error(c, SF_ERR_UNAVAILABLE, "stream_url needs the platform's preview URLs, "
-                   "which this worker does not have yet; take screenshots instead.");
+    int view_only = json_is_true(json_object_get(c->job.args, "view_only"));
+
+    if (wk_preview_publish(c, b, view_only ? CU_STREAM_VIEW_PORT : CU_STREAM_PORT,
+                           CU_STREAM_EXPIRES_S, on_stream_published) < 0)
+        wk_reply_error(c, SF_ERR_INTERNAL, "The live view could not be published; retry.");
 }
 
 /* ---- the action ------------------------------------------------------------ */
@@ -391,8 +444,8 @@ static void on_action_done(void *arg, const wk_exec_result *res)
                                     "'sandfleet-desktop', then retry.");
         return;
     }
-    if (res->exit_code != 0 || (strcmp(word, "shot") && strcmp(word, "done")) || w <= 0 ||
-        h <= 0) {
+    if (res->exit_code != 0 || (strcmp(word, "shot") && strcmp(word, "done")) || w < 0 ||
+        h < 0 || (!strcmp(word, "done") && (w == 0 || h == 0))) {
         char d[200];
         snprintf(d, sizeof(d), "the input program failed: %.*s", (int)(res->err_len > 120 ? 120
                  : res->err_len), res->err ? res->err : "");
@@ -413,8 +466,7 @@ static void on_action_done(void *arg, const wk_exec_result *res)
         return;
     }
     if (bytes == 0 || bytes > CU_SHOT_MAX) {
-        fail(o, SF_ERR_LIMIT, "The screenshot stayed over 32 MiB even downscaled; resize the "
-                              "display smaller (action resize) and take another one.");
+        fail(o, SF_ERR_LIMIT, CU_MSG_SHOT_LARGE);
         return;
     }
     o->size = bytes;
@@ -652,8 +704,8 @@ static void do_computer(wk_call *c, wk_box *b)
     req.timeout_ms = (uint32_t)timeout;
     if ((rc = c->ctx->ops->exec(b->sb, &req, on_action_done, o)) < 0)
         fail(o, rc == -EBUSY ? SF_ERR_LIMIT : SF_ERR_UNAVAILABLE,
-             rc == -EBUSY ? "64 commands are already running in this sandbox; wait for some to "
-                            "finish, then retry."
+             rc == -EBUSY ? "The sandbox already runs 64 commands, so the action cannot start; "
+                            "wait for some to finish, then retry."
                           : "The sandbox did not accept the action; retry, or create a new "
                             "sandbox.");
 }

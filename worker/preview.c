@@ -75,6 +75,7 @@ typedef struct pv_op {
     uint64_t epoch;
     int64_t exp_s;       /* private: the link's end (unix s) */
     char field[16], value[48];
+    wk_preview_done_fn done; /* another tool's publication (wk_preview_publish), or NULL */
 } pv_op;
 
 static void on_published(redisAsyncContext *ac, void *r, void *priv)
@@ -100,10 +101,15 @@ static void on_published(redisAsyncContext *ac, void *r, void *priv)
         wk_reply_error(c, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
         goto out;
     }
+    /* (another tool's publication, op->done, gets the clean URL and builds its answer) */
     if (sf_pv_url(ctx->cfg.preview_scheme, ctx->cfg.preview_domain, c->job.sandbox, op->port,
-                  op->priv ? token : NULL, url, sizeof(url)) < 0) {
+                  op->priv && !op->done ? token : NULL, url, sizeof(url)) < 0) {
         wk_reply_error(c, SF_ERR_INTERNAL, "The preview URL is too long; set a shorter "
                        "preview_domain on the worker.");
+        goto out;
+    }
+    if (op->done) {
+        op->done(c, url, op->priv ? token : NULL, op->priv ? op->exp_s : 0);
         goto out;
     }
     res = json_pack("{s:s, s:i, s:s, s:s}", "sandbox_id", c->job.sandbox, "port", (int)op->port,
@@ -126,16 +132,16 @@ out:
     free(op);
 }
 
+static void publish(wk_call *c, wk_box *b, int64_t port, int64_t exp_in,
+                    wk_preview_done_fn done);
+
 static void do_preview_url(wk_call *c, wk_box *b)
 {
     json_t *jp = json_object_get(c->job.args, "port");
     json_t *je = json_object_get(c->job.args, "expires_in_seconds");
     int64_t port = json_is_integer(jp) ? json_integer_value(jp) : -1, exp_in = 3600;
-    struct wk_pvport *pv;
     const char *why;
     char buf[200];
-    pv_op *op;
-    const char *kv[2];
 
     if (!json_is_integer(jp)) {
         wk_reply_error(c, SF_ERR_INVALID, "port must be an integer (1024-65535): the port your "
@@ -154,6 +160,26 @@ static void do_preview_url(wk_call *c, wk_box *b)
             return;
         }
     }
+    publish(c, b, port, exp_in, NULL);
+}
+
+int wk_preview_publish(wk_call *c, wk_box *b, unsigned port, int64_t exp_in,
+                       wk_preview_done_fn done)
+{
+    if (!done || port < SF_PV_PORT_MIN || exp_in < 1 || exp_in > SF_PV_EXPIRES_MAX)
+        return -EINVAL;
+    publish(c, b, port, exp_in, done);
+    return 0;
+}
+
+static void publish(wk_call *c, wk_box *b, int64_t port, int64_t exp_in,
+                    wk_preview_done_fn done)
+{
+    struct wk_pvport *pv;
+    char buf[200];
+    pv_op *op;
+    const char *kv[2];
+
     if (!(pv = pv_find(b, (unsigned)port))) {
         if (b->pv_n >= WK_PV_MAX) {
             snprintf(buf, sizeof(buf), "Sandbox %s has %d published ports, the most; close one "
@@ -175,6 +201,7 @@ static void do_preview_url(wk_call *c, wk_box *b)
     op->priv = pv->priv;
     op->epoch = pv->epoch;
     op->exp_s = sf_now_ms() / 1000 + exp_in;
+    op->done = done;
     snprintf(op->field, sizeof(op->field), "pv:%u", op->port);
     snprintf(op->value, sizeof(op->value), "%s %" PRIu64, op->priv ? "private" : "public",
              op->epoch);

@@ -273,6 +273,13 @@ int wk_preview_access_arg(wk_box *b, const json_t *args);
 /* sandbox_update's preview_access and preview_close: the record, then done(c) (or an
  * error reply). */
 void wk_preview_update(wk_call *c, wk_box *b, void (*done)(wk_call *c));
+/* Publishes port of b as sandbox_preview_url does (the sandbox's mode; a private link good
+ * for exp_in s), for another tool (sandbox_computer's stream_url): done(c, url, token,
+ * exp) once the record says so, with the port's clean URL and, when private, the link
+ * token and its end (unix s); c answered with an error otherwise. 0 or -EINVAL. */
+typedef void (*wk_preview_done_fn)(wk_call *c, const char *url, const char *token, int64_t exp);
+int wk_preview_publish(wk_call *c, wk_box *b, unsigned port, int64_t exp_in,
+                       wk_preview_done_fn done);
 int wk_preview_start(wk_ctx *ctx);
 void wk_preview_stop(wk_ctx *ctx);
 /* Any thread (the heartbeat's): bytes moved per team through the ingress, as of the last

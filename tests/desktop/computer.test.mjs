@@ -10,8 +10,9 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect, call, sh, env, until, createWhenBuilt } from '../e2e/lib.mjs';
 import { decodePng, pngSize } from './png.mjs';
+import { chromium } from '../preview/lib.mjs';
 
-let client, sb, plain;
+let client, sb, plain, browser;
 
 const page = `<!doctype html><html><head><meta charset="utf-8"><style>
 html, body { margin: 0; background: rgb(0, 0, 255); height: 4000px; }
@@ -38,6 +39,16 @@ function image(r) {
 
 async function computer(args, opts) {
   return call(client, 'sandbox_computer', { sandbox_id: sb, ...args }, opts);
+}
+
+// dark (text) pixels of a PNG in a box: the input box's glyphs on its white
+function darkIn(png, x0, y0, x1, y1) {
+  let n = 0;
+  for (let y = y0; y < y1; y += 2) for (let x = x0; x < x1; x += 2) {
+    const [r, g, b] = png.pixel(x, y);
+    if (r + g + b < 300) n++;
+  }
+  return n;
 }
 
 async function serverLog() {
@@ -70,6 +81,7 @@ before(async () => {
 after(async () => {
   if (sb) await call(client, 'sandbox_kill', { sandbox_id: sb });
   if (plain) await call(client, 'sandbox_kill', { sandbox_id: plain });
+  await browser?.close();
   await client?.close();
 });
 
@@ -101,10 +113,16 @@ test('type into the box, then key Return (alias enter too): the page got the tex
   assert.equal(r.isError, false, r.text);
   assert.equal(image(r), null, 'screenshot_after: false answers without an image');
   assert.equal(r.text, 'Clicked the left button at (950, 150) (1280x800)');
+  // (the box is empty but for its caret)
+  const before = darkIn(decodePng(image(await computer({ action: 'screenshot' }))), 705, 115, 1000, 185);
   r = await computer({ action: 'type', text: 'hello desktop' });
   assert.equal(r.isError, false, r.text);
   assert.equal(r.text, 'Typed 13 characters (1280x800)');
-  assert.ok(image(r));
+  // the text is in the box on the screenshot the type answers with (or the next one)
+  let typed = decodePng(image(r));
+  if (darkIn(typed, 705, 115, 1000, 185) < before + 60) typed = decodePng(image(await computer({ action: 'wait', duration_ms: 500 })));
+  const after = darkIn(typed, 705, 115, 1000, 185);
+  assert.ok(after >= before + 60, `the typed text shows in the box (${before} dark samples before, ${after} after)`);
   r = await computer({ action: 'key', text: 'Return' });
   assert.equal(r.isError, false, r.text);
   await until('the page to report the text', async () => /GET \/typed\?t=hello%20desktop/.test(await serverLog()), 10000, 250);
@@ -160,6 +178,23 @@ test('errors: off-screen coordinates, unknown key names, missing fields', async 
   assert.match(r.text, /multiple of 8/);
   r = await computer({ action: 'left_click', coordinate: [1, 2, 3] });
   assert.equal(r.isError, true);
+});
+
+test('key aliases cmd and win (super), esc: X knows them only translated', async () => {
+  for (const text of ['cmd', 'win', 'esc']) {
+    const r = await computer({ action: 'key', text, screenshot_after: false });
+    assert.equal(r.isError, false, `${text}: ${r.text}`);
+    assert.equal(r.text, `Pressed ${text} (1280x800)`);
+  }
+  await computer({ action: 'key', text: 'Escape', screenshot_after: false });
+});
+
+test('screenshots back to back (faster than one a second): none refused by the reply budget', async () => {
+  for (let i = 0; i < 30; i++) {
+    const r = await computer({ action: 'screenshot' });
+    assert.equal(r.isError, false, `screenshot ${i}: ${r.text}`);
+    assert.ok(image(r).length > 1000);
+  }
 });
 
 test('wait: default 1 s, capped at 10 s', async () => {
@@ -218,4 +253,133 @@ test('a sandbox that is not a desktop: the error names its template and the desk
   const c = await call(client, 'sandbox_computer', { sandbox_id: plain, action: 'screenshot' });
   assert.equal(c.isError, true);
   assert.match(c.text, /was made from the 'base' template, which has no desktop: .*from_template 'desktop'/);
+});
+
+// ---- stream_url: noVNC in real headless Chromium, through the gateway's preview host and
+// the worker's ingress into the sandbox's websockify (a public sandbox first, then private)
+
+// the canvas noVNC draws the desktop on, its framebuffer pixel at (x, y)
+const canvasPixel = (page, x, y) => page.evaluate(([x, y]) => {
+  const c = document.querySelector('#noVNC_container canvas');
+  return c && c.width ? Array.from(c.getContext('2d').getImageData(x, y, 1, 1).data.slice(0, 3)) : null;
+}, [x, y]);
+
+// dark (text) pixels of the canvas along the row y from x0 to x1
+const canvasDark = (page, x0, x1, y) => page.evaluate(([x0, x1, y]) => {
+  const c = document.querySelector('#noVNC_container canvas');
+  if (!c || !c.width) return 0;
+  const d = c.getContext('2d').getImageData(x0, y, x1 - x0, 1).data;
+  let n = 0;
+  for (let i = 0; i < d.length; i += 4) if (d[i] + d[i + 1] + d[i + 2] < 300) n++;
+  return n;
+}, [x0, x1, y]);
+
+async function openView(url, what) {
+  browser ??= await chromium.launch({ executablePath: process.env.SF_CHROMIUM ?? '/usr/bin/chromium',
+    args: ['--no-sandbox'] }); // root in CI: Chromium's own sandbox needs an unprivileged user
+  const page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
+  const res = await page.goto(url);
+  assert.equal(res.status(), 200, `${what}: the viewer's page loads`);
+  await page.waitForSelector('html.noVNC_connected', { timeout: 30000 });
+  // it shows the desktop: the canvas's centre is the display's (the page Firefox shows)
+  const ref = decodePng(image(await computer({ action: 'screenshot' }))).pixel(640, 400);
+  await until(`${what}: the canvas to show the desktop`, async () => {
+    const p = await canvasPixel(page, 640, 400);
+    return p && p.every((v, i) => Math.abs(v - ref[i]) < 40) && p.some((v) => v > 60);
+  }, 30000, 250);
+  return page;
+}
+
+// framebuffer (x, y) -> the page's coordinates over the (scaled) canvas
+async function onCanvas(page, x, y) {
+  const box = await page.locator('#noVNC_container canvas').boundingBox();
+  return [box.x + (x + 0.5) * box.width / 1280, box.y + (y + 0.5) * box.height / 800];
+}
+
+const pointer = async () => {
+  const m = /x:(\d+) y:(\d+)/.exec((await sh(client, sb, 'xdotool getmouselocation')).stdout);
+  return [Number(m[1]), Number(m[2])];
+};
+
+test('stream_url: a live noVNC view in headless Chromium shows the desktop and drives it', async () => {
+  const r = await computer({ action: 'stream_url' });
+  assert.equal(r.isError, false, r.text);
+  assert.equal(image(r), null, 'stream_url answers with no image');
+  const { url, view_only, expires_at } = r.structured;
+  assert.equal(view_only, false);
+  assert.equal(expires_at, undefined, 'a public sandbox\'s view does not expire');
+  assert.match(url, new RegExp(`^http://6080-${sb.replace('_', '-')}\\.preview\\.localhost:\\d+/vnc\\.html\\?`));
+  assert.doesNotMatch(url, /password|sf_token/i, 'no secret in the URL');
+  assert.equal(r.text, url);
+  const page = await openView(url, 'the interactive view');
+  // the viewer's pointer moves the desktop's
+  const [px, py] = await onCanvas(page, 1000, 500);
+  await page.mouse.move(px, py);
+  await until('the desktop pointer to follow the viewer\'s', async () => {
+    const [x, y] = await pointer();
+    return Math.abs(x - 1000) <= 3 && Math.abs(y - 500) <= 3;
+  }, 15000, 250);
+  // and its keys type into the page: click the input box on the canvas, type, Enter
+  await computer({ action: 'triple_click', coordinate: [950, 150], screenshot_after: false });
+  await computer({ action: 'key', text: 'BackSpace', screenshot_after: false });
+  const [bx, by] = await onCanvas(page, 950, 150);
+  await page.mouse.click(bx, by);
+  await page.keyboard.type('viastream');
+  await page.keyboard.press('Enter');
+  await until('the page to report the text typed in the viewer', async () =>
+    /GET \/typed\?t=viastream /.test(await serverLog()), 15000, 250);
+  await page.context().close();
+});
+
+test('stream_url view_only: the view shows the desktop; its clicks and keys reach nothing', async () => {
+  const r = await computer({ action: 'stream_url', view_only: true });
+  assert.equal(r.isError, false, r.text);
+  assert.equal(r.structured.view_only, true);
+  assert.match(r.structured.url, new RegExp(`^http://6081-${sb.replace('_', '-')}\\.preview\\.localhost:\\d+/vnc\\.html\\?.*view_only=1`));
+  await (await openView(r.structured.url, 'the view-only view')).context().close();
+  // noVNC's view_only=1 only stops the page sending input; a viewer may edit the URL, so
+  // the edited page sends its clicks and keys, and the filter in the sandbox must drop them
+  const page = await openView(r.structured.url.replace('&view_only=1', ''), 'the edited view-only view');
+  // the box focused and empty, the pointer parked on it
+  await computer({ action: 'triple_click', coordinate: [950, 150], screenshot_after: false });
+  await computer({ action: 'key', text: 'BackSpace', screenshot_after: false });
+  const parked = await pointer();
+  const [px, py] = await onCanvas(page, 300, 600);
+  await page.mouse.move(px, py);
+  await page.mouse.click(px, py);
+  await page.keyboard.type('zzz');
+  await page.keyboard.press('Enter');
+  // then the agent types; once the view shows that text, anything the viewer sent before
+  // it (same connection, in order) would have reached the display already
+  await computer({ action: 'type', text: 'MMMMMMMM', screenshot_after: false });
+  await until('the view to show the agent\'s text', async () => await canvasDark(page, 705, 1000, 150) >= 5, 20000, 300);
+  assert.deepEqual(await pointer(), parked, 'the viewer did not move the desktop pointer');
+  await computer({ action: 'key', text: 'Return', screenshot_after: false });
+  await until('the page to report the agent\'s text', async () => /GET \/typed\?t=MMMMMMMM /.test(await serverLog()), 15000, 250);
+  assert.doesNotMatch(await serverLog(), /zzz/, 'the viewer typed nothing');
+  await page.context().close();
+});
+
+test('stream_url on a private sandbox: a signed, expiring link traded for a cookie; nothing without it', async () => {
+  // ports published before keep their mode: close them so the new links follow the policy
+  let r = await call(client, 'sandbox_update', { sandbox_id: sb, preview_access: 'private', preview_close: [6080, 6081] });
+  assert.equal(r.isError, false, r.text);
+  r = await computer({ action: 'stream_url' });
+  assert.equal(r.isError, false, r.text);
+  const { url, expires_at, view_only } = r.structured;
+  assert.equal(view_only, false);
+  const left = Date.parse(expires_at) - Date.now();
+  assert.ok(left > 3500000 && left <= 3600000, `the link lasts an hour: ${expires_at}`);
+  assert.match(url, /[?&]sf_token=v1\./);
+  assert.doesNotMatch(url, /password/i);
+  const page = await openView(url, 'the private view');
+  assert.doesNotMatch(page.url(), /sf_token/, 'the token left the address bar for a cookie');
+  await page.context().close();
+  // the same page without the link, in a fresh browser context: refused
+  const bare = await (await browser.newContext()).newPage();
+  const res = await bare.goto(url.replace(/&sf_token=[^&]*/, ''));
+  assert.equal(res.status(), 403);
+  await bare.context().close();
+  r = await call(client, 'sandbox_update', { sandbox_id: sb, preview_access: 'public', preview_close: [6080, 6081] });
+  assert.equal(r.isError, false, r.text);
 });
