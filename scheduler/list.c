@@ -127,6 +127,41 @@ typedef struct list_one {
     json_t *slot; /* the page's record goes here */
 } list_one;
 
+/* One read of a fan-out, its answer to go into slot: op->pending counts the reads out
+ * (the sender holds one count itself). -1 (op->failed set) when it could not be sent. */
+static int list_read(list_op *op, json_t *slot, const char *id, redisCallbackFn *cb,
+                     const char *fmt)
+{
+    list_one *one = calloc(1, sizeof(*one));
+
+    if (!one) {
+        op->failed = 1;
+        return -1;
+    }
+    one->op = op;
+    one->slot = slot;
+    snprintf(one->id, sizeof(one->id), "%s", id);
+    op->pending++;
+    if (sf_redis_cmd(op->c->ctx->redis, cb, one, fmt, one->id) < 0) {
+        free(one);
+        op->pending--;
+        op->failed = 1;
+        return -1;
+    }
+    return 0;
+}
+
+/* A read (or the sender) is done; the last one takes the next step, or fails the call. */
+static void list_done(list_op *op, void (*next)(list_op *))
+{
+    if (--op->pending)
+        return;
+    if (op->failed)
+        list_fail(op, NULL);
+    else
+        next(op);
+}
+
 static void list_answer(list_op *op)
 {
     sch_call *c = op->c;
@@ -179,12 +214,7 @@ static void on_list_record(redisAsyncContext *ac, void *r, void *priv)
             json_object_clear(one->slot);
     }
     free(one);
-    if (--op->pending)
-        return;
-    if (op->failed)
-        list_fail(op, NULL);
-    else
-        list_answer(op);
+    list_done(op, list_answer);
 }
 
 static int row_cmp(const void *a, const void *b)
@@ -226,31 +256,15 @@ static void list_page(list_op *op)
     op->rows = page;
     op->pending = 1;
     for (size_t i = 0; i < json_array_size(page); i++) {
-        list_one *one = calloc(1, sizeof(*one));
         json_t *slot = json_array_get(page, i);
-        if (!one) {
-            op->failed = 1;
-            break;
-        }
-        one->op = op;
-        one->slot = slot;
-        snprintf(one->id, sizeof(one->id), "%s", json_string_value(json_object_get(slot, "id")));
+        char id[SF_ID_MAX];
+
+        snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(slot, "id")));
         json_object_clear(slot);
-        op->pending++;
-        if (sf_redis_cmd(op->c->ctx->redis, on_list_record, one, "HGETALL " SF_RK_SANDBOX,
-                         one->id) < 0) {
-            free(one);
-            op->pending--;
-            op->failed = 1;
+        if (list_read(op, slot, id, on_list_record, "HGETALL " SF_RK_SANDBOX) < 0)
             break;
-        }
     }
-    if (--op->pending)
-        return;
-    if (op->failed)
-        list_fail(op, NULL);
-    else
-        list_answer(op);
+    list_done(op, list_answer);
 }
 
 /* {team, created, metadata} of one member: does it pass the filter and the cursor? */
@@ -287,12 +301,7 @@ static void on_list_head(redisAsyncContext *ac, void *r, void *priv)
         json_object_set_new(one->slot, "ok", json_boolean(ok));
     }
     free(one);
-    if (--op->pending)
-        return;
-    if (op->failed)
-        list_fail(op, NULL);
-    else
-        list_page(op);
+    list_done(op, list_page);
 }
 
 static void on_list_members(redisAsyncContext *ac, void *r, void *priv)
@@ -306,35 +315,19 @@ static void on_list_members(redisAsyncContext *ac, void *r, void *priv)
     }
     op->pending = 1;
     for (size_t i = 0; i < rep->elements; i++) {
-        list_one *one;
         json_t *row;
         if (rep->element[i]->type != REDIS_REPLY_STRING || !sf_id_valid(rep->element[i]->str))
             continue;
-        if (!(one = calloc(1, sizeof(*one))) ||
-            !(row = json_pack("{s:s}", "id", rep->element[i]->str))) {
-            free(one);
+        if (!(row = json_pack("{s:s}", "id", rep->element[i]->str))) {
             op->failed = 1;
             break;
         }
         json_array_append_new(op->rows, row);
-        one->op = op;
-        one->slot = row;
-        snprintf(one->id, sizeof(one->id), "%s", rep->element[i]->str);
-        op->pending++;
-        if (sf_redis_cmd(op->c->ctx->redis, on_list_head, one,
-                         "HMGET " SF_RK_SANDBOX " team created metadata", one->id) < 0) {
-            free(one);
-            op->pending--;
-            op->failed = 1;
+        if (list_read(op, row, rep->element[i]->str, on_list_head,
+                      "HMGET " SF_RK_SANDBOX " team created metadata") < 0)
             break;
-        }
     }
-    if (--op->pending)
-        return;
-    if (op->failed)
-        list_fail(op, NULL);
-    else
-        list_page(op);
+    list_done(op, list_page);
 }
 
 void sch_list_sandboxes(sch_call *c)

@@ -262,7 +262,7 @@ int main(void)
     }
 
     /* 7. A create reaches its host with the shape placement chose (args.limits, from the
-     * scheduler's sandbox_* settings: 512 MiB, the e2e stack's 500 milli-vCPU, 2048 MiB
+     * scheduler's sandbox_* settings: 512 MiB, the e2e stack's 500 milli-vCPU and 512 MiB
      * disk, no inodes: the worker's default); a producer cannot choose the shape itself. */
     {
         rd_kafka_t *hostc;
@@ -312,7 +312,7 @@ int main(void)
                     CHECK(json_integer_value(json_object_get(l, "memory_mib")) == 512 &&
                               json_integer_value(json_object_get(l, "vcpu_milli")) == 500 &&
                               json_integer_value(json_object_get(l, "pids_max")) == 256 &&
-                              json_integer_value(json_object_get(l, "disk_mib")) == 2048 &&
+                              json_integer_value(json_object_get(l, "disk_mib")) == 512 &&
                               !json_object_get(l, "inodes") && !strcmp(fj.host, "e2e-host"),
                           "the forwarded create carries the shape");
                     found = 1;
