@@ -872,20 +872,27 @@ static redisReply *sync_send(redisContext *c, const char *buf, size_t len)
     return rep;
 }
 
-redisReply *sf_redis_sync_cmd(redisContext *c, const char *fmt, ...)
+redisReply *sf_redis_sync_vcmd(redisContext *c, const char *fmt, va_list ap)
 {
-    va_list ap;
     char *buf = NULL;
-    int len;
+    int len = redisvFormatCommand(&buf, fmt, ap);
     redisReply *rep;
 
-    va_start(ap, fmt);
-    len = redisvFormatCommand(&buf, fmt, ap);
-    va_end(ap);
     if (len < 0)
         return NULL;
     rep = sync_send(c, buf, (size_t)len);
     redisFreeCommand(buf);
+    return rep;
+}
+
+redisReply *sf_redis_sync_cmd(redisContext *c, const char *fmt, ...)
+{
+    va_list ap;
+    redisReply *rep;
+
+    va_start(ap, fmt);
+    rep = sf_redis_sync_vcmd(c, fmt, ap);
+    va_end(ap);
     return rep;
 }
 
