@@ -12,8 +12,8 @@ iproute2 curl procps util-linux nghttp2-client openssl e2fsprogs lxcfs"
 SF_PACKAGES="$SF_PACKAGES nftables"
 # tests/bench/proxy's reference relays: io_uring, and the kernel (sockmap) relay
 SF_PACKAGES="$SF_PACKAGES liburing-dev clang libbpf-dev"
-# the engines label (ops/dev-cluster): Apache Kafka's JVM, and Maven to fetch its jars
-SF_PACKAGES="$SF_PACKAGES default-jre-headless maven"
+# the engines label (ops/dev-cluster): Java 17 for Apache Kafka, and Maven to fetch its jars
+SF_PACKAGES="$SF_PACKAGES openjdk-17-jre-headless maven"
 # the file tools: ZIPs of sandbox directories
 SF_PACKAGES="$SF_PACKAGES libzip-dev"
 # the qemu driver: QEMU, qemu-img, and what worker/vm/build-guest uses
