@@ -351,12 +351,19 @@ static void on_slots(redisAsyncContext *ac, void *reply, void *priv)
     if (r->mode == MODE_UNKNOWN)
         r->mode = MODE_CLUSTER;
     any_pick(r);
-    /* a slot whose master is not connected yet: connect now (a refresh follows a failover) */
+    /* A slot whose master is not connected yet: connect now (a refresh follows a failover).
+     * A slot without a master, or whose master was lost and is still named (the node asked
+     * has not heard of the failover yet): the map stays stale and is asked again, so it is
+     * new before a command meets the lost master (not only after one did). */
     for (int s = 0; s < SF_REDIS_SLOTS; s++) {
         rnode *n = r->slots[s] ? &r->nodes[r->slots[s] - 1] : NULL;
         if (n && !n->ac && n->down_until <= sf_mono_ms())
             node_connect(n);
+        if (!n || !n->ac)
+            r->stale = 1;
     }
+    if (r->stale)
+        tick_arm(r, TICK_MS);
 }
 
 /* Asks a connected node that is not subscribed for the slot map. 0 when sent. */

@@ -156,9 +156,20 @@ sf_dev_cert() {
     export SF_TLS_CERT_FILE="$dir/cert.pem" SF_TLS_KEY_FILE="$dir/key.pem"
 }
 
-# sf_redis_cli ARGS...: redis-cli on SF_REDIS_URL's first seed (several: a Redis Cluster),
-# following redirects.
-sf_redis_cli() { redis-cli -c -u "${SF_REDIS_URL%%,*}" "$@"; }
+# sf_redis_cli ARGS...: redis-cli on SF_REDIS_URL, following redirects; with several seeds
+# (a Redis Cluster) the first that can be reached (a lost node is skipped).
+sf_redis_cli() {
+    local seeds s
+    case ${SF_REDIS_URL:-} in
+    redis://*,*) ;;
+    *) redis-cli -c -u "${SF_REDIS_URL:-}" "$@"; return ;;
+    esac
+    seeds=${SF_REDIS_URL#redis://}
+    for s in ${seeds//,/ }; do
+        redis-cli -c -u "redis://$s" "$@" 2>/dev/null && return 0
+    done
+    return 1
+}
 
 sf_wait_worker() {
     # The qemu driver builds its guest and template snapshot on its first start (about a

@@ -132,24 +132,26 @@ test('kill -9 of one Kafka broker under load: every call answered once, flowing 
   assert.ok(back >= 0, 'the restarted broker did not rejoin');
 });
 
-// The master that holds the most of the load's sandbox records.
-function busiestMaster() {
+// The dev cluster's node (redis-N) that is the master of a sandbox's record now.
+function masterOf(sb) {
   const nodes = redis(env, 'CLUSTER', 'NODES').split('\n').map((l) => l.split(' '));
   const masters = nodes.filter((n) => n[2].includes('master') && !n[2].includes('fail') && n.length > 8);
-  const count = new Map();
-  for (const { sb } of load) {
-    const slot = Number(redis(env, 'CLUSTER', 'KEYSLOT', `sf:sb:{${sb}}`));
-    const m = masters.find((n) => n.slice(8).some((r) => {
-      const [a, b] = r.split('-').map(Number);
-      return slot >= a && slot <= (b ?? a);
-    }));
-    if (m) count.set(m[1], (count.get(m[1]) ?? 0) + 1);
-  }
-  const addr = [...count.entries()].sort((a, b) => b[1] - a[1])[0][0].split('@')[0];
-  const port = addr.split(':')[1];
+  const slot = Number(redis(env, 'CLUSTER', 'KEYSLOT', `sf:sb:{${sb}}`));
+  const m = masters.find((n) => n.slice(8).some((r) => {
+    const [a, b] = r.split('-').map(Number);
+    return slot >= a && slot <= (b ?? a);
+  }));
+  const port = m[1].split('@')[0].split(':')[1];
   for (let i = 1; i <= 6; i++)
     if (readFileSync(`${state}/engines/redis-${i}.cmd`, 'utf8').includes(`--port ${port} `)) return `redis-${i}`;
-  throw new Error(`no node of the dev cluster listens on ${addr}`);
+  throw new Error(`no node of the dev cluster listens on ${m[1]}`);
+}
+
+// The master that holds the most of the load's sandbox records.
+function busiestMaster() {
+  const count = new Map();
+  for (const { sb } of load) count.set(masterOf(sb), (count.get(masterOf(sb)) ?? 0) + 1);
+  return [...count.entries()].sort((a, b) => b[1] - a[1])[0][0];
 }
 
 // The gateways' subscribers (SF_CH_GATEWAY) on each live node of the dev cluster.
@@ -196,9 +198,19 @@ test('kill -9 of a Redis Cluster master under load: its replica takes over, flow
   const subs = subscribers();
   const subMaster = Object.keys(subs).find((n) => subs[n] > 0 && isMaster(n));
   const victim = subMaster ?? busiestMaster();
+  // the load must have a record there (its calls then wait for the failover): sandboxes are
+  // created until one lands there (a third of the slots each), the others killed again
+  for (let i = 0; i < 15 && !load.some(({ sb }) => masterOf(sb) === victim); i++) {
+    const r = await mcall(urls[i % 2], key, 'sandbox_create', { name: `eng-v${i}` });
+    assert.equal(r.ok, true, `create: ${r.text ?? r.neterr}`);
+    if (masterOf(r.structured.id) === victim) load.push({ sb: r.structured.id });
+    else assert.equal((await mcall(urls[0], key, 'sandbox_kill', { sandbox_id: r.structured.id })).ok, true);
+  }
+  assert.ok(load.some(({ sb }) => masterOf(sb) === victim), `no load sandbox has its record on ${victim}`);
   const subsBefore = Object.values(subs).reduce((a, b) => a + b, 0);
   assert.ok(subsBefore >= 2, `the gateways are not subscribed: ${JSON.stringify(subs)}`);
-  console.log(`# subscribers per node ${JSON.stringify(subs)}; killing ${victim}${subMaster ? ' (the gateways subscribe there)' : ''}`);
+  console.log(`# subscribers per node ${JSON.stringify(subs)}; killing ${victim}${subMaster ? ' (the gateways subscribe there)' : ''}, ` +
+    `the master of ${load.filter(({ sb }) => masterOf(sb) === victim).length} of the load's ${load.length} records`);
   await engineFault(victim, 5000, {
     async after() {
       // every sandbox a client was told exists is still there (records written with WAIT)
