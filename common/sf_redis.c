@@ -351,12 +351,19 @@ static void on_slots(redisAsyncContext *ac, void *reply, void *priv)
     if (r->mode == MODE_UNKNOWN)
         r->mode = MODE_CLUSTER;
     any_pick(r);
-    /* a slot whose master is not connected yet: connect now (a refresh follows a failover) */
+    /* A slot whose master is not connected yet: connect now (a refresh follows a failover).
+     * A slot without a master, or whose master was lost and is still named (the node asked
+     * has not heard of the failover yet): the map stays stale and is asked again, so it is
+     * new before a command meets the lost master (not only after one did). */
     for (int s = 0; s < SF_REDIS_SLOTS; s++) {
         rnode *n = r->slots[s] ? &r->nodes[r->slots[s] - 1] : NULL;
         if (n && !n->ac && n->down_until <= sf_mono_ms())
             node_connect(n);
+        if (!n || !n->ac)
+            r->stale = 1;
     }
+    if (r->stale)
+        tick_arm(r, TICK_MS);
 }
 
 /* Asks a connected node that is not subscribed for the slot map. 0 when sent. */
@@ -872,20 +879,27 @@ static redisReply *sync_send(redisContext *c, const char *buf, size_t len)
     return rep;
 }
 
-redisReply *sf_redis_sync_cmd(redisContext *c, const char *fmt, ...)
+redisReply *sf_redis_sync_vcmd(redisContext *c, const char *fmt, va_list ap)
 {
-    va_list ap;
     char *buf = NULL;
-    int len;
+    int len = redisvFormatCommand(&buf, fmt, ap);
     redisReply *rep;
 
-    va_start(ap, fmt);
-    len = redisvFormatCommand(&buf, fmt, ap);
-    va_end(ap);
     if (len < 0)
         return NULL;
     rep = sync_send(c, buf, (size_t)len);
     redisFreeCommand(buf);
+    return rep;
+}
+
+redisReply *sf_redis_sync_cmd(redisContext *c, const char *fmt, ...)
+{
+    va_list ap;
+    redisReply *rep;
+
+    va_start(ap, fmt);
+    rep = sf_redis_sync_vcmd(c, fmt, ap);
+    va_end(ap);
     return rep;
 }
 

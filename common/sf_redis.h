@@ -17,6 +17,7 @@
 #include <event2/event.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
+#include <stdarg.h>
 #include <stddef.h>
 
 #include "sf_msg.h"
@@ -79,6 +80,7 @@ redisContext *sf_redis_connect_sync(const char *url, char *why, size_t whylen);
 void sf_redis_sync_free(redisContext *c);
 /* redisCommand / redisCommandArgv, routed on a cluster. NULL when the connection broke. */
 redisReply *sf_redis_sync_cmd(redisContext *c, const char *fmt, ...);
+redisReply *sf_redis_sync_vcmd(redisContext *c, const char *fmt, va_list ap);
 redisReply *sf_redis_sync_argv(redisContext *c, int argc, const char **argv,
                                const size_t *lens);
 /* The connections of every master (on a plain Redis: c itself), for commands that each

@@ -12,6 +12,8 @@ iproute2 curl procps util-linux nghttp2-client openssl e2fsprogs lxcfs"
 SF_PACKAGES="$SF_PACKAGES nftables"
 # tests/bench/proxy's reference relays: io_uring, and the kernel (sockmap) relay
 SF_PACKAGES="$SF_PACKAGES liburing-dev clang libbpf-dev"
+# the engines label (ops/dev-cluster): Java 17 for Apache Kafka, and Maven to fetch its jars
+SF_PACKAGES="$SF_PACKAGES openjdk-17-jre-headless maven"
 # the file tools: ZIPs of sandbox directories
 SF_PACKAGES="$SF_PACKAGES libzip-dev"
 # the qemu driver: QEMU, qemu-img, and what worker/vm/build-guest uses
@@ -172,9 +174,20 @@ sf_dev_cert() {
     export SF_TLS_CERT_FILE="$dir/cert.pem" SF_TLS_KEY_FILE="$dir/key.pem"
 }
 
-# sf_redis_cli ARGS...: redis-cli on SF_REDIS_URL's first seed (several: a Redis Cluster),
-# following redirects.
-sf_redis_cli() { redis-cli -c -u "${SF_REDIS_URL%%,*}" "$@"; }
+# sf_redis_cli ARGS...: redis-cli on SF_REDIS_URL, following redirects; with several seeds
+# (a Redis Cluster) the first that can be reached (a lost node is skipped).
+sf_redis_cli() {
+    local seeds s
+    case ${SF_REDIS_URL:-} in
+    redis://*,*) ;;
+    *) redis-cli -c -u "${SF_REDIS_URL:-}" "$@"; return ;;
+    esac
+    seeds=${SF_REDIS_URL#redis://}
+    for s in ${seeds//,/ }; do
+        redis-cli -c -u "redis://$s" "$@" 2>/dev/null && return 0
+    done
+    return 1
+}
 
 sf_wait_worker() {
     # The qemu driver builds its guest and template snapshot on its first start (about a

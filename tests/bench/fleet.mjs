@@ -59,12 +59,19 @@ function batch(n, rate) {
 // The broker's CPU time (/proc) and, when it counts them (ops/kafka: SIGUSR1 logs a
 // "broker counts" line), its Fetch and Produce requests, for the figures per job.
 const state = process.env.SF_FLEET_STATE;
-const brokerPid = Number(readFileSync(join(state, 'pids/kafka'), 'utf8'));
+// (on the production engines, SF_FLEET_ENGINES=1: the three Apache Kafka brokers' CPU)
+const engines = !existsSync(join(state, 'pids/kafka'));
+const brokerPids = (engines ? [1, 2, 3].map((i) => `engines/pids/kafka-${i}`) : ['pids/kafka'])
+  .map((f) => Number(readFileSync(join(state, f), 'utf8')));
+const brokerPid = brokerPids[0];
 const brokerLog = join(state, 'logs/kafka.log');
 async function brokerNow() {
-  const f = readFileSync(`/proc/${brokerPid}/stat`, 'utf8').split(') ')[1].split(' ');
-  const cpuMs = ((Number(f[11]) + Number(f[12])) * 1000) / 100; // utime + stime, 100 Hz ticks
-  if (!existsSync(brokerLog) || !readFileSync(brokerLog, 'utf8').includes('counts_on=SIGUSR1')) return { cpuMs };
+  let cpuMs = 0;
+  for (const pid of brokerPids) {
+    const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+    cpuMs += ((Number(f[11]) + Number(f[12])) * 1000) / 100; // utime + stime, 100 Hz ticks
+  }
+  if (engines || !existsSync(brokerLog) || !readFileSync(brokerLog, 'utf8').includes('counts_on=SIGUSR1')) return { cpuMs };
   const before = readFileSync(brokerLog, 'utf8').length;
   process.kill(brokerPid, 'SIGUSR1');
   for (let i = 0; i < 100; i++) {
@@ -119,7 +126,8 @@ if (process.env.SF_TRACE_DIR) writeFileSync(join(process.env.SF_TRACE_DIR, 'rows
 const broker1 = await brokerNow();
 const throttle1 = throttle();
 const row = (name, r) => `| ${name} | ${r.rate.toFixed(0)} | ${r.p50.toFixed(1)} | ${r.p99.toFixed(1)} | ${r.errors} | ${(r.p50 / base.p50).toFixed(1)}x |`;
-console.log(`\n${conc} concurrent clients, ${secs} s per row, 2 gateways, 2 schedulers, 3 workers; ` +
+console.log(`\n${engines ? 'Apache Kafka (3 brokers, RF 3, min ISR 2) + Redis Cluster (3+3)' : 'embedded broker + one Redis'}: ` +
+  `${conc} concurrent clients, ${secs} s per row, 2 gateways, 2 schedulers, 3 workers; ` +
   `load average ${load0.toFixed(1)} before, ${loadavg()[0].toFixed(1)} after\n`);
 console.log('| calls | per s | p50 ms | p99 ms | errors | p50 / ping |');
 console.log('| --- | ---: | ---: | ---: | ---: | ---: |');

@@ -7,9 +7,9 @@
 // a successful call is under the goal (Kafka 10 s, Redis 5 s).
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { fleetEnv, mcall, startLoad, until, redis, sleep } from './load.mjs';
+import { fleetEnv, mcall, startLoad, until, redis } from './load.mjs';
 
 const state = process.env.SF_FLEET_STATE;
 if (!state) throw new Error('SF_FLEET_STATE is not set: run this through ctest (ops/test)');
@@ -25,6 +25,38 @@ const probeKafka = new URL('../../ops/dev-cluster.d/kafka_probe.py', import.meta
 const load = [];
 after(async () => {
   for (const { sb } of load) await mcall(urls[0], key, 'sandbox_kill', { sandbox_id: sb });
+});
+
+// The topics as ops/RUNBOOK.md says (TopicCommand --describe, from the cached jars): the
+// shared ones created by ops/dev-cluster with their partitions, replication 3 and
+// min.insync.replicas 2; each worker's sf.host.<host> and each gateway's sf.reply.<id>
+// created by its reader, the reply topics with retention.ms 1 h; and auto-creation off: a
+// Metadata request for a stray topic (v1: one that would create it) creates nothing.
+const kafkaLibs = `${process.env.SF_KAFKA_CACHE ?? '/var/cache/sandfleet/kafka'}/4.1.1/libs`;
+const topicCommand = (...args) => execFileSync('java', ['-Xmx128m', '-XX:TieredStopAtLevel=1', '-XX:+UseSerialGC',
+  '-cp', `${kafkaLibs}/*`, 'org.apache.kafka.tools.TopicCommand', '--bootstrap-server', env.SF_KAFKA_BROKERS, ...args],
+{ stdio: ['ignore', 'pipe', 'ignore'] }).toString();
+
+test('topics: ours created explicitly (auto-creation off), replication 3, min.insync.replicas 2, replies kept 1 h', () => {
+  const stray = `sf.stray.${process.pid}`;
+  assert.throws(() => execFileSync(probeKafka, [env.SF_KAFKA_BROKERS.split(',')[0], '3', stray], { stdio: 'ignore' }),
+    'a stray topic has a leader: auto-creation is on');
+  const topics = {};
+  for (const m of topicCommand('--describe').matchAll(/^Topic: (\S+)\tTopicId: \S+\tPartitionCount: (\d+)\tReplicationFactor: (\d+)\tConfigs: (.*)$/gm))
+    topics[m[1]] = { parts: Number(m[2]), rf: Number(m[3]), configs: Object.fromEntries(m[4].split(',').filter(Boolean).map((c) => c.split('='))) };
+  assert.equal(topics[stray], undefined, 'the stray topic was created: auto-creation is on');
+  for (const [t, parts] of [['sf.jobs', 4], ['sf.events', 4], ['sf.dead', 1]])
+    assert.equal(topics[t]?.parts, parts, `${t}: ${JSON.stringify(topics[t])}`);
+  for (const h of [1, 2, 3]) assert.ok(topics[`sf.host.fleet-${h}`], `sf.host.fleet-${h} was not created by its worker`);
+  const replies = Object.keys(topics).filter((t) => t.startsWith('sf.reply.'));
+  assert.ok(replies.length >= 2, `the gateways' reply topics: ${replies}`);
+  for (const [t, d] of Object.entries(topics)) {
+    assert.equal(d.rf, 3, `${t}: replication ${d.rf}`);
+    if (t.startsWith('__')) continue;
+    assert.equal(d.configs['min.insync.replicas'], '2', `${t}: ${JSON.stringify(d.configs)}`);
+    if (t.startsWith('sf.reply.')) assert.equal(d.configs['retention.ms'], '3600000', `${t}: ${JSON.stringify(d.configs)}`);
+  }
+  console.log(`# ${Object.keys(topics).length} topics, none auto-created: ${Object.keys(topics).sort().join(' ')}`);
 });
 
 test('six sandboxes over three workers, on Apache Kafka and Redis Cluster', async () => {
@@ -54,7 +86,8 @@ async function ledgers() {
 // kill -9 NAME under load, no restart until calls flow; the checks above; then NAME again.
 async function engineFault(name, goalMs, { after: afterKill } = {}) {
   const l = startLoad(urls, key, load.map((x) => x.sb), { prefix: `${name}-`, timeoutMs: EXEC_TIMEOUT });
-  await sleep(1500);
+  const oks = () => l.calls.filter((c) => c.r?.ok).length;
+  assert.ok(await until(() => oks() >= 2 * load.length, 30000, 50) >= 0, 'the load does not flow before the kill');
   const t0 = Date.now();
   fleet('kill', name);
   // calls flow again (through both gateways, on every load sandbox) without the node
@@ -66,13 +99,14 @@ async function engineFault(name, goalMs, { after: afterKill } = {}) {
     }
     return true;
   }, 30000, 100);
-  await sleep(1000);
+  const more = oks() + 2 * load.length; // and the load itself goes on
+  assert.ok(await until(() => oks() >= more, 30000, 50) >= 0, `the load does not flow again after ${name} was killed`);
   const calls = await l.stop();
   const seen = await ledgers();
   // the longest time without an ok answer, from the kill on
-  const oks = calls.filter((c) => c.r?.ok).map((c) => c.t + c.r.ms).filter((t) => t >= t0).sort((a, b) => a - b);
-  let gap = oks.length ? oks[0] - t0 : Infinity;
-  for (let i = 1; i < oks.length; i++) gap = Math.max(gap, oks[i] - oks[i - 1]);
+  const okAt = calls.filter((c) => c.r?.ok).map((c) => c.t + c.r.ms).filter((t) => t >= t0).sort((a, b) => a - b);
+  let gap = okAt.length ? okAt[0] - t0 : Infinity;
+  for (let i = 1; i < okAt.length; i++) gap = Math.max(gap, okAt[i] - okAt[i - 1]);
   for (const c of calls) {
     assert.ok(c.r && !c.r.neterr, `call ${c.id} got no answer (${c.r?.neterr})`);
     assert.ok((seen.get(c.id) ?? 0) <= 1, `call ${c.id} ran ${seen.get(c.id)} times`);
@@ -98,32 +132,93 @@ test('kill -9 of one Kafka broker under load: every call answered once, flowing 
   assert.ok(back >= 0, 'the restarted broker did not rejoin');
 });
 
-// The master that holds the most of the load's sandbox records.
-function busiestMaster() {
+// The dev cluster's node (redis-N) that is the master of a sandbox's record now.
+function masterOf(sb) {
   const nodes = redis(env, 'CLUSTER', 'NODES').split('\n').map((l) => l.split(' '));
   const masters = nodes.filter((n) => n[2].includes('master') && !n[2].includes('fail') && n.length > 8);
-  const count = new Map();
-  for (const { sb } of load) {
-    const slot = Number(redis(env, 'CLUSTER', 'KEYSLOT', `sf:sb:{${sb}}`));
-    const m = masters.find((n) => n.slice(8).some((r) => {
-      const [a, b] = r.split('-').map(Number);
-      return slot >= a && slot <= (b ?? a);
-    }));
-    if (m) count.set(m[1], (count.get(m[1]) ?? 0) + 1);
-  }
-  const addr = [...count.entries()].sort((a, b) => b[1] - a[1])[0][0].split('@')[0];
-  const port = addr.split(':')[1];
+  const slot = Number(redis(env, 'CLUSTER', 'KEYSLOT', `sf:sb:{${sb}}`));
+  const m = masters.find((n) => n.slice(8).some((r) => {
+    const [a, b] = r.split('-').map(Number);
+    return slot >= a && slot <= (b ?? a);
+  }));
+  const port = m[1].split('@')[0].split(':')[1];
   for (let i = 1; i <= 6; i++)
     if (readFileSync(`${state}/engines/redis-${i}.cmd`, 'utf8').includes(`--port ${port} `)) return `redis-${i}`;
-  throw new Error(`no node of the dev cluster listens on ${addr}`);
+  throw new Error(`no node of the dev cluster listens on ${m[1]}`);
 }
 
-test('kill -9 of a Redis Cluster master under load: its replica takes over, flowing within 5 s; no record lost', async () => {
-  const victim = busiestMaster();
+// The master that holds the most of the load's sandbox records.
+function busiestMaster() {
+  const count = new Map();
+  for (const { sb } of load) count.set(masterOf(sb), (count.get(masterOf(sb)) ?? 0) + 1);
+  return [...count.entries()].sort((a, b) => b[1] - a[1])[0][0];
+}
+
+// The gateways' subscribers (SF_CH_GATEWAY) on each live node of the dev cluster.
+const nodePort = (name) => readFileSync(`${state}/engines/${name}.cmd`, 'utf8').match(/--port (\d+) /)[1];
+function subscribers() {
+  const by = {};
+  for (let i = 1; i <= 6; i++) {
+    try {
+      const out = execFileSync('redis-cli', ['-p', nodePort(`redis-${i}`), 'PUBSUB', 'NUMSUB', 'sf:gw:events'],
+        { stdio: ['ignore', 'pipe', 'ignore'] }).toString().trim().split('\n');
+      by[`redis-${i}`] = Number(out[1]);
+    } catch { /* down */ }
+  }
+  return by;
+}
+const isMaster = (name) => /role:master/.test(execFileSync('redis-cli', ['-p', nodePort(name), 'INFO', 'replication']).toString());
+
+// A key of team fleet, used through both gateways (each caches it for 10 s), then revoked:
+// both refuse it again well before their caches would forget it, so the revocation reached
+// them over Pub/Sub.
+async function revocationReachesGateways() {
+  const cli = { ...process.env, SF_REDIS_URL: env.SF_REDIS_URL, SF_AUTH_SECRET_FILE: `${state}/auth.key` };
+  const made = spawnSync(`${env.SF_BUILD}/cli/sandfleet`, ['keys', 'create', '--team', 'fleet', '--name', 'pubsub'], { env: cli });
+  assert.equal(made.status, 0, `keys create: ${made.stderr}`);
+  const k = made.stdout.toString().trim();
+  const id = made.stderr.toString().match(/created (key_[0-9a-f]+)/)[1];
+  for (const u of urls) {
+    const r = await mcall(u, k, 'sandbox_list', {});
+    assert.equal(r.ok, true, `the new key through ${u}: ${r.text ?? r.neterr}`);
+  }
+  const t0 = Date.now();
+  const rev = spawnSync(`${env.SF_BUILD}/cli/sandfleet`, ['keys', 'revoke', id], { env: cli });
+  assert.equal(rev.status, 0, `keys revoke: ${rev.stderr}`);
+  for (const u of urls) {
+    const refused = await until(async () => { const r = await mcall(u, k, 'sandbox_list', {}); return !r.ok && !r.neterr; }, 3000, 50);
+    assert.ok(refused >= 0, `${u} still takes a key revoked ${Date.now() - t0} ms ago: its subscription did not survive`);
+  }
+  console.log(`# a key revoked after the failover: both gateways refuse it within ${Date.now() - t0} ms (Pub/Sub)`);
+}
+
+test('kill -9 of a Redis Cluster master under load: its replica takes over, flowing within 5 s; no record lost; Pub/Sub survives', async () => {
+  // the master the gateways subscribe on if they do on a master (then the kill also cuts
+  // their subscription), else the one with most of the load's records
+  const subs = subscribers();
+  const subMaster = Object.keys(subs).find((n) => subs[n] > 0 && isMaster(n));
+  const victim = subMaster ?? busiestMaster();
+  // the load must have a record there (its calls then wait for the failover): sandboxes are
+  // created until one lands there (a third of the slots each), the others killed again
+  for (let i = 0; i < 15 && !load.some(({ sb }) => masterOf(sb) === victim); i++) {
+    const r = await mcall(urls[i % 2], key, 'sandbox_create', { name: `eng-v${i}` });
+    assert.equal(r.ok, true, `create: ${r.text ?? r.neterr}`);
+    if (masterOf(r.structured.id) === victim) load.push({ sb: r.structured.id });
+    else assert.equal((await mcall(urls[0], key, 'sandbox_kill', { sandbox_id: r.structured.id })).ok, true);
+  }
+  assert.ok(load.some(({ sb }) => masterOf(sb) === victim), `no load sandbox has its record on ${victim}`);
+  const subsBefore = Object.values(subs).reduce((a, b) => a + b, 0);
+  assert.ok(subsBefore >= 2, `the gateways are not subscribed: ${JSON.stringify(subs)}`);
+  console.log(`# subscribers per node ${JSON.stringify(subs)}; killing ${victim}${subMaster ? ' (the gateways subscribe there)' : ''}, ` +
+    `the master of ${load.filter(({ sb }) => masterOf(sb) === victim).length} of the load's ${load.length} records`);
   await engineFault(victim, 5000, {
-    after() {
+    async after() {
       // every sandbox a client was told exists is still there (records written with WAIT)
       for (const { sb } of load) assert.equal(redis(env, 'HGET', `sf:sb:{${sb}}`, 'state'), 'running');
+      // the gateways subscribe again on a live node (as many as before), and a revocation reaches them
+      const again = await until(() => Object.values(subscribers()).reduce((a, b) => a + b, 0) >= subsBefore, 5000, 50);
+      assert.ok(again >= 0, `the gateways are not subscribed again: ${JSON.stringify(subscribers())}`);
+      await revocationReachesGateways();
     },
   });
   // the old master comes back as a replica: the cluster is whole again

@@ -17,10 +17,10 @@ const urls = [env.SF_URL, env.SF_URL2];
 const key = env.SF_KEY;
 const fleet = (...args) => execFileSync(new URL('./fleet', import.meta.url).pathname,
   [args[0], state, env.SF_BUILD, ...args.slice(1)], { stdio: 'inherit' });
-const EXEC_TIMEOUT = 5000;
+const EXEC_TIMEOUT = 5000; // + the stack's 3 s margin: the gateway's deadline is 8 s
 // On the production engines (the engines label: SF_FLEET_ENGINES=1) the embedded broker's and
 // the one Redis's faults are engines.test.mjs's: a broker and a Redis master lost for good.
-const embedded = { skip: env.SF_ENGINES === '1' && 'the fleet runs on Apache Kafka and Redis Cluster (engines.test.mjs)' }; // + the stack's 3 s margin: the gateway's deadline is 8 s
+const embedded = { skip: env.SF_ENGINES === '1' && 'the fleet runs on Apache Kafka and Redis Cluster (engines.test.mjs)' };
 
 const created = [];
 after(async () => {
