@@ -21,6 +21,8 @@
 #include <string.h>
 
 static char brokers[2048], topic[SF_TOPIC_MAX], redis_url[1024], secret_file[4096];
+/* the stack's default sandbox shape (its env file: SF_SANDBOX_SHAPE=memory,vcpu,disk) */
+static long long shape_mem = -1, shape_vcpu = -1, shape_disk = -1;
 static uint8_t secret[32], gw_key[32];
 static rd_kafka_t *producer, *consumer;
 
@@ -40,6 +42,8 @@ static void read_env(void)
         } else if (!strncmp(line, "SF_REDIS_URL=", 13)) {
             snprintf(redis_url, sizeof(redis_url), "%s", line + 13);
             redis_url[strcspn(redis_url, "\n")] = 0;
+        } else if (!strncmp(line, "SF_SANDBOX_SHAPE=", 17)) {
+            sscanf(line + 17, "%lld,%lld,%lld", &shape_mem, &shape_vcpu, &shape_disk);
         } else if (!strncmp(line, "SF_AUTH_SECRET_FILE=", 20)) {
             snprintf(secret_file, sizeof(secret_file), "%s", line + 20);
             secret_file[strcspn(secret_file, "\n")] = 0;
@@ -47,6 +51,7 @@ static void read_env(void)
     fclose(f);
     CHECK(brokers[0] && redis_url[0] && secret_file[0],
           "no SF_KAFKA_BROKERS, SF_REDIS_URL or SF_AUTH_SECRET_FILE in %s", path);
+    CHECK(shape_mem > 0 && shape_vcpu > 0 && shape_disk > 0, "no SF_SANDBOX_SHAPE in %s", path);
 }
 
 /* Waits for the reply to job id; returns it decoded (caller finis) or fails the test. */
@@ -262,8 +267,8 @@ int main(void)
     }
 
     /* 7. A create reaches its host with the shape placement chose (args.limits, from the
-     * scheduler's sandbox_* settings: 512 MiB, the e2e stack's 500 milli-vCPU and 512 MiB
-     * disk, no inodes: the worker's default); a producer cannot choose the shape itself. */
+     * scheduler's sandbox_* settings, the stack's SF_SANDBOX_SHAPE (memory, vCPU, disk); no
+     * inodes: the worker's default); a producer cannot choose the shape itself. */
     {
         rd_kafka_t *hostc;
         char sid[SF_ID_MAX], gid[SF_ID_MAX];
@@ -309,10 +314,10 @@ int main(void)
             if (!m->err && sf_job_decode(m->payload, m->len, &fj, &jwhy) == 0) {
                 if (!strcmp(fj.sandbox, sid)) {
                     json_t *l = json_object_get(fj.args, "limits");
-                    CHECK(json_integer_value(json_object_get(l, "memory_mib")) == 512 &&
-                              json_integer_value(json_object_get(l, "vcpu_milli")) == 500 &&
+                    CHECK(json_integer_value(json_object_get(l, "memory_mib")) == shape_mem &&
+                              json_integer_value(json_object_get(l, "vcpu_milli")) == shape_vcpu &&
                               json_integer_value(json_object_get(l, "pids_max")) == 256 &&
-                              json_integer_value(json_object_get(l, "disk_mib")) == 512 &&
+                              json_integer_value(json_object_get(l, "disk_mib")) == shape_disk &&
                               !json_object_get(l, "inodes") && !strcmp(fj.host, "e2e-host"),
                           "the forwarded create carries the shape");
                     found = 1;
