@@ -16,6 +16,7 @@
 #include "preview.h"
 #include "gateway.h"
 #include "llhttp.h"
+#include "sf_bev.h"
 #include "sf_jobauth.h"
 #include "sf_list.h"
 #include "sf_log.h"
@@ -557,7 +558,7 @@ static void hop_answer(pv_conn *k)
         line[n - 1] = 0;
     if (!strcmp(line, "SFHOP1 OK")) {
         k->state = S_RELAY;
-        bufferevent_set_timeouts(k->u, NULL, NULL);
+        sf_bev_no_timeouts(k->u);
         /* large reads and writes (libevent's default is 16 KiB at a time) */
         bufferevent_set_max_single_read(k->u, RELAY_IO);
         bufferevent_set_max_single_write(k->u, RELAY_IO);

@@ -53,6 +53,7 @@
 
 #include "conn.h"
 #include "req_int.h"
+#include "sf_bev.h"
 #include "sf_buf.h"
 #include "sf_list.h"
 #include "sf_log.h"
@@ -1364,7 +1365,7 @@ static void conn_upgrade_h2c(gw_conn *c)
     conn_release_req(c);
     conn_input_unlimit(c);
     bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
-    bufferevent_set_timeouts(bev, NULL, NULL);
+    sf_bev_no_timeouts(bev);
     bufferevent_setwatermark(bev, EV_READ, 0, 0);
     gw_budget_sub(s, c->addr, c->held);
     c->held = 0;
@@ -1396,7 +1397,7 @@ static void conn_divert(gw_conn *c)
     conn_release_req(c);
     conn_input_unlimit(c);
     bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
-    bufferevent_set_timeouts(bev, NULL, NULL);
+    sf_bev_no_timeouts(bev);
     bufferevent_setwatermark(bev, EV_READ, 0, 0);
     bufferevent_disable(bev, EV_READ | EV_WRITE);
     gw_budget_sub(s, c->addr, c->held);

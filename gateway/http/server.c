@@ -28,6 +28,7 @@
 
 #include "conn.h"
 #include "req_int.h"
+#include "sf_bev.h"
 #include "sf_list.h"
 #include "sf_log.h"
 #include "sf_util.h"
@@ -77,7 +78,7 @@ static void sniff_hand(gw_sniff *x, int proto, int refuse, const char *refuse_ms
 
     memcpy(peer, x->peer, sizeof(peer));
     bufferevent_setcb(x->bev, NULL, NULL, NULL, NULL);
-    bufferevent_set_timeouts(x->bev, NULL, NULL);
+    sf_bev_no_timeouts(x->bev);
     sniff_free(x, 0);
     gw_conn_serve(s, proto, &h);
 }
@@ -112,7 +113,7 @@ static void sniff_read_cb(struct bufferevent *bev, void *arg)
     }
     if (s->takeover) {
         bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
-        bufferevent_set_timeouts(bev, NULL, NULL);
+        sf_bev_no_timeouts(bev);
         bufferevent_enable(bev, EV_READ | EV_WRITE);
         if (s->takeover(bev, x->peer, s->takeover_arg) == 0) {
             gw_addr_release(s, x->addr);

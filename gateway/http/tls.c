@@ -21,6 +21,7 @@
 #include <openssl/ssl.h>
 
 #include "conn.h"
+#include "sf_bev.h"
 #include "sf_log.h"
 
 #define TLS_HANDSHAKE_S 10
@@ -138,7 +139,7 @@ static void tls_event_cb(struct bufferevent *bev, short what, void *arg)
     }
     SSL_get0_alpn_selected(bufferevent_openssl_get_ssl(bev), &alpn, &alen);
     bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
-    bufferevent_set_timeouts(bev, NULL, NULL);
+    sf_bev_no_timeouts(bev);
     {
         char peer[sizeof(p->peer)];
         gw_handover h = {.bev = bev, .peer = peer, .peer_port = p->peer_port, .tls = 1,

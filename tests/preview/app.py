@@ -1,7 +1,9 @@
 # The sandbox's app for the preview browser suite (stdlib only; copied into a 'debian'
 # sandbox and run there): GET / is a page that opens a WebSocket to /ws (echoed back) and an
 # EventSource on /events (3 events, 1 s apart); POST /upload reads a body (Content-Length or chunked)
-# and answers its size and SHA-256. Usage: python3 app.py PORT
+# and answers its size and SHA-256; GET /sleep/N answers after N seconds of silence; a
+# WebSocket message "wait N" is echoed after N seconds of silence both ways. Usage:
+# python3 app.py PORT
 import base64, hashlib, http.server, json, struct, sys, time
 
 PAGE = b"""<!doctype html><html><head><title>preview app</title></head><body>
@@ -29,6 +31,15 @@ class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == '/ws' and self.headers.get('Upgrade', '').lower() == 'websocket':
             return self.websocket()
+        if self.path.startswith('/sleep/'):
+            time.sleep(float(self.path[7:]))
+            body = b'slept ' + self.path[7:].encode()
+            self.send_response(200)
+            self.send_header('Content-Type', 'text/plain')
+            self.send_header('Content-Length', str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if self.path == '/events':
             self.send_response(200)
             self.send_header('Content-Type', 'text/event-stream')
@@ -100,6 +111,9 @@ class H(http.server.BaseHTTPRequestHandler):
             data = bytes(b ^ mask[i % 4] for i, b in enumerate(rf.read(n)))
             if op == 8:
                 break
+            if op == 1 and data.startswith(b'wait '):
+                time.sleep(float(data[5:]))
+                data = b'waited ' + data[5:]
             if op == 1:
                 head = bytes([0x81, len(data)]) if len(data) < 126 else \
                     bytes([0x81, 126]) + struct.pack('>H', len(data))

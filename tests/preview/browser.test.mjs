@@ -259,6 +259,49 @@ test('a slow reader does not stall others, and the gateway buffers a bounded amo
   slow.destroy();
 });
 
+test('silence is not a timeout: an answer after 8 s, a WebSocket idle for 8 s, a download paused for 8 s', async () => {
+  const a = (await previewUrl(8001)).url;
+  const u = (await previewUrl(8000)).url;
+  await sh(alpha, id, 'head -c 16777216 /dev/urandom > /tmp/www/pause.bin');
+  const slow = via(`${a}sleep/8`);
+  const page = await browser.newPage();
+  await page.goto(a);
+  const echoed = page.evaluate(() => new Promise((res) => {
+    const ws = new WebSocket((location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/ws');
+    ws.onopen = () => ws.send('wait 8');
+    ws.onmessage = (e) => { res(e.data); ws.close(); };
+    ws.onclose = (e) => res(`closed ${e.code}`);
+  }));
+  // the download: 1 MiB read, then nothing read for 8 s (every buffer on the way fills and
+  // the sandbox's server blocks), then the rest
+  const paused = new Promise((res, rej) => {
+    const s = net.connect(gwPort, '127.0.0.1');
+    let got = 0, head = null, stopped = false;
+    const chunks = [];
+    s.on('data', (c) => {
+      chunks.push(c);
+      got += c.length;
+      if (!stopped && got > (1 << 20)) {
+        stopped = true;
+        s.pause();
+        setTimeout(() => s.resume(), 8000);
+      }
+    });
+    s.on('end', () => res(Buffer.concat(chunks)));
+    s.on('error', rej);
+    s.write(`GET /pause.bin HTTP/1.1\r\nHost: ${hostOf(u)}\r\nConnection: close\r\n\r\n`);
+  });
+  const r = await slow;
+  assert.equal(r.status, 200, r.body.toString());
+  assert.equal(r.body.toString(), 'slept 8');
+  assert.equal(await echoed, 'waited 8');
+  await page.close();
+  const d = await paused;
+  const split = d.indexOf('\r\n\r\n');
+  assert.match(d.subarray(0, split).toString(), /^HTTP\/1\.[01] 200/);
+  assert.equal(d.length - split - 4, 16 << 20, 'the whole file after the pause');
+});
+
 test('TLS on the same port: a preview host is served over h2 (ALPN) and HTTP/1.1', { skip: !env.SF_TLS_CERT_FILE && 'no TLS in this stack' }, async () => {
   const u = (await previewUrl(8000)).url;
   const h = new URL(u).hostname;

@@ -1,5 +1,6 @@
 /* ingress.c: the worker's preview ingress (ingress.h; docs/internals/ingress.md). */
 #include "ingress.h"
+#include "sf_bev.h"
 #include "sf_list.h"
 #include "sf_map.h"
 #include "sf_msg.h"
@@ -167,7 +168,7 @@ static void hop_refuse(wk_hop *h, int status, const char *why)
         return;
     }
     bufferevent_disable(h->bc, EV_READ);
-    bufferevent_set_timeouts(h->bc, NULL, NULL);
+    sf_bev_no_timeouts(h->bc);
     evbuffer_drain(bufferevent_get_input(h->bc), evbuffer_get_length(bufferevent_get_input(h->bc)));
     if (evbuffer_add_printf(bufferevent_get_output(h->bc), "SFHOP1 ERR %d %s\n", status,
                             why) < 0) {
@@ -263,9 +264,10 @@ static void pump_start(wk_hop *h)
     size_t wm = h->ing->cfg.buf_max;
 
     h->phase = HOP_PUMP;
-    bufferevent_set_timeouts(h->bc, NULL, NULL);
     bufferevent_setwatermark(h->bc, EV_READ, 0, wm);
     bufferevent_setwatermark(h->bs, EV_READ, 0, wm);
+    /* the line's deadline ends here for good: a hop may be silent as long as its ends like */
+    sf_bev_no_timeouts(h->bc);
     /* large reads and writes (libevent's default is 16 KiB at a time: a 50 MB download
      * moved at a sixth of the speed of a direct connection, tests/bench/preview) */
     for (int i = 0; i < 2; i++) {
@@ -322,7 +324,7 @@ static void on_relay_line(struct bufferevent *bev, void *arg)
         refuse_not_listening(h);
         return;
     }
-    bufferevent_set_timeouts(bev, NULL, NULL);
+    sf_bev_no_timeouts(bev);
     pump_start(h);
 }
 
@@ -543,7 +545,7 @@ static void on_line(struct bufferevent *bev, void *arg)
     h->counted = 1;
     h->phase = HOP_OPENING;
     bufferevent_disable(bev, EV_READ); /* what follows waits for the sandbox */
-    bufferevent_set_timeouts(bev, NULL, NULL);
+    sf_bev_no_timeouts(bev);
     bufferevent_setcb(bev, NULL, NULL, on_client_wait_event, h);
     {
         struct timeval tv = {ing->cfg.open_timeout_ms / 1000,
