@@ -246,6 +246,53 @@ test('resize 1024x768: the next screenshot is 1024x768', async () => {
   assert.equal(r.text, 'Resized the display to 1280x800 (1280x800)');
 });
 
+// A window of random pixels over the whole display (python3-xlib, in the template): the
+// PNG of a noisy 4096x4096 display is ~64 MiB, past the 32 MiB cap.
+const NOISE = `import os
+from Xlib import X, display
+d = display.Display(':0'); s = d.screen(); W, H = s.width_in_pixels, s.height_in_pixels
+w = s.root.create_window(0, 0, W, H, 0, s.root_depth, override_redirect=True)
+w.map(); d.sync()
+gc = w.create_gc()
+rows = max(1, 250000 // (W * 4))
+for y in range(0, H, rows):
+    n = min(rows, H - y)
+    w.put_image(gc, 0, y, W, n, X.ZPixmap, s.root_depth, 0, os.urandom(W * n * 4))
+d.sync()
+open('/tmp/noise.ready', 'w').write('%dx%d' % (W, H))
+while True:
+    d.next_event()
+`;
+
+test('a screenshot past 32 MiB is downscaled to fit; size and coordinates stay in display pixels', async () => {
+  let r = await computer({ action: 'resize', width: 4096, height: 4096, screenshot_after: false });
+  assert.equal(r.isError, false, r.text);
+  await call(client, 'sandbox_files_write', { sandbox_id: sb, path: '/tmp/noise.py', content: NOISE });
+  await sh(client, sb, 'rm -f /tmp/noise.ready; exec python3 /tmp/noise.py', { background: true });
+  try {
+    await until('the noise to cover the display', async () =>
+      (await sh(client, sb, 'cat /tmp/noise.ready 2>/dev/null || true')).stdout === '4096x4096', 120000, 500);
+    const full = await sh(client, sb, 'DISPLAY=:0 scrot -o -q 60 /tmp/full.png && stat -c %s /tmp/full.png');
+    assert.ok(Number(full.stdout) > 32 * 1024 * 1024, `the display's own PNG is ${full.stdout.trim()} bytes: past the cap`);
+    r = await computer({ action: 'screenshot' }, { timeout: 300000 });
+    assert.equal(r.isError, false, r.text);
+    const png = image(r), size = pngSize(png);
+    assert.ok(png.length <= 32 * 1024 * 1024, `the answer's PNG is ${png.length} bytes`);
+    assert.ok(size.width < 4096 && size.height < 4096, `the PNG is downscaled (${size.width}x${size.height})`);
+    assert.ok(size.width >= 1024, `and not needlessly small (${size.width}x${size.height})`);
+    assert.deepEqual(r.structured, { width: 4096, height: 4096 });
+    assert.equal(r.text, 'Took a screenshot (4096x4096)');
+    // coordinates are the display's: past the PNG's own size, still on the display
+    r = await computer({ action: 'mouse_move', coordinate: [4000, 4000], screenshot_after: false });
+    assert.equal(r.isError, false, r.text);
+    assert.equal((await sh(client, sb, 'DISPLAY=:0 xdotool getmouselocation --shell | head -2 | tr "\\n" " "')).stdout.trim(), 'X=4000 Y=4000');
+  } finally {
+    await sh(client, sb, 'pkill -f /tmp/noise.py; rm -f /tmp/full.png');
+    r = await computer({ action: 'resize', width: 1280, height: 800, screenshot_after: false });
+    assert.equal(r.isError, false, r.text);
+  }
+});
+
 test('a sandbox that is not a desktop: the error names its template and the desktop one', async () => {
   const r = await call(client, 'sandbox_create', { from_template: 'base' });
   assert.equal(r.isError, false, r.text);
