@@ -103,7 +103,7 @@ before(async () => {
   const gw = procs.at(-1);
   await waitFor('the gateway', async () => {
     assert.equal(gw.exitCode, null, `the gateway exited: ${gw.log}`);
-    try { return (await fetch(`${base}/healthz`)).ok; } catch { return false; }
+    try { return (await fetch(`${base}/readyz`)).ok; } catch { return false; }
   });
   process.env.SF_REDIS_URL = common.SF_REDIS_URL;
   process.env.SF_AUTH_SECRET_FILE = common.SF_AUTH_SECRET_FILE;

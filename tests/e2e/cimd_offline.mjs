@@ -82,7 +82,7 @@ before(async () => {
     SF_OAUTH_CIMD_TIMEOUT_MS: '3000', SF_THREADS: '2', SF_LOG_LEVEL: 'info' });
   await waitFor('the gateway', async () => {
     assert.equal(gw.exitCode, null, `the gateway exited: ${gw.log}`);
-    try { return (await fetch(`${base}/healthz`)).ok; } catch { return false; }
+    try { return (await fetch(`${base}/readyz`)).ok; } catch { return false; }
   });
   browser = await chromium.launch({ executablePath: process.env.SF_CHROMIUM ?? '/usr/bin/chromium',
     args: ['--no-sandbox'] });
@@ -271,6 +271,6 @@ test('a folder document off loopback stops the gateway at start, unless the oper
     SF_OAUTH_CIMD_DIR_ANY_REDIRECT: '1', SF_THREADS: '1' });
   await waitFor('the second gateway', async () => {
     assert.equal(gw.exitCode, null, `the gateway exited: ${gw.log}`);
-    try { return (await fetch(`http://127.0.0.1:${GW_PORT + 1}/healthz`)).ok; } catch { return false; }
+    try { return (await fetch(`http://127.0.0.1:${GW_PORT + 1}/readyz`)).ok; } catch { return false; }
   });
 });

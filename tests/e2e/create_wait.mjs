@@ -68,7 +68,7 @@ before(async () => {
     SF_PORT: GW_PORT, SF_KAFKA_BROKERS: brokers, SF_TEMPLATE_WAIT_S: '12', SF_THREADS: '2' });
   await waitFor('the gateway', async () => {
     assert.equal(gw.exitCode, null, `the gateway exited: ${gw.log}`);
-    try { return (await fetch(`http://127.0.0.1:${GW_PORT}/healthz`)).ok; } catch { return false; }
+    try { return (await fetch(`http://127.0.0.1:${GW_PORT}/readyz`)).ok; } catch { return false; }
   });
   const key = execFileSync(resolve(build, 'cli/sandfleet'), ['keys', 'create', '--team', 'waiters'],
     { encoding: 'utf8', env: { ...process.env, ...common, SF_HOME: dir } }).trim();
