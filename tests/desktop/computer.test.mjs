@@ -10,7 +10,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect, call, sh, env, until, createWhenBuilt } from '../e2e/lib.mjs';
 import { decodePng, pngSize } from './png.mjs';
-import { chromium } from '../preview/lib.mjs';
+import { launchChromium } from '../e2e/browser.mjs';
 
 let client, sb, plain, browser;
 
@@ -322,8 +322,7 @@ const canvasDark = (page, x0, x1, y) => page.evaluate(([x0, x1, y]) => {
 }, [x0, x1, y]);
 
 async function openView(url, what) {
-  browser ??= await chromium.launch({ executablePath: process.env.SF_CHROMIUM ?? '/usr/bin/chromium',
-    args: ['--no-sandbox'] }); // root in CI: Chromium's own sandbox needs an unprivileged user
+  browser ??= await launchChromium();
   const page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
   const res = await page.goto(url);
   assert.equal(res.status(), 200, `${what}: the viewer's page loads`);

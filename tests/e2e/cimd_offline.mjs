@@ -24,7 +24,7 @@ import { tmpdir } from 'node:os';
 import { resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createHash, randomBytes } from 'node:crypto';
-import { chromium } from 'playwright-core';
+import { launchChromium } from './browser.mjs';
 import { waitFor } from './bridge.mjs';
 import { clientBin } from './clients.mjs';
 
@@ -84,8 +84,7 @@ before(async () => {
     assert.equal(gw.exitCode, null, `the gateway exited: ${gw.log}`);
     try { return (await fetch(`${base}/readyz`)).ok; } catch { return false; }
   });
-  browser = await chromium.launch({ executablePath: process.env.SF_CHROMIUM ?? '/usr/bin/chromium',
-    args: ['--no-sandbox'] });
+  browser = await launchChromium();
 });
 
 after(async () => {
