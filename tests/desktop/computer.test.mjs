@@ -219,19 +219,6 @@ test('a paused desktop resumes for the next action', async () => {
   assert.ok(image(r));
 });
 
-test('actions are rate-limited per sandbox', async () => {
-  const rs = await Promise.all(Array.from({ length: 40 }, () =>
-    computer({ action: 'mouse_move', coordinate: [700, 700], screenshot_after: false })));
-  const refused = rs.filter((r) => r.isError);
-  assert.ok(refused.length > 0, 'some of 40 actions at once are refused');
-  const other = refused.filter((r) => !/Too many sandbox_computer actions/.test(r.text));
-  assert.deepEqual(other.map((r) => r.text), [], 'refused only by the rate limit');
-  assert.ok(rs.length - refused.length >= 20, `a burst of 20 is allowed (${rs.length - refused.length} of 40 were)`);
-  assert.match(refused[0].text, /Too many sandbox_computer actions on sandbox .* retry in \d+ ms/);
-  await until('the rate limit to let actions through again', async () =>
-    !(await computer({ action: 'mouse_move', coordinate: [700, 700], screenshot_after: false })).isError, 5000, 200);
-});
-
 test('resize 1024x768: the next screenshot is 1024x768', async () => {
   let r = await computer({ action: 'resize', width: 1024, height: 768 });
   assert.equal(r.isError, false, r.text);
@@ -428,4 +415,18 @@ test('stream_url on a private sandbox: a signed, expiring link traded for a cook
   await bare.context().close();
   r = await call(client, 'sandbox_update', { sandbox_id: sb, preview_access: 'public', preview_close: [6080, 6081] });
   assert.equal(r.isError, false, r.text);
+});
+
+// (last: it leaves the sandbox's action budget spent)
+test('actions are rate-limited per sandbox', async () => {
+  const rs = await Promise.all(Array.from({ length: 40 }, () =>
+    computer({ action: 'mouse_move', coordinate: [700, 700], screenshot_after: false })));
+  const refused = rs.filter((r) => r.isError);
+  assert.ok(refused.length > 0, 'some of 40 actions at once are refused');
+  const other = refused.filter((r) => !/Too many sandbox_computer actions/.test(r.text));
+  assert.deepEqual(other.map((r) => r.text), [], 'refused only by the rate limit');
+  assert.ok(rs.length - refused.length >= 20, `a burst of 20 is allowed (${rs.length - refused.length} of 40 were)`);
+  assert.match(refused[0].text, /Too many sandbox_computer actions on sandbox .* retry in \d+ ms/);
+  await until('the rate limit to let actions through again', async () =>
+    !(await computer({ action: 'mouse_move', coordinate: [700, 700], screenshot_after: false })).isError, 5000, 200);
 });
