@@ -89,11 +89,12 @@ static void log_delivery_error(const char *topic, const char *err)
 }
 
 /* Credentials or ACLs refused: what to fix, once per sentence and 10 s (a client refused
- * so asks again about every second). Kafka's callbacks run on the loop's thread. */
+ * so asks again about every second). Kafka's callbacks run on the thread that polls the
+ * client (a gateway has one loop thread per instance): remembered per thread. */
 static void log_refused(const char *sentence, const char *detail)
 {
-    static const char *last;
-    static int64_t last_ms;
+    static __thread const char *last;
+    static __thread int64_t last_ms;
     int64_t now = sf_mono_ms();
 
     if (sentence == last && now - last_ms < 10000)

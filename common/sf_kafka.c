@@ -1,7 +1,6 @@
 #include "sf_kafka.h"
 #include "sf_util.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -159,14 +158,14 @@ const char *sf_kafka_err_hint(rd_kafka_resp_err_t err)
                "set one of its sasl.enabled.mechanisms.";
     case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
         return "Kafka's ACLs refuse this client's principal (kafka_sasl_username) the topic; "
-               "grant its role the ACLs in ops/RUNBOOK.md (\"Kafka ACLs\").";
+               "grant it the ACLs of its role in ops/RUNBOOK.md (Kafka ACLs).";
     case RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED:
         return "Kafka's ACLs refuse this client's principal (kafka_sasl_username) its consumer "
-               "group; grant its role the ACLs in ops/RUNBOOK.md (\"Kafka ACLs\").";
+               "group; grant it the ACLs of its role in ops/RUNBOOK.md (Kafka ACLs).";
     case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
     case RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
         return "Kafka's ACLs refuse this client's principal (kafka_sasl_username) a cluster "
-               "operation; grant its role the ACLs in ops/RUNBOOK.md (\"Kafka ACLs\").";
+               "operation; grant it the ACLs of its role in ops/RUNBOOK.md (Kafka ACLs).";
     default:
         return NULL;
     }
