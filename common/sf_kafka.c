@@ -151,7 +151,8 @@ const char *sf_kafka_err_hint(rd_kafka_resp_err_t err)
         return "Kafka refused this client's credentials; check kafka_sasl_username "
                "(SF_KAFKA_SASL_USERNAME), the password in kafka_sasl_password_file and "
                "kafka_sasl_mechanism against the broker's users, and kafka_security_protocol "
-               "against its listener.";
+               "against its listener (SCRAM against Apache Kafka 4 needs librdkafka 2.6.1 or "
+               "later).";
     case RD_KAFKA_RESP_ERR_UNSUPPORTED_SASL_MECHANISM:
     case RD_KAFKA_RESP_ERR_ILLEGAL_SASL_STATE:
         return "The Kafka listener does not offer kafka_sasl_mechanism (SF_KAFKA_SASL_MECHANISM); "
