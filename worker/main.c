@@ -326,8 +326,12 @@ int main(int argc, char **argv)
     }
     reconcile(&ctx); /* (with the producer: its lost events) */
     /* (15 s: on Apache Kafka a group's first use waits for its coordinator) */
-    if (sf_kafka_assign_all(ctx.consumer, ctx.producer, ctx.topic, RD_KAFKA_OFFSET_STORED,
-                            15000) < 0 ||
+    int arc = sf_kafka_assign_all(ctx.consumer, ctx.producer, ctx.topic, RD_KAFKA_OFFSET_STORED,
+                                  15000);
+    if (arc == -EACCES)
+        sf_error("msg=\"%s\" topic=%s",
+                 sf_kafka_err_hint(RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED), ctx.topic);
+    if (arc < 0 ||
         !(ctx.jobq = sf_jobq_new(ctx.d.base, ctx.consumer, ctx.producer, ctx.topic, wk_on_job,
                                  wk_on_bad, &ctx)) ||
         wk_preview_start(&ctx) < 0 || /* (before the heartbeat, which names it) */
