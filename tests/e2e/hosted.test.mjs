@@ -9,7 +9,7 @@
 import { test, before, after, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, writeFileSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -109,8 +109,11 @@ async def steps(n: int, ctx: Context) -> str:
 server.run(transport="streamable-http", host="127.0.0.1", port=8123, streamable_http_path="/rpc")
 `;
 
+const scratch = []; // the servers' folders made here, removed at the end
+
 function pyDir() {
   const dir = mkdtempSync(join(tmpdir(), 'sf-hosted-py-'));
+  scratch.push(dir);
   writeFileSync(join(dir, 'server.py'), PY_SERVER);
   writeFileSync(join(dir, 'http_server.py'), PY_HTTP_SERVER);
   const w = wheels();
@@ -193,6 +196,7 @@ function sdkClosure() {
 
 function nodeDir() {
   const dir = mkdtempSync(join(tmpdir(), 'sf-hosted-node-'));
+  scratch.push(dir);
   writeFileSync(join(dir, 'server.mjs'), NODE_SERVER);
   const r = spawnSync('sh', ['-c', 'tar -C "$0" -cf - "$@" | tar -C "$1" -xf -',
     import.meta.dirname, dir, ...sdkClosure()]);
@@ -239,6 +243,7 @@ afterEach(async () => { // a failed test's sessions end here: the next test star
 
 after(async () => {
   for (const n of [PY, NODE, HTTP]) servers(['remove', n]); // (their snapshots count in the team's)
+  for (const d of scratch) rmSync(d, { recursive: true, force: true });
 });
 
 test('servers list/show: the key\'s team sees its server; another team does not', skip, () => {
