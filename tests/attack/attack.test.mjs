@@ -23,8 +23,10 @@ const V1 = existsSync('/sys/fs/cgroup/memory/memory.limit_in_bytes');
 
 // A long command: up to 10 minutes for the command and the MCP call.
 async function long(client, id, command) {
-  // A long call streams (progress beats), so no HTTP header timeout cuts it on a slow box.
-  const r = await call(client, 'sandbox_exec', { sandbox_id: id, command, timeout_ms: 600000 },
+  // A long call streams (progress beats), so no HTTP header timeout cuts it on a slow box;
+  // it waits for the command (detach_after_ms 0: no still_running answer after 50 s).
+  const r = await call(client, 'sandbox_exec', { sandbox_id: id, command, timeout_ms: 600000,
+    detach_after_ms: 0 },
     { timeout: 620000, onprogress: () => {} });
   assert.ok(r.structured, r.text);
   return r.structured;

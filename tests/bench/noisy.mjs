@@ -70,7 +70,7 @@ await alpha('sandbox_kill', { sandbox_id: a });
 
 // The big tree, killed while beta measures.
 const t = (await alpha('sandbox_create', { name: 'tree' })).id;
-await alpha('sandbox_exec', { sandbox_id: t, timeout_ms: 600000, command:
+await alpha('sandbox_exec', { sandbox_id: t, timeout_ms: 600000, detach_after_ms: 0, command:
   "mkdir /root/t && cd /root/t && seq 100000 | xargs mkdir && seq 100000 | sed 's|.*|&/a &/b &/c &/d|' | xargs touch" });
 let killMs = null;
 const k0 = process.hrtime.bigint();

@@ -39,8 +39,10 @@ export async function call(client, name, args = {}, opts = {}) {
 }
 
 // Runs a command and insists it worked at the MCP level.
+// (The suites wait for their commands, as a client known to wait does: detach_after_ms 0,
+// unless a call says otherwise; e2e.longcall tests the detach.)
 export async function sh(client, sandbox_id, command, extra = {}) {
-  const r = await call(client, 'sandbox_exec', { sandbox_id, command, ...extra });
+  const r = await call(client, 'sandbox_exec', { sandbox_id, command, detach_after_ms: 0, ...extra });
   if (!r.structured) throw new Error(`exec gave no structured result: ${r.text}`);
   return r.structured;
 }

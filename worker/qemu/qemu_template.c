@@ -515,8 +515,16 @@ int wk_qtpl_ensure(const wk_qemu_cfg *c, const char *rootfs, const char *agent,
         *why = "QEMU (qemu-system-x86_64) is not installed; install qemu-system-x86.";
         return -ENOENT;
     }
-    snprintf(desc, sizeof(desc), FORMAT " guest=%s mem=%u vcpus=%u kvm=%d qemu=%s append=%s",
-             t->guest, memory_mib, vcpus, c->kvm, qid, t->append);
+    /* the guest's disk as it is now (a guest built again, after its folder was removed, is
+     * another file: the snapshots of the old one must not be taken for it) */
+    if (pathf(path, sizeof(path), "%s/%s", t->guest, "rootfs.img") < 0 || stat(path, &st) < 0) {
+        *why = "worker/vm/build-guest left no rootfs.img in its guest directory.";
+        return -EIO;
+    }
+    snprintf(desc, sizeof(desc),
+             FORMAT " guest=%s disk=%llu.%lld.%ld mem=%u vcpus=%u kvm=%d qemu=%s append=%s",
+             t->guest, (unsigned long long)st.st_ino, (long long)st.st_mtim.tv_sec,
+             (long)st.st_mtim.tv_nsec, memory_mib, vcpus, c->kvm, qid, t->append);
     h = fnv(h, desc);
     snprintf(t->key, sizeof(t->key), "%016llx", (unsigned long long)h);
     if (pathf(t->dir, sizeof(t->dir), "%s/templates/%s", c->vm_dir, t->key) < 0 ||
