@@ -33,6 +33,10 @@
 #define NAME_MAX_LEN 63
 #define SERVER_BODY_MAX (64 * 1024)
 #define NAME_RULE "Server names are 1-63 of a-z, 0-9, '-' and '_'."
+#define TEST_URL_MAX 1024
+#define TEST_ENTRY_MAX 255
+#define TEST_FETCH_MS 300000 /* test mode: clone and install */
+#define TEST_TEMPLATE "debian"
 
 typedef struct hreq {
     gw_ctx *ctx;
@@ -41,8 +45,12 @@ typedef struct hreq {
     gw_pending *pending;
     char team[SF_ID_MAX];
     char name[NAME_MAX_LEN + 1];
+    char kname[NAME_MAX_LEN + 8]; /* its name in the session keys: NAME, or test.NAME */
     char sid[SF_ID_MAX];
     char sandbox[SF_ID_MAX];
+    int test;                 /* test mode: repo_url and entrypoint, no registry entry */
+    char repo[TEST_URL_MAX + 1];
+    char entrypoint[TEST_ENTRY_MAX + 1];
     json_t *entry;            /* the server's registry hash as an object */
     json_t *msg;              /* the client's message */
     json_t *id;               /* its id (borrowed from msg), NULL for a notification */
@@ -209,7 +217,7 @@ static void session_touch(hreq *h)
     sf_redis_cmd(h->ctx->redis, NULL, NULL, "EXPIRE " SF_RK_HSESS " %lld", h->sid,
                  (long long)h->idle_s);
     sf_redis_cmd(h->ctx->redis, NULL, NULL, "ZADD " SF_RK_TEAM_HSESS " XX %lld %s", h->team,
-                 h->name, (long long)until, h->sid);
+                 h->kname, (long long)until, h->sid);
 }
 
 /* A worker's error: the session is gone (404, the client starts again), the server
@@ -225,11 +233,11 @@ static void job_error(hreq *h, const sf_reply *r, const char *what)
         return;
     }
     if (!strcmp(r->code, SF_ERR_NOT_FOUND) && h->sid[0]) {
-        session_forget(h->ctx, h->team, h->name, h->sid);
+        session_forget(h->ctx, h->team, h->kname, h->sid);
         h_error(h, 404, -32001, r->message ? r->message : "Session not found.");
         return;
     }
-    if (r->message && strstr(r->message, "hosted MCP server exited")) {
+    if (!h->test && r->message && strstr(r->message, "hosted MCP server exited")) {
         const char *m = r->message;
         size_t len = strlen(m);
         if (len > SF_HOSTED_LOG_MAX)
@@ -326,6 +334,25 @@ static void ignore_reply(void *arg, const sf_reply *r)
     (void)arg, (void)r;
 }
 
+/* A failed start: the sandbox goes (nobody will use it); text (if any) to the client, HTTP
+ * status http. */
+static void start_failed(hreq *h, int http, const char *text)
+{
+    json_t *a = json_pack("{s:s}", "sandbox_id", h->sandbox);
+    sf_job job;
+
+    sf_job_init(&job);
+    snprintf(job.team, sizeof(job.team), "%s", h->team);
+    snprintf(job.tool, sizeof(job.tool), "sandbox_kill");
+    snprintf(job.sandbox, sizeof(job.sandbox), "%s", h->sandbox);
+    job.args = a;
+    gw_jobs_submit(h->ctx, &job, h->ctx->cfg.call_deadline_ms, ignore_reply, NULL, NULL);
+    sf_job_fini(&job);
+    h->sid[0] = '\0';
+    if (text)
+        h_error(h, http, -32603, text);
+}
+
 static void on_init_stored(redisAsyncContext *ac, void *reply, void *priv)
 {
     hreq *h = priv;
@@ -366,22 +393,9 @@ static void on_init_answer(void *arg, const sf_reply *r)
     h->pending = NULL;
     if (!r || r->kind != SF_REPLY_RESULT ||
         !(line = json_string_value(json_object_get(r->result, "message")))) {
-        /* the sandbox goes: nobody will use it */
-        json_t *a = json_pack("{s:s}", "sandbox_id", h->sandbox);
-        sf_job job;
-        sf_job_init(&job);
-        snprintf(job.team, sizeof(job.team), "%s", h->team);
-        snprintf(job.tool, sizeof(job.tool), "sandbox_kill");
-        snprintf(job.sandbox, sizeof(job.sandbox), "%s", h->sandbox);
-        job.args = a;
-        gw_jobs_submit(h->ctx, &job, h->ctx->cfg.call_deadline_ms, ignore_reply, NULL, NULL);
-        sf_job_fini(&job);
-        if (!h->req) {
-            h_free(h);
-            return;
-        }
-        h->sid[0] = '\0';
-        job_error(h, r, "initialize");
+        start_failed(h, 0, NULL); /* the sandbox goes: nobody will use it */
+        if (h->req)
+            job_error(h, r, "initialize");
         h_free(h);
         return;
     }
@@ -389,13 +403,13 @@ static void on_init_answer(void *arg, const sf_reply *r)
      * another gateway thread (or process), whose own Redis connection must find it. */
     h->answer = strdup(line);
     sf_redis_cmd(h->ctx->redis, NULL, NULL, "HSET " SF_RK_HSESS " team %s name %s sandbox %s "
-                 "idle_s %lld created %lld", h->sid, h->team, h->name, h->sandbox,
+                 "idle_s %lld created %lld", h->sid, h->team, h->kname, h->sandbox,
                  (long long)h->idle_s, (long long)sf_now_ms());
     sf_redis_cmd(h->ctx->redis, NULL, NULL, "EXPIRE " SF_RK_HSESS " %lld", h->sid,
                  (long long)h->idle_s);
     h->busy = 1;
     if (!h->answer || sf_redis_cmd(h->ctx->redis, on_init_stored, h,
-                                   "ZADD " SF_RK_TEAM_HSESS " %lld %s", h->team, h->name,
+                                   "ZADD " SF_RK_TEAM_HSESS " %lld %s", h->team, h->kname,
                                    (long long)until, h->sid) < 0) {
         h->busy = 0;
         if (h->req)
@@ -463,11 +477,112 @@ static char *http_run(const char *run, const char *http)
     return out;
 }
 
+/* The server starts in the session's sandbox (its image holds the code, or test mode's
+ * fetch put it in /root/mcp). */
+static void start_server(hreq *h)
+{
+    json_t *args;
+    char *run;
+
+    run = http_run(entry_str(h, "run") ? entry_str(h, "run") : "", entry_str(h, "http"));
+    args = run ? json_pack("{s:s, s:s, s:I}", "run", run, "cwd",
+                           entry_str(h, "cwd") ? entry_str(h, "cwd") : "/root/mcp", "idle_s",
+                           (json_int_t)h->idle_s)
+               : NULL;
+    free(run);
+    if (h_submit(h, SF_TOOL_HOSTED_START, args, 0, on_started, NULL) < 0)
+        h_free(h);
+}
+
+/* Test mode's fetch: the last lines of what it printed (at most n bytes, from a line start). */
+static const char *tail_text(const char *s, size_t n)
+{
+    size_t len = s ? strlen(s) : 0;
+    const char *p;
+
+    if (!s)
+        return "";
+    if (len <= n)
+        return s;
+    p = s + len - n;
+    return strchr(p, '\n') && strchr(p, '\n')[1] ? strchr(p, '\n') + 1 : p;
+}
+
+static void on_fetched(void *arg, const sf_reply *r)
+{
+    hreq *h = arg;
+    char text[2600];
+    long long code;
+
+    h->pending = NULL;
+    if (!h->req) {
+        start_failed(h, 0, NULL);
+        h_free(h);
+        return;
+    }
+    if (!r || r->kind != SF_REPLY_RESULT) {
+        snprintf(text, sizeof(text), "Test mode could not fetch %s: %s", h->repo,
+                 r && r->message ? r->message : "the fetch did not finish in time; retry.");
+        start_failed(h, 502, text);
+        h_free(h);
+        return;
+    }
+    code = json_integer_value(json_object_get(r->result, "exit_code"));
+    if (code != 0) {
+        const char *err = tail_text(json_string_value(json_object_get(r->result, "stderr")), 2000);
+        if (code == 10)
+            snprintf(text, sizeof(text), "Test mode could not fetch %s (git clone through your "
+                     "team's egress rules): %s", h->repo, err);
+        else if (code == 12)
+            snprintf(text, sizeof(text), "The entrypoint '%s' is not a file inside the "
+                     "repository %s; pass entrypoint= as a path within it (.py, .js or .mjs).",
+                     h->entrypoint, h->repo);
+        else
+            snprintf(text, sizeof(text), "Test mode fetched %s but installing its "
+                     "requirements.txt / package.json failed (exit %lld; through your team's "
+                     "egress rules): %s", h->repo, code, err);
+        start_failed(h, 502, text);
+        h_free(h);
+        return;
+    }
+    start_server(h);
+}
+
+/* Test mode: the sandbox clones the repository into /root/mcp through its egress proxy and
+ * installs its requirements. The URL and entrypoint were checked (no quote, no shell
+ * character) before they go, single-quoted, into the command. Exit 10: the clone failed,
+ * 11: an install, 12: the entrypoint is no file inside the repository. */
+static void test_fetch(hreq *h)
+{
+    char *cmd = NULL;
+
+    if (asprintf(&cmd,
+                 "rm -rf /root/mcp; "
+                 "{ git clone -q --depth 1 -- '%s' /root/mcp 2>/tmp/sf-fetch.err || "
+                 "{ rm -rf /root/mcp; git clone -q -- '%s' /root/mcp 2>/tmp/sf-fetch.err; }; } || "
+                 "{ cat /tmp/sf-fetch.err >&2; exit 10; }; "
+                 "cd /root/mcp || exit 10; "
+                 "case \"$(realpath -e -- '%s' 2>/dev/null)\" in /root/mcp/*) ;; *) exit 12;; esac; "
+                 "[ -f '%s' ] || exit 12; "
+                 "if [ -f requirements.txt ]; then python3 -m venv /root/venv >&2 && "
+                 "/root/venv/bin/pip install -q --disable-pip-version-check -r requirements.txt "
+                 ">&2 || exit 11; fi; "
+                 "if [ -f package.json ] && [ ! -d node_modules ]; then npm install -s "
+                 "--omit=dev --no-audit --no-fund >&2 || exit 11; fi; exit 0",
+                 h->repo, h->repo, h->entrypoint, h->entrypoint) < 0) {
+        h_error(h, 503, -32603, "Out of memory; retry.");
+        h_free(h);
+        return;
+    }
+    if (h_submit(h, "sandbox_exec", json_pack("{s:s, s:i}", "command", cmd, "timeout_ms",
+                                              TEST_FETCH_MS), 0, on_fetched, NULL) < 0)
+        h_free(h);
+    free(cmd);
+}
+
 static void on_created(void *arg, const sf_reply *r)
 {
     hreq *h = arg;
-    json_t *args;
-    char *run;
 
     h->pending = NULL;
     if (!r || r->kind != SF_REPLY_RESULT) {
@@ -482,14 +597,10 @@ static void on_created(void *arg, const sf_reply *r)
         h_free(h);
         return;
     }
-    run = http_run(entry_str(h, "run") ? entry_str(h, "run") : "", entry_str(h, "http"));
-    args = run ? json_pack("{s:s, s:s, s:I}", "run", run, "cwd",
-                           entry_str(h, "cwd") ? entry_str(h, "cwd") : "/root/mcp", "idle_s",
-                           (json_int_t)h->idle_s)
-               : NULL;
-    free(run);
-    if (h_submit(h, SF_TOOL_HOSTED_START, args, 0, on_started, NULL) < 0)
-        h_free(h);
+    if (h->test)
+        test_fetch(h);
+    else
+        start_server(h);
 }
 
 static json_t *json_field(const hreq *h, const char *k)
@@ -527,9 +638,13 @@ static void on_count(redisAsyncContext *ac, void *reply, void *priv)
         return;
     }
     sf_id_new(h->sid, "hs_");
-    args = json_pack("{s:s, s:s, s:{s:s, s:s}}", "from_snapshot",
-                     entry_str(h, "snapshot") ? entry_str(h, "snapshot") : "", "name",
-                     h->name, "metadata", "sandfleet_hosted", h->name, "session", h->sid);
+    if (h->test) /* git, python3 and node: the 'debian' template (as `servers add`'s default) */
+        args = json_pack("{s:s, s:s, s:{s:s, s:s}}", "from_template", TEST_TEMPLATE, "name",
+                         h->name, "metadata", "sandfleet_hosted", h->kname, "session", h->sid);
+    else
+        args = json_pack("{s:s, s:s, s:{s:s, s:s}}", "from_snapshot",
+                         entry_str(h, "snapshot") ? entry_str(h, "snapshot") : "", "name",
+                         h->name, "metadata", "sandfleet_hosted", h->kname, "session", h->sid);
     if (args && (v = json_field(h, "allow_out")) && json_array_size(v))
         json_object_set_new(args, "allow_out", v);
     else if (v)
@@ -549,9 +664,9 @@ static void initialize(hreq *h)
 
     /* the team's live sessions: expired ones leave first */
     sf_redis_cmd(h->ctx->redis, NULL, NULL, "ZREMRANGEBYSCORE " SF_RK_TEAM_HSESS " -inf %lld",
-                 h->team, h->name, (long long)now);
+                 h->team, h->kname, (long long)now);
     h->busy = 1;
-    if (sf_redis_cmd(h->ctx->redis, on_count, h, "ZCARD " SF_RK_TEAM_HSESS, h->team, h->name) < 0) {
+    if (sf_redis_cmd(h->ctx->redis, on_count, h, "ZCARD " SF_RK_TEAM_HSESS, h->team, h->kname) < 0) {
         h->busy = 0;
         h_error(h, 503, -32603, SF_MSG_STORE_DOWN);
         h_free(h);
@@ -576,7 +691,7 @@ static void on_listened(void *arg, const sf_reply *r)
         return;
     }
     if (r && !strcmp(r->code, SF_ERR_NOT_FOUND))
-        session_forget(h->ctx, h->team, h->name, h->sid);
+        session_forget(h->ctx, h->team, h->kname, h->sid);
     h_respond(h, 200, NULL, NULL, NULL);
     h_free(h);
 }
@@ -621,7 +736,7 @@ static void on_session(redisAsyncContext *ac, void *reply, void *priv)
         return;
     }
     if (rep->element[0]->type != REDIS_REPLY_STRING || strcmp(rep->element[0]->str, h->team) ||
-        rep->element[1]->type != REDIS_REPLY_STRING || strcmp(rep->element[1]->str, h->name) ||
+        rep->element[1]->type != REDIS_REPLY_STRING || strcmp(rep->element[1]->str, h->kname) ||
         rep->element[2]->type != REDIS_REPLY_STRING) {
         h_error(h, 404, -32001, "Session not found: it ended, was idle too long, or belongs to "
                                 "another server or team; send initialize again without "
@@ -636,7 +751,7 @@ static void on_session(redisAsyncContext *ac, void *reply, void *priv)
         h->idle_s = SF_HOSTED_IDLE_DEFAULT_S;
     method = gw_req_method(h->req);
     if (!strcmp(method, "DELETE")) {
-        session_forget(h->ctx, h->team, h->name, h->sid);
+        session_forget(h->ctx, h->team, h->kname, h->sid);
         if (h_submit(h, "sandbox_kill", json_object(), 0, on_killed, NULL) < 0)
             h_free(h);
         return;
@@ -658,11 +773,12 @@ static void on_session(redisAsyncContext *ac, void *reply, void *priv)
     send_message(h);
 }
 
+static void after_entry(hreq *h);
+
 static void on_entry(redisAsyncContext *ac, void *reply, void *priv)
 {
     hreq *h = priv;
     redisReply *rep = reply;
-    const char *sid;
     char text[300];
 
     (void)ac;
@@ -690,12 +806,17 @@ static void on_entry(redisAsyncContext *ac, void *reply, void *priv)
             rep->element[i + 1]->type == REDIS_REPLY_STRING)
             json_object_set_new(h->entry, rep->element[i]->str,
                                 json_string(rep->element[i + 1]->str));
-    {
-        const char *idle = entry_str(h, "idle_s");
-        h->idle_s = idle ? strtoll(idle, NULL, 10) : SF_HOSTED_IDLE_DEFAULT_S;
-        if (h->idle_s <= 0)
-            h->idle_s = SF_HOSTED_IDLE_DEFAULT_S;
-    }
+    after_entry(h);
+}
+
+/* The entry is known (registered, or test mode's): initialize, or the session's message. */
+static void after_entry(hreq *h)
+{
+    const char *sid, *idle = entry_str(h, "idle_s");
+
+    h->idle_s = idle ? strtoll(idle, NULL, 10) : SF_HOSTED_IDLE_DEFAULT_S;
+    if (h->idle_s <= 0)
+        h->idle_s = SF_HOSTED_IDLE_DEFAULT_S;
     sid = gw_req_header(h->req, "Mcp-Session-Id");
     if (!sid) {
         const char *method = json_string_value(json_object_get(h->msg, "method"));
@@ -729,6 +850,122 @@ static void on_entry(redisAsyncContext *ac, void *reply, void *priv)
     }
 }
 
+/* Test mode's URL: https://HOST[:PORT]/PATH, at most 1024 bytes, no credentials, nothing a
+ * shell or git would read as more than a URL. Its host into host. 0, or -1. */
+static int test_url_ok(const char *url, char *host, size_t n)
+{
+    const char *a = url + 8;
+    size_t len;
+
+    if (strncmp(url, "https://", 8) || strlen(url) > TEST_URL_MAX)
+        return -1;
+    for (const char *p = url; *p; p++)
+        if ((unsigned char)*p <= ' ' || (unsigned char)*p >= 0x7f || strchr("'\"\\`$;&|<>(){}*![]", *p))
+            return -1;
+    len = strcspn(a, "/?#");
+    if (len == 0 || memchr(a, '@', len))
+        return -1;
+    len = strcspn(a, ":/?#");
+    if (len == 0 || len >= n)
+        return -1;
+    memcpy(host, a, len);
+    host[len] = '\0';
+    return 0;
+}
+
+/* Test mode's entrypoint: a relative path inside the repository to a .py, .js or .mjs file,
+ * of letters, digits, '.', '_', '-' and '/', no '..' component, not starting with '-'. */
+static int test_entry_ok(const char *e)
+{
+    size_t len = strlen(e);
+    const char *dot = strrchr(e, '.');
+
+    if (len == 0 || len > TEST_ENTRY_MAX || *e == '/' || *e == '-' || !dot ||
+        (strcmp(dot, ".py") && strcmp(dot, ".js") && strcmp(dot, ".mjs")))
+        return -1;
+    for (const char *p = e; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '.' || *p == '_' || *p == '-' || *p == '/'))
+            return -1;
+    for (const char *c = e; c; c = strchr(c, '/') ? strchr(c, '/') + 1 : NULL)
+        if (!strncmp(c, "..", 2) && (c[2] == '/' || c[2] == '\0'))
+            return -1;
+    return 0;
+}
+
+static int is_ipv4(const char *host)
+{
+    return strspn(host, "0123456789.") == strlen(host);
+}
+
+static void on_test_mode(redisAsyncContext *ac, void *reply, void *priv)
+{
+    hreq *h = priv;
+    redisReply *rep = reply;
+    char host[256], *run = NULL;
+    const char *ext;
+
+    (void)ac;
+    h->busy = 0;
+    if (!h->req) {
+        h_free(h);
+        return;
+    }
+    if (!rep || rep->type == REDIS_REPLY_ERROR) {
+        h_error(h, 503, -32603, SF_MSG_STORE_DOWN);
+        h_free(h);
+        return;
+    }
+    if (rep->type != REDIS_REPLY_STRING || strcmp(rep->str, "on")) {
+        h_error(h, 403, -32600, "Test mode is off for your team: an operator turns it on with "
+                                "`sandfleet teams limits TEAM --hosted-test-mode on`; or register "
+                                "the server with `sandfleet servers add NAME`.");
+        h_free(h);
+        return;
+    }
+    if (!h->repo[0] || test_url_ok(h->repo, host, sizeof(host)) < 0) {
+        h_error(h, 400, -32602, "Test mode needs repo_url=https://HOST/PATH (URL-encoded, at "
+                                "most 1024 bytes, no credentials, quotes or spaces) and "
+                                "entrypoint=FILE.");
+        h_free(h);
+        return;
+    }
+    if (test_entry_ok(h->entrypoint) < 0) {
+        h_error(h, 400, -32602, "entrypoint= is the server's file inside the repository: a "
+                                "relative path (no '..', not absolute) of letters, digits, '.', "
+                                "'_', '-' and '/' ending in .py (run with python3) or .js/.mjs "
+                                "(run with node), at most 255 bytes.");
+        h_free(h);
+        return;
+    }
+    ext = strrchr(h->entrypoint, '.');
+    if (asprintf(&run, !strcmp(ext, ".py")
+                           ? "[ -x /root/venv/bin/python3 ] && PATH=/root/venv/bin:$PATH; "
+                             "exec python3 '%s'"
+                           : "exec node '%s'",
+                 h->entrypoint) < 0) {
+        h_error(h, 503, -32603, "Out of memory; retry.");
+        h_free(h);
+        return;
+    }
+    h->entry = json_pack("{s:s, s:s}", "run", run, "cwd", "/root/mcp");
+    free(run);
+    /* a domain opens the repository's host through the egress proxy (whose rules still
+     * refuse the platform's addresses whatever a name resolves to); an address or a bare
+     * name stays under the default rules */
+    if (h->entry && strchr(host, '.') && !is_ipv4(host)) {
+        char list[300];
+        snprintf(list, sizeof(list), "[\"%s\"]", host);
+        json_object_set_new(h->entry, "allow_out", json_string(list));
+    }
+    if (!h->entry) {
+        h_error(h, 503, -32603, "Out of memory; retry.");
+        h_free(h);
+        return;
+    }
+    after_entry(h);
+}
+
 static void on_auth(void *arg, int status, const char *team, gw_session *sess, const char *why)
 {
     hreq *h = arg;
@@ -760,11 +997,50 @@ static void on_auth(void *arg, int status, const char *team, gw_session *sess, c
     }
     snprintf(h->team, sizeof(h->team), "%s", team);
     h->busy = 1;
-    if (sf_redis_cmd(h->ctx->redis, on_entry, h, "HGETALL " SF_RK_SRV, h->team, h->name) < 0) {
+    if (h->test ? sf_redis_cmd(h->ctx->redis, on_test_mode, h,
+                               "HGET " SF_RK_TEAM_LIMITS " hosted_test_mode", h->team) < 0
+                : sf_redis_cmd(h->ctx->redis, on_entry, h, "HGETALL " SF_RK_SRV, h->team,
+                               h->name) < 0) {
         h->busy = 0;
         h_error(h, 503, -32603, SF_MSG_STORE_DOWN);
         h_free(h);
     }
+}
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                          : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* The query parameter key, percent-decoded ('+' a space) into out. 1 when there, 0 when
+ * not, -1 when longer than n - 1 or badly encoded (a %00 too). */
+static int query_param(const char *q, const char *key, char *out, size_t n)
+{
+    size_t kl = strlen(key), w = 0;
+
+    for (const char *p = q; p && *p; p = strchr(p, '&') ? strchr(p, '&') + 1 : NULL) {
+        if (strncmp(p, key, kl) || p[kl] != '=')
+            continue;
+        for (const char *v = p + kl + 1; *v && *v != '&'; v++) {
+            int c = (unsigned char)*v;
+            if (c == '%') {
+                int hi = hexval(v[1]), lo = hi < 0 ? -1 : hexval(v[2]);
+                if (lo < 0 || (hi == 0 && lo == 0))
+                    return -1;
+                c = hi * 16 + lo;
+                v += 2;
+            } else if (c == '+') {
+                c = ' ';
+            }
+            if (w + 1 >= n)
+                return -1;
+            out[w++] = (char)c;
+        }
+        out[w] = '\0';
+        return 1;
+    }
+    return 0;
 }
 
 /* NAME from /mcp/NAME or ?name=NAME; 0, or -1 when it is no server name. */
@@ -833,6 +1109,22 @@ void gw_hosted_handle(gw_req *req, gw_ctx *ctx)
                                 "POST /mcp?name=NAME or /mcp/NAME.");
         h_free(h);
         return;
+    }
+    snprintf(h->kname, sizeof(h->kname), "%s", h->name);
+    {
+        const char *q = gw_req_query(req);
+        char flag[8] = "";
+        if (q && query_param(q, "test_mode", flag, sizeof(flag)) > 0 && !strcmp(flag, "true")) {
+            h->test = 1;
+            snprintf(h->kname, sizeof(h->kname), "test.%s", h->name);
+            if (query_param(q, "repo_url", h->repo, sizeof(h->repo)) < 0 ||
+                query_param(q, "entrypoint", h->entrypoint, sizeof(h->entrypoint)) < 0) {
+                h_error(h, 400, -32602, "repo_url is at most 1024 bytes and entrypoint at most "
+                                        "255, URL-encoded (no %00).");
+                h_free(h);
+                return;
+            }
+        }
     }
     if (!strcmp(method, "POST")) {
         json_error_t jerr;
