@@ -1218,7 +1218,8 @@ static json_t *hash_object(const redisReply *rep)
             if (!strcmp(k, "allow_out") || !strcmp(k, "secrets"))
                 parsed = json_loads(v, 0, NULL);
             else if (!strcmp(k, "idle_s") || !strcmp(k, "max_sessions") || !strcmp(k, "warm") ||
-                     !strcmp(k, "created"))
+                     !strcmp(k, "created") || !strcmp(k, "vcpu") || !strcmp(k, "memory_mib") ||
+                     !strcmp(k, "disk_mib"))
                 parsed = json_integer(strtoll(v, NULL, 10));
             json_object_set_new(o, k, parsed ? parsed : json_string(v));
         }
@@ -1276,10 +1277,10 @@ static void s_done(redisAsyncContext *ac, void *reply, void *priv)
 static int s_put(sreq *s)
 {
     static const char *const strs[] = {"run", "snapshot", "template", "cwd", "http", "setup",
-                                       "source", "ref"};
+                                       "source", "ref", "shape_template"};
     json_t *b = s->body, *v;
     const char *argv[64];
-    char nums[4][24], *jallow = NULL, *jsec = NULL;
+    char nums[7][24], *jallow = NULL, *jsec = NULL;
     char k1[200], k2[200];
     int argc = 0;
 
@@ -1313,7 +1314,8 @@ static int s_put(sreq *s)
             continue;
         if (!json_is_string(v) || json_string_length(v) > 4096) {
             s_error(s, 400, "Server fields 'run', 'setup', 'cwd', 'http', 'template', 'snapshot', "
-                            "'source' and 'ref' are strings of at most 4096 bytes.");
+                            "'source', 'ref' and 'shape_template' are strings of at most 4096 "
+                            "bytes.");
             return -1;
         }
         if (!strcmp(strs[i], "http") && http_spec_ok(json_string_value(v)) < 0) {
@@ -1325,15 +1327,18 @@ static int s_put(sreq *s)
         argv[argc++] = json_string_value(v);
     }
     {
-        static const char *const ints[] = {"idle_s", "max_sessions", "warm"};
-        static const json_int_t lo[] = {1, 1, 0}, hi[] = {604800, 1000, 16};
-        for (size_t i = 0; i < 3; i++) {
+        static const char *const ints[] = {"idle_s", "max_sessions", "warm", "vcpu",
+                                           "memory_mib", "disk_mib"};
+        static const json_int_t lo[] = {1, 1, 0, 1, 64, 64},
+                                hi[] = {604800, 1000, 16, 8, 65536, 65536};
+        for (size_t i = 0; i < SF_ARRAY_LEN(ints); i++) {
             v = json_object_get(b, ints[i]);
             if (!v)
                 continue;
             if (!json_is_integer(v) || json_integer_value(v) < lo[i] ||
                 json_integer_value(v) > hi[i]) {
-                s_error(s, 400, "idle_s is 1-604800 seconds, max_sessions 1-1000, warm 0-16.");
+                s_error(s, 400, "idle_s is 1-604800 seconds, max_sessions 1-1000, warm 0-16, "
+                                "vcpu 1-8, memory_mib and disk_mib 64-65536.");
                 return -1;
             }
             snprintf(nums[1 + i], sizeof(nums[1 + i]), "%lld",

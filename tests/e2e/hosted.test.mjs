@@ -9,7 +9,7 @@
 import { test, before, after, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync, readFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync, readFileSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -170,12 +170,25 @@ server.setRequestHandler(CallToolRequestSchema, async (req, extra) => {
 await server.connect(new StdioServerTransport());
 `;
 
-// The Node server's folder: server.mjs and the TS SDK's node_modules (as npm ci made them
-// for these tests; the browser engine left out).
+// The packages a package needs in the tests' node_modules (npm ci's flat layout: a
+// dependency is at the top, or nested inside its dependent, which is copied whole).
+function closure(name, seen = new Set()) {
+  if (seen.has(name)) return seen;
+  const pj = join(import.meta.dirname, 'node_modules', name, 'package.json');
+  if (!existsSync(pj)) return seen;
+  seen.add(name);
+  const p = JSON.parse(readFileSync(pj, 'utf8'));
+  for (const d of Object.keys({ ...p.dependencies, ...p.optionalDependencies })) closure(d, seen);
+  return seen;
+}
+
+// The Node server's folder: server.mjs and the TS SDK with what it needs from the tests'
+// node_modules (as npm ci made them; the other suites' clients left out).
 function nodeDir() {
   const dir = mkdtempSync(join(tmpdir(), 'sf-hosted-node-'));
   writeFileSync(join(dir, 'server.mjs'), NODE_SERVER);
-  const r = spawnSync('sh', ['-c', `tar -C ${join(import.meta.dirname, '.')} --exclude=node_modules/playwright-core -cf - node_modules | tar -C ${dir} -xf -`]);
+  const pkgs = [...closure('@modelcontextprotocol/sdk')].map((n) => `node_modules/${n}`);
+  const r = spawnSync('sh', ['-c', `tar -C ${import.meta.dirname} -cf - "$@" | tar -C ${dir} -xf -`, 'sh', ...pkgs]);
   assert.equal(r.status, 0, String(r.stderr));
   return dir;
 }
@@ -569,4 +582,50 @@ test('--git URL --ref REF: the server cloned through the egress proxy; bad URLs 
   }
   const badref = servers(['add', `bad-${uniq}`, '--git', 'https://api.example.test/r.git', '--ref', '--upload-pack=x', '--run', 'x']);
   assert.equal(badref.status, 2);
+});
+
+// --vcpu/--memory_mib/--disk_mib: the image is built in a sandbox of a team template of that
+// shape (mcp-NAME-XXXX), so the snapshot, and every session made from it, has it.
+test('a server\'s shape: each session\'s sandbox has it; bounds and a shape no host holds refused', skip, async () => {
+  const SH = `shape-${uniq}`;
+  const templates = async () => {
+    const c = await connect(env.SF_KEY_ALPHA);
+    const r = await call(c, 'sandbox_template_list', { name_prefix: `mcp-${SH}` });
+    await c.close();
+    return r.structured.templates.map((t) => t.name);
+  };
+  const add = servers(['add', SH, '--dir', nodeDir(), '--run', 'node server.mjs', '--template', 'debian',
+    '--vcpu', '1', '--memory_mib', '320', '--disk_mib', '700']);
+  assert.equal(add.status, 0, add.stderr);
+  try {
+    const entry = JSON.parse(servers(['show', SH]).stdout);
+    assert.deepEqual([entry.vcpu, entry.memory_mib, entry.disk_mib], [1, 320, 700]);
+    assert.match(entry.shape_template, new RegExp(`^mcp-${SH}-[0-9a-f]{4}$`));
+    assert.equal(entry.template, 'debian');
+    const a = await open(SH);
+    const [box] = await sessionBoxes(a.transport.sessionId);
+    const c = await connect(env.SF_KEY_ALPHA);
+    const info = (await call(c, 'sandbox_info', { sandbox_id: box.id })).structured;
+    await c.close();
+    assert.equal(info.resources.memory_mib, 320, JSON.stringify(info.resources));
+    assert.equal(info.resources.disk_mib, 700, JSON.stringify(info.resources));
+    assert.equal(text(await a.client.callTool({ name: 'inc', arguments: {} })), '1');
+    await end(a);
+  } finally {
+    const r = servers(['remove', SH]);
+    assert.equal(r.status, 0, r.stderr);
+  }
+  assert.deepEqual(await templates(), [], 'remove deleted the shape template');
+  for (const [opt, v, why] of [['--vcpu', '0', /--vcpu is a whole number of vCPUs from 1 to 8/],
+    ['--vcpu', '9', /--vcpu is a whole number of vCPUs from 1 to 8/], ['--memory_mib', '12', /--memory_mib is a whole number of MiB from 64 to 65536/],
+    ['--disk_mib', '1e9', /--disk_mib is a whole number of MiB from 64 to 65536/]]) {
+    const r = servers(['add', SH, '--dir', '/nonexistent', '--run', 'x', opt, v]);
+    assert.equal(r.status, 2, `${opt} ${v}`);
+    assert.match(r.stderr, why);
+  }
+  const huge = servers(['add', SH, '--dir', nodeDir(), '--run', 'node server.mjs', '--memory_mib', '65536']);
+  assert.equal(huge.status, 1, huge.stderr);
+  assert.match(huge.stderr, /no host or quota of your team holds it; ask for less|could not be built as template/);
+  assert.deepEqual(await templates(), [], 'a failed registration leaves no template');
+  assert.equal(servers(['show', SH]).status, 1, 'nor an entry');
 });
