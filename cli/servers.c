@@ -65,6 +65,24 @@ static int registry(cli_gw *m, const char *method, const char *name, const char 
     return registry_q(m, method, name, sub, body, out, 0);
 }
 
+/* Fills the server's warm pool (the gateway makes its sandboxes; an older registration's
+ * go) and says how full it is. */
+static void fill_pool(cli_gw *m, const char *name, int show)
+{
+    json_t *r = NULL;
+
+    if (show)
+        fprintf(stderr, "filling the warm pool\n");
+    if (registry_q(m, "POST", name, "warm", NULL, &r, 0))
+        return;
+    if (json_string_value(json_object_get(r, "error")))
+        fprintf(stderr, "%s\n", json_string_value(json_object_get(r, "error")));
+    else if (show)
+        fprintf(stderr, "warm pool: %lld sandboxes ready\n",
+                (long long)json_integer_value(json_object_get(r, "ready")));
+    json_decref(r);
+}
+
 static int name_ok(const char *n)
 {
     size_t len = n ? strlen(n) : 0;
@@ -304,7 +322,7 @@ static int add(int argc, char **argv)
     char tmp[] = "/tmp/sandfleet-server-XXXXXX", snap[80], sb[80] = "", cmd[512], httpspec[160],
          githost[256], stpl[80] = "";
     const char *file = archive;
-    int tmpfd = -1, rc = 1, sources = !!dir + !!archive + !!git;
+    int tmpfd = -1, rc = 1, sources = !!dir + !!archive + !!git, fill = 0;
     cli_gw m;
 
     for (int i = 3; i + 1 < argc; i++) {
@@ -343,6 +361,14 @@ static int add(int argc, char **argv)
     }
     if (shape_opts(argc, argv, shape) < 0)
         goto usage;
+    {
+        int64_t n;
+        if (warm && sf_parse_i64(warm, 0, 16, &n) < 0) {
+            fputs("--warm is how many sandboxes to keep ready for new sessions: 0 to 16 (they "
+                  "count in your team's sandboxes).\n", stderr);
+            goto usage;
+        }
+    }
     if (dir) {
         if ((tmpfd = mkstemp(tmp)) < 0 || tar_dir(dir, tmp) < 0) {
             fprintf(stderr, "Cannot pack %s with tar; check that it is a readable folder.\n", dir);
@@ -455,6 +481,7 @@ static int add(int argc, char **argv)
         json_decref(r);
         if (was && strcmp(was, stpl) != 0) /* refused while a live session uses it: kept */
             cli_gw_call(&m, "sandbox_template_delete", json_pack("{s:s}", "name", was), NULL, 1);
+        fill = warm || json_integer_value(json_object_get(old, "warm")) > 0;
         stpl[0] = '\0';
         rc = 0;
     }
@@ -463,6 +490,8 @@ kill:
         cli_gw_call(&m, "sandbox_kill", json_pack("{s:s}", "sandbox_id", sb), NULL, 1);
     if (stpl[0]) /* a failed registration leaves no template behind */
         cli_gw_call(&m, "sandbox_template_delete", json_pack("{s:s}", "name", stpl), NULL, 1);
+    if (fill) /* after the builder went: it counted in the team's quota */
+        fill_pool(&m, name, warm != NULL);
 close:
     cli_gw_close(&m);
 fail:

@@ -49,6 +49,7 @@ typedef struct hreq {
     char sid[SF_ID_MAX];
     char sandbox[SF_ID_MAX];
     int test;                 /* test mode: repo_url and entrypoint, no registry entry */
+    int warm;                 /* h->sandbox came from the warm pool */
     char repo[TEST_URL_MAX + 1];
     char entrypoint[TEST_ENTRY_MAX + 1];
     json_t *entry;            /* the server's registry hash as an object */
@@ -334,20 +335,15 @@ static void ignore_reply(void *arg, const sf_reply *r)
     (void)arg, (void)r;
 }
 
+static void fire(gw_ctx *ctx, const char *team, const char *tool, const char *sandbox,
+                 json_t *args);
+static void create_sandbox(hreq *h);
+
 /* A failed start: the sandbox goes (nobody will use it); text (if any) to the client, HTTP
  * status http. */
 static void start_failed(hreq *h, int http, const char *text)
 {
-    json_t *a = json_pack("{s:s}", "sandbox_id", h->sandbox);
-    sf_job job;
-
-    sf_job_init(&job);
-    snprintf(job.team, sizeof(job.team), "%s", h->team);
-    snprintf(job.tool, sizeof(job.tool), "sandbox_kill");
-    snprintf(job.sandbox, sizeof(job.sandbox), "%s", h->sandbox);
-    job.args = a;
-    gw_jobs_submit(h->ctx, &job, h->ctx->cfg.call_deadline_ms, ignore_reply, NULL, NULL);
-    sf_job_fini(&job);
+    fire(h->ctx, h->team, "sandbox_kill", h->sandbox, json_object());
     h->sid[0] = '\0';
     if (text)
         h_error(h, http, -32603, text);
@@ -425,6 +421,16 @@ static void on_started(void *arg, const sf_reply *r)
     char *text, *idtext;
 
     h->pending = NULL;
+    if (h->warm && h->req && r && r->kind != SF_REPLY_RESULT) {
+        /* the pool's sandbox is gone or broken (its lifetime ran out, its host died): a
+         * fresh one */
+        sf_info("msg=\"warm pool: a sandbox did not start the server; a new one\" server=%s "
+                "sandbox=%s why=\"%s\"", h->name, h->sandbox, r->message ? r->message : "");
+        fire(h->ctx, h->team, "sandbox_kill", h->sandbox, json_object());
+        h->warm = 0;
+        create_sandbox(h);
+        return;
+    }
     if (!r || r->kind != SF_REPLY_RESULT) {
         on_init_answer(h, r);
         return;
@@ -603,19 +609,215 @@ static void on_created(void *arg, const sf_reply *r)
         start_server(h);
 }
 
-static json_t *json_field(const hreq *h, const char *k)
+/* The entry's field k parsed as JSON (allow_out, secrets), or NULL. */
+static json_t *entry_json(const json_t *entry, const char *k)
 {
-    const char *s = entry_str(h, k);
+    const char *s = json_string_value(json_object_get(entry, k));
     return s ? json_loads(s, 0, NULL) : NULL;
+}
+
+/* sandbox_create's arguments for a server's sandbox: from its snapshot (test mode: the
+ * 'debian' template), its egress rules and secrets; metadata names the server (kname) and
+ * the session (or, for the warm pool, the registration it was made for). NULL: no memory. */
+static json_t *create_args(const json_t *entry, int test, const char *name, const char *kname,
+                           const char *mkey, const char *mval)
+{
+    const char *snap = json_string_value(json_object_get(entry, "snapshot"));
+    json_t *args, *v = NULL;
+
+    /* git, python3 and node: the 'debian' template (as `servers add`'s default) */
+    args = json_pack("{s:s, s:s, s:{s:s, s:s}}", test ? "from_template" : "from_snapshot",
+                     test ? TEST_TEMPLATE : snap ? snap : "", "name", name, "metadata",
+                     "sandfleet_hosted", kname, mkey, mval);
+    if (args && (v = entry_json(entry, "allow_out")) && json_array_size(v))
+        json_object_set_new(args, "allow_out", v);
+    else if (v)
+        json_decref(v);
+    v = NULL;
+    if (args && (v = entry_json(entry, "secrets")) && json_object_size(v))
+        json_object_set_new(args, "secrets", v);
+    else if (v)
+        json_decref(v);
+    return args;
+}
+
+/* A gateway job nobody waits for (a kill on the way out, metadata): fire and forget. */
+static void fire(gw_ctx *ctx, const char *team, const char *tool, const char *sandbox,
+                 json_t *args)
+{
+    sf_job job;
+
+    if (!args)
+        return;
+    sf_job_init(&job);
+    snprintf(job.team, sizeof(job.team), "%s", team);
+    snprintf(job.tool, sizeof(job.tool), "%s", tool);
+    snprintf(job.sandbox, sizeof(job.sandbox), "%s", sandbox);
+    json_object_set_new(args, "sandbox_id", json_string(sandbox));
+    job.args = args;
+    gw_jobs_submit(ctx, &job, ctx->cfg.call_deadline_ms, ignore_reply, NULL, NULL);
+    sf_job_fini(&job);
+}
+
+static void create_sandbox(hreq *h)
+{
+    if (h_submit(h, "sandbox_create",
+                 create_args(h->entry, h->test, h->name, h->kname, "session", h->sid), 0,
+                 on_created, NULL) < 0)
+        h_free(h);
+}
+
+/* ---- the warm pool ------------------------------------------------------------------
+ * `--warm N`: N sandboxes per server made from its image ahead of time (the code in place;
+ * the server starts at initialize), in the list sf:team:{T}:srv:NAME:warm as "GEN ID"
+ * (GEN the entry's `created`: a sandbox of an older registration is stale). initialize
+ * takes one (LPOP) and makes one in its place; POST /v1/servers/NAME/warm fills the pool
+ * (`servers add` calls it) and says how much of it could be made. The sandboxes are the
+ * team's own: its quota counts them. */
+
+typedef struct wfill wfill;
+
+typedef struct warm {
+    gw_ctx *ctx;
+    char team[SF_ID_MAX];
+    char name[NAME_MAX_LEN + 1];
+    char sandbox[SF_ID_MAX];
+    char member[96];          /* "GEN ID" */
+    long long max;
+    wfill *fill;              /* the fill waiting for it, or NULL (a replenish) */
+} warm;
+
+struct wfill {
+    struct sreq *s;           /* NULL once the client left */
+    int pending, ok, fresh, want;
+    char err[512];
+};
+
+static void fill_done(wfill *f);
+
+static void on_warm_pushed(redisAsyncContext *ac, void *reply, void *priv)
+{
+    warm *w = priv;
+    redisReply *rep = reply;
+    char key[200];
+
+    (void)ac;
+    if (!rep || rep->type != REDIS_REPLY_INTEGER || rep->integer > w->max) {
+        /* over the pool's size (replenishes raced) or Redis failed: not kept */
+        snprintf(key, sizeof(key), SF_RK_SRV_WARM, w->team, w->name);
+        sf_redis_cmd(w->ctx->redis, NULL, NULL, "LREM %s 1 %s", key, w->member);
+        fire(w->ctx, w->team, "sandbox_kill", w->sandbox, json_object());
+    } else if (w->fill) {
+        w->fill->ok++;
+    }
+    if (w->fill && --w->fill->pending == 0)
+        fill_done(w->fill);
+    free(w);
+}
+
+static void on_warm_created(void *arg, const sf_reply *r)
+{
+    warm *w = arg;
+
+    if (!r || r->kind != SF_REPLY_RESULT) {
+        const char *why = r && r->message ? r->message : "no answer in time";
+        sf_warn("msg=\"warm pool: a sandbox could not be made\" server=%s team=%s why=\"%s\"",
+                w->name, w->team, why);
+        if (w->fill && !w->fill->err[0])
+            snprintf(w->fill->err, sizeof(w->fill->err), "%s", why);
+        if (w->fill && --w->fill->pending == 0)
+            fill_done(w->fill);
+        free(w);
+        return;
+    }
+    snprintf(w->member + strlen(w->member), sizeof(w->member) - strlen(w->member), "%s",
+             w->sandbox);
+    if (sf_redis_cmd(w->ctx->redis, on_warm_pushed, w, "RPUSH " SF_RK_SRV_WARM " %s", w->team,
+                     w->name, w->member) < 0)
+        on_warm_pushed(NULL, NULL, w);
+}
+
+/* One more sandbox for the pool of server name (entry: its registry hash). */
+static void warm_create(gw_ctx *ctx, const char *team, const char *name, const json_t *entry,
+                        wfill *fill)
+{
+    const char *gen = json_string_value(json_object_get(entry, "created"));
+    const char *n = json_string_value(json_object_get(entry, "warm"));
+    const sf_tool *t = sf_toolset_find(&ctx->tools, "sandbox_create");
+    warm *w = calloc(1, sizeof(*w));
+    json_t *args;
+    sf_job job;
+
+    if (!w || !t || !gen || !(args = create_args(entry, 0, name, name, "sandfleet_warm", gen))) {
+        free(w);
+        if (fill && --fill->pending == 0)
+            fill_done(fill);
+        return;
+    }
+    w->ctx = ctx;
+    w->fill = fill;
+    w->max = n ? strtoll(n, NULL, 10) : 0;
+    snprintf(w->team, sizeof(w->team), "%s", team);
+    snprintf(w->name, sizeof(w->name), "%s", name);
+    snprintf(w->member, sizeof(w->member), "%s ", gen);
+    sf_job_init(&job);
+    snprintf(job.team, sizeof(job.team), "%s", team);
+    snprintf(job.tool, sizeof(job.tool), "sandbox_create");
+    sf_id_new(job.sandbox, "sb_");
+    snprintf(w->sandbox, sizeof(w->sandbox), "%s", job.sandbox);
+    job.args = args;
+    if (gw_jobs_submit(ctx, &job,
+                       sf_tool_wait_ms(t, args, ctx->cfg.call_deadline_ms,
+                                       ctx->cfg.exec_deadline_margin_ms) +
+                           ctx->cfg.template_wait_s * 1000,
+                       on_warm_created, w, NULL) < 0) {
+        sf_job_fini(&job);
+        on_warm_created(w, NULL);
+        return;
+    }
+    sf_job_fini(&job);
+}
+
+static void on_warm_pop(redisAsyncContext *ac, void *reply, void *priv)
+{
+    hreq *h = priv;
+    redisReply *rep = reply;
+    const char *gen = entry_str(h, "created");
+    const char *sp;
+
+    (void)ac;
+    h->busy = 0;
+    if (!h->req) {
+        if (rep && rep->type == REDIS_REPLY_STRING && (sp = strchr(rep->str, ' ')))
+            fire(h->ctx, h->team, "sandbox_kill", sp + 1, json_object()); /* nobody takes it */
+        h_free(h);
+        return;
+    }
+    if (rep && rep->type == REDIS_REPLY_STRING && (sp = strchr(rep->str, ' ')) && gen &&
+        (size_t)(sp - rep->str) == strlen(gen) && !strncmp(rep->str, gen, strlen(gen)) &&
+        sf_id_valid(sp + 1)) {
+        snprintf(h->sandbox, sizeof(h->sandbox), "%s", sp + 1);
+        h->warm = 1;
+        fire(h->ctx, h->team, "sandbox_update", h->sandbox,
+             json_pack("{s:{s:s, s:s}}", "metadata", "sandfleet_hosted", h->kname, "session",
+                       h->sid));
+        warm_create(h->ctx, h->team, h->name, h->entry, NULL); /* one in its place */
+        start_server(h);
+        return;
+    }
+    if (rep && rep->type == REDIS_REPLY_STRING && (sp = strchr(rep->str, ' ')) && sf_id_valid(sp + 1))
+        fire(h->ctx, h->team, "sandbox_kill", sp + 1, json_object()); /* an old registration's */
+    else if (rep && rep->type == REDIS_REPLY_NIL)
+        warm_create(h->ctx, h->team, h->name, h->entry, NULL); /* the pool ran dry: refill */
+    create_sandbox(h);
 }
 
 static void on_count(redisAsyncContext *ac, void *reply, void *priv)
 {
     hreq *h = priv;
     redisReply *rep = reply;
-    const char *ms = entry_str(h, "max_sessions");
+    const char *ms = entry_str(h, "max_sessions"), *wn = entry_str(h, "warm");
     long long cap = ms ? strtoll(ms, NULL, 10) : SF_HOSTED_SESSIONS_DEFAULT;
-    json_t *args, *v = NULL;
     char text[300];
 
     (void)ac;
@@ -638,24 +840,14 @@ static void on_count(redisAsyncContext *ac, void *reply, void *priv)
         return;
     }
     sf_id_new(h->sid, "hs_");
-    if (h->test) /* git, python3 and node: the 'debian' template (as `servers add`'s default) */
-        args = json_pack("{s:s, s:s, s:{s:s, s:s}}", "from_template", TEST_TEMPLATE, "name",
-                         h->name, "metadata", "sandfleet_hosted", h->kname, "session", h->sid);
-    else
-        args = json_pack("{s:s, s:s, s:{s:s, s:s}}", "from_snapshot",
-                         entry_str(h, "snapshot") ? entry_str(h, "snapshot") : "", "name",
-                         h->name, "metadata", "sandfleet_hosted", h->kname, "session", h->sid);
-    if (args && (v = json_field(h, "allow_out")) && json_array_size(v))
-        json_object_set_new(args, "allow_out", v);
-    else if (v)
-        json_decref(v);
-    v = NULL;
-    if (args && (v = json_field(h, "secrets")) && json_object_size(v))
-        json_object_set_new(args, "secrets", v);
-    else if (v)
-        json_decref(v);
-    if (h_submit(h, "sandbox_create", args, 0, on_created, NULL) < 0)
-        h_free(h);
+    if (!h->test && wn && strtoll(wn, NULL, 10) > 0) {
+        h->busy = 1;
+        if (sf_redis_cmd(h->ctx->redis, on_warm_pop, h, "LPOP " SF_RK_SRV_WARM, h->team,
+                         h->name) == 0)
+            return;
+        h->busy = 0;
+    }
+    create_sandbox(h);
 }
 
 static void initialize(hreq *h)
@@ -1167,13 +1359,15 @@ typedef struct sreq {
     int busy;
     char team[SF_ID_MAX];
     char name[NAME_MAX_LEN + 1];
-    char sub[16];             /* "", "logs" */
+    char sub[16];             /* "", "logs", "warm" */
     json_t *body;
+    json_t *entry;            /* warm: the server's registry hash */
 } sreq;
 
 static void s_free(sreq *s)
 {
     json_decref(s->body);
+    json_decref(s->entry);
     free(s);
 }
 
@@ -1271,6 +1465,116 @@ static void s_done(redisAsyncContext *ac, void *reply, void *priv)
             s_answer(s, 200, json_pack("{s:s, s:s}", "name", s->name, "status", "registered"));
     }
     s_free(s);
+}
+
+/* ---- POST /v1/servers/NAME/warm: fill the warm pool -------------------------------- */
+
+static void fill_done(wfill *f)
+{
+    sreq *s = f->s;
+    int ready = f->fresh + f->ok;
+    json_t *a;
+
+    if (s) {
+        a = json_pack("{s:s, s:i, s:i}", "name", s->name, "warm", f->want, "ready", ready);
+        if (a && ready < f->want) {
+            char text[800];
+            snprintf(text, sizeof(text), "The warm pool of '%s' holds %d of %d sandboxes: %s "
+                     "The other sessions start cold (each initialize makes one more for the "
+                     "pool); free some of your team's sandboxes or lower --warm.",
+                     s->name, ready, f->want, f->err[0] ? f->err : "they could not be made.");
+            json_object_set_new(a, "error", json_string(text));
+        }
+        s->busy = 0;
+        s_answer(s, 200, a);
+        s_free(s);
+    }
+    free(f);
+}
+
+static void on_fill_list(redisAsyncContext *ac, void *reply, void *priv)
+{
+    sreq *s = priv;
+    redisReply *rep = reply;
+    const char *gen = json_string_value(json_object_get(s->entry, "created"));
+    const char *wn = json_string_value(json_object_get(s->entry, "warm"));
+    int want = wn ? (int)strtol(wn, NULL, 10) : 0, fresh = 0, need;
+    char key[200];
+    wfill *f;
+
+    (void)ac;
+    if (!s->req) {
+        s->busy = 0;
+        s_free(s);
+        return;
+    }
+    if (!rep || rep->type != REDIS_REPLY_ARRAY) {
+        s->busy = 0;
+        s_error(s, 503, SF_MSG_STORE_DOWN);
+        s_free(s);
+        return;
+    }
+    snprintf(key, sizeof(key), SF_RK_SRV_WARM, s->team, s->name);
+    for (size_t i = 0; i < rep->elements; i++) {
+        const char *m = rep->element[i]->type == REDIS_REPLY_STRING ? rep->element[i]->str : "";
+        const char *sp = strchr(m, ' ');
+        int current = sp && gen && (size_t)(sp - m) == strlen(gen) && !strncmp(m, gen, strlen(gen));
+        if (current && fresh < want) {
+            fresh++;
+            continue;
+        }
+        /* an older registration's, or more than --warm now asks for */
+        sf_redis_cmd(s->ctx->redis, NULL, NULL, "LREM %s 1 %s", key, m);
+        if (sp && sf_id_valid(sp + 1))
+            fire(s->ctx, s->team, "sandbox_kill", sp + 1, json_object());
+    }
+    need = want - fresh;
+    if (!(f = calloc(1, sizeof(*f)))) {
+        s->busy = 0;
+        s_error(s, 503, "Out of memory; retry.");
+        s_free(s);
+        return;
+    }
+    f->s = s;
+    f->want = want;
+    f->fresh = fresh;
+    f->pending = need;
+    if (need <= 0) {
+        fill_done(f);
+        return;
+    }
+    for (int i = 0; i < need; i++)
+        warm_create(s->ctx, s->team, s->name, s->entry, f);
+}
+
+static void on_fill_entry(redisAsyncContext *ac, void *reply, void *priv)
+{
+    sreq *s = priv;
+    redisReply *rep = reply;
+
+    (void)ac;
+    if (!s->req || !rep || rep->type != REDIS_REPLY_ARRAY || rep->elements == 0) {
+        s->busy = 0;
+        if (!rep || rep->type != REDIS_REPLY_ARRAY)
+            s_error(s, 503, SF_MSG_STORE_DOWN);
+        else
+            s_error(s, 404, "No server of that name is registered for your team; `sandfleet "
+                            "servers list` shows them.");
+        s_free(s);
+        return;
+    }
+    s->entry = json_object();
+    for (size_t i = 0; i + 1 < rep->elements; i += 2)
+        if (rep->element[i]->type == REDIS_REPLY_STRING &&
+            rep->element[i + 1]->type == REDIS_REPLY_STRING)
+            json_object_set_new(s->entry, rep->element[i]->str,
+                                json_string(rep->element[i + 1]->str));
+    if (sf_redis_cmd(s->ctx->redis, on_fill_list, s, "LRANGE " SF_RK_SRV_WARM " 0 -1", s->team,
+                     s->name) < 0) {
+        s->busy = 0;
+        s_error(s, 503, SF_MSG_STORE_DOWN);
+        s_free(s);
+    }
 }
 
 /* PUT /v1/servers/NAME: the entry, checked. -1 answered. */
@@ -1406,7 +1710,10 @@ static void s_on_auth(void *arg, int status, const char *team, gw_session *sess,
     snprintf(s->team, sizeof(s->team), "%s", team);
     method = gw_req_method(s->req);
     s->busy = 1;
-    if (!strcmp(method, "GET") && !s->name[0])
+    if (!strcmp(method, "POST")) /* .../warm */
+        rc = sf_redis_cmd(s->ctx->redis, on_fill_entry, s, "HGETALL " SF_RK_SRV, s->team,
+                          s->name);
+    else if (!strcmp(method, "GET") && !s->name[0])
         rc = sf_redis_cmd(s->ctx->redis, s_done, s, "SMEMBERS " SF_RK_SRVS, s->team);
     else if (!strcmp(method, "GET") && s->sub[0])
         rc = sf_redis_cmd(s->ctx->redis, s_done, s, "GET " SF_RK_SRV_LOG, s->team, s->name);
@@ -1414,6 +1721,7 @@ static void s_on_auth(void *arg, int status, const char *team, gw_session *sess,
         rc = sf_redis_cmd(s->ctx->redis, s_done, s, "HGETALL " SF_RK_SRV, s->team, s->name);
     else if (!strcmp(method, "DELETE")) {
         sf_redis_cmd(s->ctx->redis, NULL, NULL, "DEL " SF_RK_SRV_LOG, s->team, s->name);
+        sf_redis_cmd(s->ctx->redis, NULL, NULL, "DEL " SF_RK_SRV_WARM, s->team, s->name);
         sf_redis_cmd(s->ctx->redis, NULL, NULL, "SREM " SF_RK_SRVS " %s", s->team, s->name);
         rc = sf_redis_cmd(s->ctx->redis, s_done, s, "DEL " SF_RK_SRV, s->team, s->name);
     } else {
@@ -1463,10 +1771,11 @@ static void servers_handle(gw_req *req, void *arg)
                 s_free(s);
                 return;
             }
-        if (rest[n] == '/' && !strcmp(rest + n + 1, "logs"))
-            snprintf(s->sub, sizeof(s->sub), "logs");
+        if (rest[n] == '/' && (!strcmp(rest + n + 1, "logs") || !strcmp(rest + n + 1, "warm")))
+            snprintf(s->sub, sizeof(s->sub), "%s", rest + n + 1);
         else if (rest[n]) {
-            s_error(s, 404, "Not found: /v1/servers/NAME or /v1/servers/NAME/logs.");
+            s_error(s, 404, "Not found: /v1/servers/NAME, /v1/servers/NAME/logs or "
+                            "/v1/servers/NAME/warm.");
             s_free(s);
             return;
         }
@@ -1486,8 +1795,12 @@ static void servers_handle(gw_req *req, void *arg)
             s_free(s);
             return;
         }
-    } else if (strcmp(method, "GET") && !(!strcmp(method, "DELETE") && s->name[0] && !s->sub[0])) {
-        s_error(s, 405, "Use GET /v1/servers[/NAME[/logs]], PUT or DELETE /v1/servers/NAME.");
+    } else if (!strcmp(method, "POST") ? strcmp(s->sub, "warm") != 0
+               : !strcmp(s->sub, "warm") ||
+                     (strcmp(method, "GET") &&
+                      !(!strcmp(method, "DELETE") && s->name[0] && !s->sub[0]))) {
+        s_error(s, 405, "Use GET /v1/servers[/NAME[/logs]], PUT or DELETE /v1/servers/NAME, "
+                        "POST /v1/servers/NAME/warm.");
         s_free(s);
         return;
     }

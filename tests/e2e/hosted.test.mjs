@@ -629,3 +629,62 @@ test('a server\'s shape: each session\'s sandbox has it; bounds and a shape no h
   assert.deepEqual(await templates(), [], 'a failed registration leaves no template');
   assert.equal(servers(['show', SH]).status, 1, 'nor an entry');
 });
+
+// --warm N: N sandboxes made from the image ahead of time; initialize takes one (its
+// sandbox gets the session's metadata) and one is made in its place; they count in the
+// team's quota (a pool the quota cannot hold says so); remove ends them.
+test('--warm: a pool of ready sandboxes, taken by initialize and refilled; bounded by the quota; removed with the server', skip, async () => {
+  const W = `warm-${uniq}`;
+  const boxes = async (md, key = env.SF_KEY_ALPHA) => {
+    const c = await connect(key);
+    const r = await call(c, 'sandbox_list', { metadata: md });
+    await c.close();
+    return r.structured.sandboxes.filter((s) => s.status !== 'killed').map((s) => s.id);
+  };
+  const add = servers(['add', W, '--dir', nodeDir(), '--run', 'node server.mjs', '--warm', '2']);
+  assert.equal(add.status, 0, add.stderr);
+  assert.match(add.stderr, /warm pool: 2 sandboxes ready/);
+  try {
+    const gen = String(JSON.parse(servers(['show', W]).stdout).created);
+    const pool = await boxes({ sandfleet_hosted: W, sandfleet_warm: gen });
+    assert.equal(pool.length, 2, 'two sandboxes wait');
+    const a = await open(W);
+    assert.equal(text(await a.client.callTool({ name: 'inc', arguments: {} })), '1');
+    const mine = await until('the taken sandbox to carry the session', async () => {
+      const b = await boxes({ sandfleet_hosted: W, session: a.transport.sessionId });
+      return b.length === 1 && b;
+    });
+    assert.ok(pool.includes(mine[0]), 'the session got a sandbox of the pool');
+    await until('the pool to be refilled', async () =>
+      (await boxes({ sandfleet_hosted: W, sandfleet_warm: gen })).filter((id) => id !== mine[0]).length === 2, 60000, 200);
+    await end(a);
+    // a pool whose sandboxes died: initialize makes a fresh one instead
+    const c = await connect(env.SF_KEY_ALPHA);
+    for (const id of await boxes({ sandfleet_hosted: W, sandfleet_warm: gen }))
+      await call(c, 'sandbox_kill', { sandbox_id: id });
+    await c.close();
+    const b = await open(W);
+    assert.equal(text(await b.client.callTool({ name: 'inc', arguments: {} })), '1', 'a dead pool sandbox is replaced, not handed out');
+    await end(b);
+  } finally {
+    const r = servers(['remove', W]);
+    assert.equal(r.status, 0, r.stderr);
+  }
+  assert.deepEqual(await boxes({ sandfleet_hosted: W }), [], 'remove ended the pool');
+  const bad = servers(['add', W, '--dir', '/nonexistent', '--run', 'x', '--warm', '17']);
+  assert.equal(bad.status, 2);
+  assert.match(bad.stderr, /--warm is how many sandboxes to keep ready for new sessions: 0 to 16/);
+
+  // beta may hold 2 sandboxes: a pool of 3 holds 2 and says why
+  cli(['teams', 'limits', 'beta', '--sandboxes', '2']);
+  try {
+    const q = servers(['add', W, '--dir', nodeDir(), '--run', 'node server.mjs', '--warm', '3'], env.SF_KEY_BETA);
+    assert.equal(q.status, 0, q.stderr);
+    assert.match(q.stderr, new RegExp(`The warm pool of '${W}' holds 2 of 3 sandboxes: .*sandbox`));
+    assert.equal((await boxes({ sandfleet_hosted: W }, env.SF_KEY_BETA)).length, 2, 'the quota held');
+  } finally {
+    cli(['teams', 'limits', 'beta', '--sandboxes', 'default']);
+    servers(['remove', W], env.SF_KEY_BETA);
+  }
+  assert.deepEqual(await boxes({ sandfleet_hosted: W }, env.SF_KEY_BETA), []);
+});
