@@ -387,6 +387,17 @@ static void on_init_answer(void *arg, const sf_reply *r)
     int64_t until = sf_now_ms() + h->idle_s * 1000;
 
     h->pending = NULL;
+    if (h->warm && h->req && (!r || r->kind != SF_REPLY_RESULT)) {
+        /* the pool's server is gone (it exited while it waited, its sandbox's lifetime ran
+         * out, its host died): a fresh sandbox */
+        sf_info("msg=\"warm pool: its server did not answer initialize; a new sandbox\" "
+                "server=%s sandbox=%s why=\"%s\"", h->name, h->sandbox,
+                r && r->message ? r->message : "no answer");
+        fire(h->ctx, h->team, "sandbox_kill", h->sandbox, json_object());
+        h->warm = 0;
+        create_sandbox(h);
+        return;
+    }
     if (!r || r->kind != SF_REPLY_RESULT ||
         !(line = json_string_value(json_object_get(r->result, "message")))) {
         start_failed(h, 0, NULL); /* the sandbox goes: nobody will use it */
@@ -414,34 +425,33 @@ static void on_init_answer(void *arg, const sf_reply *r)
     }
 }
 
-static void on_started(void *arg, const sf_reply *r)
+/* The client's initialize to the started server; a warm pool's server (started with the
+ * pool's long idle timeout) gets the session's. */
+static void send_initialize(hreq *h)
 {
-    hreq *h = arg;
     json_t *args;
-    char *text, *idtext;
+    char *text = json_dumps(h->msg, JSON_COMPACT);
+    char *idtext = json_dumps(h->id, JSON_COMPACT | JSON_ENCODE_ANY);
 
-    h->pending = NULL;
-    if (h->warm && h->req && r && r->kind != SF_REPLY_RESULT) {
-        /* the pool's sandbox is gone or broken (its lifetime ran out, its host died): a
-         * fresh one */
-        sf_info("msg=\"warm pool: a sandbox did not start the server; a new one\" server=%s "
-                "sandbox=%s why=\"%s\"", h->name, h->sandbox, r->message ? r->message : "");
-        fire(h->ctx, h->team, "sandbox_kill", h->sandbox, json_object());
-        h->warm = 0;
-        create_sandbox(h);
-        return;
-    }
-    if (!r || r->kind != SF_REPLY_RESULT) {
-        on_init_answer(h, r);
-        return;
-    }
-    text = json_dumps(h->msg, JSON_COMPACT);
-    idtext = json_dumps(h->id, JSON_COMPACT | JSON_ENCODE_ANY);
     args = text && idtext ? json_pack("{s:s, s:s}", "message", text, "id", idtext) : NULL;
+    if (args && h->warm)
+        json_object_set_new(args, "idle_s", json_integer(h->idle_s));
     free(text);
     free(idtext);
     if (h_submit(h, SF_TOOL_HOSTED_SEND, args, 0, on_init_answer, NULL) < 0)
         h_free(h);
+}
+
+static void on_started(void *arg, const sf_reply *r)
+{
+    hreq *h = arg;
+
+    h->pending = NULL;
+    if (!r || r->kind != SF_REPLY_RESULT) {
+        on_init_answer(h, r);
+        return;
+    }
+    send_initialize(h);
 }
 
 /* "PORT/PATH" of --http, checked: 0, or -1. */
@@ -485,18 +495,24 @@ static char *http_run(const char *run, const char *http)
 
 /* The server starts in the session's sandbox (its image holds the code, or test mode's
  * fetch put it in /root/mcp). */
+/* sf.hosted_start's arguments for the entry's server; NULL: no memory. */
+static json_t *start_args(const json_t *entry, int64_t idle_s)
+{
+    const char *r = json_string_value(json_object_get(entry, "run"));
+    const char *cwd = json_string_value(json_object_get(entry, "cwd"));
+    char *run = http_run(r ? r : "", json_string_value(json_object_get(entry, "http")));
+    json_t *args = run ? json_pack("{s:s, s:s, s:I}", "run", run, "cwd", cwd ? cwd : "/root/mcp",
+                                   "idle_s", (json_int_t)idle_s)
+                       : NULL;
+
+    free(run);
+    return args;
+}
+
 static void start_server(hreq *h)
 {
-    json_t *args;
-    char *run;
-
-    run = http_run(entry_str(h, "run") ? entry_str(h, "run") : "", entry_str(h, "http"));
-    args = run ? json_pack("{s:s, s:s, s:I}", "run", run, "cwd",
-                           entry_str(h, "cwd") ? entry_str(h, "cwd") : "/root/mcp", "idle_s",
-                           (json_int_t)h->idle_s)
-               : NULL;
-    free(run);
-    if (h_submit(h, SF_TOOL_HOSTED_START, args, 0, on_started, NULL) < 0)
+    if (h_submit(h, SF_TOOL_HOSTED_START, start_args(h->entry, h->idle_s), 0, on_started,
+                 NULL) < 0)
         h_free(h);
 }
 
@@ -677,8 +693,11 @@ static void create_sandbox(hreq *h)
 
 typedef struct wfill wfill;
 
+#define WARM_IDLE_S 86400 /* a pool's server waits this long (the sandbox's lifetime) */
+
 typedef struct warm {
     gw_ctx *ctx;
+    json_t *start;            /* sf.hosted_start's arguments */
     char team[SF_ID_MAX];
     char name[NAME_MAX_LEN + 1];
     char sandbox[SF_ID_MAX];
@@ -694,6 +713,12 @@ struct wfill {
 };
 
 static void fill_done(wfill *f);
+
+static void warm_free(warm *w)
+{
+    json_decref(w->start);
+    free(w);
+}
 
 static void on_warm_pushed(redisAsyncContext *ac, void *reply, void *priv)
 {
@@ -712,7 +737,60 @@ static void on_warm_pushed(redisAsyncContext *ac, void *reply, void *priv)
     }
     if (w->fill && --w->fill->pending == 0)
         fill_done(w->fill);
-    free(w);
+    warm_free(w);
+}
+
+static void on_warm_started(void *arg, const sf_reply *r)
+{
+    warm *w = arg;
+
+    if (!r || r->kind != SF_REPLY_RESULT) {
+        const char *why = r && r->message ? r->message : "no answer in time";
+        sf_warn("msg=\"warm pool: the server did not start\" server=%s team=%s why=\"%s\"",
+                w->name, w->team, why);
+        if (w->fill && !w->fill->err[0])
+            snprintf(w->fill->err, sizeof(w->fill->err), "its server did not start: %s", why);
+        fire(w->ctx, w->team, "sandbox_kill", w->sandbox, json_object());
+        if (w->fill && --w->fill->pending == 0)
+            fill_done(w->fill);
+        warm_free(w);
+        return;
+    }
+    snprintf(w->member + strlen(w->member), sizeof(w->member) - strlen(w->member), "%s",
+             w->sandbox);
+    if (sf_redis_cmd(w->ctx->redis, on_warm_pushed, w, "RPUSH " SF_RK_SRV_WARM " %s", w->team,
+                     w->name, w->member) < 0)
+        on_warm_pushed(NULL, NULL, w);
+}
+
+/* Submits the gateway's job tool on w's sandbox (args stolen); cb gets w. -1 when it could
+ * not be sent. */
+static int warm_submit(warm *w, const char *tool, json_t *args, gw_job_cb cb, int fresh)
+{
+    const sf_tool *t = sf_toolset_find(&w->ctx->tools, tool);
+    sf_job job;
+    int rc;
+
+    if (!t || !args) {
+        json_decref(args);
+        return -1;
+    }
+    sf_job_init(&job);
+    snprintf(job.team, sizeof(job.team), "%s", w->team);
+    snprintf(job.tool, sizeof(job.tool), "%s", tool);
+    if (fresh)
+        sf_id_new(w->sandbox, "sb_");
+    else
+        json_object_set_new(args, "sandbox_id", json_string(w->sandbox));
+    snprintf(job.sandbox, sizeof(job.sandbox), "%s", w->sandbox);
+    job.args = args;
+    rc = gw_jobs_submit(w->ctx, &job,
+                        sf_tool_wait_ms(t, args, w->ctx->cfg.call_deadline_ms,
+                                        w->ctx->cfg.exec_deadline_margin_ms) +
+                            (fresh ? w->ctx->cfg.template_wait_s * 1000 : 0),
+                        cb, w, NULL);
+    sf_job_fini(&job);
+    return rc < 0 ? -1 : 0;
 }
 
 static void on_warm_created(void *arg, const sf_reply *r)
@@ -727,14 +805,16 @@ static void on_warm_created(void *arg, const sf_reply *r)
             snprintf(w->fill->err, sizeof(w->fill->err), "%s", why);
         if (w->fill && --w->fill->pending == 0)
             fill_done(w->fill);
-        free(w);
+        warm_free(w);
         return;
     }
-    snprintf(w->member + strlen(w->member), sizeof(w->member) - strlen(w->member), "%s",
-             w->sandbox);
-    if (sf_redis_cmd(w->ctx->redis, on_warm_pushed, w, "RPUSH " SF_RK_SRV_WARM " %s", w->team,
-                     w->name, w->member) < 0)
-        on_warm_pushed(NULL, NULL, w);
+    /* the server starts now and waits for its client's initialize */
+    if (warm_submit(w, SF_TOOL_HOSTED_START, w->start, on_warm_started, 0) < 0) {
+        w->start = NULL;
+        on_warm_started(w, NULL);
+        return;
+    }
+    w->start = NULL;
 }
 
 /* One more sandbox for the pool of server name (entry: its registry hash). */
@@ -743,12 +823,9 @@ static void warm_create(gw_ctx *ctx, const char *team, const char *name, const j
 {
     const char *gen = json_string_value(json_object_get(entry, "created"));
     const char *n = json_string_value(json_object_get(entry, "warm"));
-    const sf_tool *t = sf_toolset_find(&ctx->tools, "sandbox_create");
     warm *w = calloc(1, sizeof(*w));
-    json_t *args;
-    sf_job job;
 
-    if (!w || !t || !gen || !(args = create_args(entry, 0, name, name, "sandfleet_warm", gen))) {
+    if (!w || !gen || !(w->start = start_args(entry, WARM_IDLE_S))) {
         free(w);
         if (fill && --fill->pending == 0)
             fill_done(fill);
@@ -760,22 +837,9 @@ static void warm_create(gw_ctx *ctx, const char *team, const char *name, const j
     snprintf(w->team, sizeof(w->team), "%s", team);
     snprintf(w->name, sizeof(w->name), "%s", name);
     snprintf(w->member, sizeof(w->member), "%s ", gen);
-    sf_job_init(&job);
-    snprintf(job.team, sizeof(job.team), "%s", team);
-    snprintf(job.tool, sizeof(job.tool), "sandbox_create");
-    sf_id_new(job.sandbox, "sb_");
-    snprintf(w->sandbox, sizeof(w->sandbox), "%s", job.sandbox);
-    job.args = args;
-    if (gw_jobs_submit(ctx, &job,
-                       sf_tool_wait_ms(t, args, ctx->cfg.call_deadline_ms,
-                                       ctx->cfg.exec_deadline_margin_ms) +
-                           ctx->cfg.template_wait_s * 1000,
-                       on_warm_created, w, NULL) < 0) {
-        sf_job_fini(&job);
+    if (warm_submit(w, "sandbox_create", create_args(entry, 0, name, name, "sandfleet_warm", gen),
+                    on_warm_created, 1) < 0)
         on_warm_created(w, NULL);
-        return;
-    }
-    sf_job_fini(&job);
 }
 
 static void on_warm_pop(redisAsyncContext *ac, void *reply, void *priv)
@@ -802,7 +866,7 @@ static void on_warm_pop(redisAsyncContext *ac, void *reply, void *priv)
              json_pack("{s:{s:s, s:s}}", "metadata", "sandfleet_hosted", h->kname, "session",
                        h->sid));
         warm_create(h->ctx, h->team, h->name, h->entry, NULL); /* one in its place */
-        start_server(h);
+        send_initialize(h); /* its server runs already */
         return;
     }
     if (rep && rep->type == REDIS_REPLY_STRING && (sp = strchr(rep->str, ' ')) && sf_id_valid(sp + 1))

@@ -4,10 +4,12 @@
  *   sf.hosted_start  {sandbox_id, run, cwd?, idle_s?}  starts the server as a duplex exec
  *                    (driver.h `pipe`): its stdin takes our lines, its stdout lines come to
  *                    us as the agent reads them, its stderr is kept as the session's log
- *   sf.hosted_send   {sandbox_id, message, id?, token?} writes one JSON-RPC message (a
- *                    line); with `id` (the request's id, JSON text) the call is answered
- *                    with the server's response to it {message}; messages the server sends
- *                    meanwhile go out as progress chunks {mcp: line}
+ *   sf.hosted_send   {sandbox_id, message, id?, token?, idle_s?} writes one JSON-RPC
+ *                    message (a line); with `id` (the request's id, JSON text) the call is
+ *                    answered with the server's response to it {message}; messages the
+ *                    server sends meanwhile go out as progress chunks {mcp: line}; idle_s
+ *                    sets a new idle timeout (a warm pool's server, started with a long one,
+ *                    gets its session's at initialize)
  *   sf.hosted_listen {sandbox_id, wait_ms?}             the GET stream's half: what the
  *                    server sends that belongs to no request, as progress chunks, until
  *                    wait_ms passed (answered {})
@@ -455,6 +457,7 @@ static void do_send(wk_call *c, wk_box *b)
     const char *id = json_string_value(json_object_get(a, "id"));
     const char *token = json_string_value(json_object_get(a, "token"));
     size_t len = json_string_length(json_object_get(a, "message"));
+    json_int_t idle = json_integer_value(json_object_get(a, "idle_s"));
     hsess *hs = live_session(c, b, 1);
     hwait *w = NULL;
     char *line;
@@ -462,6 +465,12 @@ static void do_send(wk_call *c, wk_box *b)
 
     if (!hs)
         return;
+    if (idle > 0 && hs->idle) { /* from now on */
+        struct timeval tv = {(time_t)idle, 0};
+        hs->idle_ms = idle * 1000;
+        evtimer_del(hs->idle);
+        evtimer_add(hs->idle, &tv);
+    }
     if (!msg || memchr(msg, '\n', len)) {
         wk_reply_error(c, SF_ERR_INVALID, "A message to a hosted server is one line of JSON.");
         return;

@@ -630,9 +630,10 @@ test('a server\'s shape: each session\'s sandbox has it; bounds and a shape no h
   assert.equal(servers(['show', SH]).status, 1, 'nor an entry');
 });
 
-// --warm N: N sandboxes made from the image ahead of time; initialize takes one (its
-// sandbox gets the session's metadata) and one is made in its place; they count in the
-// team's quota (a pool the quota cannot hold says so); remove ends them.
+// --warm N: N sandboxes made from the image ahead of time, their servers started; initialize
+// takes one (its sandbox gets the session's metadata, its server the session's idle
+// timeout) and one is made in its place; they count in the team's quota (a pool the quota
+// cannot hold says so); remove ends them.
 test('--warm: a pool of ready sandboxes, taken by initialize and refilled; bounded by the quota; removed with the server', skip, async () => {
   const W = `warm-${uniq}`;
   const boxes = async (md, key = env.SF_KEY_ALPHA) => {
@@ -641,7 +642,7 @@ test('--warm: a pool of ready sandboxes, taken by initialize and refilled; bound
     await c.close();
     return r.structured.sandboxes.filter((s) => s.status !== 'killed').map((s) => s.id);
   };
-  const add = servers(['add', W, '--dir', nodeDir(), '--run', 'node server.mjs', '--warm', '2']);
+  const add = servers(['add', W, '--dir', nodeDir(), '--run', 'node server.mjs', '--warm', '2', '--idle-timeout', '3']);
   assert.equal(add.status, 0, add.stderr);
   assert.match(add.stderr, /warm pool: 2 sandboxes ready/);
   try {
@@ -657,7 +658,14 @@ test('--warm: a pool of ready sandboxes, taken by initialize and refilled; bound
     assert.ok(pool.includes(mine[0]), 'the session got a sandbox of the pool');
     await until('the pool to be refilled', async () =>
       (await boxes({ sandfleet_hosted: W, sandfleet_warm: gen })).filter((id) => id !== mine[0]).length === 2, 60000, 200);
-    await end(a);
+    // a session taken from the pool has the server's idle timeout (3 s); the pool's own
+    // servers wait longer than that for a client
+    await until('the idle session from the pool to be evicted', async () =>
+      (await boxes({ sandfleet_hosted: W, session: a.transport.sessionId })).length === 0, 60000, 200);
+    await end(a, false);
+    const waiting = pool.find((id) => id !== mine[0]);
+    assert.ok((await boxes({ sandfleet_hosted: W, sandfleet_warm: gen })).includes(waiting),
+      'a pool sandbox made before the session outlived its idle timeout');
     // a pool whose sandboxes died: initialize makes a fresh one instead
     const c = await connect(env.SF_KEY_ALPHA);
     for (const id of await boxes({ sandfleet_hosted: W, sandfleet_warm: gen }))
