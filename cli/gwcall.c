@@ -192,15 +192,15 @@ int cli_gw_call(cli_gw *m, const char *tool, json_t *args, json_t **structured, 
              &ans))
         return 1;
     res = json_object_get(ans, "result");
-    if (!res) {
+    m->err[0] = '\0';
+    if (!res || json_is_true(json_object_get(res, "isError"))) {
+        const char *why = res ? json_string_value(json_object_get(
+                                    json_array_get(json_object_get(res, "content"), 0), "text"))
+                              : json_string_value(
+                                    json_object_get(json_object_get(ans, "error"), "message"));
+        snprintf(m->err, sizeof(m->err), "%s", why ? why : "The call failed.");
         if (!quiet)
-            fprintf(stderr, "%s\n",
-                    json_string_value(json_object_get(json_object_get(ans, "error"), "message"))
-                        ?: "The call failed.");
-    } else if (json_is_true(json_object_get(res, "isError"))) {
-        json_t *c0 = json_array_get(json_object_get(res, "content"), 0);
-        if (!quiet)
-            fprintf(stderr, "%s\n", json_string_value(json_object_get(c0, "text")) ?: "The call failed.");
+            fprintf(stderr, "%s\n", m->err);
     } else {
         if (structured)
             *structured = json_incref(json_object_get(res, "structuredContent"));

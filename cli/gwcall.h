@@ -16,6 +16,7 @@ typedef struct cli_gw {
     char *buf;       /* the last answer's body (NUL-terminated), or NULL */
     size_t len;
     long timeout_s;  /* of one request; 120 unless the caller sets more after open */
+    char err[512];   /* the last failed call's sentence ("" after a success) */
 } cli_gw;
 
 /* Reads the key and URL; with need_session also initializes an MCP session. 0, or 1 after
@@ -28,7 +29,7 @@ void cli_gw_close(cli_gw *m);
 int cli_gw_http(cli_gw *m, const char *method, const char *url, const char *body, int is_mcp,
                 long *status);
 /* tools/call of tool with args (stolen); *structured (may be NULL) gets structuredContent.
- * 0, or 1 (the error's sentence printed unless quiet). */
+ * 0, or 1 (the error's sentence printed unless quiet, and kept in m->err). */
 int cli_gw_call(cli_gw *m, const char *tool, json_t *args, json_t **structured, int quiet);
 /* Polls sandbox_template_list until template name is no longer building (a progress bar on
  * stderr when show). 0 when ready, 1 when it failed (its error printed) or vanished. */

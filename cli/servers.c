@@ -225,6 +225,18 @@ static int shape_opts(int argc, char **argv, json_t *shape)
     return 0;
 }
 
+/* After a refusal that names the jail driver (a fleet of qemu hosts only): what needs one
+ * and what works without. */
+static void jail_hint(const cli_gw *m)
+{
+    if (strstr(m->err, "jail driver") || strstr(m->err, "jail host"))
+        fputs("This fleet has no jail host: a server's shape (--vcpu/--memory_mib/--disk_mib) "
+              "and a team --template are template builds, which run on jail hosts only. "
+              "Register the server without them (its sessions get the shape of 'debian' or "
+              "'base'; --setup runs in a builder sandbox, a microVM here) or ask the operator "
+              "for a jail host.\n", stderr);
+}
+
 /* The server's shape as a team template of that shape from --template, named
  * mcp-NAME-XXXX (a new one each registration: live sessions keep the old one until the
  * registry names the new); its name into out. 0, or 1 after printing why. */
@@ -243,8 +255,15 @@ static int shape_template(cli_gw *m, const char *name, const char *from, json_t 
     fprintf(stderr, "building template %s: the server's shape, from %s\n", out, from);
     a = json_pack("{s:s, s:s}", "name", out, "from", from);
     json_object_update(a, shape);
-    if (cli_gw_call(m, "sandbox_template_create", a, NULL, 0) ||
-        cli_gw_template_wait(m, out, 0)) {
+    if (cli_gw_call(m, "sandbox_template_create", a, NULL, 0)) {
+        jail_hint(m);
+        if (!strstr(m->err, "jail driver"))
+            fprintf(stderr, "The server's shape (--vcpu/--memory_mib/--disk_mib) could not be "
+                    "built as a template from %s; fix what the line above says, or leave the "
+                    "shape out to use the template's own.\n", from);
+        return 1;
+    }
+    if (cli_gw_template_wait(m, out, 0)) {
         fprintf(stderr, "The server's shape (--vcpu/--memory_mib/--disk_mib) could not be built "
                 "as template %s from %s; fix what the line above says, or leave the shape "
                 "out to use the template's own.\n", out, from);
@@ -384,7 +403,7 @@ static int add(int argc, char **argv)
     snprintf(snap, sizeof(snap), "mcp-%s", name);
     if (json_object_size(shape) &&
         shape_template(&m, name, tpl ? tpl : "debian", shape, stpl, sizeof(stpl)))
-        goto close;
+        goto kill; /* (a failed build's template goes there) */
     fprintf(stderr, "building server %s: a builder sandbox from template %s\n", name,
             stpl[0] ? stpl : tpl ? tpl : "debian");
     {
@@ -397,6 +416,7 @@ static int add(int argc, char **argv)
             json_object_set(a, "allow_out", bal);
         json_decref(bal);
         if (cli_gw_call(&m, "sandbox_create", a, &r, 0)) {
+            jail_hint(&m);
             if (stpl[0])
                 fprintf(stderr, "The server's sessions would get that shape (--vcpu/--memory_mib/"
                         "--disk_mib): no host or quota of your team holds it; ask for less.\n");
@@ -425,7 +445,7 @@ static int add(int argc, char **argv)
         if (upload(&m, sb, file))
             goto kill;
         snprintf(cmd, sizeof(cmd), "set -e; mkdir -p /root/mcp; cat /tmp/sf-upload/part.* | "
-                 "tar -x%sf - -C /root/mcp --no-same-owner; rm -rf /tmp/sf-upload",
+                 "tar -x%sof - -C /root/mcp; rm -rf /tmp/sf-upload",
                  gzipped(file) ? "z" : "");
         if (run_in(&m, sb, cmd, "Unpacking the server's code"))
             goto kill;
@@ -492,7 +512,6 @@ kill:
         cli_gw_call(&m, "sandbox_template_delete", json_pack("{s:s}", "name", stpl), NULL, 1);
     if (fill) /* after the builder went: it counted in the team's quota */
         fill_pool(&m, name, warm != NULL);
-close:
     cli_gw_close(&m);
 fail:
     if (tmpfd >= 0) {
