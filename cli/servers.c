@@ -151,6 +151,27 @@ static int run_in(cli_gw *m, const char *sb, const char *cmd, const char *what)
     return ok ? 0 : 1;
 }
 
+/* The packed code is a readable file of at most UPLOAD_MAX: 0, or 1 after saying why.
+ * (Checked before anything is made; upload checks the file it reads again.) */
+static int code_ok(const char *file)
+{
+    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    int rc = 1;
+
+    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+        fprintf(stderr, "Cannot read %s (%s); pass a readable archive.\n", file,
+                fd < 0 ? strerror(errno) : "not a regular file");
+    else if (st.st_size > UPLOAD_MAX)
+        fprintf(stderr, "The server's code is %lld MiB packed; the most is 256 MiB: leave out "
+                "what it does not need (tests, .git, caches).\n", (long long)(st.st_size >> 20));
+    else
+        rc = 0;
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
 static int upload(cli_gw *m, const char *sb, const char *file)
 {
     int fd = open(file, O_RDONLY | O_CLOEXEC);
@@ -395,6 +416,8 @@ static int add(int argc, char **argv)
         }
         file = tmp;
     }
+    if (file && code_ok(file))
+        goto fail;
     if (cli_gw_open(&m, 1)) {
         cli_gw_close(&m);
         goto fail;

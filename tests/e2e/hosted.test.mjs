@@ -75,6 +75,11 @@ def call_upstream(path: str) -> str:
         return r.read().decode()
 
 @server.tool()
+def huge() -> str:
+    """Answers 5 MiB."""
+    return "x" * (5 << 20)
+
+@server.tool()
 def crash() -> str:
     """Dies."""
     print("about to crash: boom-" + "marker", file=sys.stderr, flush=True)
@@ -158,9 +163,11 @@ const server = new Server({ name: 'node-hosted', version: '1.0.0' }, { capabilit
 server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: [
   { name: 'inc', description: 'Counts calls in this session.', inputSchema: { type: 'object' } },
   { name: 'ticks', description: 'Reports n progress ticks.',
-    inputSchema: { type: 'object', properties: { n: { type: 'integer' } } } }] }));
+    inputSchema: { type: 'object', properties: { n: { type: 'integer' } } } },
+  { name: 'huge', description: 'Answers 5 MiB.', inputSchema: { type: 'object' } }] }));
 server.setRequestHandler(CallToolRequestSchema, async (req, extra) => {
   if (req.params.name === 'inc') return { content: [{ type: 'text', text: String(++n) }] };
+  if (req.params.name === 'huge') return { content: [{ type: 'text', text: 'x'.repeat(5 << 20) }] };
   const t = req.params._meta?.progressToken, k = req.params.arguments?.n ?? 2;
   for (let i = 1; i <= k; i++)
     if (t !== undefined) await extra.sendNotification({ method: 'notifications/progress',
@@ -257,7 +264,7 @@ test('Python SDK server: the SDK client lists and calls its tools; per-session s
   const a = await open(PY);
   assert.equal(a.client.getServerVersion().name, 'py-hosted', 'the server\'s own initialize answer');
   const tools = (await a.client.listTools()).tools.map((t) => t.name).sort();
-  assert.deepEqual(tools, ['bump', 'call_upstream', 'crash', 'env_token', 'steps']);
+  assert.deepEqual(tools, ['bump', 'call_upstream', 'crash', 'env_token', 'huge', 'steps']);
   assert.equal(text(await a.client.callTool({ name: 'bump', arguments: {} })), '1');
   assert.equal(text(await a.client.callTool({ name: 'bump', arguments: {} })), '2');
 
@@ -405,6 +412,16 @@ test('bounded input: an oversized message, a bad name, an oversized registry ent
     assert.equal(res.status, 404, bad);
     assert.match((await res.json()).error.message, /must be 1-63 of a-z, 0-9/, bad);
   }
+  // the code's 256 MiB: refused before any sandbox is made (a sparse file of 257 MiB)
+  const bigDir = mkdtempSync(join(tmpdir(), 'sf-hosted-big-'));
+  assert.equal(spawnSync('truncate', ['-s', String(257 * 1024 * 1024), join(bigDir, 'code.tar')]).status, 0);
+  const up = servers(['add', `big-${uniq}`, '--archive', join(bigDir, 'code.tar'), '--run', 'x']);
+  assert.equal(up.status, 1, up.stderr);
+  assert.match(up.stderr, /The server's code is 257 MiB packed; the most is 256 MiB: leave out what it does not need/);
+  assert.doesNotMatch(up.stderr, /builder sandbox/, 'nothing was made');
+  const nodir = servers(['add', `big-${uniq}`, '--archive', bigDir, '--run', 'x']);
+  assert.equal(nodir.status, 1);
+  assert.match(nodir.stderr, /Cannot read .*not a regular file.*; pass a readable archive/);
   const base = url.replace(/\/mcp$/, '');
   const put = await fetch(`${base}/v1/servers/big-${uniq}`, { method: 'PUT',
     headers: { 'Content-Type': 'application/json', ...bearer(env.SF_KEY_ALPHA) },
@@ -426,6 +443,20 @@ test('over the session cap: an actionable 429', skip, async () => {
   await assert.rejects(client.connect(transport), /sessions of hosted MCP server '.*', the most its registration allows/);
   await client.close();
   for (const h of held) await end(h);
+});
+
+// A server's message is at most 4 MiB: a longer answer is dropped, and the request it answers
+// (its id found at either end: the TS SDK writes it last, the Python SDK first) is told so
+// at once instead of waiting out its deadline; the session goes on.
+test('an answer over 4 MiB: the request is told so at once; the session goes on', skip, async () => {
+  for (const [name, count] of [[NODE, 'inc'], [PY, 'bump']]) {
+    const a = await open(name);
+    // (without the answer, the call would wait out its 300 s and the SDK client give up at 60)
+    await assert.rejects(a.client.callTool({ name: 'huge', arguments: {} }),
+      /The hosted MCP server's answer is over 4 MiB, the most one message may be; ask it for less/, name);
+    assert.equal(text(await a.client.callTool({ name: count, arguments: {} })), '1', `${name}: the session goes on`);
+    await end(a);
+  }
 });
 
 test('a crashing server: a JSON-RPC error saying so; its last lines in servers logs', skip, async () => {
@@ -472,7 +503,7 @@ test('a bound secret: the upstream sees the real value, the server process only 
 test('Node TS SDK server: tools, per-session state, progress; an idle session is evicted', skip, async () => {
   const a = await open(NODE);
   assert.equal(a.client.getServerVersion().name, 'node-hosted');
-  assert.deepEqual((await a.client.listTools()).tools.map((t) => t.name), ['inc', 'ticks']);
+  assert.deepEqual((await a.client.listTools()).tools.map((t) => t.name), ['inc', 'ticks', 'huge']);
   assert.equal(text(await a.client.callTool({ name: 'inc', arguments: {} })), '1');
   assert.equal(text(await a.client.callTool({ name: 'inc', arguments: {} })), '2');
   const seen = [];
@@ -625,7 +656,8 @@ test('a server\'s shape: each session\'s sandbox has it; bounds and a shape no h
   }
   const huge = servers(['add', SH, '--dir', nodeDir(), '--run', 'node server.mjs', '--memory_mib', '65536']);
   assert.equal(huge.status, 1, huge.stderr);
-  assert.match(huge.stderr, /no host or quota of your team holds it; ask for less|could not be built as template/);
+  assert.match(huge.stderr, /No host can build a template of memory_mib 65536.*ask for a smaller shape/);
+  assert.match(huge.stderr, /The server's shape \(--vcpu\/--memory_mib\/--disk_mib\) could not be built as a template from debian/);
   assert.deepEqual(await templates(), [], 'a failed registration leaves no template');
   assert.equal(servers(['show', SH]).status, 1, 'nor an entry');
 });
