@@ -151,22 +151,31 @@ static int run_in(cli_gw *m, const char *sb, const char *cmd, const char *what)
     return ok ? 0 : 1;
 }
 
-/* The packed code is a readable file of at most UPLOAD_MAX: 0, or 1 after saying why.
- * (Checked before anything is made; upload checks the file it reads again.) */
-static int code_ok(const char *file)
+/* fd (file, opened) is a readable file of at most UPLOAD_MAX, the packed code: 0, or 1
+ * after saying why. */
+static int code_fd_ok(const char *file, int fd)
 {
-    int fd = open(file, O_RDONLY | O_CLOEXEC);
     struct stat st;
-    int rc = 1;
+    int bad = fd < 0 || fstat(fd, &st) < 0;
 
-    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+    if (bad || !S_ISREG(st.st_mode)) {
         fprintf(stderr, "Cannot read %s (%s); pass a readable archive.\n", file,
-                fd < 0 ? strerror(errno) : "not a regular file");
-    else if (st.st_size > UPLOAD_MAX)
+                bad ? strerror(errno) : "not a regular file");
+        return 1;
+    }
+    if (st.st_size > UPLOAD_MAX) {
         fprintf(stderr, "The server's code is %lld MiB packed; the most is 256 MiB: leave out "
                 "what it does not need (tests, .git, caches).\n", (long long)(st.st_size >> 20));
-    else
-        rc = 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* Checked before anything is made (upload checks the file it reads again). */
+static int code_ok(const char *file)
+{
+    int fd = open(file, O_RDONLY | O_CLOEXEC), rc = code_fd_ok(file, fd);
+
     if (fd >= 0)
         close(fd);
     return rc;
@@ -175,19 +184,11 @@ static int code_ok(const char *file)
 static int upload(cli_gw *m, const char *sb, const char *file)
 {
     int fd = open(file, O_RDONLY | O_CLOEXEC);
-    struct stat st;
     unsigned char *buf = NULL;
     int part = 0, rc = 1;
 
-    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        fprintf(stderr, "Cannot read %s (%s); pass a readable archive.\n", file, strerror(errno));
+    if (code_fd_ok(file, fd))
         goto out;
-    }
-    if (st.st_size > UPLOAD_MAX) {
-        fprintf(stderr, "The server's code is %lld MiB packed; the most is 256 MiB: leave out "
-                "what it does not need (tests, .git, caches).\n", (long long)(st.st_size >> 20));
-        goto out;
-    }
     if (!(buf = malloc(PART)))
         goto out;
     for (;;) {

@@ -33,6 +33,8 @@
 #define NAME_MAX_LEN 63
 #define SERVER_BODY_MAX (64 * 1024)
 #define NAME_RULE "Server names are 1-63 of a-z, 0-9, '-' and '_'."
+#define NOT_REGISTERED                                                                         \
+    "No server of that name is registered for your team; `sandfleet servers list` shows them."
 #define TEST_URL_MAX 1024
 #define TEST_ENTRY_MAX 255
 #define TEST_FETCH_MS 300000 /* test mode: clone and install */
@@ -1512,8 +1514,7 @@ static void s_done(redisAsyncContext *ac, void *reply, void *priv)
                                    rep->type == REDIS_REPLY_STRING ? rep->str : ""));
     } else if (!strcmp(method, "GET")) {
         if (rep->elements == 0)
-            s_error(s, 404, "No server of that name is registered for your team; `sandfleet "
-                            "servers list` shows them.");
+            s_error(s, 404, NOT_REGISTERED);
         else
             s_answer(s, 200, hash_object(rep));
     } else if (!strcmp(method, "DELETE")) {
@@ -1622,8 +1623,7 @@ static void on_fill_entry(redisAsyncContext *ac, void *reply, void *priv)
         if (!rep || rep->type != REDIS_REPLY_ARRAY)
             s_error(s, 503, SF_MSG_STORE_DOWN);
         else
-            s_error(s, 404, "No server of that name is registered for your team; `sandfleet "
-                            "servers list` shows them.");
+            s_error(s, 404, NOT_REGISTERED);
         s_free(s);
         return;
     }
