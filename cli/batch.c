@@ -56,6 +56,7 @@ typedef struct batch {
     rd_kafka_t *producer, *consumer;
     sf_kafka_pump *pump;
     sf_kafka_settings ks;
+    sf_common_cfg kcfg; /* the SF_KAFKA_* settings ks points into */
     FILE *in;
     int out_fd;
     char *line;
@@ -566,20 +567,38 @@ static long count_jobs(FILE *in, char *buf)
     return n;
 }
 
+/* Credentials or ACLs refused (from a Kafka poll): what to fix, once per sentence. */
+static void print_refused(const char *sentence, const char *detail)
+{
+    static const char *last;
+
+    if (sentence != last)
+        fprintf(stderr, "sandfleet: %s (%s)\n", sentence, detail);
+    last = sentence;
+}
+
 static int setup(batch *b, const char *jobs, const char *out, const char *key)
 {
     char why[512], real[PATH_MAX], rid[SF_ID_MAX];
+    int rc;
     const char *brokers = cli_setting("SF_KAFKA_BROKERS", "127.0.0.1:9092");
 
     { /* the broker answers a waiting fetch when data arrives; kafka_fetch_wait_ms
        * (SF_KAFKA_FETCH_WAIT_MS) from the daemons' own table */
-        sf_common_cfg cc;
-        if (sf_common_config_load(&cc, why, sizeof(why)) < 0) {
+        sf_common_cfg *cc = &b->kcfg;
+        if (sf_common_config_load(cc, why, sizeof(why)) < 0) {
             fprintf(stderr, "sandfleet: %s\n", why);
             return 1;
         }
-        b->ks.fetch_wait_ms = (int)cc.kafka_fetch_wait_ms;
-        sf_common_config_free(&cc);
+        b->ks.fetch_wait_ms = (int)cc->kafka_fetch_wait_ms;
+        /* the batch producer's own Kafka user (SF_KAFKA_SASL_*: ops/RUNBOOK.md) */
+        if (sf_kafka_security_set(&b->ks, cc->kafka_security_protocol, cc->kafka_sasl_mechanism,
+                                  cc->kafka_sasl_username, cc->kafka_sasl_password_file, why,
+                                  sizeof(why)) < 0) {
+            fprintf(stderr, "sandfleet: %s\n", why);
+            return 1;
+        }
+        b->ks.on_refused = print_refused;
     }
     if (sf_producer_derive(key, b->pid, b->psk) < 0) {
         fprintf(stderr, "sandfleet: SANDFLEET_API_KEY is not a sandfleet API key (sf_live_...); "
@@ -624,7 +643,13 @@ static int setup(batch *b, const char *jobs, const char *out, const char *key)
         fprintf(stderr, "sandfleet: Kafka: %s\n", why);
         return 1;
     }
-    if (sf_kafka_assign_all(b->consumer, b->producer, b->topic, RD_KAFKA_OFFSET_END, 15000) < 0) {
+    if ((rc = sf_kafka_assign_all(b->consumer, b->producer, b->topic, RD_KAFKA_OFFSET_END,
+                                  15000)) == -EACCES) {
+        fprintf(stderr, "sandfleet: reply topic %s: %s\n", b->topic,
+                sf_kafka_err_hint(RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED));
+        return 1;
+    }
+    if (rc < 0) {
         fprintf(stderr, "sandfleet: cannot reach the job queue at %s (reply topic %s); is the "
                         "stack running (ops/run)? Otherwise set SF_KAFKA_BROKERS.\n",
                 brokers, b->topic);
@@ -685,6 +710,8 @@ static void teardown(batch *b)
     free(b->line);
     free(b->lat);
     sodium_memzero(b->psk, sizeof(b->psk));
+    sodium_memzero(b->ks.sasl_password, sizeof(b->ks.sasl_password));
+    sf_common_config_free(&b->kcfg);
 }
 
 static int cmp_i64(const void *x, const void *y)

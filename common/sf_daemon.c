@@ -88,9 +88,26 @@ static void log_delivery_error(const char *topic, const char *err)
     sf_error("msg=\"Kafka refused a message\" topic=%s err=\"%s\"", topic, err);
 }
 
+/* Credentials or ACLs refused: what to fix, once per sentence and 10 s (a client refused
+ * so asks again about every second). Kafka's callbacks run on the thread that polls the
+ * client (a gateway has one loop thread per instance): remembered per thread. */
+static void log_refused(const char *sentence, const char *detail)
+{
+    static __thread const char *last;
+    static __thread int64_t last_ms;
+    int64_t now = sf_mono_ms();
+
+    if (sentence == last && now - last_ms < 10000)
+        return;
+    last = sentence;
+    last_ms = now;
+    sf_error("msg=\"%s\" detail=\"%s\"", sentence, detail);
+}
+
 int sf_daemon_init(sf_daemon *d, const char *component, const sf_common_cfg *c)
 {
     int level = sf_log_level_parse(c->log_level);
+    char why[512];
 
     memset(d, 0, sizeof(*d));
     if (level < 0) {
@@ -101,6 +118,13 @@ int sf_daemon_init(sf_daemon *d, const char *component, const sf_common_cfg *c)
     if (sf_trace_open(c->trace_dir, component) < 0) {
         fprintf(stderr, "%s: cannot write stage stamps in trace_dir %s; check the folder.\n",
                 component, c->trace_dir);
+        return -1;
+    }
+    if (sf_kafka_security_set(&d->kafka, c->kafka_security_protocol, c->kafka_sasl_mechanism,
+                              c->kafka_sasl_username, c->kafka_sasl_password_file, why,
+                              sizeof(why)) < 0) {
+        fprintf(stderr, "%s: %s\n", component, why);
+        sf_trace_close();
         return -1;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -115,6 +139,7 @@ int sf_daemon_init(sf_daemon *d, const char *component, const sf_common_cfg *c)
     guard_signal(SIGINT);
     guard_signal(SIGTERM);
     d->kafka.brokers = c->kafka_brokers;
+    d->kafka.on_refused = log_refused;
     d->kafka.fetch_wait_ms = (int)c->kafka_fetch_wait_ms;
     d->kafka.session_timeout_ms = (int)c->kafka_session_timeout_ms;
     d->kafka.linger_ms = 0;
@@ -125,6 +150,7 @@ int sf_daemon_init(sf_daemon *d, const char *component, const sf_common_cfg *c)
 
 void sf_daemon_fini(sf_daemon *d)
 {
+    explicit_bzero(d->kafka.sasl_password, sizeof(d->kafka.sasl_password));
     sf_trace_close();
     if (d->ev_int)
         event_free(d->ev_int);

@@ -18,6 +18,10 @@ typedef struct sf_common_cfg {
     int64_t kafka_session_timeout_ms;
     int64_t shutdown_deadline_ms;
     char *trace_dir;
+    char *kafka_security_protocol;
+    char *kafka_sasl_mechanism;
+    char *kafka_sasl_username;
+    char *kafka_sasl_password_file;
 } sf_common_cfg;
 
 #define SF_COMMON_CFG_ENTRIES(st)                                                              \
@@ -37,7 +41,15 @@ typedef struct sf_common_cfg {
      500, 600000,                                                                              \
      "after SIGTERM the daemon exits within this, even when Kafka or Redis is gone"},         \
     {"trace_dir", SF_CFG_STR, offsetof(st, common.trace_dir), "", 0, 0,                       \
-     "benchmarks: a folder for per-job stage stamps (empty: off; tests/bench/README.md)"}
+     "benchmarks: a folder for per-job stage stamps (empty: off; tests/bench/README.md)"},     \
+    {"kafka_security_protocol", SF_CFG_STR, offsetof(st, common.kafka_security_protocol),     \
+     "plaintext", 0, 0, "plaintext, sasl_plaintext or sasl_ssl (ops/RUNBOOK.md, Kafka ACLs)"}, \
+    {"kafka_sasl_mechanism", SF_CFG_STR, offsetof(st, common.kafka_sasl_mechanism), "PLAIN",  \
+     0, 0, "with SASL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"},                                \
+    {"kafka_sasl_username", SF_CFG_STR, offsetof(st, common.kafka_sasl_username), "", 0, 0,   \
+     "with SASL: this daemon's Kafka user (its ACL principal)"},                               \
+    {"kafka_sasl_password_file", SF_CFG_STR, offsetof(st, common.kafka_sasl_password_file),   \
+     "", 0, 0, "with SASL: a file holding that user's password (one line)"}
 
 /* The common settings alone, for a program that is not a daemon (the batch CLI): the
  * defaults, then the SF_* environment variables, checked against the same table. 0, or

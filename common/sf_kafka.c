@@ -22,10 +22,177 @@ static int conf_set_int(rd_kafka_conf_t *c, const char *k, int v, char *why, siz
     return conf_set(c, k, num, why, whylen);
 }
 
+/* ---- credentials ---- */
+
+static const char *const protocols[] = {"plaintext", "sasl_plaintext", "sasl_ssl"};
+static const char *const mechanisms[] = {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"};
+
+static const char *pick(const char *v, const char *const *names, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        if (!strcasecmp(v, names[i]))
+            return names[i];
+    return NULL;
+}
+
+static int printable(const char *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)v[i] < 0x20 || v[i] == 0x7f)
+            return 0;
+    return 1;
+}
+
+/* The first line of path, at most SF_KAFKA_PASSWORD_MAX bytes, into out. */
+static int read_password(const char *path, char out[SF_KAFKA_PASSWORD_MAX + 1], char *why,
+                         size_t whylen)
+{
+    char buf[SF_KAFKA_PASSWORD_MAX + 3];
+    size_t len = 0;
+    ssize_t n;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+
+    if (fd < 0) {
+        int e = errno;
+        snprintf(why, whylen, "Cannot read kafka_sasl_password_file %s: %s; point "
+                 "SF_KAFKA_SASL_PASSWORD_FILE at a readable file holding the Kafka password.",
+                 path, strerror(e));
+        return -e;
+    }
+    while (len < sizeof(buf) && (n = read(fd, buf + len, sizeof(buf) - len)) != 0) {
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            int e = errno;
+            close(fd);
+            snprintf(why, whylen, "Cannot read kafka_sasl_password_file %s: %s.", path,
+                     strerror(e));
+            return -e;
+        }
+        len += (size_t)n;
+    }
+    close(fd);
+    if (len > 0 && buf[len - 1] == '\n')
+        len--;
+    if (len > 0 && buf[len - 1] == '\r')
+        len--;
+    if (len == 0 || len > SF_KAFKA_PASSWORD_MAX || !printable(buf, len)) {
+        explicit_bzero(buf, sizeof(buf));
+        snprintf(why, whylen, "kafka_sasl_password_file %s must hold the Kafka password on one "
+                 "line (1-%d bytes, no control characters).", path, SF_KAFKA_PASSWORD_MAX);
+        return -EINVAL;
+    }
+    memcpy(out, buf, len);
+    out[len] = '\0';
+    explicit_bzero(buf, sizeof(buf));
+    return 0;
+}
+
+int sf_kafka_security_set(sf_kafka_settings *s, const char *protocol, const char *mechanism,
+                          const char *username, const char *password_file, char *why,
+                          size_t whylen)
+{
+    const char *proto = pick(protocol && *protocol ? protocol : "plaintext", protocols, 3);
+    const char *mech = pick(mechanism && *mechanism ? mechanism : "PLAIN", mechanisms, 3);
+    size_t ulen = username ? strlen(username) : 0;
+    char pw[SF_KAFKA_PASSWORD_MAX + 1];
+    int rc;
+
+    if (!proto) {
+        snprintf(why, whylen, "kafka_security_protocol (SF_KAFKA_SECURITY_PROTOCOL) is '%.40s'; "
+                 "set plaintext, sasl_plaintext or sasl_ssl.", protocol);
+        return -EINVAL;
+    }
+    if (proto == protocols[0]) {
+        if (ulen || (password_file && *password_file)) {
+            snprintf(why, whylen, "kafka_sasl_username or kafka_sasl_password_file is set but "
+                     "kafka_security_protocol (SF_KAFKA_SECURITY_PROTOCOL) is plaintext, which "
+                     "sends no credentials; set sasl_plaintext or sasl_ssl, or clear them.");
+            return -EINVAL;
+        }
+        s->security_protocol = NULL;
+        s->sasl_mechanism = s->sasl_username = NULL;
+        explicit_bzero(s->sasl_password, sizeof(s->sasl_password));
+        return 0;
+    }
+    if (!mech) {
+        snprintf(why, whylen, "kafka_sasl_mechanism (SF_KAFKA_SASL_MECHANISM) is '%.40s'; set "
+                 "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (the broker's sasl.enabled.mechanisms).",
+                 mechanism);
+        return -EINVAL;
+    }
+    if (ulen == 0 || ulen > 255 || !printable(username, ulen)) {
+        snprintf(why, whylen, "kafka_security_protocol is %s, so kafka_sasl_username "
+                 "(SF_KAFKA_SASL_USERNAME) must name this daemon's Kafka user (1-255 "
+                 "printable characters).", proto);
+        return -EINVAL;
+    }
+    if (!password_file || !*password_file) {
+        snprintf(why, whylen, "kafka_security_protocol is %s, so kafka_sasl_password_file "
+                 "(SF_KAFKA_SASL_PASSWORD_FILE) must name the file holding the password of "
+                 "Kafka user %.255s.", proto, username);
+        return -EINVAL;
+    }
+    if ((rc = read_password(password_file, pw, why, whylen)) < 0)
+        return rc;
+    s->security_protocol = proto;
+    s->sasl_mechanism = mech;
+    s->sasl_username = username;
+    memcpy(s->sasl_password, pw, sizeof(pw));
+    explicit_bzero(pw, sizeof(pw));
+    return 0;
+}
+
+const char *sf_kafka_err_hint(rd_kafka_resp_err_t err)
+{
+    switch (err) {
+    case RD_KAFKA_RESP_ERR__AUTHENTICATION:
+    case RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED:
+        return "Kafka refused this client's credentials; check kafka_sasl_username "
+               "(SF_KAFKA_SASL_USERNAME), the password in kafka_sasl_password_file and "
+               "kafka_sasl_mechanism against the broker's users, and kafka_security_protocol "
+               "against its listener (SCRAM against Apache Kafka 4 needs librdkafka 2.6.1 or "
+               "later).";
+    case RD_KAFKA_RESP_ERR_UNSUPPORTED_SASL_MECHANISM:
+    case RD_KAFKA_RESP_ERR_ILLEGAL_SASL_STATE:
+        return "The Kafka listener does not offer kafka_sasl_mechanism (SF_KAFKA_SASL_MECHANISM); "
+               "set one of its sasl.enabled.mechanisms.";
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+        return "Kafka's ACLs refuse this client's principal (kafka_sasl_username) the topic; "
+               "grant it the ACLs of its role in ops/RUNBOOK.md (Kafka ACLs).";
+    case RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED:
+        return "Kafka's ACLs refuse this client's principal (kafka_sasl_username) its consumer "
+               "group; grant it the ACLs of its role in ops/RUNBOOK.md (Kafka ACLs).";
+    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+        return "Kafka's ACLs refuse this client's principal (kafka_sasl_username) a cluster "
+               "operation; grant it the ACLs of its role in ops/RUNBOOK.md (Kafka ACLs).";
+    default:
+        return NULL;
+    }
+}
+
+/* Tells s's on_refused about err when it is the operator's to fix. */
+static void refused(const sf_kafka_settings *s, rd_kafka_resp_err_t err, const char *detail)
+{
+    const char *hint = sf_kafka_err_hint(err);
+
+    if (hint && s && s->on_refused)
+        s->on_refused(hint, detail ? detail : rd_kafka_err2str(err));
+}
+
 static rd_kafka_conf_t *conf_common(const sf_kafka_settings *s, char *why, size_t whylen)
 {
     rd_kafka_conf_t *c = rd_kafka_conf_new();
 
+    if (s->security_protocol &&
+        (conf_set(c, "security.protocol", s->security_protocol, why, whylen) < 0 ||
+         conf_set(c, "sasl.mechanism", s->sasl_mechanism, why, whylen) < 0 ||
+         conf_set(c, "sasl.username", s->sasl_username, why, whylen) < 0 ||
+         conf_set(c, "sasl.password", s->sasl_password, why, whylen) < 0)) {
+        rd_kafka_conf_destroy(c);
+        return NULL;
+    }
     if (conf_set(c, "bootstrap.servers", s->brokers, why, whylen) < 0 ||
         conf_set(c, "socket.nagle.disable", "true", why, whylen) < 0 ||
         conf_set(c, "log.connection.close", "false", why, whylen) < 0 ||
@@ -52,6 +219,8 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 
     if (m->err && s && s->on_delivery_error)
         s->on_delivery_error(m->rkt ? rd_kafka_topic_name(m->rkt) : "?", rd_kafka_err2str(m->err));
+    if (m->err)
+        refused(s, m->err, m->rkt ? rd_kafka_topic_name(m->rkt) : NULL);
     if (d) {
         d->fn(d->arg, m->err ? -EIO : 0);
         free(d);
@@ -64,6 +233,7 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 
     if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN && s && s->on_brokers_down)
         s->on_brokers_down(s->down_arg);
+    refused(s, err, reason);
 }
 
 rd_kafka_t *sf_kafka_producer_new(const sf_kafka_settings *s, char *why, size_t whylen)
@@ -99,7 +269,15 @@ rd_kafka_t *sf_kafka_producer_new(const sf_kafka_settings *s, char *why, size_t 
 typedef struct consumer_hooks {
     void (*on_revoke)(void *arg, int32_t partition);
     void *arg;
+    const sf_kafka_settings *s; /* the consumer's settings (its on_refused) */
 } consumer_hooks;
+
+static void on_consumer_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    consumer_hooks *h = opaque;
+
+    refused(h ? h->s : NULL, err, reason);
+}
 
 static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *parts, void *opaque)
@@ -155,8 +333,10 @@ rd_kafka_t *sf_kafka_consumer_new(const sf_kafka_settings *s, const char *group,
         free(hooks);
         return NULL;
     }
+    hooks->s = s;
     rd_kafka_conf_set_opaque(c, hooks);
     rd_kafka_conf_set_rebalance_cb(c, on_rebalance);
+    rd_kafka_conf_set_error_cb(c, on_consumer_error);
     if (conf_set(c, "group.id", group, why, whylen) < 0 ||
         /* the broker long-polls (the embedded one and Apache Kafka alike): a fetch is
          * answered as soon as fetch.min.bytes are there, else when fetch.wait.max.ms
@@ -342,6 +522,11 @@ static int topic_partitions(rd_kafka_t *rk, const char *topic, int timeout_ms)
         if (rd_kafka_metadata(rk, 0, rkt, &md, timeout_ms) == RD_KAFKA_RESP_ERR_NO_ERROR) {
             const struct rd_kafka_metadata_topic *t = md->topic_cnt == 1 ? &md->topics[0] : NULL;
             int led = t && t->err == RD_KAFKA_RESP_ERR_NO_ERROR && t->partition_cnt > 0;
+            if (t && t->err == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED) {
+                rd_kafka_metadata_destroy(md);
+                rd_kafka_topic_destroy(rkt);
+                return -EACCES; /* no DESCRIBE right: asking again changes nothing */
+            }
             /* a topic just created (Apache Kafka) has its partitions' leaders a moment
              * later: until then nothing can be read or produced there */
             for (int i = 0; led && i < t->partition_cnt; i++)
@@ -350,8 +535,10 @@ static int topic_partitions(rd_kafka_t *rk, const char *topic, int timeout_ms)
                 n = t->partition_cnt;
             rd_kafka_metadata_destroy(md);
         }
-        if (n < 0)
+        if (n < 0) {
+            rd_kafka_poll(rk, 0); /* serves its error callback: refused credentials are told */
             usleep(50 * 1000);
+        }
     }
     rd_kafka_topic_destroy(rkt);
     return n;
@@ -573,8 +760,11 @@ static void pump_drain(sf_kafka_pump *p)
     /* Bounded per turn so other events run; the tick picks up the rest. */
     for (int i = 0; i < 512; i++) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(p->consumer, 0);
+        consumer_hooks *h;
         if (!m)
             return;
+        if (m->err && (h = rd_kafka_opaque(p->consumer)))
+            refused(h->s, m->err, m->rkt ? rd_kafka_topic_name(m->rkt) : NULL);
         p->cb(p->arg, m);
         rd_kafka_message_destroy(m);
     }

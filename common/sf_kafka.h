@@ -14,8 +14,19 @@
 #define SF_TOPIC_REPLY_PREFIX "sf.reply."
 #define SF_TOPIC_DEAD "sf.dead"
 
+/* The password file's content: at most this many bytes (one line; a final newline is
+ * dropped). */
+#define SF_KAFKA_PASSWORD_MAX 512
+
 typedef struct sf_kafka_settings {
     const char *brokers;       /* bootstrap.servers */
+    /* Credentials (sf_kafka_security_set fills them): security.protocol (NULL: plaintext),
+     * sasl.mechanism, sasl.username and sasl.password, for producers, consumers and the
+     * admin calls alike. */
+    const char *security_protocol;
+    const char *sasl_mechanism;
+    const char *sasl_username;
+    char sasl_password[SF_KAFKA_PASSWORD_MAX + 1];
     int fetch_wait_ms;         /* fetch.wait.max.ms: the broker holds an idle fetch this long
                                 * (long-poll: data is answered at once), 100-500 */
     int session_timeout_ms;    /* session.timeout.ms (3000-6000 for the embedded broker) */
@@ -25,7 +36,24 @@ typedef struct sf_kafka_settings {
     /* Called (from the producer's poll) when no broker can be reached; may be NULL. */
     void (*on_brokers_down)(void *arg);
     void *down_arg;
+    /* Called (from a poll of any client made with these settings) when Kafka refused this
+     * client's credentials or its ACLs refused an operation: sentence is what to fix
+     * (sf_kafka_err_hint), detail librdkafka's words (a topic, a reason); may be NULL. */
+    void (*on_refused)(const char *sentence, const char *detail);
 } sf_kafka_settings;
+
+/* Fills s's credentials from the kafka_* settings (common/sf_daemon.h): protocol
+ * plaintext, sasl_plaintext or sasl_ssl (any case); with SASL, mechanism PLAIN,
+ * SCRAM-SHA-256 or SCRAM-SHA-512, a username and the password read from password_file
+ * (never from the environment or argv). s keeps pointers to the strings given. 0, or
+ * -EINVAL (a bad value) or a negative errno (the file) with one sentence in why naming the
+ * setting; s is touched only on success. */
+int sf_kafka_security_set(sf_kafka_settings *s, const char *protocol, const char *mechanism,
+                          const char *username, const char *password_file, char *why,
+                          size_t whylen);
+/* One actionable sentence for an error the operator must fix (credentials refused, an ACL
+ * missing: it names the setting or the ACL to check), NULL for any other error. */
+const char *sf_kafka_err_hint(rd_kafka_resp_err_t err);
 
 /* why gets librdkafka's own message. NULL on failure. s must outlive the producer. */
 rd_kafka_t *sf_kafka_producer_new(const sf_kafka_settings *s, char *why, size_t whylen);
@@ -68,6 +96,8 @@ int sf_kafka_subscribe(rd_kafka_t *consumer, const char *topic);
  * on first use. */
 int sf_kafka_assign_all(rd_kafka_t *consumer, rd_kafka_t *producer, const char *topic,
                         int64_t start_offset, int timeout_ms);
+/* (-EACCES when Kafka's ACLs refuse this client's principal the topic: the caller says so
+ * with sf_kafka_err_hint(RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED).) */
 
 /* Creates topic with the broker's defaults unless it exists (0 then too); a reply topic
  * (sf.reply.*) gets retention.ms SF_KAFKA_REPLY_RETENTION_MS. -EPERM when the broker's

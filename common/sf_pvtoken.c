@@ -65,18 +65,26 @@ static void nonce_hex(char out[SF_PV_NONCE_HEX + 1])
     sodium_bin2hex(out, SF_PV_NONCE_HEX + 1, nonce, sizeof(nonce));
 }
 
+void sf_pv_link_mac(const uint8_t host_key[32], const char *id, unsigned port, uint64_t epoch,
+                    int64_t exp, const char *nonce, char mac[SF_PV_MAC_HEX + 1])
+{
+    char msg[256];
+    int m = snprintf(msg, sizeof(msg), LINK_CTX "%s\n%u\n%" PRIu64 "\n%lld\n%s", id, port, epoch,
+                     (long long)exp, nonce);
+
+    if (m < 0 || (size_t)m >= sizeof(msg))
+        m = (int)sizeof(msg) - 1; /* ids are bounded: cannot happen */
+    mac_hex(host_key, msg, (size_t)m, mac);
+}
+
 int sf_pv_link_token(const uint8_t host_key[32], const char *id, unsigned port, uint64_t epoch,
                      int64_t exp, char *out, size_t n)
 {
-    char nonce[SF_PV_NONCE_HEX + 1], msg[256], mac[65];
-    int m, w;
+    char nonce[SF_PV_NONCE_HEX + 1], mac[SF_PV_MAC_HEX + 1];
+    int w;
 
     nonce_hex(nonce);
-    m = snprintf(msg, sizeof(msg), LINK_CTX "%s\n%u\n%" PRIu64 "\n%lld\n%s", id, port, epoch,
-                 (long long)exp, nonce);
-    if (m < 0 || (size_t)m >= sizeof(msg))
-        return -ENAMETOOLONG;
-    mac_hex(host_key, msg, (size_t)m, mac);
+    sf_pv_link_mac(host_key, id, port, epoch, exp, nonce, mac);
     w = snprintf(out, n, "v1.%s.%u.%" PRIu64 ".%lld.%s.%s", id, port, epoch, (long long)exp,
                  nonce, mac);
     return w < 0 || (size_t)w >= n ? -ENAMETOOLONG : 0;

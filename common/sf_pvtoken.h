@@ -32,6 +32,10 @@ int sf_pv_url(const char *scheme, const char *domain, const char *id, unsigned p
  * v1.<id>.<port>.<epoch>.<exp>.<nonce16hex>.<mac64hex>. 0, or -ENAMETOOLONG. */
 int sf_pv_link_token(const uint8_t host_key[32], const char *id, unsigned port, uint64_t epoch,
                      int64_t exp, char *out, size_t n);
+/* The link token's MAC (hex, 64 characters + NUL) over id, port, epoch, exp, nonce: what a
+ * gateway recomputes to check a token. */
+void sf_pv_link_mac(const uint8_t host_key[32], const char *id, unsigned port, uint64_t epoch,
+                    int64_t exp, const char *nonce, char mac[SF_PV_MAC_HEX + 1]);
 /* The hop line's MAC (hex, 64 characters + NUL) over id, port, epoch, iat_ms, nonce. */
 void sf_pv_hop_mac(const uint8_t host_key[32], const char *id, unsigned port, uint64_t epoch,
                    int64_t iat_ms, const char *nonce, char mac[SF_PV_MAC_HEX + 1]);

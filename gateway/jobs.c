@@ -465,8 +465,10 @@ int gw_jobs_start(gw_ctx *ctx, char *why, size_t whylen)
                                   ctx->cfg.gateway_id[0] ? RD_KAFKA_OFFSET_END
                                                          : RD_KAFKA_OFFSET_BEGINNING,
                                   5000)) < 0) {
-        snprintf(why, whylen, "cannot create or assign the reply topic %s (Kafka at %s)",
-                 ctx->reply_topic, ctx->d.kafka.brokers);
+        snprintf(why, whylen, "cannot create or assign the reply topic %s (Kafka at %s)%s%s",
+                 ctx->reply_topic, ctx->d.kafka.brokers, rc == -EACCES ? ": " : "",
+                 rc == -EACCES ? sf_kafka_err_hint(RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED)
+                               : "");
         return -1;
     }
     if (!(ctx->pump = sf_kafka_pump_new(ctx->d.base, ctx->consumer, ctx->producer, on_reply, ctx)) ||

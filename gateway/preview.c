@@ -20,6 +20,7 @@
 #include "sf_jobauth.h"
 #include "sf_list.h"
 #include "sf_log.h"
+#include "sf_pvtoken.h"
 #include "sf_store.h"
 #include "sf_util.h"
 
@@ -628,10 +629,10 @@ static void u_event_cb(struct bufferevent *bev, short what, void *arg)
 
     if (what & BEV_EVENT_CONNECTED) {
         char line[HOP_ANSWER_MAX];
-        int n = gw_pv_hop_line(line, sizeof(line), k->key, k->t.sandbox, k->t.port, k->epoch,
-                               (int64_t)sf_now_ms());
+        int n = sf_pv_hop_line(k->key, k->t.sandbox, k->t.port, k->epoch, (int64_t)sf_now_ms(),
+                               line, sizeof(line));
 
-        if (n < 0 || bufferevent_write(bev, line, (size_t)n) < 0) {
+        if (n < 0 || bufferevent_write(bev, line, strlen(line)) < 0) {
             conn_answer(k, 502, T_UNREACHABLE,
                         "The gateway could not start the hop; try again.", NULL);
             return;

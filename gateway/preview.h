@@ -63,12 +63,6 @@ int gw_pv_token_check(const char *tok, size_t n, const uint8_t key[32], const ch
                       unsigned port, uint64_t epoch, int64_t now_s, int64_t *exp);
 /* The sentence a refused token's page shows. */
 const char *gw_pv_token_why(int verdict);
-/* Makes a token (tests and the bench; the worker makes the real ones). 0 or -ENOSPC. */
-int gw_pv_token_make(char *out, size_t n, const uint8_t key[32], const char *sandbox,
-                     unsigned port, uint64_t epoch, int64_t exp);
-/* The hop line (contract 5), '\n' included, into out. Its length, or -ENOSPC. */
-int gw_pv_hop_line(char *out, size_t n, const uint8_t key[32], const char *sandbox,
-                   unsigned port, uint64_t epoch, int64_t now_ms);
 /* Finds "name=value" among the cookies of a Cookie header: the i-th sf_preview value
  * (i from 0), or NULL; *len its length. */
 const char *gw_pv_cookie_at(const char *cookie, size_t i, size_t *len);

@@ -3,6 +3,7 @@
  * and the gateway's own parameters (sf_token, the sf_preview cookie) found and removed.
  * Pure functions: no I/O, no state. */
 #include "preview.h"
+#include "sf_pvtoken.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -108,23 +109,6 @@ int gw_pv_match_host(const char *host, const char *dom_host, gw_pv_target *t, in
     return 1;
 }
 
-/* HMAC-SHA256 under key over the parts joined by '\n', as 64 hex digits. */
-static void mac_hex(const uint8_t key[32], const char *const *parts, size_t np, char hex[65])
-{
-    crypto_auth_hmacsha256_state st;
-    uint8_t mac[32];
-
-    crypto_auth_hmacsha256_init(&st, key, 32);
-    for (size_t i = 0; i < np; i++) {
-        if (i)
-            crypto_auth_hmacsha256_update(&st, (const uint8_t *)"\n", 1);
-        crypto_auth_hmacsha256_update(&st, (const uint8_t *)parts[i], strlen(parts[i]));
-    }
-    crypto_auth_hmacsha256_final(&st, mac);
-    sodium_bin2hex(hex, 65, mac, sizeof(mac));
-    sodium_memzero(&st, sizeof(st));
-}
-
 static int all_of(const char *s, const char *set, size_t min, size_t max)
 {
     size_t n = strlen(s);
@@ -138,7 +122,7 @@ static int all_of(const char *s, const char *set, size_t min, size_t max)
 int gw_pv_token_check(const char *tok, size_t n, const uint8_t key[32], const char *sandbox,
                       unsigned port, uint64_t epoch, int64_t now_s, int64_t *exp)
 {
-    char buf[TOKEN_MAX + 1], *f[6], *save, hex[65];
+    char buf[TOKEN_MAX + 1], *f[6], *save, hex[SF_PV_MAC_HEX + 1], canon[48], given[48];
     char portstr[8];
     uint64_t tep;
     int64_t texp;
@@ -170,18 +154,16 @@ int gw_pv_token_check(const char *tok, size_t n, const uint8_t key[32], const ch
     snprintf(portstr, sizeof(portstr), "%u", port);
     if (strcmp(f[0], sandbox) != 0 || strcmp(f[1], portstr) != 0)
         return GW_PV_TOK_OTHER;
-    {
-        const char *parts[] = {"sandfleet-preview-link-v1", f[0], f[1], f[2], f[3], f[4]};
-
-        mac_hex(key, parts, 6, hex);
-    }
-    if (sodium_memcmp(hex, f[5], 64) != 0)
-        return GW_PV_TOK_BADMAC;
     errno = 0;
     tep = strtoull(f[2], NULL, 10);
     texp = strtoll(f[3], NULL, 10);
-    if (errno)
+    snprintf(canon, sizeof(canon), "%" PRIu64 ".%" PRId64, tep, texp);
+    snprintf(given, sizeof(given), "%s.%s", f[2], f[3]);
+    if (errno || strcmp(canon, given) != 0) /* (the numbers as the worker writes them) */
         return GW_PV_TOK_MALFORMED;
+    sf_pv_link_mac(key, f[0], port, tep, texp, f[4], hex);
+    if (sf_pv_hex_equal(hex, f[5], SF_PV_MAC_HEX) != 0)
+        return GW_PV_TOK_BADMAC;
     if (texp <= now_s)
         return GW_PV_TOK_EXPIRED;
     if (tep != epoch)
@@ -209,48 +191,6 @@ const char *gw_pv_token_why(int verdict)
         return "This preview is private: open it with the link sandbox_preview_url gives "
                "(it ends in ?sf_token=...).";
     }
-}
-
-int gw_pv_token_make(char *out, size_t n, const uint8_t key[32], const char *sandbox,
-                     unsigned port, uint64_t epoch, int64_t exp)
-{
-    char ps[8], es[24], xs[24], nonce[17], hex[65];
-    uint8_t nb[8];
-    int len;
-
-    randombytes_buf(nb, sizeof(nb));
-    sodium_bin2hex(nonce, sizeof(nonce), nb, sizeof(nb));
-    snprintf(ps, sizeof(ps), "%u", port);
-    snprintf(es, sizeof(es), "%" PRIu64, epoch);
-    snprintf(xs, sizeof(xs), "%" PRId64, exp);
-    {
-        const char *parts[] = {"sandfleet-preview-link-v1", sandbox, ps, es, xs, nonce};
-
-        mac_hex(key, parts, 6, hex);
-    }
-    len = snprintf(out, n, "v1.%s.%s.%s.%s.%s.%s", sandbox, ps, es, xs, nonce, hex);
-    return len < 0 || (size_t)len >= n ? -ENOSPC : 0;
-}
-
-int gw_pv_hop_line(char *out, size_t n, const uint8_t key[32], const char *sandbox,
-                   unsigned port, uint64_t epoch, int64_t now_ms)
-{
-    char ps[8], es[24], is[24], nonce[17], hex[65];
-    uint8_t nb[8];
-    int len;
-
-    randombytes_buf(nb, sizeof(nb));
-    sodium_bin2hex(nonce, sizeof(nonce), nb, sizeof(nb));
-    snprintf(ps, sizeof(ps), "%u", port);
-    snprintf(es, sizeof(es), "%" PRIu64, epoch);
-    snprintf(is, sizeof(is), "%" PRId64, now_ms);
-    {
-        const char *parts[] = {"sandfleet-preview-hop-v1", sandbox, ps, es, is, nonce};
-
-        mac_hex(key, parts, 6, hex);
-    }
-    len = snprintf(out, n, "SFHOP1 %s %s %s %s %s %s\n", sandbox, ps, es, is, nonce, hex);
-    return len < 0 || (size_t)len >= n ? -ENOSPC : len;
 }
 
 const char *gw_pv_cookie_at(const char *cookie, size_t i, size_t *len)

@@ -278,7 +278,7 @@ sf_stack_start() {
     sf_spawn_daemon "$state" "$build" scheduler
     sf_spawn_daemon "$state" "$build" worker
     sf_spawn_daemon "$state" "$build" gateway
-    sf_wait 20 "the gateway" curl -sf "http://127.0.0.1:$gw_port/healthz" || return 1
+    sf_wait 20 "the gateway" curl -sf "http://127.0.0.1:$gw_port/readyz" || return 1
     sf_wait_worker || return 1
     cat >"$state/env" <<ENV
 SF_URL=http://127.0.0.1:$gw_port/mcp
@@ -290,6 +290,7 @@ SF_PROXY_CONTROL_SOCKET=$SF_PROXY_CONTROL_SOCKET
 SF_BUILD=$build
 SF_STATE=$state
 SF_DRIVER=${SF_DRIVER:-jail}
+SF_VM_DIR=${SF_VM_DIR:-}
 SF_PREVIEW_DOMAIN=$SF_PREVIEW_DOMAIN
 SF_PREVIEW_SCHEME=$SF_PREVIEW_SCHEME
 ENV

@@ -80,6 +80,10 @@ int main(int argc, char **argv)
         sf_error("msg=\"cannot start\" err=\"%s\"", why);
         goto out;
     }
+    /* the reply topic of the builds tpl_join.c hands out, which no one reads: made here where
+     * topics are not made on first use (refused without CREATE: the operator makes it,
+     * ops/RUNBOOK.md) */
+    (void)sf_kafka_topic_create(ctx.producer, SCH_TOPIC_TPLJOIN, 5000);
     if (sf_kafka_subscribe(ctx.consumer, SF_TOPIC_JOBS) < 0 ||
         !(ctx.jobq = sf_jobq_new(ctx.d.base, ctx.consumer, ctx.producer, SF_TOPIC_JOBS,
                                  sch_on_job, sch_on_bad, &ctx)) ||

@@ -59,6 +59,9 @@ typedef struct sch_call {
 } sch_call;
 
 #define SCH_MSG_REDIS_DOWN SF_MSG_STORE_DOWN
+/* the reply topic of the template builds handed to hosts that joined (tpl_join.c): no one
+ * reads it */
+#define SCH_TOPIC_TPLJOIN SF_TOPIC_REPLY_PREFIX "tpljoin"
 
 /* Who calls whom (docs/internals/scheduler.md): main -> pipeline -> auth, and the
  * handlers; handlers -> call, hosts, hostmsg; call -> hostmsg. Never back up. */

@@ -182,7 +182,7 @@ static void send_build(jop *o, const redisReply *rep)
     snprintf(job.tool, sizeof(job.tool), "%s", SF_TOOL_TEMPLATE_BUILD);
     snprintf(job.host, sizeof(job.host), "%s", o->host);
     /* never answered (an internal message): a reply topic of no one */
-    snprintf(job.reply, sizeof(job.reply), SF_TOPIC_REPLY_PREFIX "tpljoin");
+    snprintf(job.reply, sizeof(job.reply), "%s", SCH_TOPIC_TPLJOIN);
     job.deadline_ms = sf_now_ms() + 3600 * 1000LL;
     job.args = json_pack("{s:s, s:s, s:o, s:I, s:I, s:I, s:b}", "name", o->name, "from", o->from,
                          "run_steps", json_is_array(steps) ? steps : json_array(),

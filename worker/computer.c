@@ -28,6 +28,8 @@
 #define CU_BURST 20               /* ...with bursts of up to 20 */
 #define CU_SETTLE_MS 300          /* an input action's effect, before the screenshot */
 #define CU_SHOT_MAX (32u << 20)   /* bytes of PNG in one answer */
+#define CU_ACTION_MS 15000        /* an action's own time (input, settling)... */
+#define CU_SHOT_MS 15000          /* ...and its screenshot's (both within the call's deadline) */
 #define CU_WAIT_MAX_MS 10000
 #define CU_WAIT_DEFAULT_MS 1000
 #define CU_TYPE_MS_PER_BYTE 10    /* xdotool type's pace (6 ms a key), with room */
@@ -506,7 +508,7 @@ static void do_computer(wk_call *c, wk_box *b)
     char cmd[CU_CMD_MAX], args[CU_CMD_MAX - 256] = "", msg[SF_MESSAGE_MAX], bad[64];
     long x = 0, y = 0, sx = 0, sy = 0;
     int has = coord(a, "coordinate", &x, &y);
-    int64_t timeout = 15000, left, wait;
+    int64_t timeout = CU_ACTION_MS, left, wait;
     wk_exec_req req = {0};
     cu_op *o;
     int rc;
@@ -697,6 +699,9 @@ static void do_computer(wk_call *c, wk_box *b)
         fail(o, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
         return;
     }
+    if (shot) /* a large display's screenshot (grabbed, encoded, maybe downscaled) takes
+                 seconds, and more on a loaded host */
+        timeout += CU_SHOT_MS;
     left = c->job.deadline_ms - sf_now_ms() - 200; /* the caller stops waiting then */
     if (timeout > left)
         timeout = left > 1 ? left : 1;

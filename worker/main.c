@@ -60,6 +60,9 @@ static const sf_cfg_entry cfg_table[] = {
              "host CPU kept for the platform's own daemons (1000 = one core)"),
     SF_CFG_I(wk_cfg, cpu_overcommit_pct, "1000", 100, 10000,
              "sum of the sandboxes' vcpu_milli allowed, in % of the CPU they may really use"),
+    SF_CFG_I(wk_cfg, disk_overcommit_pct, "100", 100, 10000,
+             "sum of the sandboxes' disk_mib allowed, in % of the free disk (disks are "
+             "sparse: past 100, sandboxes that all fill theirs get ENOSPC)"),
     SF_CFG_I(wk_cfg, pool_images, "4", 0, 256, "formatted sandbox disk images kept ready"),
     SF_CFG_I(wk_cfg, pool_threads, "2", 1, 16, "threads for the driver's blocking work"),
     SF_CFG_B(wk_cfg, teardown_stop, "no",
@@ -284,6 +287,7 @@ int main(int argc, char **argv)
         .reserve_mem_mib = (uint64_t)ctx.cfg.reserve_mem_mib,
         .reserve_vcpu_milli = (uint32_t)ctx.cfg.reserve_vcpu_milli,
         .cpu_overcommit_pct = (uint32_t)ctx.cfg.cpu_overcommit_pct,
+        .disk_overcommit_pct = (uint32_t)ctx.cfg.disk_overcommit_pct,
         .nofile = (uint32_t)ctx.cfg.nofile,
         .uid_base = (uint32_t)ctx.cfg.uid_base,
         .pool_images = (uint32_t)ctx.cfg.pool_images,
@@ -322,8 +326,12 @@ int main(int argc, char **argv)
     }
     reconcile(&ctx); /* (with the producer: its lost events) */
     /* (15 s: on Apache Kafka a group's first use waits for its coordinator) */
-    if (sf_kafka_assign_all(ctx.consumer, ctx.producer, ctx.topic, RD_KAFKA_OFFSET_STORED,
-                            15000) < 0 ||
+    int arc = sf_kafka_assign_all(ctx.consumer, ctx.producer, ctx.topic, RD_KAFKA_OFFSET_STORED,
+                                  15000);
+    if (arc == -EACCES)
+        sf_error("msg=\"%s\" topic=%s",
+                 sf_kafka_err_hint(RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED), ctx.topic);
+    if (arc < 0 ||
         !(ctx.jobq = sf_jobq_new(ctx.d.base, ctx.consumer, ctx.producer, ctx.topic, wk_on_job,
                                  wk_on_bad, &ctx)) ||
         wk_preview_start(&ctx) < 0 || /* (before the heartbeat, which names it) */

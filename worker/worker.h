@@ -40,6 +40,7 @@ typedef struct wk_cfg {
     int64_t reserve_mem_mib;
     int64_t reserve_vcpu_milli;
     int64_t cpu_overcommit_pct;
+    int64_t disk_overcommit_pct;
     int64_t pool_images;
     int64_t pool_threads;
     int teardown_stop;

@@ -2,7 +2,9 @@
 """kafka_probe.py HOST:PORT BROKERS [TOPIC...]: one Kafka Metadata request (v1). Exits 0 when
 the broker answers, names at least BROKERS live brokers, and each TOPIC has a leader for
 every partition (with its ISR printed); 1 otherwise. ops/dev-cluster waits on it, never on
-the clock."""
+the clock. With KAFKA_PROBE_SASL_USER and KAFKA_PROBE_SASL_PASSWORD_FILE set, it first
+authenticates with SASL/PLAIN (SaslHandshake v1, SaslAuthenticate v0) as that user."""
+import os
 import socket
 import struct
 import sys
@@ -18,6 +20,25 @@ def read_exact(s, n):
     return b
 
 
+def request(s, api, version, corr, payload):
+    client = b"sf-dev-cluster"
+    body = struct.pack(">hhih", api, version, corr, len(client)) + client + payload
+    s.sendall(struct.pack(">i", len(body)) + body)
+    (n,) = struct.unpack(">i", read_exact(s, 4))
+    return read_exact(s, n)
+
+
+def sasl_plain(s, user, password):
+    mech = b"PLAIN"
+    r = request(s, 17, 1, 1, struct.pack(">h", len(mech)) + mech)
+    if struct.unpack_from(">h", r, 4)[0] != 0:
+        raise EOFError
+    token = b"\0" + user.encode() + b"\0" + password.encode()
+    r = request(s, 36, 0, 2, struct.pack(">i", len(token)) + token)
+    if struct.unpack_from(">h", r, 4)[0] != 0:
+        raise EOFError
+
+
 def main():
     host, port = sys.argv[1].rsplit(":", 1)
     want, topics = int(sys.argv[2]), sys.argv[3:]
@@ -29,7 +50,11 @@ def main():
             body += struct.pack(">h", len(t)) + t.encode()
     else:
         body += struct.pack(">i", -1)
+    user = os.environ.get("KAFKA_PROBE_SASL_USER")
     with socket.create_connection((host, int(port)), timeout=2) as s:
+        if user:
+            with open(os.environ["KAFKA_PROBE_SASL_PASSWORD_FILE"]) as f:
+                sasl_plain(s, user, f.read().strip())
         s.sendall(struct.pack(">i", len(body)) + body)
         (n,) = struct.unpack(">i", read_exact(s, 4))
         r, off = read_exact(s, n), 4

@@ -10,7 +10,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect, call, sh, env, until, createWhenBuilt } from '../e2e/lib.mjs';
 import { decodePng, pngSize } from './png.mjs';
-import { chromium } from '../preview/lib.mjs';
+import { launchChromium } from '../e2e/browser.mjs';
 
 let client, sb, plain, browser;
 
@@ -219,19 +219,6 @@ test('a paused desktop resumes for the next action', async () => {
   assert.ok(image(r));
 });
 
-test('actions are rate-limited per sandbox', async () => {
-  const rs = await Promise.all(Array.from({ length: 40 }, () =>
-    computer({ action: 'mouse_move', coordinate: [700, 700], screenshot_after: false })));
-  const refused = rs.filter((r) => r.isError);
-  assert.ok(refused.length > 0, 'some of 40 actions at once are refused');
-  const other = refused.filter((r) => !/Too many sandbox_computer actions/.test(r.text));
-  assert.deepEqual(other.map((r) => r.text), [], 'refused only by the rate limit');
-  assert.ok(rs.length - refused.length >= 20, `a burst of 20 is allowed (${rs.length - refused.length} of 40 were)`);
-  assert.match(refused[0].text, /Too many sandbox_computer actions on sandbox .* retry in \d+ ms/);
-  await until('the rate limit to let actions through again', async () =>
-    !(await computer({ action: 'mouse_move', coordinate: [700, 700], screenshot_after: false })).isError, 5000, 200);
-});
-
 test('resize 1024x768: the next screenshot is 1024x768', async () => {
   let r = await computer({ action: 'resize', width: 1024, height: 768 });
   assert.equal(r.isError, false, r.text);
@@ -244,6 +231,53 @@ test('resize 1024x768: the next screenshot is 1024x768', async () => {
   assert.match(r.text, /the display is 1024x768/);
   r = await computer({ action: 'resize', width: 1280, height: 800, screenshot_after: false });
   assert.equal(r.text, 'Resized the display to 1280x800 (1280x800)');
+});
+
+// A window of random pixels over the whole display (python3-xlib, in the template): the
+// PNG of a noisy 4096x4096 display is ~64 MiB, past the 32 MiB cap.
+const NOISE = `import os
+from Xlib import X, display
+d = display.Display(':0'); s = d.screen(); W, H = s.width_in_pixels, s.height_in_pixels
+w = s.root.create_window(0, 0, W, H, 0, s.root_depth, override_redirect=True)
+w.map(); d.sync()
+gc = w.create_gc()
+rows = max(1, 250000 // (W * 4))
+for y in range(0, H, rows):
+    n = min(rows, H - y)
+    w.put_image(gc, 0, y, W, n, X.ZPixmap, s.root_depth, 0, os.urandom(W * n * 4))
+d.sync()
+open('/tmp/noise.ready', 'w').write('%dx%d' % (W, H))
+while True:
+    d.next_event()
+`;
+
+test('a screenshot past 32 MiB is downscaled to fit; size and coordinates stay in display pixels', async () => {
+  let r = await computer({ action: 'resize', width: 4096, height: 4096, screenshot_after: false });
+  assert.equal(r.isError, false, r.text);
+  await call(client, 'sandbox_files_write', { sandbox_id: sb, path: '/tmp/noise.py', content: NOISE });
+  await sh(client, sb, 'rm -f /tmp/noise.ready; exec python3 /tmp/noise.py', { background: true });
+  try {
+    await until('the noise to cover the display', async () =>
+      (await sh(client, sb, 'cat /tmp/noise.ready 2>/dev/null || true')).stdout === '4096x4096', 120000, 500);
+    const full = await sh(client, sb, 'DISPLAY=:0 scrot -o -q 60 /tmp/full.png && stat -c %s /tmp/full.png');
+    assert.ok(Number(full.stdout) > 32 * 1024 * 1024, `the display's own PNG is ${full.stdout.trim()} bytes: past the cap`);
+    r = await computer({ action: 'screenshot' }, { timeout: 300000 });
+    assert.equal(r.isError, false, r.text);
+    const png = image(r), size = pngSize(png);
+    assert.ok(png.length <= 32 * 1024 * 1024, `the answer's PNG is ${png.length} bytes`);
+    assert.ok(size.width < 4096 && size.height < 4096, `the PNG is downscaled (${size.width}x${size.height})`);
+    assert.ok(size.width >= 1024, `and not needlessly small (${size.width}x${size.height})`);
+    assert.deepEqual(r.structured, { width: 4096, height: 4096 });
+    assert.equal(r.text, 'Took a screenshot (4096x4096)');
+    // coordinates are the display's: past the PNG's own size, still on the display
+    r = await computer({ action: 'mouse_move', coordinate: [4000, 4000], screenshot_after: false });
+    assert.equal(r.isError, false, r.text);
+    assert.equal((await sh(client, sb, 'DISPLAY=:0 xdotool getmouselocation --shell | head -2 | tr "\\n" " "')).stdout.trim(), 'X=4000 Y=4000');
+  } finally {
+    await sh(client, sb, 'pkill -f /tmp/noise.py; rm -f /tmp/full.png');
+    r = await computer({ action: 'resize', width: 1280, height: 800, screenshot_after: false });
+    assert.equal(r.isError, false, r.text);
+  }
 });
 
 test('a sandbox that is not a desktop: the error names its template and the desktop one', async () => {
@@ -275,8 +309,7 @@ const canvasDark = (page, x0, x1, y) => page.evaluate(([x0, x1, y]) => {
 }, [x0, x1, y]);
 
 async function openView(url, what) {
-  browser ??= await chromium.launch({ executablePath: process.env.SF_CHROMIUM ?? '/usr/bin/chromium',
-    args: ['--no-sandbox'] }); // root in CI: Chromium's own sandbox needs an unprivileged user
+  browser ??= await launchChromium();
   const page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
   const res = await page.goto(url);
   assert.equal(res.status(), 200, `${what}: the viewer's page loads`);
@@ -382,4 +415,18 @@ test('stream_url on a private sandbox: a signed, expiring link traded for a cook
   await bare.context().close();
   r = await call(client, 'sandbox_update', { sandbox_id: sb, preview_access: 'public', preview_close: [6080, 6081] });
   assert.equal(r.isError, false, r.text);
+});
+
+// (last: it leaves the sandbox's action budget spent)
+test('actions are rate-limited per sandbox', async () => {
+  const rs = await Promise.all(Array.from({ length: 40 }, () =>
+    computer({ action: 'mouse_move', coordinate: [700, 700], screenshot_after: false })));
+  const refused = rs.filter((r) => r.isError);
+  assert.ok(refused.length > 0, 'some of 40 actions at once are refused');
+  const other = refused.filter((r) => !/Too many sandbox_computer actions/.test(r.text));
+  assert.deepEqual(other.map((r) => r.text), [], 'refused only by the rate limit');
+  assert.ok(rs.length - refused.length >= 20, `a burst of 20 is allowed (${rs.length - refused.length} of 40 were)`);
+  assert.match(refused[0].text, /Too many sandbox_computer actions on sandbox .* retry in \d+ ms/);
+  await until('the rate limit to let actions through again', async () =>
+    !(await computer({ action: 'mouse_move', coordinate: [700, 700], screenshot_after: false })).isError, 5000, 200);
 });

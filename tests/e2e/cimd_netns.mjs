@@ -12,7 +12,7 @@
 // gateway starts only with one.)
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import https from 'node:https';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -20,6 +20,7 @@ import { resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createHash, randomBytes } from 'node:crypto';
 import { waitFor } from './bridge.mjs';
+import { daemons } from './daemons.mjs';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const build = process.env.SF_BUILD;
@@ -34,7 +35,7 @@ const GW_PORT = 18080;
 const REDIS_PORT = 16379;
 const base = `http://127.0.0.1:${GW_PORT}`;
 const dir = mkdtempSync(resolve(tmpdir(), 'sf-cimd-'));
-const procs = [];
+const d = daemons(build);
 let server, server2;
 let slowHeld = [];
 
@@ -52,16 +53,6 @@ const pages = {
   '/cert.json': () => [200, doc('/cert.json')],
   '/counted.json': () => [200, doc('/counted.json')],
 };
-
-function startDaemon(name, cmd, args, env) {
-  const p = spawn(cmd, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
-  p.log = '';
-  p.stderr.on('data', (d) => { p.log += d; });
-  p.done = new Promise((r) => p.on('exit', r));
-  p.label = name;
-  procs.push(p);
-  return p;
-}
 
 before(async () => {
   // the namespace: only its own loopback, holding the "public" address too
@@ -89,22 +80,13 @@ before(async () => {
       client_id: `${ORIGIN2}${req.url}`, client_name: 'Second host', redirect_uris: [REDIRECT] })));
   await new Promise((ok) => server2.listen(443, ADDR2, ok));
 
-  startDaemon('redis', 'redis-server', ['--port', String(REDIS_PORT), '--bind', '127.0.0.1', '--save', '',
-    '--appendonly', 'no', '--dir', dir], {});
-  startDaemon('kafka', resolve(build, 'ops/sandfleet-kafka'), ['--bootstrap-file', `${dir}/kafka`], {});
-  await waitFor('the embedded broker', () => { try { return readFileSync(`${dir}/kafka`, 'utf8').trim(); } catch { return ''; } });
-  const brokers = readFileSync(`${dir}/kafka`, 'utf8').trim();
+  const brokers = await d.storeAndBroker(dir, REDIS_PORT);
   const common = { SF_REDIS_URL: `redis://127.0.0.1:${REDIS_PORT}`, SF_AUTH_SECRET_FILE: `${dir}/auth.key` };
-  await waitFor('redis', () => { try { sh('redis-cli', ['-p', String(REDIS_PORT), 'ping']); return true; } catch { return false; } });
-  startDaemon('gateway', resolve(build, 'gateway/sandfleet-gateway'), [], { ...common,
+  const gw = d.start('gateway', resolve(build, 'gateway/sandfleet-gateway'), [], { ...common,
     SF_PORT: String(GW_PORT), SF_KAFKA_BROKERS: brokers, SF_SCHEMAS_DIR: resolve(root, 'schemas/tools'),
     SF_OAUTH_CIMD_CA_FILE: `${dir}/cert.pem`, SF_OAUTH_CIMD_TIMEOUT_MS: '1500', SF_THREADS: '1',
     SF_LOG_LEVEL: 'info' });
-  const gw = procs.at(-1);
-  await waitFor('the gateway', async () => {
-    assert.equal(gw.exitCode, null, `the gateway exited: ${gw.log}`);
-    try { return (await fetch(`${base}/healthz`)).ok; } catch { return false; }
-  });
+  await d.gatewayReady(gw, base);
   process.env.SF_REDIS_URL = common.SF_REDIS_URL;
   process.env.SF_AUTH_SECRET_FILE = common.SF_AUTH_SECRET_FILE;
   process.env.SF_HOME = dir; // the CLI: this namespace's Redis, not an ops/run stack's
@@ -114,13 +96,8 @@ after(async () => {
   for (const r of slowHeld) r.destroy();
   server?.close();
   server2?.close();
-  for (const p of procs.reverse()) {
-    p.kill('SIGTERM');
-    await p.done;
-  }
-  const gw = procs.find((p) => p.label === 'gateway');
+  await d.stopAll();
   rmSync(dir, { recursive: true, force: true });
-  assert.doesNotMatch(gw?.log ?? '', /AddressSanitizer|LeakSanitizer|runtime error:/, gw?.log);
 });
 
 const cli = (args) => sh(resolve(build, 'cli/sandfleet'), args);

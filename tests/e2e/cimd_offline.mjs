@@ -24,8 +24,9 @@ import { tmpdir } from 'node:os';
 import { resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createHash, randomBytes } from 'node:crypto';
-import { chromium } from 'playwright-core';
+import { launchChromium } from './browser.mjs';
 import { waitFor } from './bridge.mjs';
+import { daemons } from './daemons.mjs';
 import { clientBin } from './clients.mjs';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
@@ -37,22 +38,12 @@ const base = `http://127.0.0.1:${GW_PORT}`;
 const dir = mkdtempSync(resolve(tmpdir(), 'sf-cimd-offline-'));
 const docs = `${dir}/cimd`;
 const OWN = 'https://tools.example.test/oauth/app.json'; // the operator's own entry
-const procs = [];
+const d = daemons(build);
 const callbacks = [];
 let browser, site, port;
 
 const sh = (cmd, args) => execFileSync(cmd, args, { encoding: 'utf8' });
 const common = { SF_REDIS_URL: `redis://127.0.0.1:${REDIS_PORT}`, SF_AUTH_SECRET_FILE: `${dir}/auth.key` };
-
-function startDaemon(name, cmd, args, env) {
-  const p = spawn(cmd, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
-  p.log = '';
-  p.stderr.on('data', (d) => { p.log += d; });
-  p.done = new Promise((r) => p.on('exit', r));
-  p.label = name;
-  procs.push(p);
-  return p;
-}
 
 before(async () => {
   assert.doesNotMatch(sh('ip', ['-o', 'link']), /eth|veth|ens|enp/, 'run this in a fresh network namespace');
@@ -71,33 +62,20 @@ before(async () => {
   await new Promise((ok) => site.listen(0, '127.0.0.1', ok));
   port = site.address().port;
 
-  startDaemon('redis', 'redis-server', ['--port', String(REDIS_PORT), '--bind', '127.0.0.1', '--save', '',
-    '--appendonly', 'no', '--dir', dir], {});
-  startDaemon('kafka', resolve(build, 'ops/sandfleet-kafka'), ['--bootstrap-file', `${dir}/kafka`], {});
-  await waitFor('the embedded broker', () => { try { return readFileSync(`${dir}/kafka`, 'utf8').trim(); } catch { return ''; } });
-  await waitFor('redis', () => { try { sh('redis-cli', ['-p', String(REDIS_PORT), 'ping']); return true; } catch { return false; } });
-  const gw = startDaemon('gateway', resolve(build, 'gateway/sandfleet-gateway'), [], { ...common,
-    SF_PORT: String(GW_PORT), SF_KAFKA_BROKERS: readFileSync(`${dir}/kafka`, 'utf8').trim(),
+  const brokers = await d.storeAndBroker(dir, REDIS_PORT);
+  const gw = d.start('gateway', resolve(build, 'gateway/sandfleet-gateway'), [], { ...common,
+    SF_PORT: String(GW_PORT), SF_KAFKA_BROKERS: brokers,
     SF_SCHEMAS_DIR: resolve(root, 'schemas/tools'), SF_OAUTH_CIMD_DIR: docs,
     SF_OAUTH_CIMD_TIMEOUT_MS: '3000', SF_THREADS: '2', SF_LOG_LEVEL: 'info' });
-  await waitFor('the gateway', async () => {
-    assert.equal(gw.exitCode, null, `the gateway exited: ${gw.log}`);
-    try { return (await fetch(`${base}/healthz`)).ok; } catch { return false; }
-  });
-  browser = await chromium.launch({ executablePath: process.env.SF_CHROMIUM ?? '/usr/bin/chromium',
-    args: ['--no-sandbox'] });
+  await d.gatewayReady(gw, base);
+  browser = await launchChromium();
 });
 
 after(async () => {
   await browser?.close();
   site?.close();
-  for (const p of procs.reverse()) {
-    p.kill('SIGTERM');
-    await p.done;
-  }
-  const gw = procs.find((p) => p.label === 'gateway');
+  await d.stopAll();
   rmSync(dir, { recursive: true, force: true });
-  assert.doesNotMatch(gw?.log ?? '', /AddressSanitizer|LeakSanitizer|runtime error:/, gw?.log);
 });
 
 const newKey = (team) => execFileSync(resolve(build, 'cli/sandfleet'), ['keys', 'create', '--team', team],
@@ -266,11 +244,8 @@ test('a folder document off loopback stops the gateway at start, unless the oper
   // allowed: the same kind of document loads (the gateway then goes on to start; stopped here)
   writeFileSync(`${bad}/web.json`, JSON.stringify({ client_id: 'https://web.example.test/c.json',
     redirect_uris: ['https://web.example.test/cb'] }));
-  const gw = startDaemon('gateway-any', resolve(build, 'gateway/sandfleet-gateway'), [], { ...env,
+  const gw = d.start('gateway-any', resolve(build, 'gateway/sandfleet-gateway'), [], { ...env,
     SF_PORT: String(GW_PORT + 1), SF_KAFKA_BROKERS: readFileSync(`${dir}/kafka`, 'utf8').trim(),
     SF_OAUTH_CIMD_DIR_ANY_REDIRECT: '1', SF_THREADS: '1' });
-  await waitFor('the second gateway', async () => {
-    assert.equal(gw.exitCode, null, `the gateway exited: ${gw.log}`);
-    try { return (await fetch(`http://127.0.0.1:${GW_PORT + 1}/healthz`)).ok; } catch { return false; }
-  });
+  await d.gatewayReady(gw, `http://127.0.0.1:${GW_PORT + 1}`);
 });

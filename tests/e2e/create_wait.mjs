@@ -9,7 +9,7 @@
 // a real build takes minutes), named as such; no worker runs.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { resolve, dirname } from 'node:path';
@@ -17,7 +17,7 @@ import { fileURLToPath } from 'node:url';
 import { randomBytes } from 'node:crypto';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { waitFor } from './bridge.mjs';
+import { daemons } from './daemons.mjs';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const build = process.env.SF_BUILD;
@@ -28,18 +28,8 @@ const free = () => execFileSync('python3', ['-c',
 const REDIS_PORT = free(), GW_PORT = free();
 const common = { SF_REDIS_URL: `redis://127.0.0.1:${REDIS_PORT}`, SF_AUTH_SECRET_FILE: `${dir}/auth.key`,
   SF_SCHEMAS_DIR: resolve(root, 'schemas/tools'), SF_LOG_LEVEL: 'info' };
-const procs = [];
+const d = daemons(build);
 let beat, client;
-
-function startDaemon(name, cmd, args, env) {
-  const p = spawn(cmd, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
-  p.log = '';
-  p.stderr.on('data', (d) => { p.log += d; });
-  p.done = new Promise((r) => p.on('exit', r));
-  p.label = name;
-  procs.push(p);
-  return p;
-}
 const redis = (...args) => execFileSync('redis-cli', ['-p', REDIS_PORT, ...args], { encoding: 'utf8' });
 
 // The fake host: the heartbeat a jail worker writes while it builds 'debian' (tpl_debian b).
@@ -54,22 +44,14 @@ function fakeBeat() {
 
 before(async () => {
   writeFileSync(`${dir}/auth.key`, randomBytes(32).toString('hex'));
-  startDaemon('redis', 'redis-server', ['--port', REDIS_PORT, '--bind', '127.0.0.1', '--save', '',
-    '--appendonly', 'no', '--dir', dir], {});
-  startDaemon('kafka', resolve(build, 'ops/sandfleet-kafka'), ['--bootstrap-file', `${dir}/kafka`], {});
-  await waitFor('the embedded broker', () => { try { return readFileSync(`${dir}/kafka`, 'utf8').trim(); } catch { return ''; } });
-  await waitFor('redis', () => { try { redis('ping'); return true; } catch { return false; } });
+  const brokers = await d.storeAndBroker(dir, REDIS_PORT);
   fakeBeat();
   beat = setInterval(fakeBeat, 500);
-  const brokers = readFileSync(`${dir}/kafka`, 'utf8').trim();
-  startDaemon('scheduler', resolve(build, 'scheduler/sandfleet-scheduler'), [], { ...common,
+  d.start('scheduler', resolve(build, 'scheduler/sandfleet-scheduler'), [], { ...common,
     SF_KAFKA_BROKERS: brokers, SF_TEMPLATE_WAIT_S: '12', SF_TEMPLATE_WAIT_DETACH_MS: '3000' });
-  const gw = startDaemon('gateway', resolve(build, 'gateway/sandfleet-gateway'), [], { ...common,
+  const gw = d.start('gateway', resolve(build, 'gateway/sandfleet-gateway'), [], { ...common,
     SF_PORT: GW_PORT, SF_KAFKA_BROKERS: brokers, SF_TEMPLATE_WAIT_S: '12', SF_THREADS: '2' });
-  await waitFor('the gateway', async () => {
-    assert.equal(gw.exitCode, null, `the gateway exited: ${gw.log}`);
-    try { return (await fetch(`http://127.0.0.1:${GW_PORT}/healthz`)).ok; } catch { return false; }
-  });
+  await d.gatewayReady(gw, `http://127.0.0.1:${GW_PORT}`);
   const key = execFileSync(resolve(build, 'cli/sandfleet'), ['keys', 'create', '--team', 'waiters'],
     { encoding: 'utf8', env: { ...process.env, ...common, SF_HOME: dir } }).trim();
   client = new Client({ name: 'sandfleet-create-wait', version: '1.0.0' });
@@ -80,12 +62,7 @@ before(async () => {
 after(async () => {
   clearInterval(beat);
   await client?.close();
-  for (const p of procs.reverse()) {
-    p.kill('SIGTERM');
-    await p.done;
-  }
-  for (const p of procs)
-    assert.doesNotMatch(p.log, /AddressSanitizer|LeakSanitizer|runtime error:/, `${p.label}: ${p.log}`);
+  await d.stopAll();
   rmSync(dir, { recursive: true, force: true });
 });
 

@@ -9,9 +9,9 @@
 import { test, before, after, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync, readFileSync, existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, writeFileSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join, relative } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { env, url, driver, bearer, until, cli, connect, call } from './lib.mjs';
@@ -177,25 +177,32 @@ server.setRequestHandler(CallToolRequestSchema, async (req, extra) => {
 await server.connect(new StdioServerTransport());
 `;
 
-// The packages a package needs in the tests' node_modules (npm ci's flat layout: a
-// dependency is at the top, or nested inside its dependent, which is copied whole).
-function closure(name, seen = new Set()) {
-  if (seen.has(name)) return seen;
-  const pj = join(import.meta.dirname, 'node_modules', name, 'package.json');
-  if (!existsSync(pj)) return seen;
-  seen.add(name);
-  const p = JSON.parse(readFileSync(pj, 'utf8'));
-  for (const d of Object.keys({ ...p.dependencies, ...p.optionalDependencies })) closure(d, seen);
-  return seen;
+// The Node server's folder: server.mjs and the TS SDK with what it needs at run time, from
+// the node_modules npm ci made for these tests (only the SDK's own dependency closure: the
+// folder also holds the agent clients of other suites, far over the 256 MiB upload bound).
+function sdkClosure() {
+  const nm = join(import.meta.dirname, 'node_modules'), seen = new Set();
+  const walk = (name, from) => {
+    // node's resolution: the nearest node_modules holding it, from the dependent upwards
+    let dir;
+    for (let p = from; !dir; p = dirname(p)) {
+      if (existsSync(join(p, 'node_modules', name))) dir = join(p, 'node_modules', name);
+      else if (p === import.meta.dirname) throw new Error(`${name} is not installed`);
+    }
+    if (seen.has(dir)) return;
+    seen.add(dir);
+    const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8'));
+    for (const d of Object.keys(pkg.dependencies ?? {})) walk(d, dir);
+  };
+  walk('@modelcontextprotocol/sdk', nm);
+  return [...seen].map((d) => relative(import.meta.dirname, d));
 }
 
-// The Node server's folder: server.mjs and the TS SDK with what it needs from the tests'
-// node_modules (as npm ci made them; the other suites' clients left out).
 function nodeDir() {
   const dir = mkdtempSync(join(tmpdir(), 'sf-hosted-node-'));
   writeFileSync(join(dir, 'server.mjs'), NODE_SERVER);
-  const pkgs = [...closure('@modelcontextprotocol/sdk')].map((n) => `node_modules/${n}`);
-  const r = spawnSync('sh', ['-c', `tar -C ${import.meta.dirname} -cf - "$@" | tar -C ${dir} -xf -`, 'sh', ...pkgs]);
+  const r = spawnSync('sh', ['-c', 'tar -C "$0" -cf - "$@" | tar -C "$1" -xf -',
+    import.meta.dirname, dir, ...sdkClosure()]);
   assert.equal(r.status, 0, String(r.stderr));
   return dir;
 }

@@ -11,7 +11,7 @@ import http from 'node:http';
 import { mkdirSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { createHash, randomBytes } from 'node:crypto';
-import { chromium } from 'playwright-core';
+import { launchChromium } from './browser.mjs';
 import { env, url } from './lib.mjs';
 
 const base = new URL(url).origin; // http://127.0.0.1:PORT
@@ -64,8 +64,7 @@ async function newSignIn() {
 
 before(async () => {
   await startSite();
-  browser = await chromium.launch({ executablePath: process.env.SF_CHROMIUM ?? '/usr/bin/chromium',
-    args: ['--no-sandbox'] }); // root in CI: Chromium's own sandbox needs an unprivileged user
+  browser = await launchChromium();
 });
 after(async () => {
   await browser?.close();

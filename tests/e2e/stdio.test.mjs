@@ -112,7 +112,7 @@ function startGateway(port, extra = {}) {
 
 async function gatewayUp(port) {
   await waitFor('the gateway to answer', async () => {
-    try { return (await fetch(`http://127.0.0.1:${port}/healthz`)).ok; } catch { return false; }
+    try { return (await fetch(`http://127.0.0.1:${port}/readyz`)).ok; } catch { return false; }
   }, 30000);
 }
 
@@ -150,7 +150,10 @@ test('exec with progress: the gateway progress notifications arrive through the 
   await stopGateway(g);
 });
 
-test('a stopped gateway: a readable error per call, the bridge stays, and goes on when it is back', async () => {
+test('a stopped gateway: a readable error per call, the bridge stays, and goes on when it is back', async (t) => {
+  // (a failed assertion leaves no gateway or bridge of this test running)
+  const procs = [];
+  t.after(() => procs.forEach((p) => { try { p.kill('SIGKILL'); } catch {} }));
   const port = await freePort();
   const gwUrl = `http://127.0.0.1:${port}/mcp`;
 
@@ -161,9 +164,11 @@ test('a stopped gateway: a readable error per call, the bridge stays, and goes o
   await finish(early);
 
   let g = startGateway(port);
+  procs.push(g);
   await gatewayUp(port);
   const b = bridge(bin, gwUrl, env.SF_KEY_ALPHA);
   await b.client.connect(b.transport);
+  procs.push({ kill: () => b.transport.close() });
   assert.equal((await call(b.client, 'sandbox_list', {})).r.isError, false);
 
   await stopGateway(g);
@@ -172,6 +177,7 @@ test('a stopped gateway: a readable error per call, the bridge stays, and goes o
   await assert.rejects(call(b.client, 'sandbox_list', {}), /Cannot reach the sandfleet gateway/);
 
   g = startGateway(port);
+  procs.push(g);
   await gatewayUp(port);
   const again = await call(b.client, 'sandbox_list', {});
   assert.equal(again.r.isError, false, again.text);

@@ -16,7 +16,8 @@ import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, test } from 'node:test';
 import { call, connect, createWhenBuilt, env, sh, until } from '../e2e/lib.mjs';
-import { chromium, gwPort, request } from './lib.mjs';
+import { launchChromium } from '../e2e/browser.mjs';
+import { gwPort, request } from './lib.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = resolve(here, '../..');
@@ -61,8 +62,7 @@ before(async () => {
   }
   await until('the servers to answer inside the sandbox', async () =>
     (await sh(alpha, id, 'for p in 8000 8001 8003; do curl -s -o /dev/null -w "%{http_code}" http://127.0.0.1:$p/; done')).stdout === '200200200', 60000, 300);
-  browser = await chromium.launch({ executablePath: process.env.SF_CHROMIUM ?? '/usr/bin/chromium',
-    args: ['--no-sandbox'] }); // root in CI: Chromium's own sandbox needs an unprivileged user
+  browser = await launchChromium();
 });
 
 after(async () => {

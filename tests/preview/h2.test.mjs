@@ -14,7 +14,8 @@ import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, test } from 'node:test';
 import { call, connect, createWhenBuilt, env, sh, until } from '../e2e/lib.mjs';
-import { chromium, gwPort } from './lib.mjs';
+import { launchChromium } from '../e2e/browser.mjs';
+import { gwPort } from './lib.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 let alpha, id, browser;
@@ -220,8 +221,7 @@ test('a stream that reads nothing stalls no other stream of its connection, and 
 });
 
 test('Chromium over TLS speaks h2 to a preview host: the page, a WebSocket and SSE', { skip: !tls && 'no TLS in this stack' }, async () => {
-  browser = await chromium.launch({ executablePath: process.env.SF_CHROMIUM ?? '/usr/bin/chromium',
-    args: ['--no-sandbox'] });
+  browser = await launchChromium();
   const u = new URL((await previewUrl(8001)).url);
   u.protocol = 'https:';
   const ctx = await browser.newContext({ ignoreHTTPSErrors: true });

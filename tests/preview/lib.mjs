@@ -45,6 +45,5 @@ export function request(port, { method = 'GET', path = '/', headers = {}, body }
   });
 }
 
-// Chromium through playwright-core, installed with the e2e suites (tests/e2e/node_modules).
-import { createRequire } from 'node:module';
-export const { chromium } = createRequire(new URL('../e2e/package.json', import.meta.url))('playwright-core');
+// Chromium through playwright-core, installed with the e2e suites (tests/e2e/browser.mjs).
+export { chromium } from '../e2e/browser.mjs';

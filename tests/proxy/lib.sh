@@ -5,11 +5,19 @@
 # STATE/world); NET16 is the /16 its upstream network comes from (198.18 by default; the
 # e2e stacks' upstream takes 198.19, so the two never share an address).
 sp_world_vars() {
-    local state=$1 net16=${2:-198.18} h
+    local state=$1 net16=${2:-198.18} h o dev i
     h=$(printf '%s' "$state" | md5sum | cut -c1-6)
     SP_SFX=$h
-    SP_NET=$net16.$((16#${h:0:2} % 250 + 1))
     SP_UPNS=sfup-$h SP_VETH_H=sfh-$h SP_VETH_U=sfu-$h
+    # the /24: the hash's, or the next one no other world's veth holds (two worlds up at once
+    # whose hashes met shared addresses: one's requests reached the other's servers)
+    o=$((16#${h:0:2} % 250 + 1))
+    for ((i = 0; i < 250; i++)); do
+        dev=$(ip -o route show to exact "$net16.$o.0/24" 2>/dev/null | sed -n 's/.* dev \([^ ]*\).*/\1/p')
+        if [ -z "$dev" ] || [ "$dev" = "$SP_VETH_H" ]; then break; fi
+        o=$((o % 250 + 1))
+    done
+    SP_NET=$net16.$o
     SP_API=$SP_NET.10 SP_OTHER=$SP_NET.20 SP_TLS=$SP_NET.30 SP_DNS=$SP_NET.53 SP_NOWHERE=$SP_NET.40
     SP_HOSTIP=$SP_NET.1
 }

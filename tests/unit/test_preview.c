@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "preview.h"
+#include "sf_pvtoken.h"
 
 #include <errno.h>
 #include <sodium.h>
@@ -60,7 +61,7 @@ static void tokens(void **state)
     t[299] = 0;
     assert_int_equal(check(t, 8000, 1, 0), GW_PV_TOK_MALFORMED);
     /* made here, checked here */
-    assert_int_equal(gw_pv_token_make(made, sizeof(made), key, "sb_abc123", 8000, 42, 2000000000), 0);
+    assert_int_equal(sf_pv_link_token(key, "sb_abc123", 8000, 42, 2000000000, made, sizeof(made)), 0);
     assert_int_equal(check(made, 8000, 42, 1999999999), GW_PV_TOK_OK);
     for (int v = GW_PV_TOK_MALFORMED; v <= GW_PV_TOK_EPOCH; v++)
         assert_non_null(strstr(gw_pv_token_why(v), "sandbox_preview_url"));
@@ -77,8 +78,9 @@ static void hop_line(void **state)
     int n;
 
     (void)state;
-    n = gw_pv_hop_line(line, sizeof(line), key, "sb_abc123", 8000, 1765090000123001ull,
-                       1765090000999);
+    assert_int_equal(sf_pv_hop_line(key, "sb_abc123", 8000, 1765090000123001ull, 1765090000999,
+                                     line, sizeof(line)), 0);
+    n = (int)strlen(line);
     assert_true(n > 0 && n <= 512 && line[n - 1] == '\n');
     assert_int_equal(sscanf(line, "SFHOP1 %63s %u %llu %llu %16s %64s\n", id, &port, &epoch, &iat,
                             nonce, mac), 6);

@@ -58,7 +58,8 @@ typedef struct wk_host_measured {
                                 what the worker's parent cgroup may use */
     uint64_t vcpu_milli;     /* vcpu_cap_milli x cpu_overcommit_pct: what sandboxes may sum */
     uint64_t disk_mib;       /* free disk under state_dir (or its nearest existing
-                                folder, before host_init makes it) x share */
+                                folder, before host_init makes it) x share x
+                                disk_overcommit_pct */
 } wk_host_measured;
 
 /* Settings a driver gets at host init. Fields a driver has no use for are ignored. */
@@ -74,6 +75,8 @@ typedef struct wk_host_cfg {
     uint64_t reserve_mem_mib;  /* host memory kept for the platform's own daemons */
     uint32_t reserve_vcpu_milli; /* host CPU kept for the platform's own daemons */
     uint32_t cpu_overcommit_pct; /* sum of vcpu_milli allowed, in % of the real CPU (>= 100) */
+    uint32_t disk_overcommit_pct; /* sum of disk_mib allowed, in % of the free disk (>= 100;
+                                     0 = 100) */
     uint32_t nofile;           /* open files per sandbox process (RLIMIT_NOFILE) */
     /* qemu */
     const char *vm_dir;        /* guests and template snapshots (shared by the workers of a
@@ -88,7 +91,8 @@ typedef struct wk_host_cfg {
 } wk_host_cfg;
 
 /* Fills cfg->host from this host (/proc/meminfo, the online CPUs, statvfs of state_dir)
- * and cfg's policy fields (host_share_pct, reserve_*, cpu_overcommit_pct). The daemon
+ * and cfg's policy fields (host_share_pct, reserve_*, cpu_overcommit_pct,
+ * disk_overcommit_pct). The daemon
  * calls it once before host_init (driver/hostres.c). */
 void wk_host_measure(wk_host_cfg *cfg);
 /* A /proc/meminfo field in KiB (key without its colon, e.g. "MemAvailable"); 0 if absent. */

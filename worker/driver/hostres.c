@@ -58,5 +58,6 @@ void wk_host_measure(wk_host_cfg *c)
     cpu = cpu * share / 100;
     c->host.vcpu_cap_milli = cpu;
     c->host.vcpu_milli = cpu * (c->cpu_overcommit_pct ? c->cpu_overcommit_pct : 100) / 100;
-    c->host.disk_mib = free_mib(c->state_dir) * share / 100;
+    c->host.disk_mib = free_mib(c->state_dir) * share / 100 *
+                       (c->disk_overcommit_pct ? c->disk_overcommit_pct : 100) / 100;
 }

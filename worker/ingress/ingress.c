@@ -25,6 +25,7 @@
 
 #define TEAMS_MAX 4096 /* teams counted; the rest go under "_other" */
 #define PUMP_IO (256u << 10) /* the largest single read or write of a pump */
+#define LINGER_MS 2000       /* a refused client's bytes are read and dropped this long */
 #define MSG_FULL "The ingress is at its connection limit; retry in a few seconds."
 #define MSG_NOTHING_LISTENS_FMT                                                                \
     "Nothing in sandbox %s listens on port %u yet; start the server with sandbox_exec."
@@ -142,10 +143,27 @@ static void hop_end(wk_hop *h)
     hop_free(h);
 }
 
+static void on_closing_event(struct bufferevent *bev, short what, void *arg);
+
+static void on_closing_read(struct bufferevent *bev, void *arg)
+{
+    (void)arg;
+    evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+}
+
+/* The refusal is written: our side ends (FIN), and what the client still sends is read and
+ * dropped until its FIN or LINGER_MS. (Closing with its bytes unread would answer them with a
+ * reset, which can destroy the refusal line before the client reads it.) */
 static void on_closing_written(struct bufferevent *bev, void *arg)
 {
-    (void)bev;
-    hop_end(arg);
+    struct timeval tv = {LINGER_MS / 1000, (LINGER_MS % 1000) * 1000};
+
+    shutdown(bufferevent_getfd(bev), SHUT_WR);
+    bufferevent_setwatermark(bev, EV_READ, 0, 0);
+    bufferevent_setcb(bev, on_closing_read, NULL, on_closing_event, arg);
+    bufferevent_set_timeouts(bev, &tv, NULL);
+    bufferevent_enable(bev, EV_READ);
+    on_closing_read(bev, arg);
 }
 
 static void on_closing_event(struct bufferevent *bev, short what, void *arg)
