@@ -727,8 +727,10 @@ test('--warm: a pool of ready sandboxes, taken by initialize and refilled; bound
   try {
     const q = servers(['add', W, '--dir', nodeDir(), '--run', 'node server.mjs', '--warm', '3'], env.SF_KEY_BETA);
     assert.equal(q.status, 0, q.stderr);
-    assert.match(q.stderr, new RegExp(`The warm pool of '${W}' holds 2 of 3 sandboxes: .*sandbox`));
-    assert.equal((await boxes({ sandfleet_hosted: W }, env.SF_KEY_BETA)).length, 2, 'the quota held');
+    // (2 of 3, or 1 while the builder's kill still counts in the quota on a loaded host)
+    const held = q.stderr.match(new RegExp(`The warm pool of '${W}' holds ([12]) of 3 sandboxes: Sandbox quota reached`));
+    assert.ok(held, q.stderr);
+    assert.equal((await boxes({ sandfleet_hosted: W }, env.SF_KEY_BETA)).length, Number(held[1]), 'the quota held');
   } finally {
     cli(['teams', 'limits', 'beta', '--sandboxes', 'default']);
     servers(['remove', W], env.SF_KEY_BETA);
