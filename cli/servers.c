@@ -9,9 +9,9 @@
  * goes to the gateway's registry (PUT /v1/servers/NAME). list, show, remove and logs read
  * and change that registry. */
 #include "cli.h"
-#include "sf_msg.h"
+#include "gwcall.h"
+#include "sf_util.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -20,9 +20,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
-#define ANSWER_MAX (4 << 20)
 #define UPLOAD_MAX (256ll << 20)
 #define PART (6u << 20)
 #define OPT_MAX 64
@@ -30,217 +30,9 @@
 
 #include "http_bridge.h" /* http_bridge_py: cli/http-bridge.py */
 
-typedef struct mcp {
-    CURL *easy;
-    char url[1024];  /* the MCP endpoint */
-    char base[1024]; /* the gateway's root */
-    char auth[600];
-    char session[256];
-    char *buf;
-    size_t len;
-} mcp;
-
-static size_t on_body(char *p, size_t size, size_t n, void *arg)
-{
-    mcp *m = arg;
-    size_t add = size * n;
-    char *nb;
-
-    if (m->len + add > ANSWER_MAX || !(nb = realloc(m->buf, m->len + add + 1)))
-        return 0;
-    m->buf = nb;
-    memcpy(m->buf + m->len, p, add);
-    m->len += add;
-    m->buf[m->len] = '\0';
-    return add;
-}
-
-static size_t on_header(char *p, size_t size, size_t n, void *arg)
-{
-    mcp *m = arg;
-    size_t len = size * n;
-    static const char name[] = "mcp-session-id:";
-
-    if (len > sizeof(name) && !strncasecmp(p, name, sizeof(name) - 1)) {
-        const char *v = p + sizeof(name) - 1;
-        size_t vl = len - (sizeof(name) - 1);
-        while (vl && (*v == ' ' || *v == '\t'))
-            v++, vl--;
-        while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' '))
-            vl--;
-        if (vl < sizeof(m->session)) {
-            memcpy(m->session, v, vl);
-            m->session[vl] = '\0';
-        }
-    }
-    return len;
-}
-
-/* One HTTP request: method, url, body (NULL: none); *status the HTTP status. 0, or 1 after
- * printing why it could not be sent. */
-static int http(mcp *m, const char *method, const char *url, const char *body, int is_mcp,
-                long *status)
-{
-    struct curl_slist *h = NULL;
-    char sess[300];
-    CURLcode cc;
-
-    free(m->buf);
-    m->buf = NULL;
-    m->len = 0;
-    h = curl_slist_append(h, "Content-Type: application/json");
-    h = curl_slist_append(h, "Accept: application/json, text/event-stream");
-    h = curl_slist_append(h, m->auth);
-    if (is_mcp) {
-        h = curl_slist_append(h, "MCP-Protocol-Version: 2025-06-18");
-        if (m->session[0]) {
-            snprintf(sess, sizeof(sess), "Mcp-Session-Id: %s", m->session);
-            h = curl_slist_append(h, sess);
-        }
-    }
-    curl_easy_reset(m->easy);
-    curl_easy_setopt(m->easy, CURLOPT_URL, url);
-    curl_easy_setopt(m->easy, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(m->easy, CURLOPT_HTTPHEADER, h);
-    if (body)
-        curl_easy_setopt(m->easy, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(m->easy, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(m->easy, CURLOPT_WRITEDATA, m);
-    curl_easy_setopt(m->easy, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(m->easy, CURLOPT_HEADERDATA, m);
-    curl_easy_setopt(m->easy, CURLOPT_TIMEOUT, 900L);
-    curl_easy_setopt(m->easy, CURLOPT_CONNECTTIMEOUT, 10L);
-    cc = curl_easy_perform(m->easy);
-    curl_slist_free_all(h);
-    if (cc != CURLE_OK) {
-        fprintf(stderr, SF_MSG_CLI_GATEWAY_UNREACHABLE_FMT, url, curl_easy_strerror(cc));
-        return 1;
-    }
-    curl_easy_getinfo(m->easy, CURLINFO_RESPONSE_CODE, status);
-    if (*status == 401 || *status == 403) {
-        fprintf(stderr, SF_MSG_CLI_KEY_REFUSED_FMT,
-                *status);
-        return 1;
-    }
-    return 0;
-}
-
-/* The JSON-RPC message of an answer: the body itself, or the last SSE `data:` line. */
-static json_t *answer_json(const char *body)
-{
-    const char *last = NULL, *p = body;
-
-    if (!body)
-        return NULL;
-    if (body[0] == '{')
-        return json_loads(body, 0, NULL);
-    while ((p = strstr(p, "data:"))) {
-        last = p + 5;
-        p += 5;
-    }
-    return last ? json_loadb(last, strcspn(last, "\r\n"), 0, NULL) : NULL;
-}
-
-static int post(mcp *m, json_t *msg, json_t **out)
-{
-    char *body = json_dumps(msg, JSON_COMPACT);
-    long status = 0;
-    int rc;
-
-    json_decref(msg);
-    if (!body)
-        return 1;
-    rc = http(m, "POST", m->url, body, 1, &status);
-    free(body);
-    if (rc || !out)
-        return rc;
-    if (status != 200 || !(*out = answer_json(m->buf))) {
-        fprintf(stderr, SF_MSG_CLI_NO_RESULT_FMT, status);
-        return 1;
-    }
-    return 0;
-}
-
-static int mcp_open(mcp *m, int need_session)
-{
-    const char *key = getenv("SANDFLEET_API_KEY"), *url = getenv("SANDFLEET_URL");
-    json_t *ans = NULL;
-    size_t n;
-
-    memset(m, 0, sizeof(*m));
-    if (!key || !*key) {
-        fputs(SF_MSG_CLI_KEY_UNSET, stderr);
-        return 1;
-    }
-    if (strlen(key) > 512) {
-        fputs(SF_MSG_CLI_KEY_TOO_LONG, stderr);
-        return 1;
-    }
-    if (!url || !*url)
-        url = cli_setting("SF_URL", CLI_DEFAULT_URL);
-    snprintf(m->url, sizeof(m->url), "%s", url);
-    snprintf(m->base, sizeof(m->base), "%s", url);
-    n = strlen(m->base);
-    if (n >= 4 && !strcmp(m->base + n - 4, "/mcp"))
-        m->base[n - 4] = '\0';
-    snprintf(m->auth, sizeof(m->auth), "Authorization: Bearer %s", key);
-    if (!(m->easy = curl_easy_init()))
-        return 1;
-    if (!need_session)
-        return 0;
-    if (post(m, json_pack("{s:s, s:i, s:s, s:{s:s, s:{}, s:{s:s, s:s}}}", "jsonrpc", "2.0", "id",
-                          1, "method", "initialize", "params", "protocolVersion", "2025-06-18",
-                          "capabilities", "clientInfo", "name", "sandfleet-cli", "version",
-                          "1"),
-             &ans))
-        return 1;
-    json_decref(ans);
-    return post(m, json_pack("{s:s, s:s}", "jsonrpc", "2.0", "method",
-                             "notifications/initialized"), NULL);
-}
-
-static void mcp_close(mcp *m)
-{
-    if (m->easy)
-        curl_easy_cleanup(m->easy);
-    free(m->buf);
-}
-
-/* tools/call; *structured (may be NULL) gets structuredContent. 0, or 1 (printed why,
- * unless quiet). */
-static int call_tool(mcp *m, const char *tool, json_t *args, json_t **structured, int quiet)
-{
-    static int id = 2;
-    json_t *ans = NULL, *res;
-    int ret = 1;
-
-    if (post(m, json_pack("{s:s, s:i, s:s, s:{s:s, s:o}}", "jsonrpc", "2.0", "id", id++,
-                          "method", "tools/call", "params", "name", tool, "arguments", args),
-             &ans))
-        return 1;
-    res = json_object_get(ans, "result");
-    if (!res) {
-        if (!quiet)
-            fprintf(stderr, "%s: %s\n", tool,
-                    json_string_value(json_object_get(json_object_get(ans, "error"), "message"))
-                        ?: "the call failed.");
-    } else if (json_is_true(json_object_get(res, "isError"))) {
-        json_t *c0 = json_array_get(json_object_get(res, "content"), 0);
-        if (!quiet)
-            fprintf(stderr, "%s: %s\n", tool,
-                    json_string_value(json_object_get(c0, "text")) ?: "the call failed.");
-    } else {
-        if (structured)
-            *structured = json_incref(json_object_get(res, "structuredContent"));
-        ret = 0;
-    }
-    json_decref(ans);
-    return ret;
-}
-
 /* A registry request; *out the answer (object). 0, or 1 after printing why. */
-static int registry(mcp *m, const char *method, const char *name, const char *sub,
-                    json_t *body, json_t **out)
+static int registry_q(cli_gw *m, const char *method, const char *name, const char *sub,
+                      json_t *body, json_t **out, int quiet)
 {
     char url[1400];
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
@@ -251,19 +43,44 @@ static int registry(mcp *m, const char *method, const char *name, const char *su
     json_decref(body);
     snprintf(url, sizeof(url), "%s/v1/servers%s%s%s%s", m->base, name ? "/" : "",
              name ? name : "", sub ? "/" : "", sub ? sub : "");
-    rc = http(m, method, url, text, 0, &status);
+    rc = cli_gw_http(m, method, url, text, 0, &status);
     free(text);
     if (rc)
         return 1;
     ans = m->buf ? json_loads(m->buf, 0, NULL) : NULL;
     if (status != 200) {
-        fprintf(stderr, "%s\n", json_string_value(json_object_get(ans, "error"))
-                                    ?: "The gateway refused the request; retry.");
+        if (!quiet)
+            fprintf(stderr, "%s\n", json_string_value(json_object_get(ans, "error"))
+                                        ?: "The gateway refused the request; retry.");
         json_decref(ans);
         return 1;
     }
     *out = ans ? ans : json_object();
     return 0;
+}
+
+static int registry(cli_gw *m, const char *method, const char *name, const char *sub,
+                    json_t *body, json_t **out)
+{
+    return registry_q(m, method, name, sub, body, out, 0);
+}
+
+/* Fills the server's warm pool (the gateway makes its sandboxes; an older registration's
+ * go) and says how full it is. */
+static void fill_pool(cli_gw *m, const char *name, int show)
+{
+    json_t *r = NULL;
+
+    if (show)
+        fprintf(stderr, "filling the warm pool\n");
+    if (registry_q(m, "POST", name, "warm", NULL, &r, 0))
+        return;
+    if (json_string_value(json_object_get(r, "error")))
+        fprintf(stderr, "%s\n", json_string_value(json_object_get(r, "error")));
+    else if (show)
+        fprintf(stderr, "warm pool: %lld sandboxes ready\n",
+                (long long)json_integer_value(json_object_get(r, "ready")));
+    json_decref(r);
 }
 
 static int name_ok(const char *n)
@@ -316,12 +133,12 @@ static char *b64(const unsigned char *p, size_t n)
 }
 
 /* sandbox_exec; 0 when it ran and exited 0, else 1 (its output printed). */
-static int run_in(mcp *m, const char *sb, const char *cmd, const char *what)
+static int run_in(cli_gw *m, const char *sb, const char *cmd, const char *what)
 {
     json_t *r = NULL;
     int ok;
 
-    if (call_tool(m, "sandbox_exec", json_pack("{s:s, s:s, s:i}", "sandbox_id", sb, "command",
+    if (cli_gw_call(m, "sandbox_exec", json_pack("{s:s, s:s, s:i}", "sandbox_id", sb, "command",
                                                cmd, "timeout_ms", 600000), &r, 0))
         return 1;
     ok = json_integer_value(json_object_get(r, "exit_code")) == 0;
@@ -334,22 +151,44 @@ static int run_in(mcp *m, const char *sb, const char *cmd, const char *what)
     return ok ? 0 : 1;
 }
 
-static int upload(mcp *m, const char *sb, const char *file)
+/* fd (file, opened) is a readable file of at most UPLOAD_MAX, the packed code: 0, or 1
+ * after saying why. */
+static int code_fd_ok(const char *file, int fd)
 {
-    int fd = open(file, O_RDONLY | O_CLOEXEC);
     struct stat st;
-    unsigned char *buf = NULL;
-    int part = 0, rc = 1;
+    int bad = fd < 0 || fstat(fd, &st) < 0;
 
-    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        fprintf(stderr, "Cannot read %s (%s); pass a readable archive.\n", file, strerror(errno));
-        goto out;
+    if (bad || !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "Cannot read %s (%s); pass a readable archive.\n", file,
+                bad ? strerror(errno) : "not a regular file");
+        return 1;
     }
     if (st.st_size > UPLOAD_MAX) {
         fprintf(stderr, "The server's code is %lld MiB packed; the most is 256 MiB: leave out "
                 "what it does not need (tests, .git, caches).\n", (long long)(st.st_size >> 20));
-        goto out;
+        return 1;
     }
+    return 0;
+}
+
+/* Checked before anything is made (upload checks the file it reads again). */
+static int code_ok(const char *file)
+{
+    int fd = open(file, O_RDONLY | O_CLOEXEC), rc = code_fd_ok(file, fd);
+
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+static int upload(cli_gw *m, const char *sb, const char *file)
+{
+    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    unsigned char *buf = NULL;
+    int part = 0, rc = 1;
+
+    if (code_fd_ok(file, fd))
+        goto out;
     if (!(buf = malloc(PART)))
         goto out;
     for (;;) {
@@ -363,7 +202,7 @@ static int upload(mcp *m, const char *sb, const char *file)
             goto out;
         snprintf(path, sizeof(path), "/tmp/sf-upload/part.%04d", part++);
         fprintf(stderr, "uploading part %d (%zd bytes)\n", part, n);
-        if (call_tool(m, "sandbox_files_write", json_pack("{s:s, s:s, s:s, s:s}", "sandbox_id", sb,
+        if (cli_gw_call(m, "sandbox_files_write", json_pack("{s:s, s:s, s:s, s:s}", "sandbox_id", sb,
                                                           "path", path, "content", enc,
                                                           "encoding", "base64"), NULL, 0)) {
             free(enc);
@@ -379,6 +218,80 @@ out:
     if (fd >= 0)
         close(fd);
     return rc;
+}
+
+/* --vcpu, --memory_mib, --disk_mib into shape (the bounds of sandbox_template_create). 0, or
+ * -1 after printing which is out of bounds. */
+static int shape_opts(int argc, char **argv, json_t *shape)
+{
+    static const struct {
+        const char *opt;
+        int64_t lo, hi;
+        const char *unit;
+    } f[] = {{"--vcpu", 1, 8, "vCPUs"}, {"--memory_mib", 64, 65536, "MiB"},
+             {"--disk_mib", 64, 65536, "MiB"}};
+
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+        const char *v = cli_opt(argc, argv, f[i].opt);
+        int64_t n;
+        if (!v)
+            continue;
+        if (sf_parse_i64(v, f[i].lo, f[i].hi, &n) < 0) {
+            fprintf(stderr, "%s is a whole number of %s from %lld to %lld (each session's "
+                    "sandbox gets it).\n", f[i].opt, f[i].unit, (long long)f[i].lo,
+                    (long long)f[i].hi);
+            return -1;
+        }
+        json_object_set_new(shape, f[i].opt + 2, json_integer(n));
+    }
+    return 0;
+}
+
+/* After a refusal that names the jail driver (a fleet of qemu hosts only): what needs one
+ * and what works without. */
+static void jail_hint(const cli_gw *m)
+{
+    if (strstr(m->err, "jail driver") || strstr(m->err, "jail host"))
+        fputs("This fleet has no jail host: a server's shape (--vcpu/--memory_mib/--disk_mib) "
+              "and a team --template are template builds, which run on jail hosts only. "
+              "Register the server without them (its sessions get the shape of 'debian' or "
+              "'base'; --setup runs in a builder sandbox, a microVM here) or ask the operator "
+              "for a jail host.\n", stderr);
+}
+
+/* The server's shape as a team template of that shape from --template, named
+ * mcp-NAME-XXXX (a new one each registration: live sessions keep the old one until the
+ * registry names the new); its name into out. 0, or 1 after printing why. */
+static int shape_template(cli_gw *m, const char *name, const char *from, json_t *shape,
+                          char *out, size_t n)
+{
+    json_t *a;
+    unsigned r = 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+
+    if (fd < 0 || read(fd, &r, sizeof(r)) != (ssize_t)sizeof(r))
+        r = (unsigned)getpid() ^ (unsigned)time(NULL);
+    if (fd >= 0)
+        close(fd);
+    snprintf(out, n, "mcp-%s-%04x", name, r & 0xffff);
+    fprintf(stderr, "building template %s: the server's shape, from %s\n", out, from);
+    a = json_pack("{s:s, s:s}", "name", out, "from", from);
+    json_object_update(a, shape);
+    if (cli_gw_call(m, "sandbox_template_create", a, NULL, 0)) {
+        jail_hint(m);
+        if (!strstr(m->err, "jail driver"))
+            fprintf(stderr, "The server's shape (--vcpu/--memory_mib/--disk_mib) could not be "
+                    "built as a template from %s; fix what the line above says, or leave the "
+                    "shape out to use the template's own.\n", from);
+        return 1;
+    }
+    if (cli_gw_template_wait(m, out, 0)) {
+        fprintf(stderr, "The server's shape (--vcpu/--memory_mib/--disk_mib) could not be built "
+                "as template %s from %s; fix what the line above says, or leave the shape "
+                "out to use the template's own.\n", out, from);
+        return 1;
+    }
+    return 0;
 }
 
 /* --http PORT[/PATH] as "PORT/PATH" (PATH default /mcp). 0, or -1 when malformed. */
@@ -445,12 +358,13 @@ static int add(int argc, char **argv)
     const char *tpl = cli_opt(argc, argv, "--template"), *httpopt = cli_opt(argc, argv, "--http");
     const char *idle = cli_opt(argc, argv, "--idle-timeout"), *ref = cli_opt(argc, argv, "--ref");
     const char *maxs = cli_opt(argc, argv, "--max-sessions"), *warm = cli_opt(argc, argv, "--warm");
-    json_t *allow = json_array(), *secrets = json_object(), *entry, *r = NULL;
+    json_t *allow = json_array(), *secrets = json_object(), *shape = json_object(), *entry,
+           *r = NULL, *old = NULL;
     char tmp[] = "/tmp/sandfleet-server-XXXXXX", snap[80], sb[80] = "", cmd[512], httpspec[160],
-         githost[256];
+         githost[256], stpl[80] = "";
     const char *file = archive;
-    int tmpfd = -1, rc = 1, sources = !!dir + !!archive + !!git;
-    mcp m;
+    int tmpfd = -1, rc = 1, sources = !!dir + !!archive + !!git, fill = 0;
+    cli_gw m;
 
     for (int i = 3; i + 1 < argc; i++) {
         if (!strcmp(argv[i], "--allow-out"))
@@ -486,10 +400,16 @@ static int add(int argc, char **argv)
               "or tag of letters, digits, '.', '_', '-' and '/'.\n", stderr);
         goto usage;
     }
-    if (cli_opt(argc, argv, "--vcpu") || cli_opt(argc, argv, "--memory_mib") ||
-        cli_opt(argc, argv, "--disk_mib"))
-        fputs("note: a server's sessions take the shape of --template (build a template with "
-              "that shape first); --vcpu/--memory_mib/--disk_mib are not applied yet.\n", stderr);
+    if (shape_opts(argc, argv, shape) < 0)
+        goto usage;
+    {
+        int64_t n;
+        if (warm && sf_parse_i64(warm, 0, 16, &n) < 0) {
+            fputs("--warm is how many sandboxes to keep ready for new sessions: 0 to 16 (they "
+                  "count in your team's sandboxes).\n", stderr);
+            goto usage;
+        }
+    }
     if (dir) {
         if ((tmpfd = mkstemp(tmp)) < 0 || tar_dir(dir, tmp) < 0) {
             fprintf(stderr, "Cannot pack %s with tar; check that it is a readable folder.\n", dir);
@@ -497,24 +417,35 @@ static int add(int argc, char **argv)
         }
         file = tmp;
     }
-    if (mcp_open(&m, 1)) {
-        mcp_close(&m);
+    if (file && code_ok(file))
+        goto fail;
+    if (cli_gw_open(&m, 1)) {
+        cli_gw_close(&m);
         goto fail;
     }
+    m.timeout_s = 900; /* an exec of --setup may take its 10 minutes */
     snprintf(snap, sizeof(snap), "mcp-%s", name);
+    if (json_object_size(shape) &&
+        shape_template(&m, name, tpl ? tpl : "debian", shape, stpl, sizeof(stpl)))
+        goto kill; /* (a failed build's template goes there) */
     fprintf(stderr, "building server %s: a builder sandbox from template %s\n", name,
-            tpl ? tpl : "debian");
+            stpl[0] ? stpl : tpl ? tpl : "debian");
     {
         json_t *a = json_pack("{s:s, s:s}", "name", "sandfleet-server-build", "from_template",
-                              tpl ? tpl : "debian");
+                              stpl[0] ? stpl : tpl ? tpl : "debian");
         json_t *bal = json_copy(allow); /* the builder also reaches the repository's host */
         if (git)
             json_array_append_new(bal, json_string(githost));
         if (json_array_size(bal))
             json_object_set(a, "allow_out", bal);
         json_decref(bal);
-        if (call_tool(&m, "sandbox_create", a, &r, 0))
-            goto close;
+        if (cli_gw_call(&m, "sandbox_create", a, &r, 0)) {
+            jail_hint(&m);
+            if (stpl[0])
+                fprintf(stderr, "The server's sessions would get that shape (--vcpu/--memory_mib/"
+                        "--disk_mib): no host or quota of your team holds it; ask for less.\n");
+            goto kill;
+        }
         snprintf(sb, sizeof(sb), "%s", json_string_value(json_object_get(r, "id")) ?: "");
         json_decref(r);
         r = NULL;
@@ -538,14 +469,14 @@ static int add(int argc, char **argv)
         if (upload(&m, sb, file))
             goto kill;
         snprintf(cmd, sizeof(cmd), "set -e; mkdir -p /root/mcp; cat /tmp/sf-upload/part.* | "
-                 "tar -x%sf - -C /root/mcp --no-same-owner; rm -rf /tmp/sf-upload",
+                 "tar -x%sof - -C /root/mcp; rm -rf /tmp/sf-upload",
                  gzipped(file) ? "z" : "");
         if (run_in(&m, sb, cmd, "Unpacking the server's code"))
             goto kill;
     }
     if (httpopt) {
         char *enc = b64((const unsigned char *)http_bridge_py, strlen(http_bridge_py));
-        int bad = !enc || call_tool(&m, "sandbox_files_write",
+        int bad = !enc || cli_gw_call(&m, "sandbox_files_write",
                                     json_pack("{s:s, s:s, s:s, s:s}", "sandbox_id", sb, "path",
                                               HTTP_BRIDGE, "content", enc, "encoding", "base64"),
                                     NULL, 0);
@@ -562,8 +493,8 @@ static int add(int argc, char **argv)
         }
         free(sc);
     }
-    call_tool(&m, "sandbox_snapshot_delete", json_pack("{s:s}", "snapshot", snap), NULL, 1);
-    if (call_tool(&m, "sandbox_snapshot", json_pack("{s:s, s:s}", "sandbox_id", sb, "name", snap),
+    cli_gw_call(&m, "sandbox_snapshot_delete", json_pack("{s:s}", "snapshot", snap), NULL, 1);
+    if (cli_gw_call(&m, "sandbox_snapshot", json_pack("{s:s, s:s}", "sandbox_id", sb, "name", snap),
                   NULL, 0))
         goto kill;
     entry = json_pack("{s:s, s:s, s:s, s:s, s:O, s:O}", "run", run, "snapshot", snap, "template",
@@ -571,6 +502,11 @@ static int add(int argc, char **argv)
                       secrets);
     if (setup)
         json_object_set_new(entry, "setup", json_string(setup));
+    if (stpl[0]) {
+        json_object_update(entry, shape);
+        json_object_set_new(entry, "shape_template", json_string(stpl));
+    }
+    registry_q(&m, "GET", name, NULL, NULL, &old, 1); /* its old shape template goes after */
     if (httpopt)
         json_object_set_new(entry, "http", json_string(httpspec));
     json_object_set_new(entry, "source", json_string(dir ? dir : archive ? archive : git));
@@ -583,16 +519,24 @@ static int add(int argc, char **argv)
     if (warm)
         json_object_set_new(entry, "warm", json_integer(strtoll(warm, NULL, 10)));
     if (registry(&m, "PUT", name, NULL, entry, &r) == 0) {
+        const char *was = json_string_value(json_object_get(old, "shape_template"));
         printf("server %s registered: POST %s?name=%s (or %s/%s)\n", name, m.url, name, m.url,
                name);
         json_decref(r);
+        if (was && strcmp(was, stpl) != 0) /* refused while a live session uses it: kept */
+            cli_gw_call(&m, "sandbox_template_delete", json_pack("{s:s}", "name", was), NULL, 1);
+        fill = warm || json_integer_value(json_object_get(old, "warm")) > 0;
+        stpl[0] = '\0';
         rc = 0;
     }
 kill:
     if (sb[0])
-        call_tool(&m, "sandbox_kill", json_pack("{s:s}", "sandbox_id", sb), NULL, 1);
-close:
-    mcp_close(&m);
+        cli_gw_call(&m, "sandbox_kill", json_pack("{s:s}", "sandbox_id", sb), NULL, 1);
+    if (stpl[0]) /* a failed registration leaves no template behind */
+        cli_gw_call(&m, "sandbox_template_delete", json_pack("{s:s}", "name", stpl), NULL, 1);
+    if (fill) /* after the builder went: it counted in the team's quota */
+        fill_pool(&m, name, warm != NULL);
+    cli_gw_close(&m);
 fail:
     if (tmpfd >= 0) {
         close(tmpfd);
@@ -600,16 +544,19 @@ fail:
     }
     json_decref(allow);
     json_decref(secrets);
+    json_decref(shape);
+    json_decref(old);
     return rc;
 usage:
     json_decref(allow);
     json_decref(secrets);
+    json_decref(shape);
     return 2;
 }
 
 /* Kills the sandboxes of the server's live sessions (the team's sandboxes whose metadata
  * names it), page by page; how many. */
-static int end_sessions(mcp *m, const char *name)
+static int end_sessions(cli_gw *m, const char *name)
 {
     char cursor[160] = "";
     int n = 0;
@@ -621,13 +568,13 @@ static int end_sessions(mcp *m, const char *name)
         size_t i;
         if (cursor[0])
             json_object_set_new(a, "cursor", json_string(cursor));
-        if (call_tool(m, "sandbox_list", a, &r, 0))
+        if (cli_gw_call(m, "sandbox_list", a, &r, 0))
             break;
         json_array_foreach(json_object_get(r, "sandboxes"), i, v) {
             const char *id = json_string_value(json_object_get(v, "id"));
             const char *st = json_string_value(json_object_get(v, "status"));
             if (id && (!st || strcmp(st, "killed")) &&
-                !call_tool(m, "sandbox_kill", json_pack("{s:s}", "sandbox_id", id), NULL, 1))
+                !cli_gw_call(m, "sandbox_kill", json_pack("{s:s}", "sandbox_id", id), NULL, 1))
                 n++;
         }
         next = json_string_value(json_object_get(r, "next_cursor"));
@@ -639,12 +586,36 @@ static int end_sessions(mcp *m, const char *name)
     return n;
 }
 
+/* Deletes the server's shape templates (mcp-NAME-XXXX: four hex digits, so another
+ * server's, mcp-NAME-more-XXXX, is never one); how many are left (in use). */
+static int drop_shape_templates(cli_gw *m, const char *name)
+{
+    char prefix[80];
+    json_t *r = NULL, *t;
+    size_t i, pl;
+    int left = 0;
+
+    pl = (size_t)snprintf(prefix, sizeof(prefix), "mcp-%s-", name);
+    if (cli_gw_call(m, "sandbox_template_list", json_pack("{s:s}", "name_prefix", prefix), &r, 1))
+        return 0;
+    json_array_foreach(json_object_get(r, "templates"), i, t) {
+        const char *n = json_string_value(json_object_get(t, "name"));
+        if (!n || strncmp(n, prefix, pl) || strlen(n + pl) != 4 || strspn(n + pl, "0123456789abcdef") != 4)
+            continue;
+        if (cli_gw_call(m, "sandbox_template_delete", json_pack("{s:s}", "name", n), NULL, 0))
+            left++;
+    }
+    json_decref(r);
+    return left;
+}
+
 static int usage_all(FILE *f)
 {
     fputs("usage: sandfleet servers add NAME (--dir PATH | --archive FILE | --git URL [--ref REF])\n"
           "                         --run CMD [--http PORT[/PATH]]\n"
           "                         [--setup CMD]\n"
-          "                         [--template T] [--allow-out HOST]... [--secret ENV=NAME]...\n"
+          "                         [--template T] [--vcpu N --memory_mib N --disk_mib N]\n"
+          "                         [--allow-out HOST]... [--secret ENV=NAME]...\n"
           "                         [--idle-timeout S] [--max-sessions N] [--warm N]\n"
           "       sandfleet servers list | show NAME | remove NAME | logs NAME\n"
           "A registered server answers MCP at POST $SANDFLEET_URL?name=NAME (one sandbox per\n"
@@ -657,7 +628,7 @@ int cli_servers(int argc, char **argv)
 {
     const char *sub = argc > 1 ? argv[1] : NULL, *name = argc > 2 ? argv[2] : NULL;
     json_t *r = NULL;
-    mcp m;
+    cli_gw m;
     int rc = 1;
 
     if (!sub || cli_wants_help(argc, argv))
@@ -666,10 +637,11 @@ int cli_servers(int argc, char **argv)
         return add(argc, argv);
     if (strcmp(sub, "list") && !name_ok(name))
         return usage_all(stderr);
-    if (mcp_open(&m, !strcmp(sub, "remove"))) {
-        mcp_close(&m);
+    if (cli_gw_open(&m, !strcmp(sub, "remove"))) {
+        cli_gw_close(&m);
         return 1;
     }
+    m.timeout_s = 900;
     if (!strcmp(sub, "list")) {
         if (registry(&m, "GET", NULL, NULL, NULL, &r) == 0) {
             size_t i;
@@ -697,7 +669,10 @@ int cli_servers(int argc, char **argv)
             char snap[80];
             int ended = end_sessions(&m, name);
             snprintf(snap, sizeof(snap), "mcp-%s", name);
-            call_tool(&m, "sandbox_snapshot_delete", json_pack("{s:s}", "snapshot", snap), NULL, 1);
+            cli_gw_call(&m, "sandbox_snapshot_delete", json_pack("{s:s}", "snapshot", snap), NULL, 1);
+            if (drop_shape_templates(&m, name))
+                fprintf(stderr, "A template of the server's shape (mcp-%s-*) is still in use; "
+                        "delete it later with `sandfleet templates delete`.\n", name);
             printf("server %s removed (%d live session%s ended)\n", name, ended,
                    ended == 1 ? "" : "s");
             rc = 0;
@@ -706,6 +681,6 @@ int cli_servers(int argc, char **argv)
         rc = usage_all(stderr);
     }
     json_decref(r);
-    mcp_close(&m);
+    cli_gw_close(&m);
     return rc;
 }

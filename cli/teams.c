@@ -12,8 +12,11 @@
 static const char usage[] =
     "usage: sandfleet teams show TEAM\n"
     "       sandfleet teams limits TEAM [--sandboxes N] [--host-share PCT] [--fleet-share PCT]\n"
+    "                                   [--hosted-test-mode on|off]\n"
     "limits sets the team's own values; 'default' as a value goes back to the scheduler's\n"
     "setting (team_sandbox_limit, team_host_share_pct, team_fleet_share_pct).\n"
+    "--hosted-test-mode on lets the team run unregistered MCP servers from a repository\n"
+    "(POST /mcp?name=NAME&test_mode=true&repo_url=URL&entrypoint=FILE); off by default.\n"
     "settings: SF_REDIS_URL (see sandfleet --help)\n";
 
 static const struct {
@@ -71,6 +74,12 @@ static int show(redisContext *rc, const char *team)
             printf("  on %s: %lld sandboxes\n", host, on);
     }
     freeReplyObject(res);
+    l = sf_redis_sync_cmd(rc, "HGET " SF_RK_TEAM_LIMITS " hosted_test_mode", team);
+    if (!cli_reply_ok(rc, l))
+        return 1;
+    printf("hosted_test_mode: %s\n", l->type == REDIS_REPLY_STRING && !strcmp(l->str, "on")
+                                          ? "on" : "off");
+    freeReplyObject(l);
     return 0;
 }
 
@@ -82,6 +91,22 @@ static int set_limits(redisContext *rc, const char *team, int argc, char **argv)
         int64_t v;
         redisReply *r;
 
+        if (!strcmp(argv[i], "--hosted-test-mode")) {
+            if (i + 1 >= argc || (strcmp(argv[i + 1], "on") && strcmp(argv[i + 1], "off") &&
+                                  strcmp(argv[i + 1], "default"))) {
+                fprintf(stderr, "sandfleet: --hosted-test-mode takes on or off.\n");
+                return 2;
+            }
+            if (!rc)
+                continue;
+            r = !strcmp(argv[i + 1], "on")
+                    ? sf_redis_sync_cmd(rc, "HSET " SF_RK_TEAM_LIMITS " hosted_test_mode on", team)
+                    : sf_redis_sync_cmd(rc, "HDEL " SF_RK_TEAM_LIMITS " hosted_test_mode", team);
+            if (!cli_reply_ok(rc, r))
+                return 1;
+            freeReplyObject(r);
+            continue;
+        }
         while (k < SF_ARRAY_LEN(limits) && strcmp(argv[i], limits[k].opt) != 0)
             k++;
         if (k == SF_ARRAY_LEN(limits) || i + 1 >= argc) {

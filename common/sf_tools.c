@@ -41,7 +41,7 @@ static const char hosted_start_schema[] =
     " \"properties\": {\"sandbox_id\": {\"type\": \"string\", \"maxLength\": 63},"
     "   \"run\": {\"type\": \"string\", \"minLength\": 1, \"maxLength\": 4096},"
     "   \"cwd\": {\"type\": \"string\", \"maxLength\": 4096},"
-    "   \"idle_s\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 86400}},"
+    "   \"idle_s\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 604800}},"
     " \"x-sandfleet\": {\"runs\": \"worker\", \"sandbox\": \"existing\", \"resume\": true}}";
 static const char hosted_send_schema[] =
     "{\"title\": \"" SF_TOOL_HOSTED_SEND "\", \"description\": \"One message to a hosted MCP server.\","
@@ -50,6 +50,7 @@ static const char hosted_send_schema[] =
     "   \"message\": {\"type\": \"string\", \"minLength\": 2},"
     "   \"id\": {\"type\": \"string\", \"maxLength\": 256},"
     "   \"token\": {\"type\": \"string\", \"maxLength\": 256},"
+    "   \"idle_s\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 604800},"
     "   \"wait_ms\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 3600000}},"
     " \"x-sandfleet\": {\"runs\": \"worker\", \"sandbox\": \"existing\", \"resume\": true,"
     "   \"claim_check\": [\"message\"],"

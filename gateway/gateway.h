@@ -140,7 +140,8 @@ int gw_jobs_start(gw_ctx *ctx, char *why, size_t whylen);
 void gw_jobs_stop(gw_ctx *ctx);
 /* Publishes job (job->id, reply, deadline are filled in here) and calls cb exactly once,
  * unless cancelled first. 0 or negative errno (-E2BIG pending table full, -EDQUOT the
- * team's share of it used, -EMSGSIZE the job is over 1 MiB, -EIO Kafka). */
+ * team's share of it used, -EMSGSIZE the job is over 1 MiB, -EIO Kafka). out may be NULL
+ * (a job never cancelled: a kill sent on the way out). */
 /* Answers every waiting call now (its "no answer in time" error): a drain that ran out
  * of time. */
 void gw_jobs_fail_all(gw_ctx *ctx);

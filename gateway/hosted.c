@@ -33,6 +33,12 @@
 #define NAME_MAX_LEN 63
 #define SERVER_BODY_MAX (64 * 1024)
 #define NAME_RULE "Server names are 1-63 of a-z, 0-9, '-' and '_'."
+#define NOT_REGISTERED                                                                         \
+    "No server of that name is registered for your team; `sandfleet servers list` shows them."
+#define TEST_URL_MAX 1024
+#define TEST_ENTRY_MAX 255
+#define TEST_FETCH_MS 300000 /* test mode: clone and install */
+#define TEST_TEMPLATE "debian"
 
 typedef struct hreq {
     gw_ctx *ctx;
@@ -41,8 +47,13 @@ typedef struct hreq {
     gw_pending *pending;
     char team[SF_ID_MAX];
     char name[NAME_MAX_LEN + 1];
+    char kname[NAME_MAX_LEN + 8]; /* its name in the session keys: NAME, or test.NAME */
     char sid[SF_ID_MAX];
     char sandbox[SF_ID_MAX];
+    int test;                 /* test mode: repo_url and entrypoint, no registry entry */
+    int warm;                 /* h->sandbox came from the warm pool */
+    char repo[TEST_URL_MAX + 1];
+    char entrypoint[TEST_ENTRY_MAX + 1];
     json_t *entry;            /* the server's registry hash as an object */
     json_t *msg;              /* the client's message */
     json_t *id;               /* its id (borrowed from msg), NULL for a notification */
@@ -209,7 +220,7 @@ static void session_touch(hreq *h)
     sf_redis_cmd(h->ctx->redis, NULL, NULL, "EXPIRE " SF_RK_HSESS " %lld", h->sid,
                  (long long)h->idle_s);
     sf_redis_cmd(h->ctx->redis, NULL, NULL, "ZADD " SF_RK_TEAM_HSESS " XX %lld %s", h->team,
-                 h->name, (long long)until, h->sid);
+                 h->kname, (long long)until, h->sid);
 }
 
 /* A worker's error: the session is gone (404, the client starts again), the server
@@ -225,11 +236,11 @@ static void job_error(hreq *h, const sf_reply *r, const char *what)
         return;
     }
     if (!strcmp(r->code, SF_ERR_NOT_FOUND) && h->sid[0]) {
-        session_forget(h->ctx, h->team, h->name, h->sid);
+        session_forget(h->ctx, h->team, h->kname, h->sid);
         h_error(h, 404, -32001, r->message ? r->message : "Session not found.");
         return;
     }
-    if (r->message && strstr(r->message, "hosted MCP server exited")) {
+    if (!h->test && r->message && strstr(r->message, "hosted MCP server exited")) {
         const char *m = r->message;
         size_t len = strlen(m);
         if (len > SF_HOSTED_LOG_MAX)
@@ -326,6 +337,20 @@ static void ignore_reply(void *arg, const sf_reply *r)
     (void)arg, (void)r;
 }
 
+static void fire(gw_ctx *ctx, const char *team, const char *tool, const char *sandbox,
+                 json_t *args);
+static void create_sandbox(hreq *h);
+
+/* A failed start: the sandbox goes (nobody will use it); text (if any) to the client, HTTP
+ * status http. */
+static void start_failed(hreq *h, int http, const char *text)
+{
+    fire(h->ctx, h->team, "sandbox_kill", h->sandbox, json_object());
+    h->sid[0] = '\0';
+    if (text)
+        h_error(h, http, -32603, text);
+}
+
 static void on_init_stored(redisAsyncContext *ac, void *reply, void *priv)
 {
     hreq *h = priv;
@@ -364,24 +389,22 @@ static void on_init_answer(void *arg, const sf_reply *r)
     int64_t until = sf_now_ms() + h->idle_s * 1000;
 
     h->pending = NULL;
+    if (h->warm && h->req && (!r || r->kind != SF_REPLY_RESULT)) {
+        /* the pool's server is gone (it exited while it waited, its sandbox's lifetime ran
+         * out, its host died): a fresh sandbox */
+        sf_info("msg=\"warm pool: its server did not answer initialize; a new sandbox\" "
+                "server=%s sandbox=%s why=\"%s\"", h->name, h->sandbox,
+                r && r->message ? r->message : "no answer");
+        fire(h->ctx, h->team, "sandbox_kill", h->sandbox, json_object());
+        h->warm = 0;
+        create_sandbox(h);
+        return;
+    }
     if (!r || r->kind != SF_REPLY_RESULT ||
         !(line = json_string_value(json_object_get(r->result, "message")))) {
-        /* the sandbox goes: nobody will use it */
-        json_t *a = json_pack("{s:s}", "sandbox_id", h->sandbox);
-        sf_job job;
-        sf_job_init(&job);
-        snprintf(job.team, sizeof(job.team), "%s", h->team);
-        snprintf(job.tool, sizeof(job.tool), "sandbox_kill");
-        snprintf(job.sandbox, sizeof(job.sandbox), "%s", h->sandbox);
-        job.args = a;
-        gw_jobs_submit(h->ctx, &job, h->ctx->cfg.call_deadline_ms, ignore_reply, NULL, NULL);
-        sf_job_fini(&job);
-        if (!h->req) {
-            h_free(h);
-            return;
-        }
-        h->sid[0] = '\0';
-        job_error(h, r, "initialize");
+        start_failed(h, 0, NULL); /* the sandbox goes: nobody will use it */
+        if (h->req)
+            job_error(h, r, "initialize");
         h_free(h);
         return;
     }
@@ -389,13 +412,13 @@ static void on_init_answer(void *arg, const sf_reply *r)
      * another gateway thread (or process), whose own Redis connection must find it. */
     h->answer = strdup(line);
     sf_redis_cmd(h->ctx->redis, NULL, NULL, "HSET " SF_RK_HSESS " team %s name %s sandbox %s "
-                 "idle_s %lld created %lld", h->sid, h->team, h->name, h->sandbox,
+                 "idle_s %lld created %lld", h->sid, h->team, h->kname, h->sandbox,
                  (long long)h->idle_s, (long long)sf_now_ms());
     sf_redis_cmd(h->ctx->redis, NULL, NULL, "EXPIRE " SF_RK_HSESS " %lld", h->sid,
                  (long long)h->idle_s);
     h->busy = 1;
     if (!h->answer || sf_redis_cmd(h->ctx->redis, on_init_stored, h,
-                                   "ZADD " SF_RK_TEAM_HSESS " %lld %s", h->team, h->name,
+                                   "ZADD " SF_RK_TEAM_HSESS " %lld %s", h->team, h->kname,
                                    (long long)until, h->sid) < 0) {
         h->busy = 0;
         if (h->req)
@@ -404,24 +427,33 @@ static void on_init_answer(void *arg, const sf_reply *r)
     }
 }
 
+/* The client's initialize to the started server; a warm pool's server (started with the
+ * pool's long idle timeout) gets the session's. */
+static void send_initialize(hreq *h)
+{
+    json_t *args;
+    char *text = json_dumps(h->msg, JSON_COMPACT);
+    char *idtext = json_dumps(h->id, JSON_COMPACT | JSON_ENCODE_ANY);
+
+    args = text && idtext ? json_pack("{s:s, s:s}", "message", text, "id", idtext) : NULL;
+    if (args && h->warm)
+        json_object_set_new(args, "idle_s", json_integer(h->idle_s));
+    free(text);
+    free(idtext);
+    if (h_submit(h, SF_TOOL_HOSTED_SEND, args, 0, on_init_answer, NULL) < 0)
+        h_free(h);
+}
+
 static void on_started(void *arg, const sf_reply *r)
 {
     hreq *h = arg;
-    json_t *args;
-    char *text, *idtext;
 
     h->pending = NULL;
     if (!r || r->kind != SF_REPLY_RESULT) {
         on_init_answer(h, r);
         return;
     }
-    text = json_dumps(h->msg, JSON_COMPACT);
-    idtext = json_dumps(h->id, JSON_COMPACT | JSON_ENCODE_ANY);
-    args = text && idtext ? json_pack("{s:s, s:s}", "message", text, "id", idtext) : NULL;
-    free(text);
-    free(idtext);
-    if (h_submit(h, SF_TOOL_HOSTED_SEND, args, 0, on_init_answer, NULL) < 0)
-        h_free(h);
+    send_initialize(h);
 }
 
 /* "PORT/PATH" of --http, checked: 0, or -1. */
@@ -463,11 +495,118 @@ static char *http_run(const char *run, const char *http)
     return out;
 }
 
+/* The server starts in the session's sandbox (its image holds the code, or test mode's
+ * fetch put it in /root/mcp). */
+/* sf.hosted_start's arguments for the entry's server; NULL: no memory. */
+static json_t *start_args(const json_t *entry, int64_t idle_s)
+{
+    const char *r = json_string_value(json_object_get(entry, "run"));
+    const char *cwd = json_string_value(json_object_get(entry, "cwd"));
+    char *run = http_run(r ? r : "", json_string_value(json_object_get(entry, "http")));
+    json_t *args = run ? json_pack("{s:s, s:s, s:I}", "run", run, "cwd", cwd ? cwd : "/root/mcp",
+                                   "idle_s", (json_int_t)idle_s)
+                       : NULL;
+
+    free(run);
+    return args;
+}
+
+static void start_server(hreq *h)
+{
+    if (h_submit(h, SF_TOOL_HOSTED_START, start_args(h->entry, h->idle_s), 0, on_started,
+                 NULL) < 0)
+        h_free(h);
+}
+
+/* Test mode's fetch: the last lines of what it printed (at most n bytes, from a line start). */
+static const char *tail_text(const char *s, size_t n)
+{
+    size_t len = s ? strlen(s) : 0;
+    const char *p;
+
+    if (!s)
+        return "";
+    if (len <= n)
+        return s;
+    p = s + len - n;
+    return strchr(p, '\n') && strchr(p, '\n')[1] ? strchr(p, '\n') + 1 : p;
+}
+
+static void on_fetched(void *arg, const sf_reply *r)
+{
+    hreq *h = arg;
+    char text[2600];
+    long long code;
+
+    h->pending = NULL;
+    if (!h->req) {
+        start_failed(h, 0, NULL);
+        h_free(h);
+        return;
+    }
+    if (!r || r->kind != SF_REPLY_RESULT) {
+        snprintf(text, sizeof(text), "Test mode could not fetch %s: %s", h->repo,
+                 r && r->message ? r->message : "the fetch did not finish in time; retry.");
+        start_failed(h, 502, text);
+        h_free(h);
+        return;
+    }
+    code = json_integer_value(json_object_get(r->result, "exit_code"));
+    if (code != 0) {
+        const char *err = tail_text(json_string_value(json_object_get(r->result, "stderr")), 2000);
+        if (code == 10)
+            snprintf(text, sizeof(text), "Test mode could not fetch %s (git clone through your "
+                     "team's egress rules): %s", h->repo, err);
+        else if (code == 12)
+            snprintf(text, sizeof(text), "The entrypoint '%s' is not a file inside the "
+                     "repository %s; pass entrypoint= as a path within it (.py, .js or .mjs).",
+                     h->entrypoint, h->repo);
+        else
+            snprintf(text, sizeof(text), "Test mode fetched %s but installing its "
+                     "requirements.txt / package.json failed (exit %lld; through your team's "
+                     "egress rules): %s", h->repo, code, err);
+        start_failed(h, 502, text);
+        h_free(h);
+        return;
+    }
+    start_server(h);
+}
+
+/* Test mode: the sandbox clones the repository into /root/mcp through its egress proxy and
+ * installs its requirements. The URL and entrypoint were checked (no quote, no shell
+ * character) before they go, single-quoted, into the command. Exit 10: the clone failed,
+ * 11: an install, 12: the entrypoint is no file inside the repository. */
+static void test_fetch(hreq *h)
+{
+    char *cmd = NULL;
+
+    if (asprintf(&cmd,
+                 "rm -rf /root/mcp; "
+                 "{ git clone -q --depth 1 -- '%s' /root/mcp 2>/tmp/sf-fetch.err || "
+                 "{ rm -rf /root/mcp; git clone -q -- '%s' /root/mcp 2>/tmp/sf-fetch.err; }; } || "
+                 "{ cat /tmp/sf-fetch.err >&2; exit 10; }; "
+                 "cd /root/mcp || exit 10; "
+                 "case \"$(realpath -e -- '%s' 2>/dev/null)\" in /root/mcp/*) ;; *) exit 12;; esac; "
+                 "[ -f '%s' ] || exit 12; "
+                 "if [ -f requirements.txt ]; then python3 -m venv /root/venv >&2 && "
+                 "/root/venv/bin/pip install -q --disable-pip-version-check -r requirements.txt "
+                 ">&2 || exit 11; fi; "
+                 "if [ -f package.json ] && [ ! -d node_modules ]; then npm install -s "
+                 "--omit=dev --no-audit --no-fund >&2 || exit 11; fi; exit 0",
+                 h->repo, h->repo, h->entrypoint, h->entrypoint) < 0) {
+        h_error(h, 503, -32603, "Out of memory; retry.");
+        h_free(h);
+        return;
+    }
+    if (h_submit(h, "sandbox_exec", json_pack("{s:s, s:i}", "command", cmd, "timeout_ms",
+                                              TEST_FETCH_MS), 0, on_fetched, NULL) < 0)
+        h_free(h);
+    free(cmd);
+}
+
 static void on_created(void *arg, const sf_reply *r)
 {
     hreq *h = arg;
-    json_t *args;
-    char *run;
 
     h->pending = NULL;
     if (!r || r->kind != SF_REPLY_RESULT) {
@@ -482,29 +621,269 @@ static void on_created(void *arg, const sf_reply *r)
         h_free(h);
         return;
     }
-    run = http_run(entry_str(h, "run") ? entry_str(h, "run") : "", entry_str(h, "http"));
-    args = run ? json_pack("{s:s, s:s, s:I}", "run", run, "cwd",
-                           entry_str(h, "cwd") ? entry_str(h, "cwd") : "/root/mcp", "idle_s",
-                           (json_int_t)h->idle_s)
-               : NULL;
-    free(run);
-    if (h_submit(h, SF_TOOL_HOSTED_START, args, 0, on_started, NULL) < 0)
+    if (h->test)
+        test_fetch(h);
+    else
+        start_server(h);
+}
+
+/* The entry's field k parsed as JSON (allow_out, secrets), or NULL. */
+static json_t *entry_json(const json_t *entry, const char *k)
+{
+    const char *s = json_string_value(json_object_get(entry, k));
+    return s ? json_loads(s, 0, NULL) : NULL;
+}
+
+/* sandbox_create's arguments for a server's sandbox: from its snapshot (test mode: the
+ * 'debian' template), its egress rules and secrets; metadata names the server (kname) and
+ * the session (or, for the warm pool, the registration it was made for). NULL: no memory. */
+static json_t *create_args(const json_t *entry, int test, const char *name, const char *kname,
+                           const char *mkey, const char *mval)
+{
+    const char *snap = json_string_value(json_object_get(entry, "snapshot"));
+    json_t *args, *v = NULL;
+
+    /* git, python3 and node: the 'debian' template (as `servers add`'s default) */
+    args = json_pack("{s:s, s:s, s:{s:s, s:s}}", test ? "from_template" : "from_snapshot",
+                     test ? TEST_TEMPLATE : snap ? snap : "", "name", name, "metadata",
+                     "sandfleet_hosted", kname, mkey, mval);
+    if (args && (v = entry_json(entry, "allow_out")) && json_array_size(v))
+        json_object_set_new(args, "allow_out", v);
+    else if (v)
+        json_decref(v);
+    v = NULL;
+    if (args && (v = entry_json(entry, "secrets")) && json_object_size(v))
+        json_object_set_new(args, "secrets", v);
+    else if (v)
+        json_decref(v);
+    return args;
+}
+
+/* A gateway job nobody waits for (a kill on the way out, metadata): fire and forget. */
+static void fire(gw_ctx *ctx, const char *team, const char *tool, const char *sandbox,
+                 json_t *args)
+{
+    sf_job job;
+
+    if (!args)
+        return;
+    sf_job_init(&job);
+    snprintf(job.team, sizeof(job.team), "%s", team);
+    snprintf(job.tool, sizeof(job.tool), "%s", tool);
+    snprintf(job.sandbox, sizeof(job.sandbox), "%s", sandbox);
+    json_object_set_new(args, "sandbox_id", json_string(sandbox));
+    job.args = args;
+    gw_jobs_submit(ctx, &job, ctx->cfg.call_deadline_ms, ignore_reply, NULL, NULL);
+    sf_job_fini(&job);
+}
+
+static void create_sandbox(hreq *h)
+{
+    if (h_submit(h, "sandbox_create",
+                 create_args(h->entry, h->test, h->name, h->kname, "session", h->sid), 0,
+                 on_created, NULL) < 0)
         h_free(h);
 }
 
-static json_t *json_field(const hreq *h, const char *k)
+/* ---- the warm pool ------------------------------------------------------------------
+ * `--warm N`: N sandboxes per server made from its image ahead of time (the code in place;
+ * the server starts at initialize), in the list sf:team:{T}:srv:NAME:warm as "GEN ID"
+ * (GEN the entry's `created`: a sandbox of an older registration is stale). initialize
+ * takes one (LPOP) and makes one in its place; POST /v1/servers/NAME/warm fills the pool
+ * (`servers add` calls it) and says how much of it could be made. The sandboxes are the
+ * team's own: its quota counts them. */
+
+typedef struct wfill wfill;
+
+#define WARM_IDLE_S 86400 /* a pool's server waits this long (the sandbox's lifetime) */
+
+typedef struct warm {
+    gw_ctx *ctx;
+    json_t *start;            /* sf.hosted_start's arguments */
+    char team[SF_ID_MAX];
+    char name[NAME_MAX_LEN + 1];
+    char sandbox[SF_ID_MAX];
+    char member[96];          /* "GEN ID" */
+    long long max;
+    wfill *fill;              /* the fill waiting for it, or NULL (a replenish) */
+} warm;
+
+struct wfill {
+    struct sreq *s;           /* NULL once the client left */
+    int pending, ok, fresh, want;
+    char err[512];
+};
+
+static void fill_done(wfill *f);
+
+static void warm_free(warm *w)
 {
-    const char *s = entry_str(h, k);
-    return s ? json_loads(s, 0, NULL) : NULL;
+    json_decref(w->start);
+    free(w);
+}
+
+static void on_warm_pushed(redisAsyncContext *ac, void *reply, void *priv)
+{
+    warm *w = priv;
+    redisReply *rep = reply;
+    char key[200];
+
+    (void)ac;
+    if (!rep || rep->type != REDIS_REPLY_INTEGER || rep->integer > w->max) {
+        /* over the pool's size (replenishes raced) or Redis failed: not kept */
+        snprintf(key, sizeof(key), SF_RK_SRV_WARM, w->team, w->name);
+        sf_redis_cmd(w->ctx->redis, NULL, NULL, "LREM %s 1 %s", key, w->member);
+        fire(w->ctx, w->team, "sandbox_kill", w->sandbox, json_object());
+    } else if (w->fill) {
+        w->fill->ok++;
+    }
+    if (w->fill && --w->fill->pending == 0)
+        fill_done(w->fill);
+    warm_free(w);
+}
+
+static void on_warm_started(void *arg, const sf_reply *r)
+{
+    warm *w = arg;
+
+    if (!r || r->kind != SF_REPLY_RESULT) {
+        const char *why = r && r->message ? r->message : "no answer in time";
+        sf_warn("msg=\"warm pool: the server did not start\" server=%s team=%s why=\"%s\"",
+                w->name, w->team, why);
+        if (w->fill && !w->fill->err[0])
+            snprintf(w->fill->err, sizeof(w->fill->err), "its server did not start: %s", why);
+        fire(w->ctx, w->team, "sandbox_kill", w->sandbox, json_object());
+        if (w->fill && --w->fill->pending == 0)
+            fill_done(w->fill);
+        warm_free(w);
+        return;
+    }
+    snprintf(w->member + strlen(w->member), sizeof(w->member) - strlen(w->member), "%s",
+             w->sandbox);
+    if (sf_redis_cmd(w->ctx->redis, on_warm_pushed, w, "RPUSH " SF_RK_SRV_WARM " %s", w->team,
+                     w->name, w->member) < 0)
+        on_warm_pushed(NULL, NULL, w);
+}
+
+/* Submits the gateway's job tool on w's sandbox (args stolen); cb gets w. -1 when it could
+ * not be sent. */
+static int warm_submit(warm *w, const char *tool, json_t *args, gw_job_cb cb, int fresh)
+{
+    const sf_tool *t = sf_toolset_find(&w->ctx->tools, tool);
+    sf_job job;
+    int rc;
+
+    if (!t || !args) {
+        json_decref(args);
+        return -1;
+    }
+    sf_job_init(&job);
+    snprintf(job.team, sizeof(job.team), "%s", w->team);
+    snprintf(job.tool, sizeof(job.tool), "%s", tool);
+    if (fresh)
+        sf_id_new(w->sandbox, "sb_");
+    else
+        json_object_set_new(args, "sandbox_id", json_string(w->sandbox));
+    snprintf(job.sandbox, sizeof(job.sandbox), "%s", w->sandbox);
+    job.args = args;
+    rc = gw_jobs_submit(w->ctx, &job,
+                        sf_tool_wait_ms(t, args, w->ctx->cfg.call_deadline_ms,
+                                        w->ctx->cfg.exec_deadline_margin_ms) +
+                            (fresh ? w->ctx->cfg.template_wait_s * 1000 : 0),
+                        cb, w, NULL);
+    sf_job_fini(&job);
+    return rc < 0 ? -1 : 0;
+}
+
+static void on_warm_created(void *arg, const sf_reply *r)
+{
+    warm *w = arg;
+
+    if (!r || r->kind != SF_REPLY_RESULT) {
+        const char *why = r && r->message ? r->message : "no answer in time";
+        sf_warn("msg=\"warm pool: a sandbox could not be made\" server=%s team=%s why=\"%s\"",
+                w->name, w->team, why);
+        if (w->fill && !w->fill->err[0])
+            snprintf(w->fill->err, sizeof(w->fill->err), "%s", why);
+        if (w->fill && --w->fill->pending == 0)
+            fill_done(w->fill);
+        warm_free(w);
+        return;
+    }
+    /* the server starts now and waits for its client's initialize */
+    if (warm_submit(w, SF_TOOL_HOSTED_START, w->start, on_warm_started, 0) < 0) {
+        w->start = NULL;
+        on_warm_started(w, NULL);
+        return;
+    }
+    w->start = NULL;
+}
+
+/* One more sandbox for the pool of server name (entry: its registry hash). */
+static void warm_create(gw_ctx *ctx, const char *team, const char *name, const json_t *entry,
+                        wfill *fill)
+{
+    const char *gen = json_string_value(json_object_get(entry, "created"));
+    const char *n = json_string_value(json_object_get(entry, "warm"));
+    warm *w = calloc(1, sizeof(*w));
+
+    if (!w || !gen || !(w->start = start_args(entry, WARM_IDLE_S))) {
+        free(w);
+        if (fill && --fill->pending == 0)
+            fill_done(fill);
+        return;
+    }
+    w->ctx = ctx;
+    w->fill = fill;
+    w->max = n ? strtoll(n, NULL, 10) : 0;
+    snprintf(w->team, sizeof(w->team), "%s", team);
+    snprintf(w->name, sizeof(w->name), "%s", name);
+    snprintf(w->member, sizeof(w->member), "%s ", gen);
+    if (warm_submit(w, "sandbox_create", create_args(entry, 0, name, name, "sandfleet_warm", gen),
+                    on_warm_created, 1) < 0)
+        on_warm_created(w, NULL);
+}
+
+static void on_warm_pop(redisAsyncContext *ac, void *reply, void *priv)
+{
+    hreq *h = priv;
+    redisReply *rep = reply;
+    const char *gen = entry_str(h, "created");
+    const char *sp;
+
+    (void)ac;
+    h->busy = 0;
+    if (!h->req) {
+        if (rep && rep->type == REDIS_REPLY_STRING && (sp = strchr(rep->str, ' ')))
+            fire(h->ctx, h->team, "sandbox_kill", sp + 1, json_object()); /* nobody takes it */
+        h_free(h);
+        return;
+    }
+    if (rep && rep->type == REDIS_REPLY_STRING && (sp = strchr(rep->str, ' ')) && gen &&
+        (size_t)(sp - rep->str) == strlen(gen) && !strncmp(rep->str, gen, strlen(gen)) &&
+        sf_id_valid(sp + 1)) {
+        snprintf(h->sandbox, sizeof(h->sandbox), "%s", sp + 1);
+        h->warm = 1;
+        fire(h->ctx, h->team, "sandbox_update", h->sandbox,
+             json_pack("{s:{s:s, s:s}}", "metadata", "sandfleet_hosted", h->kname, "session",
+                       h->sid));
+        warm_create(h->ctx, h->team, h->name, h->entry, NULL); /* one in its place */
+        send_initialize(h); /* its server runs already */
+        return;
+    }
+    if (rep && rep->type == REDIS_REPLY_STRING && (sp = strchr(rep->str, ' ')) && sf_id_valid(sp + 1))
+        fire(h->ctx, h->team, "sandbox_kill", sp + 1, json_object()); /* an old registration's */
+    else if (rep && rep->type == REDIS_REPLY_NIL)
+        warm_create(h->ctx, h->team, h->name, h->entry, NULL); /* the pool ran dry: refill */
+    create_sandbox(h);
 }
 
 static void on_count(redisAsyncContext *ac, void *reply, void *priv)
 {
     hreq *h = priv;
     redisReply *rep = reply;
-    const char *ms = entry_str(h, "max_sessions");
+    const char *ms = entry_str(h, "max_sessions"), *wn = entry_str(h, "warm");
     long long cap = ms ? strtoll(ms, NULL, 10) : SF_HOSTED_SESSIONS_DEFAULT;
-    json_t *args, *v = NULL;
     char text[300];
 
     (void)ac;
@@ -527,20 +906,14 @@ static void on_count(redisAsyncContext *ac, void *reply, void *priv)
         return;
     }
     sf_id_new(h->sid, "hs_");
-    args = json_pack("{s:s, s:s, s:{s:s, s:s}}", "from_snapshot",
-                     entry_str(h, "snapshot") ? entry_str(h, "snapshot") : "", "name",
-                     h->name, "metadata", "sandfleet_hosted", h->name, "session", h->sid);
-    if (args && (v = json_field(h, "allow_out")) && json_array_size(v))
-        json_object_set_new(args, "allow_out", v);
-    else if (v)
-        json_decref(v);
-    v = NULL;
-    if (args && (v = json_field(h, "secrets")) && json_object_size(v))
-        json_object_set_new(args, "secrets", v);
-    else if (v)
-        json_decref(v);
-    if (h_submit(h, "sandbox_create", args, 0, on_created, NULL) < 0)
-        h_free(h);
+    if (!h->test && wn && strtoll(wn, NULL, 10) > 0) {
+        h->busy = 1;
+        if (sf_redis_cmd(h->ctx->redis, on_warm_pop, h, "LPOP " SF_RK_SRV_WARM, h->team,
+                         h->name) == 0)
+            return;
+        h->busy = 0;
+    }
+    create_sandbox(h);
 }
 
 static void initialize(hreq *h)
@@ -549,9 +922,9 @@ static void initialize(hreq *h)
 
     /* the team's live sessions: expired ones leave first */
     sf_redis_cmd(h->ctx->redis, NULL, NULL, "ZREMRANGEBYSCORE " SF_RK_TEAM_HSESS " -inf %lld",
-                 h->team, h->name, (long long)now);
+                 h->team, h->kname, (long long)now);
     h->busy = 1;
-    if (sf_redis_cmd(h->ctx->redis, on_count, h, "ZCARD " SF_RK_TEAM_HSESS, h->team, h->name) < 0) {
+    if (sf_redis_cmd(h->ctx->redis, on_count, h, "ZCARD " SF_RK_TEAM_HSESS, h->team, h->kname) < 0) {
         h->busy = 0;
         h_error(h, 503, -32603, SF_MSG_STORE_DOWN);
         h_free(h);
@@ -576,7 +949,7 @@ static void on_listened(void *arg, const sf_reply *r)
         return;
     }
     if (r && !strcmp(r->code, SF_ERR_NOT_FOUND))
-        session_forget(h->ctx, h->team, h->name, h->sid);
+        session_forget(h->ctx, h->team, h->kname, h->sid);
     h_respond(h, 200, NULL, NULL, NULL);
     h_free(h);
 }
@@ -621,7 +994,7 @@ static void on_session(redisAsyncContext *ac, void *reply, void *priv)
         return;
     }
     if (rep->element[0]->type != REDIS_REPLY_STRING || strcmp(rep->element[0]->str, h->team) ||
-        rep->element[1]->type != REDIS_REPLY_STRING || strcmp(rep->element[1]->str, h->name) ||
+        rep->element[1]->type != REDIS_REPLY_STRING || strcmp(rep->element[1]->str, h->kname) ||
         rep->element[2]->type != REDIS_REPLY_STRING) {
         h_error(h, 404, -32001, "Session not found: it ended, was idle too long, or belongs to "
                                 "another server or team; send initialize again without "
@@ -636,7 +1009,7 @@ static void on_session(redisAsyncContext *ac, void *reply, void *priv)
         h->idle_s = SF_HOSTED_IDLE_DEFAULT_S;
     method = gw_req_method(h->req);
     if (!strcmp(method, "DELETE")) {
-        session_forget(h->ctx, h->team, h->name, h->sid);
+        session_forget(h->ctx, h->team, h->kname, h->sid);
         if (h_submit(h, "sandbox_kill", json_object(), 0, on_killed, NULL) < 0)
             h_free(h);
         return;
@@ -658,11 +1031,12 @@ static void on_session(redisAsyncContext *ac, void *reply, void *priv)
     send_message(h);
 }
 
+static void after_entry(hreq *h);
+
 static void on_entry(redisAsyncContext *ac, void *reply, void *priv)
 {
     hreq *h = priv;
     redisReply *rep = reply;
-    const char *sid;
     char text[300];
 
     (void)ac;
@@ -690,12 +1064,17 @@ static void on_entry(redisAsyncContext *ac, void *reply, void *priv)
             rep->element[i + 1]->type == REDIS_REPLY_STRING)
             json_object_set_new(h->entry, rep->element[i]->str,
                                 json_string(rep->element[i + 1]->str));
-    {
-        const char *idle = entry_str(h, "idle_s");
-        h->idle_s = idle ? strtoll(idle, NULL, 10) : SF_HOSTED_IDLE_DEFAULT_S;
-        if (h->idle_s <= 0)
-            h->idle_s = SF_HOSTED_IDLE_DEFAULT_S;
-    }
+    after_entry(h);
+}
+
+/* The entry is known (registered, or test mode's): initialize, or the session's message. */
+static void after_entry(hreq *h)
+{
+    const char *sid, *idle = entry_str(h, "idle_s");
+
+    h->idle_s = idle ? strtoll(idle, NULL, 10) : SF_HOSTED_IDLE_DEFAULT_S;
+    if (h->idle_s <= 0)
+        h->idle_s = SF_HOSTED_IDLE_DEFAULT_S;
     sid = gw_req_header(h->req, "Mcp-Session-Id");
     if (!sid) {
         const char *method = json_string_value(json_object_get(h->msg, "method"));
@@ -729,6 +1108,122 @@ static void on_entry(redisAsyncContext *ac, void *reply, void *priv)
     }
 }
 
+/* Test mode's URL: https://HOST[:PORT]/PATH, at most 1024 bytes, no credentials, nothing a
+ * shell or git would read as more than a URL. Its host into host. 0, or -1. */
+static int test_url_ok(const char *url, char *host, size_t n)
+{
+    const char *a = url + 8;
+    size_t len;
+
+    if (strncmp(url, "https://", 8) || strlen(url) > TEST_URL_MAX)
+        return -1;
+    for (const char *p = url; *p; p++)
+        if ((unsigned char)*p <= ' ' || (unsigned char)*p >= 0x7f || strchr("'\"\\`$;&|<>(){}*![]", *p))
+            return -1;
+    len = strcspn(a, "/?#");
+    if (len == 0 || memchr(a, '@', len))
+        return -1;
+    len = strcspn(a, ":/?#");
+    if (len == 0 || len >= n)
+        return -1;
+    memcpy(host, a, len);
+    host[len] = '\0';
+    return 0;
+}
+
+/* Test mode's entrypoint: a relative path inside the repository to a .py, .js or .mjs file,
+ * of letters, digits, '.', '_', '-' and '/', no '..' component, not starting with '-'. */
+static int test_entry_ok(const char *e)
+{
+    size_t len = strlen(e);
+    const char *dot = strrchr(e, '.');
+
+    if (len == 0 || len > TEST_ENTRY_MAX || *e == '/' || *e == '-' || !dot ||
+        (strcmp(dot, ".py") && strcmp(dot, ".js") && strcmp(dot, ".mjs")))
+        return -1;
+    for (const char *p = e; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '.' || *p == '_' || *p == '-' || *p == '/'))
+            return -1;
+    for (const char *c = e; c; c = strchr(c, '/') ? strchr(c, '/') + 1 : NULL)
+        if (!strncmp(c, "..", 2) && (c[2] == '/' || c[2] == '\0'))
+            return -1;
+    return 0;
+}
+
+static int is_ipv4(const char *host)
+{
+    return strspn(host, "0123456789.") == strlen(host);
+}
+
+static void on_test_mode(redisAsyncContext *ac, void *reply, void *priv)
+{
+    hreq *h = priv;
+    redisReply *rep = reply;
+    char host[256], *run = NULL;
+    const char *ext;
+
+    (void)ac;
+    h->busy = 0;
+    if (!h->req) {
+        h_free(h);
+        return;
+    }
+    if (!rep || rep->type == REDIS_REPLY_ERROR) {
+        h_error(h, 503, -32603, SF_MSG_STORE_DOWN);
+        h_free(h);
+        return;
+    }
+    if (rep->type != REDIS_REPLY_STRING || strcmp(rep->str, "on")) {
+        h_error(h, 403, -32600, "Test mode is off for your team: an operator turns it on with "
+                                "`sandfleet teams limits TEAM --hosted-test-mode on`; or register "
+                                "the server with `sandfleet servers add NAME`.");
+        h_free(h);
+        return;
+    }
+    if (!h->repo[0] || test_url_ok(h->repo, host, sizeof(host)) < 0) {
+        h_error(h, 400, -32602, "Test mode needs repo_url=https://HOST/PATH (URL-encoded, at "
+                                "most 1024 bytes, no credentials, quotes or spaces) and "
+                                "entrypoint=FILE.");
+        h_free(h);
+        return;
+    }
+    if (test_entry_ok(h->entrypoint) < 0) {
+        h_error(h, 400, -32602, "entrypoint= is the server's file inside the repository: a "
+                                "relative path (no '..', not absolute) of letters, digits, '.', "
+                                "'_', '-' and '/' ending in .py (run with python3) or .js/.mjs "
+                                "(run with node), at most 255 bytes.");
+        h_free(h);
+        return;
+    }
+    ext = strrchr(h->entrypoint, '.');
+    if (asprintf(&run, !strcmp(ext, ".py")
+                           ? "[ -x /root/venv/bin/python3 ] && PATH=/root/venv/bin:$PATH; "
+                             "exec python3 '%s'"
+                           : "exec node '%s'",
+                 h->entrypoint) < 0) {
+        h_error(h, 503, -32603, "Out of memory; retry.");
+        h_free(h);
+        return;
+    }
+    h->entry = json_pack("{s:s, s:s}", "run", run, "cwd", "/root/mcp");
+    free(run);
+    /* a domain opens the repository's host through the egress proxy (whose rules still
+     * refuse the platform's addresses whatever a name resolves to); an address or a bare
+     * name stays under the default rules */
+    if (h->entry && strchr(host, '.') && !is_ipv4(host)) {
+        char list[300];
+        snprintf(list, sizeof(list), "[\"%s\"]", host);
+        json_object_set_new(h->entry, "allow_out", json_string(list));
+    }
+    if (!h->entry) {
+        h_error(h, 503, -32603, "Out of memory; retry.");
+        h_free(h);
+        return;
+    }
+    after_entry(h);
+}
+
 static void on_auth(void *arg, int status, const char *team, gw_session *sess, const char *why)
 {
     hreq *h = arg;
@@ -760,11 +1255,50 @@ static void on_auth(void *arg, int status, const char *team, gw_session *sess, c
     }
     snprintf(h->team, sizeof(h->team), "%s", team);
     h->busy = 1;
-    if (sf_redis_cmd(h->ctx->redis, on_entry, h, "HGETALL " SF_RK_SRV, h->team, h->name) < 0) {
+    if (h->test ? sf_redis_cmd(h->ctx->redis, on_test_mode, h,
+                               "HGET " SF_RK_TEAM_LIMITS " hosted_test_mode", h->team) < 0
+                : sf_redis_cmd(h->ctx->redis, on_entry, h, "HGETALL " SF_RK_SRV, h->team,
+                               h->name) < 0) {
         h->busy = 0;
         h_error(h, 503, -32603, SF_MSG_STORE_DOWN);
         h_free(h);
     }
+}
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                          : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* The query parameter key, percent-decoded ('+' a space) into out. 1 when there, 0 when
+ * not, -1 when longer than n - 1 or badly encoded (a %00 too). */
+static int query_param(const char *q, const char *key, char *out, size_t n)
+{
+    size_t kl = strlen(key), w = 0;
+
+    for (const char *p = q; p && *p; p = strchr(p, '&') ? strchr(p, '&') + 1 : NULL) {
+        if (strncmp(p, key, kl) || p[kl] != '=')
+            continue;
+        for (const char *v = p + kl + 1; *v && *v != '&'; v++) {
+            int c = (unsigned char)*v;
+            if (c == '%') {
+                int hi = hexval(v[1]), lo = hi < 0 ? -1 : hexval(v[2]);
+                if (lo < 0 || (hi == 0 && lo == 0))
+                    return -1;
+                c = hi * 16 + lo;
+                v += 2;
+            } else if (c == '+') {
+                c = ' ';
+            }
+            if (w + 1 >= n)
+                return -1;
+            out[w++] = (char)c;
+        }
+        out[w] = '\0';
+        return 1;
+    }
+    return 0;
 }
 
 /* NAME from /mcp/NAME or ?name=NAME; 0, or -1 when it is no server name. */
@@ -834,6 +1368,22 @@ void gw_hosted_handle(gw_req *req, gw_ctx *ctx)
         h_free(h);
         return;
     }
+    snprintf(h->kname, sizeof(h->kname), "%s", h->name);
+    {
+        const char *q = gw_req_query(req);
+        char flag[8] = "";
+        if (q && query_param(q, "test_mode", flag, sizeof(flag)) > 0 && !strcmp(flag, "true")) {
+            h->test = 1;
+            snprintf(h->kname, sizeof(h->kname), "test.%s", h->name);
+            if (query_param(q, "repo_url", h->repo, sizeof(h->repo)) < 0 ||
+                query_param(q, "entrypoint", h->entrypoint, sizeof(h->entrypoint)) < 0) {
+                h_error(h, 400, -32602, "repo_url is at most 1024 bytes and entrypoint at most "
+                                        "255, URL-encoded (no %00).");
+                h_free(h);
+                return;
+            }
+        }
+    }
     if (!strcmp(method, "POST")) {
         json_error_t jerr;
         body = gw_req_body(req, &len);
@@ -875,13 +1425,15 @@ typedef struct sreq {
     int busy;
     char team[SF_ID_MAX];
     char name[NAME_MAX_LEN + 1];
-    char sub[16];             /* "", "logs" */
+    char sub[16];             /* "", "logs", "warm" */
     json_t *body;
+    json_t *entry;            /* warm: the server's registry hash */
 } sreq;
 
 static void s_free(sreq *s)
 {
     json_decref(s->body);
+    json_decref(s->entry);
     free(s);
 }
 
@@ -926,7 +1478,8 @@ static json_t *hash_object(const redisReply *rep)
             if (!strcmp(k, "allow_out") || !strcmp(k, "secrets"))
                 parsed = json_loads(v, 0, NULL);
             else if (!strcmp(k, "idle_s") || !strcmp(k, "max_sessions") || !strcmp(k, "warm") ||
-                     !strcmp(k, "created"))
+                     !strcmp(k, "created") || !strcmp(k, "vcpu") || !strcmp(k, "memory_mib") ||
+                     !strcmp(k, "disk_mib"))
                 parsed = json_integer(strtoll(v, NULL, 10));
             json_object_set_new(o, k, parsed ? parsed : json_string(v));
         }
@@ -961,8 +1514,7 @@ static void s_done(redisAsyncContext *ac, void *reply, void *priv)
                                    rep->type == REDIS_REPLY_STRING ? rep->str : ""));
     } else if (!strcmp(method, "GET")) {
         if (rep->elements == 0)
-            s_error(s, 404, "No server of that name is registered for your team; `sandfleet "
-                            "servers list` shows them.");
+            s_error(s, 404, NOT_REGISTERED);
         else
             s_answer(s, 200, hash_object(rep));
     } else if (!strcmp(method, "DELETE")) {
@@ -980,14 +1532,123 @@ static void s_done(redisAsyncContext *ac, void *reply, void *priv)
     s_free(s);
 }
 
+/* ---- POST /v1/servers/NAME/warm: fill the warm pool -------------------------------- */
+
+static void fill_done(wfill *f)
+{
+    sreq *s = f->s;
+    int ready = f->fresh + f->ok;
+    json_t *a;
+
+    if (s) {
+        a = json_pack("{s:s, s:i, s:i}", "name", s->name, "warm", f->want, "ready", ready);
+        if (a && ready < f->want) {
+            char text[800];
+            snprintf(text, sizeof(text), "The warm pool of '%s' holds %d of %d sandboxes: %s "
+                     "The other sessions start cold (each initialize makes one more for the "
+                     "pool); free some of your team's sandboxes or lower --warm.",
+                     s->name, ready, f->want, f->err[0] ? f->err : "they could not be made.");
+            json_object_set_new(a, "error", json_string(text));
+        }
+        s->busy = 0;
+        s_answer(s, 200, a);
+        s_free(s);
+    }
+    free(f);
+}
+
+static void on_fill_list(redisAsyncContext *ac, void *reply, void *priv)
+{
+    sreq *s = priv;
+    redisReply *rep = reply;
+    const char *gen = json_string_value(json_object_get(s->entry, "created"));
+    const char *wn = json_string_value(json_object_get(s->entry, "warm"));
+    int want = wn ? (int)strtol(wn, NULL, 10) : 0, fresh = 0, need;
+    char key[200];
+    wfill *f;
+
+    (void)ac;
+    if (!s->req) {
+        s->busy = 0;
+        s_free(s);
+        return;
+    }
+    if (!rep || rep->type != REDIS_REPLY_ARRAY) {
+        s->busy = 0;
+        s_error(s, 503, SF_MSG_STORE_DOWN);
+        s_free(s);
+        return;
+    }
+    snprintf(key, sizeof(key), SF_RK_SRV_WARM, s->team, s->name);
+    for (size_t i = 0; i < rep->elements; i++) {
+        const char *m = rep->element[i]->type == REDIS_REPLY_STRING ? rep->element[i]->str : "";
+        const char *sp = strchr(m, ' ');
+        int current = sp && gen && (size_t)(sp - m) == strlen(gen) && !strncmp(m, gen, strlen(gen));
+        if (current && fresh < want) {
+            fresh++;
+            continue;
+        }
+        /* an older registration's, or more than --warm now asks for */
+        sf_redis_cmd(s->ctx->redis, NULL, NULL, "LREM %s 1 %s", key, m);
+        if (sp && sf_id_valid(sp + 1))
+            fire(s->ctx, s->team, "sandbox_kill", sp + 1, json_object());
+    }
+    need = want - fresh;
+    if (!(f = calloc(1, sizeof(*f)))) {
+        s->busy = 0;
+        s_error(s, 503, "Out of memory; retry.");
+        s_free(s);
+        return;
+    }
+    f->s = s;
+    f->want = want;
+    f->fresh = fresh;
+    f->pending = need;
+    if (need <= 0) {
+        fill_done(f);
+        return;
+    }
+    for (int i = 0; i < need; i++)
+        warm_create(s->ctx, s->team, s->name, s->entry, f);
+}
+
+static void on_fill_entry(redisAsyncContext *ac, void *reply, void *priv)
+{
+    sreq *s = priv;
+    redisReply *rep = reply;
+
+    (void)ac;
+    if (!s->req || !rep || rep->type != REDIS_REPLY_ARRAY || rep->elements == 0) {
+        s->busy = 0;
+        if (!rep || rep->type != REDIS_REPLY_ARRAY)
+            s_error(s, 503, SF_MSG_STORE_DOWN);
+        else
+            s_error(s, 404, NOT_REGISTERED);
+        s_free(s);
+        return;
+    }
+    s->entry = json_object();
+    for (size_t i = 0; i + 1 < rep->elements; i += 2)
+        if (rep->element[i]->type == REDIS_REPLY_STRING &&
+            rep->element[i + 1]->type == REDIS_REPLY_STRING)
+            json_object_set_new(s->entry, rep->element[i]->str,
+                                json_string(rep->element[i + 1]->str));
+    if (sf_redis_cmd(s->ctx->redis, on_fill_list, s, "LRANGE " SF_RK_SRV_WARM " 0 -1", s->team,
+                     s->name) < 0) {
+        s->busy = 0;
+        s_error(s, 503, SF_MSG_STORE_DOWN);
+        s_free(s);
+    }
+}
+
 /* PUT /v1/servers/NAME: the entry, checked. -1 answered. */
 static int s_put(sreq *s)
 {
     static const char *const strs[] = {"run", "snapshot", "template", "cwd", "http", "setup",
-                                       "source", "ref"};
+                                       "source", "ref", "shape_template"};
     json_t *b = s->body, *v;
     const char *argv[64];
-    char nums[4][24], *jallow = NULL, *jsec = NULL;
+    char nums[7][24], *jallow = NULL, *jsec = NULL;
     char k1[200], k2[200];
     int argc = 0;
 
@@ -1021,7 +1682,8 @@ static int s_put(sreq *s)
             continue;
         if (!json_is_string(v) || json_string_length(v) > 4096) {
             s_error(s, 400, "Server fields 'run', 'setup', 'cwd', 'http', 'template', 'snapshot', "
-                            "'source' and 'ref' are strings of at most 4096 bytes.");
+                            "'source', 'ref' and 'shape_template' are strings of at most 4096 "
+                            "bytes.");
             return -1;
         }
         if (!strcmp(strs[i], "http") && http_spec_ok(json_string_value(v)) < 0) {
@@ -1033,15 +1695,18 @@ static int s_put(sreq *s)
         argv[argc++] = json_string_value(v);
     }
     {
-        static const char *const ints[] = {"idle_s", "max_sessions", "warm"};
-        static const json_int_t lo[] = {1, 1, 0}, hi[] = {604800, 1000, 16};
-        for (size_t i = 0; i < 3; i++) {
+        static const char *const ints[] = {"idle_s", "max_sessions", "warm", "vcpu",
+                                           "memory_mib", "disk_mib"};
+        static const json_int_t lo[] = {1, 1, 0, 1, 64, 64},
+                                hi[] = {604800, 1000, 16, 8, 65536, 65536};
+        for (size_t i = 0; i < SF_ARRAY_LEN(ints); i++) {
             v = json_object_get(b, ints[i]);
             if (!v)
                 continue;
             if (!json_is_integer(v) || json_integer_value(v) < lo[i] ||
                 json_integer_value(v) > hi[i]) {
-                s_error(s, 400, "idle_s is 1-604800 seconds, max_sessions 1-1000, warm 0-16.");
+                s_error(s, 400, "idle_s is 1-604800 seconds, max_sessions 1-1000, warm 0-16, "
+                                "vcpu 1-8, memory_mib and disk_mib 64-65536.");
                 return -1;
             }
             snprintf(nums[1 + i], sizeof(nums[1 + i]), "%lld",
@@ -1109,7 +1774,10 @@ static void s_on_auth(void *arg, int status, const char *team, gw_session *sess,
     snprintf(s->team, sizeof(s->team), "%s", team);
     method = gw_req_method(s->req);
     s->busy = 1;
-    if (!strcmp(method, "GET") && !s->name[0])
+    if (!strcmp(method, "POST")) /* .../warm */
+        rc = sf_redis_cmd(s->ctx->redis, on_fill_entry, s, "HGETALL " SF_RK_SRV, s->team,
+                          s->name);
+    else if (!strcmp(method, "GET") && !s->name[0])
         rc = sf_redis_cmd(s->ctx->redis, s_done, s, "SMEMBERS " SF_RK_SRVS, s->team);
     else if (!strcmp(method, "GET") && s->sub[0])
         rc = sf_redis_cmd(s->ctx->redis, s_done, s, "GET " SF_RK_SRV_LOG, s->team, s->name);
@@ -1117,6 +1785,7 @@ static void s_on_auth(void *arg, int status, const char *team, gw_session *sess,
         rc = sf_redis_cmd(s->ctx->redis, s_done, s, "HGETALL " SF_RK_SRV, s->team, s->name);
     else if (!strcmp(method, "DELETE")) {
         sf_redis_cmd(s->ctx->redis, NULL, NULL, "DEL " SF_RK_SRV_LOG, s->team, s->name);
+        sf_redis_cmd(s->ctx->redis, NULL, NULL, "DEL " SF_RK_SRV_WARM, s->team, s->name);
         sf_redis_cmd(s->ctx->redis, NULL, NULL, "SREM " SF_RK_SRVS " %s", s->team, s->name);
         rc = sf_redis_cmd(s->ctx->redis, s_done, s, "DEL " SF_RK_SRV, s->team, s->name);
     } else {
@@ -1166,10 +1835,11 @@ static void servers_handle(gw_req *req, void *arg)
                 s_free(s);
                 return;
             }
-        if (rest[n] == '/' && !strcmp(rest + n + 1, "logs"))
-            snprintf(s->sub, sizeof(s->sub), "logs");
+        if (rest[n] == '/' && (!strcmp(rest + n + 1, "logs") || !strcmp(rest + n + 1, "warm")))
+            snprintf(s->sub, sizeof(s->sub), "%s", rest + n + 1);
         else if (rest[n]) {
-            s_error(s, 404, "Not found: /v1/servers/NAME or /v1/servers/NAME/logs.");
+            s_error(s, 404, "Not found: /v1/servers/NAME, /v1/servers/NAME/logs or "
+                            "/v1/servers/NAME/warm.");
             s_free(s);
             return;
         }
@@ -1189,8 +1859,12 @@ static void servers_handle(gw_req *req, void *arg)
             s_free(s);
             return;
         }
-    } else if (strcmp(method, "GET") && !(!strcmp(method, "DELETE") && s->name[0] && !s->sub[0])) {
-        s_error(s, 405, "Use GET /v1/servers[/NAME[/logs]], PUT or DELETE /v1/servers/NAME.");
+    } else if (!strcmp(method, "POST") ? strcmp(s->sub, "warm") != 0
+               : !strcmp(s->sub, "warm") ||
+                     (strcmp(method, "GET") &&
+                      !(!strcmp(method, "DELETE") && s->name[0] && !s->sub[0]))) {
+        s_error(s, 405, "Use GET /v1/servers[/NAME[/logs]], PUT or DELETE /v1/servers/NAME, "
+                        "POST /v1/servers/NAME/warm.");
         s_free(s);
         return;
     }

@@ -589,7 +589,8 @@ int gw_jobs_submit(gw_ctx *ctx, sf_job *job, int64_t wait_ms, gw_job_cb cb, void
         struct timeval tv = {(time_t)(wait_ms / 1000), (suseconds_t)(wait_ms % 1000) * 1000};
         evtimer_add(p->timer, &tv);
     }
-    *out = p;
+    if (out) /* NULL: the caller never cancels it (fire and forget) */
+        *out = p;
     return 0;
 }
 

@@ -8,6 +8,7 @@
 #define SF_RK_SRV "sf:team:{%s}:srv:%s"        /* hash: one registered server */
 #define SF_RK_SRVS "sf:team:{%s}:srvs"         /* set: the team's server names */
 #define SF_RK_SRV_LOG "sf:team:{%s}:srv:%s:log" /* string: its last crash's log lines */
+#define SF_RK_SRV_WARM "sf:team:{%s}:srv:%s:warm" /* list: its warm pool, "GEN SANDBOX" */
 #define SF_RK_HSESS "sf:hsess:{%s}"            /* hash, TTL idle: team, name, sandbox */
 #define SF_RK_TEAM_HSESS "sf:team:{%s}:hsess:%s" /* zset: a server's session ids -> expiry (ms) */
 

@@ -4,10 +4,12 @@
  *   sf.hosted_start  {sandbox_id, run, cwd?, idle_s?}  starts the server as a duplex exec
  *                    (driver.h `pipe`): its stdin takes our lines, its stdout lines come to
  *                    us as the agent reads them, its stderr is kept as the session's log
- *   sf.hosted_send   {sandbox_id, message, id?, token?} writes one JSON-RPC message (a
- *                    line); with `id` (the request's id, JSON text) the call is answered
- *                    with the server's response to it {message}; messages the server sends
- *                    meanwhile go out as progress chunks {mcp: line}
+ *   sf.hosted_send   {sandbox_id, message, id?, token?, idle_s?} writes one JSON-RPC
+ *                    message (a line); with `id` (the request's id, JSON text) the call is
+ *                    answered with the server's response to it {message}; messages the
+ *                    server sends meanwhile go out as progress chunks {mcp: line}; idle_s
+ *                    sets a new idle timeout (a warm pool's server, started with a long one,
+ *                    gets its session's at initialize)
  *   sf.hosted_listen {sandbox_id, wait_ms?}             the GET stream's half: what the
  *                    server sends that belongs to no request, as progress chunks, until
  *                    wait_ms passed (answered {})
@@ -30,6 +32,7 @@
 #include <string.h>
 
 #define LINE_MAX_BYTES (4u << 20)  /* one JSON-RPC message from the server */
+#define OVER_KEEP 256              /* bytes kept of each end of a longer one */
 #define ERRTAIL_MAX (16u * 1024)   /* the last stderr bytes kept (the crash's log lines) */
 #define QUEUE_MAX 256              /* unrouted server messages held for the listener */
 #define WAITS_MAX 256              /* requests waiting for their response, per session */
@@ -53,6 +56,8 @@ typedef struct hsess {
     char *why_ended;               /* ...the sentence every later call gets */
     sf_buf line;                   /* stdout bytes of the line being read */
     int line_over;                 /* the current line is over LINE_MAX_BYTES: dropped */
+    char over_head[OVER_KEEP + 1];  /* ...but its first and last bytes are kept, to find */
+    char over_tail[OVER_KEEP + 1];  /* the request it answers ("id" comes first or last) */
     char errtail[ERRTAIL_MAX];
     size_t errlen;
     hwait *waits;                  /* oldest first */
@@ -163,6 +168,61 @@ static void fail_all(hsess *hs, const char *code, const char *text)
 
 /* One line of the server's stdout: a response goes to its request; anything else to the
  * request it names by progressToken, the oldest request, the listener, or the queue. */
+/* The JSON value (a number or a string without escapes) at v as text into out: its
+ * length, or 0. */
+static size_t id_value(const char *v, char *out, size_t n)
+{
+    size_t len = *v == '"' ? strcspn(v + 1, "\"\\") + 2 : strspn(v, "-0123456789");
+
+    if (len == 0 || len >= n || (*v == '"' && v[len - 1] != '"'))
+        return 0;
+    memcpy(out, v, len);
+    out[len] = '\0';
+    return len;
+}
+
+/* The top-level id of an over-long response from the bytes kept of its ends, as JSON text
+ * into out: the last member (`,"id":N}`, the TypeScript SDK's order) or the first ones
+ * (`{"jsonrpc":"2.0","id":N`, Python's). 0, or -1 when neither end shows it. */
+static int over_id(const hsess *hs, char *out, size_t n)
+{
+    const char *p = NULL, *q, *v;
+    size_t len;
+
+    for (q = hs->over_tail; (q = strstr(q, "\"id\":")); q += 5)
+        p = q;
+    if (p) {
+        v = p + 5 + strspn(p + 5, " ");
+        if ((len = id_value(v, out, n)) && v[len + strspn(v + len, " ")] == '}' &&
+            !v[len + strspn(v + len, " ") + 1 + strspn(v + len + strspn(v + len, " ") + 1, " \r")])
+            return 0;
+    }
+    p = strstr(hs->over_head, "\"id\":");
+    if (p && hs->over_head[0] == '{' && p - hs->over_head <= 48 &&
+        strcspn(hs->over_head + 1, "{[") >= (size_t)(p - hs->over_head - 1) &&
+        id_value(p + 5 + strspn(p + 5, " "), out, n))
+        return 0;
+    return -1;
+}
+
+/* A response over LINE_MAX_BYTES was dropped: the request it answers is told so at once. */
+static void over_long(hsess *hs)
+{
+    char key[260];
+
+    if (over_id(hs, key, sizeof(key)) < 0)
+        return;
+    for (hwait *w = hs->waits; w; w = w->next)
+        if (!strcmp(w->id, key)) {
+            wait_unlink(hs, w);
+            wk_reply_error(w->c, SF_ERR_LIMIT, "The hosted MCP server's answer is over 4 MiB, "
+                                               "the most one message may be; ask it for less "
+                                               "(a page, a file or a URL).");
+            wait_free(w);
+            return;
+        }
+}
+
 static void on_line(hsess *hs, const char *text, size_t len)
 {
     json_error_t jerr;
@@ -249,11 +309,27 @@ static void on_output(void *arg, int stream, const char *data, size_t len)
         if (!hs->line_over && sf_buf_append(&hs->line, data, n) < 0) {
             sf_warn("msg=\"hosted server message over 4 MiB dropped\" sandbox=%s", hs->sandbox);
             hs->line_over = 1;
+            if (hs->line.len) /* the line's first bytes (or this piece's, if it is the first) */
+                snprintf(hs->over_head, sizeof(hs->over_head), "%.*s",
+                         (int)(hs->line.len < OVER_KEEP ? hs->line.len : OVER_KEEP), hs->line.p);
+            else
+                snprintf(hs->over_head, sizeof(hs->over_head), "%.*s",
+                         (int)(n < OVER_KEEP ? n : OVER_KEEP), data);
+            hs->over_tail[0] = '\0';
             sf_buf_reset(&hs->line);
+        }
+        if (hs->line_over) { /* the last OVER_KEEP bytes so far */
+            size_t have = strlen(hs->over_tail), add = n < OVER_KEEP ? n : OVER_KEEP;
+            size_t keep = have + add > OVER_KEEP ? OVER_KEEP - add : have;
+            memmove(hs->over_tail, hs->over_tail + have - keep, keep);
+            memcpy(hs->over_tail + keep, data + n - add, add);
+            hs->over_tail[keep + add] = '\0';
         }
         if (!nl)
             return;
-        if (!hs->line_over && hs->line.len)
+        if (hs->line_over)
+            over_long(hs);
+        else if (hs->line.len)
             on_line(hs, hs->line.p, hs->line.len);
         sf_buf_reset(&hs->line);
         hs->line_over = 0;
@@ -455,6 +531,7 @@ static void do_send(wk_call *c, wk_box *b)
     const char *id = json_string_value(json_object_get(a, "id"));
     const char *token = json_string_value(json_object_get(a, "token"));
     size_t len = json_string_length(json_object_get(a, "message"));
+    json_int_t idle = json_integer_value(json_object_get(a, "idle_s"));
     hsess *hs = live_session(c, b, 1);
     hwait *w = NULL;
     char *line;
@@ -462,6 +539,12 @@ static void do_send(wk_call *c, wk_box *b)
 
     if (!hs)
         return;
+    if (idle > 0 && hs->idle) { /* from now on */
+        struct timeval tv = {(time_t)idle, 0};
+        hs->idle_ms = idle * 1000;
+        evtimer_del(hs->idle);
+        evtimer_add(hs->idle, &tv);
+    }
     if (!msg || memchr(msg, '\n', len)) {
         wk_reply_error(c, SF_ERR_INVALID, "A message to a hosted server is one line of JSON.");
         return;

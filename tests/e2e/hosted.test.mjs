@@ -75,6 +75,11 @@ def call_upstream(path: str) -> str:
         return r.read().decode()
 
 @server.tool()
+def huge() -> str:
+    """Answers 5 MiB."""
+    return "x" * (5 << 20)
+
+@server.tool()
 def crash() -> str:
     """Dies."""
     print("about to crash: boom-" + "marker", file=sys.stderr, flush=True)
@@ -161,9 +166,11 @@ const server = new Server({ name: 'node-hosted', version: '1.0.0' }, { capabilit
 server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: [
   { name: 'inc', description: 'Counts calls in this session.', inputSchema: { type: 'object' } },
   { name: 'ticks', description: 'Reports n progress ticks.',
-    inputSchema: { type: 'object', properties: { n: { type: 'integer' } } } }] }));
+    inputSchema: { type: 'object', properties: { n: { type: 'integer' } } } },
+  { name: 'huge', description: 'Answers 5 MiB.', inputSchema: { type: 'object' } }] }));
 server.setRequestHandler(CallToolRequestSchema, async (req, extra) => {
   if (req.params.name === 'inc') return { content: [{ type: 'text', text: String(++n) }] };
+  if (req.params.name === 'huge') return { content: [{ type: 'text', text: 'x'.repeat(5 << 20) }] };
   const t = req.params._meta?.progressToken, k = req.params.arguments?.n ?? 2;
   for (let i = 1; i <= k; i++)
     if (t !== undefined) await extra.sendNotification({ method: 'notifications/progress',
@@ -269,7 +276,7 @@ test('Python SDK server: the SDK client lists and calls its tools; per-session s
   const a = await open(PY);
   assert.equal(a.client.getServerVersion().name, 'py-hosted', 'the server\'s own initialize answer');
   const tools = (await a.client.listTools()).tools.map((t) => t.name).sort();
-  assert.deepEqual(tools, ['bump', 'call_upstream', 'crash', 'env_token', 'steps']);
+  assert.deepEqual(tools, ['bump', 'call_upstream', 'crash', 'env_token', 'huge', 'steps']);
   assert.equal(text(await a.client.callTool({ name: 'bump', arguments: {} })), '1');
   assert.equal(text(await a.client.callTool({ name: 'bump', arguments: {} })), '2');
 
@@ -417,6 +424,16 @@ test('bounded input: an oversized message, a bad name, an oversized registry ent
     assert.equal(res.status, 404, bad);
     assert.match((await res.json()).error.message, /must be 1-63 of a-z, 0-9/, bad);
   }
+  // the code's 256 MiB: refused before any sandbox is made (a sparse file of 257 MiB)
+  const bigDir = mkdtempSync(join(tmpdir(), 'sf-hosted-big-'));
+  assert.equal(spawnSync('truncate', ['-s', String(257 * 1024 * 1024), join(bigDir, 'code.tar')]).status, 0);
+  const up = servers(['add', `big-${uniq}`, '--archive', join(bigDir, 'code.tar'), '--run', 'x']);
+  assert.equal(up.status, 1, up.stderr);
+  assert.match(up.stderr, /The server's code is 257 MiB packed; the most is 256 MiB: leave out what it does not need/);
+  assert.doesNotMatch(up.stderr, /builder sandbox/, 'nothing was made');
+  const nodir = servers(['add', `big-${uniq}`, '--archive', bigDir, '--run', 'x']);
+  assert.equal(nodir.status, 1);
+  assert.match(nodir.stderr, /Cannot read .*not a regular file.*; pass a readable archive/);
   const base = url.replace(/\/mcp$/, '');
   const put = await fetch(`${base}/v1/servers/big-${uniq}`, { method: 'PUT',
     headers: { 'Content-Type': 'application/json', ...bearer(env.SF_KEY_ALPHA) },
@@ -438,6 +455,20 @@ test('over the session cap: an actionable 429', skip, async () => {
   await assert.rejects(client.connect(transport), /sessions of hosted MCP server '.*', the most its registration allows/);
   await client.close();
   for (const h of held) await end(h);
+});
+
+// A server's message is at most 4 MiB: a longer answer is dropped, and the request it answers
+// (its id found at either end: the TS SDK writes it last, the Python SDK first) is told so
+// at once instead of waiting out its deadline; the session goes on.
+test('an answer over 4 MiB: the request is told so at once; the session goes on', skip, async () => {
+  for (const [name, count] of [[NODE, 'inc'], [PY, 'bump']]) {
+    const a = await open(name);
+    // (without the answer, the call would wait out its 300 s and the SDK client give up at 60)
+    await assert.rejects(a.client.callTool({ name: 'huge', arguments: {} }),
+      /The hosted MCP server's answer is over 4 MiB, the most one message may be; ask it for less/, name);
+    assert.equal(text(await a.client.callTool({ name: count, arguments: {} })), '1', `${name}: the session goes on`);
+    await end(a);
+  }
 });
 
 test('a crashing server: a JSON-RPC error saying so; its last lines in servers logs', skip, async () => {
@@ -484,7 +515,7 @@ test('a bound secret: the upstream sees the real value, the server process only 
 test('Node TS SDK server: tools, per-session state, progress; an idle session is evicted', skip, async () => {
   const a = await open(NODE);
   assert.equal(a.client.getServerVersion().name, 'node-hosted');
-  assert.deepEqual((await a.client.listTools()).tools.map((t) => t.name), ['inc', 'ticks']);
+  assert.deepEqual((await a.client.listTools()).tools.map((t) => t.name), ['inc', 'ticks', 'huge']);
   assert.equal(text(await a.client.callTool({ name: 'inc', arguments: {} })), '1');
   assert.equal(text(await a.client.callTool({ name: 'inc', arguments: {} })), '2');
   const seen = [];
@@ -594,4 +625,120 @@ test('--git URL --ref REF: the server cloned through the egress proxy; bad URLs 
   }
   const badref = servers(['add', `bad-${uniq}`, '--git', 'https://api.example.test/r.git', '--ref', '--upload-pack=x', '--run', 'x']);
   assert.equal(badref.status, 2);
+});
+
+// --vcpu/--memory_mib/--disk_mib: the image is built in a sandbox of a team template of that
+// shape (mcp-NAME-XXXX), so the snapshot, and every session made from it, has it.
+test('a server\'s shape: each session\'s sandbox has it; bounds and a shape no host holds refused', skip, async () => {
+  const SH = `shape-${uniq}`;
+  const templates = async () => {
+    const c = await connect(env.SF_KEY_ALPHA);
+    const r = await call(c, 'sandbox_template_list', { name_prefix: `mcp-${SH}` });
+    await c.close();
+    return r.structured.templates.map((t) => t.name);
+  };
+  const add = servers(['add', SH, '--dir', nodeDir(), '--run', 'node server.mjs', '--template', 'debian',
+    '--vcpu', '1', '--memory_mib', '320', '--disk_mib', '700']);
+  assert.equal(add.status, 0, add.stderr);
+  try {
+    const entry = JSON.parse(servers(['show', SH]).stdout);
+    assert.deepEqual([entry.vcpu, entry.memory_mib, entry.disk_mib], [1, 320, 700]);
+    assert.match(entry.shape_template, new RegExp(`^mcp-${SH}-[0-9a-f]{4}$`));
+    assert.equal(entry.template, 'debian');
+    const a = await open(SH);
+    const [box] = await sessionBoxes(a.transport.sessionId);
+    const c = await connect(env.SF_KEY_ALPHA);
+    const info = (await call(c, 'sandbox_info', { sandbox_id: box.id })).structured;
+    await c.close();
+    assert.equal(info.resources.memory_mib, 320, JSON.stringify(info.resources));
+    assert.equal(info.resources.disk_mib, 700, JSON.stringify(info.resources));
+    assert.equal(text(await a.client.callTool({ name: 'inc', arguments: {} })), '1');
+    await end(a);
+  } finally {
+    const r = servers(['remove', SH]);
+    assert.equal(r.status, 0, r.stderr);
+  }
+  assert.deepEqual(await templates(), [], 'remove deleted the shape template');
+  for (const [opt, v, why] of [['--vcpu', '0', /--vcpu is a whole number of vCPUs from 1 to 8/],
+    ['--vcpu', '9', /--vcpu is a whole number of vCPUs from 1 to 8/], ['--memory_mib', '12', /--memory_mib is a whole number of MiB from 64 to 65536/],
+    ['--disk_mib', '1e9', /--disk_mib is a whole number of MiB from 64 to 65536/]]) {
+    const r = servers(['add', SH, '--dir', '/nonexistent', '--run', 'x', opt, v]);
+    assert.equal(r.status, 2, `${opt} ${v}`);
+    assert.match(r.stderr, why);
+  }
+  const huge = servers(['add', SH, '--dir', nodeDir(), '--run', 'node server.mjs', '--memory_mib', '65536']);
+  assert.equal(huge.status, 1, huge.stderr);
+  assert.match(huge.stderr, /No host can build a template of memory_mib 65536.*ask for a smaller shape/);
+  assert.match(huge.stderr, /The server's shape \(--vcpu\/--memory_mib\/--disk_mib\) could not be built as a template from debian/);
+  assert.deepEqual(await templates(), [], 'a failed registration leaves no template');
+  assert.equal(servers(['show', SH]).status, 1, 'nor an entry');
+});
+
+// --warm N: N sandboxes made from the image ahead of time, their servers started; initialize
+// takes one (its sandbox gets the session's metadata, its server the session's idle
+// timeout) and one is made in its place; they count in the team's quota (a pool the quota
+// cannot hold says so); remove ends them.
+test('--warm: a pool of ready sandboxes, taken by initialize and refilled; bounded by the quota; removed with the server', skip, async () => {
+  const W = `warm-${uniq}`;
+  const boxes = async (md, key = env.SF_KEY_ALPHA) => {
+    const c = await connect(key);
+    const r = await call(c, 'sandbox_list', { metadata: md });
+    await c.close();
+    return r.structured.sandboxes.filter((s) => s.status !== 'killed').map((s) => s.id);
+  };
+  const add = servers(['add', W, '--dir', nodeDir(), '--run', 'node server.mjs', '--warm', '2', '--idle-timeout', '3']);
+  assert.equal(add.status, 0, add.stderr);
+  assert.match(add.stderr, /warm pool: 2 sandboxes ready/);
+  try {
+    const gen = String(JSON.parse(servers(['show', W]).stdout).created);
+    const pool = await boxes({ sandfleet_hosted: W, sandfleet_warm: gen });
+    assert.equal(pool.length, 2, 'two sandboxes wait');
+    const a = await open(W);
+    assert.equal(text(await a.client.callTool({ name: 'inc', arguments: {} })), '1');
+    const mine = await until('the taken sandbox to carry the session', async () => {
+      const b = await boxes({ sandfleet_hosted: W, session: a.transport.sessionId });
+      return b.length === 1 && b;
+    });
+    assert.ok(pool.includes(mine[0]), 'the session got a sandbox of the pool');
+    await until('the pool to be refilled', async () =>
+      (await boxes({ sandfleet_hosted: W, sandfleet_warm: gen })).filter((id) => id !== mine[0]).length === 2, 60000, 200);
+    // a session taken from the pool has the server's idle timeout (3 s); the pool's own
+    // servers wait longer than that for a client
+    await until('the idle session from the pool to be evicted', async () =>
+      (await boxes({ sandfleet_hosted: W, session: a.transport.sessionId })).length === 0, 60000, 200);
+    await end(a, false);
+    const waiting = pool.find((id) => id !== mine[0]);
+    assert.ok((await boxes({ sandfleet_hosted: W, sandfleet_warm: gen })).includes(waiting),
+      'a pool sandbox made before the session outlived its idle timeout');
+    // a pool whose sandboxes died: initialize makes a fresh one instead
+    const c = await connect(env.SF_KEY_ALPHA);
+    for (const id of await boxes({ sandfleet_hosted: W, sandfleet_warm: gen }))
+      await call(c, 'sandbox_kill', { sandbox_id: id });
+    await c.close();
+    const b = await open(W);
+    assert.equal(text(await b.client.callTool({ name: 'inc', arguments: {} })), '1', 'a dead pool sandbox is replaced, not handed out');
+    await end(b);
+  } finally {
+    const r = servers(['remove', W]);
+    assert.equal(r.status, 0, r.stderr);
+  }
+  assert.deepEqual(await boxes({ sandfleet_hosted: W }), [], 'remove ended the pool');
+  const bad = servers(['add', W, '--dir', '/nonexistent', '--run', 'x', '--warm', '17']);
+  assert.equal(bad.status, 2);
+  assert.match(bad.stderr, /--warm is how many sandboxes to keep ready for new sessions: 0 to 16/);
+
+  // beta may hold 2 sandboxes: a pool of 3 holds 2 and says why
+  cli(['teams', 'limits', 'beta', '--sandboxes', '2']);
+  try {
+    const q = servers(['add', W, '--dir', nodeDir(), '--run', 'node server.mjs', '--warm', '3'], env.SF_KEY_BETA);
+    assert.equal(q.status, 0, q.stderr);
+    // (2 of 3, or 1 while the builder's kill still counts in the quota on a loaded host)
+    const held = q.stderr.match(new RegExp(`The warm pool of '${W}' holds ([12]) of 3 sandboxes: Sandbox quota reached`));
+    assert.ok(held, q.stderr);
+    assert.equal((await boxes({ sandfleet_hosted: W }, env.SF_KEY_BETA)).length, Number(held[1]), 'the quota held');
+  } finally {
+    cli(['teams', 'limits', 'beta', '--sandboxes', 'default']);
+    servers(['remove', W], env.SF_KEY_BETA);
+  }
+  assert.deepEqual(await boxes({ sandfleet_hosted: W }, env.SF_KEY_BETA), []);
 });
