@@ -78,10 +78,14 @@ for (const [name, cmd] of Object.entries(idioms)) {
                                                              p.command.includes('while'));
     const procs = await mine();
     assert.ok(procs.length >= 1, `the loop of ${name} is listed`);
+    let killed = 0;
     for (const p of procs) {
       const k = await call(client, 'sandbox_process_kill', { sandbox_id: box, pid: p.pid });
+      // (a loop's subshell may end with the shell killed before it: gone is fine then)
+      if (killed > 0 && k.isError && /^No process \d+ runs in the sandbox/.test(k.text)) continue;
       assert.equal(k.isError, false, k.text);
       assert.equal(k.structured.exited, true);
+      killed++;
     }
     assert.deepEqual(await mine(), [], 'no loop left after the kill');
     const n = await lines(box, f);
