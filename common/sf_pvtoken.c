@@ -65,16 +65,24 @@ static void nonce_hex(char out[SF_PV_NONCE_HEX + 1])
     sodium_bin2hex(out, SF_PV_NONCE_HEX + 1, nonce, sizeof(nonce));
 }
 
-void sf_pv_link_mac(const uint8_t host_key[32], const char *id, unsigned port, uint64_t epoch,
-                    int64_t exp, const char *nonce, char mac[SF_PV_MAC_HEX + 1])
+/* Both MACs: HMAC-SHA256 over the context line, then id, port, epoch, a time (the link's
+ * expiry in s, the hop's iat in ms) and the nonce, one a line. */
+static void fields_mac(const uint8_t key[32], const char *ctx, const char *id, unsigned port,
+                       uint64_t epoch, int64_t t, const char *nonce, char mac[SF_PV_MAC_HEX + 1])
 {
     char msg[256];
-    int m = snprintf(msg, sizeof(msg), LINK_CTX "%s\n%u\n%" PRIu64 "\n%lld\n%s", id, port, epoch,
-                     (long long)exp, nonce);
+    int m = snprintf(msg, sizeof(msg), "%s%s\n%u\n%" PRIu64 "\n%lld\n%s", ctx, id, port, epoch,
+                     (long long)t, nonce);
 
     if (m < 0 || (size_t)m >= sizeof(msg))
         m = (int)sizeof(msg) - 1; /* ids are bounded: cannot happen */
-    mac_hex(host_key, msg, (size_t)m, mac);
+    mac_hex(key, msg, (size_t)m, mac);
+}
+
+void sf_pv_link_mac(const uint8_t host_key[32], const char *id, unsigned port, uint64_t epoch,
+                    int64_t exp, const char *nonce, char mac[SF_PV_MAC_HEX + 1])
+{
+    fields_mac(host_key, LINK_CTX, id, port, epoch, exp, nonce, mac);
 }
 
 int sf_pv_link_token(const uint8_t host_key[32], const char *id, unsigned port, uint64_t epoch,
@@ -93,13 +101,7 @@ int sf_pv_link_token(const uint8_t host_key[32], const char *id, unsigned port, 
 void sf_pv_hop_mac(const uint8_t host_key[32], const char *id, unsigned port, uint64_t epoch,
                    int64_t iat_ms, const char *nonce, char mac[SF_PV_MAC_HEX + 1])
 {
-    char msg[256];
-    int m = snprintf(msg, sizeof(msg), HOP_CTX "%s\n%u\n%" PRIu64 "\n%lld\n%s", id, port, epoch,
-                     (long long)iat_ms, nonce);
-
-    if (m < 0 || (size_t)m >= sizeof(msg))
-        m = (int)sizeof(msg) - 1; /* ids are bounded: cannot happen */
-    mac_hex(host_key, msg, (size_t)m, mac);
+    fields_mac(host_key, HOP_CTX, id, port, epoch, iat_ms, nonce, mac);
 }
 
 int sf_pv_hop_line(const uint8_t host_key[32], const char *id, unsigned port, uint64_t epoch,
