@@ -17,7 +17,6 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,20 +223,6 @@ toolong:
 
 /* ---- the screenshot -------------------------------------------------------- */
 
-static json_t *b64(const char *p, size_t n)
-{
-    size_t len = sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
-    char *out = malloc(len);
-    json_t *s;
-
-    if (!out)
-        return NULL;
-    sodium_bin2base64(out, len, (const unsigned char *)p, n, sodium_base64_VARIANT_ORIGINAL);
-    s = json_stringn(out, len - 1);
-    free(out);
-    return s;
-}
-
 static void on_dropped(void *arg, const wk_file_result *res)
 {
     (void)arg, (void)res;
@@ -253,7 +238,7 @@ static void answer(cu_op *o)
     r = json_pack("{s:I, s:I, s:s}", "width", (json_int_t)o->w, "height", (json_int_t)o->h,
                   "_text", text);
     if (r && o->png.len) {
-        json_t *img = b64(o->png.p, o->png.len);
+        json_t *img = wk_json_base64(o->png.p, o->png.len);
         if (!img) {
             json_decref(r);
             fail(o, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);

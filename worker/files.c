@@ -227,7 +227,7 @@ static char *iso8601(int64_t t, char out[32])
     return out;
 }
 
-static json_t *b64(const char *p, size_t n)
+json_t *wk_json_base64(const char *p, size_t n)
 {
     size_t len = sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
     char *out = malloc(len);
@@ -271,7 +271,7 @@ static void on_read(void *arg, const wk_file_result *res)
     }
     f->off += res->data_len;
     if (res->data_len == 0 || f->off >= f->size) { /* the end (or it shrank meanwhile) */
-        json_t *content = f->base64 ? b64(f->buf.p, f->buf.len) : json_stringn(f->buf.p ? f->buf.p : "", f->buf.len);
+        json_t *content = f->base64 ? wk_json_base64(f->buf.p, f->buf.len) : json_stringn(f->buf.p ? f->buf.p : "", f->buf.len);
         char when[32];
         if (!content) {
             fail(f, SF_ERR_INVALID, f->base64 ? SF_MSG_HOST_NOMEM
@@ -828,7 +828,7 @@ static void zip_built(void *arg)
     }
     for (size_t i = 0; i < f->nfiles; i++)
         nf += f->files[i].dir == 0;
-    if (!(content = b64(f->zip, f->zip_len))) {
+    if (!(content = wk_json_base64(f->zip, f->zip_len))) {
         fail(f, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
         return;
     }

@@ -227,6 +227,10 @@ void wk_event(wk_ctx *ctx, const char *type, const char *team, const char *sandb
               const json_t *extra);
 void wk_redis_logged(redisAsyncContext *ac, void *r, void *priv);
 
+/* files.c: n bytes at p as a JSON string of standard base64 (file contents, screenshots);
+ * NULL when out of memory. */
+json_t *wk_json_base64(const char *p, size_t n);
+
 /* life.c: pause, resume and the lifecycle timers (state/sf_timers.h). */
 /* Pauses / resumes b; done(c, rc, why) once it is (possibly inside the call; c may be
  * NULL, done too for wk_box_pause). -errno when the driver refused at once (done not
