@@ -2,7 +2,10 @@
  * (issue 24), as the team of $SANDFLEET_API_KEY, through the gateway.
  *
  * add builds the server's image with the team's own tools over MCP, so it gets the same
- * checks and quotas as any client: a builder sandbox from --template, the code uploaded into
+ * checks and quotas as any client: with --setup or a shape, first the server's own template
+ * mcp-NAME-XXXX from --template (a template build: jail hosts; a fleet of qemu hosts only
+ * refuses it, and the CLI says what works there); a builder sandbox from that template (or
+ * --template), the code uploaded into
  * /root/mcp (an archive of at most 256 MiB, sent in parts of 6 MiB with sandbox_files_write:
  * the gateway passes each part by claim check), --setup run there once, then the sandbox
  * captured as the snapshot `mcp-NAME` (sessions start from it) and killed. Last, the entry
@@ -252,43 +255,45 @@ static int shape_opts(int argc, char **argv, json_t *shape)
 static void jail_hint(const cli_gw *m)
 {
     if (strstr(m->err, "jail driver") || strstr(m->err, "jail host"))
-        fputs("This fleet has no jail host: a server's shape (--vcpu/--memory_mib/--disk_mib) "
-              "and a team --template are template builds, which run on jail hosts only. "
-              "Register the server without them (its sessions get the shape of 'debian' or "
-              "'base'; --setup runs in a builder sandbox, a microVM here) or ask the operator "
-              "for a jail host.\n", stderr);
+        fputs("This fleet has no jail host: --setup, a server's shape (--vcpu/--memory_mib/"
+              "--disk_mib) and a team --template are template builds, which run on jail hosts "
+              "only. Register the server without them (its code is uploaded into a microVM "
+              "whose snapshot each session starts from, with the shape of 'debian' or 'base'; "
+              "ship its dependencies inside --dir/--archive, e.g. pip install --target) or ask "
+              "the operator for a jail host.\n", stderr);
 }
 
-/* The server's shape as a team template of that shape from --template, named
- * mcp-NAME-XXXX (a new one each registration: live sessions keep the old one until the
- * registry names the new); its name into out. 0, or 1 after printing why. */
+/* The server's own template, mcp-NAME-XXXX from --template, of the server's shape (a new
+ * one each registration: live sessions keep the old one until the registry names the new):
+ * --setup and a shape are template builds. Its name into out. 0, or 1 after printing why. */
 static int shape_template(cli_gw *m, const char *name, const char *from, json_t *shape,
                           char *out, size_t n)
 {
     json_t *a;
     unsigned r = 0;
-    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC), sized = json_object_size(shape) > 0;
 
     if (fd < 0 || read(fd, &r, sizeof(r)) != (ssize_t)sizeof(r))
         r = (unsigned)getpid() ^ (unsigned)time(NULL);
     if (fd >= 0)
         close(fd);
     snprintf(out, n, "mcp-%s-%04x", name, r & 0xffff);
-    fprintf(stderr, "building template %s: the server's shape, from %s\n", out, from);
+    fprintf(stderr, "building template %s: the server's own%s, from %s\n", out,
+            sized ? " shape" : " (--setup runs in a sandbox of it)", from);
     a = json_pack("{s:s, s:s}", "name", out, "from", from);
     json_object_update(a, shape);
     if (cli_gw_call(m, "sandbox_template_create", a, NULL, 0)) {
         jail_hint(m);
         if (!strstr(m->err, "jail driver"))
-            fprintf(stderr, "The server's shape (--vcpu/--memory_mib/--disk_mib) could not be "
-                    "built as a template from %s; fix what the line above says, or leave the "
-                    "shape out to use the template's own.\n", from);
+            fprintf(stderr, "The server's template could not be built from %s; fix what the "
+                    "line above says%s.\n", from,
+                    sized ? ", or leave the shape out to use the template's own" : "");
         return 1;
     }
     if (cli_gw_template_wait(m, out, 0)) {
-        fprintf(stderr, "The server's shape (--vcpu/--memory_mib/--disk_mib) could not be built "
-                "as template %s from %s; fix what the line above says, or leave the shape "
-                "out to use the template's own.\n", out, from);
+        fprintf(stderr, "The server's template %s could not be built from %s; fix what the "
+                "line above says%s.\n", out, from,
+                sized ? ", or leave the shape out to use the template's own" : "");
         return 1;
     }
     return 0;
@@ -425,7 +430,10 @@ static int add(int argc, char **argv)
     }
     m.timeout_s = 900; /* an exec of --setup may take its 10 minutes */
     snprintf(snap, sizeof(snap), "mcp-%s", name);
-    if (json_object_size(shape) &&
+    /* --setup and a shape are template builds: the server's own template mcp-NAME-XXXX (of
+     * its shape, from --template) is built first, on a jail host; the builder sandbox,
+     * where the code and --setup go, is made from it. */
+    if ((setup || json_object_size(shape)) &&
         shape_template(&m, name, tpl ? tpl : "debian", shape, stpl, sizeof(stpl)))
         goto kill; /* (a failed build's template goes there) */
     fprintf(stderr, "building server %s: a builder sandbox from template %s\n", name,
