@@ -83,7 +83,7 @@ static size_t want_now(sf_splice *s, int *eof, int *wait)
 static void step(sf_splice *s)
 {
     size_t turn = 0;
-    int want_rd = 0, want_wr = 0;
+    int want_rd = 0, want_wr = 0, short_read = 0;
 
     if (s->finished)
         return;
@@ -127,6 +127,10 @@ static void step(sf_splice *s)
             finish(s, 0);
             return;
         }
+        if (short_read) { /* src is likely empty: epoll says when it is not (one read less) */
+            want_rd = 1;
+            goto wait;
+        }
         if (turn >= TURN_MAX) { /* the others' turn; on in the next one */
             event_active(s->ev_step, EV_TIMEOUT, 0);
             goto wait;
@@ -147,6 +151,7 @@ static void step(sf_splice *s)
         if (n > 0) {
             s->inpipe = (size_t)n;
             turn += (size_t)n;
+            short_read = (size_t)n < want;
         } else if (n == 0) {
             s->eof = 1;
         } else if (again(errno)) {

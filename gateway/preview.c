@@ -406,6 +406,28 @@ static void maybe_done(pv_conn *k)
     }
 }
 
+/* Writes what went to the hop now (a request head fits the socket at once): the
+ * bufferevent's write interest, two epoll_ctl per request, only while the socket is full.
+ * 0, or -1 when the hop failed. */
+static int u_flush(pv_conn *k)
+{
+    struct evbuffer *out = bufferevent_get_output(k->u);
+    int fd = bufferevent_getfd(k->u), n = 0;
+
+    /* (a socket bufferevent's output is frozen at its start for anyone but itself) */
+    evbuffer_unfreeze(out, 1);
+    while (evbuffer_get_length(out) > 0 && (n = evbuffer_write(out, fd)) > 0)
+        ;
+    evbuffer_freeze(out, 1);
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        return -1;
+    if (evbuffer_get_length(out) > 0)
+        bufferevent_enable(k->u, EV_WRITE); /* u_write_cb: on with the rest */
+    else
+        bufferevent_disable(k->u, EV_WRITE);
+    return 0;
+}
+
 /* browser -> sandbox */
 static void relay_up(pv_conn *k)
 {
@@ -450,6 +472,10 @@ static void relay_up(pv_conn *k)
             }
             evbuffer_drain(in, used);
         }
+    }
+    if (u_flush(k) < 0) {
+        conn_close(k);
+        return;
     }
     if (k->n_up + k->n_down > (1u << 20))
         flush_counts(k);
