@@ -1073,42 +1073,7 @@ static void divert_take(const gw_http_divert *d, void *arg)
     k->redis_pending++;
 }
 
-/* ------------------------------------------------------------------ HTTP/2, setup */
-
-static int is_preview(gw_ctx *ctx, gw_req *req)
-{
-    return ctx->preview && divert_match(req, ctx->preview);
-}
-
-void gw_preview_dispatch(gw_req *req, void *arg)
-{
-    gw_ctx *ctx = arg;
-
-    if (is_preview(ctx, req)) {
-        static const char page[] =
-            "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>505 Use HTTP/1.1"
-            "</title></head><body><h1>Previews are served over HTTP/1.1</h1><p>This "
-            "connection speaks HTTP/2; open the preview's address in a browser (which uses "
-            "HTTP/1.1 for preview hosts) or use HTTP/1.1 (curl --http1.1).</p></body></html>\n";
-        static const char *const hdr[] = {"Cache-Control", "no-store", "X-Content-Type-Options",
-                                          "nosniff", NULL};
-
-        gw_req_respond(req, 505, "text/html; charset=utf-8", hdr, page, sizeof(page) - 1);
-        return;
-    }
-    gw_router_dispatch(req, ctx->router);
-}
-
-void gw_preview_head_check(gw_req *req, void *arg)
-{
-    gw_ctx *ctx = arg;
-
-    if (is_preview(ctx, req)) {
-        gw_req_head_verdict(req, 0, NULL);
-        return;
-    }
-    gw_mcp_head_check(req, ctx);
-}
+/* ------------------------------------------------------------------ setup */
 
 int gw_preview_start(gw_ctx *ctx, char *why, size_t n)
 {
