@@ -32,8 +32,9 @@ typedef struct sf_splice sf_splice;
 typedef struct sf_splice_cfg {
     struct event_base *base;
     int src, dst;      /* nonblocking stream sockets, not owned: close them after the free */
-    size_t cap;        /* bytes in flight at most (the pipe is asked for this size; the
-                          kernel's minimum is a page, its default 64 KiB) */
+    size_t cap;        /* bytes in flight at most (the pipe is asked for this size: a
+                          user over fs.pipe-user-pages-soft, or a size over
+                          fs.pipe-max-size, gets the kernel's default, 64 KiB or less) */
     int shut_dst;      /* on src's end, shutdown(dst, SHUT_WR) once everything is written */
     /* optional: how many of `want` bytes may be read now (a bandwidth cap). 0 pauses the
      * splice until sf_splice_resume. */

@@ -45,6 +45,7 @@
 #define RELAY_LOW (256u << 10)   /* ...and resumes below this */
 #define RELAY_CHUNK (64u << 10)  /* one step of the request parser */
 #define RELAY_IO (256u << 10)    /* the largest single read or write */
+#define RELAY_PIPE (1u << 20)    /* the splice's pipe (sandbox -> a plain-TCP browser) */
 #define HEAD_MAX (64u << 10)     /* a request head we rewrite */
 #define HOP_ANSWER_MAX 512
 #define LINGER_S 2
@@ -596,7 +597,7 @@ static int down_splice(pv_conn *k)
     sf_splice_cfg cfg = {.base = k->pv->ctx->d.base,
                          .src = bufferevent_getfd(k->u),
                          .dst = bufferevent_getfd(k->c),
-                         .cap = RELAY_IO,
+                         .cap = RELAY_PIPE,
                          .allow = k->pv->ctx->cfg.preview_rate_team ? down_allow : NULL,
                          .moved = down_moved,
                          .done = down_done,
