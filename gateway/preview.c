@@ -31,6 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -717,8 +719,11 @@ static void u_event_cb(struct bufferevent *bev, short what, void *arg)
     if (what & BEV_EVENT_CONNECTED) {
         char line[HOP_ANSWER_MAX];
         int n = gw_pv_hop_line(line, sizeof(line), k->key, k->t.sandbox, k->t.port, k->epoch,
-                               (int64_t)sf_now_ms());
+                               (int64_t)sf_now_ms()), one = 1;
 
+        /* no Nagle: a body that follows its head in a later write would wait for the
+         * ingress's delayed ACK of the head (40 ms) */
+        setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         if (n < 0 || bufferevent_write(bev, line, (size_t)n) < 0) {
             conn_answer(k, 502, T_UNREACHABLE,
                         "The gateway could not start the hop; try again.", NULL);
