@@ -34,6 +34,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #include <event2/buffer.h>
@@ -79,6 +80,9 @@ typedef struct pv_conn {
     struct bufferevent *c; /* the browser */
     struct bufferevent *u; /* the hop to the ingress */
     sf_splice *down;       /* sandbox -> browser by splice(2) (a plain-TCP browser), else NULL */
+    struct event *ev_cin;  /* ...and the browser read by us into cin (else its bufferevent) */
+    struct evbuffer *cin;
+    int cin_on;
     struct event *tick;    /* bandwidth: resume after a wait */
     void *hold;            /* the client address's hold (server.h) */
     int state, redis_pending, tls, peer_port, header_form, tok_src;
@@ -392,6 +396,37 @@ static size_t allowance(pv_conn *k, size_t want)
     return got;
 }
 
+/* What the browser sent and the parser has not taken yet. */
+static struct evbuffer *c_input(pv_conn *k)
+{
+    return k->cin ? k->cin : bufferevent_get_input(k->c);
+}
+
+/* Our reads of the browser go on while its unparsed bytes stay under RELAY_HIGH. */
+static void cin_arm(pv_conn *k)
+{
+    int want = k->ev_cin && !k->c_eof && evbuffer_get_length(k->cin) < RELAY_HIGH;
+
+    if (!k->ev_cin || want == k->cin_on)
+        return;
+    if (want)
+        event_add(k->ev_cin, NULL);
+    else
+        event_del(k->ev_cin);
+    k->cin_on = want;
+}
+
+static void cin_free(pv_conn *k)
+{
+    if (k->ev_cin)
+        event_free(k->ev_cin);
+    if (k->cin)
+        evbuffer_free(k->cin);
+    k->ev_cin = NULL;
+    k->cin = NULL;
+    k->cin_on = 0;
+}
+
 /* Both sides are done: the browser sent its end and the sandbox's end went out. */
 static void maybe_done(pv_conn *k)
 {
@@ -402,7 +437,7 @@ static void maybe_done(pv_conn *k)
         conn_close(k);
         return;
     }
-    if (k->c_eof && !k->u_shut && evbuffer_get_length(bufferevent_get_input(k->c)) == 0 &&
+    if (k->c_eof && !k->u_shut && evbuffer_get_length(c_input(k)) == 0 &&
         evbuffer_get_length(bufferevent_get_output(k->u)) == 0) {
         k->u_shut = 1; /* the browser's half-close, passed on */
         shutdown(bufferevent_getfd(k->u), SHUT_WR);
@@ -435,11 +470,14 @@ static int u_flush(pv_conn *k)
 static void relay_up(pv_conn *k)
 {
     struct evbuffer *in, *out;
+    size_t before;
 
     if (k->state != S_RELAY)
         return;
-    in = bufferevent_get_input(k->c);
+    in = c_input(k);
     out = bufferevent_get_output(k->u);
+again:
+    before = evbuffer_get_length(in);
     while (evbuffer_get_length(in) > 0 && evbuffer_get_length(out) < RELAY_HIGH &&
            !k->waiting_bw) {
         size_t avail = evbuffer_get_length(in), want = avail < RELAY_CHUNK ? avail : RELAY_CHUNK;
@@ -480,6 +518,12 @@ static void relay_up(pv_conn *k)
         conn_close(k);
         return;
     }
+    /* the hop took all of it at once (its write interest is off again): the parser goes on
+     * here, as nothing else would wake it while the browser's bytes wait in full buffers */
+    if (evbuffer_get_length(in) > 0 && evbuffer_get_length(in) < before &&
+        evbuffer_get_length(out) == 0 && !k->waiting_bw)
+        goto again;
+    cin_arm(k);
     if (k->n_up + k->n_down > (1u << 20))
         flush_counts(k);
     maybe_done(k);
@@ -619,6 +663,75 @@ static int down_splice(pv_conn *k)
     return 0;
 }
 
+/* The browser, readable: up to RELAY_IO now, in reads of 16 KiB and more (libevent 2.1's
+ * are 4 KiB, each after a FIONREAD). */
+static void c_in_cb(evutil_socket_t fd, short what, void *arg)
+{
+    pv_conn *k = arg;
+    size_t got = 0, want = 16u << 10;
+
+    (void)what;
+    while (got < RELAY_IO && evbuffer_get_length(k->cin) < RELAY_HIGH) {
+        struct evbuffer_iovec v[2];
+        struct iovec io[2];
+        int nv = evbuffer_reserve_space(k->cin, (ev_ssize_t)want, v, 2);
+        ssize_t n;
+        size_t left;
+
+        if (nv < 0) {
+            conn_close(k);
+            return;
+        }
+        for (int i = 0; i < nv; i++) {
+            io[i].iov_base = v[i].iov_base;
+            io[i].iov_len = v[i].iov_len;
+        }
+        n = readv(fd, io, nv);
+        if (n <= 0) {
+            evbuffer_commit_space(k->cin, v, 0);
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+                break;
+            if (n < 0) {
+                conn_close(k);
+                return;
+            }
+            k->c_eof = 1; /* the browser may still read */
+            break;
+        }
+        left = (size_t)n;
+        for (int i = 0; i < nv; i++) {
+            v[i].iov_len = v[i].iov_len < left ? v[i].iov_len : left;
+            left -= v[i].iov_len;
+        }
+        if (evbuffer_commit_space(k->cin, v, v[nv - 1].iov_len ? nv : 1) < 0) {
+            conn_close(k);
+            return;
+        }
+        got += (size_t)n;
+        if ((size_t)n < want)
+            break; /* drained (epoll says when there is more) */
+        want = RELAY_CHUNK;
+    }
+    cin_arm(k);
+    relay_up(k);
+}
+
+/* With the splice, the browser's bytes are read here too (one reader per socket). 0 or -1
+ * (its bufferevent reads then). */
+static int c_own_reads(pv_conn *k)
+{
+    if (!(k->cin = evbuffer_new()) ||
+        !(k->ev_cin = event_new(k->pv->ctx->d.base, bufferevent_getfd(k->c), EV_READ | EV_PERSIST,
+                                c_in_cb, k)) ||
+        evbuffer_add_buffer(k->cin, bufferevent_get_input(k->c)) < 0) {
+        cin_free(k);
+        return -1;
+    }
+    bufferevent_disable(k->c, EV_READ | EV_WRITE);
+    cin_arm(k);
+    return 0;
+}
+
 static void hop_answer(pv_conn *k)
 {
     struct evbuffer *in = bufferevent_get_input(k->u);
@@ -670,10 +783,10 @@ static void hop_answer(pv_conn *k)
             return;
         }
         sf_buf_fini(&k->first);
-        if (down_splice(k) == 0)
-            bufferevent_enable(k->c, EV_READ); /* its writes are the splice's */
-        else
+        if (down_splice(k) < 0)
             bufferevent_enable(k->c, EV_READ | EV_WRITE);
+        else if (c_own_reads(k) < 0)
+            bufferevent_enable(k->c, EV_READ); /* its writes are the splice's */
         relay_up(k);
         if (k->state == S_RELAY)
             relay_down(k);
@@ -926,6 +1039,7 @@ static void conn_answer(pv_conn *k, int status, const char *title, const char *t
         return;
     sf_splice_free(k->down);
     k->down = NULL;
+    cin_free(k);
     if (k->u) {
         bufferevent_free(k->u);
         k->u = NULL;
@@ -959,6 +1073,7 @@ static void conn_close(pv_conn *k)
         pv->nconns--;
         sf_splice_free(k->down); /* (its events before the bufferevents close the sockets) */
         k->down = NULL;
+        cin_free(k);
         if (k->c && bufferevent_pair_get_partner(k->c)) /* an HTTP/2 stream (http2.c) */
             bufferevent_flush(k->c, EV_WRITE, BEV_FINISHED); /* hears the end */
         if (k->c)
