@@ -146,18 +146,37 @@ static void hop_end(wk_hop *h)
     hop_free(h);
 }
 
-static void on_closing_written(struct bufferevent *bev, void *arg)
-{
-    (void)bev;
-    hop_end(arg);
-}
-
 static void on_closing_event(struct bufferevent *bev, short what, void *arg)
 {
     (void)bev;
     (void)what;
     hop_end(arg);
 }
+
+static void on_closing_drain(struct bufferevent *bev, void *arg)
+{
+    (void)arg;
+    evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+}
+
+/* The refusal is out: a lingering close (our side shut, what the client still sends read
+ * and dropped until it closes, 1 s at most). Closing with its bytes unread would send a
+ * reset, which can reach the client before it read the ERR line (an overlong line). */
+static void on_closing_written(struct bufferevent *bev, void *arg)
+{
+    struct timeval tv = {1, 0};
+
+    if (shutdown(bufferevent_getfd(bev), SHUT_WR) < 0) {
+        hop_end(arg);
+        return;
+    }
+    evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+    bufferevent_setwatermark(bev, EV_READ, 0, 0);
+    bufferevent_setcb(bev, on_closing_drain, NULL, on_closing_event, arg);
+    bufferevent_set_timeouts(bev, &tv, NULL);
+    bufferevent_enable(bev, EV_READ);
+}
+
 
 /* Answers the client `SFHOP1 ERR <status> <why>` and closes once it is written. */
 static void hop_refuse(wk_hop *h, int status, const char *why)
