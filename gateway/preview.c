@@ -470,7 +470,7 @@ static int u_flush(pv_conn *k)
 static void relay_up(pv_conn *k)
 {
     struct evbuffer *in, *out;
-    size_t before;
+    size_t before, pending;
 
     if (k->state != S_RELAY)
         return;
@@ -514,14 +514,16 @@ again:
             evbuffer_drain(in, used);
         }
     }
+    pending = evbuffer_get_length(out);
     if (u_flush(k) < 0) {
         conn_close(k);
         return;
     }
     /* the hop took all of it at once (its write interest is off again): the parser goes on
-     * here, as nothing else would wake it while the browser's bytes wait in full buffers */
-    if (evbuffer_get_length(in) > 0 && evbuffer_get_length(in) < before &&
-        evbuffer_get_length(out) == 0 && !k->waiting_bw)
+     * here, as nothing else would wake it while the browser's bytes wait in full buffers
+     * (on while something moves: not when only the allowance stopped it) */
+    if (evbuffer_get_length(in) > 0 && evbuffer_get_length(out) == 0 && !k->waiting_bw &&
+        (evbuffer_get_length(in) < before || pending > 0))
         goto again;
     cin_arm(k);
     if (k->n_up + k->n_down > (1u << 20))
