@@ -1,6 +1,6 @@
 // tests/bench/preview's measurements (see that script): direct vs preview, one run.
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { call, connect, env, until } from '../e2e/lib.mjs';
 
 const n = Number(process.env.SF_BENCH_N ?? 50000);
@@ -41,13 +41,14 @@ const base = `http://127.0.0.1:${gwPort}`;
 if (spawnSync('curl', ['-sf', '-o', '/dev/null', '-H', `Host: ${host}`, `${base}/small.html`]).status !== 0)
   throw new Error('the preview does not answer');
 
-// CPU time (ms) of a process and its threads so far, from /proc (utime + stime)
-const hz = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout) || 100;
+// CPU time (ms) of a process and its threads so far: the scheduler's own count (ns)
 function cpuMs(pid) {
+  let ns = 0;
   try {
-    const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-    return (Number(f[11]) + Number(f[12])) * 1000 / hz;
-  } catch { return 0; }
+    for (const t of readdirSync(`/proc/${pid}/task`))
+      ns += Number(readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ')[0]);
+  } catch { /* gone */ }
+  return ns / 1e6;
 }
 const ngxPids = () => {
   const master = readFileSync(`${dir}/nginx.pid`, 'utf8').trim();
@@ -55,16 +56,21 @@ const ngxPids = () => {
   return [master, ...kids];
 };
 const daemons = ['gateway', 'worker'].map((d) => readFileSync(`${env.SF_STATE}/pids/${d}`, 'utf8').trim());
-// Runs a load generator (argv) directly or in the namespace; its own CPU comes from the
-// shell's stat (cutime + cstime: the children it waited for), the servers' from /proc.
+// Runs a load generator (argv) directly or in the namespace; its own CPU comes from
+// wait4's rusage (a small Python parent), the servers' from /proc.
+const waiter = `import os, sys
+pid = os.fork()
+if pid == 0:
+    fd = os.open(os.environ['SF_OUT'], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 1); os.dup2(fd, 2); os.execvp(sys.argv[1], sys.argv[1:])
+_, _, ru = os.wait4(pid, 0)
+print((ru.ru_utime + ru.ru_stime) * 1000)`;
 function run(direct, argv) {
   const pids = [...ngxPids(), ...daemons];
   const before = pids.map(cpuMs);
-  const script = '"$@" > "$SF_OUT" 2>&1; echo; cat /proc/$$/stat';
-  const r = direct ? inNs('env', [`SF_OUT=${dir}/out`, 'sh', '-c', script, 'sh', ...argv])
-    : spawnSync('env', [`SF_OUT=${dir}/out`, 'sh', '-c', script, 'sh', ...argv], { encoding: 'utf8' });
-  const f = r.stdout.trim().split('\n').pop().split(') ')[1].split(' ');
-  const client = (Number(f[13]) + Number(f[14])) * 1000 / hz;
+  const cmd = ['env', `SF_OUT=${dir}/out`, 'python3', '-c', waiter, ...argv];
+  const r = direct ? inNs(cmd[0], cmd.slice(1)) : spawnSync(cmd[0], cmd.slice(1), { encoding: 'utf8' });
+  const client = Number(r.stdout.trim());
   const servers = pids.map(cpuMs).reduce((a, v, i) => a + v - before[i], 0);
   return { out: readFileSync(`${dir}/out`, 'utf8'), cpu: client + servers };
 }
