@@ -140,7 +140,7 @@ static int instance_start(gw_ctx *ctx, int *port, gw_addr_table *addrs, char *wh
         return -1;
     }
     if (!(ctx->http = gw_http_server_new(ctx->d.base, ctx->cfg.listen_addr, *port, &lim,
-                                         gw_preview_dispatch, ctx))) {
+                                         gw_router_dispatch, ctx->router))) {
         snprintf(why, n, "cannot listen on %s port %d: %s", ctx->cfg.listen_addr, *port,
                  strerror(errno));
         return -1;
@@ -148,7 +148,7 @@ static int instance_start(gw_ctx *ctx, int *port, gw_addr_table *addrs, char *wh
     *port = gw_http_server_port(ctx->http); /* port 0: the others take the same one */
     gw_http_server_share_addrs(ctx->http, addrs);
     gw_http_server_enable_h2(ctx->http);
-    gw_http_server_set_head_check(ctx->http, gw_preview_head_check, ctx);
+    gw_http_server_set_head_check(ctx->http, gw_mcp_head_check, ctx);
     if (gw_preview_start(ctx, why, n) < 0)
         return -1;
     gw_http_server_set_challenge(ctx->http, gw_oauth_challenge_fn, ctx);

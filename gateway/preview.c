@@ -21,6 +21,7 @@
 #include "sf_list.h"
 #include "sf_log.h"
 #include "sf_pvtoken.h"
+#include "sf_splice.h"
 #include "sf_store.h"
 #include "sf_util.h"
 
@@ -31,7 +32,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #include <event2/buffer.h>
@@ -45,6 +49,7 @@
 #define RELAY_LOW (256u << 10)   /* ...and resumes below this */
 #define RELAY_CHUNK (64u << 10)  /* one step of the request parser */
 #define RELAY_IO (256u << 10)    /* the largest single read or write */
+#define RELAY_PIPE (1u << 20)    /* the splice's pipe (sandbox -> a plain-TCP browser) */
 #define HEAD_MAX (64u << 10)     /* a request head we rewrite */
 #define HOP_ANSWER_MAX 512
 #define LINGER_S 2
@@ -75,6 +80,10 @@ typedef struct pv_conn {
     struct pv_conn *prev, *next;
     struct bufferevent *c; /* the browser */
     struct bufferevent *u; /* the hop to the ingress */
+    sf_splice *down;       /* sandbox -> browser by splice(2) (a plain-TCP browser), else NULL */
+    struct event *ev_cin;  /* ...and the browser read by us into cin (else its bufferevent) */
+    struct evbuffer *cin;
+    int cin_on;
     struct event *tick;    /* bandwidth: resume after a wait */
     void *hold;            /* the client address's hold (server.h) */
     int state, redis_pending, tls, peer_port, header_form, tok_src;
@@ -388,32 +397,88 @@ static size_t allowance(pv_conn *k, size_t want)
     return got;
 }
 
+/* What the browser sent and the parser has not taken yet. */
+static struct evbuffer *c_input(pv_conn *k)
+{
+    return k->cin ? k->cin : bufferevent_get_input(k->c);
+}
+
+/* Our reads of the browser go on while its unparsed bytes stay under RELAY_HIGH. */
+static void cin_arm(pv_conn *k)
+{
+    int want = k->ev_cin && !k->c_eof && evbuffer_get_length(k->cin) < RELAY_HIGH;
+
+    if (!k->ev_cin || want == k->cin_on)
+        return;
+    if (want)
+        event_add(k->ev_cin, NULL);
+    else
+        event_del(k->ev_cin);
+    k->cin_on = want;
+}
+
+static void cin_free(pv_conn *k)
+{
+    if (k->ev_cin)
+        event_free(k->ev_cin);
+    if (k->cin)
+        evbuffer_free(k->cin);
+    k->ev_cin = NULL;
+    k->cin = NULL;
+    k->cin_on = 0;
+}
+
 /* Both sides are done: the browser sent its end and the sandbox's end went out. */
 static void maybe_done(pv_conn *k)
 {
     if (k->state != S_RELAY)
         return;
-    if (k->u_eof && evbuffer_get_length(bufferevent_get_input(k->u)) == 0 &&
+    if (!k->down && k->u_eof && evbuffer_get_length(bufferevent_get_input(k->u)) == 0 &&
         evbuffer_get_length(bufferevent_get_output(k->c)) == 0) {
         conn_close(k);
         return;
     }
-    if (k->c_eof && !k->u_shut && evbuffer_get_length(bufferevent_get_input(k->c)) == 0 &&
+    if (k->c_eof && !k->u_shut && evbuffer_get_length(c_input(k)) == 0 &&
         evbuffer_get_length(bufferevent_get_output(k->u)) == 0) {
         k->u_shut = 1; /* the browser's half-close, passed on */
         shutdown(bufferevent_getfd(k->u), SHUT_WR);
     }
 }
 
+/* Writes what went to the hop now (a request head fits the socket at once): the
+ * bufferevent's write interest, two epoll_ctl per request, only while the socket is full.
+ * 0, or -1 when the hop failed. */
+static int u_flush(pv_conn *k)
+{
+    struct evbuffer *out = bufferevent_get_output(k->u);
+    int fd = bufferevent_getfd(k->u), n = 0;
+
+    /* (a socket bufferevent's output is frozen at its start for anyone but itself) */
+    evbuffer_unfreeze(out, 1);
+    while (evbuffer_get_length(out) > 0 && (n = evbuffer_write(out, fd)) > 0)
+        ;
+    evbuffer_freeze(out, 1);
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        return -1;
+    if (evbuffer_get_length(out) > 0)
+        bufferevent_enable(k->u, EV_WRITE); /* u_write_cb: on with the rest */
+    else
+        bufferevent_disable(k->u, EV_WRITE);
+    return 0;
+}
+
 /* browser -> sandbox */
 static void relay_up(pv_conn *k)
 {
     struct evbuffer *in, *out;
+    size_t before, pending;
 
     if (k->state != S_RELAY)
         return;
-    in = bufferevent_get_input(k->c);
+    in = c_input(k);
     out = bufferevent_get_output(k->u);
+again:
+    before = evbuffer_get_length(in);
     while (evbuffer_get_length(in) > 0 && evbuffer_get_length(out) < RELAY_HIGH &&
            !k->waiting_bw) {
         size_t avail = evbuffer_get_length(in), want = avail < RELAY_CHUNK ? avail : RELAY_CHUNK;
@@ -450,6 +515,18 @@ static void relay_up(pv_conn *k)
             evbuffer_drain(in, used);
         }
     }
+    pending = evbuffer_get_length(out);
+    if (u_flush(k) < 0) {
+        conn_close(k);
+        return;
+    }
+    /* the hop took all of it at once (its write interest is off again): the parser goes on
+     * here, as nothing else would wake it while the browser's bytes wait in full buffers
+     * (on while something moves: not when only the allowance stopped it) */
+    if (evbuffer_get_length(in) > 0 && evbuffer_get_length(out) == 0 && !k->waiting_bw &&
+        (evbuffer_get_length(in) < before || pending > 0))
+        goto again;
+    cin_arm(k);
     if (k->n_up + k->n_down > (1u << 20))
         flush_counts(k);
     maybe_done(k);
@@ -462,6 +539,10 @@ static void relay_down(pv_conn *k)
 
     if (k->state != S_RELAY)
         return;
+    if (k->down) { /* the splice moves them: on after a bandwidth wait */
+        sf_splice_resume(k->down);
+        return;
+    }
     in = bufferevent_get_input(k->u);
     out = bufferevent_get_output(k->c);
     while (evbuffer_get_length(in) > 0 && evbuffer_get_length(out) < RELAY_HIGH &&
@@ -533,6 +614,127 @@ static void c_answer_read_cb(struct bufferevent *bev, void *arg)
 
 /* ------------------------------------------------------------------ the hop */
 
+static size_t down_allow(void *arg, size_t want)
+{
+    return allowance(arg, want);
+}
+
+static void down_moved(void *arg, size_t n)
+{
+    pv_conn *k = arg;
+
+    k->n_down += n;
+    if (k->n_up + k->n_down > (1u << 20))
+        flush_counts(k);
+}
+
+/* The sandbox's side ended and everything went out (or a side failed): the browser's
+ * connection ends with it, as it would without the splice. */
+static void down_done(void *arg, int err)
+{
+    pv_conn *k = arg;
+
+    (void)err;
+    k->u_eof = 1;
+    conn_close(k);
+}
+
+/* A browser on plain TCP (not TLS, not an HTTP/2 stream's pipe) gets the sandbox's bytes
+ * by splice(2): libevent 2.1 reads 4 KiB per wake-up. 0, or -1 (the bufferevents then). */
+static int down_splice(pv_conn *k)
+{
+    sf_splice_cfg cfg = {.base = k->pv->ctx->d.base,
+                         .src = bufferevent_getfd(k->u),
+                         .dst = bufferevent_getfd(k->c),
+                         .cap = RELAY_PIPE,
+                         .allow = k->pv->ctx->cfg.preview_rate_team ? down_allow : NULL,
+                         .moved = down_moved,
+                         .done = down_done,
+                         .arg = k};
+
+    if (k->tls || bufferevent_pair_get_partner(k->c) || cfg.src < 0 || cfg.dst < 0)
+        return -1;
+    if (sf_splice_new(&cfg, &k->down) < 0)
+        return -1;
+    if (sf_splice_prepend(k->down, bufferevent_get_input(k->u)) < 0) {
+        sf_splice_free(k->down);
+        k->down = NULL;
+        return -1;
+    }
+    bufferevent_disable(k->u, EV_READ); /* the splice reads it; the bufferevent writes */
+    sf_splice_start(k->down);
+    return 0;
+}
+
+/* The browser, readable: up to RELAY_IO now, in reads of 16 KiB and more (libevent 2.1's
+ * are 4 KiB, each after a FIONREAD). */
+static void c_in_cb(evutil_socket_t fd, short what, void *arg)
+{
+    pv_conn *k = arg;
+    size_t got = 0, want = 16u << 10;
+
+    (void)what;
+    while (got < RELAY_IO && evbuffer_get_length(k->cin) < RELAY_HIGH) {
+        struct evbuffer_iovec v[2];
+        struct iovec io[2];
+        int nv = evbuffer_reserve_space(k->cin, (ev_ssize_t)want, v, 2);
+        ssize_t n;
+        size_t left;
+
+        if (nv < 0) {
+            conn_close(k);
+            return;
+        }
+        for (int i = 0; i < nv; i++) {
+            io[i].iov_base = v[i].iov_base;
+            io[i].iov_len = v[i].iov_len;
+        }
+        n = readv(fd, io, nv);
+        if (n <= 0) {
+            evbuffer_commit_space(k->cin, v, 0);
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+                break;
+            if (n < 0) {
+                conn_close(k);
+                return;
+            }
+            k->c_eof = 1; /* the browser may still read */
+            break;
+        }
+        left = (size_t)n;
+        for (int i = 0; i < nv; i++) {
+            v[i].iov_len = v[i].iov_len < left ? v[i].iov_len : left;
+            left -= v[i].iov_len;
+        }
+        if (evbuffer_commit_space(k->cin, v, v[nv - 1].iov_len ? nv : 1) < 0) {
+            conn_close(k);
+            return;
+        }
+        got += (size_t)n;
+        if ((size_t)n < want)
+            break; /* drained (epoll says when there is more) */
+        want = RELAY_CHUNK;
+    }
+    cin_arm(k);
+    relay_up(k);
+}
+
+/* With the splice, the browser's bytes are read here too (one reader per socket). 0 or -1
+ * (its bufferevent reads then). */
+static int c_own_reads(pv_conn *k)
+{
+    if (!(k->cin = evbuffer_new()) ||
+        !(k->ev_cin = event_new(k->pv->ctx->d.base, bufferevent_getfd(k->c), EV_READ | EV_PERSIST,
+                                c_in_cb, k)) ||
+        evbuffer_add_buffer(k->cin, bufferevent_get_input(k->c)) < 0) {
+        cin_free(k);
+        return -1;
+    }
+    bufferevent_disable(k->c, EV_READ | EV_WRITE);
+    cin_arm(k);
+    return 0;
+}
+
 static void hop_answer(pv_conn *k)
 {
     struct evbuffer *in = bufferevent_get_input(k->u);
@@ -584,7 +786,10 @@ static void hop_answer(pv_conn *k)
             return;
         }
         sf_buf_fini(&k->first);
-        bufferevent_enable(k->c, EV_READ | EV_WRITE);
+        if (down_splice(k) < 0)
+            bufferevent_enable(k->c, EV_READ | EV_WRITE);
+        else if (c_own_reads(k) < 0)
+            bufferevent_enable(k->c, EV_READ); /* its writes are the splice's */
         relay_up(k);
         if (k->state == S_RELAY)
             relay_down(k);
@@ -630,8 +835,11 @@ static void u_event_cb(struct bufferevent *bev, short what, void *arg)
     if (what & BEV_EVENT_CONNECTED) {
         char line[HOP_ANSWER_MAX];
         int n = sf_pv_hop_line(k->key, k->t.sandbox, k->t.port, k->epoch, (int64_t)sf_now_ms(),
-                               line, sizeof(line));
+                               line, sizeof(line)), one = 1;
 
+        /* no Nagle: a body that follows its head in a later write would wait for the
+         * ingress's delayed ACK of the head (40 ms) */
+        setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         if (n < 0 || bufferevent_write(bev, line, strlen(line)) < 0) {
             conn_answer(k, 502, T_UNREACHABLE,
                         "The gateway could not start the hop; try again.", NULL);
@@ -832,6 +1040,9 @@ static void conn_answer(pv_conn *k, int status, const char *title, const char *t
 
     if (k->state == S_DEAD || k->state == S_ANSWER)
         return;
+    sf_splice_free(k->down);
+    k->down = NULL;
+    cin_free(k);
     if (k->u) {
         bufferevent_free(k->u);
         k->u = NULL;
@@ -863,6 +1074,9 @@ static void conn_close(pv_conn *k)
         k->state = S_DEAD;
         SF_LIST_UNLINK(pv->conns, k);
         pv->nconns--;
+        sf_splice_free(k->down); /* (its events before the bufferevents close the sockets) */
+        k->down = NULL;
+        cin_free(k);
         if (k->c && bufferevent_pair_get_partner(k->c)) /* an HTTP/2 stream (http2.c) */
             bufferevent_flush(k->c, EV_WRITE, BEV_FINISHED); /* hears the end */
         if (k->c)
@@ -983,42 +1197,7 @@ static void divert_take(const gw_http_divert *d, void *arg)
     k->redis_pending++;
 }
 
-/* ------------------------------------------------------------------ HTTP/2, setup */
-
-static int is_preview(gw_ctx *ctx, gw_req *req)
-{
-    return ctx->preview && divert_match(req, ctx->preview);
-}
-
-void gw_preview_dispatch(gw_req *req, void *arg)
-{
-    gw_ctx *ctx = arg;
-
-    if (is_preview(ctx, req)) {
-        static const char page[] =
-            "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>505 Use HTTP/1.1"
-            "</title></head><body><h1>Previews are served over HTTP/1.1</h1><p>This "
-            "connection speaks HTTP/2; open the preview's address in a browser (which uses "
-            "HTTP/1.1 for preview hosts) or use HTTP/1.1 (curl --http1.1).</p></body></html>\n";
-        static const char *const hdr[] = {"Cache-Control", "no-store", "X-Content-Type-Options",
-                                          "nosniff", NULL};
-
-        gw_req_respond(req, 505, "text/html; charset=utf-8", hdr, page, sizeof(page) - 1);
-        return;
-    }
-    gw_router_dispatch(req, ctx->router);
-}
-
-void gw_preview_head_check(gw_req *req, void *arg)
-{
-    gw_ctx *ctx = arg;
-
-    if (is_preview(ctx, req)) {
-        gw_req_head_verdict(req, 0, NULL);
-        return;
-    }
-    gw_mcp_head_check(req, ctx);
-}
+/* ------------------------------------------------------------------ setup */
 
 int gw_preview_start(gw_ctx *ctx, char *why, size_t n)
 {

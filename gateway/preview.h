@@ -18,18 +18,13 @@
 #include <stdint.h>
 
 typedef struct gw_ctx gw_ctx;
-typedef struct gw_req gw_req;
 
 /* ---- preview.c (used by main.c, metrics.c) ---- */
-/* Installs the divert hook on ctx->http and the h2 refusal. 0 or -1 with why. */
+/* Installs the divert hook on ctx->http (HTTP/1 heads and HTTP/2 streams alike: a preview
+ * request never reaches the router or the MCP head check). 0 or -1 with why. */
 int gw_preview_start(gw_ctx *ctx, char *why, size_t n);
 /* Closes every preview connection of the instance. */
 void gw_preview_stop(gw_ctx *ctx);
-/* A gw_http_handler in front of the router: a preview request that came over HTTP/2 is
- * answered with a page (previews are served on HTTP/1.1), the rest go to the router. */
-void gw_preview_dispatch(gw_req *req, void *ctx);
-/* The head check in front of the MCP one: preview requests pass (their page follows). */
-void gw_preview_head_check(gw_req *req, void *ctx);
 
 /* ---- preview_token.c ---- */
 #define GW_PV_ID_MAX 64

@@ -501,7 +501,7 @@ int wk_preview_start(wk_ctx *ctx)
         .line_timeout_ms = 5000,
         .open_timeout_ms = 30000,
         .replay_max = 65536,
-        .buf_max = 256 * 1024,
+        .buf_max = 1024 * 1024, /* each direction's pipe (a 256 KiB one: 1.5x the CPU per MB) */
         .open = on_hop,
         .arg = ctx,
     };

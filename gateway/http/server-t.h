@@ -95,7 +95,6 @@ struct gw_http_server {
     gw_http_divert_match_fn divert_match; /* preview connections (server.h) */
     gw_http_divert_fn divert_take;
     void *divert_arg;
-    char *h1_only_host;   /* TLS: SNI under this name gets ALPN http/1.1 only */
     gw_http_stats stats;
     int port;
     time_t date_sec;

@@ -487,7 +487,6 @@ void gw_http_server_free(gw_http_server *srv)
     if (srv->accept_retry)
         event_free(srv->accept_retry);
     gw_addr_table_free(srv->own_addrs);
-    free(srv->h1_only_host);
     free(srv);
 }
 
@@ -565,17 +564,6 @@ void gw_http_server_set_divert(gw_http_server *srv, gw_http_divert_match_fn matc
 void gw_http_hold_release(gw_http_server *srv, void *hold)
 {
     gw_addr_release(srv, hold);
-}
-
-int gw_http_server_set_h1_only_host(gw_http_server *srv, const char *suffix)
-{
-    char *c = NULL;
-
-    if (suffix && !(c = strdup(suffix)))
-        return -ENOMEM;
-    free(srv->h1_only_host);
-    srv->h1_only_host = c;
-    return 0;
 }
 
 const gw_http_stats *gw_http_server_stats(const gw_http_server *srv)

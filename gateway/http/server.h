@@ -178,10 +178,6 @@ void gw_http_server_set_divert(gw_http_server *srv, gw_http_divert_match_fn matc
                                gw_http_divert_fn take, void *arg);
 /* Releases a diverted connection's hold on its client address. Accepts NULL. */
 void gw_http_hold_release(gw_http_server *srv, void *hold);
-/* TLS: a client whose SNI host name is `suffix` or ends in "." + suffix is offered
- * http/1.1 only by ALPN (never h2), so its connection can be diverted. NULL: none. The
- * string is copied. 0 or -ENOMEM. */
-int gw_http_server_set_h1_only_host(gw_http_server *srv, const char *suffix);
 
 /* Counters of what the server refused by itself, for metrics. */
 typedef struct gw_http_stats {

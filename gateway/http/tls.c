@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -51,16 +50,9 @@ static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outle
     gw_http_server *s = arg;
     static const unsigned char h2[] = "\x02h2", h11[] = "\x08http/1.1";
     unsigned char *o;
-    const char *sni = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
-    int h1_only = 0;
 
-    if (sni && s->h1_only_host) { /* preview hosts are served on HTTP/1.1 (server.h) */
-        size_t n = strlen(sni), m = strlen(s->h1_only_host);
-
-        h1_only = (n == m && !strcasecmp(sni, s->h1_only_host)) ||
-                  (n > m && sni[n - m - 1] == '.' && !strcasecmp(sni + n - m, s->h1_only_host));
-    }
-    if (s->h2 && !h1_only && SSL_select_next_proto(&o, outlen, h2, sizeof(h2) - 1, in, inlen) ==
+    /* (preview hosts too: their HTTP/2 streams are relayed as HTTP/1.1, http2.c) */
+    if (s->h2 && SSL_select_next_proto(&o, outlen, h2, sizeof(h2) - 1, in, inlen) ==
                      OPENSSL_NPN_NEGOTIATED) {
         *out = o;
         return SSL_TLSEXT_ERR_OK;

@@ -48,6 +48,8 @@ const app = http.createServer((req, res) => {
     res.end(JSON.stringify({ path: req.url, headers: req.headers, bytes: n }));
   });
 });
+const headSeen = new Map(); // path -> resolve: the app has the request's head
+app.on('request', (req) => headSeen.get(req.url)?.());
 app.on('upgrade', (req, sock, head) => { // a raw echo after 101 (WebSocket framing not needed)
   sock.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n');
   if (head.length) sock.write(head);
@@ -74,6 +76,8 @@ const ingress = net.createServer((s) => {
     const v = verdicts.get(id) ?? 'ok';
     if (v !== 'ok') { s.end(`SFHOP1 ${v}\n`); return; }
     const up = net.connect(app.address().port, '127.0.0.1', () => {
+      s.setNoDelay(true); // as the real ingress's sockets (TCP_NODELAY both ways)
+      up.setNoDelay(true);
       s.write('SFHOP1 OK\n');
       if (rest.length) up.write(rest);
       s.pipe(up);
@@ -312,6 +316,50 @@ test('an Upgrade (WebSocket) passes bytes both ways after the 101', async () => 
     s.on('error', reject);
   });
   assert.match(echoed, /^HTTP\/1.1 101/);
+});
+
+test('a body that comes after its head is not held back (the hop has no Nagle: it waited for the delayed ACK of the head, 40 ms)', async () => {
+  const id = rid();
+  publish(id, 8000, 'public');
+  const s = net.connect(gwPort, '127.0.0.1');
+  await new Promise((resolve, reject) => { s.once('connect', resolve); s.once('error', reject); });
+  s.setNoDelay(true);
+  let buf = Buffer.alloc(0);
+  let wake = null;
+  s.on('data', (d) => { buf = Buffer.concat([buf, d]); wake?.(); });
+  const answer = async () => { // the next whole answer on the connection
+    for (;;) {
+      const end = buf.indexOf('\r\n\r\n');
+      const len = end < 0 ? -1 : Number(/content-length: (\d+)/i.exec(buf.subarray(0, end).toString())?.[1]);
+      if (end >= 0 && buf.length >= end + 4 + len) {
+        const body = buf.subarray(end + 4, end + 4 + len).toString();
+        buf = buf.subarray(end + 4 + len);
+        return JSON.parse(body);
+      }
+      await new Promise((resolve) => { wake = resolve; });
+    }
+  };
+  const head = (path) => `POST ${path} HTTP/1.1\r\nHost: ${previewHost(id, 8000)}\r\nContent-Length: 5\r\n\r\n`;
+  for (let i = 0; i < 20; i++) { // keep-alive traffic first (delayed ACKs need it)
+    s.write(head(`/warm${i}`) + 'hello');
+    assert.equal((await answer()).bytes, 5);
+  }
+  const ms = [];
+  for (let i = 0; i < 7; i++) {
+    const path = `/late${i}`;
+    const got = new Promise((resolve) => headSeen.set(path, resolve));
+    s.write(head(path));
+    await got; // the head went through; now the body, as a browser's later packet
+    const t = performance.now();
+    s.write('hello');
+    const a = await answer();
+    ms.push(performance.now() - t);
+    assert.equal(a.path, path);
+    assert.equal(a.bytes, 5);
+  }
+  s.destroy();
+  ms.sort((x, y) => x - y);
+  assert.ok(ms[3] < 20, `the body's answer took ${ms[3].toFixed(1)} ms (median of 7: ${ms.map((x) => x.toFixed(1)).join(' ')})`);
 });
 
 test('the access log never shows a link; /metrics counts the team', async () => {

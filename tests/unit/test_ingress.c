@@ -404,6 +404,36 @@ static void caps_and_late_answers(void **state)
     assert_int_equal(wk_ingress_open_hops(ing), 0);
 }
 
+/* A refused client whose bytes the ingress did not read (an overlong line) reads the ERR
+ * line and a clean end: the close lingers (FIN, the rest read and dropped) instead of
+ * resetting the connection (e2e.preview 'an overlong line' saw ECONNRESET now and then). */
+static void refusal_outlives_unread_bytes(void **state)
+{
+    static char big[65536];
+    char buf[4096];
+    size_t got = 0;
+    ssize_t r = 0;
+    int fd = dial();
+
+    (void)state;
+    memset(big, 'a', sizeof(big));
+    memcpy(big, "SFHOP1 ", 7);
+    assert_int_equal(write(fd, big, sizeof(big)), (ssize_t)sizeof(big));
+    /* (the ingress reads the line's 512 bytes at most: the rest stays unread.) Not reading:
+     * the hop ends by itself (at once before; after 1 s of linger now) */
+    for (int i = 0; i < 500 && wk_ingress_open_hops(ing) > 0; i++)
+        usleep(10 * 1000);
+    assert_int_equal(wk_ingress_open_hops(ing), 0);
+    /* the line, then a clean end (a reset: the line, then ECONNRESET, an error for the
+     * client's library) */
+    while (got < sizeof(buf) - 1 && (r = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0)
+        got += (size_t)r;
+    buf[got] = '\0';
+    assert_string_equal(buf, "SFHOP1 ERR 403 The hop was refused.\n");
+    assert_int_equal(r, 0);
+    close(fd);
+}
+
 static void back_pressure(void **state)
 {
     char line[600], buf[65536];
@@ -479,6 +509,7 @@ int main(void)
         cmocka_unit_test(pump_and_half_close),
         cmocka_unit_test(refusals),
         cmocka_unit_test(caps_and_late_answers),
+        cmocka_unit_test(refusal_outlives_unread_bytes),
         cmocka_unit_test(back_pressure),
         cmocka_unit_test(relay),
     };

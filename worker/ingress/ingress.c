@@ -5,6 +5,7 @@
 #include "sf_map.h"
 #include "sf_msg.h"
 #include "sf_pvtoken.h"
+#include "sf_splice.h"
 #include "sf_util.h"
 
 #include <arpa/inet.h>
@@ -24,8 +25,7 @@
 #include <unistd.h>
 
 #define TEAMS_MAX 4096 /* teams counted; the rest go under "_other" */
-#define PUMP_IO (256u << 10) /* the largest single read or write of a pump */
-#define LINGER_MS 2000       /* a refused client's bytes are read and dropped this long */
+#define LINGER_MS 2000 /* a refused client's bytes are read and dropped this long */
 #define MSG_FULL "The ingress is at its connection limit; retry in a few seconds."
 #define MSG_NOTHING_LISTENS_FMT                                                                \
     "Nothing in sandbox %s listens on port %u yet; start the server with sandbox_exec."
@@ -53,8 +53,9 @@ struct wk_hop {
     char team[SF_ID_MAX];
     int counted;              /* in the sandbox's count */
     int relay;                /* the sandbox's side is a relay: its answer line first */
-    int eof_c, eof_s;         /* that side sent its FIN */
-    int shut_c, shut_s;       /* ...and it was passed on (shutdown(SHUT_WR) of the other) */
+    sf_splice *up, *down;     /* the pump: client -> sandbox, sandbox -> client */
+    int shut_c, shut_s;       /* that side's FIN was passed on (shutdown(SHUT_WR) of the other) */
+    size_t ok_left;           /* bytes of our "SFHOP1 OK\n" not yet written (not counted) */
     uint64_t in, out;         /* bytes moved, not yet added to the team's counters */
 };
 
@@ -118,6 +119,9 @@ static void hop_free(wk_hop *h)
         if (c && --c->n == 0)
             free(sf_map_del(ing->per_sb, h->id));
     }
+    /* the splices' events first: the bufferevents close the sockets */
+    sf_splice_free(h->up);
+    sf_splice_free(h->down);
     if (h->bc)
         bufferevent_free(h->bc);
     if (h->bs)
@@ -143,35 +147,37 @@ static void hop_end(wk_hop *h)
     hop_free(h);
 }
 
-static void on_closing_event(struct bufferevent *bev, short what, void *arg);
-
-static void on_closing_read(struct bufferevent *bev, void *arg)
-{
-    (void)arg;
-    evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
-}
-
-/* The refusal is written: our side ends (FIN), and what the client still sends is read and
- * dropped until its FIN or LINGER_MS. (Closing with its bytes unread would answer them with a
- * reset, which can destroy the refusal line before the client reads it.) */
-static void on_closing_written(struct bufferevent *bev, void *arg)
-{
-    struct timeval tv = {LINGER_MS / 1000, (LINGER_MS % 1000) * 1000};
-
-    shutdown(bufferevent_getfd(bev), SHUT_WR);
-    bufferevent_setwatermark(bev, EV_READ, 0, 0);
-    bufferevent_setcb(bev, on_closing_read, NULL, on_closing_event, arg);
-    bufferevent_set_timeouts(bev, &tv, NULL);
-    bufferevent_enable(bev, EV_READ);
-    on_closing_read(bev, arg);
-}
-
 static void on_closing_event(struct bufferevent *bev, short what, void *arg)
 {
     (void)bev;
     (void)what;
     hop_end(arg);
 }
+
+static void on_closing_drain(struct bufferevent *bev, void *arg)
+{
+    (void)arg;
+    evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+}
+
+/* The refusal is out: a lingering close (our side shut, what the client still sends read
+ * and dropped until it closes, LINGER_MS at most). Closing with its bytes unread would send a
+ * reset, which can reach the client before it read the ERR line (an overlong line). */
+static void on_closing_written(struct bufferevent *bev, void *arg)
+{
+    struct timeval tv = {LINGER_MS / 1000, (LINGER_MS % 1000) * 1000};
+
+    if (shutdown(bufferevent_getfd(bev), SHUT_WR) < 0) {
+        hop_end(arg);
+        return;
+    }
+    evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+    bufferevent_setwatermark(bev, EV_READ, 0, 0);
+    bufferevent_setcb(bev, on_closing_drain, NULL, on_closing_event, arg);
+    bufferevent_set_timeouts(bev, &tv, NULL);
+    bufferevent_enable(bev, EV_READ);
+}
+
 
 /* Answers the client `SFHOP1 ERR <status> <why>` and closes once it is written. */
 static void hop_refuse(wk_hop *h, int status, const char *why)
@@ -198,117 +204,89 @@ static void hop_refuse(wk_hop *h, int status, const char *why)
     bufferevent_enable(h->bc, EV_WRITE);
 }
 
-/* ---- the pump ---- */
+/* ---- the pump: two splices (sf_splice.h), the sockets kept by their bufferevents ---- */
 
-static struct bufferevent *peer_of(wk_hop *h, struct bufferevent *bev)
-{
-    return bev == h->bc ? h->bs : h->bc;
-}
-
-/* Both sides sent their FIN and both were passed on, everything written: done. */
-static int pump_done(wk_hop *h)
-{
-    if (h->shut_c && h->shut_s) {
-        hop_free(h);
-        return 1;
-    }
-    return 0;
-}
-
-/* bev's side ended its sending; its peer gets the FIN once its output is written. */
-static void pass_fin(wk_hop *h, struct bufferevent *from)
-{
-    struct bufferevent *to = peer_of(h, from);
-    int *shut = from == h->bc ? &h->shut_c : &h->shut_s;
-
-    if (*shut || evbuffer_get_length(bufferevent_get_output(to)) > 0)
-        return; /* on_written passes it once drained */
-    shutdown(bufferevent_getfd(to), SHUT_WR);
-    *shut = 1;
-}
-
-static void pump_read(struct bufferevent *bev, void *arg)
+static void pump_moved_in(void *arg, size_t n)
 {
     wk_hop *h = arg;
-    struct bufferevent *to = peer_of(h, bev);
-    struct evbuffer *in = bufferevent_get_input(bev), *out = bufferevent_get_output(to);
-    size_t n = evbuffer_get_length(in);
 
-    if (bev == h->bc)
-        h->in += n;
-    else
-        h->out += n;
-    evbuffer_add_buffer(out, in);
-    if (evbuffer_get_length(out) >= h->ing->cfg.buf_max)
-        bufferevent_disable(bev, EV_READ); /* on_written reads again once it drained */
+    h->in += n;
     if (h->in + h->out >= (1u << 20))
         hop_flush_bytes(h);
 }
 
-static void pump_written(struct bufferevent *bev, void *arg)
+static void pump_moved_out(void *arg, size_t n)
 {
     wk_hop *h = arg;
-    struct bufferevent *from = peer_of(h, bev);
-    int eof = from == h->bc ? h->eof_c : h->eof_s;
+    size_t skip = n < h->ok_left ? n : h->ok_left; /* our own "SFHOP1 OK\n" is no traffic */
 
-    if (evbuffer_get_length(bufferevent_get_output(bev)) < h->ing->cfg.buf_max / 2 && !eof)
-        bufferevent_enable(from, EV_READ);
-    if (eof && evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
-        pass_fin(h, from);
-        pump_done(h);
-    }
+    h->ok_left -= skip;
+    h->out += n - skip;
+    if (h->in + h->out >= (1u << 20))
+        hop_flush_bytes(h);
 }
 
-static void pump_event(struct bufferevent *bev, short what, void *arg)
+/* One way ended: its FIN was passed on (0), or a side failed (a reset ends both). */
+static void pump_done_in(void *arg, int err)
 {
     wk_hop *h = arg;
 
-    if (what & BEV_EVENT_EOF) {
-        if (bev == h->bc)
-            h->eof_c = 1;
-        else
-            h->eof_s = 1;
-        bufferevent_disable(bev, EV_READ);
-        pass_fin(h, bev);
-        pump_done(h);
-        return;
-    }
-    /* an error or a reset on either side ends both */
-    hop_free(h);
+    h->shut_c = 1;
+    if (err < 0 || h->shut_s)
+        hop_free(h);
+}
+
+static void pump_done_out(void *arg, int err)
+{
+    wk_hop *h = arg;
+
+    h->shut_s = 1;
+    if (err < 0 || h->shut_c)
+        hop_free(h);
 }
 
 static void pump_start(wk_hop *h)
 {
-    size_t wm = h->ing->cfg.buf_max;
+    struct evbuffer *ok = evbuffer_new();
+    sf_splice_cfg up = {.base = h->ing->cfg.base,
+                        .src = bufferevent_getfd(h->bc),
+                        .dst = bufferevent_getfd(h->bs),
+                        .cap = h->ing->cfg.buf_max,
+                        .shut_dst = 1,
+                        .moved = pump_moved_in,
+                        .done = pump_done_in,
+                        .arg = h};
+    sf_splice_cfg down = up;
 
+    down.src = up.dst;
+    down.dst = up.src;
+    down.moved = pump_moved_out;
+    down.done = pump_done_out;
     h->phase = HOP_PUMP;
-    bufferevent_setwatermark(h->bc, EV_READ, 0, wm);
-    bufferevent_setwatermark(h->bs, EV_READ, 0, wm);
-    /* the line's deadline ends here for good: a hop may be silent as long as its ends like */
+    /* the bufferevents keep their sockets (closed with them) and do nothing more; the line's
+     * deadline ends here for good: a hop may be silent as long as its ends like */
     sf_bev_no_timeouts(h->bc);
-    /* large reads and writes (libevent's default is 16 KiB at a time: a 50 MB download
-     * moved at a sixth of the speed of a direct connection, tests/bench/preview) */
-    for (int i = 0; i < 2; i++) {
-        struct bufferevent *b = i ? h->bs : h->bc;
-
-        if (b) {
-            bufferevent_set_max_single_read(b, PUMP_IO);
-            bufferevent_set_max_single_write(b, PUMP_IO);
-        }
+    sf_bev_no_timeouts(h->bs);
+    bufferevent_disable(h->bc, EV_READ | EV_WRITE);
+    bufferevent_disable(h->bs, EV_READ | EV_WRITE);
+    bufferevent_setcb(h->bc, NULL, NULL, NULL, NULL);
+    bufferevent_setcb(h->bs, NULL, NULL, NULL, NULL);
+    h->ok_left = strlen("SFHOP1 OK\n");
+    if (!ok || evbuffer_add(ok, "SFHOP1 OK\n", h->ok_left) < 0 ||
+        sf_splice_new(&up, &h->up) < 0 || sf_splice_new(&down, &h->down) < 0 ||
+        /* what the client sent behind its line goes first, and what a relay sent behind
+         * its answer (after our OK) */
+        sf_splice_prepend(h->up, bufferevent_get_input(h->bc)) < 0 ||
+        evbuffer_add_buffer(ok, bufferevent_get_input(h->bs)) < 0 ||
+        sf_splice_prepend(h->down, ok) < 0) {
+        if (ok)
+            evbuffer_free(ok);
+        hop_refuse(h, 503, SF_MSG_HOST_NOMEM);
+        return;
     }
-    /* the write callbacks fire when an output drained below half: reading goes on */
-    bufferevent_setwatermark(h->bc, EV_WRITE, wm / 2, 0);
-    bufferevent_setwatermark(h->bs, EV_WRITE, wm / 2, 0);
-    bufferevent_setcb(h->bc, pump_read, pump_written, pump_event, h);
-    bufferevent_setcb(h->bs, pump_read, pump_written, pump_event, h);
-    evbuffer_add_printf(bufferevent_get_output(h->bc), "SFHOP1 OK\n");
-    bufferevent_enable(h->bc, EV_READ | EV_WRITE);
-    bufferevent_enable(h->bs, EV_READ | EV_WRITE);
-    /* what the client sent behind its line goes first, and what a relay sent behind its */
-    if (evbuffer_get_length(bufferevent_get_input(h->bc)) > 0)
-        pump_read(h->bc, h);
-    if (h->bs && evbuffer_get_length(bufferevent_get_input(h->bs)) > 0)
-        pump_read(h->bs, h);
+    evbuffer_free(ok);
+    sf_splice_start(h->up);
+    sf_splice_start(h->down);
 }
 
 static void refuse_not_listening(wk_hop *h)
