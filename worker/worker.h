@@ -151,6 +151,7 @@ typedef struct wk_box {
         uint64_t epoch;     /* this publication's, in every hop and link */
     } pv[WK_PV_MAX];
     int pv_n;
+    int kept;               /* restart.c: left running at a stop, for the next worker */
 } wk_box;
 
 /* drivers.c: the driver compiled in under that name, or NULL; "jail, qemu": the names it
