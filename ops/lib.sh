@@ -320,6 +320,17 @@ sf_stack_stop() {
     for name in "${last[@]}"; do sf_stop_one "$state" "$name" 10; done
 }
 
+# sf_drain_worker STATE BUILD HOST: the worker of HOST (pid file STATE/pids/worker or
+# worker-HOST) kills its sandboxes (`sandfleet hosts drain HOST --wait`) before a stop that
+# must leave nothing behind: a plain stop keeps them for the next worker
+# (docs/internals/restart.md). Needs SF_REDIS_URL; quiet; never fails the caller.
+sf_drain_worker() {
+    local state=$1 build=$2 host=$3
+    sf_alive "$state" worker || sf_alive "$state" "worker-$host" || return 0
+    "$build/cli/sandfleet" hosts drain "$host" --wait >/dev/null 2>&1 ||
+        sf_log "could not drain host $host before its stop; its sandboxes stay until its next start"
+}
+
 # sf_stack_running STATE: some daemon of the stack in STATE still runs.
 sf_stack_running() {
     local f

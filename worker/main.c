@@ -177,6 +177,12 @@ static void reconcile(wk_ctx *ctx, const json_t *lost)
             rc = sf_timers_clear_host_sync(c, ctx->host_id);
         if (rc == 0) /* and the template builds it had under way */
             rc = wk_tpl_build_reconcile_sync(ctx, c);
+        if (rc == 0) { /* a drain asked of the previous run ended with it */
+            redisReply *d = sf_redis_sync_cmd(c, "DEL " SF_RK_HOST_DRAIN, ctx->host_id);
+            rc = d && d->type != REDIS_REPLY_ERROR ? 0 : -1;
+            if (d)
+                freeReplyObject(d);
+        }
         if (c)
             sf_redis_sync_free(c);
         if (rc == 0) {

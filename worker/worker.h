@@ -99,6 +99,7 @@ typedef struct wk_ctx {
     int beat_started;
     wk_beat beat;
     int stopping;           /* new jobs are refused */
+    int draining;           /* host.c: `sandfleet hosts drain`: no capacity, sandboxes killed */
     int zips_running;       /* sandbox_files_download_dir calls under way */
     struct event *ev_timers; /* life.c: reads the due timers */
     int timers_asking;      /* ...one read at a time */

@@ -152,14 +152,30 @@ static void host_cleanup(const char *state_dir, const char *host, int keep_alive
 }
 
 /* The worker's own mount namespace (once per process, before any thread starts):
- * the sandboxes' disks are mounted there, out of the host's sight, and vanish with
- * the worker if it dies. Host mounts still propagate in. */
-static int private_mounts(const char **why)
+ * the sandboxes' disks are mounted there, out of the host's sight. Host mounts still
+ * propagate in. It outlives a worker that dies while its lxcfs runs (lxcfs is in it): a
+ * restarted worker joins that one (join: the lxcfs's pid), so the disks of the jails it
+ * takes back are mounted for it already. */
+static int private_mounts(pid_t join, const char **why)
 {
     static int done;
 
     if (done)
         return 0;
+    if (join > 0) {
+        char ns[64];
+        int fd;
+        snprintf(ns, sizeof(ns), "/proc/%d/ns/mnt", (int)join);
+        if ((fd = open(ns, O_RDONLY | O_CLOEXEC)) >= 0 && setns(fd, CLONE_NEWNS) == 0) {
+            close(fd);
+            done = 1;
+            return 0;
+        }
+        sf_warn("msg=\"cannot join the mount namespace of the previous worker run; making a "
+                "new one\" lxcfs_pid=%d err=%d", (int)join, errno);
+        if (fd >= 0)
+            close(fd);
+    }
     if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0) {
         int rc = -errno;
         *why = rc == -EINVAL ? "The jail driver must start before the worker's threads (it "
@@ -252,11 +268,15 @@ static int jail_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
         rc = -ENAMETOOLONG;
         goto fail;
     }
-    if ((rc = private_mounts(why)) < 0)
-        goto fail;
     {
+        /* the lxcfs of a worker run before us (it died): its mount namespace, and it */
+        pid_t old = wk_lxcfs_find(d->state_dir);
         const char *lwhy = NULL;
-        if (wk_lxcfs_start(d->state_dir, &d->lxcfs, &lwhy) < 0)
+        if ((rc = private_mounts(old, why)) < 0)
+            goto fail;
+        if (old > 0 && wk_lxcfs_adopt(d->state_dir, old, &d->lxcfs) == 0)
+            sf_info("msg=\"lxcfs of the previous worker run taken back\" pid=%d", (int)old);
+        else if (wk_lxcfs_start(d->state_dir, &d->lxcfs, &lwhy) < 0)
             sf_warn("msg=\"%s\"", lwhy);
     }
     if ((rc = wk_cgroup_host_init(d->host_id, NULL, why)) < 0)
@@ -300,12 +320,14 @@ static void jail_host_fini(wk_driver *d)
     struct timeval tick = {0, 100 * 1000};
     struct event *ev;
     int64_t deadline = sf_mono_ms() + FINI_WAIT_MS;
+    int kept = 0;
 
     if (!d)
         return;
     for (wk_sandbox *sb = d->all, *next; sb; sb = next) {
         next = sb->next;
-        if (sb->kept && !sb->killed) { /* runs on for the next worker (its agent waits) */
+        if (sb->kept && !sb->killed) {
+            kept++; /* runs on for the next worker (its agent waits) */
             wk_agent_detach(sb, SF_MSG_WORKER_STOPPING);
             if (sb->ev_freeze)
                 event_free(sb->ev_freeze);
@@ -338,7 +360,10 @@ static void jail_host_fini(wk_driver *d)
     }
     if (ev)
         event_free(ev);
-    wk_lxcfs_stop(&d->lxcfs);
+    if (kept > 0) /* the jails left running bind its files: the next worker takes it back */
+        sf_info("msg=\"lxcfs left running for the next worker\" pid=%d", (int)d->lxcfs.pid);
+    else
+        wk_lxcfs_stop(&d->lxcfs);
     if (d->n_all > 0 || d->pool_filling) {
         /* d stays allocated: their late callbacks still reach it */
         sf_warn("msg=\"sandboxes still tearing down at exit; the next start removes them\" "

@@ -73,12 +73,19 @@ int wk_teardown_spawn(wk_cgroup *cg, const char *sbdir, int stop_halfway, int *p
 extern const char *const wk_lxcfs_files[WK_LXCFS_FILES];
 typedef struct wk_lxcfs {
     pid_t pid;                /* -1: not running */
+    int adopted;              /* started by an earlier worker run (not our child) */
     char dir[1100];           /* its mount point, state_dir/lxcfs */
 } wk_lxcfs;
 /* Starts the worker's lxcfs at state_dir/lxcfs (call before any thread starts) and
  * waits until it serves; -ENOENT when lxcfs is not installed. */
 int wk_lxcfs_start(const char *state_dir, wk_lxcfs *lx, const char **why);
 int wk_lxcfs_alive(const wk_lxcfs *lx);
+/* The lxcfs an earlier worker run started for state_dir (it outlives a worker that died:
+ * the jails it kept bind its files), or -1: its pid file names a living lxcfs serving
+ * state_dir/lxcfs. The new worker joins its mount namespace (the kept jails' disks are
+ * mounted there too) and takes it with wk_lxcfs_adopt (0, or -ENOENT: not mounted). */
+pid_t wk_lxcfs_find(const char *state_dir);
+int wk_lxcfs_adopt(const char *state_dir, pid_t pid, wk_lxcfs *lx);
 void wk_lxcfs_stop(wk_lxcfs *lx);
 /* ---- jail_trust.c ---- */
 #define WK_TRUST_BUNDLE "sandfleet-ca-bundle.pem" /* = SP_NETNS_BUNDLE (secret-proxy/netns.h) */
