@@ -127,7 +127,7 @@ static void host_cleanup(const char *state_dir, const char *host, int keep_alive
             continue;
         if (drv && adopted_here(drv, e->d_name))
             continue;
-        if (wk_adopt_check(state_dir, host, e->d_name, &h, &why) == 0) {
+        if ((rc = wk_adopt_check(state_dir, host, e->d_name, &h, &why)) == 0) {
             alive = 1;
             if (keep_alive) {
                 close(h.pidfd);
@@ -137,6 +137,8 @@ static void host_cleanup(const char *state_dir, const char *host, int keep_alive
             syscall(SYS_pidfd_send_signal, h.pidfd, SIGKILL, NULL, 0);
             close(h.pidfd);
             why = "The worker has no record of it (a template build, or a create cut short).";
+        } else if (keep_alive && rc != -ENOENT) {
+            continue; /* dead or damaged: adopt says why, adopt_end removes it */
         }
         /* Without a listener its agent exited when the old worker's socket end closed,
          * which ended the pid namespace; the cgroup sweep catches anything still there. */
