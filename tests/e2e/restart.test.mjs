@@ -9,7 +9,7 @@
 // in the worker's log.
 import { test, before, after, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import http from 'node:http';
@@ -210,6 +210,10 @@ test('kill -9 of the worker under load: every sandbox goes on', jailOnly, () =>
   restartCase('kill', async (p) => {
     process.kill(workerPid(), 'SIGKILL');
     await until('the worker to die', () => !alive(workerPid()), 5000, 20);
+    // with no worker, the jail itself holds its uid range: no other sandbox can take it
+    const uid = readFileSync(`${env.SF_STATE}/worker/adopt/${p.id}/handle`, 'utf8').split(' ')[3];
+    const r = spawnSync('flock', ['-n', `/run/sandfleet/uid-slots/${uid}.lock`, 'true']);
+    assert.equal(r.status, 1, 'the uid range of a sandbox whose worker died is free');
     killVictim(p.victim);
     stack('restart-worker');
   }));

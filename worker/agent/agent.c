@@ -849,6 +849,7 @@ int main(void)
             lfd = SF_AP_LISTEN_FD;
             fcntl(lfd, F_SETFD, FD_CLOEXEC);
             fcntl(lfd, F_SETFL, O_NONBLOCK);
+            fcntl(SF_AP_SLOT_FD, F_SETFD, FD_CLOEXEC); /* (kept, never used: a lock) */
         }
     }
     if (vm) /* previews reach the guest's loopback through it (agent_relay.c) */

@@ -576,6 +576,7 @@ static void create_work(void *arg)
         .seccomp = prog,
         .sock = sv[1],
         .listen = lfd > 0 ? lfd : 0,
+        .slot_lock = sb->slot_fd > 0 ? sb->slot_fd : 0,
         /* half the box: its pages outlive their writers, and a /dev/shm that could
          * fill the box would leave no room for a process to empty it */
         .shm_bytes = (((uint64_t)sb->lim.memory_mib << 20) -
@@ -1227,8 +1228,15 @@ static int jail_adopt(wk_driver *d, const char *id, wk_sandbox **out, int *pause
     *why = SF_MSG_STATE_DIR_LONG;
     if (sb_path(sb->sbdir, sizeof(sb->sbdir), d->state_dir, id) < 0)
         goto fail;
+    /* the lock on its uid range: the jail holds it (fd 6), so no sandbox of any worker took
+     * the range meanwhile; this worker holds it too from now on (the same lock) */
     *why = "Its uid range is held by another sandbox of this host.";
-    if ((rc = wk_slot_take(sb->host_uid, &sb->slot_fd)) < 0)
+    if ((sb->slot_fd = (int)syscall(SYS_pidfd_getfd, sb->pidfd, SF_AP_SLOT_FD, 0)) >= 0 &&
+        !wk_slot_is(sb->slot_fd, sb->host_uid)) {
+        close(sb->slot_fd);
+        sb->slot_fd = -1;
+    }
+    if (sb->slot_fd < 0 && (rc = wk_slot_take(sb->host_uid, &sb->slot_fd)) < 0)
         goto fail;
     /* the namespace of the verified init: alive still after the open, so it is its own */
     snprintf(ns, sizeof(ns), "/proc/%d/ns/net", (int)sb->pid);

@@ -313,6 +313,16 @@ int wk_slot_take(uint32_t host_uid, int *lock_fd)
     return 0;
 }
 
+int wk_slot_is(int fd, uint32_t host_uid)
+{
+    char path[128];
+    struct stat a, b;
+
+    snprintf(path, sizeof(path), WK_UID_LOCK_DIR "/%u.lock", host_uid);
+    return fstat(fd, &a) == 0 && lstat(path, &b) == 0 && S_ISREG(a.st_mode) &&
+           a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 int wk_disk_remount(const char *sbdir)
 {
     char img[WK_PATH_MAX], mnt[WK_PATH_MAX], dev[64];

@@ -122,6 +122,8 @@ void wk_adopt_remove(const char *state_dir, const char *id);
 /* Claims the uid range of host_uid again (its lock went with the old worker). -EBUSY when
  * another holds it. */
 int wk_slot_take(uint32_t host_uid, int *lock_fd);
+/* 1 when fd is the lock file of host_uid's range. */
+int wk_slot_is(int fd, uint32_t host_uid);
 /* Mounts the sandbox's disk (still attached to its loop device, held by the jail's own
  * mount namespace) at sbdir/fs again, in this worker's namespace. 0 or -errno. */
 int wk_disk_remount(const char *sbdir);
@@ -144,6 +146,8 @@ typedef struct wk_spawn_args {
     int sock;                 /* the agent's end, becomes its fd 3 */
     int listen;               /* 0 (none), or a listening unix socket: its fd 5, where a
                                  restarted worker reaches the agent (jail_adopt.c) */
+    int slot_lock;            /* with listen: the uid range's lock, its fd 6 (the jail holds
+                                 the range while it lives, whatever becomes of its worker) */
     uint64_t shm_bytes;       /* size of /dev/shm */
     const char *lxcfs_dir;    /* NULL, or the lxcfs mount whose proc/ files cover /proc's */
     uint32_t nofile;          /* RLIMIT_NOFILE (soft = hard) of the agent and its commands */
