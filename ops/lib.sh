@@ -331,6 +331,33 @@ sf_drain_worker() {
         sf_log "could not drain host $host before its stop; its sandboxes stay until its next start"
 }
 
+# sf_kill_kept STATE: after the stack's workers stopped, the sandboxes they left running for
+# a next worker (and their lxcfs) end too, with their cgroups: for test stacks, whose state
+# folder no worker starts on again. Only processes whose pid and start time match what
+# the worker recorded (STATE/worker*/adopt/<id>/handle, lxcfs.pid) are killed.
+sf_kill_kept() {
+    local state=$1 h id v pid start rest d
+    for h in "$state"/worker*/adopt/*/handle; do
+        [ -f "$h" ] || continue
+        id=${h%/handle}
+        id=${id##*/}
+        read -r v pid start rest <"$h" || continue
+        [ "$v" = v1 ] && [ "$(sf_starttime "$pid")" = "$start" ] && kill -KILL "$pid" 2>/dev/null
+        for ((i = 0; i < 100; i++)); do [ -d "/proc/$pid" ] || break; sleep 0.02; done
+        for d in /sys/fs/cgroup/sandfleet/*/"$id" /sys/fs/cgroup/*/sandfleet/*/"$id"; do
+            [ -d "$d" ] || continue
+            rmdir "$d"/box "$d"/agent 2>/dev/null
+            rmdir "$d" 2>/dev/null
+        done
+    done
+    for h in "$state"/worker*/lxcfs.pid; do
+        [ -f "$h" ] || continue
+        pid=$(cat "$h")
+        [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = lxcfs ] && kill -KILL "$pid" 2>/dev/null
+    done
+    return 0
+}
+
 # sf_stack_running STATE: some daemon of the stack in STATE still runs.
 sf_stack_running() {
     local f
