@@ -325,7 +325,7 @@ int wk_slot_is(int fd, uint32_t host_uid)
 
 int wk_disk_remount(const char *sbdir)
 {
-    char img[WK_PATH_MAX], mnt[WK_PATH_MAX], dev[64];
+    char img[WK_PATH_MAX], mnt[WK_PATH_MAX], dev[300];
     struct stat st, ms, ps;
     DIR *d;
     struct dirent *e;
