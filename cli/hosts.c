@@ -12,6 +12,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#define MSG_BAD_HOST                                                                         \
+    "sandfleet: HOST must be a worker's host id ([a-z0-9_-], at most 63 characters; "         \
+    "'sandfleet hosts' lists them).\n"
+
 static const char hosts_usage[] =
     "usage: sandfleet hosts            worker hosts: heartbeat age, driver, sandboxes/capacity\n"
     "       sandfleet hosts key HOST   the key worker HOST checks its jobs with: write it to\n"
@@ -34,8 +38,7 @@ static int host_drain(const char *host, int wait)
     int ret = 1;
 
     if (!sf_id_valid(host)) {
-        fprintf(stderr, "sandfleet: HOST must be a worker's host id ([a-z0-9_-], at most 63 "
-                "characters; 'sandfleet hosts' lists them).\n");
+        fprintf(stderr, MSG_BAD_HOST);
         return 2;
     }
     if (!(rc = cli_redis()))
@@ -82,8 +85,7 @@ static int host_key(const char *host)
     char why[512], hex[65];
 
     if (!sf_id_valid(host)) {
-        fprintf(stderr, "sandfleet: HOST must be a worker's host id ([a-z0-9_-], at most 63 "
-                "characters; 'sandfleet hosts' lists them).\n");
+        fprintf(stderr, MSG_BAD_HOST);
         return 2;
     }
     if (sf_key_file_read(cli_setting("SF_AUTH_SECRET_FILE", CLI_DEFAULT_HOME "/auth.key"), secret,

@@ -15,6 +15,8 @@
 
 #define REC_DIR "boxes"
 #define REC_MAX (1u << 20) /* one record (env and egress included) */
+#define MSG_REC_DAMAGED "Its host-side record is damaged."
+#define MSG_NOMEM "The worker ran out of memory while it took the sandbox back."
 
 static int boxes_fd = -1; /* state_dir/boxes, checked: root's, 0700, no link */
 static json_t *adopted;   /* {id: true} of the sandboxes taken back at start */
@@ -133,7 +135,7 @@ static int box_fill(wk_ctx *ctx, wk_box *b, const json_t *rec, wk_sandbox *sb,
     size_t i;
     json_t *v;
 
-    *why = "Its host-side record is damaged.";
+    *why = MSG_REC_DAMAGED;
     if (!tpl || strlen(tpl) >= sizeof(b->template_name) || (!json_is_null(env) &&
         !json_is_object(env)) || !json_is_array(pv) || json_array_size(pv) > WK_PV_MAX)
         return -1;
@@ -200,13 +202,13 @@ void wk_restart_adopt(wk_ctx *ctx, json_t *lost)
         team = json_string_value(json_object_get(rec, "team"));
         if (!rec || !team || !sf_id_valid(team) ||
             strcmp(json_string_value(json_object_get(rec, "id")) ?: "", id)) {
-            why = "Its host-side record is damaged.";
+            why = MSG_REC_DAMAGED;
             rc = -EINVAL;
         } else {
             rc = ctx->ops->adopt(ctx->drv, id, &sb, &paused, &why);
         }
         if (rc == 0 && !(b = calloc(1, sizeof(*b)))) {
-            why = "The worker ran out of memory while it took the sandbox back.";
+            why = MSG_NOMEM;
             rc = -ENOMEM;
         }
         if (rc == 0) {
@@ -220,7 +222,7 @@ void wk_restart_adopt(wk_ctx *ctx, json_t *lost)
             b->last_active_ms = sf_mono_ms();
             if (box_fill(ctx, b, rec, sb, &why) < 0 || sf_map_put(ctx->sandboxes, b->id, b) < 0) {
                 if (!why)
-                    why = "The worker ran out of memory while it took the sandbox back.";
+                    why = MSG_NOMEM;
                 ctx->ops->kill(sb, NULL, NULL);
                 json_decref(b->env);
                 wk_egress_box_free(b->eg);
