@@ -190,7 +190,9 @@ int wk_adopt_write(const char *state_dir, const char *id, pid_t pid, uint32_t ho
     if ((dfd = adopt_dir(state_dir, id, 0)) < 0)
         return dfd;
     fd = openat(dfd, "handle.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0 || write(fd, line, (size_t)n) != n || fsync(fd) < 0 ||
+    /* (no fsync: the rename is atomic for a worker that dies; after a power loss no jail
+     * is left to take back) */
+    if (fd < 0 || write(fd, line, (size_t)n) != n ||
         renameat(dfd, "handle.tmp", dfd, "handle") < 0)
         rc = -errno ? -errno : -EIO;
     if (fd >= 0)
