@@ -27,14 +27,18 @@ before(async () => {
   client = await connect(env.SF_KEY_ALPHA);
 });
 after(async () => {
+  // (a restart keeps sandboxes: this suite's go, those its timers did not end already)
+  for (const id of made) await call(client, 'sandbox_kill', { sandbox_id: id }).catch(() => {});
   await client?.close();
   extraEnv = {};
   stack('restart-worker'); // the usual settings for the suites after this one
 });
 
+const made = [];
 const create = async (args = {}) => {
   const r = await call(client, 'sandbox_create', args);
   assert.equal(r.isError, false, r.text);
+  made.push(r.structured.id);
   return r.structured.id;
 };
 

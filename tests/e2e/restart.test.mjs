@@ -19,7 +19,7 @@ const jailOnly = { skip: driver !== 'jail' ? 'the jail stack (the qemu label has
 const tag = randomBytes(4).toString('hex');
 const SECRET = `RS_${tag}`;
 const VALUE = `real-restart-value-${randomBytes(12).toString('hex')}`;
-const LOADERS = 4;
+const LOADERS = 3; // (each sandbox reserves 512 MiB of the shared stack host's disk)
 const gwPort = Number(new URL(env.SF_URL).port);
 
 const stack = (cmd) => execFileSync(new URL('../integration/stack', import.meta.url).pathname,
@@ -257,7 +257,7 @@ test('a forged or stale handle is never adopted', jailOnly, async () => {
 });
 
 test('kill -9 of the secret-proxy under egress load: every sandbox reaches out again within 5 s', jailOnly, async () => {
-  const N = 6;
+  const N = 4;
   const ids = await Promise.all(Array.from({ length: N }, () => create({ allow_out: ['api.example.test'] })));
   // each sandbox fetches from the fake upstream 10 times a second, transparently (its only
   // way out is the proxy's listener in its namespace), a line per fetch that worked

@@ -280,7 +280,8 @@ typedef struct wk_driver_ops {
     /* Runs a command; cb exactly once, never from inside this call (an agent that is
      * gone or a kill give res->error). -EINVAL (no command/cb, bad env entry), -E2BIG
      * (over the 1 MiB agent frame, or more than 256 env entries), -EBUSY (64 commands
-     * already running), -ESRCH (the sandbox is being killed), -ENOMEM. */
+     * already running), -ESRCH (the sandbox is being killed), -ESHUTDOWN (kept for the
+     * next worker: this one is stopping), -ENOMEM. */
     int (*exec)(wk_sandbox *sb, const wk_exec_req *req, wk_exec_cb cb, void *arg);
     /* Kills the sandbox: pending exec callbacks fire first, inside this call, with
      * "killed" errors; its processes are stopped at once; the rest of the teardown
