@@ -175,7 +175,8 @@ test("a restarted worker keeps its sandboxes and their timers; a paused one resu
   assert.equal(redis('ZSCORE', `sf:host:{${env.SF_HOST_ID}}:timers`, `t:${id}`), t, 'its lifetime timer is kept');
   assert.equal(await status(id), 'active');
   assert.equal(await status(p), 'paused');
-  const n1 = Number((await sh(client, p, 'cat /tmp/n')).stdout); // resumes it
+  // (the first exec resumes it; the loop rewrites /tmp/n, so a read may meet it empty)
+  const n1 = await until('a counter value', async () => Number((await sh(client, p, 'cat /tmp/n')).stdout) || 0);
   assert.equal(await status(p), 'active');
   await until('the counter to go on', async () => Number((await sh(client, p, 'cat /tmp/n')).stdout) > n1 + 5);
 });
