@@ -288,3 +288,19 @@ test('kill -9 of the secret-proxy under egress load: every sandbox reaches out a
     `${back.join(' ')} (max ${Math.max(...back)})`);
   for (const [i, ms] of back.entries()) assert.ok(ms <= 5000, `sandbox ${ids[i]} reached out again only after ${ms} ms`);
 });
+
+test('the secret-proxy restarted while no worker ran: the kept sandbox is registered again, its placeholder kept', jailOnly, async () => {
+  const id = await create({ allow_out: ['api.example.test'], secrets: { API_KEY: SECRET } });
+  const ph = (await sh(alpha, id, 'echo $API_KEY')).stdout.trim();
+  process.kill(workerPid(), 'SIGKILL');
+  await until('the worker to die', () => !alive(workerPid()), 5000, 20);
+  stack('stop-proxy');
+  stack('start-proxy'); // a new instance: it knows no sandbox
+  stack('restart-worker');
+  assert.equal((await sh(alpha, id, 'echo $API_KEY')).stdout.trim(), ph, 'the same placeholder');
+  const uri = `/rs-proxy-while-down-${tag}`;
+  await until('egress through the new proxy', async () => /^ok/.test((await sh(alpha, id,
+    `timeout 5 wget -q -O - --header "X-Api-Key: $API_KEY" http://api.example.test${uri}`)).stdout), 10000, 200);
+  assert.equal(upstream(uri)[0]?.headers['X-Api-Key'], VALUE, 'the bound secret is swapped in');
+  assert.match(workerLog(), new RegExp(`registered again with the restarted egress proxy" sandbox=${id}`));
+});
