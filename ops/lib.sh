@@ -326,6 +326,7 @@ sf_stack_stop() {
 # (docs/internals/restart.md). Needs SF_REDIS_URL; quiet; never fails the caller.
 sf_drain_worker() {
     local state=$1 build=$2 host=$3
+    [ -n "$host" ] || return 0
     sf_alive "$state" worker || sf_alive "$state" "worker-$host" || return 0
     "$build/cli/sandfleet" hosts drain "$host" --wait >/dev/null 2>&1 ||
         sf_log "could not drain host $host before its stop; its sandboxes stay until its next start"
