@@ -323,13 +323,15 @@ sf_stack_stop() {
 # sf_drain_worker STATE BUILD HOST: the worker of HOST (pid file STATE/pids/worker or
 # worker-HOST) kills its sandboxes (`sandfleet hosts drain HOST --wait`) before a stop that
 # must leave nothing behind: a plain stop keeps them for the next worker
-# (docs/internals/restart.md). Needs SF_REDIS_URL; quiet; never fails the caller.
+# (docs/internals/restart.md). Needs SF_REDIS_URL; quiet; never fails the caller; 10 s at most.
 sf_drain_worker() {
     local state=$1 build=$2 host=$3
     [ -n "$host" ] || return 0
     sf_alive "$state" worker || sf_alive "$state" "worker-$host" || return 0
-    "$build/cli/sandfleet" hosts drain "$host" --wait >/dev/null 2>&1 ||
-        sf_log "could not drain host $host before its stop; its sandboxes stay until its next start"
+    # (at most 10 s: teardowns that stop themselves half-way, the attack profile's, never
+    # end; the worker's stop then waits for them as before, and sf_kill_kept is the rest)
+    timeout 10 "$build/cli/sandfleet" hosts drain "$host" --wait >/dev/null 2>&1 ||
+        sf_log "host $host did not drain within 10 s before its stop"
 }
 
 # sf_kill_kept STATE: after the stack's workers stopped, the sandboxes they left running for
