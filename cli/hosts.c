@@ -51,16 +51,25 @@ static int host_drain(const char *host, int wait)
     printf("host %s is draining: it takes no new sandboxes and kills the ones it runs\n", host);
     ret = 0;
     while (wait) {
-        int64_t running = -1;
-        r = sf_redis_sync_cmd(rc, "HGET " SF_RK_HOST " running", host);
+        int64_t running = -1, cap = -1, ts = -1, asked = 0;
+        sf_parse_i64(now, 0, INT64_MAX, &asked);
+        r = sf_redis_sync_cmd(rc, "HMGET " SF_RK_HOST " running capacity ts", host);
         if (!cli_reply_ok(rc, r)) {
             ret = 1;
             break;
         }
-        if (r->type == REDIS_REPLY_STRING)
-            sf_parse_i64(r->str, 0, INT64_MAX, &running);
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 3) {
+            if (r->element[0]->type == REDIS_REPLY_STRING)
+                sf_parse_i64(r->element[0]->str, 0, INT64_MAX, &running);
+            if (r->element[1]->type == REDIS_REPLY_STRING)
+                sf_parse_i64(r->element[1]->str, 0, INT64_MAX, &cap);
+            if (r->element[2]->type == REDIS_REPLY_STRING)
+                sf_parse_i64(r->element[2]->str, 0, INT64_MAX, &ts);
+        }
         freeReplyObject(r);
-        if (running <= 0) { /* (no heartbeat: the worker is not running: nothing to wait for) */
+        /* done once a heartbeat after the request says: no capacity (the worker saw the
+         * drain) and nothing running; no heartbeat at all: no worker, nothing to wait for */
+        if (ts < 0 || (ts > asked && cap == 0 && running == 0)) {
             printf("host %s runs no sandbox\n", host);
             break;
         }

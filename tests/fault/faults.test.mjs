@@ -327,6 +327,36 @@ test('a create sent while its worker is down works once the worker is back, and 
   console.log(`# ${placed.length} of 8 creates were placed on ${victim} while its worker was down; all work`);
 });
 
+test('sandfleet hosts drain HOST --wait: that host kills its sandboxes and takes no new ones; the others go on; its next start ends the drain', async () => {
+  const host = 'fleet-1';
+  const mine = redis(env, 'SMEMBERS', `sf:host:{${host}}:sandboxes`).split('\n').filter(Boolean);
+  const others = load.filter((l) => l.h !== host).map((l) => l.sb);
+  if (mine.length === 0) { // (give it one to kill)
+    const r = await mcall(urls[0], key, 'sandbox_create', { name: 'drain-me' });
+    assert.equal(r.ok, true, r.text);
+    created.push(r.structured.id);
+  }
+  const ids = redis(env, 'SMEMBERS', `sf:host:{${host}}:sandboxes`).split('\n').filter(Boolean);
+  execFileSync(`${env.SF_BUILD}/cli/sandfleet`, ['hosts', 'drain', host, '--wait'],
+    { env: { ...process.env, SF_REDIS_URL: env.SF_REDIS_URL }, timeout: 60000 });
+  for (const id of ids) assert.equal(redis(env, 'HGET', `sf:sb:{${id}}`, 'state'), 'killed', `sandbox ${id} on the drained host`);
+  for (const sb of others) {
+    const r = await mcall(urls[1], key, 'sandbox_exec', { sandbox_id: sb, command: 'true' });
+    assert.equal(r.ok, true, `sandbox ${sb} on another host: ${r.text}`);
+  }
+  const fresh = await Promise.all(Array.from({ length: 4 }, (_, i) =>
+    mcall(urls[i % 2], key, 'sandbox_create', { name: `after-drain-${i}` })));
+  for (const r of fresh) {
+    assert.equal(r.ok, true, r.text);
+    created.push(r.structured.id);
+    assert.notEqual(redis(env, 'HGET', `sf:sb:{${r.structured.id}}`, 'host'), host, 'placed on the drained host');
+  }
+  fleet('kill', `worker-${host}`);
+  fleet('start', `worker-${host}`);
+  assert.ok(await until(() => redis(env, 'EXISTS', `sf:host:{${host}}:drain`) === '0', 15000, 100) >= 0,
+    'the drain outlived its worker');
+});
+
 test('with the broker gone, SIGTERM ends every daemon within 10 s', embedded, async () => {
   fleet('kill', 'kafka');
   const names = ['scheduler', 'scheduler-2', 'worker-fleet-1', 'worker-fleet-2', 'worker-fleet-3',
