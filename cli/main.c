@@ -15,7 +15,7 @@ typedef struct cli_cmd {
 
 static const cli_cmd commands[] = {
     {"keys", cli_keys, "keys create --team TEAM | list [--team TEAM] | revoke KEY_ID"},
-    {"hosts", cli_hosts, "hosts [key HOST]             worker hosts: heartbeat, driver, load; a host's key"},
+    {"hosts", cli_hosts, "hosts [key HOST|drain HOST]  worker hosts: heartbeat, driver, load; a host's key; drain"},
     {"sandboxes", cli_sandboxes, "sandboxes [--team TEAM]      every team's sandboxes (admin)"},
     {"secrets", cli_secrets, "secrets create|rotate|list|delete ...   team secrets (cli/secrets.c)"},
     {"teams", cli_teams, "teams show|limits TEAM ...   a team's own limits, what it holds now"},

@@ -321,6 +321,47 @@ sf_stack_stop() {
     for name in "${last[@]}"; do sf_stop_one "$state" "$name" 10; done
 }
 
+# sf_drain_worker STATE BUILD HOST: the worker of HOST (pid file STATE/pids/worker or
+# worker-HOST) kills its sandboxes (`sandfleet hosts drain HOST --wait`) before a stop that
+# must leave nothing behind: a plain stop keeps them for the next worker
+# (docs/internals/restart.md). Needs SF_REDIS_URL; quiet; never fails the caller; 10 s at most.
+sf_drain_worker() {
+    local state=$1 build=$2 host=$3
+    [ -n "$host" ] || return 0
+    sf_alive "$state" worker || sf_alive "$state" "worker-$host" || return 0
+    # (at most 10 s: teardowns that stop themselves half-way, the attack profile's, never
+    # end; the worker's stop then waits for them as before, and sf_kill_kept is the rest)
+    timeout 10 "$build/cli/sandfleet" hosts drain "$host" --wait >/dev/null 2>&1 ||
+        sf_log "host $host did not drain within 10 s before its stop"
+}
+
+# sf_kill_kept STATE: after the stack's workers stopped, the sandboxes they left running for
+# a next worker (and their lxcfs) end too, with their cgroups: for test stacks, whose state
+# folder no worker starts on again. Only processes whose pid and start time match what
+# the worker recorded (STATE/worker*/adopt/<id>/handle, lxcfs.pid) are killed.
+sf_kill_kept() {
+    local state=$1 h id v pid start rest d
+    for h in "$state"/worker*/adopt/*/handle; do
+        [ -f "$h" ] || continue
+        id=${h%/handle}
+        id=${id##*/}
+        read -r v pid start rest <"$h" || continue
+        [ "$v" = v1 ] && [ "$(sf_starttime "$pid")" = "$start" ] && kill -KILL "$pid" 2>/dev/null
+        for ((i = 0; i < 100; i++)); do [ -d "/proc/$pid" ] || break; sleep 0.02; done
+        for d in /sys/fs/cgroup/sandfleet/*/"$id" /sys/fs/cgroup/*/sandfleet/*/"$id"; do
+            [ -d "$d" ] || continue
+            rmdir "$d"/box "$d"/agent 2>/dev/null
+            rmdir "$d" 2>/dev/null
+        done
+    done
+    for h in "$state"/worker*/lxcfs.pid; do
+        [ -f "$h" ] || continue
+        pid=$(cat "$h")
+        [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = lxcfs ] && kill -KILL "$pid" 2>/dev/null
+    done
+    return 0
+}
+
 # sf_stack_running STATE: some daemon of the stack in STATE still runs.
 sf_stack_running() {
     local f

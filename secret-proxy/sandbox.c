@@ -609,8 +609,21 @@ static void sandbox_drop(sp_ctx *ctx, sp_sandbox *sb)
 
 static void collect(const char *key, void *val, void *arg);
 
-/* Every sandbox registered by owner (a worker that restarted: its sandboxes are gone). */
-static void unregister_owner(sp_ctx *ctx, const char *owner, sp_done_cb done, void *arg)
+static int kept(const json_t *keep, const char *id)
+{
+    size_t i;
+    json_t *v;
+
+    json_array_foreach(keep, i, v)
+        if (json_is_string(v) && !strcmp(json_string_value(v), id))
+            return 1;
+    return 0;
+}
+
+/* Every sandbox registered by owner (a worker that restarted) but those it names in keep
+ * (it took them back: their listeners, rules and placeholders stay as they are). */
+static void unregister_owner(sp_ctx *ctx, const char *owner, const json_t *keep,
+                             sp_done_cb done, void *arg)
 {
     size_t n = sf_map_len(ctx->sandboxes), dropped = 0;
     sp_sandbox **all = calloc(n + 1, sizeof(*all)), **p = all;
@@ -621,7 +634,7 @@ static void unregister_owner(sp_ctx *ctx, const char *owner, sp_done_cb done, vo
     }
     sf_map_foreach(ctx->sandboxes, collect, &p);
     for (size_t i = 0; i < n; i++)
-        if (!strcmp(all[i]->owner, owner)) {
+        if (!strcmp(all[i]->owner, owner) && !kept(keep, all[i]->id)) {
             sf_info("msg=\"sandbox unregistered (its owner restarted)\" sandbox=%s owner=%s",
                     all[i]->id, owner);
             sandbox_drop(ctx, all[i]);
@@ -637,8 +650,16 @@ void sp_sandbox_unregister(sp_ctx *ctx, const json_t *req, sp_done_cb done, void
     const char *owner = json_string_value(json_object_get(req, "owner"));
     sp_sandbox *sb = id ? sf_map_get(ctx->sandboxes, id) : NULL;
 
+    const json_t *keep = json_object_get(req, "keep");
+
     if (!id && owner && sf_id_valid(owner)) {
-        unregister_owner(ctx, owner, done, arg);
+        if (keep && (!json_is_array(keep) ||
+                     (int64_t)json_array_size(keep) > ctx->cfg.proxy_max_sandboxes)) {
+            answer(done, arg, err_reply("'keep' must be an array of at most max_sandboxes "
+                                        "sandbox ids.%s", NULL));
+            return;
+        }
+        unregister_owner(ctx, owner, keep, done, arg);
         return;
     }
     if (!sb) { /* idempotent: the worker may retry a kill */

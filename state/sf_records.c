@@ -272,6 +272,13 @@ static int retire_lost_sync(redisContext *c, const char *host, const char *id)
 
 int sf_records_retire_host_sync(redisContext *c, const char *host, long long *n)
 {
+    return sf_records_retire_host_except_sync(c, host, NULL, NULL, n);
+}
+
+int sf_records_retire_host_except_sync(redisContext *c, const char *host,
+                                       int (*keep)(const char *id, void *arg), void *arg,
+                                       long long *n)
+{
     redisReply *ids, *st;
     int rc = 0;
 
@@ -282,6 +289,8 @@ int sf_records_retire_host_sync(redisContext *c, const char *host, long long *n)
         const char *id = ids->element[i]->str;
         int creating;
         if (ids->element[i]->type != REDIS_REPLY_STRING || ids->element[i]->len >= SF_ID_MAX)
+            continue;
+        if (keep && keep(id, arg))
             continue;
         if (sync_ok(st = sf_redis_sync_cmd(c, "HGET " SF_RK_SANDBOX " state", id)) < 0) {
             rc = -EIO;

@@ -41,6 +41,11 @@ int sf_records_mark_killing(sf_redis *r, const char *id, redisCallbackFn *cb, vo
 /* Every live sandbox placed on host becomes `lost` (the host restarted): blocking, for a
  * worker's start-up before it takes any job. 0 and the number retired in *n, or -EIO. */
 int sf_records_retire_host_sync(redisContext *c, const char *host, long long *n);
+/* The same, leaving the sandboxes keep(id, arg) says 1 for (a restarted worker took them
+ * back: they run on). */
+int sf_records_retire_host_except_sync(redisContext *c, const char *host,
+                                       int (*keep)(const char *id, void *arg), void *arg,
+                                       long long *n);
 /* Hosts whose last heartbeat is older than dead_ms are removed, their sandboxes lost, the
  * template builds still running there failed (the host's :tpls, tpl_host_lost). The reply
  * is the number of hosts removed. */

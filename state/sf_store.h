@@ -27,6 +27,8 @@
 #define SF_RK_HOST_SANDBOXES "sf:host:{%s}:sandboxes" /* set of sandbox ids placed there */
 #define SF_RK_HOSTS "sf:hosts"            /* zset host id -> last heartbeat ms */
 #define SF_RK_HOST "sf:host:{%s}"         /* hash {topic, capacity, running, driver, ts} */
+#define SF_RK_HOST_DRAIN "sf:host:{%s}:drain" /* string (ms): `sandfleet hosts drain`; the
+                                                 worker empties itself; its next start clears it */
 #define SF_RK_JOB "sf:job:{%s}:%s"        /* team, job id -> guard: running where / done + reply */
 #define SF_RK_TEAM_GUARDS "sf:team:{%s}:gk" /* zset "<job id>:<bytes>" -> expiry ms: kept replies */
 #define SF_RK_TEAM_GUARD_BYTES "sf:team:{%s}:gkb" /* their bytes (a counter) */

@@ -1,6 +1,7 @@
 /* box.c: the sandboxes this host holds (wk_box): a call for one that is not here, and the
  * kill that ends one (its record, its event, the resources it held). */
 #include "worker.h"
+#include "restart.h"
 #include "ingress.h"
 #include "egress.h"
 #include "sf_claim.h"
@@ -57,6 +58,8 @@ void wk_box_release(wk_box *b)
     wk_ctx *ctx = b->ctx;
 
     sf_map_del(ctx->sandboxes, b->id);
+    if (b->state != WK_BOX_CREATING)
+        wk_restart_forget(ctx, b->id);
     ctx->used_mem_mib -= b->lim.memory_mib;
     ctx->used_vcpu_milli -= b->lim.vcpu_milli;
     ctx->used_disk_mib -= b->lim.disk_mib;

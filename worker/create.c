@@ -1,6 +1,7 @@
 /* create.c: sandbox_create on this host: the limits, the room, the template's layers or a
  * snapshot, the driver's create, then the egress, the template's service and the record. */
 #include "worker.h"
+#include "restart.h"
 #include "egress.h"
 #include "tpl_start.h"
 #include "tstore.h"
@@ -56,6 +57,7 @@ static void on_started(redisAsyncContext *ac, void *r, void *priv)
         json_decref(x);
     }
     wk_life_started(b, c->job.args);
+    wk_restart_save(b); /* a worker restart keeps it (restart.h) */
     sf_info("msg=\"sandbox created\" sandbox=%s team=%s job=%s", b->id, b->team, c->job.id);
     wk_reply_result(c, create_result(b, name));
 }

@@ -803,18 +803,86 @@ int wk_egress_new(wk_ctx *ctx, const char *sock, wk_egress **out)
     if (!e->up)
         sf_warn("msg=\"the egress proxy is not reachable yet; creates are refused until it "
                 "answers\" socket=%s", e->sock);
-    else {
-        json_t *req = json_pack("{s:s, s:s}", "op", "unregister", "owner", ctx->host_id), *rep = NULL;
-        char why[256];
-        if (req && sp_client_call(e->sock, req, -1, EG_CALL_MS, &rep, why, sizeof(why)) == 0 &&
-            json_integer_value(json_object_get(rep, "dropped")) > 0)
-            sf_info("msg=\"dropped the registrations of this host's previous run\" count=%lld",
-                    (long long)json_integer_value(json_object_get(rep, "dropped")));
-        json_decref(req);
-        json_decref(rep);
-    }
     event_add(e->ev_probe, &every);
     *out = e;
+    return 0;
+}
+
+void wk_egress_drop_others(wk_egress *e)
+{
+    json_t *req, *keep = json_array(), *rep = NULL;
+    size_t n;
+    wk_box **all, **p;
+    char why[256];
+
+    if (!e || !e->sock[0] || !e->up || !keep) {
+        json_decref(keep);
+        return;
+    }
+    n = sf_map_len(e->ctx->sandboxes);
+    if (!(all = calloc(n + 1, sizeof(*all)))) {
+        json_decref(keep);
+        return;
+    }
+    p = all;
+    sf_map_foreach(e->ctx->sandboxes, collect_box, &p);
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(keep, json_string(all[i]->id));
+    free(all);
+    req = json_pack("{s:s, s:s, s:o}", "op", "unregister", "owner", e->ctx->host_id, "keep", keep);
+    if (req && sp_client_call(e->sock, req, -1, EG_CALL_MS, &rep, why, sizeof(why)) == 0 &&
+        json_integer_value(json_object_get(rep, "dropped")) > 0)
+        sf_info("msg=\"dropped the registrations of this host's previous run\" count=%lld "
+                "kept=%zu", (long long)json_integer_value(json_object_get(rep, "dropped")), n);
+    json_decref(req);
+    json_decref(rep);
+}
+
+json_t *wk_egress_box_dump(const wk_egbox *eb)
+{
+    if (!eb)
+        return json_null();
+    return json_pack("{s:s, s:O, s:O, s:O, s:O, s:s}", "default", eb->deflt, "allow", eb->allow,
+                     "deny", eb->deny, "secrets", eb->secrets, "env", eb->env, "instance",
+                     eb->instance);
+}
+
+int wk_egress_box_load(wk_egress *e, const json_t *j, int netns, wk_egbox **out)
+{
+    wk_egbox *eb;
+    const char *inst = json_string_value(json_object_get(j, "instance"));
+    const char *deflt = json_string_value(json_object_get(j, "default"));
+    json_t *allow = json_object_get(j, "allow"), *deny = json_object_get(j, "deny");
+    json_t *secrets = json_object_get(j, "secrets"), *env = json_object_get(j, "env");
+    const char *k;
+    json_t *v;
+
+    *out = NULL;
+    if (json_is_null(j) || !j)
+        return 0;
+    if (!e || !e->sock[0] || !json_is_array(allow) || !json_is_array(deny) ||
+        !json_is_object(secrets) || !json_is_object(env) || !inst || !deflt ||
+        json_object_size(secrets) > WK_EGRESS_BINDINGS_MAX || netns < 0)
+        return -EINVAL;
+    json_object_foreach(env, k, v)
+        if (!json_is_string(v))
+            return -EINVAL;
+    if (!(eb = calloc(1, sizeof(*eb))))
+        return -ENOMEM;
+    eb->serial = ++e->serial;
+    snprintf(eb->deflt, sizeof(eb->deflt), "%s", !strcmp(deflt, "allow") ? "allow" : "deny");
+    snprintf(eb->instance, sizeof(eb->instance), "%s", inst);
+    eb->allow = json_deep_copy(allow);
+    eb->deny = json_deep_copy(deny);
+    eb->secrets = json_deep_copy(secrets);
+    eb->env = json_deep_copy(env);
+    eb->attached = 1;
+    if ((eb->netns = fcntl(netns, F_DUPFD_CLOEXEC, 0)) < 0 || !eb->allow || !eb->deny ||
+        !eb->secrets || !eb->env || eb_texts(eb) < 0) {
+        wk_egress_box_free(eb);
+        return -ENOMEM;
+    }
+    *out = eb;
     return 0;
 }
 

@@ -31,9 +31,17 @@ typedef struct wk_egress wk_egress;
 typedef struct wk_egbox wk_egbox;
 
 /* Starts the link to the proxy at sock ("" = egress off); the first probe runs here
- * (blocking, at start-up), and drops what an earlier run of this worker left registered.
- * 0 or -ENOMEM. */
+ * (blocking, at start-up). 0 or -ENOMEM. */
 int wk_egress_new(wk_ctx *ctx, const char *sock, wk_egress **out);
+/* At start-up, once the sandboxes of the previous run were taken back: drops what that
+ * run registered for any other sandbox (blocking). */
+void wk_egress_drop_others(wk_egress *e);
+/* A sandbox's egress as its host-side record keeps it (restart.c), and back: *out with
+ * the same rules, bindings and placeholders (NULL for a JSON null: no egress), registered
+ * as the record says (a restarted proxy gets it again within a probe). netns: the
+ * sandbox's namespace (dup'd). 0, -EINVAL (damaged, or egress is off now), -ENOMEM. */
+json_t *wk_egress_box_dump(const wk_egbox *eb);
+int wk_egress_box_load(wk_egress *e, const json_t *j, int netns, wk_egbox **out);
 /* Stops probing, sends the unregisters still queued, frees. NULL-safe. */
 void wk_egress_free(wk_egress *e);
 

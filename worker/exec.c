@@ -258,6 +258,8 @@ static void do_exec(wk_call *c, wk_box *b)
     else if (rc == -ESRCH)
         wk_reply_error(c, SF_ERR_NOT_FOUND, "The sandbox is being killed; create a new one with "
                                          "sandbox_create.");
+    else if (rc == -ESHUTDOWN) /* (the sandbox goes on for the next worker) */
+        wk_reply_error(c, SF_ERR_UNAVAILABLE, SF_MSG_HOST_STOPPING);
     else if (rc < 0)
         wk_reply_error(c, SF_ERR_UNAVAILABLE,
                     "The sandbox did not accept the command; retry, or create a new sandbox.");

@@ -151,6 +151,39 @@ static void on_box_check(redisAsyncContext *ac, void *r, void *priv)
     free(bc);
 }
 
+static void collect_box(const char *key, void *val, void *arg)
+{
+    wk_box ***p = arg;
+    *(*p)++ = val;
+}
+
+/* `sandfleet hosts drain HOST`: this host offers nothing more and every sandbox it runs is
+ * killed, so that the worker can stop (an upgrade that keeps nothing, a host retired). */
+static void on_drain(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *rep = r;
+    wk_ctx *ctx = priv;
+    size_t n = sf_map_len(ctx->sandboxes);
+    wk_box **all, **p;
+
+    (void)ac;
+    if (!rep || rep->type != REDIS_REPLY_STRING || ctx->stopping)
+        return;
+    if (!ctx->draining)
+        sf_warn("msg=\"host drained by the operator: no new sandboxes, every sandbox killed\" "
+                "count=%zu", n);
+    ctx->draining = 1;
+    ctx->capacity = 0;
+    if (n == 0 || !(all = calloc(n + 1, sizeof(*all))))
+        return;
+    p = all;
+    sf_map_foreach(ctx->sandboxes, collect_box, &p);
+    for (size_t i = 0; i < n; i++)
+        if (all[i]->state == WK_BOX_RUNNING)
+            wk_box_kill(all[i], "killed");
+    free(all);
+}
+
 static void check_boxes(evutil_socket_t fd, short what, void *arg)
 {
     wk_ctx *ctx = arg;
@@ -160,6 +193,10 @@ static void check_boxes(evutil_socket_t fd, short what, void *arg)
     char key[128];
 
     wk_host_disk_publish(ctx);
+    if (sf_redis_connected(ctx->redis)) {
+        snprintf(key, sizeof(key), SF_RK_HOST_DRAIN, ctx->host_id);
+        sf_redis_cmd(ctx->redis, on_drain, ctx, "GET %s", key);
+    }
     if (n == 0 || !sf_redis_connected(ctx->redis) || !(bc = malloc(sizeof(*bc) + n * SF_ID_MAX)))
         return;
     if (!(argv = calloc(n + 2, sizeof(*argv)))) {

@@ -1,5 +1,6 @@
 /* sandfleet-worker: parse config, build objects, run the loop, tear down. */
 #include "worker.h"
+#include "restart.h"
 #include "egress.h"
 #include "tstore.h"
 #include "sf_log.h"
@@ -119,19 +120,40 @@ static int pick_host_id(wk_ctx *ctx)
     return 0;
 }
 
-/* The live sandboxes of a previous run: a `lost` event for each (before the retiring). */
-static void lost_events(wk_ctx *ctx, redisContext *c)
+/* Why a sandbox of the previous run is lost: what taking it back said (restart.c). */
+static const char *lost_why(const json_t *lost, const char *id)
+{
+    size_t i;
+    json_t *v;
+
+    json_array_foreach(lost, i, v)
+        if (!strcmp(json_string_value(json_object_get(v, "id")) ?: "", id))
+            return json_string_value(json_object_get(v, "why"));
+    return "The worker restarted and had no record of it (it was not kept).";
+}
+
+/* The live sandboxes of a previous run that were not taken back: a `lost` event for each
+ * (before the retiring), with why, and a log line. */
+static void lost_events(wk_ctx *ctx, redisContext *c, const json_t *lost)
 {
     redisReply *ids = sf_redis_sync_cmd(c, "SMEMBERS " SF_RK_HOST_SANDBOXES, ctx->host_id);
 
     for (size_t i = 0; ids && ids->type == REDIS_REPLY_ARRAY && i < ids->elements; i++) {
         const char *id = ids->element[i]->str;
-        redisReply *v = id ? sf_redis_sync_cmd(c, "HMGET " SF_RK_SANDBOX " team state", id) : NULL;
+        redisReply *v = id && !wk_restart_adopted(id, ctx)
+                            ? sf_redis_sync_cmd(c, "HMGET " SF_RK_SANDBOX " team state", id)
+                            : NULL;
         if (v && v->type == REDIS_REPLY_ARRAY && v->elements == 2 &&
             v->element[0]->type == REDIS_REPLY_STRING && v->element[1]->type == REDIS_REPLY_STRING &&
             strcmp(v->element[1]->str, "killed") && strcmp(v->element[1]->str, "failed") &&
-            strcmp(v->element[1]->str, "lost") && strcmp(v->element[1]->str, "creating"))
-            wk_event(ctx, "lost", v->element[0]->str, id, NULL);
+            strcmp(v->element[1]->str, "lost") && strcmp(v->element[1]->str, "creating")) {
+            const char *why = lost_why(lost, id);
+            json_t *extra = json_pack("{s:s}", "reason", why);
+            sf_warn("msg=\"sandbox of the previous run lost\" sandbox=%s team=%s why=\"%s\"", id,
+                    v->element[0]->str, why);
+            wk_event(ctx, "lost", v->element[0]->str, id, extra);
+            json_decref(extra);
+        }
         if (v)
             freeReplyObject(v);
     }
@@ -139,9 +161,10 @@ static void lost_events(wk_ctx *ctx, redisContext *c)
         freeReplyObject(ids);
 }
 
-/* Sandboxes a previous run of this host left in Redis are gone (the agent link does not
- * survive a restart): mark them lost, and drop the host's timers, before taking any job. */
-static void reconcile(wk_ctx *ctx)
+/* Sandboxes a previous run of this host left in Redis and this run did not take back
+ * (restart.c) are gone: mark them lost before taking any job. Without a driver that keeps
+ * sandboxes the host's timers go too (a kept sandbox's stay: a lost one's fire on nothing). */
+static void reconcile(wk_ctx *ctx, const json_t *lost)
 {
     char why[256];
     long long n = 0;
@@ -150,12 +173,19 @@ static void reconcile(wk_ctx *ctx)
         redisContext *c = sf_redis_connect_sync(ctx->cfg.common.redis_url, why, sizeof(why));
         int rc;
         if (c)
-            lost_events(ctx, c);
-        rc = c ? sf_records_retire_host_sync(c, ctx->host_id, &n) : -1;
-        if (rc == 0) /* their timers go with them */
+            lost_events(ctx, c, lost);
+        rc = c ? sf_records_retire_host_except_sync(c, ctx->host_id, wk_restart_adopted, ctx, &n)
+               : -1;
+        if (rc == 0 && !ctx->ops->adopt) /* their timers go with them */
             rc = sf_timers_clear_host_sync(c, ctx->host_id);
         if (rc == 0) /* and the template builds it had under way */
             rc = wk_tpl_build_reconcile_sync(ctx, c);
+        if (rc == 0) { /* a drain asked of the previous run ended with it */
+            redisReply *d = sf_redis_sync_cmd(c, "DEL " SF_RK_HOST_DRAIN, ctx->host_id);
+            rc = d && d->type != REDIS_REPLY_ERROR ? 0 : -1;
+            if (d)
+                freeReplyObject(d);
+        }
         if (c)
             sf_redis_sync_free(c);
         if (rc == 0) {
@@ -179,8 +209,20 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 }
 
-/* Kills every sandbox (its record becomes `lost`) and runs the loop until their
- * teardowns ended, for at most 15 s. */
+static void count_kept(const char *key, void *val, void *arg)
+{
+    *(int *)arg += ((wk_box *)val)->kept;
+}
+
+static int kept_n(wk_ctx *ctx)
+{
+    int n = 0;
+    sf_map_foreach(ctx->sandboxes, count_kept, &n);
+    return n;
+}
+
+/* Kills every sandbox not kept for the next worker (restart.c; its record becomes `lost`)
+ * and runs the loop until their teardowns ended, for at most 15 s. */
 static void kill_all(wk_ctx *ctx)
 {
     size_t n = sf_map_len(ctx->sandboxes);
@@ -193,13 +235,13 @@ static void kill_all(wk_ctx *ctx)
         return;
     sf_map_foreach(ctx->sandboxes, collect_box, &p);
     for (size_t i = 0; i < n; i++)
-        if (all[i]->state != WK_BOX_KILLING)
+        if (all[i]->state != WK_BOX_KILLING && !all[i]->kept)
             wk_box_kill(all[i], "lost");
     free(all);
     if (!(ev = event_new(ctx->d.base, -1, EV_PERSIST, on_tick, NULL)))
         return;
     event_add(ev, &tick);
-    while (sf_map_len(ctx->sandboxes) > 0 && sf_mono_ms() < deadline)
+    while (sf_map_len(ctx->sandboxes) > (size_t)kept_n(ctx) && sf_mono_ms() < deadline)
         event_base_loop(ctx->d.base, EVLOOP_ONCE);
     event_free(ev);
 }
@@ -324,7 +366,24 @@ int main(int argc, char **argv)
         sf_error("msg=\"cannot start\" err=\"%s\"", why);
         goto out;
     }
-    reconcile(&ctx); /* (with the producer: its lost events) */
+    if (wk_restart_init(&ctx) < 0)
+        sf_warn("msg=\"cannot use state_dir/boxes (it must be root's, mode 0700); a worker "
+                "restart will lose this host's sandboxes\" state_dir=%s", ctx.cfg.state_dir);
+    /* (egress first: the sandboxes taken back keep their registrations) */
+    if (wk_egress_new(&ctx, ctx.cfg.proxy_control_socket, &ctx.egress) < 0) {
+        sf_error("msg=\"cannot start the link to the egress proxy\" socket=%s",
+                 ctx.cfg.proxy_control_socket);
+        goto out;
+    }
+    {
+        json_t *lost = json_array();
+        if (!lost)
+            goto out;
+        wk_restart_adopt(&ctx, lost); /* the sandboxes of the previous run that still live */
+        reconcile(&ctx, lost); /* (with the producer: its lost events) */
+        json_decref(lost);
+    }
+    wk_egress_drop_others(ctx.egress);
     /* (15 s: on Apache Kafka a group's first use waits for its coordinator) */
     int arc = sf_kafka_assign_all(ctx.consumer, ctx.producer, ctx.topic, RD_KAFKA_OFFSET_STORED,
                                   15000);
@@ -339,11 +398,6 @@ int main(int argc, char **argv)
         sf_error("msg=\"cannot consume the host topic\" topic=%s", ctx.topic);
         goto out;
     }
-    if (wk_egress_new(&ctx, ctx.cfg.proxy_control_socket, &ctx.egress) < 0) {
-        sf_error("msg=\"cannot start the link to the egress proxy\" socket=%s",
-                 ctx.cfg.proxy_control_socket);
-        goto out;
-    }
     sf_info("msg=\"worker up\" host=%s topic=%s driver=%s capacity=%lld mem_mib=%llu "
             "vcpu_milli=%llu", ctx.host_id, ctx.topic, ctx.ops->name, (long long)ctx.capacity,
             (unsigned long long)ctx.res.mem_mib, (unsigned long long)ctx.res.vcpu_milli);
@@ -356,8 +410,13 @@ out:
      * Kafka, so callbacks it fires on the way out can still answer their calls. */
     ctx.stopping = 1;
     wk_tpl_build_stop_all(&ctx); /* a clean stop is not reaped: its builds end here */
-    if (ctx.sandboxes)
+    if (ctx.sandboxes) {
+        /* Running sandboxes stay up for the next worker (an upgrade, a restart): `sandfleet
+         * hosts drain` empties a host. The rest (creates under way) end here. */
+        if (ctx.drv && wk_restart_keep_all(&ctx))
+            sf_info("msg=\"sandboxes left running for the next worker\" count=%d", kept_n(&ctx));
         kill_all(&ctx);
+    }
     wk_preview_stop(&ctx); /* (after the kills: they answered the hops waiting on resumes) */
     wk_life_stop(&ctx);
     wk_snap_stop(&ctx);
@@ -373,6 +432,8 @@ out:
     ctx.tstore = NULL;
     if (ctx.ops && ctx.drv)
         ctx.ops->host_fini(ctx.drv);
+    if (ctx.sandboxes)
+        wk_restart_free_kept(&ctx);
     wk_pool_free(ctx.pool);
     wk_tpl_build_free_all();
     sf_redis_free(ctx.redis);

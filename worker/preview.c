@@ -6,6 +6,7 @@
  * admits hops by: the sandbox here and alive, the port published with the hop's epoch.
  * A hop to a paused sandbox resumes it and counts as activity. */
 #include "worker.h"
+#include "restart.h"
 #include "ingress.h"
 #include "netns.h"
 #include "sf_log.h"
@@ -191,6 +192,7 @@ static void publish(wk_call *c, wk_box *b, int64_t port, int64_t exp_in,
         pv->port = (uint16_t)port;
         pv->priv = (uint8_t)b->pv_private;
         pv->epoch = epoch_new(c->ctx);
+        wk_restart_save(b); /* a worker restart keeps the publication */
     }
     if (!(op = calloc(1, sizeof(*op)))) {
         wk_reply_error(c, SF_ERR_INTERNAL, SF_MSG_HOST_NOMEM);
@@ -288,6 +290,7 @@ void wk_preview_update(wk_call *c, wk_box *b, void (*done)(wk_call *c))
         fields[nf] = names[nf];
         nf++;
     }
+    wk_restart_save(b);
     if (json_object_get(c->job.args, "preview_access")) {
         const char *kv[] = {"preview_access", b->pv_private ? "private" : "public"};
         if (sf_records_set(c->ctx->redis, b->id, 2, kv, on_upd_written, op) == 0)

@@ -1,6 +1,7 @@
 /* secrets.c: sandbox_attach_secret and sandbox_detach_secret: a running sandbox's secret
  * bindings, changed through its egress (egress.h; the network rules: update.c). */
 #include "worker.h"
+#include "restart.h"
 #include "egress.h"
 #include "sf_claim.h"
 #include "sf_events.h"
@@ -39,6 +40,7 @@ static void on_bindings_changed(void *arg, wk_box *b, int rc, const char *code, 
         wk_reply_error(c, code, why);
         return;
     }
+    wk_restart_save(b); /* its bindings and placeholders outlive a worker restart */
     /* names only: never a value, never the placeholder (the sandbox's env holds it) */
     r = json_pack("{s:s, s:O, s:O}", "sandbox_id", b->id, "env_key",
                   json_object_get(c->job.args, "env_key"), "secrets", wk_egress_secrets(b->eg));

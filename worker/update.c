@@ -4,6 +4,7 @@
  * state/sf_timers.h). Rules go first, so input the proxy refuses changes nothing. The
  * sandbox is never resumed: a paused one stays paused (its schema declares no resume). */
 #include "worker.h"
+#include "restart.h"
 #include "egress.h"
 #include "sf_log.h"
 #include "sf_records.h"
@@ -165,8 +166,10 @@ static void on_rules_changed(void *arg, wk_box *b, int rc, const char *code, con
         reply_gone(c);
     else if (rc < 0)
         wk_reply_error(c, code, why);
-    else
+    else {
+        wk_restart_save(b); /* its rules outlive a worker restart */
         update_life(c);
+    }
 }
 
 /* The rules, metadata and timers, after the preview fields (if any). */

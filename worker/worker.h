@@ -100,6 +100,7 @@ typedef struct wk_ctx {
     int beat_started;
     wk_beat beat;
     int stopping;           /* new jobs are refused */
+    int draining;           /* host.c: `sandfleet hosts drain`: no capacity, sandboxes killed */
     int zips_running;       /* sandbox_files_download_dir calls under way */
     struct event *ev_timers; /* life.c: reads the due timers */
     int timers_asking;      /* ...one read at a time */
@@ -152,6 +153,7 @@ typedef struct wk_box {
         uint64_t epoch;     /* this publication's, in every hop and link */
     } pv[WK_PV_MAX];
     int pv_n;
+    int kept;               /* restart.c: left running at a stop, for the next worker */
 } wk_box;
 
 /* drivers.c: the driver compiled in under that name, or NULL; "jail, qemu": the names it

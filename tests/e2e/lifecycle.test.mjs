@@ -27,14 +27,18 @@ before(async () => {
   client = await connect(env.SF_KEY_ALPHA);
 });
 after(async () => {
+  // (a restart keeps sandboxes: this suite's go, those its timers did not end already)
+  for (const id of made) await call(client, 'sandbox_kill', { sandbox_id: id }).catch(() => {});
   await client?.close();
   extraEnv = {};
   stack('restart-worker'); // the usual settings for the suites after this one
 });
 
+const made = [];
 const create = async (args = {}) => {
   const r = await call(client, 'sandbox_create', args);
   assert.equal(r.isError, false, r.text);
+  made.push(r.structured.id);
   return r.structured.id;
 };
 
@@ -159,10 +163,20 @@ test('auto_delete_seconds kills a paused sandbox; sandbox_update changes the tim
   await beta.close();
 });
 
-test("a restarted worker's sandboxes are lost and their timers cleared", async () => {
+test("a restarted worker keeps its sandboxes and their timers; a paused one resumes on its next exec", async () => {
   const id = await create({ name: 'restart', timeout_seconds: 600 });
-  assert.notEqual(redis('ZSCORE', `sf:host:{${env.SF_HOST_ID}}:timers`, `t:${id}`), '');
+  const t = redis('ZSCORE', `sf:host:{${env.SF_HOST_ID}}:timers`, `t:${id}`);
+  assert.notEqual(t, '');
+  const p = await create({ name: 'restart-paused' });
+  await sh(client, p, 'setsid sh -c \'i=0; while true; do i=$((i+1)); echo $i > /tmp/n; sleep 0.02; done\' >/dev/null 2>&1 &');
+  await until('the counter to count', async () => Number((await sh(client, p, 'cat /tmp/n')).stdout) > 5);
+  assert.equal((await call(client, 'sandbox_pause', { sandbox_id: p })).isError, false);
   stack('restart-worker');
-  assert.equal(redis('ZCARD', `sf:host:{${env.SF_HOST_ID}}:timers`), '0');
-  assert.match(await status(id), /lost/);
+  assert.equal(redis('ZSCORE', `sf:host:{${env.SF_HOST_ID}}:timers`, `t:${id}`), t, 'its lifetime timer is kept');
+  assert.equal(await status(id), 'active');
+  assert.equal(await status(p), 'paused');
+  // (the first exec resumes it; the loop rewrites /tmp/n, so a read may meet it empty)
+  const n1 = await until('a counter value', async () => Number((await sh(client, p, 'cat /tmp/n')).stdout) || 0);
+  assert.equal(await status(p), 'active');
+  await until('the counter to go on', async () => Number((await sh(client, p, 'cat /tmp/n')).stdout) > n1 + 5);
 });

@@ -341,12 +341,11 @@ test("a jail's socket marked as the ingress's reaches no relay (the namespace's 
   for (const l of lines) assert.match(l, / nothing | answered b''$/, out.stdout);
 });
 
-// Last: this one restarts the worker with a 2 s idle pause (its sandboxes are lost), then
-// gives the stack its usual worker back.
+// Last: this one restarts the worker with a 2 s idle pause (its sandboxes are kept, and
+// killed at the end as the others), then gives the stack its usual worker back.
 test('an open preview connection is activity: no idle pause under it', async (t) => {
   const stack = (extra) => execFileSync(`${import.meta.dirname}/../integration/stack`,
     ['restart-worker', env.SF_STATE, env.SF_BUILD], { stdio: 'inherit', env: { ...process.env, ...extra } });
-  created.length = 0;
   stack({ SF_IDLE_PAUSE_MS: '2000', SF_TIMER_TICK_MS: '100' });
   t.after(() => stack({}));
   const id = await sandbox();

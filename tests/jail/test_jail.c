@@ -1265,21 +1265,26 @@ static void test_create_times(void **state)
     printf("# create over %d runs: mean %.2f ms, worst %.2f ms\n", N, total / N, worst);
 }
 
-/* A worker that dies without killing its sandbox: the next start (host_init on the
- * same state_dir) removes everything it left. */
+/* A worker that dies without killing its sandboxes (issue 26): the next start (host_init on
+ * the same state_dir) leaves the living ones; one is taken back (adopt: its agent answers
+ * the new worker, its files are there), the other, of which the worker has no record, is
+ * removed with everything it left (adopt_end). */
 static void test_host_cleanup_after_a_worker_crash(void **state)
 {
     struct {
-        char dir[WK_PATH_MAX];
-        char cg[WK_CG_N][320];
+        char id[2][64];
+        char dir[2][WK_PATH_MAX];
+        char cg[2][WK_CG_N][320];
     } left;
     char dir2[sizeof(state_dir) + 16];
     wk_host_cfg c2 = hcfg;
     size_t got = 0;
     pid_t child;
-    int status, p[2];
+    int status, p[2], paused = -1, done = 0;
     const char *why;
     wk_driver *d2;
+    wk_sandbox *sb = NULL;
+    run r;
 
     snprintf(dir2, sizeof(dir2), "%s/crash", state_dir);
     assert_int_equal(mkdir(dir2, 0700), 0);
@@ -1289,22 +1294,27 @@ static void test_host_cleanup_after_a_worker_crash(void **state)
     child = fork();
     assert_true(child >= 0);
     if (child == 0) {
-        wk_sandbox *sb = NULL;
-        char id[64], w[512];
+        char w[512];
         base = event_base_new();
         c2.base = base;
         c2.pool = wk_pool_new(base, 1);
         if (!c2.pool || ops->host_init(&c2, &d2, &why) < 0)
             _exit(1);
-        snprintf(id, sizeof(id), "crash%d", (int)getpid());
-        if (try_create(d2, id, NULL, &sb, w, sizeof(w)) < 0)
-            _exit(1);
         memset(&left, 0, sizeof(left));
-        memcpy(left.dir, sb->sbdir, sizeof(left.dir));
-        memcpy(left.cg, sb->cg.dir, sizeof(left.cg));
+        for (int i = 0; i < 2; i++) {
+            run rr;
+            snprintf(left.id[i], sizeof(left.id[i]), "crash%d-%d", (int)getpid(), i);
+            if (try_create(d2, left.id[i], NULL, &sb, w, sizeof(w)) < 0)
+                _exit(1);
+            exec_full(sb, "echo kept > /root/mark", NULL, NULL, 20000, &rr);
+            if (rr.error || rr.exit_code != 0)
+                _exit(3);
+            memcpy(left.dir[i], sb->sbdir, sizeof(left.dir[i]));
+            memcpy(left.cg[i], sb->cg.dir, sizeof(left.cg[i]));
+        }
         if (write(p[1], &left, sizeof(left)) != (ssize_t)sizeof(left))
             _exit(2);
-        _exit(0);
+        _exit(0); /* dies without a kill: its jails and its lxcfs run on */
     }
     close(p[1]);
     while (got < sizeof(left)) {
@@ -1315,14 +1325,26 @@ static void test_host_cleanup_after_a_worker_crash(void **state)
     close(p[0]);
     assert_int_equal(waitpid(child, &status, 0), child);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    assert_true(path_exists(left.dir));
     assert_int_equal(ops->host_init(&c2, &d2, &why), 0);
-    assert_false(path_exists(left.dir));
+    assert_true(path_exists(left.dir[0]) && path_exists(left.dir[1]));
+    assert_int_equal(ops->adopt(d2, left.id[0], &sb, &paused, &why), 0);
+    assert_int_equal(paused, 0);
+    sh(sb, "cat /root/mark", &r);
+    assert_string_equal(r.out, "kept\n");
+    run_free(&r);
+    assert_int_equal(ops->adopt(d2, left.id[0], &sb, &paused, &why), -EEXIST);
+    ops->adopt_end(d2); /* the other: no record of it */
+    assert_false(path_exists(left.dir[1]));
     for (int c = 0; c < WK_CG_N; c++)
-        if (left.cg[c][0])
-            assert_false(path_exists(left.cg[c]));
+        if (left.cg[1][c][0])
+            assert_false(path_exists(left.cg[1][c]));
+    assert_true(path_exists(left.dir[0]));
+    ops->kill(sb, on_killed, &done);
+    while (!done)
+        assert_true(event_base_loop(base, EVLOOP_ONCE) == 0);
+    assert_false(path_exists(left.dir[0]));
     ops->host_fini(d2);
-    /* the orphaned jail init came to us (subreaper): reap it */
+    /* the orphaned jail inits came to us (subreaper): reap them */
     while (waitpid(-1, &status, WNOHANG) > 0)
         ;
     prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);

@@ -6,7 +6,10 @@
  * `exec` as /bin/sh -c CMD in its own process group (stdin /dev/null, stdout
  * and stderr through pipes kept head+tail by sf_cap), kills the group when the
  * timeout passes, and reaps every child of the sandbox (it is init). When the
- * worker's end closes, the agent exits, which ends the whole pid namespace.
+ * worker's end closes, the agent exits, which ends the whole pid namespace, unless the
+ * jail gave it a listening socket (fd 5, SF_AP_LISTEN_FD): then the sandbox goes on and
+ * the next worker that connects there becomes its peer (a worker restart keeps its
+ * sandboxes); commands asked on the old connection run on and answer nobody.
  *
  * Single-threaded: one poll() loop over the socket, a signalfd for SIGCHLD and
  * the pipes of running commands. Statically linked, no logging (stderr is
@@ -24,6 +27,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -72,6 +76,8 @@ typedef struct job {
     int64_t sfirst_ms;          /* when the oldest held byte arrived (0: none held) */
     uint64_t streamed;
     int pipe;                   /* a duplex session: output frames at once, no budget */
+    int stale;                  /* started on a worker connection that is gone: it runs
+                                   on (to its timeout), nothing of it is sent */
 } job;
 
 static job jobs[JOBS_MAX];
@@ -84,6 +90,7 @@ static int vm;              /* the channel is a virtio-serial port */
 static int unplugged;       /* vm: the host side is not connected (read gave EOF) */
 #define REPLUG_POLL_MS 100  /* vm: how often an unplugged port is tried again */
 static int box_fd = -1;         /* the cgroup file commands join (SF_AP_BOX_FD), if given */
+static int lfd = -1;            /* jail: where a restarted worker connects (SF_AP_LISTEN_FD) */
 
 /* vm: OOM kills in the guest so far (the `oom_kill` line of /proc/vmstat; the guest is
  * the sandbox, so any is its own), 0 if unknown. A jail's host sees them in its cgroup. */
@@ -176,7 +183,8 @@ static void stream_add(job *j, int s, const char *p, size_t n)
 static void stream_send(job *j, int s, const char *p, size_t n)
 {
     sf_ap_msg m = {.op = SF_AP_OUTPUT, .id = j->id, .s = (uint32_t)s, .data = p, .data_len = n};
-    agent_send(&m);
+    if (!j->stale)
+        agent_send(&m);
 }
 
 /* Sends what is held (all of it with force, else once enough is held or it waited). */
@@ -294,7 +302,8 @@ static void job_finish(job *j)
     m.err = kept[1];
     m.err_len = lens[1];
     m.err_total = j->cap[1].total;
-    agent_send(&m);
+    if (!j->stale)
+        agent_send(&m);
     free(kept[0]);
     free(kept[1]);
     job_free(j);
@@ -630,7 +639,8 @@ static void job_detach(job *j, int64_t now)
     m.err = kept[1];
     m.err_len = lens[1];
     m.err_total = j->cap[1].total;
-    agent_send(&m);
+    if (!j->stale)
+        agent_send(&m);
     free(kept[0]);
     free(kept[1]);
     job_free(j);
@@ -670,7 +680,7 @@ static void job_cancel(const sf_ap_msg *m)
 
     for (int i = 0; i < JOBS_MAX; i++) {
         job *j = &jobs[i];
-        if (!j->used || j->id != m->target || j->timed_out < 0)
+        if (!j->used || j->stale || j->id != m->target || j->timed_out < 0)
             continue;
         kill(-j->pid, SIGKILL);
         if (!j->reaped)
@@ -761,6 +771,39 @@ static int read_sock(void)
     }
 }
 
+/* Jail with a listener: the worker's connection went (it died, or stopped for an
+ * upgrade). The sandbox goes on; what was asked on that connection answers nobody. */
+static void disconnected(void)
+{
+    if (sock >= 0)
+        close(sock);
+    sock = -1;
+    sf_buf_consume(&inq, inq.len);
+    sf_buf_consume(&outq, outq.len);
+    for (int i = 0; i < JOBS_MAX; i++)
+        if (jobs[i].used) {
+            jobs[i].stale = 1;
+            if (jobs[i].pipe) { /* a duplex session lives as long as its worker does */
+                kill(-jobs[i].pid, SIGKILL);
+                kill(jobs[i].pid, SIGKILL);
+            }
+        }
+    agent_proc_disconnected();
+}
+
+/* A worker connects on the listener (only host root can reach its directory): it
+ * becomes the peer; an older connection still open is dropped. */
+static void accept_worker(void)
+{
+    int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+    if (fd < 0)
+        return;
+    if (sock >= 0)
+        disconnected();
+    sock = fd;
+}
+
 static int flush_sock(void)
 {
     while (outq.len > 0) {
@@ -783,7 +826,7 @@ static int flush_sock(void)
 
 int main(void)
 {
-#define NFDS (2 + 2 * JOBS_MAX + ORPHANS_MAX + PROC_FDS)
+#define NFDS (3 + 2 * JOBS_MAX + ORPHANS_MAX + PROC_FDS)
     struct pollfd pfd[NFDS];
     job *owner[NFDS];
     int stream[NFDS];
@@ -798,6 +841,17 @@ int main(void)
         vm = 1;
     }
     fcntl(sock, F_SETFD, FD_CLOEXEC);
+    {
+        int acc = 0;
+        socklen_t al = sizeof(acc);
+        if (!vm && fstat(SF_AP_LISTEN_FD, &st) == 0 && S_ISSOCK(st.st_mode) &&
+            getsockopt(SF_AP_LISTEN_FD, SOL_SOCKET, SO_ACCEPTCONN, &acc, &al) == 0 && acc) {
+            lfd = SF_AP_LISTEN_FD;
+            fcntl(lfd, F_SETFD, FD_CLOEXEC);
+            fcntl(lfd, F_SETFL, O_NONBLOCK);
+            fcntl(SF_AP_SLOT_FD, F_SETFD, FD_CLOEXEC); /* (kept, never used: a lock) */
+        }
+    }
     if (vm) /* previews reach the guest's loopback through it (agent_relay.c) */
         agent_relay_start();
     /* fd 4, when the jail gave one: the box's cgroup file. Close-on-exec, so that no
@@ -831,12 +885,14 @@ int main(void)
         int64_t pn = agent_proc_tick(now);
 
         /* An unplugged port polls as POLLHUP at once: leave it out and retry it. */
-        pfd[n] = (struct pollfd){.fd = unplugged ? -1 : sock,
+        pfd[n] = (struct pollfd){.fd = unplugged || sock < 0 ? -1 : sock,
                                  .events = POLLIN | (outq.len ? POLLOUT : 0)};
         owner[n++] = NULL;
         if (unplugged)
             next = now + REPLUG_POLL_MS;
         pfd[n] = (struct pollfd){.fd = sfd, .events = POLLIN};
+        owner[n++] = NULL;
+        pfd[n] = (struct pollfd){.fd = lfd, .events = POLLIN};
         owner[n++] = NULL;
         for (int i = 0; i < JOBS_MAX; i++) {
             job *j = &jobs[i];
@@ -872,20 +928,26 @@ int main(void)
                 continue;
             die("poll failed");
         }
-        if (unplugged || (pfd[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+        if (pfd[2].revents & POLLIN)
+            accept_worker();
+        if (sock >= 0 && (unplugged || (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)))) {
             if (read_sock() < 0) {
-                if (!vm)
+                if (!vm && lfd < 0)
                     _exit(0); /* worker gone: ending init ends the sandbox */
+                if (!vm)
+                    disconnected(); /* a restarted worker connects again */
+                else {
                 /* The VM's host side went away (the worker ends the VM when it is
                  * done with it): drop the half-read frame and wait for a peer. */
                 unplugged = 1;
                 sf_buf_consume(&inq, inq.len);
+                }
             } else {
                 unplugged = 0;
             }
         }
         agent_proc_events(pfd + nj, n - nj);
-        for (int i = 2; i < nj; i++) {
+        for (int i = 3; i < nj; i++) {
             if (!pfd[i].revents)
                 continue;
             if (owner[i]) {
@@ -918,7 +980,10 @@ int main(void)
         for (int i = 0; i < JOBS_MAX; i++)
             if (jobs[i].used && jobs[i].stream)
                 stream_flush(&jobs[i], 0, sf_mono_ms());
-        if (outq.len && !unplugged && flush_sock() < 0)
-            _exit(0);
+        if (outq.len && !unplugged && sock >= 0 && flush_sock() < 0) {
+            if (lfd < 0)
+                _exit(0);
+            disconnected();
+        }
     }
 }

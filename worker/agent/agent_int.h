@@ -47,6 +47,9 @@ void agent_proc_request(const sf_ap_msg *m);
 /* The fds to poll (at most room); then their events. */
 int agent_proc_fds(struct pollfd *pfd, int room);
 void agent_proc_events(const struct pollfd *pfd, int n);
+/* The worker's connection went (a new one may come): pending kills answer nobody, the
+ * stdins it fed close. */
+void agent_proc_disconnected(void);
 /* Pending kills; returns when to be called again (-1: nothing pending). */
 int64_t agent_proc_tick(int64_t now);
 

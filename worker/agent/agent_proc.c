@@ -74,6 +74,7 @@ typedef struct pkill {
     int64_t kill_at;        /* SIGKILL then (0: no escalation) */
     int64_t give_up_at;     /* answer by then even if it still shows */
     int escalated;
+    int mute;               /* asked on a connection that is gone: no answer */
 } pkill;
 
 static bgproc bgs[BG_SLOTS];
@@ -474,7 +475,8 @@ static void kills_tick(int64_t now)
         }
         if (proc_gone(k->pid) || (!k->kill_at && now >= k->give_up_at)) {
             sf_ap_msg r = {.op = SF_AP_OK, .id = k->id, .size = (uint64_t)k->escalated};
-            agent_send(&r);
+            if (!k->mute)
+                agent_send(&r);
             k->used = 0;
         }
     }
@@ -568,6 +570,15 @@ void agent_proc_events(const struct pollfd *pfd, int n)
             if (feeders[i].used && feeders[i].fd == pfd[j].fd && (pfd[j].events & POLLOUT))
                 feeder_write(&feeders[i]);
     }
+}
+
+void agent_proc_disconnected(void)
+{
+    for (int i = 0; i < KILLS_MAX; i++)
+        kills[i].mute = 1; /* the kill goes on; its answer had nobody to go to */
+    for (int i = 0; i < FEEDERS_MAX; i++)
+        if (feeders[i].used) /* the stdin of a command the gone worker fed: EOF now */
+            feeder_free(&feeders[i]);
 }
 
 int64_t agent_proc_tick(int64_t now)

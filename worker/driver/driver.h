@@ -263,7 +263,8 @@ typedef struct wk_driver_ops {
     unsigned caps;                  /* WK_CAP_* */
 
     /* One-time host set-up (needs what the driver needs: root, /dev/kvm...): removes
-     * what an earlier run of this worker left (its sandboxes are lost), prepares
+     * what an earlier run of this worker left (its sandboxes are lost, unless the driver
+     * has adopt: then the living ones wait for adopt / adopt_end), prepares
      * templates, checks the kernel, creates the per-worker resource parents that cap
      * the total. Blocking; called once at start-up before the worker takes jobs. */
     int (*host_init)(const wk_host_cfg *cfg, wk_driver **out, const char **why);
@@ -283,7 +284,8 @@ typedef struct wk_driver_ops {
     /* Runs a command; cb exactly once, never from inside this call (an agent that is
      * gone or a kill give res->error). -EINVAL (no command/cb, bad env entry), -E2BIG
      * (over the 1 MiB agent frame, or more than 256 env entries), -EBUSY (64 commands
-     * already running), -ESRCH (the sandbox is being killed), -ENOMEM. */
+     * already running), -ESRCH (the sandbox is being killed), -ESHUTDOWN (kept for the
+     * next worker: this one is stopping), -ENOMEM. */
     int (*exec)(wk_sandbox *sb, const wk_exec_req *req, wk_exec_cb cb, void *arg);
     /* Kills the sandbox: pending exec callbacks fire first, inside this call, with
      * "killed" errors; its processes are stopped at once; the rest of the teardown
@@ -359,6 +361,18 @@ typedef struct wk_driver_ops {
      * (secret-proxy/netns.c). Any thread; never blocks. 0 or -errno. */
     int (*preview_addr)(const wk_sandbox *sb, uint16_t port, struct sockaddr_in *addr,
                         int *relay);
+
+    /* Optional, all three or none (NULL = a worker restart loses its sandboxes). A
+     * sandbox outlives its worker (docs/internals/restart.md): host_init then leaves each
+     * sandbox of an earlier run whose processes provably still live (pid and start time,
+     * from a host-only record the driver wrote at create); the worker takes back those it
+     * has its own record of with adopt (blocking; at start-up only, before any job): 0 and
+     * *out (its agent answered, or it is paused: *paused 1), or -errno with why (one
+     * sentence: what died), and then removes the others with adopt_end (each logged). */
+    int (*adopt)(wk_driver *d, const char *id, wk_sandbox **out, int *paused, const char **why);
+    void (*adopt_end)(wk_driver *d);
+    /* host_fini leaves sb running (its agent link closed) for the next worker to adopt. */
+    void (*keep)(wk_sandbox *sb);
 } wk_driver_ops;
 #define WK_PREVIEW_RELAY_PORT 49983 /* reserved: no preview may publish it */
 #define WK_PREVIEW_MARK 0x53465056u /* "SFPV" */

@@ -27,6 +27,10 @@
 
 #define ERR_KILLED SF_MSG_KILLED_DURING_EXEC
 #define FINI_WAIT_MS 20000 /* host_fini waits this long for teardowns */
+#define SF_MSG_WORKER_STOPPING                                                               \
+    "The host's worker stopped while this ran (a restart or an upgrade); the sandbox goes "  \
+    "on, but this call's outcome is unknown: check its effect, then retry."
+#define ADOPT_PING_MS 5000 /* a kept sandbox's agent answers a new worker within this */
 
 static int sb_path(char *buf, size_t n, const char *state_dir, const char *id)
 {
@@ -87,44 +91,93 @@ static void host_offer(const wk_host_cfg *c, wk_host_res *res, wk_cg_caps *caps)
     res->slots = WK_SLOTS_MAX;
 }
 
-/* Kills what a previous worker run left under state_dir: every sandboxes/<id>/
- * (its cgroups' processes, the cgroups, its disk, the directory) and unfinished
- * template builds. */
-static void host_cleanup(const char *state_dir, const char *host)
+static void sb_unlink(wk_driver *d, wk_sandbox *sb);
+
+static int adopted_here(const wk_driver *d, const char *id)
+{
+    for (const wk_sandbox *sb = d->all; sb; sb = sb->next)
+        if (!strcmp(sb->id, id))
+            return 1;
+    return 0;
+}
+
+/* Kills what a previous worker run left under state_dir: every sandboxes/<id>/ (its
+ * cgroups' processes, the cgroups, its disk, the directory, its adopt/<id>) and
+ * unfinished template builds. With keep_alive (host_init of a worker that adopts), a
+ * sandbox whose init provably still runs stays for adopt; with d (adopt_end), those
+ * adopted stay and the rest go, each with a log line saying why. */
+static void host_cleanup(const char *state_dir, const char *host, int keep_alive,
+                         const wk_driver *drv)
 {
     char dir[WK_PATH_MAX], path[WK_PATH_MAX];
     struct dirent *e;
     DIR *d;
 
-    wk_template_cleanup(state_dir);
+    if (!drv)
+        wk_template_cleanup(state_dir);
     if (sb_path(dir, sizeof(dir), state_dir, NULL) < 0 || !(d = opendir(dir)))
         return;
     while ((e = readdir(d))) {
+        const char *why = NULL;
+        wk_adopt_handle h;
         wk_cgroup cg;
-        int rc;
+        int rc, alive = 0;
 
         if (!sf_id_valid(e->d_name) || sb_path(path, sizeof(path), state_dir, e->d_name) < 0)
             continue;
-        /* Its agent exits when the old worker's socket end closes, which ends
-         * the pid namespace; the cgroup sweep catches anything still there. */
+        if (drv && adopted_here(drv, e->d_name))
+            continue;
+        if ((rc = wk_adopt_check(state_dir, host, e->d_name, &h, &why)) == 0) {
+            alive = 1;
+            if (keep_alive) {
+                close(h.pidfd);
+                continue;
+            }
+            /* not taken back: its init (and with it the pid namespace) ends now */
+            syscall(SYS_pidfd_send_signal, h.pidfd, SIGKILL, NULL, 0);
+            close(h.pidfd);
+            why = "The worker has no record of it (a template build, or a create cut short).";
+        } else if (keep_alive && rc != -ENOENT) {
+            continue; /* dead or damaged: adopt says why, adopt_end removes it */
+        }
+        /* Without a listener its agent exited when the old worker's socket end closed,
+         * which ended the pid namespace; the cgroup sweep catches anything still there. */
         wk_cgroup_lookup(&cg, host, e->d_name);
         if ((rc = wk_teardown_run(&cg, path, 0)) != 0 && (rc = wk_rmtree(path)) < 0)
             sf_error("msg=\"cannot remove a leftover sandbox\" dir=%s err=%d", path, rc);
         else
-            sf_info("msg=\"removed a leftover sandbox\" sandbox=%s", e->d_name);
+            sf_info("msg=\"removed a leftover sandbox\" sandbox=%s alive=%d why=\"%s\"",
+                    e->d_name, alive, why ? why : "");
+        wk_adopt_remove(state_dir, e->d_name);
     }
     closedir(d);
 }
 
 /* The worker's own mount namespace (once per process, before any thread starts):
- * the sandboxes' disks are mounted there, out of the host's sight, and vanish with
- * the worker if it dies. Host mounts still propagate in. */
-static int private_mounts(const char **why)
+ * the sandboxes' disks are mounted there, out of the host's sight. Host mounts still
+ * propagate in. It outlives a worker that dies while its lxcfs runs (lxcfs is in it): a
+ * restarted worker joins that one (join: the lxcfs's pid), so the disks of the jails it
+ * takes back are mounted for it already. */
+static int private_mounts(pid_t join, const char **why)
 {
     static int done;
 
     if (done)
         return 0;
+    if (join > 0) {
+        char ns[64];
+        int fd;
+        snprintf(ns, sizeof(ns), "/proc/%d/ns/mnt", (int)join);
+        if ((fd = open(ns, O_RDONLY | O_CLOEXEC)) >= 0 && setns(fd, CLONE_NEWNS) == 0) {
+            close(fd);
+            done = 1;
+            return 0;
+        }
+        sf_warn("msg=\"cannot join the mount namespace of the previous worker run; making a "
+                "new one\" lxcfs_pid=%d err=%d", (int)join, errno);
+        if (fd >= 0)
+            close(fd);
+    }
     if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0) {
         int rc = -errno;
         *why = rc == -EINVAL ? "The jail driver must start before the worker's threads (it "
@@ -217,16 +270,21 @@ static int jail_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
         rc = -ENAMETOOLONG;
         goto fail;
     }
-    if ((rc = private_mounts(why)) < 0)
-        goto fail;
     {
+        /* the lxcfs of a worker run before us (it died): its mount namespace, and it */
+        pid_t old = wk_lxcfs_find(d->state_dir);
         const char *lwhy = NULL;
-        if (wk_lxcfs_start(d->state_dir, &d->lxcfs, &lwhy) < 0)
+        if ((rc = private_mounts(old, why)) < 0)
+            goto fail;
+        if (old > 0 && wk_lxcfs_adopt(d->state_dir, old, &d->lxcfs) == 0)
+            sf_info("msg=\"lxcfs of the previous worker run taken back\" pid=%d", (int)old);
+        else if (wk_lxcfs_start(d->state_dir, &d->lxcfs, &lwhy) < 0)
             sf_warn("msg=\"%s\"", lwhy);
     }
     if ((rc = wk_cgroup_host_init(d->host_id, NULL, why)) < 0)
         goto fail;
-    host_cleanup(d->state_dir, d->host_id);
+    host_cleanup(d->state_dir, d->host_id, 1, NULL);
+    d->adopting = 1;
     sb_path(path, sizeof(path), d->state_dir, NULL);
     if ((rc = wk_mkdir_p(path, 0700)) < 0) {
         *why = "Cannot create state_dir/sandboxes; check that state_dir is writable by root.";
@@ -264,9 +322,30 @@ static void jail_host_fini(wk_driver *d)
     struct timeval tick = {0, 100 * 1000};
     struct event *ev;
     int64_t deadline = sf_mono_ms() + FINI_WAIT_MS;
+    int kept = 0;
 
     if (!d)
         return;
+    for (wk_sandbox *sb = d->all, *next; sb; sb = next) {
+        next = sb->next;
+        if (sb->kept && !sb->killed) {
+            kept++; /* runs on for the next worker (its agent waits) */
+            wk_agent_detach(sb, SF_MSG_WORKER_STOPPING);
+            if (sb->ev_freeze)
+                event_free(sb->ev_freeze);
+            if (sb->ev_exit)
+                event_free(sb->ev_exit);
+            if (sb->pidfd >= 0)
+                close(sb->pidfd);
+            if (sb->slot_fd >= 0) /* (the next worker claims the range again) */
+                close(sb->slot_fd);
+            if (sb->netns_fd >= 0)
+                close(sb->netns_fd);
+            sf_info("msg=\"sandbox left running for the next worker\" sandbox=%s", sb->id);
+            sb_unlink(d, sb);
+            free(sb);
+        }
+    }
     for (wk_sandbox *sb = d->all; sb; sb = sb->next)
         if (!sb->killed && sb->link)
             wk_jail_driver.kill(sb, NULL, NULL);
@@ -283,7 +362,10 @@ static void jail_host_fini(wk_driver *d)
     }
     if (ev)
         event_free(ev);
-    wk_lxcfs_stop(&d->lxcfs);
+    if (kept > 0) /* the jails left running bind its files: the next worker takes it back */
+        sf_info("msg=\"lxcfs left running for the next worker\" pid=%d", (int)d->lxcfs.pid);
+    else
+        wk_lxcfs_stop(&d->lxcfs);
     if (d->n_all > 0 || d->pool_filling) {
         /* d stays allocated: their late callbacks still reach it */
         sf_warn("msg=\"sandboxes still tearing down at exit; the next start removes them\" "
@@ -423,7 +505,7 @@ static void create_work(void *arg)
     wk_spawn_args sa;
     uint32_t disk_mib = sb->lim.disk_mib;
     uint64_t inodes = sb->lim.inodes;
-    int sv[2] = {-1, -1}, dir_made = 0, rc;
+    int sv[2] = {-1, -1}, dir_made = 0, lfd = -1, rc;
 
     if ((rc = wk_seccomp_prog(&prog, &why)) < 0)
         goto fail;
@@ -477,6 +559,12 @@ static void create_work(void *arg)
         why = SF_MSG_WORKER_NOFD;
         goto fail;
     }
+    /* where a restarted worker reaches the agent again (not for template builds: a
+     * build never outlives its worker) */
+    if (!sb->build_from && (lfd = wk_adopt_listen(d->state_dir, sb->id, &why)) < 0) {
+        rc = lfd;
+        goto fail;
+    }
     sa = (wk_spawn_args){
         .lowers = sb->layers[0] ? (const char *const *)sb->layers : base_layers,
         .rw_root = sb->build_from != NULL,
@@ -487,6 +575,8 @@ static void create_work(void *arg)
         .cg = &sb->cg,
         .seccomp = prog,
         .sock = sv[1],
+        .listen = lfd > 0 ? lfd : 0,
+        .slot_lock = sb->slot_fd > 0 ? sb->slot_fd : 0,
         /* half the box: its pages outlive their writers, and a /dev/shm that could
          * fill the box would leave no room for a process to empty it */
         .shm_bytes = (((uint64_t)sb->lim.memory_mib << 20) -
@@ -497,6 +587,9 @@ static void create_work(void *arg)
     rc = wk_spawn(&sa, &sb->pid, &sb->pidfd, &why);
     close(sv[1]);
     sv[1] = -1;
+    if (lfd >= 0)
+        close(lfd); /* the agent's now */
+    lfd = -1;
     if (rc < 0)
         goto fail;
     {
@@ -511,6 +604,10 @@ static void create_work(void *arg)
     }
     if ((rc = wk_agent_ping(sv[0], WK_PING_TIMEOUT_MS, &why)) < 0)
         goto fail;
+    if (!sb->build_from && (rc = wk_adopt_write(d->state_dir, sb->id, sb->pid, sb->host_uid,
+                                                &sb->lim)) < 0)
+        sf_warn("msg=\"cannot record the sandbox for a worker restart; a restart will lose "
+                "it\" sandbox=%s err=%d", sb->id, rc);
     sb->sock = sv[0];
     sf_info("msg=\"sandbox started\" sandbox=%s pid=%d uid=%u create_us=%llu", sb->id,
             (int)sb->pid, sb->host_uid, (unsigned long long)(sf_mono_us() - t0));
@@ -521,6 +618,9 @@ fail:
              why ? why : "");
     if (sv[0] >= 0)
         close(sv[0]);
+    if (lfd >= 0)
+        close(lfd);
+    wk_adopt_remove(d->state_dir, sb->id);
     if (sb->netns_fd >= 0) {
         close(sb->netns_fd);
         sb->netns_fd = -1;
@@ -687,6 +787,7 @@ static void teardown_done(void *arg)
         sb->netns_fd = -1;
     }
     sf_info("msg=\"sandbox torn down\" sandbox=%s rc=%d", sb->id, rc);
+    wk_adopt_remove(sb->drv->state_dir, sb->id);
     sb_unlink(sb->drv, sb);
     sb->depth--;
     if (cb)
@@ -1087,6 +1188,118 @@ static int jail_preview_addr(const wk_sandbox *sb, uint16_t port, struct sockadd
     return 0;
 }
 
+/* ---- a worker restart: taking the jails of an earlier run back ---------------- */
+
+static int jail_adopt(wk_driver *d, const char *id, wk_sandbox **out, int *paused,
+                      const char **why)
+{
+    wk_adopt_handle h;
+    wk_sandbox *sb;
+    char ns[64];
+    int rc, fd, frozen;
+
+    *why = "The sandbox id is not valid.";
+    if (!d || !d->adopting || !sf_id_valid(id))
+        return -EINVAL;
+    if (adopted_here(d, id)) {
+        *why = "The sandbox was taken back already.";
+        return -EEXIST;
+    }
+    if ((rc = wk_adopt_check(d->state_dir, d->host_id, id, &h, why)) < 0)
+        return rc;
+    if (!(sb = calloc(1, sizeof(*sb)))) {
+        close(h.pidfd);
+        *why = SF_MSG_HOST_NOMEM;
+        return -ENOMEM;
+    }
+    memcpy(sb->id, id, strlen(id) + 1);
+    sb->drv = d;
+    sb->base = d->base;
+    sb->lim = h.lim;
+    sb->pid = h.pid;
+    sb->pidfd = h.pidfd;
+    sb->host_uid = h.host_uid;
+    sb->adopted = 1;
+    sb->slot_fd = sb->sock = sb->td_pidfd = sb->netns_fd = -1;
+    sb->cg.fd = sb->oom_fd = -1;
+    wk_cgroup_lookup(&sb->cg, d->host_id, id);
+    sb->cg.fd = -1;
+    rc = -ENAMETOOLONG;
+    *why = SF_MSG_STATE_DIR_LONG;
+    if (sb_path(sb->sbdir, sizeof(sb->sbdir), d->state_dir, id) < 0)
+        goto fail;
+    /* the lock on its uid range: the jail holds it (fd 6), so no sandbox of any worker took
+     * the range meanwhile; this worker holds it too from now on (the same lock) */
+    *why = "Its uid range is held by another sandbox of this host.";
+    if ((sb->slot_fd = (int)syscall(SYS_pidfd_getfd, sb->pidfd, SF_AP_SLOT_FD, 0)) >= 0 &&
+        !wk_slot_is(sb->slot_fd, sb->host_uid)) {
+        close(sb->slot_fd);
+        sb->slot_fd = -1;
+    }
+    if (sb->slot_fd < 0 && (rc = wk_slot_take(sb->host_uid, &sb->slot_fd)) < 0)
+        goto fail;
+    /* the namespace of the verified init: alive still after the open, so it is its own */
+    snprintf(ns, sizeof(ns), "/proc/%d/ns/net", (int)sb->pid);
+    *why = "Its processes died while it was taken back.";
+    if ((sb->netns_fd = open(ns, O_RDONLY | O_CLOEXEC)) < 0 ||
+        syscall(SYS_pidfd_send_signal, sb->pidfd, 0, NULL, 0) < 0) {
+        rc = -ESRCH;
+        goto fail;
+    }
+    if ((rc = wk_disk_remount(sb->sbdir)) < 0)
+        sf_warn("msg=\"cannot mount a kept sandbox's disk again; its snapshots and disk "
+                "figures fail\" sandbox=%s err=%d", id, rc);
+    frozen = wk_cgroup_frozen(&sb->cg) == 1;
+    *why = "Its agent does not take a new worker's connection (it died, or is too old to "
+           "outlive its worker).";
+    if ((fd = wk_adopt_connect(d->state_dir, id)) < 0) {
+        rc = fd;
+        goto fail;
+    }
+    /* a paused sandbox's agent is frozen too: it accepts once resumed */
+    if (!frozen && (rc = wk_agent_ping(fd, ADOPT_PING_MS, why)) < 0) {
+        close(fd);
+        goto fail;
+    }
+    if ((rc = wk_agent_attach(sb, fd)) < 0) { /* (fd closed) */
+        *why = SF_MSG_HOST_NOMEM;
+        goto fail;
+    }
+    sb->paused = frozen ? 2 : 0;
+    sb_link(d, sb);
+    sf_info("msg=\"sandbox taken back from the previous worker run\" sandbox=%s pid=%d "
+            "uid=%u paused=%d", id, (int)sb->pid, sb->host_uid, frozen);
+    *paused = frozen;
+    *out = sb;
+    return 0;
+fail:
+    if (sb->netns_fd >= 0)
+        close(sb->netns_fd);
+    if (sb->slot_fd >= 0)
+        close(sb->slot_fd);
+    close(sb->pidfd);
+    free(sb);
+    return rc < 0 ? rc : -EIO;
+}
+
+static void jail_adopt_end(wk_driver *d)
+{
+    if (!d || !d->adopting)
+        return;
+    host_cleanup(d->state_dir, d->host_id, 0, d);
+    d->adopting = 0;
+}
+
+/* The calls still waiting on its agent answer now (on the loop, while replies can still
+ * go out): their commands run on, with nobody to tell their end to. */
+static void jail_keep(wk_sandbox *sb)
+{
+    if (!sb || sb->killed)
+        return;
+    sb->kept = 1;
+    wk_agent_detach(sb, SF_MSG_WORKER_STOPPING);
+}
+
 const wk_driver_ops wk_jail_driver = {
     .name = "jail",
     .caps = WK_CAP_LAYERS | WK_CAP_BUILDS | WK_CAP_DEBIAN | WK_CAP_DESKTOP,
@@ -1106,4 +1319,7 @@ const wk_driver_ops wk_jail_driver = {
     .snapshot = jail_snapshot,
     .disk_free = jail_disk_free,
     .preview_addr = jail_preview_addr,
+    .adopt = jail_adopt,
+    .adopt_end = jail_adopt_end,
+    .keep = jail_keep,
 };

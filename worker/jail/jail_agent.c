@@ -129,6 +129,8 @@ int wk_jail_exec(wk_sandbox *sb, const wk_exec_req *req, wk_exec_cb cb, void *ar
 {
     if (!sb || !req || !cb)
         return -EINVAL;
+    if (sb->kept && !sb->killed)
+        return -ESHUTDOWN; /* left for the next worker: this one is stopping */
     if (sb->killed || !sb->link)
         return -ESRCH;
     return wk_alink_exec(sb->link, req, cb, arg);
@@ -152,6 +154,8 @@ int wk_jail_file(wk_sandbox *sb, const wk_file_req *req, wk_file_cb cb, void *ar
 {
     if (!sb || !req || !cb)
         return -EINVAL;
+    if (sb->kept && !sb->killed)
+        return -ESHUTDOWN; /* left for the next worker: this one is stopping */
     if (sb->killed || !sb->link)
         return -ESRCH;
     return wk_alink_file(sb->link, req, cb, arg);

@@ -73,12 +73,19 @@ int wk_teardown_spawn(wk_cgroup *cg, const char *sbdir, int stop_halfway, int *p
 extern const char *const wk_lxcfs_files[WK_LXCFS_FILES];
 typedef struct wk_lxcfs {
     pid_t pid;                /* -1: not running */
+    int adopted;              /* started by an earlier worker run (not our child) */
     char dir[1100];           /* its mount point, state_dir/lxcfs */
 } wk_lxcfs;
 /* Starts the worker's lxcfs at state_dir/lxcfs (call before any thread starts) and
  * waits until it serves; -ENOENT when lxcfs is not installed. */
 int wk_lxcfs_start(const char *state_dir, wk_lxcfs *lx, const char **why);
 int wk_lxcfs_alive(const wk_lxcfs *lx);
+/* The lxcfs an earlier worker run started for state_dir (it outlives a worker that died:
+ * the jails it kept bind its files), or -1: its pid file names a living lxcfs serving
+ * state_dir/lxcfs. The new worker joins its mount namespace (the kept jails' disks are
+ * mounted there too) and takes it with wk_lxcfs_adopt (0, or -ENOENT: not mounted). */
+pid_t wk_lxcfs_find(const char *state_dir);
+int wk_lxcfs_adopt(const char *state_dir, pid_t pid, wk_lxcfs *lx);
 void wk_lxcfs_stop(wk_lxcfs *lx);
 /* ---- jail_trust.c ---- */
 #define WK_TRUST_BUNDLE "sandfleet-ca-bundle.pem" /* = SP_NETNS_BUNDLE (secret-proxy/netns.h) */
@@ -90,6 +97,36 @@ int wk_trust_write(const char *lower, const char *upper, uint32_t uid, const cha
 /* 1 when the layer has an entry etc/ssl/certs/ca-certificates.crt (looked up inside the
  * layer, safefs.h: a link there is not followed). */
 int wk_trust_has_bundle(const char *layer);
+
+/* ---- jail_adopt.c: what a restarted worker needs to take a jail back ---- */
+typedef struct wk_adopt_handle {
+    pid_t pid;                /* the jail's init */
+    int pidfd;                /* ...verified to be that process (close-on-exec) */
+    uint32_t host_uid;
+    wk_limits lim;
+} wk_adopt_handle;
+/* Makes state_dir/adopt/<id>/ (root's, 0700) and the agent's socket agent.sock there:
+ * the listening fd (close-on-exec), or -errno with why. */
+int wk_adopt_listen(const char *state_dir, const char *id, const char **why);
+/* Records the running jail (atomically): its init's pid and start time, uid, limits. */
+int wk_adopt_write(const char *state_dir, const char *id, pid_t pid, uint32_t host_uid,
+                   const wk_limits *lim);
+/* The handle of sandbox id, believed only when it is root's and names the living init
+ * of sandfleet/<host>/<id> (same pid and start time). 0 (h filled), or -ENOENT (none),
+ * -EINVAL (damaged), -ESRCH (dead) with why. */
+int wk_adopt_check(const char *state_dir, const char *host, const char *id, wk_adopt_handle *h,
+                   const char **why);
+/* A new connection to the agent of sandbox id: fd, or -errno. */
+int wk_adopt_connect(const char *state_dir, const char *id);
+void wk_adopt_remove(const char *state_dir, const char *id);
+/* Claims the uid range of host_uid again (its lock went with the old worker). -EBUSY when
+ * another holds it. */
+int wk_slot_take(uint32_t host_uid, int *lock_fd);
+/* 1 when fd is the lock file of host_uid's range. */
+int wk_slot_is(int fd, uint32_t host_uid);
+/* Mounts the sandbox's disk (still attached to its loop device, held by the jail's own
+ * mount namespace) at sbdir/fs again, in this worker's namespace. 0 or -errno. */
+int wk_disk_remount(const char *sbdir);
 
 /* ---- jail_seccomp.c ---- */
 /* The deny-list as a BPF program, compiled on first use and kept. */
@@ -107,6 +144,10 @@ typedef struct wk_spawn_args {
     const wk_cgroup *cg;
     const struct sock_fprog *seccomp;
     int sock;                 /* the agent's end, becomes its fd 3 */
+    int listen;               /* 0 (none), or a listening unix socket: its fd 5, where a
+                                 restarted worker reaches the agent (jail_adopt.c) */
+    int slot_lock;            /* with listen: the uid range's lock, its fd 6 (the jail holds
+                                 the range while it lives, whatever becomes of its worker) */
     uint64_t shm_bytes;       /* size of /dev/shm */
     const char *lxcfs_dir;    /* NULL, or the lxcfs mount whose proc/ files cover /proc's */
     uint32_t nofile;          /* RLIMIT_NOFILE (soft = hard) of the agent and its commands */
@@ -136,6 +177,7 @@ struct wk_driver {
     wk_lxcfs lxcfs;
     wk_host_res res;
     wk_sandbox *all;          /* every sandbox from create until its teardown ended */
+    int adopting;             /* host_init left living jails for adopt / adopt_end */
     int n_all;
 };
 
@@ -174,6 +216,8 @@ struct wk_sandbox {
     int64_t freeze_deadline;  /* monotonic ms */
     int depth;                /* > 0 while this sandbox runs callbacks or tears down */
     int killed;               /* kill ran; freed when depth drops to 0 */
+    int kept;                 /* keep(): host_fini leaves it running for the next worker */
+    int adopted;              /* taken back from an earlier worker run (not our child) */
     /* create, on the pool */
     wk_create_cb create_cb;
     void *create_arg;

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -74,8 +75,10 @@ int wk_lxcfs_start(const char *state_dir, wk_lxcfs *lx, const char **why)
     if (pid == 0) {
         char *argv[] = {"lxcfs", "-f", "-l", "--enable-cfs", "--enable-pidfd", "-p", pidfile,
                         lx->dir, NULL};
-        /* It goes with the worker (the mount namespace it serves goes too). */
-        prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0);
+        /* It outlives a worker that dies (the jails it kept bind its files; the next
+         * worker joins its mount namespace, wk_lxcfs_find); a clean stop ends it. Its own
+         * session: a signal to the worker's process group is not for it. */
+        setsid();
         syscall(SYS_close_range, 3, ~0U, 0);
         execv(LXCFS_BIN, argv);
         _exit(127);
@@ -100,6 +103,69 @@ int wk_lxcfs_start(const char *state_dir, wk_lxcfs *lx, const char **why)
     return 0;
 }
 
+/* Reads a small /proc file of pid (NUL bytes as spaces): length, or -1. */
+static ssize_t proc_read(pid_t pid, const char *what, char *buf, size_t n)
+{
+    char path[64];
+    ssize_t got;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, what);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return -1;
+    got = read(fd, buf, n - 1);
+    close(fd);
+    if (got < 0)
+        return -1;
+    for (ssize_t i = 0; i < got; i++)
+        if (!buf[i])
+            buf[i] = ' ';
+    buf[got] = '\0';
+    return got;
+}
+
+pid_t wk_lxcfs_find(const char *state_dir)
+{
+    char pidfile[WK_PATH_MAX], dir[WK_PATH_MAX], buf[4096], want[WK_PATH_MAX + 2];
+    long pid = 0;
+    ssize_t n;
+    int fd;
+
+    if (snprintf(pidfile, sizeof(pidfile), "%s/lxcfs.pid", state_dir) >= (int)sizeof(pidfile) ||
+        snprintf(dir, sizeof(dir), "%s/lxcfs", state_dir) >= (int)sizeof(dir))
+        return -1;
+    if ((fd = open(pidfile, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+        return -1;
+    n = read(fd, buf, 31);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    pid = strtol(buf, NULL, 10);
+    if (pid <= 1 || pid > 1 << 22)
+        return -1;
+    /* the same program, serving this state_dir's mount point (a reused pid is neither) */
+    snprintf(want, sizeof(want), " %s ", dir);
+    if (proc_read((pid_t)pid, "comm", buf, sizeof(buf)) <= 0 || strcmp(buf, "lxcfs\n") ||
+        proc_read((pid_t)pid, "cmdline", buf, sizeof(buf)) <= 0)
+        return -1;
+    n = (ssize_t)strlen(buf);
+    if (n + 1 < (ssize_t)sizeof(buf)) { /* (the last argument ends with a NUL: a space now) */
+        buf[n] = ' ';
+        buf[n + 1] = '\0';
+    }
+    return strstr(buf, want) ? (pid_t)pid : -1;
+}
+
+int wk_lxcfs_adopt(const char *state_dir, pid_t pid, wk_lxcfs *lx)
+{
+    if (snprintf(lx->dir, sizeof(lx->dir), "%s/lxcfs", state_dir) >= (int)sizeof(lx->dir))
+        return -ENAMETOOLONG;
+    lx->pid = pid;
+    lx->adopted = 1;
+    return mounted(lx->dir) ? 0 : -ENOENT;
+}
+
 int wk_lxcfs_alive(const wk_lxcfs *lx)
 {
     return lx->pid > 0 && mounted(lx->dir);
@@ -116,7 +182,9 @@ void wk_lxcfs_stop(wk_lxcfs *lx)
     if (lx->pid > 0) {
         kill(lx->pid, SIGTERM);
         for (int i = 0; i < 200; i++) {
-            if (waitpid(lx->pid, &status, WNOHANG) == lx->pid) {
+            /* (one a worker before us started is not our child: gone when kill says so) */
+            if ((!lx->adopted && waitpid(lx->pid, &status, WNOHANG) == lx->pid) ||
+                (lx->adopted && kill(lx->pid, 0) < 0)) {
                 lx->pid = -1;
                 break;
             }
@@ -124,7 +192,8 @@ void wk_lxcfs_stop(wk_lxcfs *lx)
         }
         if (lx->pid > 0) {
             kill(lx->pid, SIGKILL);
-            waitpid(lx->pid, &status, 0);
+            if (!lx->adopted)
+                waitpid(lx->pid, &status, 0);
             lx->pid = -1;
         }
     }

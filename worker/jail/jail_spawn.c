@@ -16,7 +16,9 @@
  *                                           read-only; hostname; lo up;
  *                                           pivot_root, old root detached; caps
  *                                           bounded; fds: 0-2 /dev/null, 3 the
- *                                           socket, 4 the box's cgroup file;
+ *                                           socket, 4 the box's cgroup file,
+ *                                           5 the agent's listener and 6 the uid
+ *                                           range's lock (if any);
  *                                           nofile and core limits; no_new_privs;
  *                                           seccomp; exec
  *   reads the error pipe: EOF = exec'd <----  or {errno, step} on failure
@@ -105,7 +107,7 @@ static const char *const dev_dst[] = {"dev/null", "dev/zero", "dev/full",
                                       "dev/random", "dev/urandom", "dev/tty"};
 
 typedef struct child_ctx {
-    int go_r, go_w, err_w, sock, box;
+    int go_r, go_w, err_w, sock, box, listen, slot; /* listen, slot: 0 = none */
     char lxcfs[WK_LXCFS_FILES][WK_PATH_MAX / 4]; /* lxcfs files ("" = none) */
     char lxcfs_dst[WK_LXCFS_FILES][32];          /* proc/<name> */
     int tasks[WK_CG_N];
@@ -185,13 +187,17 @@ static int child_lo_up(void)
 }
 
 /* 0-2 -> /dev/null, 3 -> the agent socket, 4 -> the box's cgroup file (the agent's
- * commands join the box through it), everything else close-on-exec (the error pipe
- * closes at exec, which is how the worker learns it worked). */
+ * commands join the box through it), 5 -> the listener a restarted worker connects to
+ * (when given), everything else close-on-exec (the error pipe closes at exec, which is
+ * how the worker learns it worked). */
 static int child_fds(const child_ctx *c)
 {
     int sock = fcntl(c->sock, F_DUPFD_CLOEXEC, 100), box = fcntl(c->box, F_DUPFD_CLOEXEC, 100), nul;
+    int lst = c->listen > 0 ? fcntl(c->listen, F_DUPFD_CLOEXEC, 100) : -1;
+    int slot = c->listen > 0 && c->slot > 0 ? fcntl(c->slot, F_DUPFD_CLOEXEC, 100) : -1;
 
-    if (sock < 0 || box < 0 || (nul = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0)
+    if (sock < 0 || box < 0 || (c->listen > 0 && lst < 0) || (c->slot > 0 && lst >= 0 && slot < 0) ||
+        (nul = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0)
         return -1;
     for (int i = 0; i < 3; i++) {
         if (nul == i) {
@@ -201,9 +207,13 @@ static int child_fds(const child_ctx *c)
             return -1;
         }
     }
-    if (dup3(sock, SF_AP_AGENT_FD, 0) < 0 || dup3(box, SF_AP_BOX_FD, 0) < 0)
+    if (dup3(sock, SF_AP_AGENT_FD, 0) < 0 || dup3(box, SF_AP_BOX_FD, 0) < 0 ||
+        (lst >= 0 && dup3(lst, SF_AP_LISTEN_FD, 0) < 0) ||
+        (slot >= 0 && dup3(slot, SF_AP_SLOT_FD, 0) < 0))
         return -1;
-    return (int)syscall(SYS_close_range, SF_AP_BOX_FD + 1, ~0U, CLOSE_RANGE_CLOEXEC);
+    return (int)syscall(SYS_close_range, slot >= 0 ? SF_AP_SLOT_FD + 1
+                                         : lst >= 0 ? SF_AP_LISTEN_FD + 1 : SF_AP_BOX_FD + 1,
+                        ~0U, CLOSE_RANGE_CLOEXEC);
 }
 
 static __attribute__((noreturn)) void child_main(child_ctx *c)
@@ -426,6 +436,8 @@ int wk_spawn(const wk_spawn_args *a, pid_t *pid_out, int *pidfd_out, const char 
     c.hostname = a->hostname;
     c.seccomp = a->seccomp;
     c.sock = a->sock;
+    c.listen = a->listen;
+    c.slot = a->slot_lock;
     for (size_t i = 0; i < sizeof(caps_kept) / sizeof(caps_kept[0]); i++)
         c.caps_keep |= 1ull << caps_kept[i];
     if ((rc = wk_cgroup_open_tasks(a->cg, c.tasks, &c.box)) < 0) {

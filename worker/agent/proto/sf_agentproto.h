@@ -23,6 +23,12 @@
 #define SF_AP_AGENT_FD 3                 /* the agent's end of the socketpair */
 #define SF_AP_VIRTIO_PORT "org.sandfleet.agent" /* the virtio-serial port in a microVM */
 #define SF_AP_BOX_FD 4                   /* optional: the cgroup file its commands join */
+#define SF_AP_LISTEN_FD 5                /* optional (jail): a listening unix socket where a
+                                            restarted worker connects again (the agent then
+                                            outlives a closed fd 3) */
+#define SF_AP_SLOT_FD 6                  /* optional (jail, with fd 5): the lock on its uid
+                                            range, held while the sandbox lives, worker or
+                                            not (the agent only keeps it, close-on-exec) */
 #define SF_AP_ENV_MAX 256                /* entries in exec.env */
 #define SF_AP_CAP_MIN 2                  /* exec.cap bounds (bytes per stream) */
 #define SF_AP_CAP_MAX (256u * 1024)
