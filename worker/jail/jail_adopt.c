@@ -34,22 +34,16 @@
 #define ADOPT_DIR "adopt"
 #define HANDLE_MAX 256
 
-/* Opens state_dir/adopt (made if missing when make) checked: root's, mode 0700 at most,
- * no link. fd or -errno. */
-static int adopt_root(const char *state_dir, int make)
+/* Opens the folder name under the folder fd parent (made first, mode 0700, when make)
+ * checked: root's, mode 0700 at most, no link. fd or -errno. */
+static int open_checked(int parent, const char *name, int make)
 {
-    int sd = open(state_dir, O_DIRECTORY | O_RDONLY | O_CLOEXEC), fd;
+    int fd;
     struct stat st;
 
-    if (sd < 0)
+    if (make && mkdirat(parent, name, 0700) < 0 && errno != EEXIST)
         return -errno;
-    if (make && mkdirat(sd, ADOPT_DIR, 0700) < 0 && errno != EEXIST) {
-        int rc = -errno;
-        close(sd);
-        return rc;
-    }
-    fd = openat(sd, ADOPT_DIR, O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    close(sd);
+    fd = openat(parent, name, O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return -errno;
     if (fstat(fd, &st) < 0 || st.st_uid != 0 || (st.st_mode & 077)) {
@@ -59,29 +53,29 @@ static int adopt_root(const char *state_dir, int make)
     return fd;
 }
 
-/* state_dir/adopt/<id> open and checked the same way. */
+/* state_dir/adopt (made if missing when make), checked by open_checked. fd or -errno. */
+static int adopt_root(const char *state_dir, int make)
+{
+    int sd = open(state_dir, O_DIRECTORY | O_RDONLY | O_CLOEXEC), root;
+
+    if (sd < 0)
+        return -errno;
+    root = open_checked(sd, ADOPT_DIR, make);
+    close(sd);
+    return root;
+}
+
+/* state_dir/adopt/<id> (made if missing when make), checked the same way. fd or -errno. */
 static int adopt_dir(const char *state_dir, const char *id, int make)
 {
     int root, fd;
-    struct stat st;
 
     if (!sf_id_valid(id))
         return -EINVAL;
     if ((root = adopt_root(state_dir, make)) < 0)
         return root;
-    if (make && mkdirat(root, id, 0700) < 0 && errno != EEXIST) {
-        int rc = -errno;
-        close(root);
-        return rc;
-    }
-    fd = openat(root, id, O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    fd = open_checked(root, id, make);
     close(root);
-    if (fd < 0)
-        return -errno;
-    if (fstat(fd, &st) < 0 || st.st_uid != 0 || (st.st_mode & 077)) {
-        close(fd);
-        return -EPERM;
-    }
     return fd;
 }
 
