@@ -284,19 +284,15 @@ static int shape_template(cli_gw *m, const char *name, const char *from, json_t 
     json_object_update(a, shape);
     if (cli_gw_call(m, "sandbox_template_create", a, NULL, 0)) {
         jail_hint(m);
-        if (!strstr(m->err, "jail driver"))
-            fprintf(stderr, "The server's template could not be built from %s; fix what the "
-                    "line above says%s.\n", from,
-                    sized ? ", or leave the shape out to use the template's own" : "");
-        return 1;
+        if (strstr(m->err, "jail driver"))
+            return 1;
+    } else if (cli_gw_template_wait(m, out, 0) == 0) {
+        return 0;
     }
-    if (cli_gw_template_wait(m, out, 0)) {
-        fprintf(stderr, "The server's template %s could not be built from %s; fix what the "
-                "line above says%s.\n", out, from,
-                sized ? ", or leave the shape out to use the template's own" : "");
-        return 1;
-    }
-    return 0;
+    fprintf(stderr, "The server's template %s could not be built from %s; fix what the line "
+            "above says%s.\n", out, from,
+            sized ? ", or leave the shape out to use the template's own" : "");
+    return 1;
 }
 
 /* --http PORT[/PATH] as "PORT/PATH" (PATH default /mcp). 0, or -1 when malformed. */

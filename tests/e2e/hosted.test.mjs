@@ -669,7 +669,7 @@ test('a server\'s shape: each session\'s sandbox has it; bounds and a shape no h
   const huge = servers(['add', SH, '--dir', nodeDir(), '--run', 'node server.mjs', '--memory_mib', '65536']);
   assert.equal(huge.status, 1, huge.stderr);
   assert.match(huge.stderr, /No host can build a template of memory_mib 65536.*ask for a smaller shape/);
-  assert.match(huge.stderr, /The server's template could not be built from debian; fix what the line above says, or leave the shape out to use the template's own/);
+  assert.match(huge.stderr, /The server's template mcp-[a-z0-9-]+ could not be built from debian; fix what the line above says, or leave the shape out to use the template's own/);
   assert.deepEqual(await templates(), [], 'a failed registration leaves no template');
   assert.equal(servers(['show', SH]).status, 1, 'nor an entry');
 });
