@@ -9,9 +9,21 @@ import base64, hashlib, http.server, json, struct, sys, time
 PAGE = b"""<!doctype html><html><head><title>preview app</title></head><body>
 <h1 id="t">preview app live</h1><pre id="ws">ws: waiting</pre><pre id="sse">sse: waiting</pre>
 <script>
-const ws = new WebSocket((location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/ws');
-ws.onopen = () => ws.send('hello over websocket');
-ws.onmessage = (e) => { document.getElementById('ws').textContent = 'echo: ' + e.data; };
+// as a dev server's hot-reload client: a socket that closes before its echo is opened
+// again (Chromium drops connections when a host interface comes or goes: other sandboxes)
+let tries = 0;
+function open() {
+  const ws = new WebSocket((location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/ws');
+  let echoed = false;
+  ws.onopen = () => ws.send('hello over websocket');
+  ws.onmessage = (e) => { echoed = true; document.getElementById('ws').textContent = 'echo: ' + e.data; };
+  ws.onclose = (e) => {
+    if (echoed) return;
+    document.getElementById('ws').textContent = 'ws: closed ' + e.code + ' (try ' + ++tries + ')';
+    if (tries < 5) setTimeout(open, 500);
+  };
+}
+open();
 const t0 = Date.now(), got = [];
 const es = new EventSource('/events');
 es.onmessage = (e) => {
