@@ -74,6 +74,7 @@ static const char M_LOST_REDIS[] = "The gateway lost its connection to the platf
                                    "try again in a few seconds.";
 static const char M_NOT_HOP[] = "The sandbox's host answered the preview hop with something "
                                 "that is not the hop protocol; tell the platform's operator.";
+static const char M_NO_MEM[] = "The gateway is out of memory; try again.";
 static const char M_HOST_SLOW[] = "The sandbox's host did not answer in time; try again in a "
                                   "moment.";
 static const char M_HOST_GONE[] = "The gateway could not reach the sandbox's host (its preview "
@@ -965,7 +966,7 @@ static void hop_connect(pv_conn *k, const char *ingress)
         return;
     }
     if (!(k->u = bufferevent_socket_new(k->pv->ctx->d.base, -1, BEV_OPT_CLOSE_ON_FREE))) {
-        conn_answer(k, 503, "The gateway is busy", "The gateway is out of memory; try again.",
+        conn_answer(k, 503, "The gateway is busy", M_NO_MEM,
                     NULL);
         return;
     }
@@ -1058,7 +1059,7 @@ static void local_ok(pv_conn *k)
     struct evbuffer *in;
 
     if (!(k->u = bufferevent_socket_new(k->pv->ctx->d.base, k->lfd, BEV_OPT_CLOSE_ON_FREE))) {
-        conn_answer(k, 503, "The gateway is busy", "The gateway is out of memory; try again.",
+        conn_answer(k, 503, "The gateway is busy", M_NO_MEM,
                     NULL);
         return;
     }
@@ -1069,7 +1070,7 @@ static void local_ok(pv_conn *k)
     evbuffer_add_buffer(in, k->lin);
     evbuffer_freeze(in, 0);
     if (!evbuffer_add_cb(bufferevent_get_output(k->u), u_out_counted, k)) {
-        conn_answer(k, 503, "The gateway is busy", "The gateway is out of memory; try again.",
+        conn_answer(k, 503, "The gateway is busy", M_NO_MEM,
                     NULL);
         return;
     }
