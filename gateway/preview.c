@@ -226,7 +226,8 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n)
 }
 
 /* A local hop's bytes since the last report, to the worker (its team counters): one line
- * into a socket the worker keeps reading (kept for the next report when it does not fit). */
+ * into a socket the worker keeps reading (kept for the next report when it does not fit);
+ * every MiB moved and at the end (not per request: each line wakes the worker). */
 static void local_report(pv_conn *k)
 {
     char line[80];
@@ -246,7 +247,8 @@ static void flush_counts(pv_conn *k)
         gw_pv_team_count(k->te, k->n_req, k->n_up, k->n_down);
     if (k->lsock >= 0) {
         k->l_out += k->n_down;
-        local_report(k);
+        if (k->l_in + k->l_out >= (1u << 20)) /* (and at the end: local_end) */
+            local_report(k);
     }
     k->n_req = k->n_up = k->n_down = 0;
 }
