@@ -809,7 +809,8 @@ static int local_listen(wk_ingress *ing, char *why, size_t whylen)
                  "ingress_local 0.", real, strerror(e));
         return -e;
     }
-    snprintf(ing->lpath, sizeof(ing->lpath), "%s/ingress.sock", real);
+    memcpy(ing->lpath, real, strlen(real)); /* (fits: checked above) */
+    memcpy(ing->lpath + strlen(real), "/ingress.sock", sizeof("/ingress.sock"));
     return 0;
 }
 
