@@ -538,7 +538,12 @@ int wk_preview_start(wk_ctx *ctx)
         snprintf(ldir, sizeof(ldir), "%s/ingress", ctx->cfg.state_dir);
         cfg.local_dir = ldir;
     }
-    if (wk_ingress_new(&cfg, &ctx->ingress, why, sizeof(why)) < 0) {
+    if (cfg.local_dir && wk_ingress_new(&cfg, &ctx->ingress, why, sizeof(why)) < 0) {
+        /* the local hop is a shortcut: without it gateways take the TCP hop */
+        sf_warn("msg=\"%s\"", why);
+        cfg.local_dir = NULL;
+    }
+    if (!ctx->ingress && wk_ingress_new(&cfg, &ctx->ingress, why, sizeof(why)) < 0) {
         sf_error("msg=\"%s\"", why);
         return -1;
     }
