@@ -418,7 +418,8 @@ static void local_pass(wk_hop *h)
     sf_bev_no_timeouts(h->bc);
     bufferevent_setwatermark(h->bc, EV_READ, 0, 0);
     bufferevent_setcb(h->bc, on_local_read, NULL, on_local_event, h);
-    bufferevent_enable(h->bc, EV_READ | EV_WRITE);
+    /* (write interest only for a rest that did not fit: no wake-up per hop for nothing) */
+    bufferevent_enable(h->bc, (size_t)w < total ? EV_READ | EV_WRITE : EV_READ);
     on_local_read(h->bc, h); /* (report lines already read: none from a gateway of ours) */
 }
 
