@@ -868,41 +868,39 @@ static void hop_refused(pv_conn *k, const char *line)
 /* The hop said OK (k->u reaches the sandbox): the relay starts with the first head. */
 static void relay_begin(pv_conn *k)
 {
-    {
-        k->state = S_RELAY;
-        sf_bev_no_timeouts(k->u);
-        /* large reads and writes (libevent's default is 16 KiB at a time) */
-        bufferevent_set_max_single_read(k->u, RELAY_IO);
-        bufferevent_set_max_single_write(k->u, RELAY_IO);
-        bufferevent_set_max_single_read(k->c, RELAY_IO);
-        bufferevent_set_max_single_write(k->c, RELAY_IO);
-        bufferevent_setwatermark(k->u, EV_READ, 0, RELAY_HIGH);
-        bufferevent_setwatermark(k->u, EV_WRITE, RELAY_LOW, 0);
-        bufferevent_setwatermark(k->c, EV_READ, 0, RELAY_HIGH);
-        bufferevent_setwatermark(k->c, EV_WRITE, RELAY_LOW, 0);
-        bufferevent_setcb(k->c, c_read_cb, c_write_cb, c_event_cb, k);
-        llhttp_init(&k->p, HTTP_REQUEST, &parser_settings);
-        k->p.data = k;
-        /* the first head, then what the browser sent after it */
-        switch (llhttp_execute(&k->p, k->first.p, k->first.len)) {
-        case HPE_OK:
-            break;
-        case HPE_PAUSED_UPGRADE: /* (a head with no body: nothing of it is left) */
-            k->raw_up = 1;
-            break;
-        default:
-            conn_close(k);
-            return;
-        }
-        sf_buf_fini(&k->first);
-        if (down_splice(k) < 0)
-            bufferevent_enable(k->c, EV_READ | EV_WRITE);
-        else if (c_own_reads(k) < 0)
-            bufferevent_enable(k->c, EV_READ); /* its writes are the splice's */
-        relay_up(k);
-        if (k->state == S_RELAY)
-            relay_down(k);
+    k->state = S_RELAY;
+    sf_bev_no_timeouts(k->u);
+    /* large reads and writes (libevent's default is 16 KiB at a time) */
+    bufferevent_set_max_single_read(k->u, RELAY_IO);
+    bufferevent_set_max_single_write(k->u, RELAY_IO);
+    bufferevent_set_max_single_read(k->c, RELAY_IO);
+    bufferevent_set_max_single_write(k->c, RELAY_IO);
+    bufferevent_setwatermark(k->u, EV_READ, 0, RELAY_HIGH);
+    bufferevent_setwatermark(k->u, EV_WRITE, RELAY_LOW, 0);
+    bufferevent_setwatermark(k->c, EV_READ, 0, RELAY_HIGH);
+    bufferevent_setwatermark(k->c, EV_WRITE, RELAY_LOW, 0);
+    bufferevent_setcb(k->c, c_read_cb, c_write_cb, c_event_cb, k);
+    llhttp_init(&k->p, HTTP_REQUEST, &parser_settings);
+    k->p.data = k;
+    /* the first head, then what the browser sent after it */
+    switch (llhttp_execute(&k->p, k->first.p, k->first.len)) {
+    case HPE_OK:
+        break;
+    case HPE_PAUSED_UPGRADE: /* (a head with no body: nothing of it is left) */
+        k->raw_up = 1;
+        break;
+    default:
+        conn_close(k);
+        return;
     }
+    sf_buf_fini(&k->first);
+    if (down_splice(k) < 0)
+        bufferevent_enable(k->c, EV_READ | EV_WRITE);
+    else if (c_own_reads(k) < 0)
+        bufferevent_enable(k->c, EV_READ); /* its writes are the splice's */
+    relay_up(k);
+    if (k->state == S_RELAY)
+        relay_down(k);
 }
 
 static void u_hop_read_cb(struct bufferevent *bev, void *arg)
@@ -1061,8 +1059,7 @@ static void local_ok(pv_conn *k)
     struct evbuffer *in;
 
     if (!(k->u = bufferevent_socket_new(k->pv->ctx->d.base, k->lfd, BEV_OPT_CLOSE_ON_FREE))) {
-        conn_answer(k, 503, "The gateway is busy", M_NO_MEM,
-                    NULL);
+        conn_answer(k, 503, "The gateway is busy", M_NO_MEM, NULL);
         return;
     }
     k->lfd = -1;
@@ -1072,8 +1069,7 @@ static void local_ok(pv_conn *k)
     evbuffer_add_buffer(in, k->lin);
     evbuffer_freeze(in, 0);
     if (!evbuffer_add_cb(bufferevent_get_output(k->u), u_out_counted, k)) {
-        conn_answer(k, 503, "The gateway is busy", M_NO_MEM,
-                    NULL);
+        conn_answer(k, 503, "The gateway is busy", M_NO_MEM, NULL);
         return;
     }
     bufferevent_enable(k->u, EV_READ);
@@ -1216,7 +1212,7 @@ static int local_connect(pv_conn *k, const char *path)
     }
     n = sf_pv_hop_line(k->key, k->t.sandbox, k->t.port, k->epoch, (int64_t)sf_now_ms(), line,
                        sizeof(line));
-    len = strlen(line);
+    len = n < 0 ? 0 : strlen(line);
     /* a new connection's socket takes one short line at once */
     if (n < 0 || send(s, line, len, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)len ||
         !(k->lin = evbuffer_new()) ||
