@@ -333,8 +333,8 @@ static void on_local_read(struct bufferevent *bev, void *arg)
         }
         evbuffer_remove(in, line, (size_t)eol.pos + 1);
         line[eol.pos] = '\0';
-        if (strncmp(line, "SFHOP1 BYTES ", 13) != 0 || !(a = line + 13) ||
-            !(b = strchr(a, ' '))) {
+        a = line + 13;
+        if (strncmp(line, "SFHOP1 BYTES ", 13) != 0 || !(b = strchr(a, ' '))) {
             hop_free(h);
             return;
         }
