@@ -368,3 +368,44 @@ test('preview_close cuts a local-hop relay at once: the browser\'s keep-alive co
     await h.close();
   }
 });
+
+// Last: restarts the worker (twice). A local-hop folder others may enter is not used: the
+// worker says why, publishes no local socket, and previews go over TCP; the folder put
+// right, the next worker serves the local hop again.
+test("a local-hop folder with the wrong mode: the worker says why and serves TCP hops only; previews still work",
+  { skip: driver === 'qemu' && 'the worker restarts: the jail stack (qemu re-adoption is another branch\'s)' }, async (t) => {
+  const stack = () => execFileSync(resolve(root, 'tests/integration/stack'),
+    ['restart-worker', env.SF_STATE, env.SF_BUILD], { stdio: 'inherit' });
+  const path = hostField('ingress_local');
+  const dir = dirname(path);
+  t.after(async () => {
+    chmodSync(dir, 0o700);
+    stack();
+    await until('the local hop back', () => hostField('ingress_local') === path, 30000);
+  });
+  chmodSync(dir, 0o755);
+  const logBefore = readFileSync(resolve(env.SF_STATE, 'logs/worker.log'), 'utf8').length;
+  stack();
+  await until('the heartbeat without a local socket', () => hostField('ingress_local') === '', 30000);
+  const log = readFileSync(resolve(env.SF_STATE, 'logs/worker.log'), 'utf8').slice(logBefore);
+  assert.match(log, /local-hop folder .* must be the worker's own with mode 0700; fix it or set ingress_local 0/);
+  const c = await call(alpha, 'sandbox_create', {});
+  assert.equal(c.isError, false, c.text);
+  const sb = c.structured.id;
+  try {
+    const r = await sh(alpha, sb, 'mkdir -p /tmp/t && echo tcp-again > /tmp/t/index.html && busybox httpd -p 127.0.0.1:8000 -h /tmp/t && ' +
+      'for i in $(seq 50); do busybox wget -Y off -qO- http://127.0.0.1:8000/ 2>/dev/null && break; sleep 0.1; done');
+    assert.equal(r.stdout, 'tcp-again\n');
+    assert.equal((await call(alpha, 'sandbox_preview_url', { sandbox_id: sb, port: 8000 })).isError, false);
+    const ka = keepAlive(gwPort);
+    try {
+      const p = await ka.get(previewHost(sb, 8000));
+      assert.equal(p.status, 200);
+      assert.equal(p.body.toString(), 'tcp-again\n');
+    } finally {
+      ka.agent.destroy();
+    }
+  } finally {
+    await call(alpha, 'sandbox_kill', { sandbox_id: sb }).catch(() => {});
+  }
+});
