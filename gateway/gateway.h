@@ -62,6 +62,7 @@ typedef struct gw_cfg {
     int64_t preview_max_conns_team; /* open preview connections one team may hold */
     int64_t preview_rate_team;  /* preview bytes/s one team may move (0 = no limit) */
     int64_t preview_hop_timeout_ms; /* the sandbox's host answers a hop within this */
+    int64_t preview_local_hop;  /* 1: a worker on this machine passes the sandbox's socket */
 } gw_cfg;
 
 /* Counters for /metrics (metrics.c). */

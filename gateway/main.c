@@ -110,6 +110,10 @@ static const sf_cfg_entry cfg_table[] = {
     SF_CFG_I(gw_cfg, preview_hop_timeout_ms, "40000", 1000, 600000,
              "a sandbox's host must answer a preview hop within this (it may resume the "
              "sandbox first)"),
+    SF_CFG_I(gw_cfg, preview_local_hop, "1", 0, 1,
+             "1: a worker on this machine (same boot id) hands the gateway the connection into "
+             "the sandbox over its local socket, and the gateway relays it alone (0: TCP hops "
+             "only)"),
 };
 
 /* One event loop per thread, each a whole gateway instance (its own Redis connections,

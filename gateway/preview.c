@@ -4,7 +4,11 @@
  *   LOOKUP   the sandbox's record in Redis (host, team, state, pv:<port>), then its host's
  *            ingress; a private port's link is checked (a link in the query is exchanged
  *            for a host-only cookie and a 302 to the clean URL)
- *   CONNECT  a TCP connection to the ingress, the signed hop line, its answer line
+ *   CONNECT  a hop: the signed hop line to the ingress, its answer line; over TCP, or (a
+ *            worker on this machine: same boot id) over its unix socket, which answers with
+ *            the connected socket into the sandbox itself (the local hop: no worker on the
+ *            data path; that unix connection stays open while we relay, for the worker's
+ *            counts and cut-offs, and takes our byte reports)
  *   RELAY    browser -> sandbox: each request head rewritten (X-Forwarded-*, no sf_token,
  *            no sf_preview cookie), bodies streamed (chunked ones re-chunked); after an
  *            Upgrade (WebSocket) the bytes pass as they are. sandbox -> browser: bytes as
@@ -26,6 +30,7 @@
 #include "sf_util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -35,7 +40,10 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <event2/buffer.h>
@@ -52,6 +60,8 @@
 #define RELAY_PIPE (1u << 20)    /* the splice's pipe (sandbox -> a plain-TCP browser) */
 #define HEAD_MAX (64u << 10)     /* a request head we rewrite */
 #define HOP_ANSWER_MAX 512
+#define LOCAL_EARLY_MAX (64u << 10) /* bytes a relay sent behind its answer (local hop) */
+#define LOCAL_DIRS 4             /* local-hop folders kept open per instance */
 #define LINGER_S 2
 
 /* What the pages say (each sentence once: tests/lint/messages.sh) */
@@ -64,6 +74,12 @@ static const char M_LOST_REDIS[] = "The gateway lost its connection to the platf
                                    "try again in a few seconds.";
 static const char M_NOT_HOP[] = "The sandbox's host answered the preview hop with something "
                                 "that is not the hop protocol; tell the platform's operator.";
+static const char M_NO_MEM[] = "The gateway is out of memory; try again.";
+static const char M_HOST_SLOW[] = "The sandbox's host did not answer in time; try again in a "
+                                  "moment.";
+static const char M_HOST_GONE[] = "The gateway could not reach the sandbox's host (its preview "
+                                  "ingress); try again in a moment, or tell the platform's "
+                                  "operator if it lasts.";
 
 enum { S_LOOKUP, S_CONNECT, S_HOPWAIT, S_RELAY, S_ANSWER, S_DEAD };
 enum { TOK_NONE, TOK_QUERY, TOK_HEADER, TOK_COOKIE };
@@ -73,6 +89,12 @@ typedef struct gw_preview {
     char dom_host[256];
     struct pv_conn *conns;
     unsigned nconns;
+    char boot_id[40];      /* this machine's (a worker with the same one is local) */
+    struct {
+        char dir[256];
+        int fd;            /* O_PATH, opened without following a link; -1: free */
+    } ldir[LOCAL_DIRS];
+    unsigned ldir_next;
 } gw_preview;
 
 typedef struct pv_conn {
@@ -100,6 +122,13 @@ typedef struct pv_conn {
     gw_pv_team *te;
     int team_held;
     uint64_t n_up, n_down, n_req; /* not yet added to the team's counters */
+    /* the local hop: its unix connection (kept while we relay), what it answered so far,
+     * and the bytes not yet reported to the worker (in: to the sandbox, out: from it) */
+    int lsock;
+    struct event *ev_l;
+    struct evbuffer *lin;
+    int lfd;
+    uint64_t l_in, l_out;
     /* the request parser (browser -> sandbox) */
     llhttp_t p;
     sf_buf h_target, h_fields; /* fields as name\0value\0 pairs */
@@ -196,11 +225,52 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n)
     return sf_buf_append(&k->h_fields, at, n) < 0 ? -1 : 0;
 }
 
+/* A local hop's bytes since the last report, to the worker (its team counters): one line
+ * into a socket the worker keeps reading (kept for the next report when it does not fit);
+ * every MiB moved and at the end (not per request: each line wakes the worker). */
+static void local_report(pv_conn *k)
+{
+    char line[80];
+    int n;
+
+    if (k->lsock < 0 || (k->l_in == 0 && k->l_out == 0))
+        return;
+    n = snprintf(line, sizeof(line), "SFHOP1 BYTES %" PRIu64 " %" PRIu64 "\n", k->l_in,
+                 k->l_out);
+    if (send(k->lsock, line, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) == n)
+        k->l_in = k->l_out = 0;
+}
+
 static void flush_counts(pv_conn *k)
 {
     if (k->te && (k->n_req || k->n_up || k->n_down))
         gw_pv_team_count(k->te, k->n_req, k->n_up, k->n_down);
+    if (k->lsock >= 0) {
+        k->l_out += k->n_down;
+        if (k->l_in + k->l_out >= (1u << 20)) /* (and at the end: local_end) */
+            local_report(k);
+    }
     k->n_req = k->n_up = k->n_down = 0;
+}
+
+/* The local hop's end: the last report, then its connection closes (the worker's count
+ * of the hop ends with it). */
+static void local_end(pv_conn *k)
+{
+    if (k->ev_l)
+        event_free(k->ev_l);
+    k->ev_l = NULL;
+    if (k->lin)
+        evbuffer_free(k->lin);
+    k->lin = NULL;
+    if (k->lfd >= 0)
+        close(k->lfd);
+    k->lfd = -1;
+    if (k->lsock >= 0) {
+        local_report(k);
+        close(k->lsock);
+    }
+    k->lsock = -1;
 }
 
 /* The link a request carries (query, header, or each sf_preview cookie): OK when one
@@ -735,6 +805,9 @@ static int c_own_reads(pv_conn *k)
     return 0;
 }
 
+static void hop_refused(pv_conn *k, const char *line);
+static void relay_begin(pv_conn *k);
+
 static void hop_answer(pv_conn *k)
 {
     struct evbuffer *in = bufferevent_get_input(k->u);
@@ -760,41 +833,15 @@ static void hop_answer(pv_conn *k)
     if (n > 0 && line[n - 1] == '\r')
         line[n - 1] = 0;
     if (!strcmp(line, "SFHOP1 OK")) {
-        k->state = S_RELAY;
-        sf_bev_no_timeouts(k->u);
-        /* large reads and writes (libevent's default is 16 KiB at a time) */
-        bufferevent_set_max_single_read(k->u, RELAY_IO);
-        bufferevent_set_max_single_write(k->u, RELAY_IO);
-        bufferevent_set_max_single_read(k->c, RELAY_IO);
-        bufferevent_set_max_single_write(k->c, RELAY_IO);
-        bufferevent_setwatermark(k->u, EV_READ, 0, RELAY_HIGH);
-        bufferevent_setwatermark(k->u, EV_WRITE, RELAY_LOW, 0);
-        bufferevent_setwatermark(k->c, EV_READ, 0, RELAY_HIGH);
-        bufferevent_setwatermark(k->c, EV_WRITE, RELAY_LOW, 0);
-        bufferevent_setcb(k->c, c_read_cb, c_write_cb, c_event_cb, k);
-        llhttp_init(&k->p, HTTP_REQUEST, &parser_settings);
-        k->p.data = k;
-        /* the first head, then what the browser sent after it */
-        switch (llhttp_execute(&k->p, k->first.p, k->first.len)) {
-        case HPE_OK:
-            break;
-        case HPE_PAUSED_UPGRADE: /* (a head with no body: nothing of it is left) */
-            k->raw_up = 1;
-            break;
-        default:
-            conn_close(k);
-            return;
-        }
-        sf_buf_fini(&k->first);
-        if (down_splice(k) < 0)
-            bufferevent_enable(k->c, EV_READ | EV_WRITE);
-        else if (c_own_reads(k) < 0)
-            bufferevent_enable(k->c, EV_READ); /* its writes are the splice's */
-        relay_up(k);
-        if (k->state == S_RELAY)
-            relay_down(k);
+        relay_begin(k);
         return;
     }
+    hop_refused(k, line);
+}
+
+/* The hop's refusal line (or anything else) as the browser's page. */
+static void hop_refused(pv_conn *k, const char *line)
+{
     if (!strncmp(line, "SFHOP1 ERR ", 11)) {
         char *end;
         long st = strtol(line + 11, &end, 10);
@@ -816,6 +863,44 @@ static void hop_answer(pv_conn *k)
     }
     conn_answer(k, 502, T_UNREACHABLE,
                 M_NOT_HOP, NULL);
+}
+
+/* The hop said OK (k->u reaches the sandbox): the relay starts with the first head. */
+static void relay_begin(pv_conn *k)
+{
+    k->state = S_RELAY;
+    sf_bev_no_timeouts(k->u);
+    /* large reads and writes (libevent's default is 16 KiB at a time) */
+    bufferevent_set_max_single_read(k->u, RELAY_IO);
+    bufferevent_set_max_single_write(k->u, RELAY_IO);
+    bufferevent_set_max_single_read(k->c, RELAY_IO);
+    bufferevent_set_max_single_write(k->c, RELAY_IO);
+    bufferevent_setwatermark(k->u, EV_READ, 0, RELAY_HIGH);
+    bufferevent_setwatermark(k->u, EV_WRITE, RELAY_LOW, 0);
+    bufferevent_setwatermark(k->c, EV_READ, 0, RELAY_HIGH);
+    bufferevent_setwatermark(k->c, EV_WRITE, RELAY_LOW, 0);
+    bufferevent_setcb(k->c, c_read_cb, c_write_cb, c_event_cb, k);
+    llhttp_init(&k->p, HTTP_REQUEST, &parser_settings);
+    k->p.data = k;
+    /* the first head, then what the browser sent after it */
+    switch (llhttp_execute(&k->p, k->first.p, k->first.len)) {
+    case HPE_OK:
+        break;
+    case HPE_PAUSED_UPGRADE: /* (a head with no body: nothing of it is left) */
+        k->raw_up = 1;
+        break;
+    default:
+        conn_close(k);
+        return;
+    }
+    sf_buf_fini(&k->first);
+    if (down_splice(k) < 0)
+        bufferevent_enable(k->c, EV_READ | EV_WRITE);
+    else if (c_own_reads(k) < 0)
+        bufferevent_enable(k->c, EV_READ); /* its writes are the splice's */
+    relay_up(k);
+    if (k->state == S_RELAY)
+        relay_down(k);
 }
 
 static void u_hop_read_cb(struct bufferevent *bev, void *arg)
@@ -855,11 +940,7 @@ static void u_event_cb(struct bufferevent *bev, short what, void *arg)
         sf_warn("msg=\"preview hop failed\" sandbox=%s port=%u host=%s state=%s what=0x%x",
                 k->t.sandbox, k->t.port, k->host, k->state == S_CONNECT ? "connect" : "answer",
                 (unsigned)what);
-        conn_answer(k, timeout ? 504 : 502, T_UNREACHABLE,
-                    timeout ? "The sandbox's host did not answer in time; try again in a moment."
-                            : "The gateway could not reach the sandbox's host (its preview "
-                              "ingress); try again in a moment, or tell the platform's operator "
-                              "if it lasts.",
+        conn_answer(k, timeout ? 504 : 502, T_UNREACHABLE, timeout ? M_HOST_SLOW : M_HOST_GONE,
                     NULL);
         return;
     }
@@ -885,7 +966,7 @@ static void hop_connect(pv_conn *k, const char *ingress)
         return;
     }
     if (!(k->u = bufferevent_socket_new(k->pv->ctx->d.base, -1, BEV_OPT_CLOSE_ON_FREE))) {
-        conn_answer(k, 503, "The gateway is busy", "The gateway is out of memory; try again.",
+        conn_answer(k, 503, "The gateway is busy", M_NO_MEM,
                     NULL);
         return;
     }
@@ -898,6 +979,269 @@ static void hop_connect(pv_conn *k, const char *ingress)
                     "again in a moment.", NULL);
         return;
     }
+}
+
+/* ------------------------------------------------------------- the local hop */
+
+/* The folder of a worker's local socket, opened one component at a time without following
+ * a link, and only if it is root's or ours and nobody else may write to it: -1 otherwise.
+ * Kept open (LOCAL_DIRS per instance). */
+static int local_dir_fd(gw_preview *pv, const char *dir)
+{
+    char comp[256];
+    const char *p = dir, *slash;
+    struct stat st;
+    int fd, next;
+    unsigned i;
+
+    for (i = 0; i < LOCAL_DIRS; i++)
+        if (pv->ldir[i].fd >= 0 && !strcmp(pv->ldir[i].dir, dir))
+            return pv->ldir[i].fd;
+    if (dir[0] != '/' || strlen(dir) >= sizeof(pv->ldir[0].dir) ||
+        (fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return -1;
+    while (*p) {
+        size_t n;
+
+        while (*p == '/')
+            p++;
+        if (!*p)
+            break;
+        slash = strchr(p, '/');
+        n = slash ? (size_t)(slash - p) : strlen(p);
+        if (n >= sizeof(comp) || (n == 1 && p[0] == '.') || (n == 2 && !strncmp(p, "..", 2))) {
+            close(fd);
+            return -1;
+        }
+        memcpy(comp, p, n);
+        comp[n] = 0;
+        next = openat(fd, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        close(fd);
+        if (next < 0)
+            return -1;
+        fd = next;
+        p += n;
+    }
+    if (fstat(fd, &st) < 0 || (st.st_uid != 0 && st.st_uid != geteuid()) || (st.st_mode & 022)) {
+        close(fd);
+        return -1;
+    }
+    i = pv->ldir_next++ % LOCAL_DIRS;
+    if (pv->ldir[i].fd >= 0)
+        close(pv->ldir[i].fd);
+    pv->ldir[i].fd = fd;
+    snprintf(pv->ldir[i].dir, sizeof(pv->ldir[i].dir), "%s", dir);
+    return fd;
+}
+
+static void local_dir_forget(gw_preview *pv, int fd)
+{
+    for (unsigned i = 0; i < LOCAL_DIRS; i++)
+        if (pv->ldir[i].fd == fd) {
+            close(fd);
+            pv->ldir[i].fd = -1;
+        }
+}
+
+/* Bytes written to the sandbox (the local hop's "in"). */
+static void u_out_counted(struct evbuffer *b, const struct evbuffer_cb_info *info, void *arg)
+{
+    pv_conn *k = arg;
+
+    (void)b;
+    k->l_in += info->n_deleted;
+}
+
+/* The worker answered OK with the socket (k->lfd) and n early bytes (in k->lin): it
+ * becomes the hop's k->u, and the relay is the same as over TCP. */
+static void local_ok(pv_conn *k)
+{
+    struct evbuffer *in;
+
+    if (!(k->u = bufferevent_socket_new(k->pv->ctx->d.base, k->lfd, BEV_OPT_CLOSE_ON_FREE))) {
+        conn_answer(k, 503, "The gateway is busy", M_NO_MEM, NULL);
+        return;
+    }
+    k->lfd = -1;
+    bufferevent_setcb(k->u, u_hop_read_cb, u_write_cb, u_event_cb, k);
+    in = bufferevent_get_input(k->u);
+    evbuffer_unfreeze(in, 0); /* (a socket bufferevent's input takes bytes from itself only) */
+    evbuffer_add_buffer(in, k->lin);
+    evbuffer_freeze(in, 0);
+    if (!evbuffer_add_cb(bufferevent_get_output(k->u), u_out_counted, k)) {
+        conn_answer(k, 503, "The gateway is busy", M_NO_MEM, NULL);
+        return;
+    }
+    bufferevent_enable(k->u, EV_READ);
+    /* from now on the worker's side only ends (a drop, the worker gone): the relay with it */
+    event_del(k->ev_l);
+    event_add(k->ev_l, NULL);
+    relay_begin(k);
+}
+
+/* The local socket: the answer line (with the socket into the sandbox), later only its end. */
+static void local_cb(evutil_socket_t fd, short what, void *arg)
+{
+    pv_conn *k = arg;
+    struct evbuffer_ptr eol;
+    char line[HOP_ANSWER_MAX + 1];
+    size_t n;
+    int eof = 0;
+
+    if (k->state != S_HOPWAIT) { /* the worker ended the hop: cut (or said what it must not) */
+        conn_close(k);
+        return;
+    }
+    if (what & EV_TIMEOUT) {
+        sf_warn("msg=\"preview hop failed\" sandbox=%s port=%u host=%s state=local-answer",
+                k->t.sandbox, k->t.port, k->host);
+        conn_answer(k, 504, T_UNREACHABLE, M_HOST_SLOW, NULL);
+        return;
+    }
+    for (;;) {
+        char b[16384];
+        union {
+            struct cmsghdr h;
+            char c[CMSG_SPACE(sizeof(int) * 4)];
+        } cm;
+        struct iovec io = {b, sizeof(b)};
+        struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = cm.c,
+                           .msg_controllen = sizeof(cm.c)};
+        ssize_t r = recvmsg(fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+
+        if (r < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+                break;
+            eof = 1;
+            break;
+        }
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+                continue;
+            for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+                int got;
+
+                memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+                if (k->lfd < 0)
+                    k->lfd = got;
+                else
+                    close(got); /* one socket per hop */
+            }
+        }
+        if (r == 0) {
+            eof = 1;
+            break;
+        }
+        if (evbuffer_add(k->lin, b, (size_t)r) < 0 ||
+            evbuffer_get_length(k->lin) > HOP_ANSWER_MAX + LOCAL_EARLY_MAX) {
+            conn_answer(k, 502, T_UNREACHABLE, M_NOT_HOP, NULL);
+            return;
+        }
+    }
+    eol = evbuffer_search(k->lin, "\n", 1, NULL);
+    if (eol.pos < 0 || (size_t)eol.pos > HOP_ANSWER_MAX) {
+        if (eol.pos >= 0 || evbuffer_get_length(k->lin) > HOP_ANSWER_MAX)
+            conn_answer(k, 502, T_UNREACHABLE, M_NOT_HOP, NULL);
+        else if (eof)
+            conn_answer(k, 502, T_UNREACHABLE, M_HOST_GONE, NULL);
+        return;
+    }
+    n = (size_t)eol.pos;
+    evbuffer_copyout(k->lin, line, n);
+    line[n] = 0;
+    if (!strncmp(line, "SFHOP1 OK ", 10)) {
+        char *end;
+        unsigned long early = strtoul(line + 10, &end, 10);
+
+        if (*end || end == line + 10 || early > LOCAL_EARLY_MAX || k->lfd < 0) {
+            conn_answer(k, 502, T_UNREACHABLE, M_NOT_HOP, NULL);
+            return;
+        }
+        if (evbuffer_get_length(k->lin) < n + 1 + early) {
+            if (eof)
+                conn_answer(k, 502, T_UNREACHABLE, M_HOST_GONE, NULL);
+            return; /* the rest comes */
+        }
+        evbuffer_drain(k->lin, n + 1);
+        if (evbuffer_get_length(k->lin) > early) { /* nothing but reports' room after it */
+            conn_answer(k, 502, T_UNREACHABLE, M_NOT_HOP, NULL);
+            return;
+        }
+        local_ok(k);
+        return;
+    }
+    hop_refused(k, line);
+}
+
+/* A hop over the worker's local socket at path: 0 (the answer comes to local_cb), or -1
+ * when it cannot be made (the TCP hop then). */
+static int local_connect(pv_conn *k, const char *path)
+{
+    gw_preview *pv = k->pv;
+    const char *slash = strrchr(path, '/');
+    char dir[256], line[HOP_ANSWER_MAX];
+    struct sockaddr_un sun;
+    struct stat st;
+    int64_t ms = pv->ctx->cfg.preview_hop_timeout_ms;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    int dfd, s, n;
+    size_t len;
+
+    if (!slash || slash == path || (size_t)(slash - path) >= sizeof(dir) || !slash[1] ||
+        strlen(slash + 1) > 64)
+        return -1;
+    memcpy(dir, path, (size_t)(slash - path));
+    dir[slash - path] = 0;
+    if ((dfd = local_dir_fd(pv, dir)) < 0)
+        return -1;
+    if (fstatat(dfd, slash + 1, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISSOCK(st.st_mode) ||
+        (st.st_uid != 0 && st.st_uid != geteuid())) {
+        local_dir_forget(pv, dfd); /* (opened again next time: a worker may come back) */
+        return -1;
+    }
+    memset(&sun, 0, sizeof(sun));
+    sun.sun_family = AF_UNIX;
+    snprintf(sun.sun_path, sizeof(sun.sun_path), "/proc/self/fd/%d/%s", dfd, slash + 1);
+    if ((s = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0)
+        return -1;
+    if (connect(s, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
+        if (errno == ENOENT || errno == ECONNREFUSED)
+            local_dir_forget(pv, dfd);
+        close(s);
+        return -1;
+    }
+    n = sf_pv_hop_line(k->key, k->t.sandbox, k->t.port, k->epoch, (int64_t)sf_now_ms(), line,
+                       sizeof(line));
+    len = n < 0 ? 0 : strlen(line);
+    /* a new connection's socket takes one short line at once */
+    if (n < 0 || send(s, line, len, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)len ||
+        !(k->lin = evbuffer_new()) ||
+        !(k->ev_l = event_new(pv->ctx->d.base, s, EV_READ | EV_PERSIST, local_cb, k)) ||
+        event_add(k->ev_l, &tv) < 0) {
+        close(s);
+        if (k->ev_l)
+            event_free(k->ev_l);
+        k->ev_l = NULL;
+        if (k->lin)
+            evbuffer_free(k->lin);
+        k->lin = NULL;
+        return -1;
+    }
+    k->lsock = s;
+    k->state = S_HOPWAIT;
+    return 0;
+}
+
+/* The one place a hop is made: the local one when the sandbox's host is this machine (its
+ * boot id is ours) and its socket takes us, else TCP to its ingress. */
+static void hop_make(pv_conn *k, const char *ingress, const char *local, const char *boot)
+{
+    gw_preview *pv = k->pv;
+
+    if (pv->ctx->cfg.preview_local_hop && local[0] && pv->boot_id[0] &&
+        !strcmp(boot, pv->boot_id) && local_connect(k, local) == 0)
+        return;
+    hop_connect(k, ingress);
 }
 
 /* ------------------------------------------------------------------ lookup */
@@ -927,16 +1271,19 @@ static int lookup_pending_done(pv_conn *k)
 static void on_host(redisAsyncContext *ac, void *reply, void *priv)
 {
     pv_conn *k = priv;
-    char ingress[128];
+    redisReply *r = reply;
+    char ingress[128], local[256], boot[40];
 
     if (lookup_pending_done(k))
         return;
-    if (!reply) {
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3) {
         conn_answer(k, 503, T_UNAVAILABLE,
                     M_LOST_REDIS, NULL);
         return;
     }
-    if (reply_str(reply, ingress, sizeof(ingress)) < 0) {
+    reply_str(r->element[1], local, sizeof(local));
+    reply_str(r->element[2], boot, sizeof(boot));
+    if (reply_str(r->element[0], ingress, sizeof(ingress)) < 0) {
         conn_answer(k, 502, T_UNREACHABLE,
                     "The sandbox's host has no preview ingress (its worker is down or too old "
                     "for previews); try again in a moment.", NULL);
@@ -950,7 +1297,7 @@ static void on_host(redisAsyncContext *ac, void *reply, void *priv)
         return;
     }
     k->team_held = 1;
-    hop_connect(k, ingress);
+    hop_make(k, ingress, local, boot);
 }
 
 static void on_record(redisAsyncContext *ac, void *reply, void *priv)
@@ -1023,7 +1370,8 @@ static void on_record(redisAsyncContext *ac, void *reply, void *priv)
             return;
         }
     }
-    if (sf_redis_cmd(ctx->redis, on_host, k, "HGET " SF_RK_HOST " ingress", k->host) < 0) {
+    if (sf_redis_cmd(ctx->redis, on_host, k, "HMGET " SF_RK_HOST " ingress ingress_local boot_id",
+                     k->host) < 0) {
         conn_answer(k, 503, T_UNAVAILABLE,
                     M_NO_REDIS, NULL);
         return;
@@ -1049,6 +1397,7 @@ static void conn_answer(pv_conn *k, int status, const char *title, const char *t
     }
     if (k->tick)
         evtimer_del(k->tick);
+    local_end(k);
     sf_info("msg=preview_refused sandbox=%s port=%u status=%d peer=%s why=\"%s\"",
             k->t.sandbox[0] ? k->t.sandbox : "-", k->t.port, status, k->peer, title);
     sf_buf_init(&page, 64 << 10);
@@ -1088,6 +1437,7 @@ static void conn_close(pv_conn *k)
             event_free(k->tick);
         k->tick = NULL;
         flush_counts(k);
+        local_end(k);
         if (k->team_held)
             gw_pv_team_conn_put(k->te);
         k->team_held = 0;
@@ -1136,6 +1486,7 @@ static void divert_take(const gw_http_divert *d, void *arg)
         return;
     }
     k->pv = pv;
+    k->lsock = k->lfd = -1;
     k->c = d->bev;
     k->hold = d->hold;
     k->tls = d->tls;
@@ -1208,6 +1559,16 @@ int gw_preview_start(gw_ctx *ctx, char *why, size_t n)
         return -1;
     }
     pv->ctx = ctx;
+    for (unsigned i = 0; i < LOCAL_DIRS; i++)
+        pv->ldir[i].fd = -1;
+    {
+        FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+
+        if (f && fgets(pv->boot_id, sizeof(pv->boot_id), f))
+            pv->boot_id[strcspn(pv->boot_id, "\n")] = 0;
+        if (f)
+            fclose(f);
+    }
     if (gw_pv_domain_host(ctx->cfg.preview_domain, pv->dom_host, sizeof(pv->dom_host)) < 0) {
         snprintf(why, n, "preview_domain \"%s\" is not a host name with an optional :port "
                  "(e.g. preview.example.com)", ctx->cfg.preview_domain);
@@ -1240,6 +1601,9 @@ void gw_preview_stop(gw_ctx *ctx)
 
         conn_close(k); /* (one waiting for Redis is freed by sf_redis_free's callbacks) */
     }
+    for (unsigned i = 0; i < LOCAL_DIRS; i++)
+        if (pv->ldir[i].fd >= 0)
+            close(pv->ldir[i].fd);
     ctx->preview = NULL;
     free(pv);
 }

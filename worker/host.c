@@ -29,7 +29,7 @@ static int beat_once(wk_ctx *ctx, redisContext *conn)
 {
     int64_t now = sf_now_ms();
     char caps[SF_HOSTCAPS_MAX], ts[24], cap[24], running[24], mem[24], vcpu[24], disk[24];
-    char dused[24], err[256], pvbytes[4096];
+    char dused[24], err[256], pvbytes[4096], lhops[24];
     char tpl[2] = {ctx->tstore ? wk_tstore_debian_state(ctx->tstore) : '0', '\0'};
     char dsk[2] = {ctx->tstore ? wk_tstore_desktop_state(ctx->tstore) : '0', '\0'};
     const char *kv[] = {"id", ctx->host_id, "topic", ctx->topic, "driver", ctx->ops->name,
@@ -42,12 +42,16 @@ static int beat_once(wk_ctx *ctx, redisContext *conn)
                         "tpl_debian", tpl, "tpl_desktop", dsk,
                         /* where gateways hop to for previews (preview.c) */
                         "ingress", ctx->ingress_addr,
+                        /* ...and on this machine (its boot): the local hop's socket */
+                        "ingress_local", ctx->ingress_local, "boot_id", ctx->boot_id,
+                        "ingress_local_hops", lhops,
                         /* bytes through it per team (preview.c) */
                         "ingress_bytes", pvbytes};
     int rc;
 
     sf_hostcaps_format(ctx->ops->caps, caps, sizeof(caps));
     wk_preview_beat_bytes(pvbytes, sizeof(pvbytes));
+    snprintf(lhops, sizeof(lhops), "%llu", (unsigned long long)wk_preview_local_hops());
     snprintf(ts, sizeof(ts), "%lld", (long long)now);
     snprintf(cap, sizeof(cap), "%lld", (long long)ctx->capacity);
     snprintf(running, sizeof(running), "%d", atomic_load(&ctx->beat.running));

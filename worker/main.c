@@ -90,6 +90,9 @@ static const sf_cfg_entry cfg_table[] = {
              "preview connections open at once on this host"),
     SF_CFG_I(wk_cfg, ingress_conns_per_sandbox, "256", 1, 1000000,
              "preview connections open at once to one sandbox"),
+    SF_CFG_I(wk_cfg, ingress_local, "1", 0, 1,
+             "1: a gateway on this machine takes the connected socket into the sandbox over "
+             "state_dir/ingress/ingress.sock and relays it itself (0: TCP hops only)"),
     SF_CFG_I(wk_cfg, exec_detach_ms, "50000", 0, 600000,
              "sandbox_exec: a command still running this long answers with its output so "
              "far and goes on in the background, before clients' 60 s request timeouts "

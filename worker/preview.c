@@ -17,6 +17,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -427,6 +428,7 @@ static void on_hop(void *arg, wk_hop *h, const char *id, unsigned port, uint64_t
 
 static pthread_mutex_t bytes_mu = PTHREAD_MUTEX_INITIALIZER;
 static char bytes_text[BYTES_TEXT_MAX] = "{}";
+static uint64_t local_hops; /* (under bytes_mu) */
 static struct event *ev_bytes;
 
 static void add_team(void *arg, const char *team, uint64_t in, uint64_t out)
@@ -477,12 +479,34 @@ static void on_bytes_tick(evutil_socket_t fd, short what, void *arg)
     wk_ingress_teams(ctx->ingress, add_team, o);
     text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(o);
-    if (text && strlen(text) < BYTES_TEXT_MAX) {
-        pthread_mutex_lock(&bytes_mu);
+    pthread_mutex_lock(&bytes_mu);
+    if (text && strlen(text) < BYTES_TEXT_MAX)
         memcpy(bytes_text, text, strlen(text) + 1);
-        pthread_mutex_unlock(&bytes_mu);
-    }
+    local_hops = wk_ingress_local_hops(ctx->ingress);
+    pthread_mutex_unlock(&bytes_mu);
     free(text);
+}
+
+uint64_t wk_preview_local_hops(void)
+{
+    uint64_t n;
+
+    pthread_mutex_lock(&bytes_mu);
+    n = local_hops;
+    pthread_mutex_unlock(&bytes_mu);
+    return n;
+}
+
+/* This machine's boot id (/proc/sys/kernel/random/boot_id), "" when unreadable. */
+static void read_boot_id(char *out, size_t n)
+{
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+
+    out[0] = '\0';
+    if (f && fgets(out, (int)n, f))
+        out[strcspn(out, "\n")] = '\0';
+    if (f)
+        fclose(f);
 }
 
 void wk_preview_beat_bytes(char *buf, size_t n)
@@ -508,19 +532,32 @@ int wk_preview_start(wk_ctx *ctx)
         .open = on_hop,
         .arg = ctx,
     };
-    char why[256];
+    char why[512], ldir[PATH_MAX];
 
-    if (wk_ingress_new(&cfg, &ctx->ingress, why, sizeof(why)) < 0) {
+    if (ctx->cfg.ingress_local) {
+        snprintf(ldir, sizeof(ldir), "%s/ingress", ctx->cfg.state_dir);
+        cfg.local_dir = ldir;
+    }
+    if (cfg.local_dir && wk_ingress_new(&cfg, &ctx->ingress, why, sizeof(why)) < 0) {
+        /* the local hop is a shortcut: without it gateways take the TCP hop */
+        sf_warn("msg=\"%s\"", why);
+        cfg.local_dir = NULL;
+    }
+    if (!ctx->ingress && wk_ingress_new(&cfg, &ctx->ingress, why, sizeof(why)) < 0) {
         sf_error("msg=\"%s\"", why);
         return -1;
     }
     snprintf(ctx->ingress_addr, sizeof(ctx->ingress_addr), "%s", wk_ingress_addr(ctx->ingress));
+    snprintf(ctx->ingress_local, sizeof(ctx->ingress_local), "%s",
+             wk_ingress_local_path(ctx->ingress));
+    read_boot_id(ctx->boot_id, sizeof(ctx->boot_id));
     if (!(ev_bytes = event_new(ctx->d.base, -1, EV_PERSIST, on_bytes_tick, ctx)) ||
         event_add(ev_bytes, &tick) < 0) {
         sf_error("msg=\"cannot start the preview byte counters\"");
         return -1;
     }
-    sf_info("msg=\"preview ingress listening\" addr=%s", ctx->ingress_addr);
+    sf_info("msg=\"preview ingress listening\" addr=%s local=%s", ctx->ingress_addr,
+            ctx->ingress_local[0] ? ctx->ingress_local : "-");
     return 0;
 }
 

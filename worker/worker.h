@@ -63,6 +63,7 @@ typedef struct wk_cfg {
     char *preview_scheme;
     int64_t ingress_conns;      /* preview connections open at once on this host */
     int64_t ingress_conns_per_sandbox; /* ...and to one sandbox */
+    int64_t ingress_local;      /* 1: the local hop (state_dir/ingress/ingress.sock) */
     int64_t exec_detach_ms;     /* exec.c: still running then, a command answers and goes
                                    on in the background (0 = never) */
 } wk_cfg;
@@ -106,6 +107,8 @@ typedef struct wk_ctx {
     int timers_asking;      /* ...one read at a time */
     struct wk_ingress *ingress; /* preview.c: the preview ingress (ingress/ingress.h) */
     char ingress_addr[64];  /* ...its address, for the heartbeat (set before it starts) */
+    char ingress_local[256]; /* ...its local hop's socket ("": none), and this machine's */
+    char boot_id[40];        /* boot id (gateways on the same boot take the local hop) */
     uint64_t pv_epoch_last; /* the last preview epoch handed out */
 } wk_ctx;
 
@@ -292,6 +295,8 @@ void wk_preview_stop(wk_ctx *ctx);
 /* Any thread (the heartbeat's): bytes moved per team through the ingress, as of the last
  * tick, JSON {"<team>": {"in": n, "out": n}} (at most 64 teams). */
 void wk_preview_beat_bytes(char *buf, size_t n);
+/* Any thread: local hops served (sockets passed to a gateway), as of the last tick. */
+uint64_t wk_preview_local_hops(void);
 
 /* host.c */
 int wk_host_start(wk_ctx *ctx);

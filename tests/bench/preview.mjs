@@ -71,8 +71,12 @@ function run(direct, argv) {
   const cmd = ['env', `SF_OUT=${dir}/out`, 'python3', '-c', waiter, ...argv];
   const r = direct ? inNs(cmd[0], cmd.slice(1)) : spawnSync(cmd[0], cmd.slice(1), { encoding: 'utf8' });
   const client = Number(r.stdout.trim());
-  const servers = pids.map(cpuMs).reduce((a, v, i) => a + v - before[i], 0);
-  return { out: readFileSync(`${dir}/out`, 'utf8'), cpu: client + servers };
+  const spent = pids.map((p, i) => cpuMs(p) - before[i]);
+  const servers = spent.reduce((a, v) => a + v, 0);
+  const k = ngxPids().length;
+  // by process: the load generator, nginx, the gateway, the worker (ms)
+  const by = [client, spent.slice(0, k).reduce((a, v) => a + v, 0), spent[k], spent[k + 1]];
+  return { out: readFileSync(`${dir}/out`, 'utf8'), cpu: client + servers, by };
 }
 function h2load(direct, args, h1 = ['--h1']) {
   const url = direct ? 'http://127.0.0.1:18080/small.html' : `${base}/small.html`;
@@ -80,7 +84,8 @@ function h2load(direct, args, h1 = ['--h1']) {
   const rps = /finished in [^,]+, ([\d.]+) req\/s/.exec(r.out);
   const ok = /(\d+) succeeded/.exec(r.out);
   if (!rps || Number(ok[1]) === 0) throw new Error(r.out);
-  return { rps: Number(rps[1]), ok: Number(ok[1]), us: (r.cpu * 1000) / Number(ok[1]) };
+  return { rps: Number(rps[1]), ok: Number(ok[1]), us: (r.cpu * 1000) / Number(ok[1]),
+    by: r.by.map((v) => (v * 1000) / Number(ok[1])) };
 }
 function p50(direct) {
   const log = `${dir}/lat-${direct ? 'd' : 'p'}.log`;
@@ -92,7 +97,7 @@ function download(direct) { // MB/s and CPU ms per MB of one 50 MB download
   const a = ['curl', '-s', '-o', '/dev/null', '-w', '%{speed_download}'];
   const r = direct ? run(true, [...a, 'http://127.0.0.1:18080/big.bin'])
     : run(false, [...a, '-H', `Host: ${host}`, `${base}/big.bin`]);
-  return { mbs: Number(r.out) / 1e6, ms: r.cpu / 50 };
+  return { mbs: Number(r.out) / 1e6, ms: r.cpu / 50, by: r.by.map((v) => v / 50) };
 }
 const ms = (f) => { const t = process.hrtime.bigint(); f(); return Number(process.hrtime.bigint() - t) / 1e6; };
 const get = () => spawnSync('curl', ['-sf', '-o', '/dev/null', '-H', `Host: ${host}`, `${base}/small.html`]);
@@ -114,6 +119,9 @@ const [rd, rp] = [med(sd.map((r) => r.rps)), med(sp.map((r) => r.rps))];
 const [cd, cp] = [med(sd.map((r) => r.us)), med(sp.map((r) => r.us))];
 rows.push(['small page, req/s at 64 connections', rd.toFixed(0), rp.toFixed(0), x(rp, rd), '>= 0.6x']);
 rows.push(['  CPU per request, all processes (us)', cd.toFixed(1), cp.toFixed(1), x(cd, cp), 'ceiling if CPU-bound']);
+// the preview run whose total is the median: where its time went
+const byOf = (runs, v) => runs.find((r) => r.us === v || r.ms === v).by.map((t) => t.toFixed(1)).join(' / ');
+rows.push(['  ...h2load / nginx / gateway / worker (us)', byOf(sd, cd), byOf(sp, cp), '', '']);
 // HTTP/2 from the client (h2c, 64 streams on 8 connections): each stream is its own hop
 const p2 = h2load(false, ['-n', String(Math.min(n, 20000)), '-c', '8', '-m', '8'], []);
 rows.push(['small page over h2c, req/s (8 conns x 8 streams)', '-', p2.rps.toFixed(0), '', 'a hop per stream']);
@@ -124,6 +132,7 @@ const [md, mp] = [med(bd.map((r) => r.mbs)), med(bp.map((r) => r.mbs))];
 const [kd, kp] = [med(bd.map((r) => r.ms)), med(bp.map((r) => r.ms))];
 rows.push(['50 MB download (MB/s)', md.toFixed(0), mp.toFixed(0), x(mp, md), '>= 0.8x']);
 rows.push(['  CPU per MB, all processes (ms)', kd.toFixed(2), kp.toFixed(2), x(kd, kp), 'ceiling if CPU-bound']);
+rows.push(['  ...curl / nginx / gateway / worker (ms)', byOf(bd, kd), byOf(bp, kp), '', '']);
 const first = [], paused = [];
 for (let i = 0; i < 5; i++) {
   first.push(ms(get));
@@ -134,10 +143,12 @@ for (let i = 0; i < 5; i++) {
 rows.push(['first request, new connection (ms, median of 5)', '-', med(first).toFixed(1), '', '']);
 rows.push(['first request to a paused sandbox (ms, median of 5)', '-', med(paused).toFixed(1), '', 'resume included']);
 
-const w = [52, 10, 10, 11, 16];
+const w = [52, 22, 22, 11, 16];
 const line = (r) => r.map((x, i) => String(x).padEnd(w[i])).join(' ');
 console.log(line(['', 'direct', 'preview', 'ratio', 'goal']));
 for (const r of rows) console.log(line(r));
+const lh = spawnSync('redis-cli', ['-u', env.SF_REDIS_URL, 'hget', `sf:host:{${env.SF_HOST_ID}}`, 'ingress_local_hops'], { encoding: 'utf8' }).stdout.trim();
+console.log(`hops: local (the gateway relays alone) ${lh || 'none (an older worker)'} as of the last heartbeat; the rest TCP`);
 ngx.kill();
 await call(client, 'sandbox_kill', { sandbox_id: id });
 await client.close();

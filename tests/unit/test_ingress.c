@@ -4,7 +4,11 @@
  * port: the namespace part is e2e.preview's), its bytes both ways and the half-close
  * passed on; replays, caps, a daemon that answers late (504) or after the client left;
  * back-pressure: a client that does not read holds the server's writes to a bound, not the
- * whole body. The ingress runs on its own thread's loop, the clients block on theirs. */
+ * whole body. The local hop (a unix socket answering with the connected socket): the
+ * socket passed and working, a relay's early bytes, refusals with no socket, a drop cutting
+ * the passed socket, the count held until the unix connection closes, a folder with the
+ * wrong mode or a link refused. The ingress runs on its own thread's loop, the clients
+ * block on theirs. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +21,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/event.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -26,6 +32,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 static const uint8_t KEY[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
@@ -146,6 +154,8 @@ static void on_open(void *arg, wk_hop *h, const char *id, unsigned port, uint64_
 }
 
 static atomic_int loop_stop;
+static atomic_int drop_req; /* the test thread asks the loop for wk_ingress_drop(drop_id) */
+static char drop_id[64];
 
 /* The loop is not thread-safe: the test thread asks it to stop through a flag it polls. */
 static void on_poll_stop(evutil_socket_t fd, short what, void *arg)
@@ -153,6 +163,10 @@ static void on_poll_stop(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     (void)arg;
+    if (atomic_exchange(&drop_req, 0)) {
+        wk_ingress_drop(ing, drop_id, 0);
+        atomic_store(&drop_req, 2); /* done */
+    }
     if (atomic_load(&loop_stop))
         event_base_loopbreak(base);
 }
@@ -171,6 +185,7 @@ static void *loop_main(void *arg)
 
 static int ing_port;
 static pthread_t loop_thread;
+static char tmpdir[64], ldir[96];
 
 static int setup(void **state)
 {
@@ -185,6 +200,7 @@ static int setup(void **state)
     };
 
     (void)state;
+    signal(SIGPIPE, SIG_IGN); /* a server thread writing to a hop that was cut */
     assert_int_equal(sodium_init() >= 0, 1);
     srv_fd = socket(AF_INET, SOCK_STREAM, 0);
     assert_int_equal(bind(srv_fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
@@ -195,6 +211,10 @@ static int setup(void **state)
     pthread_detach(t);
     base = event_base_new();
     cfg.base = base;
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/sf-ingress-XXXXXX");
+    assert_non_null(mkdtemp(tmpdir));
+    snprintf(ldir, sizeof(ldir), "%s/ingress", tmpdir);
+    cfg.local_dir = ldir;
     assert_int_equal(wk_ingress_new(&cfg, &ing, why, sizeof(why)), 0);
     ing_port = atoi(strrchr(wk_ingress_addr(ing), ':') + 1);
     pthread_create(&loop_thread, NULL, loop_main, NULL);
@@ -491,6 +511,211 @@ static void relay(void **state)
     d_relay = 0;
 }
 
+/* ---- the local hop ---- */
+
+static int local_dial(void)
+{
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    struct timeval tv = {5, 0};
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", wk_ingress_local_path(ing));
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    assert_int_equal(connect(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+    return fd;
+}
+
+/* One hop over the local socket: the answer (everything of its first message, NUL-ended)
+ * and the socket passed with it (-1: none). The unix connection is *conn (kept open). */
+static int local_hop(const char *id, unsigned port, char *buf, size_t n, int *conn)
+{
+    char line[600], cbuf[CMSG_SPACE(sizeof(int) * 4)];
+    struct iovec io = {buf, n - 1};
+    struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = cbuf,
+                       .msg_controllen = sizeof(cbuf)};
+    int fd = -1;
+    ssize_t r;
+
+    *conn = local_dial();
+    line_for(line, sizeof(line), id, port, sf_now_ms());
+    assert_int_equal(write(*conn, line, strlen(line)), (ssize_t)strlen(line));
+    r = recvmsg(*conn, &m, MSG_CMSG_CLOEXEC);
+    assert_true(r > 0);
+    buf[r] = '\0';
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+            assert_int_equal(c->cmsg_len, CMSG_LEN(sizeof(int))); /* one socket */
+            memcpy(&fd, CMSG_DATA(c), sizeof(int));
+        }
+    if (fd >= 0) { /* (nonblocking as the worker made it: this client blocks, 5 s at most) */
+        struct timeval tv = {5, 0};
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    }
+    return fd;
+}
+
+static void local_hop_passes_the_socket(void **state)
+{
+    char buf[4096];
+    int conn, fd;
+
+    (void)state;
+    d_mode = D_ADMIT;
+    srv_mode = SRV_ECHO_TILL_EOF;
+    assert_non_null(strstr(wk_ingress_local_path(ing), "/ingress/ingress.sock"));
+    fd = local_hop("sb_loc", 8000, buf, sizeof(buf), &conn);
+    assert_string_equal(buf, "SFHOP1 OK 0\n");
+    assert_true(fd >= 0);
+    /* the socket reaches the server itself: no pump in between */
+    assert_int_equal(write(fd, "hello", 5), 5);
+    shutdown(fd, SHUT_WR);
+    read_all(fd, buf, sizeof(buf));
+    assert_string_equal(buf, "GOT:hello");
+    close(fd);
+    close(conn);
+    /* refusals: the TCP hop's lines, and no socket (here a daemon that answers after
+     * open_timeout_ms: 504; then an altered line: 403) */
+    d_mode = D_REFUSE_LATER;
+    fd = local_hop("sb_loc", 8000, buf, sizeof(buf), &conn);
+    assert_int_equal(fd, -1);
+    assert_string_equal(buf, "SFHOP1 ERR 504 Sandbox sb_loc did not resume in time; retry in a "
+                             "few seconds.\n");
+    close(conn);
+    d_mode = D_ADMIT;
+    {
+        char line[600];
+        conn = local_dial();
+        line_for(line, sizeof(line), "sb_loc", 8000, sf_now_ms());
+        line[strlen(line) - 3] ^= 1; /* the MAC altered */
+        assert_int_equal(write(conn, line, strlen(line)), (ssize_t)strlen(line));
+        assert_int_equal(recv(conn, buf, sizeof(buf) - 1, 0) > 0, 1);
+        assert_non_null(strstr(buf, "SFHOP1 ERR 403 The hop was refused.\n"));
+        close(conn);
+    }
+}
+
+static void local_relay_early_bytes(void **state)
+{
+    char buf[4096];
+    int conn, fd;
+
+    (void)state;
+    d_mode = D_ADMIT;
+    d_relay = 1;
+    srv_mode = SRV_RELAY;
+    fd = local_hop("sb_vm", 8000, buf, sizeof(buf), &conn);
+    /* the relay's "OK\nhi:" came in one write: its "hi:" is passed along with the socket */
+    assert_string_equal(buf, "SFHOP1 OK 3\nhi:");
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "ping", 4), 4);
+    shutdown(fd, SHUT_WR);
+    read_all(fd, buf, sizeof(buf));
+    assert_string_equal(buf, "ping");
+    close(fd);
+    close(conn);
+    fd = local_hop("sb_vm", 9000, buf, sizeof(buf), &conn);
+    assert_int_equal(fd, -1);
+    assert_string_equal(buf, "SFHOP1 ERR 502 Nothing in sandbox sb_vm listens on port 9000 yet; "
+                             "start the server with sandbox_exec.\n");
+    close(conn);
+    d_relay = 0;
+}
+
+static void local_drop_cuts_the_socket(void **state)
+{
+    char buf[256];
+    int conn, fd;
+    struct pollfd p;
+    ssize_t r;
+
+    (void)state;
+    d_mode = D_ADMIT;
+    srv_mode = SRV_ECHO_TILL_EOF; /* the server waits for our FIN: the socket stays open */
+    fd = local_hop("sb_drop", 8000, buf, sizeof(buf), &conn);
+    assert_true(fd >= 0);
+    p = (struct pollfd){.fd = fd, .events = POLLIN};
+    assert_int_equal(poll(&p, 1, 100), 0); /* open, quiet */
+    snprintf(drop_id, sizeof(drop_id), "sb_drop");
+    atomic_store(&drop_req, 1);
+    /* the worker's shutdown() ends the socket we hold (its end, or a reset when the server
+     * still wrote after it), and its end of the unix connection; at once, not at the 5 s
+     * receive timeout (EAGAIN) */
+    r = read(fd, buf, sizeof(buf));
+    assert_true(r == 0 || (r < 0 && errno == ECONNRESET));
+    assert_int_equal(read(conn, buf, sizeof(buf)), 0);
+    assert_int_equal(atomic_load(&drop_req), 2);
+    close(fd);
+    close(conn);
+}
+
+static void local_counts_until_its_connection_closes(void **state)
+{
+    char buf[256];
+    int conn[4], fd[4], i;
+
+    (void)state;
+    d_mode = D_ADMIT;
+    srv_mode = SRV_ECHO_TILL_EOF;
+    for (i = 0; i < 3; i++) { /* conns_per_sandbox 3 */
+        fd[i] = local_hop("sb_cap", 8000, buf, sizeof(buf), &conn[i]);
+        assert_string_equal(buf, "SFHOP1 OK 0\n");
+    }
+    fd[3] = local_hop("sb_cap", 8000, buf, sizeof(buf), &conn[3]);
+    assert_int_equal(fd[3], -1);
+    assert_string_equal(buf, "SFHOP1 ERR 503 Sandbox sb_cap has 3 preview connections open, its "
+                             "limit; retry when some closed.\n");
+    close(conn[3]);
+    /* closing the passed socket alone keeps the count; closing the connection gives it back */
+    close(fd[0]);
+    fd[3] = local_hop("sb_cap", 8000, buf, sizeof(buf), &conn[3]);
+    assert_int_equal(fd[3], -1);
+    close(conn[3]);
+    close(conn[0]);
+    for (i = 0; i < 100; i++) { /* the ingress reads the end on its loop */
+        fd[0] = local_hop("sb_cap", 8000, buf, sizeof(buf), &conn[0]);
+        if (fd[0] >= 0)
+            break;
+        close(conn[0]);
+        poll(NULL, 0, 50);
+    }
+    assert_string_equal(buf, "SFHOP1 OK 0\n");
+    for (i = 0; i < 3; i++) {
+        close(fd[i]);
+        close(conn[i]);
+    }
+}
+
+static void local_folder_checked(void **state)
+{
+    char why[512], dir[128], target[128];
+    wk_ingress *other = NULL;
+    struct event_base *b2 = event_base_new();
+    wk_ingress_cfg cfg = {
+        .base = b2, .listen = "127.0.0.1:0", .host_key = KEY, .conns_max = 8,
+        .conns_per_sandbox = 3, .line_timeout_ms = 1000, .open_timeout_ms = 200,
+        .replay_max = 64, .buf_max = 64 * 1024, .open = on_open, .local_dir = dir,
+    };
+
+    (void)state;
+    /* a folder others may enter */
+    snprintf(dir, sizeof(dir), "%s/open", tmpdir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    assert_true(wk_ingress_new(&cfg, &other, why, sizeof(why)) < 0);
+    assert_non_null(strstr(why, "must be the worker's own with mode 0700"));
+    rmdir(dir);
+    /* a link where the folder should be: never followed */
+    snprintf(target, sizeof(target), "%s/real", tmpdir);
+    assert_int_equal(mkdir(target, 0700), 0);
+    snprintf(dir, sizeof(dir), "%s/link", tmpdir);
+    assert_int_equal(symlink(target, dir), 0);
+    assert_true(wk_ingress_new(&cfg, &other, why, sizeof(why)) < 0);
+    assert_non_null(strstr(why, "cannot make its local-hop folder"));
+    unlink(dir);
+    rmdir(target);
+    event_base_free(b2);
+}
+
 static int teardown(void **state)
 {
     (void)state;
@@ -499,6 +724,8 @@ static int teardown(void **state)
     wk_ingress_free(ing);
     event_base_free(base);
     close(srv_fd);
+    rmdir(ldir);
+    rmdir(tmpdir);
     return 0;
 }
 
@@ -512,6 +739,11 @@ int main(void)
         cmocka_unit_test(refusal_outlives_unread_bytes),
         cmocka_unit_test(back_pressure),
         cmocka_unit_test(relay),
+        cmocka_unit_test(local_hop_passes_the_socket),
+        cmocka_unit_test(local_relay_early_bytes),
+        cmocka_unit_test(local_drop_cuts_the_socket),
+        cmocka_unit_test(local_counts_until_its_connection_closes),
+        cmocka_unit_test(local_folder_checked),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -15,22 +15,27 @@
 #include <event2/listener.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #define TEAMS_MAX 4096 /* teams counted; the rest go under "_other" */
+#define LOCAL_EARLY_MAX (64u << 10) /* a relay's bytes behind its answer, passed with the fd */
+#define LOCAL_REPORT_MAX 128 /* a local hop's byte report line */
 #define LINGER_MS 2000 /* a refused client's bytes are read and dropped this long */
 #define MSG_FULL "The ingress is at its connection limit; retry in a few seconds."
 #define MSG_NOTHING_LISTENS_FMT                                                                \
     "Nothing in sandbox %s listens on port %u yet; start the server with sandbox_exec."
 
-enum { HOP_LINE, HOP_OPENING, HOP_CONNECTING, HOP_PUMP, HOP_CLOSING };
+enum { HOP_LINE, HOP_OPENING, HOP_CONNECTING, HOP_PUMP, HOP_LOCAL, HOP_CLOSING };
 
 typedef struct team_bytes {
     uint64_t in, out;
@@ -53,6 +58,7 @@ struct wk_hop {
     char team[SF_ID_MAX];
     int counted;              /* in the sandbox's count */
     int relay;                /* the sandbox's side is a relay: its answer line first */
+    int local;                /* came over the local socket: the sandbox's socket is passed */
     sf_splice *up, *down;     /* the pump: client -> sandbox, sandbox -> client */
     int shut_c, shut_s;       /* that side's FIN was passed on (shutdown(SHUT_WR) of the other) */
     size_t ok_left;           /* bytes of our "SFHOP1 OK\n" not yet written (not counted) */
@@ -64,6 +70,10 @@ struct wk_ingress {
     uint8_t key[32];
     struct evconnlistener *lis;
     char addr[64];
+    struct evconnlistener *llis; /* the local hop's unix socket, or NULL */
+    int ldir;                    /* its folder (O_PATH), or -1 */
+    char lpath[256];
+    uint64_t nlocal;
     wk_hop *hops;
     uint32_t nhops;
     sf_map *per_sb;           /* id -> sb_count */
@@ -245,6 +255,9 @@ static void pump_done_out(void *arg, int err)
         hop_free(h);
 }
 
+static void local_pass(wk_hop *h);
+static void refuse_not_listening(wk_hop *h);
+
 static void pump_start(wk_hop *h)
 {
     struct evbuffer *ok = evbuffer_new();
@@ -258,6 +271,12 @@ static void pump_start(wk_hop *h)
                         .arg = h};
     sf_splice_cfg down = up;
 
+    if (h->local) {
+        if (ok)
+            evbuffer_free(ok);
+        local_pass(h);
+        return;
+    }
     down.src = up.dst;
     down.dst = up.src;
     down.moved = pump_moved_out;
@@ -287,6 +306,121 @@ static void pump_start(wk_hop *h)
     evbuffer_free(ok);
     sf_splice_start(h->up);
     sf_splice_start(h->down);
+}
+
+/* ---- the local hop: the socket passed, the byte reports read until the gateway closes ---- */
+
+/* The gateway's report lines, "SFHOP1 BYTES <in> <out>\n" (bytes it moved since its last
+ * report); anything else ends the hop. */
+static void on_local_read(struct bufferevent *bev, void *arg)
+{
+    wk_hop *h = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+
+    for (;;) {
+        struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, NULL, EVBUFFER_EOL_LF);
+        char line[LOCAL_REPORT_MAX + 1], *a, *b;
+        int64_t vi, vo;
+
+        if (eol.pos < 0) {
+            if (evbuffer_get_length(in) > LOCAL_REPORT_MAX)
+                hop_free(h);
+            return;
+        }
+        if ((size_t)eol.pos > LOCAL_REPORT_MAX) {
+            hop_free(h);
+            return;
+        }
+        evbuffer_remove(in, line, (size_t)eol.pos + 1);
+        line[eol.pos] = '\0';
+        a = line + 13;
+        if (strncmp(line, "SFHOP1 BYTES ", 13) != 0 || !(b = strchr(a, ' '))) {
+            hop_free(h);
+            return;
+        }
+        *b++ = '\0';
+        if (sf_parse_i64(a, 0, INT64_C(1) << 50, &vi) < 0 ||
+            sf_parse_i64(b, 0, INT64_C(1) << 50, &vo) < 0) {
+            hop_free(h);
+            return;
+        }
+        h->in += (uint64_t)vi;
+        h->out += (uint64_t)vo;
+        if (h->in + h->out >= (1u << 20))
+            hop_flush_bytes(h);
+    }
+}
+
+/* The gateway closed (its relay ended, or it died): the hop's count ends with it. */
+static void on_local_event(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    (void)what;
+    hop_free(arg);
+}
+
+/* The hop checked out and the sandbox's side is connected (a relay answered): the gateway
+ * gets `SFHOP1 OK <n>\n`, the n bytes a relay sent behind its answer, and the socket
+ * (SCM_RIGHTS, with the line's first byte). The worker keeps its own reference (bs, idle)
+ * for wk_ingress_drop's shutdown(). */
+static void local_pass(wk_hop *h)
+{
+    struct evbuffer *early = bufferevent_get_input(h->bs);
+    size_t n = evbuffer_get_length(early), total;
+    char *buf;
+    int hn, sfd = bufferevent_getfd(h->bs);
+    struct iovec iov;
+    struct msghdr m;
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(sizeof(int))];
+    } cm;
+    struct cmsghdr *c;
+    ssize_t w;
+
+    if (n > LOCAL_EARLY_MAX) {
+        refuse_not_listening(h);
+        return;
+    }
+    if (!(buf = malloc(32 + n))) {
+        hop_refuse(h, 503, SF_MSG_HOST_NOMEM);
+        return;
+    }
+    hn = snprintf(buf, 32, "SFHOP1 OK %zu\n", n);
+    evbuffer_remove(early, buf + hn, n);
+    total = (size_t)hn + n;
+    memset(&m, 0, sizeof(m));
+    memset(&cm, 0, sizeof(cm));
+    iov.iov_base = buf;
+    iov.iov_len = total;
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = cm.b;
+    m.msg_controllen = sizeof(cm.b);
+    c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &sfd, sizeof(int));
+    /* the gateway's socket is idle (it waits for this answer): the line goes at once */
+    w = sendmsg(bufferevent_getfd(h->bc), &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (w <= 0 || ((size_t)w < total && bufferevent_write(h->bc, buf + w, total - (size_t)w) < 0)) {
+        free(buf);
+        hop_free(h); /* the gateway left (or its socket is full: it is not waiting) */
+        return;
+    }
+    free(buf);
+    h->phase = HOP_LOCAL;
+    h->ing->nlocal++;
+    sf_bev_no_timeouts(h->bs);
+    bufferevent_disable(h->bs, EV_READ | EV_WRITE);
+    bufferevent_setcb(h->bs, NULL, NULL, NULL, NULL);
+    sf_bev_no_timeouts(h->bc);
+    bufferevent_setwatermark(h->bc, EV_READ, 0, 0);
+    bufferevent_setcb(h->bc, on_local_read, NULL, on_local_event, h);
+    /* (write interest only for a rest that did not fit: no wake-up per hop for nothing) */
+    bufferevent_enable(h->bc, (size_t)w < total ? EV_READ | EV_WRITE : EV_READ);
+    on_local_read(h->bc, h); /* (report lines already read: none from a gateway of ours) */
 }
 
 static void refuse_not_listening(wk_hop *h)
@@ -564,25 +698,24 @@ static void on_line_event(struct bufferevent *bev, short what, void *arg)
     hop_end(h);
 }
 
-static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct sockaddr *sa,
-                      int salen, void *arg)
+/* A connection to either listener: the same line, checks and limits; only the end differs
+ * (local: the socket passed, not pumped). */
+static void hop_accept(wk_ingress *ing, evutil_socket_t fd, int local)
 {
-    wk_ingress *ing = arg;
     wk_hop *h;
     struct timeval tv = {ing->cfg.line_timeout_ms / 1000, (ing->cfg.line_timeout_ms % 1000) * 1000};
     int one = 1;
 
-    (void)lis;
-    (void)sa;
-    (void)salen;
     if (!(h = calloc(1, sizeof(*h)))) {
         close(fd);
         return;
     }
     h->ing = ing;
+    h->local = local;
     SF_LIST_PUSH(ing->hops, h);
     ing->nhops++;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (!local)
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (!(h->bc = bufferevent_socket_new(ing->cfg.base, fd, BEV_OPT_CLOSE_ON_FREE)) ||
         !(h->ev_open = evtimer_new(ing->cfg.base, on_open_late, h))) {
         if (!h->bc)
@@ -598,6 +731,88 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
     bufferevent_set_timeouts(h->bc, &tv, NULL);
     bufferevent_setcb(h->bc, on_line, NULL, on_line_event, h);
     bufferevent_enable(h->bc, EV_READ);
+}
+
+static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct sockaddr *sa,
+                      int salen, void *arg)
+{
+    (void)lis;
+    (void)sa;
+    (void)salen;
+    hop_accept(arg, fd, 0);
+}
+
+/* The local socket: only a peer running as our user or root (its folder's mode says the
+ * same; this holds even if the folder were opened up). */
+static void on_accept_local(struct evconnlistener *lis, evutil_socket_t fd, struct sockaddr *sa,
+                            int salen, void *arg)
+{
+    struct ucred cr;
+    socklen_t cl = sizeof(cr);
+
+    (void)lis;
+    (void)sa;
+    (void)salen;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 ||
+        (cr.uid != 0 && cr.uid != geteuid())) {
+        close(fd);
+        return;
+    }
+    hop_accept(arg, fd, 1);
+}
+
+/* The local hop's folder (0700, ours) and socket; its path published as given, resolved. */
+static int local_listen(wk_ingress *ing, char *why, size_t whylen)
+{
+    const char *dir = ing->cfg.local_dir;
+    char real[PATH_MAX];
+    struct sockaddr_un sun;
+    struct stat st;
+    int fd = -1, e;
+
+    if ((mkdir(dir, 0700) < 0 && errno != EEXIST) ||
+        (ing->ldir = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+        fstat(ing->ldir, &st) < 0) {
+        e = errno;
+        snprintf(why, whylen, "The preview ingress cannot make its local-hop folder %s: %s; fix "
+                 "state_dir or set ingress_local 0.", dir, strerror(e));
+        return -e;
+    }
+    if (st.st_uid != geteuid() || (st.st_mode & 077)) {
+        snprintf(why, whylen, "The preview ingress's local-hop folder %s must be the worker's "
+                 "own with mode 0700; fix it or set ingress_local 0.", dir);
+        return -EPERM;
+    }
+    if (!realpath(dir, real) || strlen(real) + sizeof("/ingress.sock") > sizeof(ing->lpath)) {
+        snprintf(why, whylen, "The preview ingress's local-hop folder %s has no short absolute "
+                 "path (%zu bytes at most); set ingress_local 0.", dir,
+                 sizeof(ing->lpath) - sizeof("/ingress.sock"));
+        return -ENAMETOOLONG;
+    }
+    if (unlinkat(ing->ldir, "ingress.sock", 0) < 0 && errno != ENOENT) {
+        e = errno;
+        snprintf(why, whylen, "The preview ingress cannot replace %s/ingress.sock: %s; remove "
+                 "it or set ingress_local 0.", real, strerror(e));
+        return -e;
+    }
+    memset(&sun, 0, sizeof(sun));
+    sun.sun_family = AF_UNIX;
+    /* through the folder's fd: no link followed, no length limit on the folder's path */
+    snprintf(sun.sun_path, sizeof(sun.sun_path), "/proc/self/fd/%d/ingress.sock", ing->ldir);
+    if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0 ||
+        bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0 || listen(fd, 512) < 0 ||
+        !(ing->llis = evconnlistener_new(ing->cfg.base, on_accept_local, ing,
+                                         LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd))) {
+        e = errno ? errno : ENOMEM;
+        if (fd >= 0)
+            close(fd);
+        snprintf(why, whylen, "The preview ingress cannot listen on %s/ingress.sock: %s; set "
+                 "ingress_local 0.", real, strerror(e));
+        return -e;
+    }
+    memcpy(ing->lpath, real, strlen(real)); /* (fits: checked above) */
+    memcpy(ing->lpath + strlen(real), "/ingress.sock", sizeof("/ingress.sock"));
+    return 0;
 }
 
 /* ---- the listener ---- */
@@ -634,6 +849,7 @@ int wk_ingress_new(const wk_ingress_cfg *cfg, wk_ingress **out, char *why, size_
     if (!(ing = calloc(1, sizeof(*ing))))
         return -ENOMEM;
     ing->cfg = *cfg;
+    ing->ldir = -1;
     memcpy(ing->key, cfg->host_key, 32);
     ing->cfg.host_key = ing->key;
     if (ing->cfg.replay_max < 16)
@@ -657,6 +873,13 @@ int wk_ingress_new(const wk_ingress_cfg *cfg, wk_ingress **out, char *why, size_
         wk_ingress_free(ing);
         return -e;
     }
+    if (cfg->local_dir && cfg->local_dir[0]) {
+        int rc = local_listen(ing, why, whylen);
+        if (rc < 0) {
+            wk_ingress_free(ing);
+            return rc;
+        }
+    }
     getsockname(evconnlistener_get_fd(ing->lis), (struct sockaddr *)&sin, &len);
     inet_ntop(AF_INET, &sin.sin_addr, ip, sizeof(ip));
     snprintf(ing->addr, sizeof(ing->addr), "%s:%u", ip, ntohs(sin.sin_port));
@@ -677,6 +900,12 @@ void wk_ingress_free(wk_ingress *ing)
         return;
     if (ing->lis)
         evconnlistener_free(ing->lis);
+    if (ing->llis) {
+        evconnlistener_free(ing->llis);
+        unlinkat(ing->ldir, "ingress.sock", 0);
+    }
+    if (ing->ldir >= 0)
+        close(ing->ldir);
     while (ing->hops)
         hop_free(ing->hops);
     if (ing->per_sb) {
@@ -697,6 +926,16 @@ const char *wk_ingress_addr(const wk_ingress *ing)
     return ing->addr;
 }
 
+const char *wk_ingress_local_path(const wk_ingress *ing)
+{
+    return ing ? ing->lpath : "";
+}
+
+uint64_t wk_ingress_local_hops(const wk_ingress *ing)
+{
+    return ing ? ing->nlocal : 0;
+}
+
 void wk_ingress_drop(wk_ingress *ing, const char *id, unsigned port)
 {
     wk_hop *h = ing ? ing->hops : NULL, *next;
@@ -705,7 +944,9 @@ void wk_ingress_drop(wk_ingress *ing, const char *id, unsigned port)
         next = h->next;
         if (strcmp(h->id, id) != 0 || (port && h->port != port))
             continue;
-        if (h->phase == HOP_PUMP || h->phase == HOP_CONNECTING)
+        if (h->phase == HOP_LOCAL) /* the gateway's relay holds the socket too: it ends now */
+            shutdown(bufferevent_getfd(h->bs), SHUT_RDWR);
+        if (h->phase == HOP_PUMP || h->phase == HOP_CONNECTING || h->phase == HOP_LOCAL)
             hop_free(h);
         /* a hop in its line phase has no id yet; one opening hears the daemon's answer */
     }

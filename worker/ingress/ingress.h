@@ -44,6 +44,12 @@ typedef struct wk_ingress_cfg {
     uint32_t open_timeout_ms;     /* the daemon must admit a hop this soon (504 after) */
     uint32_t replay_max;          /* nonces remembered (a hop is refused 503 when full) */
     uint32_t buf_max;             /* bytes held per direction before reading stops */
+    /* The local hop (NULL or "": none): a folder made mode 0700 (the worker's own; an
+     * existing one must be ours with no group or other bits) holding the unix socket
+     * `ingress.sock`, where a gateway on this machine speaks the same line and gets the
+     * connected socket into the sandbox (SCM_RIGHTS) instead of a pump; only peers whose
+     * uid is ours or root are served. */
+    const char *local_dir;
     /* A hop whose line checked out, for sandbox id's port published at epoch: the daemon
      * answers exactly once, with wk_ingress_admit or wk_ingress_refuse, possibly inside
      * this call or much later (a resume); h stays valid until then, even when the client
@@ -58,6 +64,10 @@ int wk_ingress_new(const wk_ingress_cfg *cfg, wk_ingress **out, char *why, size_
 void wk_ingress_free(wk_ingress *ing);
 /* The address it listens on ("127.0.0.1:40123"). */
 const char *wk_ingress_addr(const wk_ingress *ing);
+/* The local hop's socket path ("" when there is none). */
+const char *wk_ingress_local_path(const wk_ingress *ing);
+/* Local hops served since the start (a socket passed to a gateway). */
+uint64_t wk_ingress_local_hops(const wk_ingress *ing);
 
 /* The daemon's answers to open. admit takes t->fd (closed on any failure). refuse: status
  * as the protocol has them (404, 409, 502, 503, 504), why one sentence (no newline). */
