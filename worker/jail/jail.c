@@ -27,9 +27,6 @@
 
 #define ERR_KILLED SF_MSG_KILLED_DURING_EXEC
 #define FINI_WAIT_MS 20000 /* host_fini waits this long for teardowns */
-#define SF_MSG_WORKER_STOPPING                                                               \
-    "The host's worker stopped while this ran (a restart or an upgrade); the sandbox goes "  \
-    "on, but this call's outcome is unknown: check its effect, then retry."
 #define ADOPT_PING_MS 5000 /* a kept sandbox's agent answers a new worker within this */
 
 static int sb_path(char *buf, size_t n, const char *state_dir, const char *id)
