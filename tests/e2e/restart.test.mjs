@@ -304,3 +304,112 @@ test('the secret-proxy restarted while no worker ran: the kept sandbox is regist
   assert.equal(upstream(uri)[0]?.headers['X-Api-Key'], VALUE, 'the bound secret is swapped in');
   assert.match(workerLog(), new RegExp(`registered again with the restarted egress proxy" sandbox=${id}`));
 });
+
+// ---- the qemu stack (e2e.qemu.restart): microVMs under TCG, so few of them ----
+
+const qemuOnly = { skip: driver !== 'qemu' ? 'the qemu stack (e2e.qemu.restart)' : false };
+const vmHandle = (id) => readFileSync(`${env.SF_STATE}/worker/adopt/${id}/handle`, 'utf8').split(' ');
+
+// A VM with a ledger, a background counter and a published preview port.
+async function prepareVm(name) {
+  const id = await create({ timeout_seconds: 600 });
+  const w = await sh(alpha, id, 'seq 1 5000 | sed "s/^/ledger line /" > /root/ledger && sha256sum /root/ledger');
+  const sum = w.stdout.split(' ')[0];
+  await sh(alpha, id, 'nohup sh -c \'echo $$ > /tmp/bgpid; i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done\' >/dev/null 2>&1 &');
+  const text = `kept-${name}-${tag}`;
+  const s = await sh(alpha, id, `mkdir -p /tmp/www && echo ${text} > /tmp/www/index.html && ` +
+    'busybox httpd -p 127.0.0.1:8000 -h /tmp/www && ' +
+    'for i in $(seq 50); do busybox wget -Y off -qO- http://127.0.0.1:8000/ 2>/dev/null && break; sleep 0.1; done');
+  assert.equal(s.stdout, `${text}\n`);
+  const pv = await call(alpha, 'sandbox_preview_url', { sandbox_id: id, port: 8000 });
+  assert.equal(pv.isError, false, pv.text);
+  assert.equal((await preview(id, 8000)).body, `${text}\n`, 'the preview works before the fault');
+  const bgpid = (await sh(alpha, id, 'cat /tmp/bgpid')).stdout.trim();
+  const qemu = Number(vmHandle(id)[1]);
+  assert.ok(alive(qemu), 'the handle names the running QEMU');
+  return { id, sum, text, bgpid, qemu, bgBefore: await counter(id) };
+}
+
+async function checkVmKept(p) {
+  await until('the kept VM to answer', async () => !(await call(alpha, 'sandbox_exec',
+    { sandbox_id: p.id, command: 'true' })).isError, 30000, 100);
+  const r = await sh(alpha, p.id, 'sha256sum /root/ledger; kill -0 $(cat /tmp/bgpid) && echo bg-alive');
+  assert.equal(r.stdout.split(' ')[0], p.sum, 'the ledger is intact');
+  assert.match(r.stdout, /bg-alive/, 'the background process still runs');
+  assert.equal((await sh(alpha, p.id, 'cat /tmp/bgpid')).stdout.trim(), p.bgpid, 'the same process');
+  const n = await counter(p.id);
+  assert.ok(n > p.bgBefore, `the background counter went on (${p.bgBefore} -> ${n})`);
+  assert.equal((await preview(p.id, 8000)).body, `${p.text}\n`, 'the preview URL still works');
+  assert.equal(Number(vmHandle(p.id)[1]), p.qemu, 'the same QEMU process');
+  const info = await call(alpha, 'sandbox_info', { sandbox_id: p.id });
+  assert.equal(info.structured.status, 'active');
+  assert.match(workerLog(), new RegExp(`sandbox taken back from the previous worker run" sandbox=${p.id} pid=${p.qemu}`));
+}
+
+test('qemu: kill -9 of the worker keeps a running VM; one whose QEMU died meanwhile is lost', qemuOnly, async () => {
+  const p = await prepareVm('kill');
+  const victim = await create({});
+  await sh(alpha, victim, 'echo doomed');
+  const vq = Number(vmHandle(victim)[1]);
+  process.kill(workerPid(), 'SIGKILL');
+  await until('the worker to die', () => !alive(workerPid()), 5000, 20);
+  assert.ok(alive(p.qemu), 'QEMU outlives its worker');
+  process.kill(vq, 'SIGKILL');
+  stack('restart-worker');
+  await checkVmKept(p);
+  const v = await call(alpha, 'sandbox_info', { sandbox_id: victim });
+  assert.equal(v.structured.status, 'lost', JSON.stringify(v.structured));
+  assert.match(workerLog(), new RegExp(`sandbox lost across the worker restart" sandbox=${victim} why="Its VM died while no worker ran`));
+  // a call on the kept VM after the restart works as before: pause and resume too
+  assert.equal((await call(alpha, 'sandbox_pause', { sandbox_id: p.id })).isError, false);
+  assert.equal((await sh(alpha, p.id, 'echo after-resume')).stdout, 'after-resume\n');
+});
+
+test('qemu: SIGTERM keeps the VM (paused ones too) for the next worker', qemuOnly, async () => {
+  const p = await prepareVm('term');
+  const pid = workerPid();
+  process.kill(pid, 'SIGTERM');
+  await until('the worker to stop', () => !alive(pid), 20000, 20);
+  assert.match(workerLog(), /sandboxes left running for the next worker/);
+  assert.ok(alive(p.qemu), 'QEMU runs on after the stop');
+  stack('restart-worker');
+  await checkVmKept(p);
+  // paused when its worker dies: taken back paused, and it resumes on the next call
+  assert.equal((await call(alpha, 'sandbox_pause', { sandbox_id: p.id })).isError, false);
+  process.kill(workerPid(), 'SIGKILL');
+  await until('the worker to die', () => !alive(workerPid()), 5000, 20);
+  stack('restart-worker');
+  await until('the paused VM to be taken back', () =>
+    new RegExp(`sandbox kept across the worker restart" sandbox=${p.id} team=\\S+ paused=1`).test(workerLog()), 30000, 100);
+  const r = await sh(alpha, p.id, 'sha256sum /root/ledger');
+  assert.equal(r.stdout.split(' ')[0], p.sum, 'the ledger is intact after the resume');
+});
+
+test('qemu: a forged or stale handle is never adopted, and its QEMU is not left running', qemuOnly, async () => {
+  const a = await create({});
+  const b = await create({});
+  const dir = `${env.SF_STATE}/worker/adopt`;
+  const ha = vmHandle(a);
+  const hb = vmHandle(b);
+  const qa = Number(ha[1]);
+  const qb = Number(hb[1]);
+  process.kill(workerPid(), 'SIGKILL');
+  await until('the worker to die', () => !alive(workerPid()), 5000, 20);
+  // a's handle names this test's node process with its true start time; b's a start time
+  // that does not match (a reused pid)
+  ha[1] = String(process.pid);
+  ha[2] = readFileSync('/proc/self/stat', 'utf8').split(') ')[1].split(' ')[19];
+  hb[2] = String(Number(hb[2]) + 1);
+  execFileSync('sh', ['-c', `printf '%s' "$1" > "$2"; printf '%s' "$3" > "$4"`, 'sh',
+    ha.join(' '), `${dir}/${a}/handle`, hb.join(' '), `${dir}/${b}/handle`]);
+  stack('restart-worker');
+  assert.ok(alive(process.pid));
+  for (const id of [a, b]) {
+    const i = await call(alpha, 'sandbox_info', { sandbox_id: id });
+    assert.equal(i.structured.status, 'lost', `${id}: ${JSON.stringify(i.structured)}`);
+  }
+  assert.match(workerLog(), new RegExp(`sandbox=${a} why="The process its handle names is not this sandbox's QEMU`));
+  assert.match(workerLog(), new RegExp(`sandbox=${b} why="Its VM died while no worker ran`));
+  // not taken back: the new worker's clean-up ended both QEMUs (their cgroups went)
+  await until('the QEMUs nobody took back to end', () => !alive(qa) && !alive(qb), 10000, 50);
+});
