@@ -10,7 +10,7 @@
 import { test, before, after, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import { connect, call, sh, env, driver, until, cli } from './lib.mjs';
@@ -383,6 +383,13 @@ test('qemu: SIGTERM keeps the VM (paused ones too) for the next worker', qemuOnl
     new RegExp(`sandbox kept across the worker restart" sandbox=${p.id} team=\\S+ paused=1`).test(workerLog()), 30000, 100);
   const r = await sh(alpha, p.id, 'sha256sum /root/ledger');
   assert.equal(r.stdout.split(' ')[0], p.sum, 'the ledger is intact after the resume');
+  // a kill of a VM taken back leaves nothing: its QEMU ends, its folder and handle go
+  assert.equal((await call(alpha, 'sandbox_kill', { sandbox_id: p.id })).isError, false);
+  const end = new RegExp(`(sandbox torn down|cannot remove the sandbox's files)" sandbox=${p.id}`);
+  await until('the kept VM\'s teardown', () => end.test(workerLog()), 20000, 50);
+  assert.match(workerLog(), new RegExp(`sandbox torn down" sandbox=${p.id}`));
+  assert.ok(!alive(p.qemu), 'its QEMU ended');
+  assert.ok(!existsSync(`${env.SF_STATE}/worker/adopt/${p.id}`), 'its handle went');
 });
 
 test('qemu: a forged or stale handle is never adopted, and its QEMU is not left running', qemuOnly, async () => {

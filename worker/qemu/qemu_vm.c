@@ -1777,7 +1777,8 @@ typedef struct teardown {
 static void rm_dir_work(void *arg)
 {
     teardown *t = arg;
-    const char *names[] = {"disk.qcow2", "mem.state", "qemu.log"};
+    const char *names[] = {"disk.qcow2", "mem.state", "qemu.log", WK_QEMU_AGENT_SOCK,
+                           WK_QEMU_QMP_SOCK};
     char path[WK_QEMU_PATH_MAX + 32];
 
     if (t->cg_made) {
