@@ -388,7 +388,8 @@ test('qemu: SIGTERM keeps the VM (paused ones too) for the next worker', qemuOnl
   const end = new RegExp(`(sandbox torn down|cannot remove the sandbox's files)" sandbox=${p.id}`);
   await until('the kept VM\'s teardown', () => end.test(workerLog()), 20000, 50);
   assert.match(workerLog(), new RegExp(`sandbox torn down" sandbox=${p.id}`));
-  assert.ok(!alive(p.qemu), 'its QEMU ended');
+  // (not the worker's child any more: its new parent reaps it, a moment later)
+  await until('its QEMU to end', () => !alive(p.qemu), 10000, 20);
   assert.ok(!existsSync(`${env.SF_STATE}/worker/adopt/${p.id}`), 'its handle went');
 });
 
@@ -419,4 +420,38 @@ test('qemu: a forged or stale handle is never adopted, and its QEMU is not left 
   assert.match(workerLog(), new RegExp(`sandbox=${b} why="Its VM died while no worker ran`));
   // not taken back: the new worker's clean-up ended both QEMUs (their cgroups went)
   await until('the QEMUs nobody took back to end', () => !alive(qa) && !alive(qb), 10000, 50);
+});
+
+test('qemu: a VM saved to disk is kept too (its network namespace held), and loads on the next call', qemuOnly, async () => {
+  // a worker that saves a VM paused for 1 s to disk
+  process.env.SF_VM_SAVE_AFTER_MS = '1000';
+  try {
+    stack('restart-worker');
+  } finally {
+    delete process.env.SF_VM_SAVE_AFTER_MS;
+  }
+  const p = await prepareVm('saved');
+  assert.equal((await call(alpha, 'sandbox_pause', { sandbox_id: p.id })).isError, false);
+  await until('the paused VM to go to disk', () =>
+    new RegExp(`sandbox saved to disk" sandbox=${p.id}`).test(workerLog()), 60000, 100);
+  const h = vmHandle(p.id);
+  assert.equal(h.at(-1).trim(), 'saved');
+  const holder = Number(h[1]);
+  assert.ok(!alive(p.qemu), 'its QEMU quit');
+  assert.ok(alive(holder), 'a holder keeps its network namespace');
+  process.kill(workerPid(), 'SIGKILL');
+  await until('the worker to die', () => !alive(workerPid()), 5000, 20);
+  stack('restart-worker');
+  assert.match(workerLog(), new RegExp(`sandbox taken back from the previous worker run" sandbox=${p.id} pid=${holder} dir=\\S+ status=saved`));
+  // the next call loads it: the same processes, files and preview port
+  const r = await sh(alpha, p.id, 'sha256sum /root/ledger; kill -0 $(cat /tmp/bgpid) && echo bg-alive');
+  assert.equal(r.stdout.split(' ')[0], p.sum, 'the ledger is intact');
+  assert.match(r.stdout, /bg-alive/, 'the background process still runs');
+  assert.equal((await sh(alpha, p.id, 'cat /tmp/bgpid')).stdout.trim(), p.bgpid, 'the same process');
+  assert.ok((await counter(p.id)) > p.bgBefore, 'the background counter went on');
+  assert.equal((await preview(p.id, 8000)).body, `${p.text}\n`, 'the preview URL still works');
+  const h2 = vmHandle(p.id);
+  assert.equal(h2.at(-1).trim(), 'run');
+  assert.ok(alive(Number(h2[1])) && Number(h2[1]) !== holder, 'a new QEMU runs it');
+  await until('the holder to end', () => !alive(holder), 5000, 20);
 });

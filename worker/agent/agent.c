@@ -831,7 +831,7 @@ static int flush_sock(void)
     return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 #define NFDS (3 + 2 * JOBS_MAX + ORPHANS_MAX + PROC_FDS)
     struct pollfd pfd[NFDS];
@@ -840,6 +840,12 @@ int main(void)
     struct stat st;
     sigset_t mask;
     int sfd;
+
+    /* The qemu worker's holder of a saved VM's network namespace (qemu_spawn.c): it only
+     * lives there until the VM is loaded again or killed. */
+    if (argc == 2 && !strcmp(argv[1], "--hold-netns"))
+        for (;;)
+            pause();
 
     if (fstat(sock, &st) < 0 || !S_ISSOCK(st.st_mode)) {
         if ((sock = agent_vm_open()) < 0)

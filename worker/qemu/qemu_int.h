@@ -87,6 +87,11 @@ typedef struct wk_qspawn {
 int wk_qspawn_start(const wk_qspawn *a, pid_t *pid, int *pidfd, int *report, const char **why);
 /* After *report is readable: 0 exec'd, -EAGAIN not yet, else the child's -errno + *why. */
 int wk_qspawn_report(int report, const char **why);
+/* A saved VM's network namespace holder (it has no QEMU then, and the namespace must
+ * outlive the worker): `agent --hold-netns` in the VM's cgroup (cg_fd, v2, or tasks, v1)
+ * and network namespace, its own session, no PDEATHSIG. 0 or -errno. */
+int wk_qspawn_holder(const char *agent, int netns_fd, int cg_fd, const int *tasks, pid_t *pid,
+                     int *pidfd);
 /* SIGKILL through the pidfd and reap (QEMU ends at once: a few ms); closes it. */
 void wk_qspawn_kill(int *pidfd);
 /* Reaps an exited child (non-blocking); its exit status or -1 (still running). A process

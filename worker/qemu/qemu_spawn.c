@@ -254,6 +254,48 @@ int wk_qspawn_start(const wk_qspawn *a, pid_t *pid_out, int *pidfd_out, int *rep
     return 0;
 }
 
+static __attribute__((noreturn)) void holder_main(const char *const *argv, char *const *envp,
+                                                   int netns_fd, const int *tasks)
+{
+    int nul;
+
+    if (setsid() < 0)
+        _exit(1);
+    for (int i = 0; tasks && i < WK_CG_N; i++)
+        if (tasks[i] >= 0 && write(tasks[i], "0", 1) != 1)
+            _exit(1);
+    if (setns(netns_fd, CLONE_NEWNET) < 0 || (nul = open("/dev/null", O_RDWR)) < 0 ||
+        dup3(nul, 0, 0) < 0 || dup3(nul, 1, 0) < 0 || dup3(nul, 2, 0) < 0 ||
+        syscall(SYS_close_range, 3, ~0U, 0) < 0)
+        _exit(1);
+    execve(argv[0], (char *const *)argv, envp);
+    _exit(127);
+}
+
+int wk_qspawn_holder(const char *agent, int netns_fd, int cg_fd, const int *tasks, pid_t *pid,
+                     int *pidfd_out)
+{
+    static char *const envp[] = {"LC_ALL=C", NULL};
+    const char *argv[] = {agent, "--hold-netns", NULL};
+    struct clone_args ca;
+    int pidfd = -1;
+    long p;
+
+    memset(&ca, 0, sizeof(ca));
+    ca.flags = CLONE_PIDFD | (cg_fd >= 0 ? CLONE_INTO_CGROUP : 0);
+    ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
+    ca.exit_signal = SIGCHLD;
+    ca.cgroup = cg_fd >= 0 ? (uint64_t)cg_fd : 0;
+    p = syscall(SYS_clone3, &ca, sizeof(ca));
+    if (p == 0)
+        holder_main(argv, envp, netns_fd, tasks);
+    if (p < 0)
+        return -errno;
+    *pid = (pid_t)p;
+    *pidfd_out = pidfd;
+    return 0;
+}
+
 int wk_qspawn_report(int fd, const char **why)
 {
     report r;

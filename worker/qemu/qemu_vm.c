@@ -127,6 +127,9 @@ struct wk_sandbox {
     int64_t paused_at_ms;
     int kept;                   /* left running for the next worker (host_fini frees only) */
     int adopted;                /* taken back from an earlier worker run (not our child) */
+    int holder;                 /* SAVED: pidfd of the process holding its network namespace
+                                   (qemu_spawn.c wk_qspawn_holder), or -1 */
+    pid_t holder_pid;
     wk_qtpl *own_tpl;           /* adopted: its template, when not this run's base one */
 };
 
@@ -397,11 +400,11 @@ static int vm_socks(const wk_sandbox *sb, int ag[2], int mon[2])
 
 /* The handle a restarted worker takes the VM back by (state_dir/adopt/<id>/handle, root's,
  * 0700 folder; written whole, then renamed into place), one line:
- *   v1 <QEMU pid> <its start time (/proc/PID/stat field 22)> <folder name under sb_dir>
+ *   v1 <pid> <its start time (/proc/PID/stat field 22)> <folder name under sb_dir>
  *      <template key> <template memory_mib> <vcpus> <disk_mib>
- *      <memory_mib> <vcpu_milli> <disk_mib> <pids_max> <inodes>
- * pid and start time 0: saved to disk (no process). Written once the VM answered (create,
- * load from disk) and when it went to disk. */
+ *      <memory_mib> <vcpu_milli> <disk_mib> <pids_max> <inodes> run|saved
+ * run: the pid is QEMU's; saved (to disk, no QEMU): the holder's of its network namespace.
+ * Written once the VM answered (create, load from disk) and when it went to disk. */
 #define HANDLE_MAX 512
 static void handle_write(const wk_sandbox *sb)
 {
@@ -412,13 +415,15 @@ static void handle_write(const wk_sandbox *sb)
 
     if (sb->pooled || !sf_id_valid(sb->id) || !name)
         return;
-    if (sb->pidfd >= 0 && wk_proc_stat(sb->pid, &start, &st) < 0)
+    pid_t pid = sb->pidfd >= 0 ? sb->pid : sb->holder >= 0 ? sb->holder_pid : 0;
+
+    if (pid && wk_proc_stat(pid, &start, &st) < 0)
         return; /* it died: on_exit_ev says so */
-    n = snprintf(line, sizeof(line), "v1 %d %llu %s %s %u %u %u %u %u %u %u %llu\n",
-                 sb->pidfd >= 0 ? (int)sb->pid : 0, start, name + 1, sb->tpl->key,
+    n = snprintf(line, sizeof(line), "v1 %d %llu %s %s %u %u %u %u %u %u %u %llu %s\n",
+                 (int)pid, start, name + 1, sb->tpl->key,
                  sb->tpl->memory_mib, sb->tpl->vcpus, sb->tpl->disk_mib, sb->lim.memory_mib,
                  sb->lim.vcpu_milli, sb->lim.disk_mib, sb->lim.pids_max,
-                 (unsigned long long)sb->lim.inodes);
+                 (unsigned long long)sb->lim.inodes, sb->pidfd >= 0 ? "run" : "saved");
     if (n > 0 && n < (int)sizeof(line) && (dfd = wk_adopt_dir(sb->d->state_dir, sb->id, 1)) >= 0) {
         fd = openat(dfd, "handle.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
                     0600);
@@ -552,6 +557,33 @@ static void process_gone(wk_sandbox *sb)
     drop_conns(sb);
 }
 
+/* A saved VM has no QEMU: a small process of its own keeps its network namespace (with
+ * the egress proxy's listeners) for its load, also across a worker restart. */
+static void holder_start(wk_sandbox *sb)
+{
+    int tasks[WK_CG_N], box = -1, rc = -ENOENT;
+
+    for (int i = 0; i < WK_CG_N; i++)
+        tasks[i] = -1;
+    if (sb->netns >= 0 && sb->holder < 0 &&
+        (sb->cg.v2 || (rc = wk_cgroup_open_tasks(&sb->cg, tasks, &box)) == 0))
+        rc = wk_qspawn_holder(sb->d->agent, sb->netns, sb->cg.v2 ? sb->cg.fd : -1,
+                              sb->cg.v2 ? NULL : tasks, &sb->holder_pid, &sb->holder);
+    for (int i = 0; i < WK_CG_N; i++)
+        if (tasks[i] >= 0)
+            close(tasks[i]);
+    if (box >= 0)
+        close(box);
+    if (rc < 0)
+        sf_warn("msg=\"no holder for a saved VM's network namespace; a worker restart will "
+                "lose it\" sandbox=%s rc=%d", sb->id, rc);
+}
+
+static void holder_stop(wk_sandbox *sb)
+{
+    wk_qspawn_kill(&sb->holder); /* (reaped if ours; its namespace is QEMU's again) */
+}
+
 static void on_exit_ev(evutil_socket_t fd, short what, void *arg)
 {
     wk_sandbox *sb = arg;
@@ -569,7 +601,8 @@ static void on_exit_ev(evutil_socket_t fd, short what, void *arg)
         sb->quitting = 0;
         clear_timer(sb);
         sb->st = VM_SAVED;
-        handle_write(sb); /* no process now */
+        holder_start(sb);
+        handle_write(sb); /* no QEMU now: the holder's */
         sf_info("msg=\"sandbox saved to disk\" sandbox=%s ms=%llu", sb->id,
                 (unsigned long long)((sf_mono_us() - sb->t0_us) / 1000));
         fire_reached(sb);
@@ -836,7 +869,7 @@ static int vm_new(wk_driver *d, const char *name, wk_sandbox **out)
         return -ENOMEM;
     sb->d = d;
     sb->tpl = &d->tpl;
-    sb->pidfd = sb->report = sb->netns = sb->save_fd = -1;
+    sb->pidfd = sb->report = sb->netns = sb->save_fd = sb->holder = -1;
     sb->st = VM_STARTING;
     sb->t0_us = sf_mono_us();
     snprintf(sb->id, sizeof(sb->id), "%s", name);
@@ -1157,6 +1190,7 @@ static void on_resumed_ping(void *arg, int rc, const char *why)
         char path[WK_QEMU_PATH_MAX];
         if (path_in(sb, path, sizeof(path), "mem.state") == 0)
             unlink(path); /* a file of tens of MiB: unlinking it is quick */
+        holder_stop(sb);
         handle_write(sb); /* its new QEMU */
         sf_info("msg=\"sandbox loaded from disk\" sandbox=%s ms=%llu", sb->id,
                 (unsigned long long)((sf_mono_us() - sb->t0_us) / 1000));
@@ -1819,6 +1853,7 @@ static void teardown_files(wk_sandbox *sb)
     teardown *t;
 
     process_gone(sb);
+    holder_stop(sb);
     if (sb->netns >= 0) {
         close(sb->netns);
         sb->netns = -1;
@@ -1894,7 +1929,7 @@ void wk_qvm_kill(wk_sandbox *sb, wk_kill_cb cb, void *arg)
 /* ---- a worker restart: the VMs of an earlier run (docs/internals/restart.md) ---- */
 
 typedef struct vm_handle {
-    int pid;
+    int pid, saved;
     unsigned long long start;
     char dir[64], key[40];
     unsigned tmem, tvcpus, tdisk;
@@ -1908,6 +1943,7 @@ static int handle_read(const wk_driver *d, const char *id, vm_handle *h, const c
     char buf[HANDLE_MAX];
     unsigned long long inodes;
     unsigned mem, vcpu, disk, pids;
+    char word[8];
     struct stat st;
     ssize_t n;
     int dfd, fd;
@@ -1929,15 +1965,17 @@ static int handle_read(const wk_driver *d, const char *id, vm_handle *h, const c
         return -EINVAL;
     buf[n] = '\0';
     memset(h, 0, sizeof(*h));
-    if (sscanf(buf, "v1 %d %llu %63s %39s %u %u %u %u %u %u %u %llu", &h->pid, &h->start, h->dir,
-               h->key, &h->tmem, &h->tvcpus, &h->tdisk, &mem, &vcpu, &disk, &pids,
-               &inodes) != 12 || h->pid < 0 || h->pid == 1 ||
+    if (sscanf(buf, "v1 %d %llu %63s %39s %u %u %u %u %u %u %u %llu %7s", &h->pid, &h->start,
+               h->dir, h->key, &h->tmem, &h->tvcpus, &h->tdisk, &mem, &vcpu, &disk, &pids,
+               &inodes, word) != 13 || h->pid < 0 || h->pid == 1 ||
+        (strcmp(word, "run") != 0 && strcmp(word, "saved") != 0) ||
         /* its folder: the sandbox's id, or the pool name it was born with */
         (!sf_id_valid(h->dir) && !(h->dir[0] == '.' && sf_id_valid(h->dir + 1))) ||
         !sf_id_valid(h->key) || !h->tmem || !h->tvcpus)
         return -EINVAL;
     h->lim = (wk_limits){.memory_mib = mem, .vcpu_milli = vcpu, .disk_mib = disk,
                          .pids_max = pids, .inodes = inodes};
+    h->saved = word[0] == 's';
     return 0;
 }
 
@@ -1947,15 +1985,18 @@ static int handle_alive(const wk_driver *d, const vm_handle *h, const char **why
     unsigned long long now;
     char state;
 
-    *why = "It was saved to disk (no QEMU process) when its worker stopped; a VM saved to "
-           "disk is not kept across a worker restart.";
+    *why = "It was saved to disk and nothing held its network namespace (see the previous "
+           "worker's log: no holder).";
     if (h->pid == 0)
         return -ESRCH;
-    *why = "Its VM died while no worker ran (its QEMU process is gone).";
+    *why = h->saved ? "Its saved VM's network namespace ended while no worker ran (its holder "
+                      "process is gone)."
+                    : "Its VM died while no worker ran (its QEMU process is gone).";
     if (wk_proc_stat(h->pid, &now, &state) < 0 || now != h->start || state == 'Z' ||
         state == 'X')
         return -ESRCH;
-    *why = "The process its handle names is not this sandbox's QEMU.";
+    *why = h->saved ? "The process its handle names is not this sandbox's holder."
+                    : "The process its handle names is not this sandbox's QEMU.";
     if (!wk_proc_in_cgroup(h->pid, d->host_id, h->dir[0] == '.' ? h->dir + 1 : h->dir))
         return -ESRCH;
     return 0;
@@ -2042,6 +2083,7 @@ int wk_qvm_adopt(wk_driver *d, const char *id, wk_sandbox **out, int *paused, co
     wk_sandbox *sb = NULL;
     int rc, dfd = -1, pidfd = -1, agfd = -1, qfd = -1, netns = -1, is_paused;
     unsigned long long now;
+    struct stat st;
     vm_handle h;
     char state;
 
@@ -2055,7 +2097,6 @@ int wk_qvm_adopt(wk_driver *d, const char *id, wk_sandbox **out, int *paused, co
         }
     if ((rc = handle_read(d, id, &h, why)) < 0 || (rc = handle_alive(d, &h, why)) < 0)
         return rc;
-    *why = "Its VM died while no worker ran (its QEMU process is gone).";
     if ((pidfd = (int)syscall(SYS_pidfd_open, h.pid, 0)) < 0)
         return -ESRCH;
     /* the pidfd names the process that had the pid when it was opened: the same one if the
@@ -2070,7 +2111,7 @@ int wk_qvm_adopt(wk_driver *d, const char *id, wk_sandbox **out, int *paused, co
         goto fail;
     }
     sb->d = d;
-    sb->pidfd = sb->report = sb->netns = sb->save_fd = sb->cg.fd = -1;
+    sb->pidfd = sb->report = sb->netns = sb->save_fd = sb->cg.fd = sb->holder = -1;
     snprintf(sb->id, sizeof(sb->id), "%s", id);
     *why = SF_MSG_STATE_DIR_LONG;
     rc = -ENAMETOOLONG;
@@ -2081,39 +2122,57 @@ int wk_qvm_adopt(wk_driver *d, const char *id, wk_sandbox **out, int *paused, co
         rc = dfd;
         goto fail;
     }
-    /* the monitor: the VM runs, or is paused (a VM migrated out for a snapshot is paused
-     * too: postmigrate); anything else was a move cut short */
-    *why = "Its QEMU does not take a new worker's monitor connection (it hangs, or was "
-           "started by a worker too old to keep it).";
-    if ((rc = qmp_status(dfd, status, sizeof(status))) < 0)
-        goto fail;
-    is_paused = !strcmp(status, "paused") || !strcmp(status, "postmigrate");
+    if (h.saved) { /* no QEMU: its state and disk wait in its folder for a load */
+        *why = "Its saved state is missing from its folder under state_dir/qemu.";
+        rc = -ENOENT;
+        if (fstatat(dfd, "mem.state", &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+            fstatat(dfd, "disk.qcow2", &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+            goto fail;
+        snprintf(status, sizeof(status), "saved");
+    } else {
+        /* the monitor: the VM runs, or is paused (a VM migrated out for a snapshot is
+         * paused too: postmigrate); anything else was a move cut short */
+        *why = "Its QEMU does not take a new worker's monitor connection (it hangs, or was "
+               "started by a worker too old to keep it).";
+        if ((rc = qmp_status(dfd, status, sizeof(status))) < 0)
+            goto fail;
+    }
+    is_paused = h.saved || !strcmp(status, "paused") || !strcmp(status, "postmigrate");
     if (!is_paused && strcmp(status, "running") != 0) {
         rc = -EIO;
         *why = "Its VM was in the middle of a move (saved to disk or loaded) when its worker "
                "stopped.";
         goto fail;
     }
-    /* the namespace of the verified QEMU: alive still after the open, so it is its own */
+    /* the namespace of the verified process: alive still after the open, so it is its own */
     snprintf(ns, sizeof(ns), "/proc/%d/ns/net", h.pid);
     *why = "Its VM died while it was taken back.";
     rc = -ESRCH;
     if ((netns = open(ns, O_RDONLY | O_CLOEXEC)) < 0 ||
         syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) < 0)
         goto fail;
-    *why = "Its agent does not answer a new worker (it died, or is too old to outlive its "
-           "worker).";
-    if ((agfd = sock_at(dfd, WK_QEMU_AGENT_SOCK, 0)) < 0) {
-        rc = agfd;
-        goto fail;
+    if (!h.saved) {
+        *why = "Its agent does not answer a new worker (it died, or is too old to outlive its "
+               "worker).";
+        if ((agfd = sock_at(dfd, WK_QEMU_AGENT_SOCK, 0)) < 0) {
+            rc = agfd;
+            goto fail;
+        }
+        /* a paused guest answers once it runs again (its resume pings it) */
+        if (!is_paused && (rc = wk_agent_ping(agfd, WK_ADOPT_PING_MS, why)) < 0)
+            goto fail;
+        if ((qfd = sock_at(dfd, WK_QEMU_QMP_SOCK, 0)) < 0) {
+            rc = qfd;
+            goto fail;
+        }
     }
-    /* a paused guest answers once it runs again (its resume pings it) */
-    if (!is_paused && (rc = wk_agent_ping(agfd, WK_ADOPT_PING_MS, why)) < 0)
+    /* its cgroup (a load's QEMU is born there: v2 through the fd of its leaf) */
+    wk_cgroup_lookup(&sb->cg, d->host_id, h.dir[0] == '.' ? h.dir + 1 : h.dir);
+    *why = "Its cgroup is gone.";
+    rc = -ENOENT;
+    if (sb->cg.v2 && (sb->cg.fd = open(sb->cg.agent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
         goto fail;
-    if ((qfd = sock_at(dfd, WK_QEMU_QMP_SOCK, 0)) < 0) {
-        rc = qfd;
-        goto fail;
-    }
+    sb->cg_made = 1;
     /* its template: this run's base one, or what the handle says (its RAM file and shape:
      * what a save to disk and a load need) */
     if (!strcmp(h.key, d->tpl.key)) {
@@ -2134,33 +2193,41 @@ int wk_qvm_adopt(wk_driver *d, const char *id, wk_sandbox **out, int *paused, co
     }
     rc = -ENOMEM;
     *why = ERR_NOMEM;
-    if (!(sb->ev_kick = evtimer_new(d->base, on_kick, sb)) ||
-        !(sb->ev_exit = event_new(d->base, pidfd, EV_READ | EV_PERSIST, on_exit_ev, sb)) ||
-        event_add(sb->ev_exit, NULL) < 0 ||
-        !(sb->qmp = wk_qmp_new(d->base, qfd, on_qmp_event, sb)))
+    if (!(sb->ev_kick = evtimer_new(d->base, on_kick, sb)))
         goto fail;
-    qfd = -1;
-    if (!(sb->link = wk_alink_new(d->base, agfd, sb->id)))
-        goto fail;
-    agfd = -1;
-    /* (request ids of another range than the previous worker's: a paused guest may not have
-     * seen that worker go, and its old commands' results must match no new request) */
-    {
-        uint32_t first;
-        if (getrandom(&first, sizeof(first), GRND_NONBLOCK) == (ssize_t)sizeof(first))
-            wk_alink_first_id(sb->link, first | 0x40000000u);
+    if (!h.saved) {
+        if (!(sb->ev_exit = event_new(d->base, pidfd, EV_READ | EV_PERSIST, on_exit_ev, sb)) ||
+            event_add(sb->ev_exit, NULL) < 0 ||
+            !(sb->qmp = wk_qmp_new(d->base, qfd, on_qmp_event, sb)))
+            goto fail;
+        qfd = -1;
+        if (!(sb->link = wk_alink_new(d->base, agfd, sb->id)))
+            goto fail;
+        agfd = -1;
+        /* (request ids of another range than the previous worker's: a paused guest may
+         * not have seen that worker go, and its old commands' results must match no new
+         * request) */
+        {
+            uint32_t first;
+            if (getrandom(&first, sizeof(first), GRND_NONBLOCK) == (ssize_t)sizeof(first))
+                wk_alink_first_id(sb->link, first | 0x40000000u);
+        }
+        wk_alink_on_down(sb->link, on_link_down, sb);
+        sb->pid = h.pid;
+        sb->pidfd = pidfd;
+    } else {
+        sb->holder_pid = h.pid;
+        sb->holder = pidfd;
     }
-    wk_alink_on_down(sb->link, on_link_down, sb);
-    wk_cgroup_lookup(&sb->cg, d->host_id, h.dir[0] == '.' ? h.dir + 1 : h.dir);
-    sb->cg.fd = -1;
-    sb->cg_made = 1;
+    pidfd = -1;
     sb->lim = h.lim;
-    sb->pid = h.pid;
-    sb->pidfd = pidfd;
     sb->netns = netns;
+    netns = -1;
     sb->adopted = 1;
     sb->t0_us = sf_mono_us();
-    if (is_paused) {
+    if (h.saved) {
+        sb->st = VM_SAVED;
+    } else if (is_paused) {
         wk_alink_hold(sb->link, 1);
         sb->st = VM_PAUSED;
         sb->paused_at_ms = sf_mono_ms();
@@ -2189,6 +2256,8 @@ fail:
             event_free(sb->ev_exit);
         if (sb->ev_kick)
             event_free(sb->ev_kick);
+        if (sb->cg.fd >= 0)
+            close(sb->cg.fd);
         free(sb->own_tpl);
         free(sb);
     }
@@ -2231,10 +2300,11 @@ void wk_qvm_forget(wk_sandbox *sb)
         sb->ev_exit = NULL;
     }
     drop_conns(sb); /* QEMU listens again, for the next worker */
-    for (int *f = (int[]){sb->pidfd, sb->report, sb->netns, sb->cg.fd}, i = 0; i < 4; i++)
+    for (int *f = (int[]){sb->pidfd, sb->report, sb->netns, sb->cg.fd, sb->holder}, i = 0; i < 5;
+         i++)
         if (f[i] >= 0)
             close(f[i]);
-    sb->pidfd = sb->report = sb->netns = sb->cg.fd = -1;
+    sb->pidfd = sb->report = sb->netns = sb->cg.fd = sb->holder = -1;
     sb->killed = 1; /* (so that it is freed) */
     vm_release(sb);
 }
