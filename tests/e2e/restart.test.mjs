@@ -455,3 +455,16 @@ test('qemu: a VM saved to disk is kept too (its network namespace held), and loa
   assert.ok(alive(Number(h2[1])) && Number(h2[1]) !== holder, 'a new QEMU runs it');
   await until('the holder to end', () => !alive(holder), 5000, 20);
 });
+
+test('qemu: sandfleet hosts drain ends the VMs a stop would keep', qemuOnly, async () => {
+  const id = await create({});
+  const q = Number(vmHandle(id)[1]);
+  cli(['hosts', 'drain', env.SF_HOST_ID, '--wait']);
+  await until('the drained VM\'s QEMU to end', () => !alive(q), 10000, 20);
+  const i = await call(alpha, 'sandbox_info', { sandbox_id: id });
+  assert.equal(i.structured.status, 'killed', JSON.stringify(i.structured));
+  assert.ok(!existsSync(`${env.SF_STATE}/worker/adopt/${id}`), 'its handle went');
+  stack('restart-worker'); // (its next start clears the drain: the stack serves again)
+  const b = await create({});
+  assert.equal((await sh(alpha, b, 'echo served')).stdout, 'served\n');
+});
