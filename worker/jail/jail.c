@@ -1195,11 +1195,11 @@ static int jail_adopt(wk_driver *d, const char *id, wk_sandbox **out, int *pause
     char ns[64];
     int rc, fd, frozen;
 
-    *why = "The sandbox id is not valid.";
+    *why = SF_MSG_ADOPT_BAD_ID;
     if (!d || !d->adopting || !sf_id_valid(id))
         return -EINVAL;
     if (adopted_here(d, id)) {
-        *why = "The sandbox was taken back already.";
+        *why = SF_MSG_ADOPT_TWICE;
         return -EEXIST;
     }
     if ((rc = wk_adopt_check(d->state_dir, d->host_id, id, &h, why)) < 0)

@@ -30,6 +30,7 @@
 
 #include "jail_int.h"
 #include "sf_util.h"
+#include "sf_msg.h"
 
 #define HANDLE_MAX 256
 
@@ -128,7 +129,7 @@ int wk_adopt_check(const char *state_dir, const char *host, const char *id, wk_a
     ssize_t n;
     int dfd, fd, pid, pidfd;
 
-    *why = "Its host-side handle is missing (the worker stopped while it was created).";
+    *why = SF_MSG_ADOPT_NO_HANDLE;
     if ((dfd = wk_adopt_dir(state_dir, id, 0)) < 0)
         return -ENOENT;
     fd = openat(dfd, "handle", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -138,7 +139,7 @@ int wk_adopt_check(const char *state_dir, const char *host, const char *id, wk_a
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 || (st.st_mode & 077) ||
         st.st_size >= HANDLE_MAX || (n = read(fd, buf, sizeof(buf) - 1)) <= 0) {
         close(fd);
-        *why = "Its host-side handle is not root's or damaged.";
+        *why = SF_MSG_ADOPT_BAD_HANDLE;
         return -EINVAL;
     }
     close(fd);

@@ -1948,7 +1948,7 @@ static int handle_read(const wk_driver *d, const char *id, vm_handle *h, const c
     ssize_t n;
     int dfd, fd;
 
-    *why = "Its host-side handle is missing (the worker stopped while it was created).";
+    *why = SF_MSG_ADOPT_NO_HANDLE;
     if ((dfd = wk_adopt_dir(d->state_dir, id, 0)) < 0)
         return -ENOENT;
     fd = openat(dfd, "handle", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -1960,7 +1960,7 @@ static int handle_read(const wk_driver *d, const char *id, vm_handle *h, const c
         st.st_size < HANDLE_MAX)
         n = read(fd, buf, sizeof(buf) - 1);
     close(fd);
-    *why = "Its host-side handle is not root's or damaged.";
+    *why = SF_MSG_ADOPT_BAD_HANDLE;
     if (n <= 0)
         return -EINVAL;
     buf[n] = '\0';
@@ -2087,12 +2087,12 @@ int wk_qvm_adopt(wk_driver *d, const char *id, wk_sandbox **out, int *paused, co
     vm_handle h;
     char state;
 
-    *why = "The sandbox id is not valid.";
+    *why = SF_MSG_ADOPT_BAD_ID;
     if (!d || !d->adopting || !sf_id_valid(id))
         return -EINVAL;
     for (wk_sandbox *o = d->vms; o; o = o->next)
         if (!strcmp(o->id, id)) {
-            *why = "The sandbox was taken back already.";
+            *why = SF_MSG_ADOPT_TWICE;
             return -EEXIST;
         }
     if ((rc = handle_read(d, id, &h, why)) < 0 || (rc = handle_alive(d, &h, why)) < 0)
