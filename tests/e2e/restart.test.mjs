@@ -310,9 +310,11 @@ test('the secret-proxy restarted while no worker ran: the kept sandbox is regist
 const qemuOnly = { skip: driver !== 'qemu' ? 'the qemu stack (e2e.qemu.restart)' : false };
 const vmHandle = (id) => readFileSync(`${env.SF_STATE}/worker/adopt/${id}/handle`, 'utf8').split(' ');
 
-// A VM with a ledger, a background counter and a published preview port.
+// A VM with a ledger, a background counter, a published preview port and a bound secret.
 async function prepareVm(name) {
-  const id = await create({ timeout_seconds: 600 });
+  const id = await create({ timeout_seconds: 600, allow_out: ['api.example.test'], secrets: { API_KEY: SECRET } });
+  const get = await sh(alpha, id, `timeout 10 wget -q -O - --header "X-Api-Key: $API_KEY" http://api.example.test/rs-vm-before-${name}-${tag}`);
+  assert.match(get.stdout, /^ok/, `the secret works before the fault: ${JSON.stringify(get)}`);
   const w = await sh(alpha, id, 'seq 1 5000 | sed "s/^/ledger line /" > /root/ledger && sha256sum /root/ledger');
   const sum = w.stdout.split(' ')[0];
   await sh(alpha, id, 'nohup sh -c \'echo $$ > /tmp/bgpid; i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done\' >/dev/null 2>&1 &');
@@ -330,6 +332,14 @@ async function prepareVm(name) {
   return { id, sum, text, bgpid, qemu, bgBefore: await counter(id) };
 }
 
+// Its egress registration is kept: the bound secret still goes out through the proxy.
+async function egressKept(p, name) {
+  const uri = `/rs-vm-after-${name.replace(/[^a-z0-9]+/gi, '-')}-${tag}`;
+  const get = await sh(alpha, p.id, `timeout 10 wget -q -O - --header "X-Api-Key: $API_KEY" http://api.example.test${uri}`);
+  assert.match(get.stdout, /^ok/, `egress: ${JSON.stringify(get)}`);
+  assert.equal(upstream(uri)[0]?.headers['X-Api-Key'], VALUE, 'the bound secret is swapped in');
+}
+
 async function checkVmKept(p, name) {
   const back = Date.now();
   await until('the kept VM to answer', async () => !(await call(alpha, 'sandbox_exec',
@@ -343,6 +353,7 @@ async function checkVmKept(p, name) {
   assert.ok(n > p.bgBefore, `the background counter went on (${p.bgBefore} -> ${n})`);
   assert.equal((await preview(p.id, 8000)).body, `${p.text}\n`, 'the preview URL still works');
   assert.equal(Number(vmHandle(p.id)[1]), p.qemu, 'the same QEMU process');
+  await egressKept(p, name);
   const info = await call(alpha, 'sandbox_info', { sandbox_id: p.id });
   assert.equal(info.structured.status, 'active');
   assert.match(workerLog(), new RegExp(`sandbox taken back from the previous worker run" sandbox=${p.id} pid=${p.qemu}`));
@@ -452,6 +463,7 @@ test('qemu: a VM saved to disk is kept too (its network namespace held), and loa
   assert.equal((await sh(alpha, p.id, 'cat /tmp/bgpid')).stdout.trim(), p.bgpid, 'the same process');
   assert.ok((await counter(p.id)) > p.bgBefore, 'the background counter went on');
   assert.equal((await preview(p.id, 8000)).body, `${p.text}\n`, 'the preview URL still works');
+  await egressKept(p, 'saved');
   const h2 = vmHandle(p.id);
   assert.equal(h2.at(-1).trim(), 'run');
   assert.ok(alive(Number(h2[1])) && Number(h2[1]) !== holder, 'a new QEMU runs it');
