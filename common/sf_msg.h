@@ -138,4 +138,11 @@
     "prints one).\n"
 #define SF_MSG_CLI_KEY_TOO_LONG "SANDFLEET_API_KEY is too long to be a sandfleet key.\n"
 
+/* A worker restart (docs/internals/restart.md): why a sandbox was not taken back. */
+#define SF_MSG_ADOPT_NO_HANDLE \
+    "Its host-side handle is missing (the worker stopped while it was created)."
+#define SF_MSG_ADOPT_BAD_HANDLE "Its host-side handle is not root's or damaged."
+#define SF_MSG_ADOPT_BAD_ID "The sandbox id is not valid."
+#define SF_MSG_ADOPT_TWICE "The sandbox was taken back already."
+
 #endif

@@ -348,6 +348,9 @@ sf_kill_kept() {
         read -r v pid start rest <"$h" || continue
         [ "$v" = v1 ] && [ "$(sf_starttime "$pid")" = "$start" ] && kill -KILL "$pid" 2>/dev/null
         for ((i = 0; i < 100; i++)); do [ -d "/proc/$pid" ] || break; sleep 0.02; done
+        # (a qemu handle's 4th word: the VM's folder, which names its cgroup, without a dot)
+        d=${rest%% *}
+        [[ $d =~ ^[0-9]+$ ]] || id=${d#.}
         for d in /sys/fs/cgroup/sandfleet/*/"$id" /sys/fs/cgroup/*/sandfleet/*/"$id"; do
             [ -d "$d" ] || continue
             rmdir "$d"/box "$d"/agent 2>/dev/null

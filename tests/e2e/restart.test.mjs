@@ -10,7 +10,7 @@
 import { test, before, after, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import { connect, call, sh, env, driver, until, cli } from './lib.mjs';
@@ -303,4 +303,182 @@ test('the secret-proxy restarted while no worker ran: the kept sandbox is regist
     `timeout 5 wget -q -O - --header "X-Api-Key: $API_KEY" http://api.example.test${uri}`)).stdout), 10000, 200);
   assert.equal(upstream(uri)[0]?.headers['X-Api-Key'], VALUE, 'the bound secret is swapped in');
   assert.match(workerLog(), new RegExp(`registered again with the restarted egress proxy" sandbox=${id}`));
+});
+
+// ---- the qemu stack (e2e.qemu.restart): microVMs under TCG, so few of them ----
+
+const qemuOnly = { skip: driver !== 'qemu' ? 'the qemu stack (e2e.qemu.restart)' : false };
+const vmHandle = (id) => readFileSync(`${env.SF_STATE}/worker/adopt/${id}/handle`, 'utf8').split(' ');
+
+// A VM with a ledger, a background counter, a published preview port and a bound secret.
+async function prepareVm(name) {
+  const id = await create({ timeout_seconds: 600, allow_out: ['api.example.test'], secrets: { API_KEY: SECRET } });
+  const get = await sh(alpha, id, `timeout 10 wget -q -O - --header "X-Api-Key: $API_KEY" http://api.example.test/rs-vm-before-${name}-${tag}`);
+  assert.match(get.stdout, /^ok/, `the secret works before the fault: ${JSON.stringify(get)}`);
+  const w = await sh(alpha, id, 'seq 1 5000 | sed "s/^/ledger line /" > /root/ledger && sha256sum /root/ledger');
+  const sum = w.stdout.split(' ')[0];
+  await sh(alpha, id, 'nohup sh -c \'echo $$ > /tmp/bgpid; i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done\' >/dev/null 2>&1 &');
+  const text = `kept-${name}-${tag}`;
+  const s = await sh(alpha, id, `mkdir -p /tmp/www && echo ${text} > /tmp/www/index.html && ` +
+    'busybox httpd -p 127.0.0.1:8000 -h /tmp/www && ' +
+    'for i in $(seq 50); do busybox wget -Y off -qO- http://127.0.0.1:8000/ 2>/dev/null && break; sleep 0.1; done');
+  assert.equal(s.stdout, `${text}\n`);
+  const pv = await call(alpha, 'sandbox_preview_url', { sandbox_id: id, port: 8000 });
+  assert.equal(pv.isError, false, pv.text);
+  assert.equal((await preview(id, 8000)).body, `${text}\n`, 'the preview works before the fault');
+  const bgpid = (await sh(alpha, id, 'cat /tmp/bgpid')).stdout.trim();
+  const qemu = Number(vmHandle(id)[1]);
+  assert.ok(alive(qemu), 'the handle names the running QEMU');
+  return { id, sum, text, bgpid, qemu, bgBefore: await counter(id) };
+}
+
+// Its egress registration is kept: the bound secret still goes out through the proxy.
+async function egressKept(p, name) {
+  const uri = `/rs-vm-after-${name.replace(/[^a-z0-9]+/gi, '-')}-${tag}`;
+  const get = await sh(alpha, p.id, `timeout 10 wget -q -O - --header "X-Api-Key: $API_KEY" http://api.example.test${uri}`);
+  assert.match(get.stdout, /^ok/, `egress: ${JSON.stringify(get)}`);
+  assert.equal(upstream(uri)[0]?.headers['X-Api-Key'], VALUE, 'the bound secret is swapped in');
+}
+
+async function checkVmKept(p, name) {
+  const back = Date.now();
+  await until('the kept VM to answer', async () => !(await call(alpha, 'sandbox_exec',
+    { sandbox_id: p.id, command: 'true' })).isError, 30000, 50);
+  console.log(`# qemu ${name}: first call on the kept VM answered ${Date.now() - back} ms after the new worker was up`);
+  const r = await sh(alpha, p.id, 'sha256sum /root/ledger; kill -0 $(cat /tmp/bgpid) && echo bg-alive');
+  assert.equal(r.stdout.split(' ')[0], p.sum, 'the ledger is intact');
+  assert.match(r.stdout, /bg-alive/, 'the background process still runs');
+  assert.equal((await sh(alpha, p.id, 'cat /tmp/bgpid')).stdout.trim(), p.bgpid, 'the same process');
+  const n = await counter(p.id);
+  assert.ok(n > p.bgBefore, `the background counter went on (${p.bgBefore} -> ${n})`);
+  assert.equal((await preview(p.id, 8000)).body, `${p.text}\n`, 'the preview URL still works');
+  assert.equal(Number(vmHandle(p.id)[1]), p.qemu, 'the same QEMU process');
+  await egressKept(p, name);
+  const info = await call(alpha, 'sandbox_info', { sandbox_id: p.id });
+  assert.equal(info.structured.status, 'active');
+  assert.match(workerLog(), new RegExp(`sandbox taken back from the previous worker run" sandbox=${p.id} pid=${p.qemu}`));
+}
+
+test('qemu: kill -9 of the worker keeps a running VM; one whose QEMU died meanwhile is lost', qemuOnly, async () => {
+  const p = await prepareVm('kill');
+  const victim = await create({});
+  await sh(alpha, victim, 'echo doomed');
+  const vq = Number(vmHandle(victim)[1]);
+  process.kill(workerPid(), 'SIGKILL');
+  await until('the worker to die', () => !alive(workerPid()), 5000, 20);
+  assert.ok(alive(p.qemu), 'QEMU outlives its worker');
+  process.kill(vq, 'SIGKILL');
+  stack('restart-worker');
+  await checkVmKept(p, 'kill -9');
+  const v = await call(alpha, 'sandbox_info', { sandbox_id: victim });
+  assert.equal(v.structured.status, 'lost', JSON.stringify(v.structured));
+  assert.match(workerLog(), new RegExp(`sandbox lost across the worker restart" sandbox=${victim} why="Its VM died while no worker ran`));
+  // a call on the kept VM after the restart works as before: pause and resume too
+  assert.equal((await call(alpha, 'sandbox_pause', { sandbox_id: p.id })).isError, false);
+  assert.equal((await sh(alpha, p.id, 'echo after-resume')).stdout, 'after-resume\n');
+});
+
+test('qemu: SIGTERM keeps the VM (paused ones too) for the next worker', qemuOnly, async () => {
+  const p = await prepareVm('term');
+  const pid = workerPid();
+  process.kill(pid, 'SIGTERM');
+  await until('the worker to stop', () => !alive(pid), 20000, 20);
+  assert.match(workerLog(), /sandboxes left running for the next worker/);
+  assert.ok(alive(p.qemu), 'QEMU runs on after the stop');
+  stack('restart-worker');
+  await checkVmKept(p, 'SIGTERM');
+  // paused when its worker dies: taken back paused, and it resumes on the next call
+  assert.equal((await call(alpha, 'sandbox_pause', { sandbox_id: p.id })).isError, false);
+  process.kill(workerPid(), 'SIGKILL');
+  await until('the worker to die', () => !alive(workerPid()), 5000, 20);
+  stack('restart-worker');
+  await until('the paused VM to be taken back', () =>
+    new RegExp(`sandbox kept across the worker restart" sandbox=${p.id} team=\\S+ paused=1`).test(workerLog()), 30000, 100);
+  const r = await sh(alpha, p.id, 'sha256sum /root/ledger');
+  assert.equal(r.stdout.split(' ')[0], p.sum, 'the ledger is intact after the resume');
+  // a kill of a VM taken back leaves nothing: its QEMU ends, its folder and handle go
+  assert.equal((await call(alpha, 'sandbox_kill', { sandbox_id: p.id })).isError, false);
+  const end = new RegExp(`(sandbox torn down|cannot remove the sandbox's files)" sandbox=${p.id}`);
+  await until('the kept VM\'s teardown', () => end.test(workerLog()), 20000, 50);
+  assert.match(workerLog(), new RegExp(`sandbox torn down" sandbox=${p.id}`));
+  // (not the worker's child any more: its new parent reaps it, a moment later)
+  await until('its QEMU to end', () => !alive(p.qemu), 10000, 20);
+  assert.ok(!existsSync(`${env.SF_STATE}/worker/adopt/${p.id}`), 'its handle went');
+});
+
+test('qemu: a forged or stale handle is never adopted, and its QEMU is not left running', qemuOnly, async () => {
+  const a = await create({});
+  const b = await create({});
+  const dir = `${env.SF_STATE}/worker/adopt`;
+  const ha = vmHandle(a);
+  const hb = vmHandle(b);
+  const qa = Number(ha[1]);
+  const qb = Number(hb[1]);
+  process.kill(workerPid(), 'SIGKILL');
+  await until('the worker to die', () => !alive(workerPid()), 5000, 20);
+  // a's handle names this test's node process with its true start time; b's a start time
+  // that does not match (a reused pid)
+  ha[1] = String(process.pid);
+  ha[2] = readFileSync('/proc/self/stat', 'utf8').split(') ')[1].split(' ')[19];
+  hb[2] = String(Number(hb[2]) + 1);
+  execFileSync('sh', ['-c', `printf '%s' "$1" > "$2"; printf '%s' "$3" > "$4"`, 'sh',
+    ha.join(' '), `${dir}/${a}/handle`, hb.join(' '), `${dir}/${b}/handle`]);
+  stack('restart-worker');
+  assert.ok(alive(process.pid));
+  for (const id of [a, b]) {
+    const i = await call(alpha, 'sandbox_info', { sandbox_id: id });
+    assert.equal(i.structured.status, 'lost', `${id}: ${JSON.stringify(i.structured)}`);
+  }
+  assert.match(workerLog(), new RegExp(`sandbox=${a} why="The process its handle names is not this sandbox's QEMU`));
+  assert.match(workerLog(), new RegExp(`sandbox=${b} why="Its VM died while no worker ran`));
+  // not taken back: the new worker's clean-up ended both QEMUs (their cgroups went)
+  await until('the QEMUs nobody took back to end', () => !alive(qa) && !alive(qb), 10000, 50);
+});
+
+test('qemu: a VM saved to disk is kept too (its network namespace held), and loads on the next call', qemuOnly, async () => {
+  // a worker that saves a VM paused for 1 s to disk
+  process.env.SF_VM_SAVE_AFTER_MS = '1000';
+  try {
+    stack('restart-worker');
+  } finally {
+    delete process.env.SF_VM_SAVE_AFTER_MS;
+  }
+  const p = await prepareVm('saved');
+  assert.equal((await call(alpha, 'sandbox_pause', { sandbox_id: p.id })).isError, false);
+  await until('the paused VM to go to disk', () =>
+    new RegExp(`sandbox saved to disk" sandbox=${p.id}`).test(workerLog()), 60000, 100);
+  const h = vmHandle(p.id);
+  assert.equal(h.at(-1).trim(), 'saved');
+  const holder = Number(h[1]);
+  assert.ok(!alive(p.qemu), 'its QEMU quit');
+  assert.ok(alive(holder), 'a holder keeps its network namespace');
+  process.kill(workerPid(), 'SIGKILL');
+  await until('the worker to die', () => !alive(workerPid()), 5000, 20);
+  stack('restart-worker');
+  assert.match(workerLog(), new RegExp(`sandbox taken back from the previous worker run" sandbox=${p.id} pid=${holder} dir=\\S+ status=saved`));
+  // the next call loads it: the same processes, files and preview port
+  const r = await sh(alpha, p.id, 'sha256sum /root/ledger; kill -0 $(cat /tmp/bgpid) && echo bg-alive');
+  assert.equal(r.stdout.split(' ')[0], p.sum, 'the ledger is intact');
+  assert.match(r.stdout, /bg-alive/, 'the background process still runs');
+  assert.equal((await sh(alpha, p.id, 'cat /tmp/bgpid')).stdout.trim(), p.bgpid, 'the same process');
+  assert.ok((await counter(p.id)) > p.bgBefore, 'the background counter went on');
+  assert.equal((await preview(p.id, 8000)).body, `${p.text}\n`, 'the preview URL still works');
+  await egressKept(p, 'saved');
+  const h2 = vmHandle(p.id);
+  assert.equal(h2.at(-1).trim(), 'run');
+  assert.ok(alive(Number(h2[1])) && Number(h2[1]) !== holder, 'a new QEMU runs it');
+  await until('the holder to end', () => !alive(holder), 5000, 20);
+});
+
+test('qemu: sandfleet hosts drain ends the VMs a stop would keep', qemuOnly, async () => {
+  const id = await create({});
+  const q = Number(vmHandle(id)[1]);
+  cli(['hosts', 'drain', env.SF_HOST_ID, '--wait']);
+  await until('the drained VM\'s QEMU to end', () => !alive(q), 10000, 20);
+  const i = await call(alpha, 'sandbox_info', { sandbox_id: id });
+  assert.equal(i.structured.status, 'killed', JSON.stringify(i.structured));
+  assert.ok(!existsSync(`${env.SF_STATE}/worker/adopt/${id}`), 'its handle went');
+  stack('restart-worker'); // (its next start clears the drain: the stack serves again)
+  const b = await create({});
+  assert.equal((await sh(alpha, b, 'echo served')).stdout, 'served\n');
 });

@@ -9,7 +9,8 @@
  * worker's end closes, the agent exits, which ends the whole pid namespace, unless the
  * jail gave it a listening socket (fd 5, SF_AP_LISTEN_FD): then the sandbox goes on and
  * the next worker that connects there becomes its peer (a worker restart keeps its
- * sandboxes); commands asked on the old connection run on and answer nobody.
+ * sandboxes); commands asked on the old connection run on and answer nobody. In a VM the
+ * port's host side unplugs and plugs in again (QEMU listens for the next worker): the same.
  *
  * Single-threaded: one poll() loop over the socket, a signalfd for SIGCHLD and
  * the pipes of running commands. Statically linked, no logging (stderr is
@@ -771,13 +772,18 @@ static int read_sock(void)
     }
 }
 
-/* Jail with a listener: the worker's connection went (it died, or stopped for an
- * upgrade). The sandbox goes on; what was asked on that connection answers nobody. */
+/* Jail with a listener, or a VM's port unplugged: the worker's connection went (it died,
+ * or stopped for an upgrade; a restarted worker connects again, and its request ids start
+ * anew). The sandbox goes on; what was asked on that connection answers nobody. */
 static void disconnected(void)
 {
-    if (sock >= 0)
-        close(sock);
-    sock = -1;
+    if (vm) {
+        unplugged = 1; /* the port stays open: the host side plugs in again */
+    } else {
+        if (sock >= 0)
+            close(sock);
+        sock = -1;
+    }
     sf_buf_consume(&inq, inq.len);
     sf_buf_consume(&outq, outq.len);
     for (int i = 0; i < JOBS_MAX; i++)
@@ -814,7 +820,8 @@ static int flush_sock(void)
             if (errno == EAGAIN)
                 return 0;
             if (vm && errno == ENODEV) { /* the host side went away: see main() */
-                unplugged = 1;
+                if (!unplugged)
+                    disconnected();
                 return 0;
             }
             return -1;
@@ -824,7 +831,7 @@ static int flush_sock(void)
     return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 #define NFDS (3 + 2 * JOBS_MAX + ORPHANS_MAX + PROC_FDS)
     struct pollfd pfd[NFDS];
@@ -833,6 +840,12 @@ int main(void)
     struct stat st;
     sigset_t mask;
     int sfd;
+
+    /* The qemu worker's holder of a saved VM's network namespace (qemu_spawn.c): it only
+     * lives there until the VM is loaded again or killed. */
+    if (argc == 2 && !strcmp(argv[1], "--hold-netns"))
+        for (;;)
+            pause();
 
     if (fstat(sock, &st) < 0 || !S_ISSOCK(st.st_mode)) {
         if ((sock = agent_vm_open()) < 0)
@@ -936,12 +949,9 @@ int main(void)
                     _exit(0); /* worker gone: ending init ends the sandbox */
                 if (!vm)
                     disconnected(); /* a restarted worker connects again */
-                else {
-                /* The VM's host side went away (the worker ends the VM when it is
-                 * done with it): drop the half-read frame and wait for a peer. */
-                unplugged = 1;
-                sf_buf_consume(&inq, inq.len);
-                }
+                else if (!unplugged)
+                    disconnected(); /* the VM's host side went away (a worker restart,
+                                       or its kill): wait for the next peer */
             } else {
                 unplugged = 0;
             }

@@ -674,6 +674,11 @@ int wk_alink_cancel(wk_alink *l, void *exec_arg)
     return rc;
 }
 
+void wk_alink_first_id(wk_alink *l, uint32_t id)
+{
+    l->next_id = id ? id - 1 : 0;
+}
+
 void wk_alink_set_name(wk_alink *l, const char *name)
 {
     if (l)

@@ -65,6 +65,9 @@ int wk_alink_input(wk_alink *l, void *exec_arg, const char *data, size_t len, in
  * in flight), -EBUSY, -ENOMEM. */
 int wk_alink_cancel(wk_alink *l, void *exec_arg);
 
+/* The id of its next request (a link to an agent an earlier worker talked to: ids of
+ * another range than that worker's). */
+void wk_alink_first_id(wk_alink *l, uint32_t id);
 /* The name in its log lines (a sandbox id). */
 void wk_alink_set_name(wk_alink *l, const char *name);
 

@@ -27,9 +27,6 @@
 
 #define ERR_KILLED SF_MSG_KILLED_DURING_EXEC
 #define FINI_WAIT_MS 20000 /* host_fini waits this long for teardowns */
-#define SF_MSG_WORKER_STOPPING                                                               \
-    "The host's worker stopped while this ran (a restart or an upgrade); the sandbox goes "  \
-    "on, but this call's outcome is unknown: check its effect, then retry."
 #define ADOPT_PING_MS 5000 /* a kept sandbox's agent answers a new worker within this */
 
 static int sb_path(char *buf, size_t n, const char *state_dir, const char *id)
@@ -1198,11 +1195,11 @@ static int jail_adopt(wk_driver *d, const char *id, wk_sandbox **out, int *pause
     char ns[64];
     int rc, fd, frozen;
 
-    *why = "The sandbox id is not valid.";
+    *why = SF_MSG_ADOPT_BAD_ID;
     if (!d || !d->adopting || !sf_id_valid(id))
         return -EINVAL;
     if (adopted_here(d, id)) {
-        *why = "The sandbox was taken back already.";
+        *why = SF_MSG_ADOPT_TWICE;
         return -EEXIST;
     }
     if ((rc = wk_adopt_check(d->state_dir, d->host_id, id, &h, why)) < 0)

@@ -30,54 +30,9 @@
 
 #include "jail_int.h"
 #include "sf_util.h"
+#include "sf_msg.h"
 
-#define ADOPT_DIR "adopt"
 #define HANDLE_MAX 256
-
-/* Opens the folder name under the folder fd parent (made first, mode 0700, when make)
- * checked: root's, mode 0700 at most, no link. fd or -errno. */
-static int open_checked(int parent, const char *name, int make)
-{
-    int fd;
-    struct stat st;
-
-    if (make && mkdirat(parent, name, 0700) < 0 && errno != EEXIST)
-        return -errno;
-    fd = openat(parent, name, O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    if (fstat(fd, &st) < 0 || st.st_uid != 0 || (st.st_mode & 077)) {
-        close(fd);
-        return -EPERM;
-    }
-    return fd;
-}
-
-/* state_dir/adopt (made if missing when make), checked by open_checked. fd or -errno. */
-static int adopt_root(const char *state_dir, int make)
-{
-    int sd = open(state_dir, O_DIRECTORY | O_RDONLY | O_CLOEXEC), root;
-
-    if (sd < 0)
-        return -errno;
-    root = open_checked(sd, ADOPT_DIR, make);
-    close(sd);
-    return root;
-}
-
-/* state_dir/adopt/<id> (made if missing when make), checked the same way. fd or -errno. */
-static int adopt_dir(const char *state_dir, const char *id, int make)
-{
-    int root, fd;
-
-    if (!sf_id_valid(id))
-        return -EINVAL;
-    if ((root = adopt_root(state_dir, make)) < 0)
-        return root;
-    fd = open_checked(root, id, make);
-    close(root);
-    return fd;
-}
 
 /* The socket's address through the checked folder's fd (no path walked again). */
 static int sock_addr(int dfd, struct sockaddr_un *a)
@@ -93,7 +48,7 @@ static int sock_addr(int dfd, struct sockaddr_un *a)
 int wk_adopt_listen(const char *state_dir, const char *id, const char **why)
 {
     struct sockaddr_un a;
-    int dfd = adopt_dir(state_dir, id, 1), fd = -1, rc;
+    int dfd = wk_adopt_dir(state_dir, id, 1), fd = -1, rc;
 
     if (dfd < 0) {
         *why = "Cannot make the sandbox's folder under state_dir/adopt (it must be root's, "
@@ -116,59 +71,6 @@ int wk_adopt_listen(const char *state_dir, const char *id, const char **why)
     return fd;
 }
 
-/* /proc/PID/stat: the start time (field 22) and state (field 3). 0, or -ESRCH. */
-static int proc_stat(pid_t pid, unsigned long long *start, char *state)
-{
-    char path[64], buf[1024], *p;
-    ssize_t n;
-    int fd;
-
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-        return -ESRCH;
-    n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return -ESRCH;
-    buf[n] = '\0';
-    if (!(p = strrchr(buf, ')')) || p[1] != ' ')
-        return -ESRCH;
-    p += 2; /* field 3 */
-    *state = *p;
-    for (int f = 3; f < 22; f++) {
-        if (!(p = strchr(p, ' ')))
-            return -ESRCH;
-        p++;
-    }
-    *start = strtoull(p, NULL, 10);
-    return 0;
-}
-
-/* 1 when pid's cgroup is sandfleet/<host>/<id> (or below it). */
-static int proc_in_cgroup(pid_t pid, const char *host, const char *id)
-{
-    char path[64], buf[4096], want[160];
-    ssize_t n;
-    int fd;
-    const char *p;
-
-    snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
-    snprintf(want, sizeof(want), "/sandfleet/%s/%s", host, id);
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-        return 0;
-    n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    for (p = buf; (p = strstr(p, want)); p++) {
-        char after = p[strlen(want)];
-        if (after == '\n' || after == '/' || after == '\0')
-            return 1;
-    }
-    return 0;
-}
-
 int wk_adopt_write(const char *state_dir, const char *id, pid_t pid, uint32_t host_uid,
                    const wk_limits *lim)
 {
@@ -176,12 +78,12 @@ int wk_adopt_write(const char *state_dir, const char *id, pid_t pid, uint32_t ho
     char line[HANDLE_MAX], state;
     int dfd, fd, n, rc = 0;
 
-    if (proc_stat(pid, &start, &state) < 0)
+    if (wk_proc_stat(pid, &start, &state) < 0)
         return -ESRCH;
     n = snprintf(line, sizeof(line), "v1 %d %llu %u %u %u %u %u %llu\n", (int)pid, start,
                  host_uid, lim->memory_mib, lim->vcpu_milli, lim->disk_mib, lim->pids_max,
                  (unsigned long long)lim->inodes);
-    if ((dfd = adopt_dir(state_dir, id, 0)) < 0)
+    if ((dfd = wk_adopt_dir(state_dir, id, 0)) < 0)
         return dfd;
     fd = openat(dfd, "handle.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     /* (no fsync: the rename is atomic for a worker that dies; after a power loss no jail
@@ -197,7 +99,7 @@ int wk_adopt_write(const char *state_dir, const char *id, pid_t pid, uint32_t ho
 
 void wk_adopt_remove(const char *state_dir, const char *id)
 {
-    int root = adopt_root(state_dir, 0);
+    int root = wk_adopt_root(state_dir, 0);
 
     if (root < 0 || !sf_id_valid(id)) {
         if (root >= 0)
@@ -227,8 +129,8 @@ int wk_adopt_check(const char *state_dir, const char *host, const char *id, wk_a
     ssize_t n;
     int dfd, fd, pid, pidfd;
 
-    *why = "Its host-side handle is missing (the worker stopped while it was created).";
-    if ((dfd = adopt_dir(state_dir, id, 0)) < 0)
+    *why = SF_MSG_ADOPT_NO_HANDLE;
+    if ((dfd = wk_adopt_dir(state_dir, id, 0)) < 0)
         return -ENOENT;
     fd = openat(dfd, "handle", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     close(dfd);
@@ -237,7 +139,7 @@ int wk_adopt_check(const char *state_dir, const char *host, const char *id, wk_a
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 || (st.st_mode & 077) ||
         st.st_size >= HANDLE_MAX || (n = read(fd, buf, sizeof(buf) - 1)) <= 0) {
         close(fd);
-        *why = "Its host-side handle is not root's or damaged.";
+        *why = SF_MSG_ADOPT_BAD_HANDLE;
         return -EINVAL;
     }
     close(fd);
@@ -248,10 +150,10 @@ int wk_adopt_check(const char *state_dir, const char *host, const char *id, wk_a
         return -EINVAL;
     }
     *why = "Its processes died while no worker ran (the init is gone).";
-    if (proc_stat(pid, &now_start, &state) < 0 || now_start != start || state == 'Z' ||
+    if (wk_proc_stat(pid, &now_start, &state) < 0 || now_start != start || state == 'Z' ||
         state == 'X')
         return -ESRCH;
-    if (!proc_in_cgroup(pid, host, id)) {
+    if (!wk_proc_in_cgroup(pid, host, id)) {
         *why = "The process its handle names is not this sandbox's init.";
         return -ESRCH;
     }
@@ -259,7 +161,7 @@ int wk_adopt_check(const char *state_dir, const char *host, const char *id, wk_a
         return -ESRCH;
     /* The pidfd names the process that had the pid when it was opened: the same one if
      * the start time still matches now. */
-    if (proc_stat(pid, &now_start, &state) < 0 || now_start != start || state == 'Z') {
+    if (wk_proc_stat(pid, &now_start, &state) < 0 || now_start != start || state == 'Z') {
         close(pidfd);
         return -ESRCH;
     }
@@ -275,7 +177,7 @@ int wk_adopt_check(const char *state_dir, const char *host, const char *id, wk_a
 int wk_adopt_connect(const char *state_dir, const char *id)
 {
     struct sockaddr_un a;
-    int dfd = adopt_dir(state_dir, id, 0), fd, rc;
+    int dfd = wk_adopt_dir(state_dir, id, 0), fd, rc;
 
     if (dfd < 0)
         return dfd;

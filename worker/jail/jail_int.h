@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "adopt.h"
 #include "cgroup.h"
 #include "driver.h"
 #include "fs.h"
@@ -229,8 +230,6 @@ struct wk_sandbox {
     int teardown_rc;
 };
 
-/* Sends a ping on the (blocking) socket and waits for the pong. */
-int wk_agent_ping(int fd, int timeout_ms, const char **why);
 /* Hands the socket to the agent link (agent_link.h); -ENOMEM (fd closed). */
 int wk_agent_attach(wk_sandbox *sb, int fd);
 /* Fails every pending request with `error` (callbacks run now), closes and frees the

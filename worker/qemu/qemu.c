@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <x86intrin.h>
 
+#include "adopt.h"
 #include "qemu.h"
 #include "qemu_int.h"
 #include "safefs.h"
@@ -99,36 +100,85 @@ static void host_offer(const wk_host_cfg *c, wk_driver *d, wk_cg_caps *caps)
         d->res.slots = 1;
 }
 
-/* A previous run's VMs died with it (PDEATHSIG): their directories and cgroups go. */
-static void host_cleanup(const char *sb_dir, const char *host)
+/* 1 when folder name under sb_dir is one of d's VMs (taken back, or this run's pool). */
+static int dir_in_use(const wk_driver *d, const char *name)
+{
+    for (wk_sandbox *sb = d->vms; sb; sb = wk_qvm_next(sb)) {
+        const char *dir = wk_qvm_dir(sb), *base = dir ? strrchr(dir, '/') : NULL;
+        if (base && !strcmp(base + 1, name))
+            return 1;
+    }
+    return 0;
+}
+
+/* What an earlier run left under sb_dir: its VMs outlive it (docs/internals/restart.md).
+ * At host_init (!at_end) the folders of the VMs a live handle names stay for adopt
+ * (d->keep_dirs); at adopt_end those this run did not take back go too, with their
+ * handles. A folder that goes takes its cgroup along (what still runs there is killed:
+ * pool VMs, creates cut short, VMs nobody took back). */
+static void host_cleanup(wk_driver *d, int at_end)
 {
     struct dirent *e;
-    DIR *dir = opendir(sb_dir);
+    DIR *dir;
+    int root;
 
+    if (!at_end && (d->keep_dirs = json_object()) &&
+        (root = wk_adopt_root(d->state_dir, 0)) >= 0 && (dir = fdopendir(root))) {
+        while ((e = readdir(dir))) {
+            char name[64];
+            const char *why;
+            if (sf_id_valid(e->d_name) &&
+                wk_qvm_handle_check(d, e->d_name, name, sizeof(name), &why) == 0)
+                json_object_set_new(d->keep_dirs, name, json_string(e->d_name));
+        }
+        closedir(dir);
+    }
+    if (at_end && (root = wk_adopt_root(d->state_dir, 0)) >= 0 && (dir = fdopendir(root))) {
+        while ((e = readdir(dir))) {
+            int mine = 0;
+            if (!sf_id_valid(e->d_name))
+                continue;
+            for (wk_sandbox *sb = d->vms; sb && !mine; sb = wk_qvm_next(sb))
+                mine = !strcmp(wk_qvm_id(sb), e->d_name);
+            if (!mine)
+                wk_qvm_handle_remove(d, e->d_name);
+        }
+        closedir(dir);
+    }
+    dir = opendir(d->cfg.sb_dir);
     while (dir && (e = readdir(dir))) {
         char path[WK_QEMU_PATH_MAX + 400];
-        const char *names[] = {"disk.qcow2", "mem.state", "qemu.log"};
-
+        const char *names[] = {"disk.qcow2", "mem.state", "qemu.log", WK_QEMU_AGENT_SOCK,
+                               WK_QEMU_QMP_SOCK};
         wk_cgroup cg;
         int rc;
 
         if (!sf_id_valid(e->d_name) && strncmp(e->d_name, ".pool-", 6) != 0)
             continue;
-        wk_cgroup_lookup(&cg, host, e->d_name[0] == '.' ? e->d_name + 1 : e->d_name);
+        if (at_end ? dir_in_use(d, e->d_name) : json_object_get(d->keep_dirs, e->d_name) != NULL)
+            continue;
+        wk_cgroup_lookup(&cg, d->host_id, e->d_name[0] == '.' ? e->d_name + 1 : e->d_name);
         if ((rc = wk_cgroup_destroy(&cg)) < 0)
             sf_error("msg=\"cannot remove a leftover VM's cgroup\" dir=%s rc=%d", e->d_name, rc);
         for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-            snprintf(path, sizeof(path), "%s/%.64s/%s", sb_dir, e->d_name, names[i]);
+            snprintf(path, sizeof(path), "%s/%.64s/%s", d->cfg.sb_dir, e->d_name, names[i]);
             unlink(path);
         }
-        snprintf(path, sizeof(path), "%s/%.64s", sb_dir, e->d_name);
+        snprintf(path, sizeof(path), "%s/%.64s", d->cfg.sb_dir, e->d_name);
         if (rmdir(path) == 0)
-            sf_info("msg=\"removed a leftover sandbox\" sandbox=%s", e->d_name);
+            sf_info("msg=\"removed a leftover sandbox\" sandbox=%s why=\"%s\"", e->d_name,
+                    at_end ? "No worker record of it, or it could not be taken back."
+                           : "Its VM is gone, or it was never a sandbox (a pool VM, a create "
+                             "cut short).");
         else
             sf_error("msg=\"cannot remove a leftover sandbox\" dir=%s errno=%d", path, errno);
     }
     if (dir)
         closedir(dir);
+    if (at_end) {
+        json_decref(d->keep_dirs);
+        d->keep_dirs = NULL;
+    }
 }
 
 /* Saves the longest-paused VM to disk while available memory is low; marks the template
@@ -232,6 +282,7 @@ static int qemu_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
         return -ENOMEM;
     }
     copy_str(d->host_id, sizeof(d->host_id), c->host_id);
+    copy_str(d->state_dir, sizeof(d->state_dir), c->state_dir);
     if (copy_str(d->agent, sizeof(d->agent), c->agent_path) < 0) {
         free(d);
         *why = "agent_path is too long.";
@@ -279,7 +330,8 @@ static int qemu_host_init(const wk_host_cfg *c, wk_driver **out, const char **wh
     }
     if ((rc = wk_cgroup_host_init(d->host_id, NULL, why)) < 0)
         goto fail;
-    host_cleanup(d->cfg.sb_dir, d->host_id);
+    d->adopting = 1;
+    host_cleanup(d, 0);
     if ((rc = wk_template_ensure(c->state_dir, why)) < 0)
         goto fail;
     if (wk_template_path(c->state_dir, rootfs, sizeof(rootfs)) < 0) {
@@ -320,6 +372,7 @@ fail:
     if (d->ev_pressure)
         event_free(d->ev_pressure);
     wk_qpool_stop(d);
+    json_decref(d->keep_dirs);
     pthread_mutex_destroy(&d->deb_mu);
     free(d);
     return rc;
@@ -482,7 +535,10 @@ static void qemu_host_fini(wk_driver *d)
     wk_qpool_stop(d);
     for (wk_sandbox *sb = d->vms, *next; sb; sb = next) {
         next = wk_qvm_next(sb);
-        wk_qvm_kill(sb, NULL, NULL);
+        if (wk_qvm_kept(sb))
+            wk_qvm_forget(sb); /* runs on for the next worker */
+        else
+            wk_qvm_kill(sb, NULL, NULL);
     }
     ev = event_new(d->base, -1, EV_PERSIST, on_fini_tick, NULL);
     if (ev)
@@ -496,6 +552,7 @@ static void qemu_host_fini(wk_driver *d)
                 d->n_vms);
         return; /* d stays allocated: their late callbacks still reach it */
     }
+    json_decref(d->keep_dirs);
     pthread_mutex_destroy(&d->deb_mu);
     free(d);
 }
@@ -557,6 +614,16 @@ static int qemu_preview_addr(const wk_sandbox *sb, uint16_t port, struct sockadd
     return 0;
 }
 
+/* ---- a worker restart: the VMs of an earlier run (qemu_vm.c) ------------------- */
+
+static void qemu_adopt_end(wk_driver *d)
+{
+    if (!d || !d->adopting)
+        return;
+    host_cleanup(d, 1);
+    d->adopting = 0;
+}
+
 const wk_driver_ops wk_qemu_driver = {
     .name = "qemu",
     .caps = WK_CAP_SNAP_PROCS | WK_CAP_DEBIAN, /* 'debian' through tpl_image; no team templates */
@@ -576,4 +643,7 @@ const wk_driver_ops wk_qemu_driver = {
     .snapshot = wk_qvm_snapshot,
     .tpl_image = qemu_tpl_image,
     .preview_addr = qemu_preview_addr,
+    .adopt = wk_qvm_adopt,
+    .adopt_end = qemu_adopt_end,
+    .keep = wk_qvm_keep,
 };

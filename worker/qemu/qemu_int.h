@@ -30,6 +30,8 @@
 #define WK_QEMU_TAP_FD 5
 #define WK_QEMU_INCOMING_FD 6
 #define WK_QEMU_INCOMING_URI "fd:6"    /* = WK_QEMU_INCOMING_FD */
+#define WK_QEMU_AGENT_SOCK "agent.sock" /* in the VM's folder: QEMU listens (qemu_vm.c) */
+#define WK_QEMU_QMP_SOCK "qmp.sock"
 #define WK_QEMU_TAP_NAME "tap0"        /* in the sandbox's network namespace */
 /* The VM's link: tap0 in the namespace is 169.254.78.1/30, the guest's eth0 169.254.78.2
  * with its default route and resolver via .1 (worker/vm/init, build-guest). */
@@ -74,19 +76,29 @@ typedef struct wk_qspawn {
     int cg_fd;                 /* v2: the cgroup to be born in (CLONE_INTO_CGROUP), or -1 */
     const int *tasks;          /* v1: WK_CG_N `tasks` fds (-1 = none) the child writes "0"
                                   to, or NULL */
+    int outlive;               /* a sandbox's VM: its own session, no PDEATHSIG (it outlives
+                                  the worker; agent_fd and qmp_fd are listening sockets) */
 } wk_qspawn;
 
 /* Clones the child (new network namespace unless netns_fd), which sets itself up
  * and execs QEMU; returns at once. *report: read end of a pipe (non-blocking) that
  * gives EOF when QEMU was exec'd, or the failure (wk_qspawn_report). The child dies
- * with the worker (PDEATHSIG). 0 or -errno + *why. */
+ * with the worker (PDEATHSIG) unless a->outlive. 0 or -errno + *why. */
 int wk_qspawn_start(const wk_qspawn *a, pid_t *pid, int *pidfd, int *report, const char **why);
 /* After *report is readable: 0 exec'd, -EAGAIN not yet, else the child's -errno + *why. */
 int wk_qspawn_report(int report, const char **why);
+/* A saved VM's network namespace holder (it has no QEMU then, and the namespace must
+ * outlive the worker): `agent --hold-netns` in the VM's cgroup (cg_fd, v2, or tasks, v1)
+ * and network namespace, its own session, no PDEATHSIG. 0 or -errno. */
+int wk_qspawn_holder(const char *agent, int netns_fd, int cg_fd, const int *tasks, pid_t *pid,
+                     int *pidfd);
 /* SIGKILL through the pidfd and reap (QEMU ends at once: a few ms); closes it. */
 void wk_qspawn_kill(int *pidfd);
-/* Reaps an exited child (non-blocking); its exit status or -1. */
+/* Reaps an exited child (non-blocking); its exit status or -1 (still running). A process
+ * that is not our child (a VM taken back from an earlier worker run) that exited gives
+ * WK_QSPAWN_STATUS_UNKNOWN. */
 int wk_qspawn_reap(int pidfd);
+#define WK_QSPAWN_STATUS_UNKNOWN 255
 
 /* ---- the template (qemu_template.c) ---------------------------------------- */
 typedef struct wk_qtpl {
@@ -153,6 +165,9 @@ struct wk_driver {
     char host_id[64];            /* names the worker's parent cgroups */
     wk_pool *pool;
     wk_qemu_cfg cfg;
+    char state_dir[WK_QEMU_PATH_MAX]; /* its adopt/<id>/handle: the VMs a restart keeps */
+    int adopting;                /* from host_init to adopt_end */
+    json_t *keep_dirs;           /* host_init: {folder: id} of the VMs a live handle names */
     wk_qtpl tpl;                 /* 'base' (the pool's) */
     char agent[WK_QEMU_PATH_MAX];
     /* 'debian' (driver.h tpl_image): its guest and template snapshot, made on a thread of
@@ -251,6 +266,20 @@ void wk_qpool_kick(wk_driver *d, uint32_t ms);
 int wk_qvm_pool_state(const wk_sandbox *sb);
 int wk_qvm_start_pooled(wk_driver *d, const char *name, const char **why);
 void wk_qvm_unpool(wk_sandbox *sb);
+/* A worker restart (docs/internals/restart.md). adopt: driver.h's, for the VM of sandbox id
+ * whose handle (state_dir/adopt/<id>/handle) names a living QEMU of this host; check: that
+ * handle, believed only when root's, no link on the way, and its pid still that QEMU
+ * (start time, cgroup): 0 with *dir_name (its folder under sb_dir), -ENOENT none, else
+ * -errno with why (nothing opened). keep: driver.h's (a VM in the middle of a move is not
+ * kept: host_fini kills it); kept: 1 when kept; forget: frees a kept VM's record, leaving
+ * its QEMU running (host_fini). handle_remove: the VM's handle and folder go (kill). */
+int wk_qvm_adopt(wk_driver *d, const char *id, wk_sandbox **out, int *paused, const char **why);
+int wk_qvm_handle_check(const wk_driver *d, const char *id, char *dir_name, size_t n,
+                        const char **why);
+void wk_qvm_keep(wk_sandbox *sb);
+int wk_qvm_kept(const wk_sandbox *sb);
+void wk_qvm_forget(wk_sandbox *sb);
+void wk_qvm_handle_remove(const wk_driver *d, const char *id);
 /* The next VM in the driver's list (d->vms). */
 wk_sandbox *wk_qvm_next(const wk_sandbox *sb);
 

@@ -26,8 +26,13 @@ static void on_pool_timer(evutil_socket_t fd, short what, void *arg)
         return;
     /* The worker's pid in the name: its cgroup (sandfleet/<host>/pool-<pid>-<n>) never
      * meets another worker's of the same host_id (test runs side by side). */
-    snprintf(name, sizeof(name), ".pool-%d-%u", (int)getpid(), ++d->pool_seq);
-    if ((rc = wk_qvm_start_pooled(d, name, &why)) < 0) {
+    /* (a sandbox kept from an earlier run of the same pid may hold a name: the next one) */
+    for (int tries = 0; tries < 64; tries++) {
+        snprintf(name, sizeof(name), ".pool-%d-%u", (int)getpid(), ++d->pool_seq);
+        if ((rc = wk_qvm_start_pooled(d, name, &why)) != -EEXIST)
+            break;
+    }
+    if (rc < 0) {
         sf_warn("msg=\"cannot start a pool VM\" rc=%d why=\"%s\"", rc, why ? why : "");
         wk_qpool_kick(d, WK_QPOOL_RETRY_MS);
     }

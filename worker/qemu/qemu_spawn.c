@@ -1,7 +1,10 @@
 /* Starting a QEMU process, and its command line.
  *
  * Parent (worker loop)                     Child
- *   clone3(CLONE_PIDFD [+ CLONE_NEWNET]) -->  dies with the worker (PDEATHSIG), no
+ *   clone3(CLONE_PIDFD [+ CLONE_NEWNET]) -->  a sandbox's VM: its own session, outliving
+ *                                             the worker (a restart takes it back:
+ *                                             docs/internals/restart.md); a template
+ *                                             boot dies with the worker (PDEATHSIG); no
  *   returns at once with the pidfd and        transparent huge pages (they would
  *   the report pipe                           inflate the VM's memory 512-fold), in
  *                                             the VM's cgroups (v1: joins them; v2:
@@ -25,6 +28,7 @@
 #include <linux/sched.h>
 #include <arpa/inet.h>
 #include <net/if.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
@@ -161,8 +165,13 @@ static __attribute__((noreturn)) void child_main(const wk_qspawn *a, int err_w, 
     int fds[4] = {a->agent_fd, a->qmp_fd, -1, a->incoming_fd};
     int s, nul, log;
 
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != parent)
+    if (a->outlive) {
+        /* no signal of the worker's session or terminal reaches it */
+        if (setsid() < 0 || getppid() != parent)
+            child_fail(err_w, ST_PARENT);
+    } else if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != parent) {
         child_fail(err_w, ST_PARENT);
+    }
     /* v1: into the VM's groups (this thread; QEMU's threads are born there) */
     for (int i = 0; a->tasks && i < WK_CG_N; i++)
         if (a->tasks[i] >= 0 && write(a->tasks[i], "0", 1) != 1)
@@ -245,6 +254,48 @@ int wk_qspawn_start(const wk_qspawn *a, pid_t *pid_out, int *pidfd_out, int *rep
     return 0;
 }
 
+static __attribute__((noreturn)) void holder_main(const char *const *argv, char *const *envp,
+                                                   int netns_fd, const int *tasks)
+{
+    int nul;
+
+    if (setsid() < 0)
+        _exit(1);
+    for (int i = 0; tasks && i < WK_CG_N; i++)
+        if (tasks[i] >= 0 && write(tasks[i], "0", 1) != 1)
+            _exit(1);
+    if (setns(netns_fd, CLONE_NEWNET) < 0 || (nul = open("/dev/null", O_RDWR)) < 0 ||
+        dup3(nul, 0, 0) < 0 || dup3(nul, 1, 0) < 0 || dup3(nul, 2, 0) < 0 ||
+        syscall(SYS_close_range, 3, ~0U, 0) < 0)
+        _exit(1);
+    execve(argv[0], (char *const *)argv, envp);
+    _exit(127);
+}
+
+int wk_qspawn_holder(const char *agent, int netns_fd, int cg_fd, const int *tasks, pid_t *pid,
+                     int *pidfd_out)
+{
+    static char *const envp[] = {"LC_ALL=C", NULL};
+    const char *argv[] = {agent, "--hold-netns", NULL};
+    struct clone_args ca;
+    int pidfd = -1;
+    long p;
+
+    memset(&ca, 0, sizeof(ca));
+    ca.flags = CLONE_PIDFD | (cg_fd >= 0 ? CLONE_INTO_CGROUP : 0);
+    ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
+    ca.exit_signal = SIGCHLD;
+    ca.cgroup = cg_fd >= 0 ? (uint64_t)cg_fd : 0;
+    p = syscall(SYS_clone3, &ca, sizeof(ca));
+    if (p == 0)
+        holder_main(argv, envp, netns_fd, tasks);
+    if (p < 0)
+        return -errno;
+    *pid = (pid_t)p;
+    *pidfd_out = pidfd;
+    return 0;
+}
+
 int wk_qspawn_report(int fd, const char **why)
 {
     report r;
@@ -283,7 +334,13 @@ int wk_qspawn_reap(int pidfd)
     siginfo_t si;
 
     memset(&si, 0, sizeof(si));
-    if (waitid(P_PIDFD, (id_t)pidfd, &si, WEXITED | WNOHANG) < 0 || si.si_pid == 0)
+    if (waitid(P_PIDFD, (id_t)pidfd, &si, WEXITED | WNOHANG) < 0 && errno == ECHILD) {
+        /* a VM taken back from an earlier worker run is not our child: its pidfd turns
+         * readable once it exited (its status went to its parent) */
+        struct pollfd p = {.fd = pidfd, .events = POLLIN};
+        return poll(&p, 1, 0) == 1 ? WK_QSPAWN_STATUS_UNKNOWN : -1;
+    }
+    if (si.si_pid == 0)
         return -1;
     return si.si_code == CLD_EXITED ? si.si_status : 128 + si.si_status;
 }
@@ -371,13 +428,18 @@ char **wk_qargs(const wk_qemu_cfg *c, const wk_qtpl *t, int mode, const char *di
     add(&b, "-serial");
     add(&b, "chardev:con");
     add(&b, "-chardev");
-    add(&b, "socket,id=agent,fd=%d,server=off", WK_QEMU_AGENT_FD);
+    /* A sandbox's VM: listening sockets (wk_qspawn.outlive), so that a restarted worker
+     * connects to the monitor and the agent again; a template boot: connected ones. (A
+     * chardev's backend is no part of the device state a snapshot carries.) */
+    add(&b, "socket,id=agent,fd=%d,%s", WK_QEMU_AGENT_FD,
+        mode == WK_QARGS_BOOT ? "server=off" : "server=on,wait=off");
     add(&b, "-device");
     add(&b, "virtio-serial-device,max_ports=2");
     add(&b, "-device");
     add(&b, "virtserialport,chardev=agent,name=%s", SF_AP_VIRTIO_PORT);
     add(&b, "-chardev");
-    add(&b, "socket,id=qmp,fd=%d,server=off", WK_QEMU_QMP_FD);
+    add(&b, "socket,id=qmp,fd=%d,%s", WK_QEMU_QMP_FD,
+        mode == WK_QARGS_BOOT ? "server=off" : "server=on,wait=off");
     add(&b, "-mon");
     add(&b, "chardev=qmp,mode=control");
     add(&b, "-drive");

@@ -14,6 +14,7 @@
  * answers every waiter at once and tears down off the loop. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,11 +22,13 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "adopt.h"
 #include "qemu_int.h"
 #include "sf_log.h"
 #include "snapfs.h"
@@ -122,6 +125,12 @@ struct wk_sandbox {
     uint64_t t0_us;
     uint64_t spawned_us, loaded_us; /* create: QEMU started, device state loaded */
     int64_t paused_at_ms;
+    int kept;                   /* left running for the next worker (host_fini frees only) */
+    int adopted;                /* taken back from an earlier worker run (not our child) */
+    int holder;                 /* SAVED: pidfd of the process holding its network namespace
+                                   (qemu_spawn.c wk_qspawn_holder), or -1 */
+    pid_t holder_pid;
+    wk_qtpl *own_tpl;           /* adopted: its template, when not this run's base one */
 };
 
 static void advance(wk_sandbox *sb);
@@ -193,6 +202,7 @@ static void vm_release(wk_sandbox *sb)
     free(sb->setup_cmd);
     free(sb->trust_pem);
     free(sb->from_snap);
+    free(sb->own_tpl);
     free(sb);
 }
 
@@ -324,6 +334,125 @@ static void drop_conns(wk_sandbox *sb)
 
 /* ---- the QEMU process -------------------------------------------------------- */
 
+/* The VM's directory, checked: root's, no access for others, no link. fd or -errno. */
+static int vm_dir_open(const char *dir)
+{
+    struct stat st;
+    int fd = open(dir, O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+
+    if (fd < 0)
+        return -errno;
+    if (fstat(fd, &st) < 0 || st.st_uid != 0 || (st.st_mode & 077)) {
+        close(fd);
+        return -EPERM;
+    }
+    return fd;
+}
+
+/* A unix socket `name` in the folder dfd (reached through /proc/self/fd: no path walked
+ * again, and short enough whatever state_dir is): listening (made anew) or connected. */
+static int sock_at(int dfd, const char *name, int listening)
+{
+    struct sockaddr_un a;
+    int fd, rc;
+
+    memset(&a, 0, sizeof(a));
+    a.sun_family = AF_UNIX;
+    if (snprintf(a.sun_path, sizeof(a.sun_path), "/proc/self/fd/%d/%s", dfd, name) >=
+        (int)sizeof(a.sun_path))
+        return -ENAMETOOLONG;
+    if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+        return -errno;
+    if (listening)
+        unlinkat(dfd, name, 0);
+    if (listening ? bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 4) < 0
+                  : connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+/* QEMU's monitor and agent channels: sockets it listens on in the VM's folder (so that a
+ * restarted worker connects again), and this worker's connections to them (QEMU accepts
+ * them once it runs). ag/mon: [0] ours, [1] QEMU's. */
+static int vm_socks(const wk_sandbox *sb, int ag[2], int mon[2])
+{
+    int dfd = vm_dir_open(sb->dir), rc = 0;
+
+    if (dfd < 0)
+        return dfd;
+    if ((ag[1] = sock_at(dfd, WK_QEMU_AGENT_SOCK, 1)) < 0 ||
+        (mon[1] = sock_at(dfd, WK_QEMU_QMP_SOCK, 1)) < 0 ||
+        (ag[0] = sock_at(dfd, WK_QEMU_AGENT_SOCK, 0)) < 0 ||
+        (mon[0] = sock_at(dfd, WK_QEMU_QMP_SOCK, 0)) < 0)
+        rc = ag[1] < 0 ? ag[1] : mon[1] < 0 ? mon[1] : ag[0] < 0 ? ag[0] : mon[0];
+    for (int i = 0; i < 2; i++) { /* (-errno values are not fds) */
+        if (ag[i] < 0)
+            ag[i] = -1;
+        if (mon[i] < 0)
+            mon[i] = -1;
+    }
+    close(dfd);
+    return rc;
+}
+
+/* The handle a restarted worker takes the VM back by (state_dir/adopt/<id>/handle, root's,
+ * 0700 folder; written whole, then renamed into place), one line:
+ *   v1 <pid> <its start time (/proc/PID/stat field 22)> <folder name under sb_dir>
+ *      <template key> <template memory_mib> <vcpus> <disk_mib>
+ *      <memory_mib> <vcpu_milli> <disk_mib> <pids_max> <inodes> run|saved
+ * run: the pid is QEMU's; saved (to disk, no QEMU): the holder's of its network namespace.
+ * Written once the VM answered (create, load from disk) and when it went to disk. */
+#define HANDLE_MAX 512
+static void handle_write(const wk_sandbox *sb)
+{
+    const char *name = strrchr(sb->dir, '/');
+    unsigned long long start = 0;
+    char line[HANDLE_MAX], st;
+    int n, dfd, fd = -1, ok = 0;
+
+    if (sb->pooled || !sf_id_valid(sb->id) || !name)
+        return;
+    pid_t pid = sb->pidfd >= 0 ? sb->pid : sb->holder >= 0 ? sb->holder_pid : 0;
+
+    if (pid && wk_proc_stat(pid, &start, &st) < 0)
+        return; /* it died: on_exit_ev says so */
+    n = snprintf(line, sizeof(line), "v1 %d %llu %s %s %u %u %u %u %u %u %u %llu %s\n",
+                 (int)pid, start, name + 1, sb->tpl->key,
+                 sb->tpl->memory_mib, sb->tpl->vcpus, sb->tpl->disk_mib, sb->lim.memory_mib,
+                 sb->lim.vcpu_milli, sb->lim.disk_mib, sb->lim.pids_max,
+                 (unsigned long long)sb->lim.inodes, sb->pidfd >= 0 ? "run" : "saved");
+    if (n > 0 && n < (int)sizeof(line) && (dfd = wk_adopt_dir(sb->d->state_dir, sb->id, 1)) >= 0) {
+        fd = openat(dfd, "handle.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+                    0600);
+        ok = fd >= 0 && write(fd, line, (size_t)n) == n && close(fd) == 0 &&
+             renameat(dfd, "handle.tmp", dfd, "handle") == 0;
+        if (!ok && fd >= 0)
+            unlinkat(dfd, "handle.tmp", 0);
+        close(dfd);
+    }
+    if (!ok)
+        sf_warn("msg=\"cannot record the VM for a worker restart; a restart will lose it\" "
+                "sandbox=%s errno=%d", sb->id, errno);
+}
+
+void wk_qvm_handle_remove(const wk_driver *d, const char *id)
+{
+    int dfd = wk_adopt_dir(d->state_dir, id, 0), root;
+
+    if (dfd < 0)
+        return;
+    unlinkat(dfd, "handle", 0);
+    unlinkat(dfd, "handle.tmp", 0);
+    close(dfd);
+    if ((root = wk_adopt_root(d->state_dir, 0)) >= 0) {
+        unlinkat(root, id, AT_REMOVEDIR);
+        close(root);
+    }
+}
+
 static void on_exit_ev(evutil_socket_t fd, short what, void *arg);
 static void on_qmp_event(void *arg, const char *event, json_t *data);
 static void on_link_down(void *arg, const char *why);
@@ -362,17 +491,17 @@ static int start_qemu(wk_sandbox *sb, int mode, const char *state_path, const ch
         *why = "Cannot open the VM's cgroups; check /sys/fs/cgroup.";
         goto out;
     }
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ag) < 0 ||
-        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, mon) < 0) {
-        rc = -errno;
-        *why = SF_MSG_WORKER_NOFD;
+    if ((rc = vm_socks(sb, ag, mon)) < 0) {
+        *why = "Cannot make the VM's monitor and agent sockets in its folder under "
+               "state_dir/qemu; check state_dir.";
         goto out;
     }
     sp = (wk_qspawn){.argv = (const char *const *)argv, .agent_fd = ag[1], .qmp_fd = mon[1],
                      .incoming_fd = in, .netns_fd = sb->netns, .tap = 1, .log_path = log,
                      .copy_from = mode == WK_QARGS_RESTORE ? blank : disk_from,
                      .copy_to = mode == WK_QARGS_RESTORE || disk_from ? disk : NULL,
-                     .cg_fd = sb->cg.v2 ? sb->cg.fd : -1, .tasks = sb->cg.v2 ? NULL : tasks};
+                     .cg_fd = sb->cg.v2 ? sb->cg.fd : -1, .tasks = sb->cg.v2 ? NULL : tasks,
+                     .outlive = 1};
     if ((rc = wk_qspawn_start(&sp, &sb->pid, &sb->pidfd, &sb->report, why)) < 0)
         goto out;
     if (!(sb->ev_exit = event_new(d->base, sb->pidfd, EV_READ | EV_PERSIST, on_exit_ev, sb)) ||
@@ -428,6 +557,33 @@ static void process_gone(wk_sandbox *sb)
     drop_conns(sb);
 }
 
+/* A saved VM has no QEMU: a small process of its own keeps its network namespace (with
+ * the egress proxy's listeners) for its load, also across a worker restart. */
+static void holder_start(wk_sandbox *sb)
+{
+    int tasks[WK_CG_N], box = -1, rc = -ENOENT;
+
+    for (int i = 0; i < WK_CG_N; i++)
+        tasks[i] = -1;
+    if (sb->netns >= 0 && sb->holder < 0 &&
+        (sb->cg.v2 || (rc = wk_cgroup_open_tasks(&sb->cg, tasks, &box)) == 0))
+        rc = wk_qspawn_holder(sb->d->agent, sb->netns, sb->cg.v2 ? sb->cg.fd : -1,
+                              sb->cg.v2 ? NULL : tasks, &sb->holder_pid, &sb->holder);
+    for (int i = 0; i < WK_CG_N; i++)
+        if (tasks[i] >= 0)
+            close(tasks[i]);
+    if (box >= 0)
+        close(box);
+    if (rc < 0)
+        sf_warn("msg=\"no holder for a saved VM's network namespace; a worker restart will "
+                "lose it\" sandbox=%s rc=%d", sb->id, rc);
+}
+
+static void holder_stop(wk_sandbox *sb)
+{
+    wk_qspawn_kill(&sb->holder); /* (reaped if ours; its namespace is QEMU's again) */
+}
+
 static void on_exit_ev(evutil_socket_t fd, short what, void *arg)
 {
     wk_sandbox *sb = arg;
@@ -445,6 +601,8 @@ static void on_exit_ev(evutil_socket_t fd, short what, void *arg)
         sb->quitting = 0;
         clear_timer(sb);
         sb->st = VM_SAVED;
+        holder_start(sb);
+        handle_write(sb); /* no QEMU now: the holder's */
         sf_info("msg=\"sandbox saved to disk\" sandbox=%s ms=%llu", sb->id,
                 (unsigned long long)((sf_mono_us() - sb->t0_us) / 1000));
         fire_reached(sb);
@@ -565,6 +723,7 @@ static void on_setup_done(void *arg, const wk_exec_result *res)
         return;
     }
     sb->st = VM_RUNNING;
+    handle_write(sb);
     sf_info("msg=\"sandbox created\" sandbox=%s driver=qemu pid=%d create_us=%llu spawn_us=%llu "
             "loaded_us=%llu", sb->id, (int)sb->pid, (unsigned long long)(sf_mono_us() - sb->t0_us),
             (unsigned long long)(sb->spawned_us - sb->t0_us),
@@ -710,7 +869,7 @@ static int vm_new(wk_driver *d, const char *name, wk_sandbox **out)
         return -ENOMEM;
     sb->d = d;
     sb->tpl = &d->tpl;
-    sb->pidfd = sb->report = sb->netns = sb->save_fd = -1;
+    sb->pidfd = sb->report = sb->netns = sb->save_fd = sb->holder = -1;
     sb->st = VM_STARTING;
     sb->t0_us = sf_mono_us();
     snprintf(sb->id, sizeof(sb->id), "%s", name);
@@ -1031,6 +1190,8 @@ static void on_resumed_ping(void *arg, int rc, const char *why)
         char path[WK_QEMU_PATH_MAX];
         if (path_in(sb, path, sizeof(path), "mem.state") == 0)
             unlink(path); /* a file of tens of MiB: unlinking it is quick */
+        holder_stop(sb);
+        handle_write(sb); /* its new QEMU */
         sf_info("msg=\"sandbox loaded from disk\" sandbox=%s ms=%llu", sb->id,
                 (unsigned long long)((sf_mono_us() - sb->t0_us) / 1000));
     }
@@ -1371,6 +1532,8 @@ int wk_qvm_snapshot(wk_sandbox *sb, const char *dir, wk_snap_cb cb, void *arg)
         return -EINVAL;
     if (sb->killed)
         return -ESRCH;
+    if (sb->kept)
+        return -ESHUTDOWN;
     if (sb->st == VM_DEAD || sb->st == VM_STARTING)
         return sb->st == VM_DEAD ? -EIO : -EAGAIN;
     if (sb->snap_w)
@@ -1524,6 +1687,8 @@ int wk_qvm_exec(wk_sandbox *sb, const wk_exec_req *req, wk_exec_cb cb, void *arg
         return -EINVAL;
     if (sb->killed)
         return -ESRCH;
+    if (sb->kept)
+        return -ESHUTDOWN; /* left for the next worker: this one is stopping */
     if (sb->st == VM_RUNNING && !sb->w_head)
         return wk_alink_exec(sb->link, req, cb, arg);
     /* Paused, saved or moving: the exec waits for RUNNING (and asks for it); dead: it
@@ -1607,6 +1772,8 @@ int wk_qvm_file(wk_sandbox *sb, const wk_file_req *req, wk_file_cb cb, void *arg
         return -EINVAL;
     if (sb->killed)
         return -ESRCH;
+    if (sb->kept)
+        return -ESHUTDOWN;
     if (sb->st == VM_RUNNING && !sb->w_head)
         return wk_alink_file(sb->link, req, cb, arg);
     /* Paused, saved or moving: the request waits for RUNNING (and asks for it). */
@@ -1644,7 +1811,8 @@ typedef struct teardown {
 static void rm_dir_work(void *arg)
 {
     teardown *t = arg;
-    const char *names[] = {"disk.qcow2", "mem.state", "qemu.log"};
+    const char *names[] = {"disk.qcow2", "mem.state", "qemu.log", WK_QEMU_AGENT_SOCK,
+                           WK_QEMU_QMP_SOCK};
     char path[WK_QEMU_PATH_MAX + 32];
 
     if (t->cg_made) {
@@ -1685,6 +1853,7 @@ static void teardown_files(wk_sandbox *sb)
     teardown *t;
 
     process_gone(sb);
+    holder_stop(sb);
     if (sb->netns >= 0) {
         close(sb->netns);
         sb->netns = -1;
@@ -1725,6 +1894,8 @@ void wk_qvm_kill(wk_sandbox *sb, wk_kill_cb cb, void *arg)
         return;
     sf_info("msg=\"sandbox kill\" sandbox=%s state=%s", sb->id, state_name[sb->st]);
     sb->killed = 1;
+    if (!sb->pooled)
+        wk_qvm_handle_remove(sb->d, sb->id);
     sb->kill_cb = cb;
     sb->kill_arg = arg;
     sb->depth++; /* held until the teardown ends */
@@ -1753,4 +1924,387 @@ void wk_qvm_kill(wk_sandbox *sb, wk_kill_cb cb, void *arg)
         return;
     wk_qspawn_kill(&sb->pidfd); /* out of memory: reap here (QEMU dies at once) */
     teardown_files(sb);
+}
+
+/* ---- a worker restart: the VMs of an earlier run (docs/internals/restart.md) ---- */
+
+typedef struct vm_handle {
+    int pid, saved;
+    unsigned long long start;
+    char dir[64], key[40];
+    unsigned tmem, tvcpus, tdisk;
+    wk_limits lim;
+} vm_handle;
+
+/* Reads and parses state_dir/adopt/<id>/handle (root's, not writable by others, no link
+ * followed on the way). 0, -ENOENT (none), -EINVAL (damaged) with why. */
+static int handle_read(const wk_driver *d, const char *id, vm_handle *h, const char **why)
+{
+    char buf[HANDLE_MAX];
+    unsigned long long inodes;
+    unsigned mem, vcpu, disk, pids;
+    char word[8];
+    struct stat st;
+    ssize_t n;
+    int dfd, fd;
+
+    *why = SF_MSG_ADOPT_NO_HANDLE;
+    if ((dfd = wk_adopt_dir(d->state_dir, id, 0)) < 0)
+        return -ENOENT;
+    fd = openat(dfd, "handle", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    close(dfd);
+    if (fd < 0)
+        return -ENOENT;
+    n = -1;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == 0 && !(st.st_mode & 077) &&
+        st.st_size < HANDLE_MAX)
+        n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    *why = SF_MSG_ADOPT_BAD_HANDLE;
+    if (n <= 0)
+        return -EINVAL;
+    buf[n] = '\0';
+    memset(h, 0, sizeof(*h));
+    if (sscanf(buf, "v1 %d %llu %63s %39s %u %u %u %u %u %u %u %llu %7s", &h->pid, &h->start,
+               h->dir, h->key, &h->tmem, &h->tvcpus, &h->tdisk, &mem, &vcpu, &disk, &pids,
+               &inodes, word) != 13 || h->pid < 0 || h->pid == 1 ||
+        (strcmp(word, "run") != 0 && strcmp(word, "saved") != 0) ||
+        /* its folder: the sandbox's id, or the pool name it was born with */
+        (!sf_id_valid(h->dir) && !(h->dir[0] == '.' && sf_id_valid(h->dir + 1))) ||
+        !sf_id_valid(h->key) || !h->tmem || !h->tvcpus)
+        return -EINVAL;
+    h->lim = (wk_limits){.memory_mib = mem, .vcpu_milli = vcpu, .disk_mib = disk,
+                         .pids_max = pids, .inodes = inodes};
+    h->saved = word[0] == 's';
+    return 0;
+}
+
+/* The pid of h still names the VM's QEMU: start time, alive, its cgroup. -ESRCH + why. */
+static int handle_alive(const wk_driver *d, const vm_handle *h, const char **why)
+{
+    unsigned long long now;
+    char state;
+
+    *why = "It was saved to disk and nothing held its network namespace (see the previous "
+           "worker's log: no holder).";
+    if (h->pid == 0)
+        return -ESRCH;
+    *why = h->saved ? "Its saved VM's network namespace ended while no worker ran (its holder "
+                      "process is gone)."
+                    : "Its VM died while no worker ran (its QEMU process is gone).";
+    if (wk_proc_stat(h->pid, &now, &state) < 0 || now != h->start || state == 'Z' ||
+        state == 'X')
+        return -ESRCH;
+    *why = h->saved ? "The process its handle names is not this sandbox's holder."
+                    : "The process its handle names is not this sandbox's QEMU.";
+    if (!wk_proc_in_cgroup(h->pid, d->host_id, h->dir[0] == '.' ? h->dir + 1 : h->dir))
+        return -ESRCH;
+    return 0;
+}
+
+int wk_qvm_handle_check(const wk_driver *d, const char *id, char *dir_name, size_t n,
+                        const char **why)
+{
+    vm_handle h;
+    int rc;
+
+    if ((rc = handle_read(d, id, &h, why)) < 0 || (rc = handle_alive(d, &h, why)) < 0)
+        return rc;
+    snprintf(dir_name, n, "%s", h.dir);
+    return 0;
+}
+
+/* One exchange with the VM's monitor on a connection of its own (blocking, bounded):
+ * its run state ("running", "paused", ...) into buf. 0 or -errno. */
+static int qmp_status(int dfd, char *buf, size_t n)
+{
+    static const char caps[] = "{\"execute\":\"qmp_capabilities\"}\n",
+                      query[] = "{\"execute\":\"query-status\"}\n";
+    char in[16384];
+    size_t got = 0;
+    int64_t deadline = sf_mono_ms() + WK_ADOPT_PING_MS;
+    int fd = sock_at(dfd, WK_QEMU_QMP_SOCK, 0), step = 0, rc = -ETIMEDOUT;
+
+    if (fd < 0)
+        return fd;
+    while (step < 3) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int64_t left = deadline - sf_mono_ms();
+        char *nl;
+        ssize_t r;
+
+        if (left <= 0 || poll(&p, 1, (int)left) <= 0) {
+            if (left > 0 && errno == EINTR)
+                continue;
+            break;
+        }
+        if ((r = read(fd, in + got, sizeof(in) - 1 - got)) <= 0) {
+            rc = -EPIPE;
+            break;
+        }
+        got += (size_t)r;
+        in[got] = '\0';
+        while (step < 3 && (nl = strchr(in, '\n'))) {
+            json_t *j;
+            *nl = '\0';
+            j = json_loads(in, 0, NULL);
+            memmove(in, nl + 1, got - (size_t)(nl + 1 - in) + 1);
+            got -= (size_t)(nl + 1 - in);
+            if (!j)
+                continue;
+            if (step == 0 && json_object_get(j, "QMP")) {
+                step = write(fd, caps, sizeof(caps) - 1) == (ssize_t)sizeof(caps) - 1 ? 1 : 3;
+            } else if (step == 1 && json_object_get(j, "return")) {
+                step = write(fd, query, sizeof(query) - 1) == (ssize_t)sizeof(query) - 1 ? 2 : 3;
+            } else if (step == 2 && json_object_get(j, "return")) {
+                const char *s = json_string_value(
+                    json_object_get(json_object_get(j, "return"), "status"));
+                rc = s ? 0 : -EPROTO;
+                snprintf(buf, n, "%s", s ? s : "");
+                step = 3;
+            } else if (json_object_get(j, "error")) {
+                rc = -EPROTO;
+                step = 3;
+            }
+            json_decref(j);
+        }
+        if (got >= sizeof(in) - 1) {
+            rc = -EPROTO;
+            break;
+        }
+    }
+    close(fd);
+    return rc;
+}
+
+int wk_qvm_adopt(wk_driver *d, const char *id, wk_sandbox **out, int *paused, const char **why)
+{
+    char ns[64], status[32] = "";
+    wk_sandbox *sb = NULL;
+    int rc, dfd = -1, pidfd = -1, agfd = -1, qfd = -1, netns = -1, is_paused;
+    unsigned long long now;
+    struct stat st;
+    vm_handle h;
+    char state;
+
+    *why = SF_MSG_ADOPT_BAD_ID;
+    if (!d || !d->adopting || !sf_id_valid(id))
+        return -EINVAL;
+    for (wk_sandbox *o = d->vms; o; o = o->next)
+        if (!strcmp(o->id, id)) {
+            *why = SF_MSG_ADOPT_TWICE;
+            return -EEXIST;
+        }
+    if ((rc = handle_read(d, id, &h, why)) < 0 || (rc = handle_alive(d, &h, why)) < 0)
+        return rc;
+    if ((pidfd = (int)syscall(SYS_pidfd_open, h.pid, 0)) < 0)
+        return -ESRCH;
+    /* the pidfd names the process that had the pid when it was opened: the same one if the
+     * start time still matches now */
+    fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+    rc = -ESRCH;
+    if (wk_proc_stat(h.pid, &now, &state) < 0 || now != h.start || state == 'Z')
+        goto fail;
+    if (!(sb = calloc(1, sizeof(*sb)))) {
+        rc = -ENOMEM;
+        *why = ERR_NOMEM;
+        goto fail;
+    }
+    sb->d = d;
+    sb->pidfd = sb->report = sb->netns = sb->save_fd = sb->cg.fd = sb->holder = -1;
+    snprintf(sb->id, sizeof(sb->id), "%s", id);
+    *why = SF_MSG_STATE_DIR_LONG;
+    rc = -ENAMETOOLONG;
+    if (snprintf(sb->dir, sizeof(sb->dir), "%s/%s", d->cfg.sb_dir, h.dir) >= (int)sizeof(sb->dir))
+        goto fail;
+    *why = "Its folder under state_dir/qemu is missing, or not root's.";
+    if ((dfd = vm_dir_open(sb->dir)) < 0) {
+        rc = dfd;
+        goto fail;
+    }
+    if (h.saved) { /* no QEMU: its state and disk wait in its folder for a load */
+        *why = "Its saved state is missing from its folder under state_dir/qemu.";
+        rc = -ENOENT;
+        if (fstatat(dfd, "mem.state", &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+            fstatat(dfd, "disk.qcow2", &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+            goto fail;
+        snprintf(status, sizeof(status), "saved");
+    } else {
+        /* the monitor: the VM runs, or is paused (a VM migrated out for a snapshot is
+         * paused too: postmigrate); anything else was a move cut short */
+        *why = "Its QEMU does not take a new worker's monitor connection (it hangs, or was "
+               "started by a worker too old to keep it).";
+        if ((rc = qmp_status(dfd, status, sizeof(status))) < 0)
+            goto fail;
+    }
+    is_paused = h.saved || !strcmp(status, "paused") || !strcmp(status, "postmigrate");
+    if (!is_paused && strcmp(status, "running") != 0) {
+        rc = -EIO;
+        *why = "Its VM was in the middle of a move (saved to disk or loaded) when its worker "
+               "stopped.";
+        goto fail;
+    }
+    /* the namespace of the verified process: alive still after the open, so it is its own */
+    snprintf(ns, sizeof(ns), "/proc/%d/ns/net", h.pid);
+    *why = "Its VM died while it was taken back.";
+    rc = -ESRCH;
+    if ((netns = open(ns, O_RDONLY | O_CLOEXEC)) < 0 ||
+        syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) < 0)
+        goto fail;
+    if (!h.saved) {
+        *why = "Its agent does not answer a new worker (it died, or is too old to outlive its "
+               "worker).";
+        if ((agfd = sock_at(dfd, WK_QEMU_AGENT_SOCK, 0)) < 0) {
+            rc = agfd;
+            goto fail;
+        }
+        /* a paused guest answers once it runs again (its resume pings it) */
+        if (!is_paused && (rc = wk_agent_ping(agfd, WK_ADOPT_PING_MS, why)) < 0)
+            goto fail;
+        if ((qfd = sock_at(dfd, WK_QEMU_QMP_SOCK, 0)) < 0) {
+            rc = qfd;
+            goto fail;
+        }
+    }
+    /* its cgroup (a load's QEMU is born there: v2 through the fd of its leaf) */
+    wk_cgroup_lookup(&sb->cg, d->host_id, h.dir[0] == '.' ? h.dir + 1 : h.dir);
+    *why = "Its cgroup is gone.";
+    rc = -ENOENT;
+    if (sb->cg.v2 && (sb->cg.fd = open(sb->cg.agent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        goto fail;
+    sb->cg_made = 1;
+    /* its template: this run's base one, or what the handle says (its RAM file and shape:
+     * what a save to disk and a load need) */
+    if (!strcmp(h.key, d->tpl.key)) {
+        sb->tpl = &d->tpl;
+    } else {
+        rc = -ENOMEM;
+        *why = ERR_NOMEM;
+        if (!(sb->own_tpl = calloc(1, sizeof(*sb->own_tpl))))
+            goto fail;
+        snprintf(sb->own_tpl->key, sizeof(sb->own_tpl->key), "%s", h.key);
+        if (snprintf(sb->own_tpl->dir, sizeof(sb->own_tpl->dir), "%s/templates/%s",
+                     d->cfg.vm_dir, h.key) >= (int)sizeof(sb->own_tpl->dir))
+            goto fail;
+        sb->own_tpl->memory_mib = h.tmem;
+        sb->own_tpl->vcpus = h.tvcpus;
+        sb->own_tpl->disk_mib = h.tdisk;
+        sb->tpl = sb->own_tpl;
+    }
+    rc = -ENOMEM;
+    *why = ERR_NOMEM;
+    if (!(sb->ev_kick = evtimer_new(d->base, on_kick, sb)))
+        goto fail;
+    if (!h.saved) {
+        if (!(sb->ev_exit = event_new(d->base, pidfd, EV_READ | EV_PERSIST, on_exit_ev, sb)) ||
+            event_add(sb->ev_exit, NULL) < 0 ||
+            !(sb->qmp = wk_qmp_new(d->base, qfd, on_qmp_event, sb)))
+            goto fail;
+        qfd = -1;
+        if (!(sb->link = wk_alink_new(d->base, agfd, sb->id)))
+            goto fail;
+        agfd = -1;
+        /* (request ids of another range than the previous worker's: a paused guest may
+         * not have seen that worker go, and its old commands' results must match no new
+         * request) */
+        {
+            uint32_t first;
+            if (getrandom(&first, sizeof(first), GRND_NONBLOCK) == (ssize_t)sizeof(first))
+                wk_alink_first_id(sb->link, first | 0x40000000u);
+        }
+        wk_alink_on_down(sb->link, on_link_down, sb);
+        sb->pid = h.pid;
+        sb->pidfd = pidfd;
+    } else {
+        sb->holder_pid = h.pid;
+        sb->holder = pidfd;
+    }
+    pidfd = -1;
+    sb->lim = h.lim;
+    sb->netns = netns;
+    netns = -1;
+    sb->adopted = 1;
+    sb->t0_us = sf_mono_us();
+    if (h.saved) {
+        sb->st = VM_SAVED;
+    } else if (is_paused) {
+        wk_alink_hold(sb->link, 1);
+        sb->st = VM_PAUSED;
+        sb->paused_at_ms = sf_mono_ms();
+        if (d->save_after_ms)
+            set_timer(sb, d->save_after_ms, on_save_timer);
+    } else {
+        sb->st = VM_RUNNING;
+    }
+    sb->next = d->vms;
+    if (d->vms)
+        d->vms->prev = sb;
+    d->vms = sb;
+    d->n_vms++;
+    close(dfd);
+    sf_info("msg=\"sandbox taken back from the previous worker run\" sandbox=%s pid=%d "
+            "dir=%s status=%s", id, h.pid, h.dir, status);
+    *paused = is_paused;
+    *out = sb;
+    return 0;
+fail:
+    if (sb) {
+        if (sb->link)
+            wk_alink_free(sb->link);
+        wk_qmp_free(sb->qmp);
+        if (sb->ev_exit)
+            event_free(sb->ev_exit);
+        if (sb->ev_kick)
+            event_free(sb->ev_kick);
+        if (sb->cg.fd >= 0)
+            close(sb->cg.fd);
+        free(sb->own_tpl);
+        free(sb);
+    }
+    for (int *f = (int[]){dfd, pidfd, agfd, qfd, netns}, i = 0; i < 5; i++)
+        if (f[i] >= 0)
+            close(f[i]);
+    return rc < 0 ? rc : -EIO;
+}
+
+void wk_qvm_keep(wk_sandbox *sb)
+{
+    if (!sb || sb->killed || sb->pooled)
+        return;
+    if (sb->st != VM_RUNNING && sb->st != VM_PAUSED && sb->st != VM_SAVED) {
+        sf_warn("msg=\"a VM in the middle of a move is not kept for the next worker\" "
+                "sandbox=%s state=%s", sb->id, state_name[sb->st]);
+        return; /* host_fini kills it */
+    }
+    sb->kept = 1;
+    clear_timer(sb);
+    sb->depth++;
+    if (sb->link)
+        wk_alink_close(sb->link, SF_MSG_WORKER_STOPPING);
+    fail_waiters(sb, SF_MSG_WORKER_STOPPING);
+    sb->depth--;
+}
+
+int wk_qvm_kept(const wk_sandbox *sb)
+{
+    return sb && sb->kept && !sb->killed;
+}
+
+void wk_qvm_forget(wk_sandbox *sb)
+{
+    sf_info("msg=\"VM left running for the next worker\" sandbox=%s pid=%d state=%s", sb->id,
+            (int)wk_qvm_pid(sb), state_name[sb->st]);
+    clear_timer(sb);
+    if (sb->ev_exit) {
+        event_free(sb->ev_exit);
+        sb->ev_exit = NULL;
+    }
+    drop_conns(sb); /* QEMU listens again, for the next worker */
+    for (int *f = (int[]){sb->pidfd, sb->report, sb->netns, sb->cg.fd, sb->holder}, i = 0; i < 5;
+         i++)
+        if (f[i] >= 0)
+            close(f[i]);
+    sb->pidfd = sb->report = sb->netns = sb->cg.fd = sb->holder = -1;
+    sb->killed = 1; /* (so that it is freed) */
+    vm_release(sb);
 }
