@@ -49,7 +49,7 @@ const rows = [
   stats('kill -9 -> first call answered (incl. the restart)', fromKill),
 ];
 const f = (x) => x.toFixed(0).padStart(8);
-console.log(`\nsandfleet worker restart benchmark: ${restarts} restarts (kill -9), ${boxes} sandboxes on the host, jail; ` +
+console.log(`\nsandfleet worker restart benchmark: ${restarts} restarts (kill -9), ${boxes} sandboxes on the host, ${process.env.SF_DRIVER || 'jail'}; ` +
   `${kept} sandboxes taken back, ${lost} lost`);
 console.log(`${'row'.padEnd(56)} ${'n'.padStart(4)} ${'p50 ms'.padStart(8)} ${'p90 ms'.padStart(8)} ${'max ms'.padStart(8)}`);
 for (const r of rows)
