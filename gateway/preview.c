@@ -253,9 +253,8 @@ static void flush_counts(pv_conn *k)
     k->n_req = k->n_up = k->n_down = 0;
 }
 
-/* The local hop's end: the last report, then its connection closes (the worker's count
- * of the hop ends with it). */
-static void local_end(pv_conn *k)
+/* The local hop's answer reader (its event and buffer) freed. */
+static void local_reader_free(pv_conn *k)
 {
     if (k->ev_l)
         event_free(k->ev_l);
@@ -263,6 +262,13 @@ static void local_end(pv_conn *k)
     if (k->lin)
         evbuffer_free(k->lin);
     k->lin = NULL;
+}
+
+/* The local hop's end: the last report, then its connection closes (the worker's count
+ * of the hop ends with it). */
+static void local_end(pv_conn *k)
+{
+    local_reader_free(k);
     if (k->lfd >= 0)
         close(k->lfd);
     k->lfd = -1;
@@ -1219,12 +1225,7 @@ static int local_connect(pv_conn *k, const char *path)
         !(k->ev_l = event_new(pv->ctx->d.base, s, EV_READ | EV_PERSIST, local_cb, k)) ||
         event_add(k->ev_l, &tv) < 0) {
         close(s);
-        if (k->ev_l)
-            event_free(k->ev_l);
-        k->ev_l = NULL;
-        if (k->lin)
-            evbuffer_free(k->lin);
-        k->lin = NULL;
+        local_reader_free(k);
         return -1;
     }
     k->lsock = s;

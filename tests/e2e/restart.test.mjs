@@ -237,13 +237,10 @@ test('SIGTERM upgrade onto another worker binary: every sandbox goes on', jailOn
     assert.match(readFileSync(`/proc/${workerPid()}/cmdline`, 'utf8'), /upgrade-\d+\/sandfleet-worker/);
   }));
 
-test('a forged or stale handle is never adopted', jailOnly, async () => {
-  // (the handles are root's, in a root-only folder no sandbox sees: only the host could
-  // write them; still, a handle naming a living process that is not the sandbox's init
-  // (this test's node, with its true start time) or a reused pid (a start time that does
-  // not match) makes the worker adopt nothing and signal nothing but the sandbox's cgroup)
-  const a = await create({});
-  const b = await create({});
+// kill -9 of the worker; then a's handle names this test's node process with its true
+// start time and b's a start time that does not match (a reused pid); a new worker must
+// adopt neither (both lost) and leave this process alone.
+async function forgeHandles(a, b) {
   const dir = `${env.SF_STATE}/worker/adopt`;
   const ha = readFileSync(`${dir}/${a}/handle`, 'utf8').split(' ');
   const hb = readFileSync(`${dir}/${b}/handle`, 'utf8').split(' ');
@@ -260,6 +257,16 @@ test('a forged or stale handle is never adopted', jailOnly, async () => {
     const i = await call(alpha, 'sandbox_info', { sandbox_id: id });
     assert.equal(i.structured.status, 'lost', `${id}: ${JSON.stringify(i.structured)}`);
   }
+}
+
+test('a forged or stale handle is never adopted', jailOnly, async () => {
+  // (the handles are root's, in a root-only folder no sandbox sees: only the host could
+  // write them; still, a handle naming a living process that is not the sandbox's init
+  // (this test's node, with its true start time) or a reused pid (a start time that does
+  // not match) makes the worker adopt nothing and signal nothing but the sandbox's cgroup)
+  const a = await create({});
+  const b = await create({});
+  await forgeHandles(a, b);
   assert.match(workerLog(), new RegExp(`sandbox=${a} why="The process its handle names is not this sandbox's init`));
   assert.match(workerLog(), new RegExp(`sandbox=${b} why="Its processes died`));
 });
@@ -409,26 +416,9 @@ test('qemu: SIGTERM keeps the VM (paused ones too) for the next worker', qemuOnl
 test('qemu: a forged or stale handle is never adopted, and its QEMU is not left running', qemuOnly, async () => {
   const a = await create({});
   const b = await create({});
-  const dir = `${env.SF_STATE}/worker/adopt`;
-  const ha = vmHandle(a);
-  const hb = vmHandle(b);
-  const qa = Number(ha[1]);
-  const qb = Number(hb[1]);
-  process.kill(workerPid(), 'SIGKILL');
-  await until('the worker to die', () => !alive(workerPid()), 5000, 20);
-  // a's handle names this test's node process with its true start time; b's a start time
-  // that does not match (a reused pid)
-  ha[1] = String(process.pid);
-  ha[2] = readFileSync('/proc/self/stat', 'utf8').split(') ')[1].split(' ')[19];
-  hb[2] = String(Number(hb[2]) + 1);
-  execFileSync('sh', ['-c', `printf '%s' "$1" > "$2"; printf '%s' "$3" > "$4"`, 'sh',
-    ha.join(' '), `${dir}/${a}/handle`, hb.join(' '), `${dir}/${b}/handle`]);
-  stack('restart-worker');
-  assert.ok(alive(process.pid));
-  for (const id of [a, b]) {
-    const i = await call(alpha, 'sandbox_info', { sandbox_id: id });
-    assert.equal(i.structured.status, 'lost', `${id}: ${JSON.stringify(i.structured)}`);
-  }
+  const qa = Number(vmHandle(a)[1]);
+  const qb = Number(vmHandle(b)[1]);
+  await forgeHandles(a, b);
   assert.match(workerLog(), new RegExp(`sandbox=${a} why="The process its handle names is not this sandbox's QEMU`));
   assert.match(workerLog(), new RegExp(`sandbox=${b} why="Its VM died while no worker ran`));
   // not taken back: the new worker's clean-up ended both QEMUs (their cgroups went)

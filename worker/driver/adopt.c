@@ -15,9 +15,8 @@
 #include "sf_msg.h"
 #include "sf_util.h"
 
-/* Opens the folder name under the folder fd parent (made first, mode 0700, when make)
- * checked: root's, mode 0700 at most, no link. fd or -errno. */
-static int open_checked(int parent, const char *name, int make)
+/* (adopt.h) */
+int wk_root_dir_open(int parent, const char *name, int make)
 {
     int fd;
     struct stat st;
@@ -34,14 +33,14 @@ static int open_checked(int parent, const char *name, int make)
     return fd;
 }
 
-/* state_dir/adopt (made if missing when make), checked by open_checked. fd or -errno. */
+/* state_dir/adopt (made if missing when make), checked by wk_root_dir_open. fd or -errno. */
 int wk_adopt_root(const char *state_dir, int make)
 {
     int sd = open(state_dir, O_DIRECTORY | O_RDONLY | O_CLOEXEC), root;
 
     if (sd < 0)
         return -errno;
-    root = open_checked(sd, WK_ADOPT_DIR, make);
+    root = wk_root_dir_open(sd, WK_ADOPT_DIR, make);
     close(sd);
     return root;
 }
@@ -55,7 +54,7 @@ int wk_adopt_dir(const char *state_dir, const char *id, int make)
         return -EINVAL;
     if ((root = wk_adopt_root(state_dir, make)) < 0)
         return root;
-    fd = open_checked(root, id, make);
+    fd = wk_root_dir_open(root, id, make);
     close(root);
     return fd;
 }

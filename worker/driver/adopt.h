@@ -17,6 +17,10 @@
 /* Opens state_dir/adopt (made if missing when make) checked: root's, mode 0700 at most,
  * no link. fd or -errno. */
 int wk_adopt_root(const char *state_dir, int make);
+/* Opens the folder name under the folder fd parent (AT_FDCWD: a path; made first, mode
+ * 0700, when make) checked: root's, mode 0700 at most, no link at its last component.
+ * fd or -errno. */
+int wk_root_dir_open(int parent, const char *name, int make);
 /* state_dir/adopt/<id> (id checked) opened and checked the same way. fd or -errno. */
 int wk_adopt_dir(const char *state_dir, const char *id, int make);
 /* /proc/PID/stat: the start time (field 22, clock ticks since boot) and the state letter

@@ -334,21 +334,6 @@ static void drop_conns(wk_sandbox *sb)
 
 /* ---- the QEMU process -------------------------------------------------------- */
 
-/* The VM's directory, checked: root's, no access for others, no link. fd or -errno. */
-static int vm_dir_open(const char *dir)
-{
-    struct stat st;
-    int fd = open(dir, O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-
-    if (fd < 0)
-        return -errno;
-    if (fstat(fd, &st) < 0 || st.st_uid != 0 || (st.st_mode & 077)) {
-        close(fd);
-        return -EPERM;
-    }
-    return fd;
-}
-
 /* A unix socket `name` in the folder dfd (reached through /proc/self/fd: no path walked
  * again, and short enough whatever state_dir is): listening (made anew) or connected. */
 static int sock_at(int dfd, const char *name, int listening)
@@ -379,7 +364,7 @@ static int sock_at(int dfd, const char *name, int listening)
  * them once it runs). ag/mon: [0] ours, [1] QEMU's. */
 static int vm_socks(const wk_sandbox *sb, int ag[2], int mon[2])
 {
-    int dfd = vm_dir_open(sb->dir), rc = 0;
+    int dfd = wk_root_dir_open(AT_FDCWD, sb->dir, 0), rc = 0;
 
     if (dfd < 0)
         return dfd;
@@ -2118,7 +2103,7 @@ int wk_qvm_adopt(wk_driver *d, const char *id, wk_sandbox **out, int *paused, co
     if (snprintf(sb->dir, sizeof(sb->dir), "%s/%s", d->cfg.sb_dir, h.dir) >= (int)sizeof(sb->dir))
         goto fail;
     *why = "Its folder under state_dir/qemu is missing, or not root's.";
-    if ((dfd = vm_dir_open(sb->dir)) < 0) {
+    if ((dfd = wk_root_dir_open(AT_FDCWD, sb->dir, 0)) < 0) {
         rc = dfd;
         goto fail;
     }
