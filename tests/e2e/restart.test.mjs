@@ -75,9 +75,12 @@ async function create(args = {}) {
   return r.structured.id;
 }
 
-// Everything a sandbox holds that a restart must keep.
-async function prepare(name) {
+// A sandbox with what a restart must keep: a bound secret that works, a ledger, a
+// background counter, a server on a published preview port.
+async function seed(name) {
   const id = await create({ allow_out: ['api.example.test'], secrets: { API_KEY: SECRET }, timeout_seconds: 600 });
+  const get = await sh(alpha, id, `timeout 10 wget -q -O - --header "X-Api-Key: $API_KEY" http://api.example.test/rs-before-${name}-${tag}`);
+  assert.match(get.stdout, /^ok/, `the secret works before the fault: ${JSON.stringify(get)}`);
   const w = await sh(alpha, id, 'seq 1 5000 | sed "s/^/ledger line /" > /root/ledger && sha256sum /root/ledger');
   const sum = w.stdout.split(' ')[0];
   await sh(alpha, id, 'nohup sh -c \'echo $$ > /tmp/bgpid; i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done\' >/dev/null 2>&1 &');
@@ -89,9 +92,14 @@ async function prepare(name) {
   const pv = await call(alpha, 'sandbox_preview_url', { sandbox_id: id, port: 8000 });
   assert.equal(pv.isError, false, pv.text);
   assert.equal((await preview(id, 8000)).body, `${text}\n`, 'the preview works before the fault');
-  const get = await sh(alpha, id, `timeout 10 wget -q -O - --header "X-Api-Key: $API_KEY" http://api.example.test/rs-before-${name}-${tag}`);
-  assert.match(get.stdout, /^ok/, 'the secret works before the fault');
   const bgpid = (await sh(alpha, id, 'cat /tmp/bgpid')).stdout.trim();
+  return { id, sum, text, bgpid };
+}
+
+// Everything a sandbox holds that a restart must keep, and two more sandboxes: one with a
+// timer, one that dies while no worker runs.
+async function prepare(name) {
+  const { id, sum, text, bgpid } = await seed(name);
   // a sandbox whose lifetime ends a few seconds after the fault: its timer must still fire
   const timed = await create({ timeout_seconds: 600 });
   const u = await call(alpha, 'sandbox_update', { sandbox_id: timed, timeout_seconds: 9 });
@@ -323,21 +331,7 @@ const vmHandle = (id) => readFileSync(`${env.SF_STATE}/worker/adopt/${id}/handle
 
 // A VM with a ledger, a background counter, a published preview port and a bound secret.
 async function prepareVm(name) {
-  const id = await create({ timeout_seconds: 600, allow_out: ['api.example.test'], secrets: { API_KEY: SECRET } });
-  const get = await sh(alpha, id, `timeout 10 wget -q -O - --header "X-Api-Key: $API_KEY" http://api.example.test/rs-vm-before-${name}-${tag}`);
-  assert.match(get.stdout, /^ok/, `the secret works before the fault: ${JSON.stringify(get)}`);
-  const w = await sh(alpha, id, 'seq 1 5000 | sed "s/^/ledger line /" > /root/ledger && sha256sum /root/ledger');
-  const sum = w.stdout.split(' ')[0];
-  await sh(alpha, id, 'nohup sh -c \'echo $$ > /tmp/bgpid; i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done\' >/dev/null 2>&1 &');
-  const text = `kept-${name}-${tag}`;
-  const s = await sh(alpha, id, `mkdir -p /tmp/www && echo ${text} > /tmp/www/index.html && ` +
-    'busybox httpd -p 127.0.0.1:8000 -h /tmp/www && ' +
-    'for i in $(seq 50); do busybox wget -Y off -qO- http://127.0.0.1:8000/ 2>/dev/null && break; sleep 0.1; done');
-  assert.equal(s.stdout, `${text}\n`);
-  const pv = await call(alpha, 'sandbox_preview_url', { sandbox_id: id, port: 8000 });
-  assert.equal(pv.isError, false, pv.text);
-  assert.equal((await preview(id, 8000)).body, `${text}\n`, 'the preview works before the fault');
-  const bgpid = (await sh(alpha, id, 'cat /tmp/bgpid')).stdout.trim();
+  const { id, sum, text, bgpid } = await seed(`vm-${name}`);
   const qemu = Number(vmHandle(id)[1]);
   assert.ok(alive(qemu), 'the handle names the running QEMU');
   return { id, sum, text, bgpid, qemu, bgBefore: await counter(id) };
