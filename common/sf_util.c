@@ -1,6 +1,7 @@
 #include "sf_util.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
@@ -87,4 +88,15 @@ int sf_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
         return -ERANGE;
     *out = v;
     return 0;
+}
+
+void sf_boot_id(char *out, size_t n)
+{
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+
+    out[0] = '\0';
+    if (f && fgets(out, (int)n, f))
+        out[strcspn(out, "\n")] = '\0';
+    if (f)
+        fclose(f);
 }

@@ -14,6 +14,9 @@ int sf_id_new(char out[SF_ID_MAX], const char *prefix);
 int sf_id_valid(const char *s);
 /* Fills buf with n random bytes from getrandom(); 0 or -EIO. */
 int sf_random(void *buf, size_t n);
+/* This machine's boot id (/proc/sys/kernel/random/boot_id) into out, "" when unreadable:
+ * daemons with the same one run on the same boot of the same machine. */
+void sf_boot_id(char *out, size_t n);
 
 int64_t sf_now_ms(void);   /* wall clock, ms since epoch */
 int64_t sf_mono_ms(void);  /* monotonic, ms */

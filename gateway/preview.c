@@ -1562,14 +1562,7 @@ int gw_preview_start(gw_ctx *ctx, char *why, size_t n)
     pv->ctx = ctx;
     for (unsigned i = 0; i < LOCAL_DIRS; i++)
         pv->ldir[i].fd = -1;
-    {
-        FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
-
-        if (f && fgets(pv->boot_id, sizeof(pv->boot_id), f))
-            pv->boot_id[strcspn(pv->boot_id, "\n")] = 0;
-        if (f)
-            fclose(f);
-    }
+    sf_boot_id(pv->boot_id, sizeof(pv->boot_id));
     if (gw_pv_domain_host(ctx->cfg.preview_domain, pv->dom_host, sizeof(pv->dom_host)) < 0) {
         snprintf(why, n, "preview_domain \"%s\" is not a host name with an optional :port "
                  "(e.g. preview.example.com)", ctx->cfg.preview_domain);

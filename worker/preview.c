@@ -13,6 +13,7 @@
 #include "sf_msg.h"
 #include "sf_pvtoken.h"
 #include "sf_records.h"
+#include "sf_util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -497,18 +498,6 @@ uint64_t wk_preview_local_hops(void)
     return n;
 }
 
-/* This machine's boot id (/proc/sys/kernel/random/boot_id), "" when unreadable. */
-static void read_boot_id(char *out, size_t n)
-{
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
-
-    out[0] = '\0';
-    if (f && fgets(out, (int)n, f))
-        out[strcspn(out, "\n")] = '\0';
-    if (f)
-        fclose(f);
-}
-
 void wk_preview_beat_bytes(char *buf, size_t n)
 {
     pthread_mutex_lock(&bytes_mu);
@@ -550,7 +539,7 @@ int wk_preview_start(wk_ctx *ctx)
     snprintf(ctx->ingress_addr, sizeof(ctx->ingress_addr), "%s", wk_ingress_addr(ctx->ingress));
     snprintf(ctx->ingress_local, sizeof(ctx->ingress_local), "%s",
              wk_ingress_local_path(ctx->ingress));
-    read_boot_id(ctx->boot_id, sizeof(ctx->boot_id));
+    sf_boot_id(ctx->boot_id, sizeof(ctx->boot_id));
     if (!(ev_bytes = event_new(ctx->d.base, -1, EV_PERSIST, on_bytes_tick, ctx)) ||
         event_add(ev_bytes, &tick) < 0) {
         sf_error("msg=\"cannot start the preview byte counters\"");
